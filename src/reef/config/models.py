@@ -1,0 +1,239 @@
+"""The configuration models: one section per domain noun."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(Section):
+    """Where the gateway listens and what it accepts."""
+
+    host: str | None = Field(
+        default=None,
+        description="Bind address. Default: 0.0.0.0 when API keys are configured, else "
+        "127.0.0.1 (an unauthenticated gateway never listens beyond loopback).",
+    )
+    port: int = Field(default=8600, ge=0, le=65535, description="TCP port of the gateway.")
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above)."
+    )
+    access_log: bool = Field(default=False, description="Log one line per request.")
+
+
+class UpstreamConfig(Section):
+    """A model server the gateway forwards to."""
+
+    type: Literal["openai", "anthropic", "local"] = Field(
+        default="openai",
+        description="Dialect: an OpenAI-compatible server (vLLM, SGLang, OpenAI, ...), "
+        "the Anthropic API, or the embedded local engine.",
+    )
+    base_url: str | None = Field(
+        default=None,
+        description="Base URL including the version prefix, e.g. http://127.0.0.1:8000/v1.",
+    )
+    api_key: SecretStr | None = Field(default=None, description="Key sent to the upstream.")
+    model: str | None = Field(
+        default=None, description="Model name sent upstream when the client names a scenario."
+    )
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    read_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="Longest silence between bytes from the upstream."
+    )
+    total_timeout_seconds: float = Field(
+        default=600.0, gt=0, description="Deadline for the whole call, retries included."
+    )
+    max_retries: int = Field(
+        default=2,
+        ge=0,
+        description="Retries before the first byte, on connection errors, 429 and 5xx only.",
+    )
+    anthropic_version: str = Field(default="2023-06-01", description="anthropic-version header.")
+
+    @model_validator(mode="after")
+    def _needs_url(self) -> UpstreamConfig:
+        if self.type != "local" and not self.base_url:
+            raise ValueError(f"an upstream of type {self.type!r} needs base_url")
+        return self
+
+
+class ScenarioConfig(Section):
+    """One agent task that Reef serves and learns."""
+
+    upstream: str | None = Field(
+        default=None, description="Name of the upstream (key of `upstreams`); default: first."
+    )
+    model: str | None = Field(
+        default=None, description="Upstream model name; overrides the upstream's `model`."
+    )
+    capture: bool = Field(default=True, description="Record this scenario's exchanges.")
+
+
+class StoreConfig(Section):
+    """Where experience is stored and how durably."""
+
+    url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL: sqlite:///path or postgresql://... "
+        "Default: SQLite at <home>/reef.db.",
+    )
+    durability: Literal["sync", "async"] = Field(
+        default="sync",
+        description="sync: a response completes only after its record is committed. "
+        "async: records are queued and committed shortly after.",
+    )
+    queue_size: int = Field(default=10_000, gt=0, description="Bound of the capture queue.")
+    overflow: Literal["block", "drop"] = Field(
+        default="block",
+        description="When the async queue is full: block (the request waits for room) or "
+        "drop (the record is dropped and counted in reef_capture_dropped_total).",
+    )
+    max_batch: int = Field(default=256, gt=0, description="Most records per group commit.")
+
+
+class ApiKeyConfig(Section):
+    """An API key. Give `key` (hashed at load, never stored) or its `sha256`."""
+
+    id: str = Field(description="Name of the key; stored as the principal of what it sends.")
+    key: SecretStr | None = Field(default=None, description="The key itself.")
+    sha256: str | None = Field(default=None, description="Hex sha256 of the key.")
+    role: Literal["inference", "admin"] = "inference"
+    scenarios: list[str] | None = Field(
+        default=None, description="Limit an inference key to these scenarios."
+    )
+
+    @model_validator(mode="after")
+    def _hash_key(self) -> ApiKeyConfig:
+        if (self.key is None) == (self.sha256 is None):
+            raise ValueError(f"api key {self.id!r}: give exactly one of `key` or `sha256`")
+        if self.key is not None:
+            digest = hashlib.sha256(self.key.get_secret_value().encode()).hexdigest()
+            object.__setattr__(self, "sha256", digest)
+            object.__setattr__(self, "key", None)
+        elif not re.fullmatch(r"[0-9a-f]{64}", self.sha256 or ""):
+            raise ValueError(f"api key {self.id!r}: sha256 must be 64 lowercase hex digits")
+        return self
+
+
+class AuthConfig(Section):
+    """API keys. With none configured the gateway listens on loopback only."""
+
+    keys: list[ApiKeyConfig] = Field(default_factory=list)
+
+
+class CaptureConfig(Section):
+    """What is recorded and what is scrubbed first."""
+
+    redact_patterns: list[str] = Field(
+        default_factory=list,
+        description="Regular expressions; matches in request and response text are "
+        "replaced by [REDACTED] before the record is written.",
+    )
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"redact pattern {pattern!r} is not a regex: {exc}") from exc
+        return patterns
+
+
+yaml_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+    "reef_yaml_data", default={}
+)
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Settings source for the YAML file's contents (lower priority than the env)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return yaml_data.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(yaml_data.get())
+
+
+def _default_upstreams() -> dict[str, UpstreamConfig]:
+    return {"local": UpstreamConfig(type="local")}
+
+
+class ReefSettings(BaseSettings):
+    """The whole configuration (``reef.yaml`` + ``REEF_…`` environment)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="REEF_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    home: Path = Field(default=Path(".reef"), description="Directory for local state.")
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    upstreams: dict[str, UpstreamConfig] = Field(default_factory=_default_upstreams)
+    scenarios: dict[str, ScenarioConfig] = Field(default_factory=dict)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    capture: CaptureConfig = Field(default_factory=CaptureConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Precedence: explicit arguments, then ``REEF_…`` env, then the YAML file."""
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> ReefSettings:
+        if not self.upstreams:
+            raise ValueError("at least one upstream must be configured")
+        for name, scenario in self.scenarios.items():
+            if scenario.upstream is not None and scenario.upstream not in self.upstreams:
+                raise ValueError(
+                    f"scenario {name!r} names upstream {scenario.upstream!r}; "
+                    f"configured upstreams: {sorted(self.upstreams)}"
+                )
+        ids = [key.id for key in self.auth.keys]
+        if len(ids) != len(set(ids)):
+            raise ValueError("api key ids must be unique")
+        return self
+
+    def store_url(self) -> str:
+        """The store URL, defaulting to SQLite under ``home``."""
+        return self.store.url or f"sqlite:///{self.home / 'reef.db'}"
+
+    def bind_host(self) -> str:
+        """The address to bind: loopback unless keys protect the gateway."""
+        if self.server.host:
+            return self.server.host
+        return "0.0.0.0" if self.auth.keys else "127.0.0.1"
+
+    def scenario(self, name: str) -> ScenarioConfig:
+        """The scenario's config; an unconfigured scenario gets the defaults."""
+        return self.scenarios.get(name) or ScenarioConfig()
+
+    def upstream_for(self, scenario: str) -> tuple[str, UpstreamConfig]:
+        """Name and config of the upstream that serves ``scenario``."""
+        name = self.scenario(scenario).upstream or next(iter(self.upstreams))
+        return name, self.upstreams[name]

@@ -1,0 +1,126 @@
+"""Values that cross the experience boundary: what the gateway hands over, what reads return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+RecordStatus = Literal["ok", "error", "aborted"]
+Purpose = Literal["serve", "eval", "canary"]
+
+
+@dataclass(frozen=True)
+class RecordDraft:
+    """One exchange as the gateway saw it, ready to be written.
+
+    ``id`` is allocated by the gateway before the upstream call so that the receipt can
+    go out with the response headers. ``session_id`` is always set (from the header or
+    inferred); the store assigns ``turn`` (previous turns in the session + 1).
+    ``continuation_hash`` is the chained hash of the canonical conversation followed by
+    the reply: a later request whose messages start with exactly that conversation
+    joins the session (see ``reef.experience.sessions``).
+    """
+
+    id: str
+    scenario: str
+    session_id: str
+    api: Literal["openai.chat", "anthropic.messages"]
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    status: RecordStatus
+    error: str | None
+    latency_ms: float
+    usage: dict[str, Any] | None
+    release_id: str | None
+    prompt_hash: str
+    content_hash: str
+    continuation_hash: str | None
+    tags: dict[str, str] = field(default_factory=dict)
+    principal: str | None = None
+    purpose: Purpose = "serve"
+    idempotency_key: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class FeedbackDraft:
+    """Feedback on one or more records of one scenario."""
+
+    scenario: str
+    record_ids: tuple[str, ...]
+    score: float | None
+    feedback: Any
+    correction: Any
+    metadata: dict[str, Any]
+    principal: str | None
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True)
+class FeedbackView:
+    """Stored feedback as reads return it."""
+
+    id: str
+    scenario: str
+    record_ids: tuple[str, ...]
+    score: float | None
+    feedback: Any
+    correction: Any
+    metadata: dict[str, Any]
+    principal: str | None
+    idempotency_key: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """A stored record with the feedback attached to it."""
+
+    id: str
+    scenario: str
+    session_id: str
+    turn: int
+    release_id: str | None
+    api: str
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    status: RecordStatus
+    error: str | None
+    latency_ms: float
+    usage: dict[str, Any] | None
+    prompt_hash: str
+    content_hash: str
+    tags: dict[str, str]
+    principal: str | None
+    purpose: Purpose
+    created_at: datetime
+    feedback: tuple[FeedbackView, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionMatch:
+    """The session a request continues, found by its conversation prefix."""
+
+    session_id: str
+    record_id: str
+    turn: int
+
+
+@dataclass(frozen=True)
+class RecordFilter:
+    """Filters for listing a scenario's records."""
+
+    session_id: str | None = None
+    has_feedback: bool | None = None
+    min_score: float | None = None
+    since: datetime | None = None
+    purpose: Purpose | None = None
+
+
+@dataclass(frozen=True)
+class RecordPage:
+    """One page of records and the cursor for the next (None at the end)."""
+
+    records: tuple[RecordView, ...]
+    next_cursor: str | None

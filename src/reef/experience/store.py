@@ -1,0 +1,94 @@
+"""The ``ExperienceStore`` contract. ``SQLExperienceStore`` implements it for SQLite and
+PostgreSQL; other backends register under the ``reef.stores`` entry-point group."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+
+from reef.experience.records import (
+    FeedbackDraft,
+    FeedbackView,
+    RecordDraft,
+    RecordFilter,
+    RecordPage,
+    RecordView,
+    SessionMatch,
+)
+
+
+class ExperienceStore(ABC):
+    """Durable experience: records, feedback, and the release bookkeeping they need.
+
+    Methods are synchronous and thread-safe; async callers run them in a thread. Writes of
+    records go through ``reef.experience.writer.RecordWriter``, which batches them.
+    """
+
+    @abstractmethod
+    def migrate(self) -> None:
+        """Create or upgrade the schema to the latest version (Alembic). Idempotent."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Prove the store is writable; raises ``StoreUnavailableError`` when it is not."""
+
+    @abstractmethod
+    def write_records(self, drafts: Sequence[RecordDraft]) -> list[str]:
+        """Insert ``drafts`` in one transaction; return the stored id of each draft, in order.
+
+        A draft whose ``(scenario, idempotency_key)`` was already stored is not inserted;
+        its entry in the result is the first record's id. ``turn`` is assigned as one more
+        than the highest turn already stored for the session (0 for a new session).
+        """
+
+    @abstractmethod
+    def find_session(self, scenario: str, continuation_hashes: Sequence[str]) -> SessionMatch | None:
+        """The record whose ``continuation_hash`` is one of ``continuation_hashes``.
+
+        The hashes are ordered longest prefix first; the first that matches wins (the
+        newest record among equals).
+        """
+
+    @abstractmethod
+    def find_by_idempotency_key(self, scenario: str, key: str) -> str | None:
+        """Id of the record stored with this idempotency key, if any."""
+
+    @abstractmethod
+    def add_feedback(self, draft: FeedbackDraft) -> tuple[str, bool]:
+        """Store feedback; return ``(feedback_id, created)``.
+
+        Raises ``RecordNotFoundError`` naming the first id not in ``draft.scenario``;
+        ``InvalidInputError`` for a non-finite score or no record ids. The same
+        idempotency key with the same body returns the first id with ``created=False``;
+        with a different body raises ``IdempotencyConflictError``.
+        """
+
+    @abstractmethod
+    def get_record(self, record_id: str) -> RecordView:
+        """One record with its feedback; raises ``RecordNotFoundError``."""
+
+    @abstractmethod
+    def list_records(
+        self, scenario: str, filters: RecordFilter, cursor: str | None, limit: int
+    ) -> RecordPage:
+        """Newest first, ``limit`` per page; ``cursor`` comes from the previous page."""
+
+    @abstractmethod
+    def get_session(self, scenario: str, session_id: str) -> list[RecordView]:
+        """The session's records in turn order; raises ``SessionNotFoundError`` if none."""
+
+    @abstractmethod
+    def iter_export(self, scenario: str, since: str | None = None) -> Iterator[RecordView]:
+        """Every record of the scenario, oldest first, with feedback, streamed."""
+
+    @abstractmethod
+    def staleness(self, record_id: str) -> int:
+        """How many releases lie between the record's release and its scenario's head.
+
+        0 when the record was served by the head (or no release exists yet); a record
+        served by no release counts from the scenario's first release.
+        """

@@ -1,0 +1,101 @@
+"""The ``Upstream`` contract and its errors."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from reef.core.errors import ReefError
+
+Dialect = Literal["openai", "anthropic"]
+
+
+class UpstreamError(ReefError):
+    """The upstream failed. ``status`` is what the gateway answers; ``message`` is the
+    upstream's own message where it sent one."""
+
+    def __init__(self, message: str, status: int = 502, upstream_status: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.upstream_status = upstream_status
+
+
+class UpstreamUnavailableError(UpstreamError):
+    """Connection refused or reset, or 429/5xx after every retry: the gateway answers 502."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """Connect, read or total deadline exceeded: the gateway answers 504."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=504)
+
+
+class UpstreamRejectedError(UpstreamError):
+    """The upstream refused the request with a 4xx (not 429); relayed with its status."""
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """A call to make: ``path`` relative to the upstream's base URL (e.g. ``/chat/completions``)."""
+
+    path: str
+    body: bytes
+    stream: bool
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpstreamResponse:
+    """A complete (non-streaming) upstream answer."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+class UpstreamStream(ABC):
+    """An open streaming response: raw bytes as they arrive, then ``aclose``."""
+
+    status: int
+    content_type: str
+
+    @abstractmethod
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """Chunks of the body. Raises ``UpstreamTimeoutError`` when the upstream goes
+        silent past the read timeout and ``UpstreamUnavailableError`` when it drops."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close the connection; an unfinished upstream request is cancelled. Idempotent."""
+
+
+class Upstream(ABC):
+    """A model server. Implementations own retries, timeouts and connection reuse."""
+
+    name: str
+    dialect: Dialect
+
+    @abstractmethod
+    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Make a non-streaming call within the total deadline.
+
+        Retries only on connection errors, 429 (honouring ``Retry-After``) and 5xx, and
+        only while the deadline allows. Raises ``UpstreamUnavailableError`` (502),
+        ``UpstreamTimeoutError`` (504) or ``UpstreamRejectedError`` (upstream's 4xx).
+        """
+
+    @abstractmethod
+    async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
+        """Start a streaming call; retries as ``send`` does, but only until the response
+        headers arrive: once bytes flow nothing is retried."""
+
+    @abstractmethod
+    async def list_models(self) -> list[str]:
+        """Model names the upstream serves (``GET /models``); raises ``UpstreamError``."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close pooled connections."""

@@ -14,6 +14,7 @@ from reef.core.errors import InvalidInputError
 
 DEFAULT_CONFIG_FILE = Path("reef.yaml")
 
+
 class ConfigError(InvalidInputError):
     """The configuration file or environment is invalid; the message says where."""
 

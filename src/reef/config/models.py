@@ -155,8 +155,9 @@ class CaptureConfig(Section):
         return patterns
 
 
-yaml_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
-    "reef_yaml_data", default={}
+# The YAML file's contents for the settings being built; set by ``load_settings`` only.
+yaml_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "reef_yaml_data", default=None
 )
 
 
@@ -164,10 +165,10 @@ class _YamlSource(PydanticBaseSettingsSource):
     """Settings source for the YAML file's contents (lower priority than the env)."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return yaml_data.get().get(field_name), field_name, False
+        return (yaml_data.get() or {}).get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return dict(yaml_data.get())
+        return dict(yaml_data.get() or {})
 
 
 def _default_upstreams() -> dict[str, UpstreamConfig]:

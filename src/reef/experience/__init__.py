@@ -1,1 +1,65 @@
-"""placeholder"""
+"""Experience: records, feedback, sessions, dedup and staleness, and the stores behind them.
+
+Owns: the ``ExperienceStore`` contract and its SQL implementation (SQLite and PostgreSQL
+through SQLAlchemy Core), the whole SQL schema of DESIGN.md §3 and its Alembic
+migrations, group-committed record writing (``RecordWriter``), redaction of captured
+text, and export to JSON Lines / Parquet.
+Does not own: HTTP or how records are captured (``gateway``), the release chain's rules
+(``releases`` reads and writes its tables, but the schema lives here so one migration
+stream covers the database), learning (``learning``). Must not import gateway, learning
+or torch.
+Extend: a new backend implements ``ExperienceStore`` (``store.py``); a schema change is a
+new revision in ``migrations/versions`` plus the same change in ``schema.py`` (a test
+compares them).
+"""
+
+from reef.experience.backends import open_store
+from reef.experience.errors import (
+    IdempotencyConflictError,
+    RecordNotFoundError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+    WriterNotRunningError,
+)
+from reef.experience.export import ParquetUnavailableError, export_records
+from reef.experience.records import (
+    FeedbackDraft,
+    FeedbackView,
+    Purpose,
+    RecordDraft,
+    RecordFilter,
+    RecordPage,
+    RecordStatus,
+    RecordView,
+    SessionMatch,
+)
+from reef.experience.redaction import REDACTED, Redactor
+from reef.experience.sql import SQLExperienceStore
+from reef.experience.store import ExperienceStore
+from reef.experience.writer import RecordWriter, WriterStats
+
+__all__ = [
+    "REDACTED",
+    "ExperienceStore",
+    "FeedbackDraft",
+    "FeedbackView",
+    "IdempotencyConflictError",
+    "ParquetUnavailableError",
+    "Purpose",
+    "RecordDraft",
+    "RecordFilter",
+    "RecordNotFoundError",
+    "RecordPage",
+    "RecordStatus",
+    "RecordView",
+    "RecordWriter",
+    "Redactor",
+    "SQLExperienceStore",
+    "SessionMatch",
+    "SessionNotFoundError",
+    "StoreUnavailableError",
+    "WriterNotRunningError",
+    "WriterStats",
+    "export_records",
+    "open_store",
+]

@@ -96,6 +96,8 @@ class RecordView:
     purpose: Purpose
     created_at: datetime
     feedback: tuple[FeedbackView, ...] = ()
+    continuation_hash: str | None = None
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from collections.abc import Iterator, Sequence
 
 from reef.experience.records import (
     FeedbackDraft,
-    FeedbackView,
     RecordDraft,
     RecordFilter,
     RecordPage,
@@ -46,7 +45,9 @@ class ExperienceStore(ABC):
         """
 
     @abstractmethod
-    def find_session(self, scenario: str, continuation_hashes: Sequence[str]) -> SessionMatch | None:
+    def find_session(
+        self, scenario: str, continuation_hashes: Sequence[str]
+    ) -> SessionMatch | None:
         """The record whose ``continuation_hash`` is one of ``continuation_hashes``.
 
         The hashes are ordered longest prefix first; the first that matches wins (the

@@ -1,1 +1,13 @@
-"""placeholder"""
+"""The gateway: OpenAI- and Anthropic-compatible inference, recorded as experience.
+
+Owns: the ASGI app (``create_app``), routes, authentication, streaming relay, capture
+(turning exchanges into records), error mapping to HTTP, metrics.
+Does not own: storage (``reef.experience``), talking to model servers (``reef.upstream``),
+learning. It must never import ``reef.learning`` or torch (``tests/architecture``).
+Extend: new routes take a ``GatewayState`` and map ``ReefError`` through
+``reef.gateway.errors`` so every failure has the caller's dialect shape.
+"""
+
+from reef.gateway.app import create_app
+
+__all__ = ["create_app"]

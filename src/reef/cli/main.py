@@ -1,0 +1,149 @@
+"""``reef`` commands."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from reef.config import ConfigError, ReefSettings, load_settings, masked_dump
+from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+
+app = typer.Typer(
+    name="reef",
+    help="Reef: an OpenAI/Anthropic-compatible gateway that turns traffic into better agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (default: ./reef.yaml if present)."),
+]
+
+log = logging.getLogger("reef")
+
+
+def _settings(config: Path | None, **overrides: Any) -> ReefSettings:
+    return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (overrides server.host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (overrides server.port).")] = None,
+    log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
+) -> None:
+    """Run the gateway (and, for the `local` upstream, the embedded engine)."""
+    from reef.cli.serving import run_gateway
+
+    _setup_logging(log_level)
+    settings = _settings(config)
+    server_overrides: dict[str, Any] = {}
+    if host is not None:
+        server_overrides["host"] = host
+    if port is not None:
+        server_overrides["port"] = port
+    if server_overrides:
+        settings = settings.model_copy(
+            update={"server": settings.server.model_copy(update=server_overrides)}
+        )
+    run_gateway(settings)
+
+
+@config_app.command("show")
+def config_show(config: ConfigOption = None) -> None:
+    """Print the merged configuration (file + REEF_* env + defaults), secrets masked."""
+    settings = _settings(config)
+    typer.echo(json.dumps(masked_dump(settings), indent=2, default=str))
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the JSON schema of reef.yaml."""
+    typer.echo(json.dumps(ReefSettings.model_json_schema(), indent=2))
+
+
+@app.command()
+def export(
+    scenario: Annotated[str, typer.Option(help="Scenario to export.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="jsonl or parquet.")] = "jsonl",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="File to write (default: stdout, jsonl only)."),
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Export a scenario's records with their feedback joined."""
+    from reef.experience import export_records, open_store
+
+    if format not in ("jsonl", "parquet"):
+        raise InvalidInputError(f"--format must be jsonl or parquet, not {format!r}")
+    if format == "parquet" and output is None:
+        raise InvalidInputError("parquet export needs --output FILE")
+    settings = _settings(config)
+    store = open_store(settings.store_url())
+    try:
+        store.migrate()
+        if output is None:
+            count = export_records(store, scenario, "jsonl", sys.stdout.buffer)
+        else:
+            count = export_records(store, scenario, format, output)  # type: ignore[arg-type]
+    finally:
+        store.close()
+    typer.echo(f"exported {count} records of scenario {scenario!r}", err=True)
+
+
+@app.command()
+def migrate(config: ConfigOption = None) -> None:
+    """Create or upgrade the store's schema."""
+    from reef.experience import open_store
+
+    settings = _settings(config)
+    store = open_store(settings.store_url())
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    typer.echo("store is at the latest schema")
+
+
+def _exit_code(exc: ReefError) -> int:
+    if isinstance(exc, ConfigError | InvalidInputError):
+        return 2
+    if isinstance(exc, NotFoundError):
+        return 3
+    return 1
+
+
+def main() -> None:
+    """Entry point of the ``reef`` command: errors become a message and an exit code."""
+    try:
+        app(standalone_mode=False)
+    except ReefError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise SystemExit(_exit_code(exc)) from None
+    except (typer.Abort, KeyboardInterrupt):
+        raise SystemExit(130) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        raise

@@ -1,0 +1,44 @@
+"""Errors of the experience store, each refining one ``reef.core.errors`` category."""
+
+from __future__ import annotations
+
+from reef.core.errors import ConflictError, NotFoundError, ReefError
+
+
+class RecordNotFoundError(NotFoundError):
+    """No record with this id (in this scenario, where one was named)."""
+
+    def __init__(self, record_id: str, scenario: str | None = None) -> None:
+        where = f" in scenario {scenario!r}" if scenario is not None else ""
+        super().__init__(f"record {record_id!r} not found{where}")
+        self.record_id = record_id
+        self.scenario = scenario
+
+
+class SessionNotFoundError(NotFoundError):
+    """The scenario has no records in this session."""
+
+    def __init__(self, scenario: str, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found in scenario {scenario!r}")
+        self.scenario = scenario
+        self.session_id = session_id
+
+
+class IdempotencyConflictError(ConflictError):
+    """An idempotency key was reused with a different body."""
+
+    def __init__(self, scenario: str, key: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} in scenario {scenario!r} was already used "
+            "with a different body"
+        )
+        self.scenario = scenario
+        self.key = key
+
+
+class StoreUnavailableError(ReefError):
+    """The database cannot be reached or written (locked, disk full, connection lost)."""
+
+
+class WriterNotRunningError(StoreUnavailableError):
+    """A record was submitted to a ``RecordWriter`` that is not started or already closed."""

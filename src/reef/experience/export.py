@@ -1,0 +1,216 @@
+"""Export a scenario's records, with their feedback, as JSON Lines or Parquet.
+
+JSON Lines keeps requests and responses as nested objects. Parquet has a fixed schema,
+so the free-form JSON values (request, response, usage, feedback bodies) are JSON text
+in ``*_json`` columns; ``tags`` is a map and ``feedback`` a list of structs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import islice
+from typing import IO, Any, Literal
+
+from reef.core import dumps
+from reef.core.errors import InvalidInputError, ReefError
+from reef.experience.records import FeedbackView, RecordView
+from reef.experience.store import ExperienceStore
+
+ExportFormat = Literal["jsonl", "parquet"]
+PARQUET_BATCH = 1000
+
+
+class ParquetUnavailableError(ReefError):
+    """Parquet export needs pyarrow, which is not installed."""
+
+
+def export_records(
+    store: ExperienceStore,
+    scenario: str,
+    fmt: ExportFormat,
+    out: str | os.PathLike[str] | IO[bytes],
+    since: str | None = None,
+) -> int:
+    """Write every record of ``scenario`` (oldest first) to ``out``; return the count.
+
+    ``out`` is a path (created or truncated) or a binary stream (left open). Raises
+    ``InvalidInputError`` for an unknown format and ``ParquetUnavailableError`` when
+    Parquet is asked for without pyarrow.
+    """
+    if fmt == "jsonl":
+        with _binary(out) as stream:
+            return _write_jsonl(store.iter_export(scenario, since), stream)
+    if fmt == "parquet":
+        pa = _pyarrow()
+        with _binary(out) as stream:
+            return _write_parquet(pa, store.iter_export(scenario, since), stream)
+    raise InvalidInputError(f"unknown export format {fmt!r}; use jsonl or parquet")
+
+
+def feedback_dict(view: FeedbackView) -> dict[str, Any]:
+    """One feedback entry as exported in JSON Lines."""
+    return {
+        "id": view.id,
+        "record_ids": list(view.record_ids),
+        "score": view.score,
+        "feedback": view.feedback,
+        "correction": view.correction,
+        "metadata": view.metadata,
+        "principal": view.principal,
+        "idempotency_key": view.idempotency_key,
+        "created_at": view.created_at.isoformat(),
+    }
+
+
+def record_dict(view: RecordView) -> dict[str, Any]:
+    """One record as exported in JSON Lines."""
+    return {
+        "id": view.id,
+        "scenario": view.scenario,
+        "session_id": view.session_id,
+        "turn": view.turn,
+        "release_id": view.release_id,
+        "api": view.api,
+        "request": view.request,
+        "response": view.response,
+        "status": view.status,
+        "error": view.error,
+        "latency_ms": view.latency_ms,
+        "usage": view.usage,
+        "prompt_hash": view.prompt_hash,
+        "content_hash": view.content_hash,
+        "continuation_hash": view.continuation_hash,
+        "tags": view.tags,
+        "principal": view.principal,
+        "purpose": view.purpose,
+        "idempotency_key": view.idempotency_key,
+        "created_at": view.created_at.isoformat(),
+        "feedback": [feedback_dict(f) for f in view.feedback],
+    }
+
+
+@contextmanager
+def _binary(out: str | os.PathLike[str] | IO[bytes]) -> Iterator[IO[bytes]]:
+    if isinstance(out, str | os.PathLike):
+        with open(out, "wb") as stream:
+            yield stream
+    else:
+        yield out
+
+
+def _write_jsonl(records: Iterator[RecordView], stream: IO[bytes]) -> int:
+    count = 0
+    for view in records:
+        stream.write(dumps(record_dict(view)) + b"\n")
+        count += 1
+    return count
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as error:
+        raise ParquetUnavailableError(
+            "Parquet export needs pyarrow: pip install 'reef-agent[parquet]'"
+        ) from error
+    return pyarrow
+
+
+def _parquet_schema(pa: Any) -> Any:
+    feedback = pa.struct(
+        [
+            ("id", pa.string()),
+            ("record_ids", pa.list_(pa.string())),
+            ("score", pa.float64()),
+            ("feedback_json", pa.string()),
+            ("correction_json", pa.string()),
+            ("metadata_json", pa.string()),
+            ("principal", pa.string()),
+            ("idempotency_key", pa.string()),
+            ("created_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("scenario", pa.string()),
+            ("session_id", pa.string()),
+            ("turn", pa.int64()),
+            ("release_id", pa.string()),
+            ("api", pa.string()),
+            ("request_json", pa.string()),
+            ("response_json", pa.string()),
+            ("status", pa.string()),
+            ("error", pa.string()),
+            ("latency_ms", pa.float64()),
+            ("usage_json", pa.string()),
+            ("prompt_hash", pa.string()),
+            ("content_hash", pa.string()),
+            ("continuation_hash", pa.string()),
+            ("tags", pa.map_(pa.string(), pa.string())),
+            ("principal", pa.string()),
+            ("purpose", pa.string()),
+            ("idempotency_key", pa.string()),
+            ("created_at", pa.timestamp("us", tz="UTC")),
+            ("feedback", pa.list_(feedback)),
+        ]
+    )
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else dumps(value).decode()
+
+
+def _parquet_row(view: RecordView) -> dict[str, Any]:
+    return {
+        "id": view.id,
+        "scenario": view.scenario,
+        "session_id": view.session_id,
+        "turn": view.turn,
+        "release_id": view.release_id,
+        "api": view.api,
+        "request_json": dumps(view.request).decode(),
+        "response_json": _json_or_none(view.response),
+        "status": view.status,
+        "error": view.error,
+        "latency_ms": view.latency_ms,
+        "usage_json": _json_or_none(view.usage),
+        "prompt_hash": view.prompt_hash,
+        "content_hash": view.content_hash,
+        "continuation_hash": view.continuation_hash,
+        "tags": list(view.tags.items()),
+        "principal": view.principal,
+        "purpose": view.purpose,
+        "idempotency_key": view.idempotency_key,
+        "created_at": view.created_at,
+        "feedback": [
+            {
+                "id": f.id,
+                "record_ids": list(f.record_ids),
+                "score": f.score,
+                "feedback_json": _json_or_none(f.feedback),
+                "correction_json": _json_or_none(f.correction),
+                "metadata_json": dumps(f.metadata).decode(),
+                "principal": f.principal,
+                "idempotency_key": f.idempotency_key,
+                "created_at": f.created_at,
+            }
+            for f in view.feedback
+        ],
+    }
+
+
+def _write_parquet(pa: Any, records: Iterator[RecordView], stream: IO[bytes]) -> int:
+    schema = _parquet_schema(pa)
+    count = 0
+    # Row groups of PARQUET_BATCH records: memory stays flat however large the export.
+    with pa.parquet.ParquetWriter(stream, schema) as writer:
+        while batch := list(islice(records, PARQUET_BATCH)):
+            writer.write_table(pa.Table.from_pylist([_parquet_row(v) for v in batch], schema))
+            count += len(batch)
+        if count == 0:
+            writer.write_table(schema.empty_table())
+    return count

@@ -1,0 +1,32 @@
+"""Alembic environment for the experience schema.
+
+Migrations run only through ``reef.experience.migrations.upgrade``, which hands over an
+open connection (already inside a locked transaction) in ``config.attributes``; there is
+no offline mode and no ``alembic.ini``.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from reef.experience.migrations import VERSION_TABLE
+from reef.experience.schema import metadata
+
+connection = context.config.attributes.get("connection")
+if not isinstance(connection, Connection):
+    raise RuntimeError(
+        "reef migrations run through reef.experience.migrations.upgrade(), "
+        "not the alembic command line"
+    )
+
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    version_table=VERSION_TABLE,
+    # SQLite cannot ALTER most things; batch mode rebuilds tables instead.
+    render_as_batch=connection.dialect.name == "sqlite",
+    transactional_ddl=True,
+)
+with context.begin_transaction():
+    context.run_migrations()

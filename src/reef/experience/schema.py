@@ -1,0 +1,222 @@
+"""The SQL schema of DESIGN.md §3, one ``MetaData`` for SQLite and PostgreSQL.
+
+JSON values are stored as text written by ``reef.core.dumps`` (orjson) in ``*_json``
+columns: both backends then hold byte-identical documents, and neither needs a JSON type.
+Timestamps are UTC; ``UTCDateTime`` makes them timezone-aware on read on both backends.
+
+The Alembic migrations under ``migrations/versions`` create exactly these tables; a test
+compares the migrated database against this ``MetaData`` so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import TypeDecorator
+
+# Explicit names keep constraint names identical across backends and migrations.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+ID = String(64)  # UUIDv7s are 36 characters; the slack is for ids minted elsewhere
+# Client-supplied strings (scenario names, session ids, keys) have no length limit to break.
+NAME = Text
+HASH = String(100)  # "sha256:" + 64 hex digits fits, with room for other algorithms
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and read back timezone-aware.
+
+    SQLite has no timezone type: values are stored naive in UTC as fixed-width text, so
+    they sort and compare correctly as strings. A naive value given to the database is
+    taken to be UTC already.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+scenarios = Table(
+    "scenarios",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("config_json", Text, nullable=True),
+)
+
+records = Table(
+    "records",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("scenario", NAME, ForeignKey("scenarios.name"), nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("turn", Integer, nullable=False),
+    Column("release_id", ID, nullable=True),
+    Column("api", String(40), nullable=False),
+    Column("request_json", Text, nullable=False),
+    Column("response_json", Text, nullable=True),
+    Column("status", String(20), nullable=False),
+    Column("error", Text, nullable=True),
+    Column("latency_ms", Float, nullable=False),
+    Column("usage_json", Text, nullable=True),
+    Column("prompt_hash", HASH, nullable=False),
+    Column("content_hash", HASH, nullable=False),
+    Column("continuation_hash", HASH, nullable=True),
+    Column("tags_json", Text, nullable=False),
+    Column("principal", Text, nullable=True),
+    Column("purpose", String(20), nullable=False),
+    Column("idempotency_key", Text, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # Listing is newest first per scenario with (created_at, id) keyset cursors.
+    Index(None, "scenario", "created_at", "id"),
+    Index(None, "scenario", "session_id", "turn"),
+    # find_session: the newest record with a continuation hash, via an index scan.
+    Index(None, "scenario", "continuation_hash", "created_at", "id"),
+    Index(None, "content_hash"),
+    # NULL keys are distinct on both backends, so only real keys are unique.
+    Index(None, "scenario", "idempotency_key", unique=True),
+)
+
+feedback = Table(
+    "feedback",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("scenario", NAME, ForeignKey("scenarios.name"), nullable=False),
+    Column("score", Float, nullable=True),
+    Column("feedback_json", Text, nullable=True),
+    Column("correction_json", Text, nullable=True),
+    Column("metadata_json", Text, nullable=False),
+    Column("principal", Text, nullable=True),
+    Column("idempotency_key", Text, nullable=True),
+    # Canonical digest of the body, compared when an idempotency key is reused.
+    Column("body_hash", HASH, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("scenario", "idempotency_key"),
+    Index(None, "scenario", "created_at"),
+)
+
+feedback_refs = Table(
+    "feedback_refs",
+    metadata,
+    Column("feedback_id", ID, ForeignKey("feedback.id"), nullable=False),
+    Column("record_id", ID, ForeignKey("records.id"), nullable=False),
+    # Keeps record_ids in the order the client sent them.
+    Column("position", Integer, nullable=False),
+    PrimaryKeyConstraint("feedback_id", "record_id"),
+    Index(None, "record_id"),
+)
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("digest", HASH, primary_key=True),
+    Column("kind", String(40), nullable=False),
+    Column("uri", Text, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("meta_json", Text, nullable=True),
+)
+
+candidates = Table(
+    "candidates",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("scenario", NAME, nullable=False),
+    Column("parent_release_id", ID, nullable=True),
+    Column("manifest_json", Text, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("eval_json", Text, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index(None, "scenario", "created_at"),
+)
+
+releases = Table(
+    "releases",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("scenario", NAME, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("parent_id", ID, nullable=True),
+    Column("operation", String(20), nullable=False),
+    Column("manifest_json", Text, nullable=False),
+    Column("eval_json", Text, nullable=True),
+    Column("created_by", Text, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # The chain is ordered by seq; two writers racing for the same seq: one loses.
+    UniqueConstraint("scenario", "seq"),
+)
+
+heads = Table(
+    "heads",
+    metadata,
+    Column("scenario", NAME, primary_key=True),
+    Column("release_id", ID, nullable=False),
+    Column("seq", Integer, nullable=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("scenario", NAME, nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("lease_owner", Text, nullable=True),
+    Column("lease_until", UTCDateTime(), nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("input_json", Text, nullable=True),
+    Column("result_json", Text, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    # Claiming scans runnable jobs by state and lease expiry.
+    Index(None, "state", "lease_until"),
+    Index(None, "scenario", "created_at"),
+)
+
+consumed = Table(
+    "consumed",
+    metadata,
+    Column("record_id", ID, nullable=False),
+    Column("job_id", ID, nullable=False),
+    PrimaryKeyConstraint("record_id", "job_id"),
+    Index(None, "job_id"),
+)

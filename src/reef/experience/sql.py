@@ -1,0 +1,426 @@
+"""``SQLExperienceStore``: the experience store on SQLite or PostgreSQL (SQLAlchemy Core).
+
+Concurrency: every write runs in one transaction that first takes the locks it needs —
+SQLite's write lock (``BEGIN IMMEDIATE``), or on PostgreSQL transaction-level advisory
+locks on the sessions and idempotency keys it touches — so turn numbers and idempotency
+checks stay correct when several gateways share one database.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Select, func, or_, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.sql.elements import ColumnElement
+
+from reef.core import new_id
+from reef.core.errors import InvalidInputError
+from reef.experience import schema as t
+from reef.experience.errors import (
+    IdempotencyConflictError,
+    RecordNotFoundError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
+from reef.experience.migrations import SQLITE_BEGIN_OPTION, upgrade
+from reef.experience.records import (
+    FeedbackDraft,
+    RecordDraft,
+    RecordFilter,
+    RecordPage,
+    RecordView,
+    SessionMatch,
+)
+from reef.experience.sqlengine import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    create_store_engine,
+    unavailable_on_failure,
+)
+from reef.experience.sqlqueries import (
+    FIND_BY_KEY,
+    MAX_CONTINUATION_HASHES,
+    PG_ADVISORY_LOCKS,
+    PG_MAX_TURNS,
+    feedback_for,
+    filter_clauses,
+    find_session_statement,
+    lock_key,
+)
+from reef.experience.sqlrows import (
+    decode_cursor,
+    encode_cursor,
+    feedback_body_hash,
+    json_text,
+    optional_json_text,
+    record_row,
+    record_view,
+    validated_score,
+)
+from reef.experience.store import ExperienceStore
+
+EXPORT_BATCH = 500
+MAX_PAGE = 1000
+
+
+class SQLExperienceStore(ExperienceStore):
+    """The experience store on ``sqlite:///path`` or ``postgresql://…``.
+
+    Raises ``InvalidInputError`` for other URLs. Call ``migrate()`` before first use.
+    """
+
+    def __init__(self, url: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+        self.engine = create_store_engine(url, busy_timeout_ms)
+        self.dialect = self.engine.dialect.name
+        dialect_insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        # DO NOTHING on the primary key makes a retried batch (commit succeeded, reply
+        # lost) harmless instead of failing forever on duplicate ids.
+        self._insert_records = dialect_insert(t.records).on_conflict_do_nothing()
+        self._insert_scenarios = dialect_insert(t.scenarios).on_conflict_do_nothing()
+        self._known_scenarios: set[str] = set()
+        self._scenarios_lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        with unavailable_on_failure():
+            upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        with self._write() as conn:
+            if self.dialect == "postgresql":
+                read_only = conn.scalar(text("SELECT current_setting('transaction_read_only')"))
+                if read_only == "on":
+                    raise StoreUnavailableError("experience store is read-only")
+            # On SQLite, _write() already holds the write lock: the store is writable.
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with unavailable_on_failure(), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _write(self, lock_keys: Iterable[int] = ()) -> Iterator[Connection]:
+        with unavailable_on_failure(), self.engine.connect() as conn:
+            conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+            with conn.begin():
+                keys = sorted(set(lock_keys))
+                if keys and self.dialect == "postgresql":
+                    conn.execute(PG_ADVISORY_LOCKS, {"keys": keys})
+                yield conn
+
+    # -- records -----------------------------------------------------------------------
+
+    def write_records(self, drafts: Sequence[RecordDraft]) -> list[str]:
+        if not drafts:
+            return []
+        now = datetime.now(UTC)
+        lock_keys = [lock_key("session", d.scenario, d.session_id) for d in drafts]
+        lock_keys += [
+            lock_key("record-key", d.scenario, d.idempotency_key)
+            for d in drafts
+            if d.idempotency_key is not None
+        ]
+        scenario_names = {d.scenario for d in drafts}
+        with self._write(lock_keys) as conn:
+            self._ensure_scenarios(conn, scenario_names, now)
+            stored = self._stored_keys(conn, drafts)
+            next_turn = self._next_turns(conn, drafts)
+            ids: list[str] = []
+            rows: list[dict[str, Any]] = []
+            for draft in drafts:
+                key = (draft.scenario, draft.idempotency_key)
+                if draft.idempotency_key is not None and key in stored:
+                    ids.append(stored[key])
+                    continue
+                if draft.idempotency_key is not None:
+                    stored[key] = draft.id  # a later draft in this batch dedupes on it
+                session = (draft.scenario, draft.session_id)
+                rows.append(record_row(draft, next_turn[session], now))
+                next_turn[session] += 1
+                ids.append(draft.id)
+            if rows:
+                conn.execute(self._insert_records, rows)
+        with self._scenarios_lock:
+            self._known_scenarios |= scenario_names
+        return ids
+
+    def _ensure_scenarios(self, conn: Connection, names: set[str], now: datetime) -> None:
+        with self._scenarios_lock:
+            new = sorted(names - self._known_scenarios)
+        if new:
+            conn.execute(
+                self._insert_scenarios,
+                [{"name": name, "created_at": now, "config_json": None} for name in new],
+            )
+
+    def _stored_keys(
+        self, conn: Connection, drafts: Sequence[RecordDraft]
+    ) -> dict[tuple[str, str | None], str]:
+        keys_by_scenario: dict[str, set[str]] = defaultdict(set)
+        for draft in drafts:
+            if draft.idempotency_key is not None:
+                keys_by_scenario[draft.scenario].add(draft.idempotency_key)
+        stored: dict[tuple[str, str | None], str] = {}
+        for scenario, keys in keys_by_scenario.items():
+            found = conn.execute(
+                select(t.records.c.idempotency_key, t.records.c.id).where(
+                    t.records.c.scenario == scenario, t.records.c.idempotency_key.in_(keys)
+                )
+            )
+            for key, record_id in found:
+                stored[(scenario, key)] = record_id
+        return stored
+
+    def _next_turns(
+        self, conn: Connection, drafts: Sequence[RecordDraft]
+    ) -> dict[tuple[str, str], int]:
+        sessions_by_scenario: dict[str, set[str]] = defaultdict(set)
+        for draft in drafts:
+            sessions_by_scenario[draft.scenario].add(draft.session_id)
+        next_turn: dict[tuple[str, str], int] = defaultdict(int)
+        for scenario, sessions in sessions_by_scenario.items():
+            if self.dialect == "postgresql":
+                # One index probe per session whatever the planner's statistics say; the
+                # IN/GROUP BY form degrades to scans while a fresh table is unanalysed.
+                found = conn.execute(
+                    PG_MAX_TURNS, {"scenario": scenario, "sessions": sorted(sessions)}
+                )
+            else:
+                found = conn.execute(
+                    select(t.records.c.session_id, func.max(t.records.c.turn))
+                    .where(t.records.c.scenario == scenario, t.records.c.session_id.in_(sessions))
+                    .group_by(t.records.c.session_id)
+                )
+            for session_id, max_turn in found:
+                if max_turn is not None:
+                    next_turn[(scenario, session_id)] = max_turn + 1
+        return next_turn
+
+    def find_session(
+        self, scenario: str, continuation_hashes: Sequence[str]
+    ) -> SessionMatch | None:
+        hashes = list(dict.fromkeys(continuation_hashes))[:MAX_CONTINUATION_HASHES]
+        if not hashes:
+            return None
+        params: dict[str, str] = {"scenario": scenario}
+        params.update((f"h{position}", value) for position, value in enumerate(hashes))
+        with self._read() as conn:
+            row = conn.execute(find_session_statement(len(hashes)), params).mappings().first()
+        if row is None:
+            return None
+        return SessionMatch(session_id=row["session_id"], record_id=row["id"], turn=row["turn"])
+
+    def find_by_idempotency_key(self, scenario: str, key: str) -> str | None:
+        with self._read() as conn:
+            found: str | None = conn.scalar(FIND_BY_KEY, {"scenario": scenario, "key": key})
+        return found
+
+    # -- feedback ----------------------------------------------------------------------
+
+    def add_feedback(self, draft: FeedbackDraft) -> tuple[str, bool]:
+        score = validated_score(draft.score)
+        record_ids = tuple(dict.fromkeys(draft.record_ids))
+        if not record_ids:
+            raise InvalidInputError("feedback needs at least one record id")
+        body_hash = feedback_body_hash(draft, score)
+        feedback_id = new_id()
+        row: dict[str, Any] = {
+            "id": feedback_id,
+            "scenario": draft.scenario,
+            "score": score,
+            "feedback_json": optional_json_text(draft.feedback, "feedback"),
+            "correction_json": optional_json_text(draft.correction, "correction"),
+            "metadata_json": json_text(draft.metadata or {}, "metadata"),
+            "principal": draft.principal,
+            "idempotency_key": draft.idempotency_key,
+            "body_hash": body_hash,
+            "created_at": datetime.now(UTC),
+        }
+        key = draft.idempotency_key
+        lock_keys = [] if key is None else [lock_key("feedback-key", draft.scenario, key)]
+        with self._write(lock_keys) as conn:
+            if key is not None:
+                earlier = conn.execute(
+                    select(t.feedback.c.id, t.feedback.c.body_hash).where(
+                        t.feedback.c.scenario == draft.scenario,
+                        t.feedback.c.idempotency_key == key,
+                    )
+                ).first()
+                if earlier is not None:
+                    if earlier.body_hash != body_hash:
+                        raise IdempotencyConflictError(draft.scenario, key)
+                    return earlier.id, False
+            self._require_records(conn, draft.scenario, record_ids)
+            conn.execute(t.feedback.insert(), row)
+            conn.execute(
+                t.feedback_refs.insert(),
+                [
+                    {"feedback_id": feedback_id, "record_id": record_id, "position": position}
+                    for position, record_id in enumerate(record_ids)
+                ],
+            )
+        return feedback_id, True
+
+    def _require_records(self, conn: Connection, scenario: str, record_ids: Sequence[str]) -> None:
+        found = set(
+            conn.scalars(
+                select(t.records.c.id).where(
+                    t.records.c.scenario == scenario, t.records.c.id.in_(record_ids)
+                )
+            )
+        )
+        for record_id in record_ids:
+            if record_id not in found:
+                raise RecordNotFoundError(record_id, scenario)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _views(self, conn: Connection, rows: Sequence[RowMapping]) -> list[RecordView]:
+        feedback = feedback_for(conn, [row["id"] for row in rows])
+        return [record_view(row, feedback.get(row["id"], ())) for row in rows]
+
+    def get_record(self, record_id: str) -> RecordView:
+        with self._read() as conn:
+            row = (
+                conn.execute(select(t.records).where(t.records.c.id == record_id))
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise RecordNotFoundError(record_id)
+            return self._views(conn, [row])[0]
+
+    def list_records(
+        self, scenario: str, filters: RecordFilter, cursor: str | None, limit: int
+    ) -> RecordPage:
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+        r = t.records.c
+        statement = select(t.records).where(r.scenario == scenario, *filter_clauses(filters))
+        if cursor is not None:
+            created_at, record_id = decode_cursor(cursor)
+            # The first conjunct is an index range; the second breaks ties on id.
+            statement = statement.where(
+                r.created_at <= created_at, or_(r.created_at < created_at, r.id < record_id)
+            )
+        statement = statement.order_by(r.created_at.desc(), r.id.desc()).limit(limit + 1)
+        with self._read() as conn:
+            rows = conn.execute(statement).mappings().all()
+            views = self._views(conn, rows[:limit])
+        next_cursor = None
+        if len(rows) > limit:
+            last = views[-1]
+            next_cursor = encode_cursor(last.created_at, last.id)
+        return RecordPage(records=tuple(views), next_cursor=next_cursor)
+
+    def get_session(self, scenario: str, session_id: str) -> list[RecordView]:
+        r = t.records.c
+        with self._read() as conn:
+            rows = (
+                conn.execute(
+                    select(t.records)
+                    .where(r.scenario == scenario, r.session_id == session_id)
+                    .order_by(r.turn, r.created_at, r.id)
+                )
+                .mappings()
+                .all()
+            )
+            if not rows:
+                raise SessionNotFoundError(scenario, session_id)
+            return self._views(conn, rows)
+
+    def iter_export(self, scenario: str, since: str | None = None) -> Iterator[RecordView]:
+        """Every record of the scenario, oldest first, with feedback, streamed.
+
+        ``since`` is an ISO-8601 timestamp (records created at or after it) or a record
+        id (records strictly after it, for incremental exports). Batches are read with
+        keyset pagination, each in its own short transaction, so a long export never
+        pins an old snapshot.
+        """
+        r = t.records.c
+        lower: tuple[datetime, str] | None = None
+        base = select(t.records).where(r.scenario == scenario)
+        if since is not None:
+            lower, base = self._export_start(scenario, since, base)
+        while True:
+            statement = base
+            if lower is not None:
+                statement = statement.where(
+                    r.created_at >= lower[0], or_(r.created_at > lower[0], r.id > lower[1])
+                )
+            statement = statement.order_by(r.created_at, r.id).limit(EXPORT_BATCH)
+            with self._read() as conn:
+                rows = conn.execute(statement).mappings().all()
+                views = self._views(conn, rows)
+            yield from views
+            if len(rows) < EXPORT_BATCH:
+                return
+            lower = (views[-1].created_at, views[-1].id)
+
+    def _export_start(
+        self, scenario: str, since: str, base: Select[Any]
+    ) -> tuple[tuple[datetime, str] | None, Select[Any]]:
+        try:
+            when = datetime.fromisoformat(since)
+        except ValueError:
+            with self._read() as conn:
+                anchor = conn.execute(
+                    select(t.records.c.created_at).where(
+                        t.records.c.id == since, t.records.c.scenario == scenario
+                    )
+                ).first()
+            if anchor is None:
+                raise RecordNotFoundError(since, scenario) from None
+            return (anchor.created_at, since), base
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return None, base.where(t.records.c.created_at >= when)
+
+    # -- releases ----------------------------------------------------------------------
+
+    def staleness(self, record_id: str) -> int:
+        """Releases after the record's one, up to and including the head.
+
+        A record served by no release, or by an id that is not on the chain (a
+        candidate), counts every release up to the head. 0 when there is no head.
+        """
+        with self._read() as conn:
+            record = conn.execute(
+                select(t.records.c.scenario, t.records.c.release_id).where(
+                    t.records.c.id == record_id
+                )
+            ).first()
+            if record is None:
+                raise RecordNotFoundError(record_id)
+            head_seq = conn.scalar(
+                select(t.heads.c.seq).where(t.heads.c.scenario == record.scenario)
+            )
+            if head_seq is None:
+                return 0
+            rel = t.releases.c
+            clauses: list[ColumnElement[bool]] = [
+                rel.scenario == record.scenario,
+                rel.seq <= head_seq,
+            ]
+            if record.release_id is not None:
+                served_seq = conn.scalar(
+                    select(rel.seq).where(
+                        rel.scenario == record.scenario, rel.id == record.release_id
+                    )
+                )
+                if served_seq is not None:
+                    clauses.append(rel.seq > served_seq)
+            count: int = (
+                conn.scalar(select(func.count()).select_from(t.releases).where(*clauses)) or 0
+            )
+            return count

@@ -1,0 +1,113 @@
+"""Admin reads of experience: records, a scenario's records, sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from reef.core import dumps
+from reef.core.errors import InvalidInputError, ReefError
+from reef.experience import RecordFilter, RecordView
+from reef.gateway.errors import error_response
+from reef.gateway.requests import check_scenario_name
+from reef.gateway.state import GatewayState
+
+_MAX_PAGE = 500
+
+
+def record_json(view: RecordView) -> dict[str, Any]:
+    """A record as the admin API returns it."""
+    return dataclasses.asdict(view)
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(dumps(data), status_code=status, media_type="application/json")
+
+
+def _parse_bool(name: str, value: str | None) -> bool | None:
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise InvalidInputError(f"query parameter {name!r} must be true or false, not {value!r}")
+
+
+def _parse_filters(request: Request) -> tuple[RecordFilter, str | None, int]:
+    query = request.query_params
+    try:
+        limit = int(query.get("limit", "50"))
+        min_score = float(query["min_score"]) if "min_score" in query else None
+        since = datetime.fromisoformat(query["since"]) if "since" in query else None
+    except ValueError as exc:
+        raise InvalidInputError(f"bad query parameter: {exc}") from exc
+    if not 1 <= limit <= _MAX_PAGE:
+        raise InvalidInputError(f"limit must be between 1 and {_MAX_PAGE}")
+    filters = RecordFilter(
+        session_id=query.get("session"),
+        has_feedback=_parse_bool("has_feedback", query.get("has_feedback")),
+        min_score=min_score,
+        since=since,
+    )
+    return filters, query.get("cursor"), limit
+
+
+class AdminRoutes:
+    """Read-only experience routes; every one needs an admin key when keys are set."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def record(self, request: Request) -> Response:
+        """``GET /reef/records/{record_id}``: one record with its feedback."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            view = await asyncio.to_thread(
+                self.state.store.get_record, request.path_params["record_id"]
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(record_json(view))
+
+    async def records(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/records``: newest first, cursor-paginated."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            filters, cursor, limit = _parse_filters(request)
+            page = await asyncio.to_thread(
+                self.state.store.list_records, scenario, filters, cursor, limit
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(
+            {
+                "data": [record_json(view) for view in page.records],
+                "next_cursor": page.next_cursor,
+            }
+        )
+
+    async def session(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/sessions/{session_id}``: its turns in order."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            views = await asyncio.to_thread(
+                self.state.store.get_session, scenario, request.path_params["session_id"]
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(
+            {
+                "session_id": request.path_params["session_id"],
+                "scenario": scenario,
+                "turns": [record_json(view) for view in views],
+            }
+        )

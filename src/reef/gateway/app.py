@@ -1,0 +1,181 @@
+"""The ASGI application: routes, lifespan, and the process-wide composition."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from reef.config import ReefSettings
+from reef.core import dumps
+from reef.core.errors import ReefError
+from reef.experience import ExperienceStore, RecordWriter, Redactor
+from reef.gateway.admin import AdminRoutes
+from reef.gateway.auth import Authenticator
+from reef.gateway.capture import Recorder
+from reef.gateway.errors import ErrorDialect, error_body, error_response
+from reef.gateway.feedback import FeedbackRoutes
+from reef.gateway.inference import InferenceRoutes
+from reef.gateway.metrics import GatewayMetrics
+from reef.gateway.state import GatewayState
+from reef.upstream import Upstream, UpstreamError
+
+log = logging.getLogger("reef.gateway")
+
+_READY_TIMEOUT_SECONDS = 3.0
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(dumps(data), status_code=status, media_type="application/json")
+
+
+class OpsRoutes:
+    """Health, readiness, metrics and the model list."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: the process answers (no auth)."""
+        return _json({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        """``GET /readyz``: the store is writable and every upstream answers (no auth)."""
+        checks: dict[str, str] = {}
+        try:
+            await asyncio.to_thread(self.state.store.ping)
+            checks["store"] = "ok"
+        except ReefError as exc:
+            checks["store"] = exc.message
+        for name, upstream in self.state.upstreams.items():
+            try:
+                await asyncio.wait_for(upstream.list_models(), _READY_TIMEOUT_SECONDS)
+                checks[f"upstream:{name}"] = "ok"
+            except (UpstreamError, TimeoutError) as exc:
+                checks[f"upstream:{name}"] = str(exc) or type(exc).__name__
+        ready = all(value == "ok" for value in checks.values())
+        return _json(
+            {"status": "ready" if ready else "unavailable", "checks": checks}, 200 if ready else 503
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics`` in Prometheus text format (admin key when keys are set)."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return Response(
+            self.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: one ``reef/<scenario>`` entry per configured scenario, then
+        the models of the upstreams (best effort)."""
+        try:
+            principal = self.state.auth.authenticate(request)
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        names = ["reef/default"] + [f"reef/{name}" for name in self.state.settings.scenarios]
+        if principal.scenarios is not None:
+            names = [n for n in names if n.removeprefix("reef/") in principal.scenarios]
+        for upstream in self.state.upstreams.values():
+            try:
+                names += await asyncio.wait_for(upstream.list_models(), _READY_TIMEOUT_SECONDS)
+            except (UpstreamError, TimeoutError):
+                log.warning("upstream %s did not list its models", upstream.name)
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "reef"}
+            for name in dict.fromkeys(names)
+        ]
+        return _json({"object": "list", "data": data})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    dialect: ErrorDialect = "anthropic" if request.url.path == "/v1/messages" else "openai"
+    return Response(
+        error_body(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", dialect),
+        status_code=exc.status_code,
+        media_type="application/json",
+    )
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return Response(
+        error_body(500, "internal error in the Reef gateway; see its log", "openai"),
+        status_code=500,
+        media_type="application/json",
+    )
+
+
+def create_app(
+    settings: ReefSettings,
+    store: ExperienceStore,
+    upstreams: dict[str, Upstream],
+    writer: RecordWriter | None = None,
+) -> Starlette:
+    """Build the gateway. The app owns ``writer`` and ``upstreams`` once started: its
+    lifespan starts the writer and, at shutdown, drains captures and closes both."""
+    if writer is None:
+        writer = RecordWriter(
+            store,
+            durability=settings.store.durability,
+            queue_size=settings.store.queue_size,
+            overflow=settings.store.overflow,
+            max_batch=settings.store.max_batch,
+        )
+    recorder = Recorder(store, writer, Redactor(settings.capture.redact_patterns))
+    state = GatewayState(
+        settings=settings,
+        store=store,
+        writer=writer,
+        upstreams=upstreams,
+        auth=Authenticator(settings.auth.keys),
+        metrics=GatewayMetrics(lambda: writer.stats),
+        recorder=recorder,
+    )
+    inference = InferenceRoutes(state)
+    feedback = FeedbackRoutes(state)
+    admin = AdminRoutes(state)
+    ops = OpsRoutes(state)
+    routes = [
+        Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
+        Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
+        Route("/v1/models", ops.models, methods=["GET"]),
+        Route("/reef/feedback", feedback.feedback, methods=["POST"]),
+        Route("/reef/report", feedback.report, methods=["POST"]),
+        Route("/reef/records/{record_id}", admin.record, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/records", admin.records, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/sessions/{session_id}", admin.session, methods=["GET"]),
+        Route("/healthz", ops.healthz, methods=["GET"]),
+        Route("/readyz", ops.readyz, methods=["GET"]),
+        Route("/metrics", ops.metrics, methods=["GET"]),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        writer.start()
+        try:
+            yield
+        finally:
+            await recorder.drain()
+            await writer.close()
+            for upstream in upstreams.values():
+                await upstream.aclose()
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+    )
+    app.state.reef = state
+    return app

@@ -1,0 +1,141 @@
+"""Turning one exchange into a record: hashes, session inference, the draft, the write."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from reef.core import sha256_hex
+from reef.experience import ExperienceStore, RecordDraft, RecordWriter, Redactor
+from reef.experience.records import RecordStatus
+from reef.gateway.auth import Principal
+from reef.gateway.requests import ReefHeaders
+from reef.upstream import canonical_anthropic, canonical_openai, chain_hashes
+
+log = logging.getLogger("reef.gateway")
+
+Api = Literal["openai.chat", "anthropic.messages"]
+
+
+@dataclass
+class Exchange:
+    """Everything known about one inference call, from arrival to its record."""
+
+    api: Api
+    record_id: str
+    scenario: str
+    session_id: str
+    release_id: str | None
+    headers: ReefHeaders
+    principal: Principal
+    body: dict[str, Any]
+    conversation: list[dict[str, Any]]
+    chain: list[str]
+    capture: bool
+    started: float = field(default_factory=time.perf_counter)
+
+    def latency_ms(self) -> float:
+        """Milliseconds since the request arrived."""
+        return (time.perf_counter() - self.started) * 1000.0
+
+
+def canonical_conversation(api: Api, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's messages in canonical form (system prompt included)."""
+    if api == "openai.chat":
+        return canonical_openai(body)
+    return canonical_anthropic(body)
+
+
+def continuation_candidates(conversation: list[dict[str, Any]], chain: list[str]) -> list[str]:
+    """Hashes of every prefix that ends with an assistant reply, longest first.
+
+    Only such a prefix can be an earlier exchange plus its reply, so a first-turn request
+    (no assistant message) costs no lookup at all.
+    """
+    return [
+        chain[index]
+        for index in range(len(conversation) - 1, -1, -1)
+        if conversation[index].get("role") == "assistant"
+    ]
+
+
+class Recorder:
+    """Builds drafts and hands them to the group-commit writer."""
+
+    def __init__(self, store: ExperienceStore, writer: RecordWriter, redactor: Redactor) -> None:
+        self.store = store
+        self.writer = writer
+        self.redactor = redactor
+        self._pending: set[asyncio.Task[str]] = set()
+
+    async def infer_session(self, scenario: str, candidates: list[str]) -> str | None:
+        """The session an earlier exchange of which this request extends, if any."""
+        if not candidates:
+            return None
+        match = await asyncio.to_thread(self.store.find_session, scenario, candidates)
+        return match.session_id if match else None
+
+    async def existing_for_key(self, scenario: str, key: str) -> str | None:
+        """The record already stored under an idempotency key."""
+        return await asyncio.to_thread(self.store.find_by_idempotency_key, scenario, key)
+
+    def draft(
+        self,
+        exchange: Exchange,
+        response: dict[str, Any] | None,
+        reply: dict[str, Any] | None,
+        status: RecordStatus,
+        error: str | None,
+    ) -> RecordDraft:
+        """The record of ``exchange`` with its outcome."""
+        prompt_hash = exchange.chain[-1] if exchange.chain else sha256_hex(b"")
+        continuation: str | None = None
+        if reply is not None and status == "ok":
+            continuation = chain_hashes([*exchange.conversation, reply])[-1]
+            content_hash = continuation
+        else:
+            content_hash = sha256_hex(f"{prompt_hash}:{status}:{error}".encode())
+        usage = response.get("usage") if isinstance(response, dict) else None
+        return RecordDraft(
+            id=exchange.record_id,
+            scenario=exchange.scenario,
+            session_id=exchange.session_id,
+            api=exchange.api,
+            request=self.redactor.redact(exchange.body),
+            response=self.redactor.redact(response) if response is not None else None,
+            status=status,
+            error=error,
+            latency_ms=exchange.latency_ms(),
+            usage=usage if isinstance(usage, dict) else None,
+            release_id=exchange.release_id,
+            prompt_hash=prompt_hash,
+            content_hash=content_hash,
+            continuation_hash=continuation,
+            tags=exchange.headers.tags,
+            principal=exchange.principal.key_id,
+            purpose="serve",
+            idempotency_key=exchange.headers.idempotency_key,
+        )
+
+    async def record(self, draft: RecordDraft) -> None:
+        """Write ``draft``; in ``sync`` durability this returns once it is committed."""
+        await self.writer.submit(draft)
+
+    def record_in_background(self, draft: RecordDraft) -> None:
+        """Write ``draft`` from code that must not await (a cancelled stream's cleanup)."""
+        task = asyncio.get_running_loop().create_task(self.writer.submit(draft))
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[str]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("could not record an aborted exchange: %s", task.exception())
+
+    async def drain(self) -> None:
+        """Wait for background writes (at shutdown)."""
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)

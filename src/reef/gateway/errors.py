@@ -1,0 +1,98 @@
+"""Map Reef errors to HTTP status codes and each dialect's error shape, in one place."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from starlette.responses import Response
+
+from reef.core import dumps
+from reef.core.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    ReefError,
+    UnauthenticatedError,
+)
+from reef.upstream.base import UpstreamError
+
+ErrorDialect = Literal["openai", "anthropic"]
+
+
+class PayloadTooLargeError(InvalidInputError):
+    """The request body exceeds ``server.max_body_bytes``."""
+
+
+class UnsupportedRouteError(InvalidInputError):
+    """The scenario's upstream cannot serve this API."""
+
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def status_for(exc: ReefError) -> int:
+    """The HTTP status that answers ``exc``."""
+    if isinstance(exc, UpstreamError):
+        return exc.status
+    if isinstance(exc, PayloadTooLargeError):
+        return 413
+    if isinstance(exc, InvalidInputError):
+        return 400
+    if isinstance(exc, UnauthenticatedError):
+        return 401
+    if isinstance(exc, PermissionDeniedError):
+        return 403
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, ConflictError):
+        return 409
+    return 500
+
+
+def error_body(status: int, message: str, dialect: ErrorDialect) -> bytes:
+    """The error document in the caller's dialect."""
+    if dialect == "anthropic":
+        kind = _ANTHROPIC_TYPES.get(status, "api_error")
+        return dumps({"type": "error", "error": {"type": kind, "message": message}})
+    kind = _OPENAI_TYPES.get(status, "server_error")
+    return dumps({"error": {"message": message, "type": kind, "param": None, "code": status}})
+
+
+def error_response(
+    exc: ReefError, dialect: ErrorDialect, headers: dict[str, str] | None = None
+) -> Response:
+    """An error response for ``exc`` in the caller's dialect."""
+    status = status_for(exc)
+    out = dict(headers or {})
+    if status == 401:
+        out.setdefault("www-authenticate", "Bearer")
+    return Response(
+        error_body(status, exc.message, dialect),
+        status_code=status,
+        media_type="application/json",
+        headers=out,
+    )

@@ -1,0 +1,77 @@
+"""Prometheus metrics of one gateway process, in a registry of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class _CaptureCollector(Collector):
+    """Reads the capture writer's counters at scrape time (no work on the hot path)."""
+
+    def __init__(self, stats: Callable[[], Any]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        yield GaugeMetricFamily(
+            "reef_capture_queue_depth", "Records waiting to be written.", value=stats.queue_depth
+        )
+        for name, doc, attr in (
+            ("reef_records_written", "Records committed to the store.", "written_total"),
+            ("reef_capture_batches", "Group-commit transactions.", "batches_total"),
+            (
+                "reef_capture_dropped",
+                "Records dropped because the queue was full.",
+                "dropped_total",
+            ),
+            (
+                "reef_capture_queue_full",
+                "Times a request waited for queue room.",
+                "queue_full_total",
+            ),
+            ("reef_capture_failed", "Records whose write failed after retries.", "failed_total"),
+        ):
+            yield CounterMetricFamily(name, doc, value=getattr(stats, attr))
+
+
+class GatewayMetrics:
+    """The counters and histograms the gateway updates while serving."""
+
+    def __init__(self, capture_stats: Callable[[], Any]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "reef_requests", "Requests served.", ["route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "reef_request_duration_seconds",
+            "Time from request to the end of the response.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.upstream_errors = Counter(
+            "reef_upstream_errors",
+            "Upstream calls that failed.",
+            ["upstream", "kind"],
+            registry=self.registry,
+        )
+        self.feedback_written = Counter(
+            "reef_feedback_written", "Feedback items stored.", registry=self.registry
+        )
+        self.registry.register(_CaptureCollector(capture_stats))
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        """Count one finished request."""
+        self.requests.labels(route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)

@@ -1,0 +1,104 @@
+"""Reading what a client sent: the JSON body within limits, and Reef's request headers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from reef.core.errors import InvalidInputError
+from reef.gateway.errors import PayloadTooLargeError
+
+_SCENARIO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_TAG_PREFIX = "x-reef-tag-"
+SCENARIO_MODEL_PREFIX = "reef/"
+
+
+async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
+    """The body as a JSON object. Raises ``PayloadTooLargeError`` past ``max_bytes`` and
+    ``InvalidInputError`` saying what is wrong with malformed JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLargeError(
+            f"request body of {declared} bytes exceeds the limit of {max_bytes} bytes"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        raise InvalidInputError("request body is empty; send a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidInputError("request body must be a JSON object")
+    return body
+
+
+def check_messages(body: dict[str, Any]) -> list[Any]:
+    """The non-empty ``messages`` list, or ``InvalidInputError`` naming the problem."""
+    messages = body.get("messages")
+    if messages is None:
+        raise InvalidInputError("request body is missing 'messages'")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInputError("'messages' must be a non-empty array")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidInputError(f"messages[{index}] must be an object with a 'role'")
+    return messages
+
+
+def check_scenario_name(name: str) -> str:
+    """``name`` if it is a valid scenario name, else ``InvalidInputError``."""
+    if not _SCENARIO_RE.fullmatch(name):
+        raise InvalidInputError(
+            f"invalid scenario name {name!r}: use 1-64 letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ReefHeaders:
+    """Reef's own request headers (DESIGN.md §4)."""
+
+    scenario: str
+    session_id: str | None
+    release: str | None
+    capture: bool
+    tags: dict[str, str]
+    idempotency_key: str | None
+
+
+def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
+    """Parse Reef's headers; the scenario comes from ``x-reef-scenario``, else a
+    ``reef/<scenario>`` model name, else ``default``."""
+    headers = request.headers
+    scenario = headers.get("x-reef-scenario")
+    if not scenario and body is not None:
+        model = body.get("model")
+        if isinstance(model, str) and model.startswith(SCENARIO_MODEL_PREFIX):
+            scenario = model[len(SCENARIO_MODEL_PREFIX) :]
+    scenario = check_scenario_name(scenario or "default")
+    tags = {
+        key[len(_TAG_PREFIX) :]: value
+        for key, value in headers.items()
+        if key.startswith(_TAG_PREFIX) and len(key) > len(_TAG_PREFIX)
+    }
+    capture = headers.get("x-reef-capture", "on").strip().lower() not in ("off", "0", "false")
+    return ReefHeaders(
+        scenario=scenario,
+        session_id=headers.get("x-reef-session") or None,
+        release=headers.get("x-reef-release") or None,
+        capture=capture,
+        tags=tags,
+        idempotency_key=headers.get("x-reef-idempotency-key") or None,
+    )

@@ -1,0 +1,25 @@
+"""What one gateway process holds while it serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reef.config import ReefSettings
+from reef.experience import ExperienceStore, RecordWriter
+from reef.gateway.auth import Authenticator
+from reef.gateway.capture import Recorder
+from reef.gateway.metrics import GatewayMetrics
+from reef.upstream import Upstream
+
+
+@dataclass
+class GatewayState:
+    """The composition of a running gateway; built by ``create_app``."""
+
+    settings: ReefSettings
+    store: ExperienceStore
+    writer: RecordWriter
+    upstreams: dict[str, Upstream]
+    auth: Authenticator
+    metrics: GatewayMetrics
+    recorder: Recorder

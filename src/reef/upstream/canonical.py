@@ -1,0 +1,120 @@
+"""The canonical conversation form, used for prompt hashes and session inference.
+
+A conversation becomes a list of OpenAI-style messages reduced to what identifies
+them: ``role``, ``content`` (text parts joined into one string, any other part
+replaced by a stable description carrying a digest of it), ``tool_calls`` (``id``,
+``name``, ``arguments`` as compact sorted-key JSON when it parses), ``tool_call_id``
+and ``name``; fields that are ``None`` or empty are dropped. So an assistant reply,
+as recorded from the response, equals the same reply as an SDK later re-sends it in
+the next request (with its ``refusal: null``, ``annotations: []`` and other extras),
+and a later request extends the earlier one message for message.
+
+Anthropic conversations are first translated to OpenAI form, so both dialects share
+one canonical form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from reef.core.jsoncodec import canonical_json, loads, sha256_hex
+from reef.upstream.translate import anthropic_request_to_openai
+
+_CONTENT_DIGEST_CHARS = 16
+
+
+def canonical_openai(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The canonical messages of an OpenAI chat-completions request body."""
+    return [canonical_message(message) for message in body.get("messages") or ()]
+
+
+def canonical_anthropic(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The canonical messages of an Anthropic Messages request body (system first)."""
+    return canonical_openai(anthropic_request_to_openai(body, model=""))
+
+
+def canonical_reply_openai(resp: dict[str, Any]) -> dict[str, Any]:
+    """The canonical assistant message of a chat.completion (its first choice)."""
+    choices = resp.get("choices") or [{}]
+    message = dict(choices[0].get("message") or {})
+    message.setdefault("role", "assistant")
+    return canonical_message(message)
+
+
+def canonical_reply_anthropic(resp: dict[str, Any]) -> dict[str, Any]:
+    """The canonical assistant message of a Messages API ``message``."""
+    turn = {"role": "assistant", "content": resp.get("content") or []}
+    return canonical_anthropic({"messages": [turn]})[0]
+
+
+def canonical_message(message: dict[str, Any]) -> dict[str, Any]:
+    """One OpenAI-style message in canonical form."""
+    out: dict[str, Any] = {"role": message.get("role", "")}
+    content = _content_text(message.get("content"))
+    if content:
+        out["content"] = content
+    calls = [_tool_call(call) for call in message.get("tool_calls") or ()]
+    if calls:
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name"):
+        if message.get(key):
+            out[key] = message[key]
+    return out
+
+
+def chain_hashes(messages: list[dict[str, Any]]) -> list[str]:
+    """The hash of every prefix: ``h_i = sha256(h_{i-1} + canonical_json(m_i))``.
+
+    Chaining gives all prefix hashes in one pass over the messages (hashing each
+    prefix afresh would be quadratic), and ``h_i`` still depends on every message up
+    to ``i``. Session inference looks a request's prefix hashes up among the hashes
+    of earlier conversations-plus-reply to find the conversation it continues.
+    """
+    hashes: list[str] = []
+    previous = b""
+    for message in messages:
+        digest = sha256_hex(previous + canonical_json(message))
+        hashes.append(digest)
+        previous = digest.encode()
+    return hashes
+
+
+def _content_text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        return _describe(content)
+    pieces: list[str] = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "text":
+            pieces.append(str(part.get("text", "")))
+        elif isinstance(part, str):
+            pieces.append(part)
+        else:
+            pieces.append(_describe(part))
+    return "\n".join(pieces)
+
+
+def _describe(part: Any) -> str:
+    kind = part.get("type", "part") if isinstance(part, dict) else type(part).__name__
+    digest = sha256_hex(canonical_json(part))[:_CONTENT_DIGEST_CHARS]
+    return f"[{kind} sha256:{digest}]"
+
+
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    out: dict[str, Any] = {}
+    if call.get("id"):
+        out["id"] = call["id"]
+    if function.get("name"):
+        out["name"] = function["name"]
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):
+            arguments = canonical_json(loads(arguments)).decode()
+    elif arguments is not None:
+        arguments = canonical_json(arguments).decode()
+    if arguments:
+        out["arguments"] = arguments
+    return out

@@ -1,0 +1,365 @@
+"""HTTP upstreams: OpenAI-compatible servers and the Anthropic API, over aiohttp.
+
+This is the gateway's hot path, so a call does as little as possible: one pooled
+``ClientSession`` per upstream (created lazily inside the running loop), headers
+precomputed at construction, and no per-call allocation beyond the request itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import aiohttp
+
+from reef.config.models import UpstreamConfig
+from reef.core.errors import ReefError
+from reef.core.jsoncodec import loads
+from reef.upstream.base import (
+    Dialect,
+    Upstream,
+    UpstreamError,
+    UpstreamRejectedError,
+    UpstreamRequest,
+    UpstreamResponse,
+    UpstreamStream,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
+
+# Hop-by-hop and framing headers describe the client's connection to the gateway,
+# not the gateway's connection upstream; the credentials are the upstream's own.
+_NOT_FORWARDED: Final = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-authorization",
+        "proxy-connection",
+        "accept-encoding",
+    }
+)
+# Uvicorn (vLLM, SGLang) closes idle connections after 5 s; reusing one it is just
+# closing fails the request, so ours expire first.
+_KEEPALIVE_SECONDS: Final = 4.0
+_CONNECTION_LIMIT: Final = 8192
+_BACKOFF_CAP_SECONDS: Final = 8.0
+_ERROR_TEXT_LIMIT: Final = 500
+
+
+class HTTPUpstream(Upstream):
+    """An OpenAI-compatible server (``type: openai``) or the Anthropic API
+    (``type: anthropic``) reached over HTTP.
+
+    ``backoff_seconds`` is the first retry's nominal delay; later retries double it
+    (capped at 8 s) with jitter. ``Retry-After`` on a 429 or 503 overrides it.
+    """
+
+    def __init__(self, name: str, config: UpstreamConfig, *, backoff_seconds: float = 0.25) -> None:
+        if config.type == "local" or not config.base_url:
+            raise ReefError(
+                f"upstream {name!r}: HTTPUpstream needs an openai or anthropic "
+                "upstream with a base_url"
+            )
+        self.name = name
+        self.dialect: Dialect = "anthropic" if config.type == "anthropic" else "openai"
+        self.config = config
+        self.base_url = config.base_url.rstrip("/")
+        self._backoff_seconds = backoff_seconds
+        self._defaults: dict[str, str] = {"content-type": "application/json"}
+        self._credentials: dict[str, str] = {}
+        key = config.api_key.get_secret_value() if config.api_key else None
+        if self.dialect == "anthropic":
+            self._defaults["anthropic-version"] = config.anthropic_version
+            if key:
+                self._credentials["x-api-key"] = key
+        elif key:
+            self._credentials["authorization"] = f"Bearer {key}"
+        self._headers = {**self._defaults, **self._credentials}
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- the Upstream contract -------------------------------------------------------
+
+    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Make a non-streaming call; see ``Upstream.send`` for retries and errors."""
+        response = await self._open("POST", request.path, request.body, self._merge(request))
+        body = await self._read_body(response)
+        return UpstreamResponse(
+            response.status, body, response.headers.get("Content-Type", "application/json")
+        )
+
+    async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
+        """Start a streaming call; retried only until the response headers arrive."""
+        response = await self._open("POST", request.path, request.body, self._merge(request))
+        return HTTPUpstreamStream(self, response)
+
+    async def list_models(self) -> list[str]:
+        """Ids in ``GET {base_url}/models`` (``data[].id`` in both dialects)."""
+        response = await self._open("GET", "/models", None, self._headers)
+        body = await self._read_body(response)
+        try:
+            data = loads(body)
+            return [str(item["id"]) for item in data["data"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UpstreamUnavailableError(
+                f"upstream {self.name!r}: /models answered something that is not a model "
+                f"list: {body[:200]!r}"
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Close pooled connections; the next call opens a new pool."""
+        session, self._session, self._loop = self._session, None, None
+        if session is not None and not session.closed:
+            await session.close()
+
+    # -- internals -------------------------------------------------------------------
+
+    async def _read_body(self, response: aiohttp.ClientResponse) -> bytes:
+        try:
+            return await response.read()
+        except BaseException as exc:
+            response.close()
+            mapped = self._body_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    def _merge(self, request: UpstreamRequest) -> dict[str, str]:
+        """The request's headers, less hop-by-hop ones, over the dialect's defaults;
+        the configured credentials always win over a client's."""
+        if not request.headers:
+            return self._headers
+        headers = dict(self._defaults)
+        for key, value in request.headers.items():
+            lowered = key.lower()
+            if lowered not in _NOT_FORWARDED:
+                headers[lowered] = value
+        headers.update(self._credentials)
+        return headers
+
+    def _session_now(self) -> aiohttp.ClientSession:
+        session = self._session
+        loop = asyncio.get_running_loop()
+        if session is None or session.closed or self._loop is not loop:
+            # A session belongs to the loop that made it; a new loop (tests, a
+            # restarted server) needs its own.
+            connector = aiohttp.TCPConnector(
+                limit=_CONNECTION_LIMIT, keepalive_timeout=_KEEPALIVE_SECONDS
+            )
+            session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            self._session, self._loop = session, loop
+        return session
+
+    async def _open(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> aiohttp.ClientResponse:
+        """Send until a 2xx arrives (returned unread) or no retry is allowed.
+
+        The total deadline is passed to aiohttp as each attempt's ``total`` so that it
+        also bounds reading the body of the attempt that succeeds.
+        """
+        session = self._session_now()
+        config = self.config
+        url = self.base_url + path
+        deadline = time.monotonic() + config.total_timeout_seconds
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._deadline_error()
+            timeout = aiohttp.ClientTimeout(
+                total=remaining,
+                connect=config.connect_timeout_seconds,
+                sock_read=config.read_timeout_seconds,
+            )
+            retry_after: float | None = None
+            try:
+                response = await session.request(
+                    method,
+                    url,
+                    data=body,
+                    headers=headers,
+                    timeout=timeout,
+                    allow_redirects=False,
+                )
+            except aiohttp.ConnectionTimeoutError as exc:
+                # Nothing reached the upstream, so another attempt is safe.
+                failure: UpstreamError = UpstreamTimeoutError(
+                    f"upstream {self.name!r}: no connection within "
+                    f"{config.connect_timeout_seconds}s"
+                )
+                failure.__cause__ = exc
+            except TimeoutError as exc:
+                raise self._timeout_error(exc) from exc
+            except aiohttp.ClientConnectionError as exc:
+                failure = UpstreamUnavailableError(f"upstream {self.name!r} unreachable: {exc}")
+                failure.__cause__ = exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamUnavailableError(
+                    f"upstream {self.name!r} answered with a malformed response: {exc}"
+                ) from exc
+            else:
+                status = response.status
+                if status < 300:
+                    return response
+                message = await self._error_text(response)
+                if status != 429 and status < 500:
+                    raise _not_retried(message, status)
+                failure = UpstreamUnavailableError(message, upstream_status=status)
+                if status in (429, 503):
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            if attempt >= config.max_retries:
+                raise failure
+            delay = retry_after if retry_after is not None else self._backoff(attempt)
+            if delay >= deadline - time.monotonic():
+                raise failure  # waiting would only end in a timeout
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    def _backoff(self, attempt: int) -> float:
+        nominal: float = min(_BACKOFF_CAP_SECONDS, self._backoff_seconds * 2.0**attempt)
+        return nominal / 2 + random.uniform(0, nominal / 2)
+
+    async def _error_text(self, response: aiohttp.ClientResponse) -> str:
+        try:
+            body = await response.read()
+        except (TimeoutError, aiohttp.ClientError):
+            response.close()
+            body = b""
+        return error_message_from_body(body, response.status)
+
+    def _timeout_error(self, exc: BaseException) -> UpstreamTimeoutError:
+        if isinstance(exc, aiohttp.SocketTimeoutError | aiohttp.ServerTimeoutError):
+            return UpstreamTimeoutError(
+                f"upstream {self.name!r} sent nothing for {self.config.read_timeout_seconds}s"
+            )
+        return self._deadline_error()
+
+    def _deadline_error(self) -> UpstreamTimeoutError:
+        return UpstreamTimeoutError(
+            f"upstream {self.name!r} did not finish within {self.config.total_timeout_seconds}s"
+        )
+
+    def _body_error(self, exc: BaseException) -> UpstreamError | None:
+        """Map a failure while reading a body (after the headers, so never retried);
+        ``None`` for anything that is not the upstream's fault (cancellation)."""
+        if isinstance(exc, TimeoutError):
+            return self._timeout_error(exc)
+        if isinstance(exc, aiohttp.ClientError | ConnectionError):
+            return UpstreamUnavailableError(
+                f"upstream {self.name!r} dropped the connection mid-response: {exc}"
+            )
+        return None
+
+
+class HTTPUpstreamStream(UpstreamStream):
+    """The body of a streaming response, chunk by chunk as the upstream sends it."""
+
+    def __init__(self, upstream: HTTPUpstream, response: aiohttp.ClientResponse) -> None:
+        self.status = response.status
+        self.content_type = response.headers.get("Content-Type", "text/event-stream")
+        self.headers: Mapping[str, str] = response.headers
+        self._upstream = upstream
+        self._response = response
+        self._closed = False
+
+    def __aiter__(self) -> HTTPUpstreamStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            chunk = await self._response.content.readany()
+        except BaseException as exc:
+            await self.aclose()
+            mapped = self._upstream._body_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        if not chunk:
+            await self.aclose()
+            raise StopAsyncIteration
+        return chunk
+
+    async def aclose(self) -> None:
+        """Return a finished connection to the pool; close an unfinished one, so the
+        upstream sees the client leave and stops generating. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._response.content.at_eof():
+            self._response.release()
+        else:
+            self._response.close()
+
+
+def build_upstream(name: str, config: UpstreamConfig) -> Upstream:
+    """The ``Upstream`` for one ``upstreams:`` entry of the configuration.
+
+    Raises ``ReefError`` for ``type: local`` until the embedded engine exists.
+    """
+    if config.type == "local":
+        raise ReefError(
+            f"upstream {name!r} has type 'local': the embedded engine is not available in "
+            "this build; configure an openai or anthropic upstream with a base_url"
+        )
+    return HTTPUpstream(name, config)
+
+
+def error_message_from_body(body: bytes, status: int) -> str:
+    """The upstream's own error message from an error body.
+
+    Understands OpenAI ``{"error": {"message"}}``, Anthropic ``{"type": "error",
+    "error": {"message"}}``, ``{"error": "..."}``, ``{"message"}`` and ``{"detail"}``
+    (vLLM, FastAPI); otherwise the start of the body as text.
+    """
+    try:
+        data: Any = loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return text[:_ERROR_TEXT_LIMIT] or f"upstream answered HTTP {status}"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str) and error:
+            return error
+        for key in ("message", "detail"):
+            if isinstance(data.get(key), str) and data[key]:
+                return str(data[key])
+    return body.decode("utf-8", "replace")[:_ERROR_TEXT_LIMIT]
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP-date);
+    ``None`` when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _not_retried(message: str, status: int) -> UpstreamError:
+    if status < 400:  # a redirect: not the client's fault, and not followed
+        return UpstreamUnavailableError(
+            f"upstream answered an unexpected HTTP {status}: {message}", upstream_status=status
+        )
+    return UpstreamRejectedError(message, status=status, upstream_status=status)

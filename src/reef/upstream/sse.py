@@ -1,0 +1,119 @@
+"""Server-Sent Events: an incremental parser and a small encoder.
+
+The parser follows the WHATWG event-stream rules for what model servers send: lines
+end in CRLF, LF or CR; ``data`` lines of one event are joined with ``\\n``; lines that
+start with ``:`` are comments; a blank line ends an event; an event without data is
+not dispatched. ``id`` and ``retry`` are ignored (no model server relies on them).
+Bytes may be split anywhere, also inside a CRLF or a UTF-8 sequence.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event: its ``event`` field (``None`` when absent) and data."""
+
+    event: str | None
+    data: str
+
+
+class SSEParser:
+    """Feed raw bytes in, get complete events out."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._event: str | None = None
+        self._data: list[str] = []
+        self._skip_lf = False  # the previous chunk ended in CR; a leading LF pairs with it
+        self._started = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Parse ``chunk``; return the events it completes (possibly none)."""
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if not self._started:
+            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
+                self._buffer = buffer
+                return []
+            self._started = True
+            if buffer.startswith(_BOM):
+                buffer = buffer[len(_BOM) :]
+        events: list[SSEEvent] = []
+        start = 0
+        end = len(buffer)
+        if b"\r" not in buffer:  # the common case: LF only
+            while (newline := buffer.find(b"\n", start)) != -1:
+                self._line(buffer[start:newline], events)
+                start = newline + 1
+        else:
+            lf = -1
+            while start < end:
+                if lf < start:
+                    lf = buffer.find(b"\n", start)
+                    if lf == -1:
+                        lf = end
+                cr = buffer.find(b"\r", start, lf)
+                if cr != -1:
+                    self._line(buffer[start:cr], events)
+                    if cr + 1 == end:
+                        self._skip_lf = True
+                        start = end
+                    else:
+                        start = cr + 2 if buffer[cr + 1 : cr + 2] == b"\n" else cr + 1
+                elif lf != end:
+                    self._line(buffer[start:lf], events)
+                    start = lf + 1
+                else:
+                    break
+        self._buffer = buffer[start:]
+        return events
+
+    def finish(self) -> list[SSEEvent]:
+        """End of stream: an unterminated last line and event are dispatched too.
+
+        Strict SSE would drop them; servers that forget the final blank line are
+        common enough that dropping their last event loses real data.
+        """
+        events: list[SSEEvent] = []
+        if self._buffer:
+            self._line(self._buffer, events)
+            self._buffer = b""
+        self._line(b"", events)
+        return events
+
+    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+        if not raw:
+            if self._data:
+                events.append(SSEEvent(self._event, "\n".join(self._data)))
+            self._event = None
+            self._data = []
+            return
+        line = raw.decode("utf-8", "replace")
+        if line[0] == ":":
+            return
+        name, colon, value = line.partition(":")
+        if colon and value[:1] == " ":
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value or None
+
+
+def encode_sse(data: bytes, event: str | None = None) -> bytes:
+    """One SSE event: an optional ``event:`` line, one ``data:`` line per line of
+    ``data``, and the blank line that ends it."""
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    if b"\n" not in data and b"\r" not in data:
+        return head + b"data: " + data + b"\n\n"
+    lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    return head + b"".join(b"data: " + line + b"\n" for line in lines) + b"\n"

@@ -1,0 +1,111 @@
+"""Import boundaries of DESIGN.md §2, checked on the source (function-level imports too)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "reef"
+
+# package -> packages (or third-party roots) it must never import
+FORBIDDEN: dict[str, set[str]] = {
+    "core": {
+        "config",
+        "experience",
+        "releases",
+        "harness",
+        "upstream",
+        "engine",
+        "gateway",
+        "learning",
+        "evaluation",
+        "cli",
+        "dashboard",
+    },
+    "config": {"gateway", "learning"},
+    "experience": {"gateway", "learning", "torch"},
+    "releases": {"gateway", "learning", "torch"},
+    "harness": {"gateway", "learning", "torch"},
+    "upstream": {"experience", "learning"},
+    "engine": {"gateway", "experience"},
+    "gateway": {"learning", "torch"},
+    "learning": {"gateway"},
+    "evaluation": {"gateway"},
+    "dashboard": {"learning", "torch"},
+}
+HEAVY = {"torch", "transformers", "peft"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _targets(names: set[str]) -> set[str]:
+    """Reef sub-packages and heavy third-party roots named by ``names``."""
+    out = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] == "reef" and len(parts) > 1:
+            out.add(parts[1])
+        elif parts[0] in HEAVY:
+            out.add(parts[0])
+    return out
+
+
+def test_every_package_exists_with_an_owner_docstring() -> None:
+    for package in [*FORBIDDEN, "cli"]:
+        init = SRC / package / "__init__.py"
+        assert init.exists(), f"missing package reef.{package}"
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        assert doc, f"reef.{package} has no docstring"
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_respects_its_import_boundary(package: str) -> None:
+    violations = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        bad = _targets(_imports(path)) & FORBIDDEN[package]
+        if package == "experience" or package == "releases" or package == "harness":
+            bad |= _targets(_imports(path)) & HEAVY
+        if bad:
+            violations.append(f"{path.relative_to(SRC)} imports {sorted(bad)}")
+    assert not violations, "\n".join(violations)
+
+
+def test_torch_lives_only_in_engine_and_trainers() -> None:
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(("engine/", "learning/trainers/")):
+            continue
+        if rel == "cli/engine.py":
+            continue  # the CLI imports the engine lazily inside its command
+        heavy = _targets(_imports(path)) & HEAVY
+        if heavy:
+            offenders.append(f"{rel} imports {sorted(heavy)}")
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience"])
+def test_import_loads_no_torch(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'torch', 'transformers', 'peft'})\n"
+        "print(','.join(heavy))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "", f"import {module} loaded {result.stdout.strip()}"

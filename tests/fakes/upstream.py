@@ -1,0 +1,665 @@
+"""A fake model server on loopback that speaks the OpenAI and Anthropic dialects.
+
+Replies are deterministic: ``echo: <last user text>``; with tools offered and
+"weather" in the last user text, a call of the first tool with ``{"city": "Paris"}``;
+after a tool result, ``tool said: <result>``. Usage counts words.
+
+Failures are chosen by a token in the last user text (so official SDK clients can
+trigger them) or by the ``x-fake-behavior`` header: see ``BEHAVIORS``. ``*-once``
+behaviours fail the first time a request is seen, keyed by ``x-fake-request-id`` or
+else the last user text (so put an id in the text: "fail-500-once req-7").
+
+Run standalone (benchmarks): ``python -m tests.fakes.upstream --port 8001``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+
+BEHAVIORS: Final = frozenset(
+    {
+        "fail-500",  # always 500
+        "fail-500-once",  # 500 the first time a request is seen, then success
+        "fail-429-once",  # 429 with Retry-After: 0 the first time, then success
+        "hang",  # never answers
+        "drop-mid-stream",  # a little of the body, then the connection closes
+        "slow-stream",  # a chunk every `slow_interval` s, `slow_chunks` times
+        "bad-request",  # 400 with a dialect-shaped error
+    }
+)
+CREATED: Final = 1_700_000_000
+_WORD_PIECES = re.compile(r"\S+\s*")
+_JSON = "application/json"
+_SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class FakeUpstream:
+    """The fake server. Counters (read them from tests):
+
+    - ``requests``: ``Counter`` of request paths received (every attempt counts), also
+      as ``requests_received(path)``;
+    - ``last_request_path``, ``last_request_body`` (parsed JSON or ``None``),
+      ``last_request_headers`` (case-insensitive);
+    - ``peers``: client (host, port) pairs seen, i.e. the connections used;
+    - ``cancelled_streams``: streams whose client left before the end;
+      ``completed_streams``: slow streams sent to the end.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        models: tuple[str, ...] = ("fake-model",),
+        slow_chunks: int = 200,
+        slow_interval: float = 0.05,
+    ) -> None:
+        self.api_key = api_key
+        self.models = models
+        self.slow_chunks = slow_chunks
+        self.slow_interval = slow_interval
+        self.requests: Counter[str] = Counter()
+        self.last_request_path: str | None = None
+        self.last_request_body: Any = None
+        self.last_request_headers: Mapping[str, str] = {}
+        self.peers: set[Any] = set()
+        self.cancelled_streams = 0
+        self.completed_streams = 0
+        self._seen: set[tuple[str, str]] = set()
+        self._serial = 0
+        self._runner: web.AppRunner | None = None
+        self._stopping: asyncio.Event | None = None
+        self.port = 0
+        self.host = "127.0.0.1"
+        self._models_body = orjson.dumps(_models_list(models))
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def requests_received(self, path: str) -> int:
+        """How many requests (attempts) arrived for ``path``, e.g. ``/v1/chat/completions``."""
+        return self.requests[path]
+
+    def reset(self) -> None:
+        """Forget counters and seen requests."""
+        self.requests.clear()
+        self.last_request_path = self.last_request_body = None
+        self.last_request_headers = {}
+        self.peers.clear()
+        self.cancelled_streams = self.completed_streams = 0
+        self._seen.clear()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Listen on ``host:port`` (0: a free port, then in ``.port``)."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_get("/v1/models", self._list_models)
+        self._stopping = asyncio.Event()
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.host = host
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """Stop listening; hanging handlers return."""
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- handlers ------------------------------------------------------------------
+
+    async def _list_models(self, request: web.Request) -> web.StreamResponse:
+        self._note(request, None)
+        if denied := self._denied(request, anthropic="anthropic-version" in request.headers):
+            return denied
+        return web.Response(body=self._models_body, content_type=_JSON)
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=False):
+            return denied
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        text = _openai_text(last.get("content"))
+        behavior = self._behavior(request, text)
+        if behavior is not None and (failed := await self._fail(request, behavior, text, False)):
+            return failed
+        self._serial += 1
+        if last.get("role") == "tool":
+            reply, call = f"tool said: {text}", None
+        elif body.get("tools") and "weather" in text.lower():
+            function = body["tools"][0].get("function") or {}
+            reply, call = "", {"name": function.get("name", ""), "arguments": '{"city": "Paris"}'}
+        else:
+            reply, call = f"echo: {text}", None
+        prompt = sum(_openai_words(m.get("content")) for m in messages)
+        if body.get("stream"):
+            return await self._openai_stream(request, body, reply, call, prompt, behavior)
+        completion = len(reply.split()) + (len(call["arguments"].split()) if call else 0)
+        message: dict[str, Any] = {"role": "assistant", "content": reply}
+        if call is not None:
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [self._openai_call(call)],
+            }
+        response = {
+            "id": f"chatcmpl-fake{self._serial}",
+            "object": "chat.completion",
+            "created": CREATED,
+            "model": body.get("model") or self.models[0],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if call else "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        }
+        if behavior in ("slow-stream", "drop-mid-stream"):
+            return await self._trickle_json(request, orjson.dumps(response), behavior)
+        return web.Response(body=orjson.dumps(response), content_type=_JSON)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=True):
+            return denied
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        result = _tool_result_text(last.get("content"))
+        text = result if result is not None else _anthropic_text(last.get("content"))
+        behavior = self._behavior(request, text)
+        if behavior is not None and (failed := await self._fail(request, behavior, text, True)):
+            return failed
+        self._serial += 1
+        tool: dict[str, Any] | None = None
+        if result is not None:
+            reply = f"tool said: {result}"
+        elif body.get("tools") and "weather" in text.lower():
+            reply = ""
+            tool = {
+                "type": "tool_use",
+                "id": f"toolu_fake{self._serial}",
+                "name": body["tools"][0].get("name", ""),
+                "input": {"city": "Paris"},
+            }
+        else:
+            reply = f"echo: {text}"
+        system = body.get("system")
+        prompt = sum(_anthropic_words(m.get("content")) for m in messages)
+        prompt += _anthropic_words(system) if system else 0
+        completion = len(reply.split()) + (2 if tool else 0)
+        message = {
+            "id": f"msg_fake{self._serial}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model") or self.models[0],
+            "content": [tool] if tool else [{"type": "text", "text": reply}],
+            "stop_reason": "tool_use" if tool else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": completion},
+        }
+        if body.get("stream"):
+            return await self._anthropic_stream(request, message, behavior)
+        if behavior in ("slow-stream", "drop-mid-stream"):
+            return await self._trickle_json(request, orjson.dumps(message), behavior)
+        return web.Response(body=orjson.dumps(message), content_type=_JSON)
+
+    # -- streams -------------------------------------------------------------------
+
+    async def _openai_stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        reply: str,
+        call: dict[str, str] | None,
+        prompt: int,
+        behavior: str | None,
+    ) -> web.StreamResponse:
+        base = {
+            "id": f"chatcmpl-fake{self._serial}",
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": body.get("model") or self.models[0],
+        }
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            data: dict[str, Any] = {
+                **base,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if with_usage:
+                data["usage"] = None
+            return b"data: " + orjson.dumps(data) + b"\n\n"
+
+        def pieces() -> Iterator[bytes]:
+            yield chunk({"role": "assistant", "content": ""})
+            if behavior == "slow-stream":
+                for _ in range(self.slow_chunks):
+                    yield chunk({"content": "tick "})
+            if call is not None:
+                first = {"index": 0, **self._openai_call({**call, "arguments": ""})}
+                yield chunk({"tool_calls": [first]})
+                for part in ('{"city": ', '"Paris"}'):
+                    yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
+            for word in _WORD_PIECES.findall(reply):
+                yield chunk({"content": word})
+            yield chunk({}, "tool_calls" if call else "stop")
+            if with_usage:
+                completion = len(reply.split()) + (2 if call else 0)
+                usage = {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                }
+                yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return await self._send_stream(request, pieces(), behavior)
+
+    async def _anthropic_stream(
+        self, request: web.Request, message: dict[str, Any], behavior: str | None
+    ) -> web.StreamResponse:
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+        def pieces() -> Iterator[bytes]:
+            start = {
+                **message,
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1},
+            }
+            yield event("message_start", {"type": "message_start", "message": start})
+            yield event("ping", {"type": "ping"})
+            for index, block in enumerate(message["content"]):
+                if block["type"] == "tool_use":
+                    opening = {**block, "input": {}}
+                else:
+                    opening = {"type": "text", "text": ""}
+                yield event(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": opening},
+                )
+                if block["type"] == "tool_use":
+                    deltas = [
+                        {"type": "input_json_delta", "partial_json": part}
+                        for part in ('{"city": ', '"Paris"}')
+                    ]
+                else:
+                    words = _WORD_PIECES.findall(block["text"])
+                    if behavior == "slow-stream":
+                        words = ["tick "] * self.slow_chunks + words
+                    deltas = [{"type": "text_delta", "text": word} for word in words]
+                for delta in deltas:
+                    yield event(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": delta},
+                    )
+                yield event("content_block_stop", {"type": "content_block_stop", "index": index})
+            yield event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                    "usage": {"output_tokens": message["usage"]["output_tokens"]},
+                },
+            )
+            yield event("message_stop", {"type": "message_stop"})
+
+        return await self._send_stream(request, pieces(), behavior)
+
+    async def _send_stream(
+        self, request: web.Request, pieces: Iterator[bytes], behavior: str | None
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+        try:
+            for sent, piece in enumerate(pieces):
+                if behavior == "drop-mid-stream" and sent == 2:
+                    _drop(request)
+                    return response
+                if behavior == "slow-stream" and sent:
+                    await asyncio.sleep(self.slow_interval)
+                await response.write(piece)
+            await response.write_eof()
+        except ConnectionError:
+            self.cancelled_streams += 1
+            return response
+        except asyncio.CancelledError:
+            self.cancelled_streams += 1
+            raise
+        if behavior == "slow-stream":
+            self.completed_streams += 1
+        return response
+
+    async def _trickle_json(
+        self, request: web.Request, payload: bytes, behavior: str
+    ) -> web.StreamResponse:
+        """A non-streaming body sent slowly (JSON may start with whitespace) or cut off."""
+        response = web.StreamResponse(headers={"Content-Type": _JSON})
+        response.content_length = len(payload) + (
+            self.slow_chunks if behavior == "slow-stream" else 0
+        )
+        await response.prepare(request)
+        if behavior == "drop-mid-stream":
+            await response.write(payload[: len(payload) // 2])
+            _drop(request)
+            return response
+        try:
+            for _ in range(self.slow_chunks):
+                await response.write(b" ")
+                await asyncio.sleep(self.slow_interval)
+            await response.write(payload)
+            await response.write_eof()
+        except ConnectionError:
+            self.cancelled_streams += 1
+            return response
+        except asyncio.CancelledError:
+            self.cancelled_streams += 1
+            raise
+        self.completed_streams += 1
+        return response
+
+    # -- failures ------------------------------------------------------------------
+
+    def _behavior(self, request: web.Request, text: str) -> str | None:
+        header = request.headers.get("x-fake-behavior")
+        if header:
+            return header
+        if "-" not in text and "hang" not in text:  # the benchmark's path stays cheap
+            return None
+        for token in text.split():
+            if token in BEHAVIORS:
+                return token
+        return None
+
+    async def _fail(
+        self, request: web.Request, behavior: str, text: str, anthropic: bool
+    ) -> web.StreamResponse | None:
+        """The failure response for ``behavior``, or ``None`` to answer normally."""
+        if behavior == "fail-500":
+            return _error(500, "fake upstream failure (fail-500)", "api_error", anthropic)
+        if behavior == "bad-request":
+            return _error(
+                400,
+                "fake upstream rejected the request (bad-request)",
+                "invalid_request_error",
+                anthropic,
+            )
+        if behavior in ("fail-500-once", "fail-429-once"):
+            key = (behavior, request.headers.get("x-fake-request-id") or text)
+            if key in self._seen:
+                return None
+            self._seen.add(key)
+            if behavior == "fail-500-once":
+                return _error(500, "fake upstream failure (fail-500-once)", "api_error", anthropic)
+            failed = _error(
+                429, "fake upstream is rate limited (fail-429-once)", "rate_limit_error", anthropic
+            )
+            failed.headers["Retry-After"] = "0"
+            return failed
+        if behavior == "hang":
+            await self._hang(request)
+            return web.Response(status=504)  # only reached once the client has gone
+        return None
+
+    async def _hang(self, request: web.Request) -> None:
+        assert self._stopping is not None
+        while not self._stopping.is_set():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), 0.05)
+
+    def _note(self, request: web.Request, body: Any) -> None:
+        self.requests[request.path] += 1
+        self.last_request_path = request.path
+        self.last_request_body = body
+        self.last_request_headers = request.headers
+        transport = request.transport
+        if transport is not None:
+            self.peers.add(transport.get_extra_info("peername"))
+
+    def _denied(self, request: web.Request, anthropic: bool) -> web.Response | None:
+        if self.api_key is None:
+            return None
+        headers = request.headers
+        if headers.get("x-api-key") == self.api_key:
+            return None
+        if headers.get("authorization") == f"Bearer {self.api_key}":
+            return None
+        return _error(401, "fake upstream: invalid api key", "authentication_error", anthropic)
+
+    @staticmethod
+    def _openai_call(call: dict[str, str]) -> dict[str, Any]:
+        return {
+            "id": "call_fake",
+            "type": "function",
+            "function": {"name": call["name"], "arguments": call["arguments"]},
+        }
+
+
+class FakeUpstreamThread:
+    """A ``FakeUpstream`` running in its own event loop on a background thread, for
+    tests whose client is synchronous::
+
+        with FakeUpstreamThread() as fake:
+            OpenAI(base_url=fake.base_url, api_key="x").chat.completions.create(...)
+            assert fake.requests_received("/v1/chat/completions") == 1
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self.server = FakeUpstream(**options)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:port/v1``."""
+        return self.server.base_url
+
+    # The server's counters, read across threads (plain reads of ints and references).
+
+    @property
+    def requests(self) -> Counter[str]:
+        """Requests received per path."""
+        return self.server.requests
+
+    def requests_received(self, path: str) -> int:
+        """How many requests (attempts) arrived for ``path``."""
+        return self.server.requests_received(path)
+
+    @property
+    def last_request_path(self) -> str | None:
+        """Path of the last request."""
+        return self.server.last_request_path
+
+    @property
+    def last_request_body(self) -> Any:
+        """Parsed JSON body of the last request (``None`` for a GET)."""
+        return self.server.last_request_body
+
+    @property
+    def last_request_headers(self) -> Mapping[str, str]:
+        """Headers of the last request (case-insensitive)."""
+        return self.server.last_request_headers
+
+    @property
+    def cancelled_streams(self) -> int:
+        """Streams whose client left before the end."""
+        return self.server.cancelled_streams
+
+    @property
+    def completed_streams(self) -> int:
+        """Slow streams sent to the end."""
+        return self.server.completed_streams
+
+    def reset(self) -> None:
+        """Forget counters and seen requests (done in the server's loop, then returns)."""
+
+        async def reset() -> None:
+            self.server.reset()
+
+        asyncio.run_coroutine_threadsafe(reset(), self._loop).result(timeout=10)
+
+    def __enter__(self) -> FakeUpstreamThread:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+# -- reading requests ------------------------------------------------------------------
+
+
+def _openai_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
+    return ""
+
+
+def _openai_words(content: Any) -> int:
+    return len(_openai_text(content).split())
+
+
+def _anthropic_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(b.get("text", "") for b in content if b.get("type") == "text")
+    return ""
+
+
+def _anthropic_words(content: Any) -> int:
+    if isinstance(content, list):
+        return sum(
+            len((_tool_result_text([b]) or "").split())
+            if b.get("type") == "tool_result"
+            else len(b.get("text", "").split())
+            for b in content
+        )
+    return len(_anthropic_text(content).split())
+
+
+def _tool_result_text(content: Any) -> str | None:
+    """The text of the first tool_result block, or ``None`` when there is none."""
+    if not isinstance(content, list):
+        return None
+    for block in content:
+        if block.get("type") == "tool_result":
+            inner = block.get("content")
+            if isinstance(inner, str):
+                return inner
+            return " ".join(b.get("text", "") for b in inner or () if b.get("type") == "text")
+    return None
+
+
+# -- writing responses -----------------------------------------------------------------
+
+
+def _error(status: int, message: str, kind: str, anthropic: bool) -> web.Response:
+    if anthropic:
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON)
+
+
+def _drop(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+def _models_list(models: tuple[str, ...]) -> dict[str, Any]:
+    # One shape both SDKs accept: OpenAI's list plus Anthropic's paging fields.
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "type": "model",
+            "created": CREATED,
+            "created_at": "2023-11-14T22:13:20Z",
+            "owned_by": "fake",
+            "display_name": name,
+        }
+        for name in models
+    ]
+    return {
+        "object": "list",
+        "data": data,
+        "has_more": False,
+        "first_id": models[0] if models else None,
+        "last_id": models[-1] if models else None,
+    }
+
+
+async def _serve(host: str, port: int) -> None:
+    fake = FakeUpstream()
+    await fake.start(host, port)
+    print(f"fake upstream listening on {fake.base_url}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await fake.stop()
+
+
+def main() -> None:
+    """``python -m tests.fakes.upstream --port N``: serve until interrupted."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    args = parser.parse_args()
+    runner: Any = asyncio.run
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:
+        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(_serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Run a real gateway (uvicorn on a loopback port) in a background thread for tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import uvicorn
+
+from reef.config import ReefSettings
+from reef.experience import ExperienceStore, open_store
+from reef.gateway import create_app
+from reef.upstream import Upstream, build_upstream
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GatewayThread:
+    """A gateway serving on ``self.url`` until the context exits."""
+
+    def __init__(self, settings: ReefSettings) -> None:
+        self.settings = settings
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.store: ExperienceStore = open_store(settings.store_url())
+        self.store.migrate()
+        upstreams: dict[str, Upstream] = {
+            name: build_upstream(name, cfg) for name, cfg in settings.upstreams.items()
+        }
+        self.app = create_app(settings, self.store, upstreams)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            loop="asyncio",
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, daemon=True)
+        self._stopped = False
+        self._clients: list[openai.OpenAI | anthropic.Anthropic] = []
+
+    def __enter__(self) -> GatewayThread:
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for client in self._clients:
+            client.close()
+        self.server.should_exit = True
+        self._thread.join(timeout=20)
+        self.store.close()
+
+    def openai(self, api_key: str = "none", **headers: str) -> openai.OpenAI:
+        """An OpenAI SDK client for this gateway (no SDK retries), closed with the gateway."""
+        client = openai.OpenAI(
+            base_url=self.url + "/v1", api_key=api_key, max_retries=0, default_headers=headers
+        )
+        self._clients.append(client)
+        return client
+
+    def anthropic(self, api_key: str = "none", **headers: str) -> anthropic.Anthropic:
+        """An Anthropic SDK client for this gateway (no SDK retries), closed with the gateway."""
+        client = anthropic.Anthropic(
+            base_url=self.url, api_key=api_key, max_retries=0, default_headers=headers
+        )
+        self._clients.append(client)
+        return client
+
+    @property
+    def writer_stats(self) -> Any:
+        return self.app.state.reef.writer.stats
+
+
+def make_settings(tmp_path: Path, upstream_url: str, **overrides: Any) -> ReefSettings:
+    """Settings for a test gateway in front of the fake upstream at ``upstream_url``."""
+    base: dict[str, Any] = {
+        "home": tmp_path / "home",
+        "store": {"url": f"sqlite:///{tmp_path / 'reef.db'}"},
+        "upstreams": {
+            "fake": {
+                "type": "openai",
+                "base_url": upstream_url,
+                "api_key": "upstream-secret",
+                "model": "fake-model",
+                "read_timeout_seconds": 2,
+                "total_timeout_seconds": 5,
+                "max_retries": 2,
+            },
+            "claude": {
+                "type": "anthropic",
+                "base_url": upstream_url,
+                "api_key": "anthropic-secret",
+                "model": "fake-claude",
+                "read_timeout_seconds": 2,
+                "total_timeout_seconds": 5,
+            },
+        },
+        "scenarios": {
+            "support": {"upstream": "fake"},
+            "claude": {"upstream": "claude"},
+        },
+    }
+    base.update(overrides)
+    return ReefSettings(**base)

@@ -1,0 +1,110 @@
+"""SIGKILL the gateway under load in sync durability: every receipt given is in the store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from tests.fakes.upstream import FakeUpstreamThread
+from tests.gateway.harness import free_port
+
+TOTAL_REQUESTS = 400
+KILL_AFTER_RECEIPTS = 150
+CONCURRENCY = 16
+
+
+def _start_gateway(tmp_path: Path, upstream_url: str) -> tuple[subprocess.Popen[bytes], int, Path]:
+    port = free_port()
+    db = tmp_path / "crash.db"
+    config = {
+        "home": str(tmp_path / "home"),
+        "server": {"port": port},
+        "store": {"url": f"sqlite:///{db}", "durability": "sync"},
+        "upstreams": {"fake": {"type": "openai", "base_url": upstream_url, "model": "m"}},
+    }
+    path = tmp_path / "reef.yaml"
+    path.write_text(yaml.safe_dump(config))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reef", "serve", "-c", str(path), "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,  # read only to explain a failed start
+    )
+    return process, port, db
+
+
+async def _wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"gateway exited: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError("gateway did not become healthy")
+
+
+async def _load_then_kill(port: int, process: subprocess.Popen[bytes]) -> list[str]:
+    receipts: list[str] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(TOTAL_REQUESTS):
+        queue.put_nowait(i)
+    killed = asyncio.Event()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            body = {"model": "reef/crash", "messages": [{"role": "user", "content": f"req {i}"}]}
+            try:
+                async with session.post(url, json=body) as response:
+                    await response.read()
+                    if response.status == 200:
+                        receipts.append(response.headers["x-reef-record-id"])
+            except (TimeoutError, aiohttp.ClientError):
+                continue
+            if len(receipts) >= KILL_AFTER_RECEIPTS and not killed.is_set():
+                killed.set()
+                os.kill(process.pid, signal.SIGKILL)
+
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(client(session) for _ in range(CONCURRENCY)))
+    return receipts
+
+
+def test_sigkill_loses_no_receipt(tmp_path: Path) -> None:
+    with FakeUpstreamThread() as fake:
+        process, port, db = _start_gateway(tmp_path, fake.base_url)
+        try:
+            asyncio.run(_wait_healthy(port, process))
+            receipts = asyncio.run(_load_then_kill(port, process))
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+            assert process.stderr is not None
+            stderr = process.stderr.read().decode(errors="replace")
+            process.stderr.close()
+    assert process.returncode == -signal.SIGKILL, stderr
+    assert len(receipts) >= KILL_AFTER_RECEIPTS
+    connection = sqlite3.connect(db)
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        stored = {row[0] for row in connection.execute("SELECT id FROM records")}
+    finally:
+        connection.close()
+    missing = [r for r in receipts if r not in stored]
+    assert not missing, f"{len(missing)} of {len(receipts)} receipts lost"

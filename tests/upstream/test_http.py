@@ -1,0 +1,345 @@
+"""HTTPUpstream against the fake model server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from reef.config.models import UpstreamConfig
+from reef.core.errors import ReefError
+from reef.upstream import (
+    HTTPUpstream,
+    OpenAIStreamAssembler,
+    SSEParser,
+    UpstreamRejectedError,
+    UpstreamRequest,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+    build_upstream,
+    error_message_from_body,
+    parse_retry_after,
+)
+from tests.fakes.upstream import FakeUpstream
+
+CHAT = "/v1/chat/completions"
+
+
+def config(base_url: str, **overrides: Any) -> UpstreamConfig:
+    values: dict[str, Any] = {
+        "type": "openai",
+        "base_url": base_url,
+        "api_key": "sk-upstream",
+        "connect_timeout_seconds": 1.0,
+        "read_timeout_seconds": 2.0,
+        "total_timeout_seconds": 10.0,
+        "max_retries": 2,
+    }
+    values.update(overrides)
+    return UpstreamConfig(**values)
+
+
+@pytest.fixture
+async def upstream(fake: FakeUpstream) -> AsyncIterator[HTTPUpstream]:
+    client = HTTPUpstream("fake", config(fake.base_url), backoff_seconds=0.01)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def chat(text: str, *, stream: bool = False, **extra: Any) -> UpstreamRequest:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+    body.update(extra)
+    return UpstreamRequest("/chat/completions", orjson.dumps(body), stream)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_send_forwards_body_headers_and_key(
+    fake: FakeUpstream, upstream: HTTPUpstream
+) -> None:
+    request = chat("hello there")
+    request = UpstreamRequest(
+        request.path,
+        request.body,
+        False,
+        {"X-Custom": "1", "Authorization": "Bearer client-key", "Content-Length": "999"},
+    )
+    response = await upstream.send(request)
+    assert response.status == 200
+    assert response.content_type.startswith("application/json")
+    reply = orjson.loads(response.body)
+    assert reply["choices"][0]["message"]["content"] == "echo: hello there"
+    assert reply["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    assert fake.last_request_headers["authorization"] == "Bearer sk-upstream"
+    assert fake.last_request_headers["x-custom"] == "1"
+    assert fake.last_request_body == orjson.loads(request.body)
+
+
+async def test_anthropic_dialect_headers(fake: FakeUpstream) -> None:
+    client = HTTPUpstream("a", config(fake.base_url, type="anthropic"))
+    try:
+        body = {"model": "c", "max_tokens": 10, "messages": [{"role": "user", "content": "yo"}]}
+        response = await client.send(UpstreamRequest("/messages", orjson.dumps(body), False))
+        assert orjson.loads(response.body)["content"] == [{"type": "text", "text": "echo: yo"}]
+        assert fake.last_request_headers["x-api-key"] == "sk-upstream"
+        assert fake.last_request_headers["anthropic-version"] == "2023-06-01"
+        assert "authorization" not in fake.last_request_headers
+        assert await client.list_models() == ["fake-model"]
+    finally:
+        await client.aclose()
+
+
+async def test_stream_yields_the_body_as_it_arrives(upstream: HTTPUpstream) -> None:
+    stream = await upstream.open_stream(chat("one two three", stream=True))
+    assert stream.status == 200
+    assert stream.content_type.startswith("text/event-stream")
+    parser = SSEParser()
+    assembler = OpenAIStreamAssembler()
+    done = False
+    async for chunk in stream:
+        for event in parser.feed(chunk):
+            if event.data == "[DONE]":
+                done = True
+            else:
+                assembler.feed(orjson.loads(event.data))
+    await stream.aclose()
+    await stream.aclose()  # idempotent
+    result = assembler.result()
+    assert done
+    assert result["choices"][0]["message"]["content"] == "echo: one two three"
+    assert result["usage"]["completion_tokens"] == 4
+
+
+async def test_connection_is_reused(fake: FakeUpstream, upstream: HTTPUpstream) -> None:
+    for _ in range(5):
+        await upstream.send(chat("x"))
+    stream = await upstream.open_stream(chat("y", stream=True))
+    async for _ in stream:
+        pass
+    await upstream.send(chat("z"))
+    assert fake.requests[CHAT] == 7
+    assert len(fake.peers) == 1
+
+
+async def test_500_is_retried_then_502_with_the_upstream_message(
+    fake: FakeUpstream, upstream: HTTPUpstream
+) -> None:
+    with pytest.raises(UpstreamUnavailableError) as caught:
+        await upstream.send(chat("fail-500"))
+    assert caught.value.status == 502
+    assert caught.value.upstream_status == 500
+    assert caught.value.message == "fake upstream failure (fail-500)"
+    assert fake.requests[CHAT] == 3  # the first attempt and max_retries=2
+
+
+@pytest.mark.parametrize("behavior", ["fail-500-once", "fail-429-once"])
+async def test_one_failure_is_retried_to_success(
+    fake: FakeUpstream, upstream: HTTPUpstream, behavior: str
+) -> None:
+    response = await upstream.send(chat(f"{behavior} req-1"))
+    assert orjson.loads(response.body)["choices"][0]["message"]["content"].startswith("echo:")
+    assert fake.requests[CHAT] == 2
+
+
+async def test_stream_is_retried_before_the_first_byte(
+    fake: FakeUpstream, upstream: HTTPUpstream
+) -> None:
+    stream = await upstream.open_stream(chat("fail-500-once req-2", stream=True))
+    body = b"".join([chunk async for chunk in stream])
+    assert body.endswith(b"data: [DONE]\n\n")
+    assert fake.requests[CHAT] == 2
+
+
+async def test_400_is_not_retried(fake: FakeUpstream, upstream: HTTPUpstream) -> None:
+    with pytest.raises(UpstreamRejectedError) as caught:
+        await upstream.open_stream(chat("bad-request", stream=True))
+    assert (caught.value.status, caught.value.upstream_status) == (400, 400)
+    assert caught.value.message == "fake upstream rejected the request (bad-request)"
+    assert fake.requests[CHAT] == 1
+
+
+async def test_wrong_key_is_relayed_as_401() -> None:
+    fake = FakeUpstream(api_key="right")
+    await fake.start()
+    client = HTTPUpstream("f", config(fake.base_url, api_key="wrong"))
+    try:
+        with pytest.raises(UpstreamRejectedError) as caught:
+            await client.send(chat("hi"))
+        assert caught.value.status == 401
+    finally:
+        await client.aclose()
+        await fake.stop()
+
+
+async def test_header_selects_the_behavior(fake: FakeUpstream, upstream: HTTPUpstream) -> None:
+    request = chat("innocent")
+    request = UpstreamRequest(request.path, request.body, False, {"x-fake-behavior": "fail-500"})
+    with pytest.raises(UpstreamUnavailableError):
+        await upstream.send(request)
+    assert fake.requests[CHAT] == 3
+
+
+async def test_hang_times_out_on_the_read_timeout(fake: FakeUpstream) -> None:
+    client = HTTPUpstream("f", config(fake.base_url, read_timeout_seconds=0.3))
+    try:
+        started = time.monotonic()
+        with pytest.raises(UpstreamTimeoutError) as caught:
+            await client.send(chat("hang"))
+        assert 0.25 < time.monotonic() - started < 1.5
+        assert caught.value.status == 504
+        assert fake.requests[CHAT] == 1  # the upstream may be working on it: no retry
+    finally:
+        await client.aclose()
+
+
+async def test_silence_mid_stream_times_out(fake: FakeUpstream) -> None:
+    fake.slow_interval = 1.0
+    client = HTTPUpstream("f", config(fake.base_url, read_timeout_seconds=0.3))
+    try:
+        stream = await client.open_stream(chat("slow-stream", stream=True))
+        with pytest.raises(UpstreamTimeoutError):
+            async for _ in stream:
+                pass
+    finally:
+        await client.aclose()
+
+
+async def test_drop_mid_stream_is_unavailable(upstream: HTTPUpstream) -> None:
+    stream = await upstream.open_stream(chat("drop-mid-stream", stream=True))
+    received = []
+    with pytest.raises(UpstreamUnavailableError):
+        async for chunk in stream:
+            received.append(chunk)
+    assert received  # the first chunks did arrive
+    with pytest.raises(UpstreamUnavailableError):
+        await upstream.send(chat("drop-mid-stream"))
+
+
+async def test_aclose_mid_stream_cancels_the_upstream(
+    fake: FakeUpstream, upstream: HTTPUpstream
+) -> None:
+    stream = await upstream.open_stream(chat("slow-stream", stream=True))
+    chunks = 0
+    async for _ in stream:
+        chunks += 1
+        if chunks == 2:
+            break
+    await stream.aclose()
+    for _ in range(40):
+        if fake.cancelled_streams:
+            break
+        await asyncio.sleep(0.05)
+    assert fake.cancelled_streams == 1
+    assert fake.completed_streams == 0
+
+
+async def test_connection_refused_is_retried_then_502() -> None:
+    client = HTTPUpstream(
+        "gone", config(f"http://127.0.0.1:{free_port()}/v1"), backoff_seconds=0.01
+    )
+    try:
+        with pytest.raises(UpstreamUnavailableError) as caught:
+            await client.send(chat("hi"))
+        assert caught.value.status == 502
+        assert "unreachable" in caught.value.message
+    finally:
+        await client.aclose()
+
+
+async def test_connection_refused_then_up_succeeds_on_retry() -> None:
+    port = free_port()
+    client = HTTPUpstream(
+        "late", config(f"http://127.0.0.1:{port}/v1", max_retries=8), backoff_seconds=0.1
+    )
+    fake = FakeUpstream()
+    try:
+        call = asyncio.create_task(client.send(chat("hi")))
+        await asyncio.sleep(0.02)  # the first attempt is refused
+        await fake.start(port=port)
+        response = await call
+        assert response.status == 200
+    finally:
+        await client.aclose()
+        await fake.stop()
+
+
+async def test_total_deadline_bounds_a_slow_body(fake: FakeUpstream) -> None:
+    client = HTTPUpstream("f", config(fake.base_url, total_timeout_seconds=0.5))
+    try:
+        started = time.monotonic()
+        with pytest.raises(UpstreamTimeoutError):
+            await client.send(chat("slow-stream"))
+        with pytest.raises(UpstreamTimeoutError):
+            stream = await client.open_stream(chat("slow-stream", stream=True))
+            async for _ in stream:
+                pass
+        assert time.monotonic() - started < 2.0
+    finally:
+        await client.aclose()
+
+
+async def test_total_deadline_stops_retrying(fake: FakeUpstream) -> None:
+    client = HTTPUpstream(
+        "f", config(fake.base_url, total_timeout_seconds=1.0, max_retries=5), backoff_seconds=5
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(UpstreamUnavailableError):
+            await client.send(chat("fail-500"))
+        assert time.monotonic() - started < 0.5  # no backoff that outlives the deadline
+        assert fake.requests[CHAT] == 1
+    finally:
+        await client.aclose()
+
+
+async def test_list_models(upstream: HTTPUpstream) -> None:
+    assert await upstream.list_models() == ["fake-model"]
+
+
+def test_build_upstream() -> None:
+    built = build_upstream("u", config("http://127.0.0.1:1/v1/"))
+    assert isinstance(built, HTTPUpstream)
+    assert built.dialect == "openai"
+    assert built.base_url == "http://127.0.0.1:1/v1"
+    with pytest.raises(ReefError, match="embedded engine is not available in this build"):
+        build_upstream("local", UpstreamConfig(type="local"))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"error": {"message": "bad model", "type": "x"}}', "bad model"),
+        (b'{"type": "error", "error": {"type": "x", "message": "overloaded"}}', "overloaded"),
+        (b'{"object": "error", "message": "vllm says no"}', "vllm says no"),
+        (b'{"detail": "not found"}', "not found"),
+        (b'{"error": "plain"}', "plain"),
+        (b"<html>oops</html>", "<html>oops</html>"),
+        (b"", "upstream answered HTTP 503"),
+    ],
+)
+def test_error_message_from_body(body: bytes, message: str) -> None:
+    assert error_message_from_body(body, 503) == message
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after("-1") == 0.0
+    assert parse_retry_after("soon") is None
+    future = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 25 < (parse_retry_after(future) or 0) <= 30
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0

@@ -48,9 +48,14 @@ class UpstreamConfig(Section):
     )
     api_key: SecretStr | None = Field(default=None, description="Key sent to the upstream.")
     model: str | None = Field(
-        default=None, description="Model name sent upstream when the client names a scenario."
+        default=None,
+        description="Model name sent upstream when the client names a scenario. For "
+        "`type: local`: the engine's model source (smollm2-135m, tiny-random, or a local "
+        "Hugging Face model directory); default smollm2-135m.",
     )
-    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    connect_timeout_seconds: float = Field(
+        default=5.0, gt=0, description="Longest wait for a TCP connection to the upstream."
+    )
     read_timeout_seconds: float = Field(
         default=120.0, gt=0, description="Longest silence between bytes from the upstream."
     )
@@ -111,7 +116,10 @@ class ApiKeyConfig(Section):
     id: str = Field(description="Name of the key; stored as the principal of what it sends.")
     key: SecretStr | None = Field(default=None, description="The key itself.")
     sha256: str | None = Field(default=None, description="Hex sha256 of the key.")
-    role: Literal["inference", "admin"] = "inference"
+    role: Literal["inference", "admin"] = Field(
+        default="inference",
+        description="inference: inference and feedback; admin: everything, admin API included.",
+    )
     scenarios: list[str] | None = Field(
         default=None, description="Limit an inference key to these scenarios."
     )
@@ -132,7 +140,9 @@ class ApiKeyConfig(Section):
 class AuthConfig(Section):
     """API keys. With none configured the gateway listens on loopback only."""
 
-    keys: list[ApiKeyConfig] = Field(default_factory=list)
+    keys: list[ApiKeyConfig] = Field(
+        default_factory=list, description="Accepted keys; none means no auth, loopback only."
+    )
 
 
 class CaptureConfig(Section):
@@ -185,13 +195,25 @@ class ReefSettings(BaseSettings):
         frozen=True,
     )
 
-    home: Path = Field(default=Path(".reef"), description="Directory for local state.")
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    store: StoreConfig = Field(default_factory=StoreConfig)
-    upstreams: dict[str, UpstreamConfig] = Field(default_factory=_default_upstreams)
-    scenarios: dict[str, ScenarioConfig] = Field(default_factory=dict)
-    auth: AuthConfig = Field(default_factory=AuthConfig)
-    capture: CaptureConfig = Field(default_factory=CaptureConfig)
+    home: Path = Field(
+        default=Path(".reef"), description="Directory for local state (store, models)."
+    )
+    server: ServerConfig = Field(
+        default_factory=ServerConfig, description="The gateway's listener."
+    )
+    store: StoreConfig = Field(default_factory=StoreConfig, description="The experience store.")
+    upstreams: dict[str, UpstreamConfig] = Field(
+        default_factory=_default_upstreams,
+        description="Model servers by name. Default: one `local` upstream, the embedded engine.",
+    )
+    scenarios: dict[str, ScenarioConfig] = Field(
+        default_factory=dict,
+        description="Per-scenario settings; unlisted scenarios use the first upstream.",
+    )
+    auth: AuthConfig = Field(default_factory=AuthConfig, description="API keys and roles.")
+    capture: CaptureConfig = Field(
+        default_factory=CaptureConfig, description="What is recorded and scrubbed."
+    )
 
     @classmethod
     def settings_customise_sources(

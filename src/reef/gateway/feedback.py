@@ -74,6 +74,9 @@ class FeedbackRoutes:
             key = parsed.idempotency_key or request.headers.get("x-reef-idempotency-key")
             scenario = parsed.scenario or request.headers.get("x-reef-scenario")
             store = self.state.store
+            if self.state.settings.store.durability == "async":
+                # The records may still be queued; feedback must be able to name them.
+                await self.state.writer.flush()
             if scenario is None:
                 first = await asyncio.to_thread(store.get_record, parsed.record_ids[0])
                 scenario = first.scenario

@@ -32,7 +32,6 @@ class GatewayThread:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.store: ExperienceStore = open_store(settings.store_url())
-        self.store.migrate()
         upstreams: dict[str, Upstream] = {
             name: build_upstream(name, cfg) for name, cfg in settings.upstreams.items()
         }

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from reef.cli.engine import engine_app
 from reef.config import ConfigError, ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
 
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(engine_app, name="engine")
 
 ConfigOption = Annotated[
     Path | None,
@@ -38,6 +40,7 @@ def _setup_logging(level: str = "INFO") -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 @app.command()
@@ -97,7 +100,6 @@ def export(
     settings = _settings(config)
     store = open_store(settings.store_url())
     try:
-        store.migrate()
         if output is None:
             count = export_records(store, scenario, "jsonl", sys.stdout.buffer)
         else:
@@ -113,11 +115,7 @@ def migrate(config: ConfigOption = None) -> None:
     from reef.experience import open_store
 
     settings = _settings(config)
-    store = open_store(settings.store_url())
-    try:
-        store.migrate()
-    finally:
-        store.close()
+    open_store(settings.store_url()).close()  # opening migrates
     typer.echo("store is at the latest schema")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -11,6 +12,9 @@ from reef.config import ReefSettings
 from reef.experience import open_store
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
+
+if TYPE_CHECKING:
+    from reef.cli.local_engine import LocalEngine
 
 log = logging.getLogger("reef.serve")
 
@@ -40,8 +44,13 @@ def effective_host(settings: ReefSettings) -> str:
 def run_gateway(settings: ReefSettings) -> None:
     """Serve until interrupted; on exit, captures are drained and connections closed."""
     settings.home.mkdir(parents=True, exist_ok=True)
-    store = open_store(settings.store_url())
-    store.migrate()
+    store = open_store(settings.store_url())  # migrated on open
+    engines: list[LocalEngine] = []
+    if any(config.type == "local" for config in settings.upstreams.values()):
+        from reef.cli.local_engine import start_local_upstreams
+
+        resolved, engines = start_local_upstreams(dict(settings.upstreams), settings.home)
+        settings = settings.model_copy(update={"upstreams": resolved})
     upstreams: dict[str, Upstream] = {
         name: build_upstream(name, config) for name, config in settings.upstreams.items()
     }
@@ -62,4 +71,6 @@ def run_gateway(settings: ReefSettings) -> None:
             timeout_graceful_shutdown=10,
         )
     finally:
+        for engine in engines:
+            engine.stop()
         store.close()

@@ -1,0 +1,113 @@
+"""Starting the embedded engine as a child of ``reef serve`` for ``type: local`` upstreams."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from reef.config import UpstreamConfig
+from reef.core.errors import ReefError
+from reef.engine.process import ReadyInfo, engine_command, parse_ready_line
+
+log = logging.getLogger("reef.serve")
+
+DEFAULT_LOCAL_MODEL = "smollm2-135m"
+_START_TIMEOUT_SECONDS = 900.0  # a first start converts the GGUF; slow disks take minutes
+
+
+class EngineStartError(ReefError):
+    """The embedded engine exited or stayed silent instead of becoming ready."""
+
+
+class LocalEngine:
+    """One engine child process: started on a free loopback port, stopped on exit.
+
+    The child also dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of
+    ``reef serve`` leaves no orphan. Its log (conversion and loading progress) goes to
+    our stderr as it happens.
+    """
+
+    def __init__(self, name: str, source: str, home: Path) -> None:
+        self.name = name
+        self.source = source
+        self.home = home
+        self.process: subprocess.Popen[str] | None = None
+        self._stdout_drain: threading.Thread | None = None
+
+    def start(self, timeout_seconds: float = _START_TIMEOUT_SECONDS) -> ReadyInfo:
+        """Start the child and wait for its READY line; raises ``EngineStartError``."""
+        command = engine_command(self.source, self.home)
+        log.info("starting the embedded engine (%s) for upstream %r", self.source, self.name)
+        started = time.monotonic()
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, bufsize=1)
+        assert self.process.stdout is not None
+        ready: ReadyInfo | None = None
+        for line in self.process.stdout:
+            ready = parse_ready_line(line.strip())
+            if ready is not None:
+                break
+            if time.monotonic() - started > timeout_seconds:
+                self.stop()
+                raise EngineStartError(f"the engine was not ready after {timeout_seconds:.0f} s")
+        if ready is None:
+            code = self.process.wait()
+            raise EngineStartError(
+                f"the embedded engine exited with status {code} before it was ready; "
+                "its log above says why"
+            )
+        # Keep reading so the child never blocks on a full stdout pipe.
+        self._stdout_drain = threading.Thread(target=self._drain, daemon=True)
+        self._stdout_drain.start()
+        log.info(
+            "embedded engine ready at %s (model %s) after %.1f s",
+            ready.base_url,
+            ready.model,
+            time.monotonic() - started,
+        )
+        return ready
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for _ in self.process.stdout:
+            pass
+
+    def stop(self) -> None:
+        """Terminate the child (SIGTERM, then SIGKILL after 10 s). Idempotent."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def start_local_upstreams(
+    upstreams: dict[str, UpstreamConfig], home: Path
+) -> tuple[dict[str, UpstreamConfig], list[LocalEngine]]:
+    """Start one engine per ``type: local`` upstream and return the upstreams rewritten
+    as OpenAI-compatible ones pointing at them. ``model`` of a local upstream names the
+    engine's model source (default ``smollm2-135m``)."""
+    engines: list[LocalEngine] = []
+    resolved: dict[str, UpstreamConfig] = {}
+    try:
+        for name, config in upstreams.items():
+            if config.type != "local":
+                resolved[name] = config
+                continue
+            engine = LocalEngine(name, config.model or DEFAULT_LOCAL_MODEL, home)
+            engines.append(engine)
+            ready = engine.start()
+            resolved[name] = config.model_copy(
+                update={"type": "openai", "base_url": ready.base_url, "model": ready.model}
+            )
+    except BaseException:
+        for engine in engines:
+            engine.stop()
+        raise
+    return resolved, engines

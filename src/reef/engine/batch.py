@@ -1,0 +1,132 @@
+"""The running batch: one KV cache shared by every active sequence.
+
+Continuous batching on a plain Hugging Face model: new prompts are prefilled on
+their own, then their cache is left-padded to the running cache's length (or the
+other way round) and concatenated along the batch dimension. Finished rows are cut
+out, and columns that are padding in every remaining row are trimmed. Rows carry
+their own positions and attention masks, so padding never changes a result.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache, PretrainedConfig
+from transformers.cache_utils import DynamicLayer
+
+from reef.engine.adapters import AdapterModel
+from reef.engine.sequences import Sequence
+
+
+def _layers(cache: DynamicCache) -> list[tuple[DynamicLayer, torch.Tensor, torch.Tensor]]:
+    """Each layer with its keys and values (``[rows, heads, columns, head_dim]``)."""
+    found: list[tuple[DynamicLayer, torch.Tensor, torch.Tensor]] = []
+    for layer in cache.layers:
+        if not isinstance(layer, DynamicLayer) or type(layer) is not DynamicLayer:
+            raise TypeError("continuous batching needs a cache of plain DynamicLayer layers")
+        if layer.keys is None or layer.values is None:
+            raise TypeError("cache layer was never filled")
+        found.append((layer, layer.keys, layer.values))
+    return found
+
+
+class DecodeBatch:
+    """Active sequences, their KV cache, masks, positions and next input tokens."""
+
+    def __init__(self, runner: AdapterModel, config: PretrainedConfig) -> None:
+        self.runner = runner
+        self.config = config
+        self.rows: list[Sequence] = []
+        self.cache: DynamicCache | None = None
+        self.mask = torch.zeros((0, 0), dtype=torch.long)
+        self.positions = torch.zeros(0, dtype=torch.long)
+        self.next_tokens = torch.zeros(0, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def prefill(self, rows: list[Sequence]) -> torch.Tensor:
+        """Run the prompts of ``rows``, add them to the batch; return their logits
+        (``[len(rows), vocab]``) for sampling the first token."""
+        width = max(len(row.job.prompt_ids) for row in rows)
+        input_ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            prompt = row.job.prompt_ids
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[i, width - len(prompt) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.config)
+        logits = self.runner.forward_logits(
+            input_ids, mask, positions, cache, [row.job.adapter_key for row in rows]
+        )
+        self._merge(rows, cache, mask, positions[:, -1])
+        return logits
+
+    def step(self) -> torch.Tensor:
+        """Feed every row its last sampled token; return next-token logits ``[rows, vocab]``."""
+        self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=torch.long)], 1)
+        self.positions = self.positions + 1
+        return self.runner.forward_logits(
+            self.next_tokens[:, None],
+            self.mask,
+            self.positions[:, None],
+            self.cache,
+            [row.job.adapter_key for row in self.rows],
+        )
+
+    def set_next_tokens(self, start: int, tokens: torch.Tensor) -> None:
+        """Record sampled tokens for rows ``start …`` (the input of the next step)."""
+        self.next_tokens[start : start + len(tokens)] = tokens
+
+    def keep(self, keep: list[int]) -> None:
+        """Keep only the rows at indices ``keep`` (in order); trim all-padding columns."""
+        if len(keep) == len(self.rows):
+            return
+        if not keep:
+            self.rows, self.cache = [], None
+            self.mask = torch.zeros((0, 0), dtype=torch.long)
+            self.positions = self.next_tokens = torch.zeros(0, dtype=torch.long)
+            return
+        index = torch.tensor(keep, dtype=torch.long)
+        self.rows = [self.rows[i] for i in keep]
+        self.mask = self.mask[index]
+        self.positions = self.positions[index]
+        self.next_tokens = self.next_tokens[index]
+        used = self.mask.any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else 0
+        self.mask = self.mask[:, first:]
+        assert self.cache is not None
+        for layer, keys, values in _layers(self.cache):
+            layer.keys = keys[index, :, first:]
+            layer.values = values[index, :, first:]
+
+    def _merge(
+        self, rows: list[Sequence], cache: DynamicCache, mask: torch.Tensor, last: torch.Tensor
+    ) -> None:
+        if self.cache is None:
+            self.rows, self.cache, self.mask, self.positions = list(rows), cache, mask, last
+            self.next_tokens = torch.zeros(len(rows), dtype=torch.long)
+            return
+        width = max(self.mask.shape[1], mask.shape[1])
+        self.mask = self._pad(self.cache, self.mask, width)
+        mask = self._pad(cache, mask, width)
+        for (ours, keys, values), (_, more_keys, more_values) in zip(
+            _layers(self.cache), _layers(cache), strict=True
+        ):
+            ours.keys = torch.cat([keys, more_keys])
+            ours.values = torch.cat([values, more_values])
+        self.rows.extend(rows)
+        self.mask = torch.cat([self.mask, mask])
+        self.positions = torch.cat([self.positions, last])
+        self.next_tokens = torch.cat([self.next_tokens, torch.zeros(len(rows), dtype=torch.long)])
+
+    @staticmethod
+    def _pad(cache: DynamicCache, mask: torch.Tensor, width: int) -> torch.Tensor:
+        missing = width - mask.shape[1]
+        if missing == 0:
+            return mask
+        for layer, keys, values in _layers(cache):
+            layer.keys = F.pad(keys, (0, 0, missing, 0))
+            layer.values = F.pad(values, (0, 0, missing, 0))
+        return F.pad(mask, (missing, 0))

@@ -1,0 +1,30 @@
+"""The engine's errors: each refines a ``reef.core`` category so callers map them once."""
+
+from __future__ import annotations
+
+from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
+
+
+class EngineError(ReefError):
+    """Root of the engine's own failures (a model that cannot load, a dead worker)."""
+
+
+class ModelSourceError(EngineError):
+    """A model source names nothing loadable: unknown name, missing directory or wheel."""
+
+
+class UnknownModelError(NotFoundError):
+    """A request named a model that is neither the base model nor a loaded adapter."""
+
+
+class AdapterRejectedError(InvalidInputError):
+    """An adapter directory was refused: pickle files, no safetensors, wrong digest,
+    or weights that do not fit the base model. Nothing was loaded."""
+
+
+class AdapterConflictError(ConflictError):
+    """An adapter of that name is already loaded (pass ``load_inplace`` to replace it)."""
+
+
+class BadRequestError(InvalidInputError):
+    """A generation request that cannot be served as asked (prompt too long, bad body)."""

@@ -1,0 +1,102 @@
+"""Running the engine as a child process: its command line, its READY line, and its
+death with the parent. Torch-free, so a parent (``reef serve``) can use it cheaply.
+
+The child prints exactly one line starting with :data:`READY_PREFIX` to stdout once it
+listens, followed by a JSON object ``{"host", "port", "model", "base_url"}``; log
+lines go to stderr. :func:`parse_ready_line` reads it back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+READY_PREFIX = "REEF_ENGINE_READY "
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ReadyInfo:
+    """Where a started engine listens."""
+
+    host: str
+    port: int
+    model: str
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, ``http://host:port/v1``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+
+def ready_line(info: ReadyInfo) -> str:
+    """The line a child prints once it listens (no trailing newline)."""
+    payload = {"host": info.host, "port": info.port, "model": info.model}
+    return READY_PREFIX + json.dumps({**payload, "base_url": info.base_url})
+
+
+def parse_ready_line(line: str) -> ReadyInfo | None:
+    """The :class:`ReadyInfo` of a READY line, or None for any other line."""
+    if not line.startswith(READY_PREFIX):
+        return None
+    payload = json.loads(line[len(READY_PREFIX) :])
+    return ReadyInfo(str(payload["host"]), int(payload["port"]), str(payload["model"]))
+
+
+def engine_command(
+    model: str,
+    home: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_batch: int = 16,
+    threads: int | None = None,
+) -> list[str]:
+    """argv that starts the engine as a child of this Python: ``python -m reef.engine
+    serve …`` with ``--parent-pid`` set to this process, so the child dies with it.
+    Port 0 lets the OS pick a free port."""
+    extra = ["--threads", str(threads)] if threads else []
+    return [
+        sys.executable,
+        "-m",
+        "reef.engine",
+        "serve",
+        "--model",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--home",
+        str(home),
+        "--max-batch",
+        str(max_batch),
+        "--parent-pid",
+        str(os.getpid()),
+        *extra,
+    ]
+
+
+def exit_with_parent(parent_pid: int | None = None) -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies (Linux only;
+    elsewhere a no-op). Exits at once if the parent is already gone: when the parent
+    is not ``parent_pid`` (given) or changed while the request was being made.
+
+    Linux ties the signal to the parent *thread* that forked us: parents should start
+    the engine from a thread that lives as long as they do (the main thread).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        return
+    if os.getppid() != parent or (parent_pid is not None and parent != parent_pid):
+        os._exit(0)  # the parent died before the prctl took effect

@@ -1,0 +1,116 @@
+"""Request bodies the engine accepts, as pydantic models (OpenAI and vLLM shapes).
+
+Unknown fields are ignored, as OpenAI-compatible servers do: SDKs send fields that a
+small engine has no use for (``user``, ``metadata``, penalties).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from reef.engine.errors import BadRequestError
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ChatMessage(_Body):
+    """One message; ``content`` may be a string, a list of content parts or null."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates expect it: text content, ``developer`` as
+        ``system``, other fields (``tool_calls``, ``name``) passed through."""
+        message: dict[str, Any] = dict(self.model_extra or {})
+        message["role"] = "system" if self.role == "developer" else self.role
+        message["content"] = _text_of(self.content)
+        return message
+
+
+def _text_of(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts: list[str] = []
+    for part in content:
+        if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise BadRequestError("only text content parts are supported")
+        parts.append(part["text"])
+    return "".join(parts)
+
+
+class StreamOptions(_Body):
+    """``stream_options``: ``include_usage`` adds a final chunk carrying ``usage``."""
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Body):
+    """``POST /v1/chat/completions``. ``return_token_ids`` is vLLM's flag for
+    ``prompt_token_ids`` on the response and ``token_ids`` on each choice."""
+
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = Field(default=1, ge=1, le=16)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    return_token_ids: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, stop: str | list[str] | None) -> list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop
+        if stops is not None and any(not s for s in stops):
+            raise ValueError("stop strings must not be empty")
+        return stops
+
+    @model_validator(mode="after")
+    def _top_logprobs_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs: true")
+        return self
+
+    @property
+    def stop_strings(self) -> list[str]:
+        """The stop strings as a list (``stop`` normalised)."""
+        return list(self.stop or [])
+
+    @property
+    def token_limit(self) -> int | None:
+        """``max_completion_tokens`` or, failing that, ``max_tokens``."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class LoadLoraAdapterRequest(_Body):
+    """``POST /v1/load_lora_adapter`` (vLLM's body, plus Reef's ``expected_digest``).
+
+    ``load_inplace`` replaces an adapter of the same name; requests already running
+    finish on the old weights.
+    """
+
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+    expected_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    load_inplace: bool = False
+
+
+class UnloadLoraAdapterRequest(_Body):
+    """``POST /v1/unload_lora_adapter``."""
+
+    lora_name: str = Field(min_length=1)

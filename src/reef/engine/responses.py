@@ -1,0 +1,157 @@
+"""OpenAI-shaped bodies: completions, stream chunks, logprobs, errors, model cards."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reef.engine.sequences import ChoiceDelta, FinishReason, TokenLogprob
+
+TokenText = Callable[[int], str]
+
+
+def completion_id() -> str:
+    """An id in OpenAI's ``chatcmpl-…`` form."""
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
+    """``{"error": {...}}`` as the OpenAI API sends it."""
+    kind = {
+        400: "invalid_request_error",
+        404: "invalid_request_error",
+        413: "invalid_request_error",
+        405: "invalid_request_error",
+        503: "service_unavailable",
+    }.get(status, "server_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def logprobs_content(entries: tuple[TokenLogprob, ...], text: TokenText) -> list[dict[str, Any]]:
+    """``choice.logprobs.content`` items for ``entries``."""
+
+    def item(token_id: int, logprob: float) -> dict[str, Any]:
+        token = text(token_id)
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    return [
+        {**item(e.token_id, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]}
+        for e in entries
+    ]
+
+
+@dataclass
+class ChoiceAccumulator:
+    """Collects one choice's deltas for a non-streaming response."""
+
+    text: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+
+    def add(self, delta: ChoiceDelta) -> None:
+        """Append a delta of this choice."""
+        self.text.append(delta.text)
+        self.token_ids.extend(delta.token_ids)
+        self.logprobs.extend(delta.logprobs)
+        self.finish_reason = delta.finish_reason or self.finish_reason
+
+
+@dataclass(frozen=True)
+class ResponseShape:
+    """What a request asked to see beyond text: logprobs, token ids; and its names."""
+
+    id: str
+    model: str
+    created: int
+    logprobs: bool
+    token_ids: bool
+    text: TokenText
+
+    @classmethod
+    def new(cls, model: str, logprobs: bool, token_ids: bool, text: TokenText) -> ResponseShape:
+        """A shape with a fresh id and creation time."""
+        return cls(completion_id(), model, int(time.time()), logprobs, token_ids, text)
+
+    def completion(self, choices: list[ChoiceAccumulator], prompt_ids: list[int]) -> dict[str, Any]:
+        """The full ``chat.completion`` body."""
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [self._choice(i, c) for i, c in enumerate(choices)],
+            "usage": usage(len(prompt_ids), sum(len(c.token_ids) for c in choices)),
+        }
+        if self.token_ids:
+            body["prompt_token_ids"] = prompt_ids
+        return body
+
+    def _choice(self, index: int, choice: ChoiceAccumulator) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "index": index,
+            "message": {"role": "assistant", "content": "".join(choice.text)},
+            "logprobs": self._logprobs(tuple(choice.logprobs)),
+            "finish_reason": choice.finish_reason,
+        }
+        if self.token_ids:
+            body["token_ids"] = choice.token_ids
+        return body
+
+    def _logprobs(self, entries: tuple[TokenLogprob, ...]) -> dict[str, Any] | None:
+        return {"content": logprobs_content(entries, self.text)} if self.logprobs else None
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        """One ``chat.completion.chunk``."""
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
+
+    def role_chunk(self, n: int, prompt_ids: list[int]) -> dict[str, Any]:
+        """The opening chunk: the assistant role for every choice."""
+        choices: list[dict[str, Any]] = [
+            {
+                "index": i,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+                **({"token_ids": []} if self.token_ids else {}),
+            }
+            for i in range(n)
+        ]
+        extra = {"prompt_token_ids": prompt_ids} if self.token_ids else {}
+        return self.chunk(choices, **extra)
+
+    def delta_chunk(self, delta: ChoiceDelta) -> dict[str, Any]:
+        """A chunk carrying one choice's new text (and tokens, logprobs, finish)."""
+        choice: dict[str, Any] = {
+            "index": delta.index,
+            "delta": {"content": delta.text} if delta.text else {},
+            "logprobs": self._logprobs(delta.logprobs),
+            "finish_reason": delta.finish_reason,
+        }
+        if self.token_ids:
+            choice["token_ids"] = list(delta.token_ids)
+        return self.chunk([choice])
+
+    def wants(self, delta: ChoiceDelta) -> bool:
+        """Whether a delta needs a chunk of its own (empty text matters only when the
+        client counts tokens)."""
+        return bool(delta.text or delta.finish_reason or self.logprobs or self.token_ids)
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """OpenAI ``usage``; completion tokens include the end-of-turn token when sampled."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }

@@ -1,0 +1,202 @@
+"""The engine as the HTTP layer sees it: model, scheduler and adapters behind async calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jinja2 import TemplateError
+
+from reef.engine.adapters import AdapterLease, AdapterRegistry, AdapterVersion
+from reef.engine.digest import check_adapter_directory
+from reef.engine.errors import AdapterConflictError, BadRequestError, UnknownModelError
+from reef.engine.models import LoadedModel
+from reef.engine.scheduler import Scheduler
+from reef.engine.sequences import ChoiceDelta, GenerationJob, SamplingParams
+
+logger = logging.getLogger("reef.engine")
+
+
+@dataclass(frozen=True)
+class _End:
+    error: BaseException | None
+
+
+class GenerationStream:
+    """The deltas of one job, as an async iterator; ``cancel`` stops its generation.
+
+    Iteration ends after the last delta; it raises the job's error if it failed.
+    """
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[ChoiceDelta | _End] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self.job: GenerationJob | None = None
+        self.finished = False
+
+    def _put(self, item: ChoiceDelta | _End) -> None:
+        # Runs on the worker thread; the loop may already be gone (client and server
+        # shut down while the row was still decoding).
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def cancel(self) -> None:
+        """Ask the worker to drop this job's rows at its next step (idempotent)."""
+        if self.job is not None and not self.finished:
+            self.job.cancelled.set()
+
+    def __aiter__(self) -> AsyncIterator[ChoiceDelta]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ChoiceDelta]:
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, _End):
+                self.finished = True
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+
+
+class Engine:
+    """A loaded model served with continuous batching and runtime LoRA adapters."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        max_batch: int = 16,
+        default_max_tokens: int = 512,
+        threads: int | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.created = int(time.time())
+        self.default_max_tokens = default_max_tokens
+        self.scheduler = Scheduler(loaded, max_batch=max_batch, threads=threads)
+        self.adapters = AdapterRegistry(drop=self._drop_version)
+        template = loaded.tokenizer.chat_template
+        self._template_takes_tools = isinstance(template, str) and "tools" in template
+
+    @property
+    def name(self) -> str:
+        """The base model's served name."""
+        return self.loaded.name
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        """Stop the worker; unfinished generations end with an error."""
+        self.scheduler.stop()
+
+    def lease(self, model: str) -> AdapterLease | None:
+        """Resolve a request's ``model``: None for the base model, else a lease on the
+        adapter's current version. Raises ``UnknownModelError``."""
+        if model == self.name:
+            return None
+        lease = self.adapters.acquire(model)
+        if lease is None:
+            raise UnknownModelError(f"The model `{model}` does not exist.")
+        return lease
+
+    def encode_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> list[int]:
+        """Token ids of ``messages`` through the chat template, ready for the assistant.
+
+        ``tools`` reach the template when it uses them; otherwise they are dropped with
+        a warning. Raises ``BadRequestError`` when the template rejects the messages.
+        """
+        extra: dict[str, Any] = {}
+        if tools and self._template_takes_tools:
+            extra["tools"] = tools
+        elif tools:
+            logger.warning("the chat template of %s takes no tools; ignoring them", self.name)
+        try:
+            ids = self.loaded.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **extra
+            )
+        except TemplateError as exc:
+            raise BadRequestError(f"chat template: {exc}") from exc
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            raise BadRequestError("chat template produced no token ids")
+        return [i for i in ids if isinstance(i, int)]
+
+    def sampling_params(
+        self,
+        prompt_length: int,
+        max_tokens: int | None,
+        **fields: Any,
+    ) -> SamplingParams:
+        """Sampling parameters with ``max_tokens`` fitted into the context window.
+
+        Raises ``BadRequestError`` when the prompt leaves no room to generate.
+        """
+        room = self.loaded.max_context - prompt_length
+        if room < 1:
+            raise BadRequestError(
+                f"This model's maximum context length is {self.loaded.max_context} tokens; "
+                f"the messages have {prompt_length}."
+            )
+        limit = min(max_tokens or self.default_max_tokens, room)
+        return SamplingParams(max_tokens=limit, **fields)
+
+    def generate(
+        self, prompt_ids: list[int], params: SamplingParams, n: int, lease: AdapterLease | None
+    ) -> GenerationStream:
+        """Start generating ``n`` sequences; the lease is returned when they finish."""
+        stream = GenerationStream()
+
+        def done(error: BaseException | None) -> None:
+            if lease is not None:
+                self.adapters.release(lease)
+            stream._put(_End(error))
+
+        job = GenerationJob(tuple(prompt_ids), params, n, lease, stream._put, done)
+        stream.job = job
+        self.scheduler.submit(job)
+        return stream
+
+    def token_text(self, token_id: int) -> str:
+        """The text of one token as logprobs report it (special tokens included)."""
+        return str(self.loaded.tokenizer.decode([token_id]))
+
+    async def load_adapter(
+        self, name: str, path: Path, expected_digest: str | None, replace: bool
+    ) -> AdapterVersion:
+        """Check, load and publish an adapter; nothing changes when any step fails.
+
+        Raises ``AdapterConflictError`` (name taken, ``replace`` false) and
+        ``AdapterRejectedError`` (pickle, missing files, digest mismatch, bad weights).
+        """
+        if name == self.name:
+            raise AdapterConflictError(f"{name!r} is the base model's name")
+        self.adapters.check_free(name, replace)
+        digest = await asyncio.to_thread(check_adapter_directory, path, expected_digest)
+        internal = self.adapters.new_internal_name()
+        runner = self.scheduler.runner
+        await asyncio.wrap_future(self.scheduler.call(lambda: runner.load(internal, path)))
+        version = AdapterVersion(name, internal, path, digest)
+        try:
+            self.adapters.publish(version, replace)
+        except AdapterConflictError:
+            self._drop_version(internal)
+            raise
+        logger.info("adapter %s is %s (%s)", name, internal, digest)
+        return version
+
+    def unload_adapter(self, name: str) -> None:
+        """Unpublish ``name``; running requests finish on it. Raises ``UnknownModelError``."""
+        self.adapters.unpublish(name)
+        logger.info("adapter %s unloaded", name)
+
+    def _drop_version(self, internal_name: str) -> None:
+        runner = self.scheduler.runner
+        self.scheduler.call(lambda: runner.delete(internal_name))

@@ -1,0 +1,225 @@
+"""The worker thread: admits jobs, runs decode steps, applies adapter changes.
+
+Everything that touches the model runs here, one thing at a time: prefill of newly
+arrived jobs (joined into the running batch), one decode step for every active row,
+and the calls queued by :meth:`Scheduler.call` (adapter load and drop), which run
+between steps so no forward pass ever sees a half-changed model.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+
+from reef.engine.adapters import AdapterModel
+from reef.engine.batch import DecodeBatch
+from reef.engine.errors import EngineError
+from reef.engine.models import LoadedModel
+from reef.engine.sampling import choose_tokens, row_generator
+from reef.engine.sequences import GenerationJob, Sequence
+
+logger = logging.getLogger("reef.engine")
+
+
+def default_threads() -> int:
+    """All cores but one: the spare core runs the HTTP loop. On a small machine, torch
+    threads that compete with the loop (or any other busy process) for a core spin and
+    wait on each other, and a decode step gets many times slower, not faster."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+class Scheduler:
+    """Continuous batching of :class:`GenerationJob` s on one worker thread.
+
+    ``max_batch`` bounds the rows decoded together; ``prefill_tokens`` bounds the
+    prompt tokens prefilled in one forward pass (a long prompt still goes alone).
+    ``threads`` sets torch's intra-op threads (default: all cores but one).
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        max_batch: int = 16,
+        prefill_tokens: int = 4096,
+        threads: int | None = None,
+    ):
+        self.loaded = loaded
+        self.threads = threads or default_threads()
+        self.runner = AdapterModel(loaded.model)
+        self.batch = DecodeBatch(self.runner, loaded.model.config)
+        self.max_batch = max_batch
+        self.prefill_tokens = prefill_tokens
+        self._pending: collections.deque[GenerationJob] = collections.deque()
+        self._calls: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="reef-engine-worker", daemon=True)
+        self._generators: dict[Sequence, torch.Generator | None] = {}
+        self.peak_rows = 0
+
+    def stats(self) -> dict[str, int]:
+        """Rows decoding now, jobs waiting, and the most rows ever decoded together."""
+        return {
+            "running": len(self.batch),
+            "waiting": len(self._pending),
+            "peak_batch": self.peak_rows,
+        }
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float = 10.0) -> None:
+        """Stop the worker; jobs not finished yet end with ``EngineError``."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout_seconds)
+
+    def submit(self, job: GenerationJob) -> None:
+        """Queue a job; it joins the running batch at the next step."""
+        with self._wake:
+            if self._stopping:
+                raise EngineError("the engine is stopping")
+            self._pending.append(job)
+            self._wake.notify()
+
+    def call(self, function: Callable[[], Any]) -> Future[Any]:
+        """Run ``function`` on the worker thread between two steps; its result or
+        exception lands in the returned future."""
+        future: Future[Any] = Future()
+        with self._wake:
+            if self._stopping:
+                future.set_exception(EngineError("the engine is stopping"))
+                return future
+            self._calls.append((function, future))
+            self._wake.notify()
+        return future
+
+    def _decode(self, token_ids: list[int]) -> str:
+        return str(self.loaded.tokenizer.decode(token_ids, skip_special_tokens=True))
+
+    def _run(self) -> None:
+        torch.set_num_threads(self.threads)
+        try:
+            with torch.inference_mode():
+                while self._next_round():
+                    pass
+        except BaseException as exc:  # a bug here must not leave clients hanging
+            logger.exception("engine worker crashed")
+            self._fail_all(exc)
+            raise
+        self._fail_all(EngineError("the engine stopped"))
+
+    def _next_round(self) -> bool:
+        with self._wake:
+            while not (self._stopping or self._pending or self._calls or len(self.batch)):
+                self._wake.wait()
+            if self._stopping:
+                return False
+            calls = list(self._calls)
+            self._calls.clear()
+        for function, future in calls:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function())
+                except Exception as exc:
+                    future.set_exception(exc)
+        self._drop_cancelled()
+        self._admit()
+        if len(self.batch):
+            self.peak_rows = max(self.peak_rows, len(self.batch))
+            self._advance(0, self.batch.step())
+        return True
+
+    def _admit(self) -> None:
+        rows: list[Sequence] = []
+        tokens = 0
+        with self._wake:
+            while self._pending:
+                job = self._pending[0]
+                if job.cancelled.is_set():
+                    self._pending.popleft()
+                    job.done(None)
+                    continue
+                size = len(job.prompt_ids) * job.n
+                room = len(self.batch) + len(rows) + job.n <= max(self.max_batch, job.n)
+                if not room or (rows and tokens + size > self.prefill_tokens):
+                    break
+                self._pending.popleft()
+                tokens += size
+                for index in range(job.n):
+                    row = Sequence(job, index, self.loaded.eos_token_ids)
+                    self._generators[row] = row_generator(job.params, index)
+                    rows.append(row)
+        if rows:
+            start = len(self.batch)
+            try:
+                logits = self.batch.prefill(rows)
+            except Exception as exc:
+                self._fail_jobs({row.job for row in rows}, exc)
+                return
+            self._advance(start, logits)
+
+    def _advance(self, start: int, logits: torch.Tensor) -> None:
+        """Sample for rows ``start …`` from ``logits``, emit deltas, drop finished rows."""
+        rows = self.batch.rows[start : start + len(logits)]
+        chosen = choose_tokens(
+            logits, [row.job.params for row in rows], [self._generators[row] for row in rows]
+        )
+        self.batch.set_next_tokens(start, torch.tensor([token for token, _ in chosen]))
+        finished: set[int] = set()
+        for offset, (row, (token, logprob)) in enumerate(zip(rows, chosen, strict=True)):
+            row.job.sink(row.push(token, logprob, self._decode))
+            if row.finish_reason is not None:
+                finished.add(start + offset)
+                self._row_done(row)
+        if finished:
+            self.batch.keep([i for i in range(len(self.batch)) if i not in finished])
+
+    def _row_done(self, row: Sequence) -> None:
+        self._generators.pop(row, None)
+        row.job.remaining -= 1
+        if row.job.remaining == 0:
+            row.job.done(None)
+
+    def _drop_cancelled(self) -> None:
+        cancelled = [i for i, row in enumerate(self.batch.rows) if row.job.cancelled.is_set()]
+        if not cancelled:
+            return
+        jobs = {self.batch.rows[i].job for i in cancelled}
+        self.batch.keep([i for i in range(len(self.batch)) if i not in set(cancelled)])
+        for job in jobs:
+            job.remaining = 0
+            job.done(None)
+        self._generators = {row: self._generators[row] for row in self.batch.rows}
+
+    def _fail_jobs(self, jobs: set[GenerationJob], exc: BaseException) -> None:
+        logger.error("generation failed: %s", exc)
+        keep = [i for i, row in enumerate(self.batch.rows) if row.job not in jobs]
+        self.batch.keep(keep)
+        self._generators = {row: self._generators[row] for row in self.batch.rows}
+        for job in jobs:
+            job.remaining = 0
+            job.done(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._wake:
+            self._stopping = True
+            jobs = {row.job for row in self.batch.rows} | set(self._pending)
+            self._pending.clear()
+            calls = list(self._calls)
+            self._calls.clear()
+        for job in jobs:
+            job.done(exc)
+        for _, future in calls:
+            if not future.done():
+                future.set_exception(EngineError("the engine stopped"))

@@ -1,0 +1,341 @@
+"""The HTTP face of the engine (aiohttp): OpenAI chat completions, vLLM's adapter API.
+
+Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST
+/v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, ``GET /health``. Errors are
+OpenAI-shaped. A client that disconnects cancels its generation (aiohttp's handler
+cancellation is on, and a failed stream write cancels too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
+from reef.engine.models import load_model
+from reef.engine.protocol import (
+    ChatCompletionRequest,
+    LoadLoraAdapterRequest,
+    UnloadLoraAdapterRequest,
+)
+from reef.engine.responses import ChoiceAccumulator, ResponseShape, error_body, usage
+from reef.engine.runtime import Engine, GenerationStream
+
+logger = logging.getLogger("reef.engine")
+
+ENGINE_KEY = web.AppKey("engine", Engine)
+MAX_BODY_BYTES = 16 * 1024 * 1024
+Body = TypeVar("Body", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+ADAPTER_DIGEST_HEADER = "x-reef-adapter-digest"
+"""Response header naming the digest of the adapter version that generated the answer."""
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
+    )
+
+
+def _error(status: int, message: str, code: str | None = None) -> web.Response:
+    return _json(error_body(status, message, code), status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except NotFoundError as exc:
+        return _error(404, exc.message, "model_not_found")
+    except (InvalidInputError, ConflictError) as exc:
+        return _error(400, exc.message)
+    except ReefError as exc:
+        logger.error("engine error: %s", exc.message)
+        return _error(503, exc.message)
+    except web.HTTPException as exc:
+        return _error(exc.status, exc.reason)
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception:
+        logger.exception("unhandled error on %s %s", request.method, request.path)
+        return _error(500, "internal error")
+
+
+async def _parse(request: web.Request, model: type[Body]) -> Body:
+    try:
+        raw = await request.read()
+        return model.model_validate(orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"body is not valid JSON: {exc}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidInputError(problems) from exc
+
+
+async def health(request: web.Request) -> web.Response:
+    """``GET /health``: 200 once the model is loaded (it is before the port opens), with
+    the scheduler's load: rows decoding, jobs waiting, the largest batch so far."""
+    engine = request.app[ENGINE_KEY]
+    return _json({"status": "ok", "model": engine.name, **engine.scheduler.stats()})
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: the base model, then every loaded adapter (vLLM's cards)."""
+    engine = request.app[ENGINE_KEY]
+    cards = [
+        {
+            "id": engine.name,
+            "object": "model",
+            "created": engine.created,
+            "owned_by": "reef",
+            "root": engine.name,
+            "parent": None,
+            "max_model_len": engine.loaded.max_context,
+        }
+    ]
+    for version in engine.adapters.listed():
+        cards.append(
+            {
+                "id": version.name,
+                "object": "model",
+                "created": version.created,
+                "owned_by": "reef",
+                "root": str(version.path),
+                "parent": engine.name,
+                "max_model_len": engine.loaded.max_context,
+                "digest": version.digest,
+            }
+        )
+    return _json({"object": "list", "data": cards})
+
+
+async def load_lora_adapter(request: web.Request) -> web.Response:
+    """``POST /v1/load_lora_adapter``: 200 with vLLM's success text, 400 when refused."""
+    body = await _parse(request, LoadLoraAdapterRequest)
+    engine = request.app[ENGINE_KEY]
+    await engine.load_adapter(
+        body.lora_name, Path(body.lora_path), body.expected_digest, body.load_inplace
+    )
+    return web.Response(text=f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+
+async def unload_lora_adapter(request: web.Request) -> web.Response:
+    """``POST /v1/unload_lora_adapter``: 200, or 404 for an unknown name."""
+    body = await _parse(request, UnloadLoraAdapterRequest)
+    request.app[ENGINE_KEY].unload_adapter(body.lora_name)
+    return web.Response(text=f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/chat/completions``, streaming (SSE) or not."""
+    body = await _parse(request, ChatCompletionRequest)
+    engine = request.app[ENGINE_KEY]
+    lease = engine.lease(body.model)
+    try:
+        messages = [m.for_template() for m in body.messages]
+        prompt = engine.encode_chat(messages, body.tools)
+        params = engine.sampling_params(
+            len(prompt),
+            body.token_limit,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=tuple(body.stop_strings),
+            logprobs=body.logprobs,
+            top_logprobs=body.top_logprobs or 0,
+        )
+        stream = engine.generate(prompt, params, body.n, lease)
+    except BaseException:
+        if lease is not None:
+            engine.adapters.release(lease)
+        raise
+    shape = ResponseShape.new(body.model, body.logprobs, body.return_token_ids, engine.token_text)
+    headers = {ADAPTER_DIGEST_HEADER: lease.version.digest} if lease else {}
+    try:
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return await _stream(request, shape, stream, prompt, body.n, include_usage, headers)
+        choices = [ChoiceAccumulator() for _ in range(body.n)]
+        async for delta in stream:
+            choices[delta.index].add(delta)
+        return _json(shape.completion(choices, prompt), headers=headers)
+    finally:
+        stream.cancel()  # no-op when it finished; stops the rows when the client left
+
+
+async def _stream(
+    request: web.Request,
+    shape: ResponseShape,
+    stream: GenerationStream,
+    prompt: list[int],
+    n: int,
+    include_usage: bool,
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
+    )
+    await response.prepare(request)
+
+    async def send(payload: dict[str, Any] | str) -> None:
+        data = payload if isinstance(payload, str) else orjson.dumps(payload).decode()
+        await response.write(f"data: {data}\n\n".encode())
+
+    completion_tokens = 0
+    try:
+        await send(shape.role_chunk(n, prompt))
+        try:
+            async for delta in stream:
+                completion_tokens += len(delta.token_ids)
+                if shape.wants(delta):
+                    await send(shape.delta_chunk(delta))
+        except ReefError as exc:
+            await send(error_body(503, exc.message))
+        if include_usage:
+            await send(shape.chunk([], usage=usage(len(prompt), completion_tokens)))
+        await send("[DONE]")
+        await response.write_eof()
+    except ConnectionError:
+        logger.info("client left during a stream; generation cancelled")
+    return response
+
+
+def build_app(engine: Engine) -> web.Application:
+    """The aiohttp application serving ``engine``."""
+    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+    app[ENGINE_KEY] = engine
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
+    app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
+    return app
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def serving(engine: Engine, host: str, port: int) -> AsyncIterator[int]:
+    """Serve ``engine`` on ``host:port`` in the running loop; yields the bound port."""
+    runner = web.AppRunner(build_app(engine), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    sock = _bind(host, port)
+    try:
+        await web.SockSite(runner, sock).start()
+        yield int(sock.getsockname()[1])
+    finally:
+        await runner.cleanup()
+        sock.close()
+
+
+def run_server(
+    model: str,
+    host: str = "127.0.0.1",
+    port: int = 8601,
+    home: Path = Path(".reef"),
+    ready_callback: Callable[[int], None] | None = None,
+    *,
+    max_batch: int = 16,
+    threads: int | None = None,
+) -> None:
+    """Load ``model``, serve it until SIGINT/SIGTERM, then stop cleanly (blocking).
+
+    ``ready_callback`` receives the bound port once the server accepts connections
+    (useful with ``port=0``). ``threads`` sets torch's threads (default: all cores but
+    one). Raises ``ModelSourceError`` when the model cannot load.
+    """
+    engine = Engine(load_model(model, home), max_batch=max_batch, threads=threads)
+    engine.start()
+    try:
+        asyncio.run(_serve_until_signal(engine, host, port, ready_callback))
+    finally:
+        engine.stop()
+
+
+async def _serve_until_signal(
+    engine: Engine, host: str, port: int, ready_callback: Callable[[int], None] | None
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    async with serving(engine, host, port) as bound:
+        logger.info("engine serving %s on http://%s:%d/v1", engine.name, host, bound)
+        if ready_callback is not None:
+            ready_callback(bound)
+        await stop.wait()
+    logger.info("engine stopped")
+
+
+class BackgroundServer:
+    """An engine server on its own event loop in a daemon thread (tests, benches).
+
+    ``start`` returns once it listens; ``base_url`` is then ``http://host:port/v1``.
+    """
+
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.engine = engine
+        self.host = host
+        self.port = port
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reef-engine-http", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of the running server."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> BackgroundServer:
+        """Start the engine's worker and the HTTP server; wait until it listens."""
+        self.engine.start()
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("engine server did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop the HTTP server and the engine."""
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+        self.engine.stop()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main())
+        self._loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        async with serving(self.engine, self.host, self.port) as bound:
+            self.port = bound
+            self._ready.set()
+            await self._stop.wait()

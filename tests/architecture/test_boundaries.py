@@ -36,6 +36,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "learning": {"gateway"},
     "evaluation": {"gateway"},
     "dashboard": {"learning", "torch"},
+    "client": {"gateway", "learning", "engine", "experience", "torch"},
 }
 HEAVY = {"torch", "transformers", "peft"}
 

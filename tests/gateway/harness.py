@@ -13,7 +13,7 @@ import openai
 import uvicorn
 
 from reef.config import ReefSettings
-from reef.experience import ExperienceStore, open_store
+from reef.experience import SQLExperienceStore, open_store
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
 
@@ -31,7 +31,7 @@ class GatewayThread:
         self.settings = settings
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.store: ExperienceStore = open_store(settings.store_url())
+        self.store: SQLExperienceStore = open_store(settings.store_url())
         upstreams: dict[str, Upstream] = {
             name: build_upstream(name, cfg) for name, cfg in settings.upstreams.items()
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
+from reef.releases import Release, ReleaseChain
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 
@@ -37,8 +38,11 @@ def test_completion_is_recorded_with_its_receipt(
     completion = raw.parse()
     record_id = raw.headers["x-reef-record-id"]
     assert raw.headers["x-reef-agent-record-id"] == record_id
-    assert raw.headers["x-reef-release-id"] == "none"
     record = gateway.store.get_record(record_id)
+    # the scenario got its first ("create") release, and the record names it
+    head = ReleaseChain(gateway.store.engine).head("support")
+    assert head is not None and head.operation == "create"
+    assert raw.headers["x-reef-release-id"] == head.id == record.release_id
     assert record.scenario == "support"
     assert record.status == "ok"
     assert record.session_id == raw.headers["x-reef-session-id"]
@@ -71,15 +75,40 @@ def test_scenario_from_header_and_default(gateway: GatewayThread) -> None:
     assert gateway.store.get_record(raw.headers["x-reef-record-id"]).scenario == "default"
 
 
-def test_tags_release_and_principal_are_recorded(gateway: GatewayThread) -> None:
-    headers = {"x-reef-tag-team": "blue", "x-reef-release": "rel-123"}
+def test_tags_and_release_pins(gateway: GatewayThread) -> None:
+    client(gateway).chat.completions.create(
+        model="reef/billing", messages=[{"role": "user", "content": "create billing"}]
+    )
+    chain = ReleaseChain(gateway.store.engine)
+    support_head = chain.head("support") or _first_release(gateway, "support", chain)
+    headers = {"x-reef-tag-team": "blue", "x-reef-release": support_head.id}
     raw = client(gateway, **headers).chat.completions.with_raw_response.create(
         model="reef/support", messages=[{"role": "user", "content": "tagged"}]
     )
     record = gateway.store.get_record(raw.headers["x-reef-record-id"])
     assert record.tags == {"team": "blue"}
-    assert record.release_id == "rel-123"
-    assert raw.headers["x-reef-release-id"] == "rel-123"
+    assert record.release_id == support_head.id == raw.headers["x-reef-release-id"]
+
+    billing_head = chain.head("billing")
+    assert billing_head is not None
+    with pytest.raises(openai.BadRequestError) as info:
+        client(gateway, **{"x-reef-release": billing_head.id}).chat.completions.create(
+            model="reef/support", messages=[{"role": "user", "content": "cross"}]
+        )
+    assert "belongs to scenario 'billing'" in info.value.message
+    with pytest.raises(openai.NotFoundError):
+        client(gateway, **{"x-reef-release": "no-such-release"}).chat.completions.create(
+            model="reef/support", messages=[{"role": "user", "content": "missing"}]
+        )
+
+
+def _first_release(gateway: GatewayThread, scenario: str, chain: ReleaseChain) -> Release:
+    client(gateway).chat.completions.create(
+        model=f"reef/{scenario}", messages=[{"role": "user", "content": "create"}]
+    )
+    head = chain.head(scenario)
+    assert head is not None
+    return head
 
 
 def test_capture_off_records_nothing(gateway: GatewayThread) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from reef.cli.engine import engine_app
+from reef.cli.releases import releases_app
 from reef.config import ConfigError, ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
 
@@ -23,6 +24,7 @@ app = typer.Typer(
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(engine_app, name="engine")
+app.add_typer(releases_app, name="releases")
 
 ConfigOption = Annotated[
     Path | None,
@@ -117,6 +119,66 @@ def migrate(config: ConfigOption = None) -> None:
     settings = _settings(config)
     open_store(settings.store_url()).close()  # opening migrates
     typer.echo("store is at the latest schema")
+
+
+@app.command()
+def status(
+    url: Annotated[
+        str | None, typer.Option(help="Gateway URL (default: from the config's server section).")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="REEF_API_KEY", help="Admin key, if keys are configured.")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Show what a running gateway serves: activation per scenario, adapters, capture."""
+    import urllib.error
+    import urllib.request
+
+    if url is None:
+        settings = _settings(config)
+        url = f"http://127.0.0.1:{settings.server.port}"
+    request = urllib.request.Request(url.rstrip("/") + "/reef/status")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            data = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise ReefError(
+            f"{url} answered {exc.code}: {exc.read().decode(errors='replace')}"
+        ) from exc
+    except urllib.error.URLError as exc:
+        raise ReefError(f"no gateway at {url}: {exc.reason}") from exc
+    typer.echo(json.dumps(data, indent=2))
+
+
+@app.command()
+def gc(
+    yes: Annotated[bool, typer.Option("--yes", help="Delete; without it, only list.")] = False,
+    min_age_seconds: Annotated[
+        int, typer.Option(help="Keep artifacts younger than this (a candidate may be forming).")
+    ] = 3600,
+    config: ConfigOption = None,
+) -> None:
+    """Remove artifacts that no release and no live candidate references."""
+    from reef.experience import open_store
+    from reef.releases import ReleaseChain, collect_garbage, open_artifact_store
+
+    settings = _settings(config)
+    store = open_store(settings.store_url())
+    try:
+        reachable = ReleaseChain(store.engine).reachable_artifacts()
+    finally:
+        store.close()
+    artifacts = open_artifact_store(settings.artifacts_url())
+    removed = collect_garbage(
+        artifacts, reachable, dry_run=not yes, min_age_seconds=min_age_seconds
+    )
+    verb = "removed" if yes else "would remove (run with --yes to delete)"
+    typer.echo(f"{verb} {len(removed)} unreachable artifacts; {len(reachable)} kept reachable")
+    for digest in removed:
+        typer.echo(f"  {digest}")
 
 
 def _exit_code(exc: ReefError) -> int:

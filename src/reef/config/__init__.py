@@ -9,7 +9,9 @@ Extend: add a field to a section model; the docs test lists every field.
 
 from reef.config.loading import ConfigError, load_settings, masked_dump
 from reef.config.models import (
+    ActivationConfig,
     ApiKeyConfig,
+    ArtifactsConfig,
     AuthConfig,
     CaptureConfig,
     ReefSettings,
@@ -20,7 +22,9 @@ from reef.config.models import (
 )
 
 __all__ = [
+    "ActivationConfig",
     "ApiKeyConfig",
+    "ArtifactsConfig",
     "AuthConfig",
     "CaptureConfig",
     "ConfigError",

@@ -86,6 +86,17 @@ class ScenarioConfig(Section):
         default=None, description="Upstream model name; overrides the upstream's `model`."
     )
     capture: bool = Field(default=True, description="Record this scenario's exchanges.")
+    harness: Literal["managed", "client"] = Field(
+        default="client",
+        description="managed: the gateway renders the serving release's harness into every "
+        "request. client: clients install the harness themselves (reef harness install) "
+        "and the gateway forwards requests as sent.",
+    )
+    initial_harness: Path | None = Field(
+        default=None,
+        description="A harness bundle directory (with harness.yaml) for the scenario's "
+        "first release.",
+    )
 
 
 class StoreConfig(Section):
@@ -108,6 +119,36 @@ class StoreConfig(Section):
         "drop (the record is dropped and counted in reef_capture_dropped_total).",
     )
     max_batch: int = Field(default=256, gt=0, description="Most records per group commit.")
+
+
+class ArtifactsConfig(Section):
+    """Where adapters and harness bundles are kept, content-addressed."""
+
+    url: str | None = Field(
+        default=None,
+        description="A local directory or any fsspec URL (file://, s3://, memory://, ...). "
+        "Default: <home>/artifacts.",
+    )
+
+
+class ActivationConfig(Section):
+    """How a gateway follows the release chain."""
+
+    poll_interval_seconds: float = Field(
+        default=0.5, gt=0, description="How often the gateway looks for moved heads."
+    )
+    max_adapters: int = Field(
+        default=4,
+        ge=1,
+        description="Adapters kept loaded in each upstream; the least recently used beyond "
+        "this are unloaded (never one that a request still uses).",
+    )
+    warmup: bool = Field(
+        default=True, description="Send one short request through a new adapter before the flip."
+    )
+    stage_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="Longest a release may take to stage."
+    )
 
 
 class ApiKeyConfig(Section):
@@ -214,6 +255,12 @@ class ReefSettings(BaseSettings):
     capture: CaptureConfig = Field(
         default_factory=CaptureConfig, description="What is recorded and scrubbed."
     )
+    artifacts: ArtifactsConfig = Field(
+        default_factory=ArtifactsConfig, description="The artifact store."
+    )
+    activation: ActivationConfig = Field(
+        default_factory=ActivationConfig, description="Following the release chain."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -245,6 +292,10 @@ class ReefSettings(BaseSettings):
     def store_url(self) -> str:
         """The store URL, defaulting to SQLite under ``home``."""
         return self.store.url or f"sqlite:///{self.home / 'reef.db'}"
+
+    def artifacts_url(self) -> str:
+        """The artifact store URL, defaulting to a directory under ``home``."""
+        return self.artifacts.url or str(self.home / "artifacts")
 
     def bind_host(self) -> str:
         """The address to bind: loopback unless keys protect the gateway."""

@@ -14,6 +14,7 @@ from reef.engine.errors import AdapterRejectedError
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib"})
 """File suffixes that may hold pickled Python objects; an adapter holding one is refused."""
 
+
 def adapter_files(path: Path) -> list[tuple[str, Path]]:
     """Every regular file below ``path`` as ``(relative posix path, absolute path)``,
     sorted by the relative path's UTF-8 bytes.

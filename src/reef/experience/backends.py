@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from reef.experience.sql import SQLExperienceStore
-from reef.experience.store import ExperienceStore
 
 
-def open_store(url: str, migrate: bool = True) -> ExperienceStore:
+def open_store(url: str, migrate: bool = True) -> SQLExperienceStore:
     """The store behind ``url`` (``sqlite:///path`` or ``postgresql://…``), migrated.
 
     Raises ``InvalidInputError`` for other schemes and ``StoreUnavailableError`` when the

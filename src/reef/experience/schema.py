@@ -166,7 +166,12 @@ candidates = Table(
     Column("state", String(20), nullable=False),
     Column("eval_json", Text, nullable=True),
     Column("created_at", UTCDateTime(), nullable=False),
+    # Added in 0002; nullable because 0001 rows may predate them. The chain always sets them.
+    Column("created_by", Text, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("updated_at", UTCDateTime(), nullable=True),
     Index(None, "scenario", "created_at"),
+    Index(None, "scenario", "state"),
 )
 
 releases = Table(
@@ -181,6 +186,10 @@ releases = Table(
     Column("eval_json", Text, nullable=True),
     Column("created_by", Text, nullable=True),
     Column("created_at", UTCDateTime(), nullable=False),
+    Column("reason", Text, nullable=True),
+    # The candidate a publish or promote consumed; the release a rollback restored.
+    Column("candidate_id", ID, nullable=True),
+    Column("rolled_back_to", ID, nullable=True),
     # The chain is ordered by seq; two writers racing for the same seq: one loses.
     UniqueConstraint("scenario", "seq"),
 )

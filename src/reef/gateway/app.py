@@ -17,7 +17,8 @@ from starlette.routing import Route
 from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import ReefError
-from reef.experience import ExperienceStore, RecordWriter, Redactor
+from reef.experience import RecordWriter, Redactor, SQLExperienceStore
+from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
@@ -25,7 +26,9 @@ from reef.gateway.errors import ErrorDialect, error_body, error_response
 from reef.gateway.feedback import FeedbackRoutes
 from reef.gateway.inference import InferenceRoutes
 from reef.gateway.metrics import GatewayMetrics
+from reef.gateway.release_admin import ReleaseAdminRoutes
 from reef.gateway.state import GatewayState
+from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
 from reef.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("reef.gateway")
@@ -119,12 +122,17 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 def create_app(
     settings: ReefSettings,
-    store: ExperienceStore,
+    store: SQLExperienceStore,
     upstreams: dict[str, Upstream],
     writer: RecordWriter | None = None,
+    artifacts: ArtifactStore | None = None,
 ) -> Starlette:
     """Build the gateway. The app owns ``writer`` and ``upstreams`` once started: its
-    lifespan starts the writer and, at shutdown, drains captures and closes both."""
+    lifespan starts the writer and the release activation and, at shutdown, drains
+    captures and closes both."""
+    if artifacts is None:
+        artifacts = open_artifact_store(settings.artifacts_url())
+    activation = Activation(settings, ReleaseChain(store.engine), artifacts, upstreams)
     if writer is None:
         writer = RecordWriter(
             store,
@@ -140,13 +148,15 @@ def create_app(
         writer=writer,
         upstreams=upstreams,
         auth=Authenticator(settings.auth.keys),
-        metrics=GatewayMetrics(lambda: writer.stats),
+        metrics=GatewayMetrics(lambda: writer.stats, lambda: activation),
         recorder=recorder,
+        activation=activation,
     )
     inference = InferenceRoutes(state)
     feedback = FeedbackRoutes(state)
     admin = AdminRoutes(state)
     ops = OpsRoutes(state)
+    chain = ReleaseAdminRoutes(state)
     routes = [
         Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
         Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
@@ -156,6 +166,15 @@ def create_app(
         Route("/reef/records/{record_id}", admin.record, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/records", admin.records, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/sessions/{session_id}", admin.session, methods=["GET"]),
+        Route("/reef/scenarios", chain.scenarios, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/releases", chain.releases, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/rollback", chain.rollback, methods=["POST"]),
+        Route("/reef/scenarios/{scenario}/promote", chain.promote, methods=["POST"]),
+        Route("/reef/scenarios/{scenario}/harness", chain.harness, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/harness.tar.gz", chain.harness_bundle, methods=["GET"]),
+        Route("/reef/releases/{release_id}", chain.release, methods=["GET"]),
+        Route("/reef/candidates/{candidate_id}", chain.candidate, methods=["GET"]),
+        Route("/reef/status", chain.status, methods=["GET"]),
         Route("/healthz", ops.healthz, methods=["GET"]),
         Route("/readyz", ops.readyz, methods=["GET"]),
         Route("/metrics", ops.metrics, methods=["GET"]),
@@ -164,9 +183,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         writer.start()
+        await activation.start()
         try:
             yield
         finally:
+            await activation.stop()
             await recorder.drain()
             await writer.close()
             for upstream in upstreams.values():

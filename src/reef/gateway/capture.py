@@ -11,6 +11,7 @@ from typing import Any, Literal
 from reef.core import sha256_hex
 from reef.experience import ExperienceStore, RecordDraft, RecordWriter, Redactor
 from reef.experience.records import RecordStatus
+from reef.gateway.activation import ServingRelease
 from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
 from reef.upstream import canonical_anthropic, canonical_openai, chain_hashes
@@ -29,6 +30,8 @@ class Exchange:
     scenario: str
     session_id: str
     release_id: str | None
+    serving: ServingRelease
+    rendered: dict[str, Any] | None  # the request as sent upstream, when a harness changed it
     headers: ReefHeaders
     principal: Principal
     body: dict[str, Any]

@@ -15,6 +15,7 @@ from starlette.responses import Response, StreamingResponse
 
 from reef.core import dumps, new_id
 from reef.core.errors import InvalidInputError, ReefError
+from reef.gateway.activation import ServingRelease
 from reef.gateway.capture import (
     Api,
     Exchange,
@@ -29,6 +30,7 @@ from reef.gateway.requests import (
     reef_headers,
 )
 from reef.gateway.state import GatewayState
+from reef.harness import render_anthropic, render_openai
 from reef.upstream import (
     AnthropicStreamAssembler,
     OpenAIStreamAssembler,
@@ -91,9 +93,14 @@ class InferenceRoutes:
                 _ROUTES[api], response.status_code, time.perf_counter() - started
             )
             return response
+        activation = self.state.activation
+        activation.acquire(exchange.serving)  # its adapter stays loaded until we are done
         if plan.request.stream:
             return await self._stream(exchange, plan, dialect)
-        return await self._complete(exchange, plan, dialect)
+        try:
+            return await self._complete(exchange, plan, dialect)
+        finally:
+            activation.release(exchange.serving)
 
     async def _prepare(
         self, request: Request, api: Api, started: float
@@ -104,7 +111,13 @@ class InferenceRoutes:
         check_messages(body)
         headers = reef_headers(request, body)
         principal.check_scenario(headers.scenario)
-        plan = self._plan(api, body, headers.scenario, request)
+        activation = state.activation
+        if headers.release is not None:
+            serving = await activation.pinned(headers.scenario, headers.release)
+        else:
+            serving = await activation.current(headers.scenario)
+        rendered = self._render(api, body, headers.scenario, serving)
+        plan = self._plan(api, rendered, headers.scenario, request, serving)
         conversation = canonical_conversation(api, body)
         chain = chain_hashes(conversation)
         capture = headers.capture and state.settings.scenario(headers.scenario).capture
@@ -127,7 +140,9 @@ class InferenceRoutes:
             record_id=record_id,
             scenario=headers.scenario,
             session_id=session_id or new_id(),
-            release_id=headers.release,
+            release_id=serving.release_id,
+            serving=serving,
+            rendered=rendered if rendered is not body else None,
             headers=headers,
             principal=principal,
             body=body,
@@ -138,15 +153,36 @@ class InferenceRoutes:
         )
         return exchange, plan
 
-    def _plan(self, api: Api, body: dict[str, Any], scenario: str, request: Request) -> CallPlan:
+    def _render(
+        self, api: Api, body: dict[str, Any], scenario: str, serving: ServingRelease
+    ) -> dict[str, Any]:
+        """The request with the release's harness applied (managed scenarios only)."""
+        if serving.harness is None or self.state.settings.scenario(scenario).harness != "managed":
+            return body
+        if api == "openai.chat":
+            return render_openai(serving.harness, body)
+        return render_anthropic(serving.harness, body)
+
+    def _plan(
+        self,
+        api: Api,
+        body: dict[str, Any],
+        scenario: str,
+        request: Request,
+        serving: ServingRelease,
+    ) -> CallPlan:
         settings = self.state.settings
         upstream_name, upstream_config = settings.upstream_for(scenario)
         upstream = self.state.upstreams[upstream_name]
         requested = body.get("model")
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
         model = client_model
-        if client_model.startswith(SCENARIO_MODEL_PREFIX) or not requested:
-            configured = settings.scenario(scenario).model or upstream_config.model
+        if serving.adapter_name is not None:
+            model = serving.adapter_name  # the release's weights, whatever the client named
+        elif client_model.startswith(SCENARIO_MODEL_PREFIX) or not requested:
+            configured = (
+                settings.scenario(scenario).model or serving.base_model or upstream_config.model
+            )
             if not configured:
                 raise InvalidInputError(
                     f"scenario {scenario!r} has no model configured: set "
@@ -262,6 +298,7 @@ class InferenceRoutes:
         try:
             stream = await plan.upstream.open_stream(plan.request)
         except UpstreamError as exc:
+            self.state.activation.release(exchange.serving)
             return await self._fail(exchange, plan, exc, dialect)
         return StreamingResponse(
             self._relay(exchange, plan, stream, dialect),
@@ -310,6 +347,7 @@ class InferenceRoutes:
             self._observe(exchange, exc.status)
             yield relay.error_event(exc, dialect)
         finally:
+            self.state.activation.release(exchange.serving)
             if not recorded:
                 asyncio.get_running_loop().create_task(stream.aclose())
                 if exchange.capture:

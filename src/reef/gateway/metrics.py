@@ -41,10 +41,36 @@ class _CaptureCollector(Collector):
             yield CounterMetricFamily(name, doc, value=getattr(stats, attr))
 
 
+class _ActivationCollector(Collector):
+    """Release activation counters, read at scrape time."""
+
+    def __init__(self, activation: Callable[[], Any]) -> None:
+        self._activation = activation
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        activation = self._activation()
+        yield CounterMetricFamily(
+            "reef_activation_flips", "Releases that started serving.", value=activation.flips_total
+        )
+        yield CounterMetricFamily(
+            "reef_activation_failures",
+            "Releases that failed to stage (the previous one kept serving).",
+            value=activation.failures_total,
+        )
+        staging = GaugeMetricFamily(
+            "reef_activation_failed",
+            "1 when a scenario's head failed to stage.",
+            labels=["scenario"],
+        )
+        for name, status in activation.status.items():
+            staging.add_metric([name], 1.0 if status.state == "failed" else 0.0)
+        yield staging
+
+
 class GatewayMetrics:
     """The counters and histograms the gateway updates while serving."""
 
-    def __init__(self, capture_stats: Callable[[], Any]) -> None:
+    def __init__(self, capture_stats: Callable[[], Any], activation: Callable[[], Any]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "reef_requests", "Requests served.", ["route", "status"], registry=self.registry
@@ -66,6 +92,7 @@ class GatewayMetrics:
             "reef_feedback_written", "Feedback items stored.", registry=self.registry
         )
         self.registry.register(_CaptureCollector(capture_stats))
+        self.registry.register(_ActivationCollector(activation))
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         """Count one finished request."""

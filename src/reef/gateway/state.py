@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from reef.config import ReefSettings
 from reef.experience import ExperienceStore, RecordWriter
+from reef.gateway.activation import Activation
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
 from reef.gateway.metrics import GatewayMetrics
@@ -23,3 +24,4 @@ class GatewayState:
     auth: Authenticator
     metrics: GatewayMetrics
     recorder: Recorder
+    activation: Activation

@@ -1,1 +1,83 @@
-"""placeholder"""
+"""Releases: content-addressed artifacts, candidates, and the append-only release chain.
+
+Owns: the artifact store (adapters and harness bundles stored by sha256 digest, local
+directory or any fsspec URL, atomic writes, verified reads, garbage collection of what
+no release or live candidate references); release manifests (every component by
+digest); candidates and their lifecycle; each scenario's append-only chain of releases
+(create, learn, promote, rollback) whose head moves only by compare-and-swap, recording
+who, when, why and the evaluation evidence; noticing head moves (polling, and
+LISTEN/NOTIFY on PostgreSQL).
+Does not own: the SQL schema and its migrations (``experience`` — one migration stream
+covers the database; this package reads and writes the ``candidates``, ``releases``,
+``heads`` and ``artifacts`` tables), harness bundle contents (``harness``), deciding
+whether a candidate passes (``evaluation``), loading adapters into servers or serving
+(``gateway``, ``upstream``). Must not import gateway, learning or torch.
+Extend: a new artifact backend implements ``ArtifactStore``; the chain is one class
+(``ReleaseChain``) over the store's SQLAlchemy engine, no plugin point.
+"""
+
+# -- artifacts (artifacts*.py) ---------------------------------------------------------
+from reef.releases.artifacts import (
+    ArtifactCorruptError,
+    ArtifactInfo,
+    ArtifactLayout,
+    ArtifactNotFoundError,
+    ArtifactStore,
+    InvalidDigestError,
+    collect_garbage,
+)
+from reef.releases.artifacts_fsspec import FsspecArtifactStore, open_artifact_store
+
+# -- release chain (chain.py, manifest.py, values.py, errors.py, headwatch.py) -------------
+from reef.releases.chain import ReleaseChain
+from reef.releases.errors import (
+    CandidateNotFoundError,
+    InvalidTransitionError,
+    ReleaseConflictError,
+    ReleaseNotFoundError,
+    ScenarioHasNoReleaseError,
+)
+from reef.releases.headwatch import HEADS_CHANNEL, listen_heads, watch_heads
+from reef.releases.manifest import ModelComponent, ReleaseManifest
+from reef.releases.values import (
+    CANDIDATE_TRANSITIONS,
+    Candidate,
+    CandidateState,
+    Operation,
+    Release,
+    ScenarioSummary,
+)
+
+__all__ = [
+    # -- release chain
+    "CANDIDATE_TRANSITIONS",
+    "HEADS_CHANNEL",
+    "Candidate",
+    "CandidateNotFoundError",
+    "CandidateState",
+    "InvalidTransitionError",
+    "ModelComponent",
+    "Operation",
+    "Release",
+    "ReleaseChain",
+    "ReleaseConflictError",
+    "ReleaseManifest",
+    "ReleaseNotFoundError",
+    "ScenarioHasNoReleaseError",
+    "ScenarioSummary",
+    "listen_heads",
+    "watch_heads",
+]
+
+# -- artifacts
+__all__ += [
+    "ArtifactCorruptError",
+    "ArtifactInfo",
+    "ArtifactLayout",
+    "ArtifactNotFoundError",
+    "ArtifactStore",
+    "FsspecArtifactStore",
+    "InvalidDigestError",
+    "collect_garbage",
+    "open_artifact_store",
+]

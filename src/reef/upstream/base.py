@@ -96,6 +96,22 @@ class Upstream(ABC):
     async def list_models(self) -> list[str]:
         """Model names the upstream serves (``GET /models``); raises ``UpstreamError``."""
 
+    async def load_adapter(self, name: str, path: str, expected_digest: str | None) -> None:
+        """Load a LoRA adapter at runtime under ``name`` (vLLM's ``/load_lora_adapter``).
+
+        Raises ``UpstreamError``; upstreams without runtime adapters raise
+        ``UpstreamRejectedError``.
+        """
+        raise UpstreamRejectedError(
+            f"upstream {self.name!r} cannot load adapters at runtime", status=400
+        )
+
+    async def unload_adapter(self, name: str) -> None:
+        """Unload the adapter ``name`` (vLLM's ``/unload_lora_adapter``)."""
+        raise UpstreamRejectedError(
+            f"upstream {self.name!r} cannot unload adapters at runtime", status=400
+        )
+
     @abstractmethod
     async def aclose(self) -> None:
         """Close pooled connections."""

@@ -18,7 +18,7 @@ import aiohttp
 
 from reef.config.models import UpstreamConfig
 from reef.core.errors import ReefError
-from reef.core.jsoncodec import loads
+from reef.core.jsoncodec import dumps, loads
 from reef.upstream.base import (
     Dialect,
     Upstream,
@@ -115,6 +115,23 @@ class HTTPUpstream(Upstream):
                 f"upstream {self.name!r}: /models answered something that is not a model "
                 f"list: {body[:200]!r}"
             ) from exc
+
+    async def load_adapter(self, name: str, path: str, expected_digest: str | None) -> None:
+        """``POST {base_url}/load_lora_adapter`` (vLLM's runtime LoRA API; vLLM ignores
+        ``expected_digest``, the embedded engine verifies it)."""
+        payload: dict[str, str] = {"lora_name": name, "lora_path": path}
+        if expected_digest is not None:
+            payload["expected_digest"] = expected_digest
+        await self._adapter_call("/load_lora_adapter", payload)
+
+    async def unload_adapter(self, name: str) -> None:
+        """``POST {base_url}/unload_lora_adapter``."""
+        await self._adapter_call("/unload_lora_adapter", {"lora_name": name})
+
+    async def _adapter_call(self, path: str, payload: dict[str, str]) -> None:
+        headers = {**self._headers, "Content-Type": "application/json"}
+        response = await self._open("POST", path, dumps(payload), headers)
+        await self._read_body(response)
 
     async def aclose(self) -> None:
         """Close pooled connections; the next call opens a new pool."""

@@ -1,0 +1,382 @@
+"""Following the release chain: stage a new head (artifacts, adapter, warm-up), then flip.
+
+Every request freezes the ``ServingRelease`` of its scenario when it arrives and is served
+and recorded by it to the end, whatever flips meanwhile. A head that fails to stage never
+serves: the previous release keeps serving and the failure shows in ``/reef/status`` and
+``reef_activation_failures_total``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reef.config import ReefSettings
+from reef.core import dumps
+from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
+from reef.harness import bundle_digest as compute_bundle_digest
+from reef.releases import (
+    ArtifactStore,
+    ModelComponent,
+    Release,
+    ReleaseChain,
+    ReleaseManifest,
+)
+from reef.upstream import Upstream, UpstreamRequest
+
+log = logging.getLogger("reef.gateway.activation")
+
+_PINNED_CACHE = 32
+# The base model of a release whose scenario names no model: the client's choice serves.
+CLIENT_CHOSEN_MODEL = "(client-chosen)"
+
+
+@dataclass(frozen=True)
+class ServingRelease:
+    """What one request is served by: a release (or candidate) staged and ready."""
+
+    scenario: str
+    release_id: str | None  # None only before the scenario's first release exists
+    base_model: str | None
+    adapter_name: str | None  # the name the upstream serves the adapter under
+    adapter_digest: str | None
+    harness: Harness | None
+    harness_digest: str | None  # the artifact (packed bundle) digest in the manifest
+    bundle_digest: str | None  # the canonical bundle digest clients verify
+    upstream: str
+
+    @property
+    def model(self) -> str | None:
+        """The model name to send upstream: the adapter when there is one."""
+        return self.adapter_name or self.base_model
+
+
+@dataclass
+class ScenarioStatus:
+    """Activation state of one scenario, as ``/reef/status`` shows it."""
+
+    head_release_id: str | None = None
+    serving_release_id: str | None = None
+    state: str = "serving"  # serving | staging | failed
+    error: str | None = None
+    activated_at: float | None = None
+    failures: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "head_release_id": self.head_release_id,
+            "serving_release_id": self.serving_release_id,
+            "state": self.state,
+            "error": self.error,
+            "activated_at": self.activated_at,
+            "failures": self.failures,
+        }
+
+
+@dataclass
+class _AdapterSlot:
+    last_used: float
+    in_use: int = 0
+
+
+@dataclass
+class AdapterPool:
+    """Adapters loaded in one upstream, least recently used unloaded beyond a limit.
+
+    An adapter that a request still uses, or that a scenario serves now, is never
+    unloaded, so in-flight requests finish on the adapter they started with.
+    """
+
+    upstream: Upstream
+    limit: int
+    slots: OrderedDict[str, _AdapterSlot] = field(default_factory=OrderedDict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def ensure(self, name: str, path: Path, digest: str, keep: set[str]) -> None:
+        """Load ``name`` unless loaded; then unload the least recently used extras."""
+        async with self.lock:
+            if name in self.slots:
+                self.slots.move_to_end(name)
+                return
+            await self.upstream.load_adapter(name, str(path), digest)
+            self.slots[name] = _AdapterSlot(last_used=time.monotonic())
+            for victim in list(self.slots):
+                if len(self.slots) <= self.limit:
+                    break
+                slot = self.slots[victim]
+                if victim == name or victim in keep or slot.in_use:
+                    continue
+                del self.slots[victim]
+                try:
+                    await self.upstream.unload_adapter(victim)
+                except ReefError as exc:
+                    log.warning("could not unload adapter %s: %s", victim, exc.message)
+
+    def acquire(self, name: str) -> None:
+        """A request starts using ``name``."""
+        slot = self.slots.get(name)
+        if slot is not None:
+            slot.in_use += 1
+            slot.last_used = time.monotonic()
+
+    def release(self, name: str) -> None:
+        """A request stopped using ``name``."""
+        slot = self.slots.get(name)
+        if slot is not None and slot.in_use:
+            slot.in_use -= 1
+
+
+class Activation:
+    """The serving release of every scenario, kept in step with the chain's heads."""
+
+    def __init__(
+        self,
+        settings: ReefSettings,
+        chain: ReleaseChain,
+        artifacts: ArtifactStore,
+        upstreams: dict[str, Upstream],
+    ) -> None:
+        self.settings = settings
+        self.chain = chain
+        self.artifacts = artifacts
+        self.upstreams = upstreams
+        self.serving: dict[str, ServingRelease] = {}
+        self.status: dict[str, ScenarioStatus] = {}
+        self.pools = {
+            name: AdapterPool(upstream, settings.activation.max_adapters)
+            for name, upstream in upstreams.items()
+        }
+        self.failures_total = 0
+        self.flips_total = 0
+        self._pinned: OrderedDict[str, ServingRelease] = OrderedDict()
+        self._staging: dict[str, asyncio.Task[None]] = {}
+        self._created: set[str] = set()
+        self._create_lock = asyncio.Lock()
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create configured scenarios' first releases, stage every head, start polling."""
+        for scenario in self.settings.scenarios:
+            await self.ensure_scenario(scenario)
+        await self.sync_once(wait=True)
+        self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def stop(self) -> None:
+        """Stop polling and staging."""
+        tasks = [t for t in (self._poller, *self._staging.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the hot path ----------------------------------------------------------------
+
+    async def current(self, scenario: str) -> ServingRelease:
+        """The release a request for ``scenario`` freezes now."""
+        serving = self.serving.get(scenario)
+        if serving is not None:
+            return serving
+        await self.ensure_scenario(scenario)
+        await self.sync_once(wait=True, only=scenario)
+        return self.serving.get(scenario) or self._unreleased(scenario)
+
+    async def pinned(self, scenario: str, release_id: str) -> ServingRelease:
+        """The release or candidate ``release_id`` of ``scenario``, staged on demand.
+
+        Raises ``InvalidInputError`` when it belongs to another scenario and
+        ``NotFoundError`` when it does not exist.
+        """
+        serving = self.serving.get(scenario)
+        if serving is not None and serving.release_id == release_id:
+            return serving
+        cached = self._pinned.get(release_id)
+        if cached is not None:
+            self._pinned.move_to_end(release_id)
+            return cached
+        owner, manifest = await asyncio.to_thread(self._lookup, release_id)
+        if owner != scenario:
+            raise InvalidInputError(
+                f"release {release_id!r} belongs to scenario {owner!r}, not {scenario!r}"
+            )
+        staged = await self._stage(scenario, release_id, manifest)
+        self._pinned[release_id] = staged
+        while len(self._pinned) > _PINNED_CACHE:
+            self._pinned.popitem(last=False)
+        return staged
+
+    def acquire(self, serving: ServingRelease) -> None:
+        """Mark the adapter of ``serving`` in use by one request."""
+        if serving.adapter_name is not None:
+            self.pools[serving.upstream].acquire(serving.adapter_name)
+
+    def release(self, serving: ServingRelease) -> None:
+        """The request using ``serving`` is done."""
+        if serving.adapter_name is not None:
+            self.pools[serving.upstream].release(serving.adapter_name)
+
+    # -- following heads -------------------------------------------------------------
+
+    async def ensure_scenario(self, scenario: str) -> None:
+        """Give ``scenario`` its ``create`` release from the config if it has none."""
+        if scenario in self._created:
+            return
+        async with self._create_lock:
+            if scenario in self._created:
+                return
+            manifest = await asyncio.to_thread(self._initial_manifest, scenario)
+            await asyncio.to_thread(
+                self.chain.create, scenario, manifest, "gateway", "scenario first served"
+            )
+            self._created.add(scenario)
+
+    async def sync_once(self, wait: bool = False, only: str | None = None) -> None:
+        """Compare heads with what serves and stage what moved (awaited when ``wait``)."""
+        heads = await asyncio.to_thread(self.chain.heads_snapshot)
+        started = []
+        for scenario, (release_id, _seq) in heads.items():
+            if only is not None and scenario != only:
+                continue
+            status = self.status.setdefault(scenario, ScenarioStatus())
+            status.head_release_id = release_id
+            serving = self.serving.get(scenario)
+            if serving is not None and serving.release_id == release_id:
+                continue
+            if scenario in self._staging:
+                continue
+            if status.state == "failed" and not wait:
+                continue  # a failed head is retried when it moves again or a request waits
+            task = asyncio.get_running_loop().create_task(self._activate(scenario, release_id))
+            self._staging[scenario] = task
+            started.append(task)
+        if wait and started:
+            await asyncio.gather(*started, return_exceptions=True)
+
+    async def _poll(self) -> None:
+        interval = self.settings.activation.poll_interval_seconds
+        while True:
+            try:
+                await self.sync_once()
+            except ReefError as exc:
+                log.warning("could not read the release heads: %s", exc.message)
+            except Exception:
+                log.exception("release head polling failed")
+            await asyncio.sleep(interval)
+
+    async def _activate(self, scenario: str, release_id: str) -> None:
+        status = self.status.setdefault(scenario, ScenarioStatus())
+        status.state = "staging"
+        try:
+            _owner, manifest = await asyncio.to_thread(self._lookup, release_id)
+            staged = await asyncio.wait_for(
+                self._stage(scenario, release_id, manifest),
+                self.settings.activation.stage_timeout_seconds,
+            )
+        except (ReefError, TimeoutError, OSError) as exc:
+            message = exc.message if isinstance(exc, ReefError) else repr(exc)
+            status.state, status.error = "failed", message
+            status.failures += 1
+            self.failures_total += 1
+            log.error("release %s of %s failed to stage: %s", release_id, scenario, message)
+        else:
+            self.serving[scenario] = staged  # the flip: one assignment
+            status.state, status.error = "serving", None
+            status.serving_release_id = release_id
+            status.activated_at = time.time()
+            self.flips_total += 1
+            log.info("scenario %s now serves release %s", scenario, release_id)
+        finally:
+            self._staging.pop(scenario, None)
+
+    # -- staging ---------------------------------------------------------------------
+
+    def _lookup(self, release_id: str) -> tuple[str, ReleaseManifest]:
+        try:
+            release: Release = self.chain.get_release(release_id)
+            return release.scenario, release.manifest
+        except NotFoundError:
+            candidate = self.chain.get_candidate(release_id)
+            return candidate.scenario, candidate.manifest
+
+    async def _stage(
+        self, scenario: str, release_id: str, manifest: ReleaseManifest
+    ) -> ServingRelease:
+        upstream_name, _config = self.settings.upstream_for(scenario)
+        harness = bundle_digest = None
+        if manifest.harness is not None:
+            harness, bundle_digest = await asyncio.to_thread(self._read_harness, manifest.harness)
+        adapter_name = None
+        adapter = manifest.model.adapter
+        if adapter is not None:
+            adapter_name = f"{scenario}@{adapter.removeprefix('sha256:')[:12]}"
+            path = await asyncio.to_thread(self.artifacts.materialize, adapter)
+            keep = {s.adapter_name for s in self.serving.values() if s.adapter_name}
+            await self.pools[upstream_name].ensure(adapter_name, path, adapter, keep)
+            if self.settings.activation.warmup:
+                await self._warm(upstream_name, adapter_name)
+        return ServingRelease(
+            scenario=scenario,
+            release_id=release_id,
+            base_model=None if manifest.model.base == CLIENT_CHOSEN_MODEL else manifest.model.base,
+            adapter_name=adapter_name,
+            adapter_digest=adapter,
+            harness=harness,
+            harness_digest=manifest.harness,
+            bundle_digest=bundle_digest,
+            upstream=upstream_name,
+        )
+
+    async def _warm(self, upstream_name: str, model: str) -> None:
+        """One short request so the adapter's first real request pays no lazy load."""
+        upstream = self.upstreams[upstream_name]
+        if upstream.dialect != "openai":
+            return
+        body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+        await upstream.send(UpstreamRequest("/chat/completions", dumps(body), False))
+
+    def _read_harness(self, digest: str) -> tuple[Harness, str]:
+        bundle = read_bundle_archive(self.artifacts.read_bytes(digest))
+        return bundle.harness, compute_bundle_digest(bundle)
+
+    def _initial_manifest(self, scenario: str) -> ReleaseManifest:
+        config = self.settings.scenario(scenario)
+        _name, upstream = self.settings.upstream_for(scenario)
+        base = config.model or upstream.model or CLIENT_CHOSEN_MODEL
+        harness = None
+        if config.initial_harness is not None:
+            bundle = load_bundle(config.initial_harness)
+            harness = self.artifacts.put_bytes(pack_bundle(bundle), "harness")
+        return ReleaseManifest(model=ModelComponent(base=base), harness=harness)
+
+    def _unreleased(self, scenario: str) -> ServingRelease:
+        upstream_name, upstream = self.settings.upstream_for(scenario)
+        return ServingRelease(
+            scenario=scenario,
+            release_id=None,
+            base_model=self.settings.scenario(scenario).model or upstream.model,
+            adapter_name=None,
+            adapter_digest=None,
+            harness=None,
+            harness_digest=None,
+            bundle_digest=None,
+            upstream=upstream_name,
+        )
+
+    def status_json(self) -> dict[str, Any]:
+        """Activation state for ``/reef/status``."""
+        return {
+            "scenarios": {name: status.as_dict() for name, status in sorted(self.status.items())},
+            "adapters": {
+                name: {adapter: slot.in_use for adapter, slot in pool.slots.items()}
+                for name, pool in self.pools.items()
+            },
+            "flips_total": self.flips_total,
+            "failures_total": self.failures_total,
+        }

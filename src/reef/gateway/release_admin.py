@@ -1,0 +1,261 @@
+"""Admin routes of the release chain, ``/reef/status``, and the harness download routes."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from reef.core import dumps
+from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.gateway.errors import error_response
+from reef.gateway.requests import check_scenario_name, read_json_object
+from reef.gateway.state import GatewayState
+
+_ACTOR_PREFIX = "api:"
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(data), status_code=status, media_type="application/json", headers=headers)
+
+
+class RollbackIn(BaseModel):
+    """``POST /reef/scenarios/{s}/rollback``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to: str = Field(description="The earlier release whose components serve again.")
+    expected_head: str | None = Field(
+        default=None, description="Refuse (409) unless this is still the head."
+    )
+    reason: str = Field(default="rollback", max_length=2000)
+
+
+class PromoteIn(BaseModel):
+    """``POST /reef/scenarios/{s}/promote``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidate_id: str
+    expected_head: str | None = None
+    reason: str = Field(default="promoted after review", max_length=2000)
+
+
+def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidInputError(f"invalid request: {problems}") from exc
+
+
+class ReleaseAdminRoutes:
+    """Scenarios, releases, candidates, rollback, promote, status, harness downloads."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    def _actor(self, key_id: str | None) -> str:
+        return _ACTOR_PREFIX + (key_id or getpass.getuser())
+
+    async def scenarios(self, request: Request) -> Response:
+        """``GET /reef/scenarios``."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            summaries = await asyncio.to_thread(self.state.activation.chain.scenarios)
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        serving = self.state.activation.serving
+        data = []
+        for summary in summaries:
+            item = {
+                "name": summary.name,
+                "head_release_id": summary.head_release_id,
+                "head_seq": summary.head_seq,
+                "releases": summary.releases,
+            }
+            current = serving.get(summary.name)
+            item["serving_release_id"] = current.release_id if current else None
+            data.append(item)
+        return _json({"data": data})
+
+    async def releases(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/releases?limit=&before_seq=``: newest first."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            try:
+                limit = int(request.query_params.get("limit", "50"))
+                before = request.query_params.get("before_seq")
+                before_seq = int(before) if before is not None else None
+            except ValueError as exc:
+                raise InvalidInputError(f"bad query parameter: {exc}") from exc
+            found = await asyncio.to_thread(
+                self.state.activation.chain.releases, scenario, limit, before_seq
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json({"data": [release.as_dict() for release in found]})
+
+    async def release(self, request: Request) -> Response:
+        """``GET /reef/releases/{release_id}``."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            found = await asyncio.to_thread(
+                self.state.activation.chain.get_release, request.path_params["release_id"]
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(found.as_dict())
+
+    async def candidate(self, request: Request) -> Response:
+        """``GET /reef/candidates/{candidate_id}``."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            found = await asyncio.to_thread(
+                self.state.activation.chain.get_candidate, request.path_params["candidate_id"]
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(found.as_dict())
+
+    async def _expected_head(self, scenario: str, given: str | None) -> str:
+        if given is not None:
+            return given
+        head = await asyncio.to_thread(self.state.activation.chain.head, scenario)
+        if head is None:
+            raise NotFoundError(f"scenario {scenario!r} has no releases")
+        return head.id
+
+    async def rollback(self, request: Request) -> Response:
+        """``POST /reef/scenarios/{scenario}/rollback`` ``{to, expected_head?, reason?}``."""
+        chain = self.state.activation.chain
+        try:
+            principal = self.state.auth.authenticate(request)
+            principal.require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            body = _parse(RollbackIn, await read_json_object(request, 1 << 20))
+            expected = await self._expected_head(scenario, body.expected_head)
+            release = await asyncio.to_thread(
+                chain.rollback,
+                scenario,
+                body.to,
+                expected,
+                self._actor(principal.key_id),
+                body.reason,
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        await self.state.activation.sync_once(wait=True, only=scenario)
+        return _json(release.as_dict(), status=201)
+
+    async def promote(self, request: Request) -> Response:
+        """``POST /reef/scenarios/{scenario}/promote`` ``{candidate_id, expected_head?}``."""
+        chain = self.state.activation.chain
+        try:
+            principal = self.state.auth.authenticate(request)
+            principal.require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            body = _parse(PromoteIn, await read_json_object(request, 1 << 20))
+            candidate = await asyncio.to_thread(chain.get_candidate, body.candidate_id)
+            if candidate.scenario != scenario:
+                raise InvalidInputError(
+                    f"candidate {body.candidate_id!r} belongs to scenario "
+                    f"{candidate.scenario!r}, not {scenario!r}"
+                )
+            expected = await self._expected_head(scenario, body.expected_head)
+            release = await asyncio.to_thread(
+                chain.promote,
+                body.candidate_id,
+                expected,
+                self._actor(principal.key_id),
+                body.reason,
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        await self.state.activation.sync_once(wait=True, only=scenario)
+        return _json(release.as_dict(), status=201)
+
+    async def status(self, request: Request) -> Response:
+        """``GET /reef/status``: activation per scenario, adapters, capture queue."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        stats = self.state.writer.stats
+        return _json(
+            {
+                **self.state.activation.status_json(),
+                "capture": {
+                    "durability": self.state.settings.store.durability,
+                    "queue_depth": stats.queue_depth,
+                    "written_total": stats.written_total,
+                    "dropped_total": stats.dropped_total,
+                    "failed_total": stats.failed_total,
+                },
+            }
+        )
+
+    async def harness(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/harness``: the serving harness as JSON, with
+        ``ETag`` = its bundle digest and ``x-reef-release-id``."""
+        try:
+            serving, principal_ok = await self._serving_with_harness(request)
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        del principal_ok
+        assert serving.harness is not None and serving.bundle_digest is not None
+        etag = f'"{serving.bundle_digest}"'
+        headers = {"etag": etag, "x-reef-release-id": serving.release_id or "none"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return _json(
+            {
+                "scenario": serving.scenario,
+                "release_id": serving.release_id,
+                "digest": serving.bundle_digest,
+                "artifact": serving.harness_digest,
+                "harness": serving.harness.model_dump(mode="json"),
+            },
+            headers=headers,
+        )
+
+    async def harness_bundle(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/harness.tar.gz``: the bundle to install."""
+        try:
+            serving, _ = await self._serving_with_harness(request)
+            assert serving.harness_digest is not None
+            data = await asyncio.to_thread(
+                self.state.activation.artifacts.read_bytes, serving.harness_digest
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return Response(
+            data,
+            media_type="application/gzip",
+            headers={
+                "etag": f'"{serving.bundle_digest}"',
+                "x-reef-release-id": serving.release_id or "none",
+                "content-disposition": f'attachment; filename="{serving.scenario}-harness.tar.gz"',
+            },
+        )
+
+    async def _serving_with_harness(self, request: Request) -> tuple[Any, bool]:
+        principal = self.state.auth.authenticate(request)
+        scenario = check_scenario_name(request.path_params["scenario"])
+        principal.check_scenario(scenario)
+        release = request.headers.get("x-reef-release") or request.query_params.get("release")
+        activation = self.state.activation
+        if release:
+            serving = await activation.pinned(scenario, release)
+        else:
+            serving = await activation.current(scenario)
+        if serving.harness is None:
+            raise NotFoundError(f"release {serving.release_id!r} of {scenario!r} has no harness")
+        return serving, True

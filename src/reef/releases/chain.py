@@ -1,0 +1,454 @@
+"""``ReleaseChain``: candidates, the append-only release chain and its CAS-moved heads.
+
+Every scenario has one chain of releases numbered ``seq`` 1, 2, 3, … without gaps, each
+naming its parent (the head it replaced). The head moves only by compare-and-swap,
+``UPDATE heads SET release_id=:new, seq=:seq WHERE scenario=:s AND release_id=:expected``,
+in the same transaction as the insert of the new release: a writer whose expected head is
+stale changes nothing and gets ``ReleaseConflictError``. No statement here updates or
+deletes a ``releases`` row.
+
+Concurrency: on SQLite every write transaction starts with ``BEGIN IMMEDIATE`` (the
+engine must come from ``reef.experience``, whose begin hook honours the option), so
+writers run one at a time. On PostgreSQL (READ COMMITTED) the head row is updated before
+the release is inserted: a second writer blocks on the row lock, re-checks the
+``WHERE`` after the first commits and finds 0 rows. ``UNIQUE (scenario, seq)`` backs this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from reef.core import new_id
+from reef.core.errors import InvalidInputError
+from reef.experience import schema as t
+from reef.experience.migrations import SQLITE_BEGIN_OPTION, upgrade
+from reef.experience.sqlengine import create_store_engine, unavailable_on_failure
+from reef.releases.chainrows import (
+    candidate_from_row,
+    evidence_text,
+    manifest_digests,
+    release_from_row,
+    release_row,
+)
+from reef.releases.chainsql import (
+    append_release,
+    candidate_row,
+    check_expected_head,
+    checked_state,
+    move_candidate,
+    notify_head_moved,
+    release_in,
+)
+from reef.releases.errors import InvalidTransitionError, ReleaseNotFoundError
+from reef.releases.manifest import ReleaseManifest
+from reef.releases.values import (
+    CANDIDATE_TRANSITIONS,
+    Candidate,
+    CandidateState,
+    Operation,
+    Release,
+    ScenarioSummary,
+)
+
+MAX_PAGE = 1000
+
+
+class _AlreadyCreated(Exception):
+    """Another creator inserted the scenario's head first (internal)."""
+
+
+class ReleaseChain:
+    """The release chain of every scenario in one store.
+
+    ``engine`` is the experience store's engine (``SQLExperienceStore(...).engine``),
+    already migrated; the chain does not dispose it. ``from_url`` opens and owns one.
+    Database failures raise ``StoreUnavailableError``.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._owns_engine = False
+        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        # RETURNING says whether the row went in: rowcount is -1 here on psycopg.
+        self._insert_head = insert(t.heads).on_conflict_do_nothing().returning(t.heads.c.scenario)
+        self._insert_scenario = insert(t.scenarios).on_conflict_do_nothing()
+
+    @classmethod
+    def from_url(cls, url: str, migrate: bool = True) -> ReleaseChain:
+        """A chain on its own engine for ``sqlite:///…`` or ``postgresql://…``; ``close()``
+        disposes it. Raises ``InvalidInputError`` for other URLs."""
+        engine = create_store_engine(url)
+        try:
+            if migrate:
+                with unavailable_on_failure():
+                    upgrade(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        chain = cls(engine)
+        chain._owns_engine = True
+        return chain
+
+    def close(self) -> None:
+        """Dispose the engine if ``from_url`` created it."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with unavailable_on_failure(), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with unavailable_on_failure(), self.engine.connect() as conn:
+            conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+            with conn.begin():
+                yield conn
+
+    # -- releases ----------------------------------------------------------------------
+
+    def create(
+        self,
+        scenario: str,
+        manifest: ReleaseManifest,
+        actor: str,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> Release:
+        """The scenario's first release (``create``, seq 1), which becomes its head.
+
+        Idempotent: when the scenario already has a head, that head is returned unchanged
+        (whatever ``manifest`` says). Of concurrent creators exactly one inserts a row.
+        """
+        existing = self.head(scenario)
+        if existing is not None:
+            return existing
+        release = Release(
+            id=new_id(),
+            scenario=scenario,
+            seq=1,
+            parent_id=None,
+            operation="create",
+            manifest=manifest,
+            evidence=evidence,
+            created_by=actor,
+            reason=reason,
+            created_at=datetime.now(UTC),
+            candidate_id=None,
+            rolled_back_to=None,
+        )
+        row = release_row(release)
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    self._insert_scenario,
+                    {"name": scenario, "created_at": release.created_at, "config_json": None},
+                )
+                # The head row first: on PostgreSQL a concurrent creator waits on its key,
+                # then inserts nothing.
+                inserted = conn.execute(
+                    self._insert_head, {"scenario": scenario, "release_id": release.id, "seq": 1}
+                ).first()
+                if inserted is None:
+                    raise _AlreadyCreated
+                conn.execute(t.releases.insert(), row)
+                notify_head_moved(conn, scenario)
+        except _AlreadyCreated:
+            winner = self.head(scenario)
+            assert winner is not None, "a head row exists without its release"
+            return winner
+        return release
+
+    def head(self, scenario: str) -> Release | None:
+        """The scenario's current head, or None before ``create``."""
+        statement = (
+            select(t.releases)
+            .join(t.heads, t.heads.c.release_id == t.releases.c.id)
+            .where(t.heads.c.scenario == scenario)
+        )
+        with self._read() as conn:
+            row = conn.execute(statement).mappings().first()
+        return None if row is None else release_from_row(row)
+
+    def get_release(self, release_id: str) -> Release:
+        """The release with this id; raises ``ReleaseNotFoundError``."""
+        with self._read() as conn:
+            row = (
+                conn.execute(select(t.releases).where(t.releases.c.id == release_id))
+                .mappings()
+                .first()
+            )
+        if row is None:
+            raise ReleaseNotFoundError(release_id)
+        return release_from_row(row)
+
+    def releases(
+        self, scenario: str, limit: int = 50, before_seq: int | None = None
+    ) -> list[Release]:
+        """The scenario's releases newest first (highest seq first), at most ``limit``
+        (1..1000), only those with ``seq < before_seq`` when given (keyset paging)."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+        r = t.releases.c
+        statement = select(t.releases).where(r.scenario == scenario)
+        if before_seq is not None:
+            statement = statement.where(r.seq < before_seq)
+        statement = statement.order_by(r.seq.desc()).limit(limit)
+        with self._read() as conn:
+            rows = conn.execute(statement).mappings().all()
+        return [release_from_row(row) for row in rows]
+
+    def scenarios(self) -> list[ScenarioSummary]:
+        """Every scenario the store knows (from traffic or a release), sorted by name."""
+        with self._read() as conn:
+            names = set(conn.scalars(select(t.scenarios.c.name)))
+            heads = {row.scenario: row for row in conn.execute(select(t.heads))}
+            by_scenario = select(t.releases.c.scenario, func.count()).group_by(
+                t.releases.c.scenario
+            )
+            counts: dict[str, int] = {name: n for name, n in conn.execute(by_scenario)}
+        summaries = []
+        for name in sorted(names | heads.keys()):
+            head = heads.get(name)
+            summaries.append(
+                ScenarioSummary(
+                    name=name,
+                    head_release_id=None if head is None else head.release_id,
+                    head_seq=None if head is None else head.seq,
+                    releases=counts.get(name, 0),
+                )
+            )
+        return summaries
+
+    def heads_snapshot(self) -> dict[str, tuple[str, int]]:
+        """Every head as ``{scenario: (release_id, seq)}``, in one cheap query; the
+        gateway polls this to notice new heads."""
+        with self._read() as conn:
+            rows = conn.execute(select(t.heads.c.scenario, t.heads.c.release_id, t.heads.c.seq))
+            return {scenario: (release_id, seq) for scenario, release_id, seq in rows}
+
+    # -- candidates --------------------------------------------------------------------
+
+    def propose(
+        self,
+        scenario: str,
+        manifest: ReleaseManifest,
+        parent_release_id: str | None,
+        actor: str,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> Candidate:
+        """A new ``pending`` candidate. ``parent_release_id`` is the release it was built
+        from (usually the head then); raises ``ReleaseNotFoundError`` when it is not a
+        release of ``scenario``."""
+        now = datetime.now(UTC)
+        candidate = Candidate(
+            id=new_id(),
+            scenario=scenario,
+            parent_release_id=parent_release_id,
+            manifest=manifest,
+            state="pending",
+            evidence=evidence,
+            created_by=actor,
+            reason=reason,
+            created_at=now,
+            updated_at=now,
+        )
+        row = {
+            "id": candidate.id,
+            "scenario": scenario,
+            "parent_release_id": parent_release_id,
+            "manifest_json": manifest.model_dump_json(),
+            "state": "pending",
+            "eval_json": evidence_text(evidence),
+            "created_by": actor,
+            "reason": reason,
+            "created_at": now,
+            "updated_at": now,
+        }
+        with self._write() as conn:
+            if parent_release_id is not None:
+                release_in(conn, scenario, parent_release_id)
+            conn.execute(t.candidates.insert(), row)
+        return candidate
+
+    def get_candidate(self, candidate_id: str) -> Candidate:
+        """The candidate with this id; raises ``CandidateNotFoundError``."""
+        with self._read() as conn:
+            return candidate_from_row(candidate_row(conn, candidate_id))
+
+    def candidates(
+        self, scenario: str, state: CandidateState | None = None, limit: int = 100
+    ) -> list[Candidate]:
+        """The scenario's candidates newest first, optionally only those in ``state``."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+        c = t.candidates.c
+        statement = select(t.candidates).where(c.scenario == scenario)
+        if state is not None:
+            statement = statement.where(c.state == checked_state(state))
+        statement = statement.order_by(c.created_at.desc(), c.id.desc()).limit(limit)
+        with self._read() as conn:
+            rows = conn.execute(statement).mappings().all()
+        return [candidate_from_row(row) for row in rows]
+
+    def set_candidate_state(
+        self, candidate_id: str, state: CandidateState, evidence: dict[str, Any] | None = None
+    ) -> Candidate:
+        """Move a candidate along its lifecycle: pending → evaluating → passed | rejected;
+        passed → abandoned; pending | evaluating → abandoned. ``evidence``, when given,
+        replaces the stored evidence.
+
+        ``published`` is entered only through ``publish``/``promote`` (with the release in
+        the same transaction). Raises ``InvalidTransitionError`` for any other move,
+        including one that lost a race with a concurrent change.
+        """
+        state = checked_state(state)
+        eval_json = evidence_text(evidence)
+        with self._write() as conn:
+            current = candidate_row(conn, candidate_id)["state"]
+            if state == "published":
+                raise InvalidTransitionError(
+                    candidate_id, current, state, "publish() or promote() publishes candidates"
+                )
+            if state not in CANDIDATE_TRANSITIONS[current]:
+                raise InvalidTransitionError(candidate_id, current, state)
+            values: dict[str, Any] = {"state": state, "updated_at": datetime.now(UTC)}
+            if evidence is not None:
+                values["eval_json"] = eval_json
+            move_candidate(conn, candidate_id, current, values)
+            return candidate_from_row(candidate_row(conn, candidate_id))
+
+    # -- moving the head ---------------------------------------------------------------
+
+    def publish(
+        self,
+        candidate_id: str,
+        expected_head: str,
+        actor: str,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+        operation: Operation = "learn",
+        require_passed: bool = True,
+    ) -> Release:
+        """Append the candidate as the scenario's new head, if the head is still
+        ``expected_head``; the candidate becomes ``published``.
+
+        The candidate must be ``passed``, or ``pending`` when ``require_passed=False``
+        (a manual publish); else ``InvalidTransitionError``. Its parent need not be the
+        expected head: the gate judged it against the head the caller names, and the new
+        release's parent is that head. ``evidence`` defaults to the candidate's.
+        Raises ``ReleaseConflictError`` (nothing written) when the head moved.
+        """
+        if operation not in ("learn", "promote"):
+            raise InvalidInputError(
+                f"publish operation must be learn or promote, not {operation!r}"
+            )
+        allowed = ("passed",) if require_passed else ("passed", "pending")
+        with self._write() as conn:
+            candidate = candidate_from_row(candidate_row(conn, candidate_id))
+            if candidate.state not in allowed:
+                why = "only passed candidates are published" + (
+                    "" if require_passed else " (or pending ones, manually)"
+                )
+                raise InvalidTransitionError(candidate_id, candidate.state, "published", why)
+            expected_seq = check_expected_head(conn, candidate.scenario, expected_head)
+            release = append_release(
+                conn,
+                Release(
+                    id=new_id(),
+                    scenario=candidate.scenario,
+                    seq=expected_seq + 1,
+                    parent_id=expected_head,
+                    operation=operation,
+                    manifest=candidate.manifest,
+                    evidence=candidate.evidence if evidence is None else evidence,
+                    created_by=actor,
+                    reason=reason,
+                    created_at=datetime.now(UTC),
+                    candidate_id=candidate_id,
+                    rolled_back_to=None,
+                ),
+            )
+            values = {"state": "published", "updated_at": release.created_at}
+            move_candidate(conn, candidate_id, candidate.state, values)
+            return release
+
+    def promote(
+        self,
+        candidate_id: str,
+        expected_head: str,
+        actor: str,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> Release:
+        """Review mode: publish a ``passed`` candidate a person approved (operation
+        ``promote``). Raises as ``publish``."""
+        return self.publish(
+            candidate_id, expected_head, actor, reason, evidence, operation="promote"
+        )
+
+    def rollback(
+        self,
+        scenario: str,
+        to_release_id: str,
+        expected_head: str,
+        actor: str,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> Release:
+        """Append a ``rollback`` release whose manifest equals ``to_release_id``'s, if the
+        head is still ``expected_head``. History is kept: nothing is removed.
+
+        Raises ``ReleaseNotFoundError`` when ``to_release_id`` is not a release of
+        ``scenario``, ``InvalidInputError`` when it is not older than the expected head,
+        ``ReleaseConflictError`` (nothing written) when the head moved.
+        """
+        with self._write() as conn:
+            target = release_in(conn, scenario, to_release_id)
+            expected_seq = check_expected_head(conn, scenario, expected_head)
+            if target.seq >= expected_seq:
+                raise InvalidInputError(
+                    f"rollback target {to_release_id!r} (seq {target.seq}) is not older "
+                    f"than the head {expected_head!r} (seq {expected_seq})"
+                )
+            return append_release(
+                conn,
+                Release(
+                    id=new_id(),
+                    scenario=scenario,
+                    seq=expected_seq + 1,
+                    parent_id=expected_head,
+                    operation="rollback",
+                    manifest=target.manifest,
+                    evidence=evidence,
+                    created_by=actor,
+                    reason=reason,
+                    created_at=datetime.now(UTC),
+                    candidate_id=None,
+                    rolled_back_to=target.id,
+                ),
+            )
+
+    def reachable_artifacts(self) -> set[str]:
+        """Every adapter and harness digest named by a release (any, ever) or by a
+        candidate that is not rejected or abandoned: what ``reef gc`` must keep."""
+        digests: set[str] = set()
+        with self._read() as conn:
+            for manifest_json in conn.scalars(select(t.releases.c.manifest_json)):
+                digests |= manifest_digests(manifest_json)
+            live = select(t.candidates.c.manifest_json).where(
+                t.candidates.c.state.not_in(("rejected", "abandoned"))
+            )
+            for manifest_json in conn.scalars(live):
+                digests |= manifest_digests(manifest_json)
+        return digests

@@ -1,0 +1,79 @@
+"""Release manifests: what a release or candidate serves, every component by digest.
+
+A manifest crosses boundaries (database rows, HTTP, files), so it is a pydantic model
+with a ``schema_version``. Digests are ``"sha256:<64 lowercase hex>"`` as written by the
+artifact store (``reef.core.digests``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from reef.core.errors import InvalidInputError
+
+DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _checked_digest(value: str | None, what: str) -> str | None:
+    if value is not None and not DIGEST_PATTERN.fullmatch(value):
+        raise ValueError(f"{what} must be an artifact digest 'sha256:<64 hex>', got {value!r}")
+    return value
+
+
+class ModelComponent(BaseModel):
+    """The model half of a release: a base model and an optional LoRA adapter."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base: str = Field(min_length=1, description="Base model name, as the upstream knows it.")
+    adapter: str | None = Field(
+        default=None, description="Digest of the adapter artifact, or null for the bare base."
+    )
+
+    @field_validator("adapter")
+    @classmethod
+    def _adapter_is_a_digest(cls, value: str | None) -> str | None:
+        return _checked_digest(value, "model.adapter")
+
+
+class ReleaseManifest(BaseModel):
+    """The components a release serves (DESIGN.md §3, without ``parent``/``operation``,
+    which belong to the release row and are added by ``Release.manifest_json()``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    model: ModelComponent
+    harness: str | None = Field(
+        default=None, description="Digest of the harness bundle, or null for none."
+    )
+    recipe: str | None = Field(
+        default=None, description="Name of the recipe that produced it, or null."
+    )
+
+    @field_validator("harness")
+    @classmethod
+    def _harness_is_a_digest(cls, value: str | None) -> str | None:
+        return _checked_digest(value, "harness")
+
+    def digests(self) -> set[str]:
+        """The artifact digests this manifest references (adapter and harness)."""
+        return {d for d in (self.model.adapter, self.harness) if d is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as a JSON-ready dict."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: Any) -> ReleaseManifest:
+        """Parse a manifest dict; keys of the release row (``parent``, ``operation``) are
+        ignored. Raises ``InvalidInputError`` naming what is wrong."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in ("parent", "operation")}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise InvalidInputError(f"invalid release manifest: {error}") from error

@@ -157,6 +157,11 @@ def test_publish_and_rollback_under_traffic(tmp_path: Path) -> None:
                     continue
                 assert set(result["text"]) == {letter}, result
                 assert result["tokens"] == max_tokens, result
+                # the record keeps the client's request and the one the harness rendered
+                assert "max_tokens" not in record.request
+                assert record.rendered_request is not None
+                assert record.rendered_request["max_tokens"] == max_tokens
+                assert record.rendered_request["messages"][0]["role"] == "system"
             chain_ops = [r.operation for r in reversed(chain.releases("swap"))]
             assert chain_ops == ["create"] + ["learn"] * 5 + ["rollback"] * 2
     finally:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from reef.cli.engine import engine_app
+from reef.cli.harness import harness_app
 from reef.cli.releases import releases_app
 from reef.config import ConfigError, ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
@@ -25,6 +26,7 @@ config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True
 app.add_typer(config_app, name="config")
 app.add_typer(engine_app, name="engine")
 app.add_typer(releases_app, name="releases")
+app.add_typer(harness_app, name="harness")
 
 ConfigOption = Annotated[
     Path | None,

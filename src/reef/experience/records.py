@@ -41,6 +41,7 @@ class RecordDraft:
     purpose: Purpose = "serve"
     idempotency_key: str | None = None
     created_at: datetime | None = None
+    rendered_request: dict[str, Any] | None = None  # as sent upstream, when a harness changed it
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class RecordView:
     feedback: tuple[FeedbackView, ...] = ()
     continuation_hash: str | None = None
     idempotency_key: str | None = None
+    rendered_request: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ records = Table(
     Column("release_id", ID, nullable=True),
     Column("api", String(40), nullable=False),
     Column("request_json", Text, nullable=False),
+    Column("rendered_request_json", Text, nullable=True),
     Column("response_json", Text, nullable=True),
     Column("status", String(20), nullable=False),
     Column("error", Text, nullable=True),

@@ -108,6 +108,9 @@ class Recorder:
             session_id=exchange.session_id,
             api=exchange.api,
             request=self.redactor.redact(exchange.body),
+            rendered_request=(
+                self.redactor.redact(exchange.rendered) if exchange.rendered is not None else None
+            ),
             response=self.redactor.redact(response) if response is not None else None,
             status=status,
             error=error,

@@ -51,13 +51,14 @@ def show(dir: DirOption) -> None:
     from reef.client import current_release
 
     installed = current_release(dir)
-    harness = installed.load()
+    bundle = installed.load()
     typer.echo(
         json.dumps(
             {
                 "release_id": installed.release_id,
                 "digest": installed.digest,
-                "harness": harness.model_dump(mode="json"),
+                "harness": bundle.harness.model_dump(mode="json"),
+                "files": sorted(bundle.files),
             },
             indent=2,
         )

@@ -3,6 +3,7 @@ rolls back; the HTTP routes speak the contract the client verifies."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,9 @@ def _install_follow_and_roll_back(tmp_path: Path, fake: FakeUpstreamThread) -> N
         assert load_installed(install_dir).memory == ["v1"]
         assert (v1.path / "skills" / "refunds.md").read_bytes() == b"# refunds\n"
         assert f'"{v1.digest}"' == etag
+        shown = reef("harness", "show", "--dir", str(install_dir))
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["files"] == ["skills/refunds.md"]
 
         # the managed harness is applied server-side, and recorded both ways
         raw = gateway.openai().chat.completions.with_raw_response.create(

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
 _lock = threading.Lock()
+# Ids need uniqueness, not secrecy (they are receipts, never credentials): a PRNG seeded
+# from the OS is ~50x cheaper per id than a urandom syscall on the request hot path.
+_random = random.Random(os.urandom(32))
+# A forked child must not replay its parent's sequence.
+os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
 _last_ms = 0
 _seq = 0
 
@@ -30,7 +36,7 @@ def new_id() -> str:
             _last_ms = ms
             _seq = 0
         seq = _seq
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        rand = _random.getrandbits(62)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | rand
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

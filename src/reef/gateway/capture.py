@@ -14,7 +14,7 @@ from reef.experience.records import RecordStatus
 from reef.gateway.activation import ServingRelease
 from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
-from reef.upstream import canonical_anthropic, canonical_openai, chain_hashes
+from reef.upstream import canonical_anthropic, canonical_openai, extend_chain
 
 log = logging.getLogger("reef.gateway")
 
@@ -97,7 +97,7 @@ class Recorder:
         prompt_hash = exchange.chain[-1] if exchange.chain else sha256_hex(b"")
         continuation: str | None = None
         if reply is not None and status == "ok":
-            continuation = chain_hashes([*exchange.conversation, reply])[-1]
+            continuation = extend_chain(exchange.chain[-1] if exchange.chain else None, reply)
             content_hash = continuation
         else:
             content_hash = sha256_hex(f"{prompt_hash}:{status}:{error}".encode())

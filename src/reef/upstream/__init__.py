@@ -34,6 +34,7 @@ from reef.upstream.canonical import (
     canonical_reply_anthropic,
     canonical_reply_openai,
     chain_hashes,
+    extend_chain,
 )
 from reef.upstream.http import (
     HTTPUpstream,
@@ -82,6 +83,7 @@ __all__ = [
     "chain_hashes",
     "encode_sse",
     "error_message_from_body",
+    "extend_chain",
     "openai_response_to_anthropic",
     "parse_retry_after",
     "stop_reason",

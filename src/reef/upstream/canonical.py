@@ -72,12 +72,16 @@ def chain_hashes(messages: list[dict[str, Any]]) -> list[str]:
     of earlier conversations-plus-reply to find the conversation it continues.
     """
     hashes: list[str] = []
-    previous = b""
+    previous: str | None = None
     for message in messages:
-        digest = sha256_hex(previous + canonical_json(message))
-        hashes.append(digest)
-        previous = digest.encode()
+        previous = extend_chain(previous, message)
+        hashes.append(previous)
     return hashes
+
+
+def extend_chain(previous: str | None, message: dict[str, Any]) -> str:
+    """The next link of ``chain_hashes`` after ``previous`` (None for the first)."""
+    return sha256_hex((previous or "").encode() + canonical_json(message))
 
 
 def _content_text(content: Any) -> str:

@@ -42,6 +42,9 @@ class RecordDraft:
     idempotency_key: str | None = None
     created_at: datetime | None = None
     rendered_request: dict[str, Any] | None = None  # as sent upstream, when a harness changed it
+    # True when the gateway minted ``session_id`` for this record: no earlier turn can
+    # exist, so the store skips looking one up.
+    session_is_new: bool = False
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from reef.experience.sqlengine import (
     create_store_engine,
     unavailable_on_failure,
 )
+from reef.experience.sqlite_records import SQLiteRecordWriter
 from reef.experience.sqlqueries import (
     FIND_BY_KEY,
     MAX_CONTINUATION_HASHES,
@@ -85,6 +86,7 @@ class SQLExperienceStore(ExperienceStore):
         self._insert_scenarios = dialect_insert(t.scenarios).on_conflict_do_nothing()
         self._known_scenarios: set[str] = set()
         self._scenarios_lock = threading.Lock()
+        self._sqlite_records = SQLiteRecordWriter(self.engine) if self.dialect == "sqlite" else None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -123,6 +125,14 @@ class SQLExperienceStore(ExperienceStore):
     def write_records(self, drafts: Sequence[RecordDraft]) -> list[str]:
         if not drafts:
             return []
+        if self._sqlite_records is not None:
+            with self._scenarios_lock:
+                known = set(self._known_scenarios)
+            with unavailable_on_failure():  # the pool's errors; sqlite3's are mapped inside
+                written = self._sqlite_records.write(drafts, known)
+            with self._scenarios_lock:
+                self._known_scenarios |= {d.scenario for d in drafts}
+            return written
         now = datetime.now(UTC)
         lock_keys = [lock_key("session", d.scenario, d.session_id) for d in drafts]
         lock_keys += [
@@ -186,7 +196,8 @@ class SQLExperienceStore(ExperienceStore):
     ) -> dict[tuple[str, str], int]:
         sessions_by_scenario: dict[str, set[str]] = defaultdict(set)
         for draft in drafts:
-            sessions_by_scenario[draft.scenario].add(draft.session_id)
+            if not draft.session_is_new:  # a freshly minted session has no stored turn
+                sessions_by_scenario[draft.scenario].add(draft.session_id)
         next_turn: dict[tuple[str, str], int] = defaultdict(int)
         for scenario, sessions in sessions_by_scenario.items():
             if self.dialect == "postgresql":

@@ -38,6 +38,7 @@ class Exchange:
     conversation: list[dict[str, Any]]
     chain: list[str]
     capture: bool
+    session_is_new: bool = False
     started: float = field(default_factory=time.perf_counter)
 
     def latency_ms(self) -> float:
@@ -124,6 +125,7 @@ class Recorder:
             principal=exchange.principal.key_id,
             purpose="serve",
             idempotency_key=exchange.headers.idempotency_key,
+            session_is_new=exchange.session_is_new,
         )
 
     async def record(self, draft: RecordDraft) -> None:

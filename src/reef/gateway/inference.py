@@ -140,6 +140,7 @@ class InferenceRoutes:
             record_id=record_id,
             scenario=headers.scenario,
             session_id=session_id or new_id(),
+            session_is_new=session_id is None,
             release_id=serving.release_id,
             serving=serving,
             rendered=rendered if rendered is not body else None,

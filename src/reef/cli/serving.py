@@ -69,6 +69,8 @@ def run_gateway(settings: ReefSettings) -> None:
             access_log=settings.server.access_log,
             log_level="warning",
             timeout_graceful_shutdown=10,
+            # Forwarded headers are not trusted by default; nothing here reads them.
+            proxy_headers=False,
         )
     finally:
         for engine in engines:

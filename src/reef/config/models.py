@@ -222,6 +222,9 @@ class _YamlSource(PydanticBaseSettingsSource):
         return dict(yaml_data.get() or {})
 
 
+_DEFAULT_SCENARIO = ScenarioConfig()  # frozen; shared by every unconfigured scenario
+
+
 def _default_upstreams() -> dict[str, UpstreamConfig]:
     return {"local": UpstreamConfig(type="local")}
 
@@ -305,7 +308,7 @@ class ReefSettings(BaseSettings):
 
     def scenario(self, name: str) -> ScenarioConfig:
         """The scenario's config; an unconfigured scenario gets the defaults."""
-        return self.scenarios.get(name) or ScenarioConfig()
+        return self.scenarios.get(name) or _DEFAULT_SCENARIO
 
     def upstream_for(self, scenario: str) -> tuple[str, UpstreamConfig]:
         """Name and config of the upstream that serves ``scenario``."""

@@ -91,13 +91,19 @@ class GatewayMetrics:
         self.feedback_written = Counter(
             "reef_feedback_written", "Feedback items stored.", registry=self.registry
         )
+        # Labelled children cached: ``labels()`` costs a lock and a lookup per call.
+        self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.registry.register(_CaptureCollector(capture_stats))
         self.registry.register(_ActivationCollector(activation))
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         """Count one finished request."""
-        self.requests.labels(route, str(status)).inc()
-        self.latency.labels(route).observe(seconds)
+        children = self._children.get((route, status))
+        if children is None:
+            children = (self.requests.labels(route, str(status)), self.latency.labels(route))
+            self._children[(route, status)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""

@@ -81,7 +81,13 @@ class ReefHeaders:
 def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
     """Parse Reef's headers; the scenario comes from ``x-reef-scenario``, else a
     ``reef/<scenario>`` model name, else ``default``."""
-    headers = request.headers
+    # One pass over the raw headers (already lowercase per ASGI) instead of a linear
+    # search per lookup: this runs on every inference request.
+    headers: dict[str, str] = {}
+    for raw_key, raw_value in request.scope["headers"]:
+        key = raw_key.decode("latin-1")
+        if key.startswith("x-reef-"):
+            headers[key] = raw_value.decode("latin-1")
     scenario = headers.get("x-reef-scenario")
     if not scenario and body is not None:
         model = body.get("model")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from reef.core.errors import InvalidInputError
 from reef.gateway.errors import PayloadTooLargeError
@@ -25,14 +25,23 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
         raise PayloadTooLargeError(
             f"request body of {declared} bytes exceeds the limit of {max_bytes} bytes"
         )
+    # Straight from ASGI ``receive``: Starlette's body stream adds an async generator per
+    # request, and this runs on every inference request.
+    receive = request.receive
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > max_bytes:
             raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
         chunks.append(chunk)
-    raw = b"".join(chunks)
+        more = message.get("more_body", False)
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if not raw:
         raise InvalidInputError("request body is empty; send a JSON object")
     try:

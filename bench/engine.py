@@ -5,7 +5,8 @@ adapter load and switch latency.
 
 ``--base-url`` benches an OpenAI-compatible server that is already running instead
 (for example vLLM started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), with the same
-requests; ``--served-model`` then names its model.
+requests; ``--served-model`` then names its model. ``bench/engine_vs_vllm.py`` runs
+these same measurements against the engine and vLLM side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import aiohttp
 import openai
 
 PROMPT = [{"role": "user", "content": "Write a long story about a dragon who learns to paint."}]
+REQUEST_TIMEOUT_S = 120.0  # any one request; every loop below has a fixed count
 
 
 def make_adapter(model: str, home: Path, directory: Path) -> Path:
@@ -88,8 +90,10 @@ async def one_token_latency(client: openai.AsyncOpenAI, model: str) -> float:
 async def run_bench(base_url: str, model: str, adapter: Path | None, args: Any) -> dict[str, Any]:
     results: dict[str, Any] = {"model": model, "base_url": base_url}
     async with (
-        openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client,
-        aiohttp.ClientSession() as session,
+        openai.AsyncOpenAI(
+            base_url=base_url, api_key="unused", max_retries=0, timeout=REQUEST_TIMEOUT_S
+        ) as client,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as session,
     ):
         await generate(client, model, 4)  # warm up
         results["tokens_per_s_c1"] = await tokens_per_second(
@@ -121,9 +125,21 @@ async def run_bench(base_url: str, model: str, adapter: Path | None, args: Any) 
         results["switch_overhead_ms"] = (
             results["one_token_ms_switching_adapters"] - results["one_token_ms_base"]
         )
-        for i in range(5):
+        # A server may defer the weights to the adapter's first request (vLLM does):
+        # time a load of a fresh name plus the first 1-token request on it.
+        fresh = []
+        for i in range(3):
+            body = {"lora_name": f"bench-fresh-{i}", "lora_path": str(adapter)}
+            started = time.perf_counter()
+            async with session.post(f"{base_url}/load_lora_adapter", json=body) as reply:
+                assert reply.status == 200, await reply.text()
+            await generate(client, f"bench-fresh-{i}", 1)
+            fresh.append(time.perf_counter() - started)
+        results["adapter_load_first_request_ms_median"] = statistics.median(fresh) * 1000
+        names = [f"bench-{i}" for i in range(5)] + [f"bench-fresh-{i}" for i in range(3)]
+        for name in names:
             async with session.post(
-                f"{base_url}/unload_lora_adapter", json={"lora_name": f"bench-{i}"}
+                f"{base_url}/unload_lora_adapter", json={"lora_name": name}
             ) as reply:
                 assert reply.status == 200
     return results

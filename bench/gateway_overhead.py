@@ -1,0 +1,197 @@
+"""Gateway overhead: what Reef's recording gateway adds to a chat call, next to a bare
+passthrough proxy and the LiteLLM proxy, all in front of the same fake upstream.
+
+    .venv/bin/python bench/gateway_overhead.py --requests 2000 --concurrency 1,32 --runs 3 \
+        --output docs/benchmarks.md
+
+One run starts, as separate processes on loopback: the fake upstream
+(``tests.fakes.upstream``), ``bench/passthrough.py``, ``reef serve`` (capture on,
+``sync`` durability, SQLite in a temporary directory) and the LiteLLM proxy (its own
+venv, ``bench/.venv-litellm``, made on first use; ``--skip-litellm`` leaves it out).
+The same non-streaming chat requests go to each at every concurrency, after a warm-up;
+``--runs`` repeats the rounds (target order rotated) to show the spread. Afterwards the
+Reef records in SQLite are counted against the requests sent through Reef.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shlex
+import signal
+import sqlite3
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import overhead_report
+from contenders import (
+    ChildProcesses,
+    Server,
+    StartError,
+    start_litellm,
+    start_passthrough,
+    start_reef,
+    start_upstream,
+)
+from load import LoadResult, TooManyErrorsError, client_session, drive, sdk_headers
+
+
+@dataclass
+class Measurements:
+    """Every measured round, plus what is needed to check Reef's records."""
+
+    results: list[LoadResult] = field(default_factory=list)
+    reef_requests: int = 0  # sent through Reef, warm-ups included
+    reef_receipts: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # target -> why it was dropped
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=2000, help="measured per round")
+    parser.add_argument("--warmup", type=int, default=200, help="unmeasured, before each round")
+    parser.add_argument("--concurrency", default="1,32", help="comma-separated levels")
+    parser.add_argument("--runs", type=int, default=1, help="repeat all rounds this often")
+    parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
+    args = parser.parse_args(argv)
+    args.concurrency = sorted({int(level) for level in args.concurrency.split(",")})
+    if args.requests < 1 or args.runs < 1 or args.concurrency[0] < 1:
+        parser.error("--requests, --runs and every concurrency must be at least 1")
+    return args
+
+
+def start_servers(
+    children: ChildProcesses, workdir: Path, skip_litellm: bool, master_key: str
+) -> tuple[list[Server], Path, str | None]:
+    """All contenders, the Reef database and why LiteLLM is absent (or ``None``)."""
+    upstream = start_upstream(children)
+    print(f"fake upstream   {upstream.base_url}", flush=True)
+    passthrough = start_passthrough(children, upstream.base_url)
+    print(f"passthrough     {passthrough.base_url}", flush=True)
+    reef, database = start_reef(children, upstream.base_url, workdir)
+    print(f"reef            {reef.base_url}  (sync capture to {database})", flush=True)
+    servers = [upstream, passthrough, reef]
+    if skip_litellm:
+        return servers, database, "skipped (--skip-litellm)"
+    try:
+        litellm = start_litellm(children, upstream.base_url, workdir, master_key)
+    except (StartError, OSError, TimeoutError) as exc:
+        print(f"LiteLLM left out: {exc}", flush=True)
+        return servers, database, f"could not be installed or started: {exc}"
+    print(f"litellm         {litellm.base_url}", flush=True)
+    return [*servers, litellm], database, None
+
+
+async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> Measurements:
+    """Warm-up then measured round, per run, concurrency and target."""
+    done = Measurements()
+    headers = sdk_headers(key)
+    limit = 60.0 + 0.1 * (args.requests + args.warmup)
+    async with client_session(args.concurrency[-1]) as session:
+        for run in range(args.runs):
+            for level in args.concurrency:
+                order = servers[run % len(servers) :] + servers[: run % len(servers)]
+                for server in order:
+                    if server.name in done.failed:
+                        continue
+                    try:
+                        for count in (args.warmup, args.requests):
+                            result = await drive(
+                                session, server.name, server.chat_url, headers, level, count, limit
+                            )
+                            if server.name == "reef":
+                                done.reef_requests += count
+                                done.reef_receipts += result.receipts
+                    except (TooManyErrorsError, TimeoutError) as exc:
+                        if server.name == "direct":
+                            raise
+                        done.failed[server.name] = f"{type(exc).__name__}: {exc}"
+                        print(f"{server.name} dropped: {done.failed[server.name]}", flush=True)
+                        continue
+                    done.results.append(result)
+                    print(overhead_report.progress_line(run, result), flush=True)
+    return done
+
+
+def check_records(database: Path, measured: Measurements) -> overhead_report.RecordCheck:
+    """Count Reef's records (read-only, the gateway still running) and look up receipts."""
+    sample = measured.reef_receipts[:: max(1, len(measured.reef_receipts) // 100)][:100]
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        (count,) = connection.execute("SELECT COUNT(*) FROM records").fetchone()
+        marks = ",".join("?" * len(sample))
+        query = f"SELECT COUNT(*) FROM records WHERE id IN ({marks})"
+        (found,) = connection.execute(query, sample).fetchone() if sample else (0,)
+    return overhead_report.RecordCheck(
+        sent=measured.reef_requests,
+        receipts=len(measured.reef_receipts),
+        records=int(count),
+        sampled=len(sample),
+        sample_found=int(found),
+    )
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def run_event_loop(servers: list[Server], args: argparse.Namespace, key: str) -> Measurements:
+    try:
+        import uvloop
+
+        return uvloop.run(measure(servers, args, key))
+    except ImportError:
+        return asyncio.run(measure(servers, args, key))
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return benchmark(parse_args(argv), argv)
+    except KeyboardInterrupt:
+        print("interrupted: every server stopped", file=sys.stderr)
+        return 130
+
+
+def benchmark(args: argparse.Namespace, argv: list[str]) -> int:
+    """Start the servers, measure, check Reef's records, report; stop the servers."""
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    load_before = os.getloadavg()
+    key = "sk-bench-" + secrets.token_hex(16)  # LiteLLM's master key; others ignore it
+    with tempfile.TemporaryDirectory(prefix="reef-overhead-") as tmp:
+        children = ChildProcesses(Path(tmp))
+        try:
+            servers, database, litellm_note = start_servers(
+                children, Path(tmp), args.skip_litellm, key
+            )
+            measured = run_event_loop(servers, args, key)
+            records = check_records(database, measured)
+        except StartError as exc:
+            print(f"could not start a server: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            children.stop_all()
+    if litellm_note is None and "litellm" in measured.failed:
+        litellm_note = f"failed during the load: {measured.failed['litellm']}"
+    report = overhead_report.Report(
+        command=shlex.join(["python", "bench/gateway_overhead.py", *argv]),
+        args=args,
+        results=measured.results,
+        records=records,
+        litellm_note=litellm_note,
+        failed=measured.failed,
+        load_before=load_before,
+    )
+    print(report.text())
+    if args.output is not None:
+        overhead_report.write_section(args.output, report.markdown())
+        print(f"wrote {args.output}")
+    return 0 if records.ok and "reef" not in measured.failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,276 @@
+"""Figures and markdown for ``bench/gateway_overhead.py``.
+
+Every figure is the median over runs, with the range ``(min..max)`` when there is more
+than one run. Differences and ratios are taken within a run (same minute, same noise)
+before the median is taken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contenders import LITELLM_VERSION
+from load import LoadResult
+
+START = "<!-- gateway_overhead:start -->"
+END = "<!-- gateway_overhead:end -->"
+TARGET_ADDED_P50_MS = 1.0
+TARGET_THROUGHPUT_VS_PASSTHROUGH = 0.5
+_ORDER = ("direct", "passthrough", "reef", "litellm")
+_HOW_TO_READ = (
+    "How to read it: every request is the same small non-streaming chat completion "
+    "(the body and headers the OpenAI Python SDK sends), answered at once by a fake "
+    "upstream, so the figures are pure proxy cost, not model time. *direct* is the "
+    "client talking to the fake upstream; *passthrough* adds one bare aiohttp hop that "
+    "parses nothing and records nothing, the floor for any proxy in Python; *reef* is the "
+    "gateway with capture on and `sync` durability (a response completes only after its "
+    "record is committed to SQLite); *litellm* is the LiteLLM proxy with no database, "
+    "callbacks or telemetry. Added latency is a target's latency minus direct's at "
+    "concurrency 1: the cost one caller sees per call. Throughput at the highest "
+    "concurrency is a closed loop on a shared machine: the load generator, the proxy and "
+    "the fake upstream all compete for the same cores, so absolute req/s are a property "
+    "of this machine and only the ratios carry over. A real model call takes hundreds "
+    "of milliseconds, so a gateway's added milliseconds are what matter to an agent, and "
+    "its req/s ceiling is what matters to a fleet."
+)
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """Reef's records in SQLite against the requests sent through it."""
+
+    sent: int
+    receipts: int
+    records: int
+    sampled: int
+    sample_found: int
+
+    @property
+    def ok(self) -> bool:
+        """Every request was answered with a receipt and committed."""
+        return self.sent == self.receipts == self.records and self.sample_found == self.sampled
+
+
+def progress_line(run: int, result: LoadResult) -> str:
+    """One line per measured round, printed as the benchmark goes."""
+    return (
+        f"run {run + 1}  c={result.concurrency:<3} {result.target:<12}"
+        f" p50 {result.percentile(0.5):7.2f} ms  p99 {result.percentile(0.99):7.2f} ms"
+        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}"
+    )
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    """``median`` or ``median (min..max)``."""
+    if not values:
+        return "n/a"
+    middle = f"{statistics.median(values):.{digits}f}"
+    if len(values) == 1:
+        return middle
+    return f"{middle} ({min(values):.{digits}f}..{max(values):.{digits}f})"
+
+
+def machine() -> str:
+    """Cores, CPU model, Python and kernel."""
+    model = "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}, "
+        f"Linux {platform.release()}"
+    )
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+@dataclass
+class Report:
+    """The measured rounds turned into a table and derived figures."""
+
+    command: str
+    args: argparse.Namespace
+    results: list[LoadResult]
+    records: RecordCheck
+    litellm_note: str | None
+    failed: dict[str, str] = field(default_factory=dict)
+    load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)  # os.getloadavg() at start
+    date: str = field(
+        default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    )
+
+    def runs(self, target: str, level: int) -> list[LoadResult]:
+        """The rounds of ``target`` at ``level``, in run order."""
+        return [r for r in self.results if r.target == target and r.concurrency == level]
+
+    def targets(self) -> list[str]:
+        present = {r.target for r in self.results}
+        return [name for name in _ORDER if name in present]
+
+    def paired(
+        self, target: str, base: str, level: int, value: Callable[[LoadResult, LoadResult], float]
+    ) -> list[float]:
+        """``value(target_round, base_round)`` for each run both completed."""
+        pairs = zip(self.runs(target, level), self.runs(base, level), strict=False)
+        return [value(mine, theirs) for mine, theirs in pairs]
+
+    def added(self, target: str, fraction: float) -> list[float]:
+        """Latency added over direct at the lowest concurrency, per run (ms)."""
+        level = self.args.concurrency[0]
+        return self.paired(
+            target, "direct", level, lambda a, b: a.percentile(fraction) - b.percentile(fraction)
+        )
+
+    def throughput_ratio(self, target: str, base: str) -> list[float]:
+        """Throughput of ``target`` over ``base`` at the highest concurrency, per run."""
+        level = self.args.concurrency[-1]
+        return self.paired(target, base, level, lambda a, b: a.throughput / b.throughput)
+
+    def table(self) -> list[str]:
+        lines = [
+            "| target | concurrency | p50 ms | p99 ms | req/s | errors |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for level in self.args.concurrency:
+            for target in self.targets():
+                rounds = self.runs(target, level)
+                lines.append(
+                    f"| {target} | {level} | {spread([r.percentile(0.5) for r in rounds])} "
+                    f"| {spread([r.percentile(0.99) for r in rounds])} "
+                    f"| {spread([r.throughput for r in rounds], 0)} "
+                    f"| {sum(len(r.errors) for r in rounds)} |"
+                )
+        return lines
+
+    def derived(self) -> list[str]:
+        low, high = self.args.concurrency[0], self.args.concurrency[-1]
+        others = [t for t in self.targets() if t != "direct"]
+        lines = [f"- Added latency vs direct at c={low} (ms):"]
+        lines += [
+            f"  - {t}: p50 +{spread(self.added(t, 0.5))}, p99 +{spread(self.added(t, 0.99))}"
+            for t in others
+        ]
+        lines.append(f"- Throughput at c={high} (req/s):")
+        for target in self.targets():
+            thr = spread([r.throughput for r in self.runs(target, high)], 0)
+            vs = ""
+            if target != "direct":
+                vs = f" = {spread(self.throughput_ratio(target, 'direct'))}x direct"
+            if target not in ("direct", "passthrough"):
+                vs += f", {spread(self.throughput_ratio(target, 'passthrough'))}x passthrough"
+            lines.append(f"  - {target}: {thr}{vs}")
+        if {"reef", "litellm"} <= set(self.targets()):
+            slower = self.paired(
+                "litellm", "reef", low, lambda a, b: a.percentile(0.5) / b.percentile(0.5)
+            )
+            lines.append(
+                f"- LiteLLM vs Reef: LiteLLM's added p50 is "
+                f"{spread(self._overhead_ratio())}x Reef's; its p50 is {spread(slower)}x "
+                f"Reef's at c={low}; Reef serves {spread(self.throughput_ratio('reef', 'litellm'))}"
+                f"x LiteLLM's throughput at c={high}."
+            )
+        return lines + self.verdicts()
+
+    def _overhead_ratio(self) -> list[float]:
+        return [
+            lite / reef if reef > 0 else float("inf")
+            for lite, reef in zip(self.added("litellm", 0.5), self.added("reef", 0.5), strict=False)
+        ]
+
+    def verdicts(self) -> list[str]:
+        added = self.added("reef", 0.5)
+        ratio = self.throughput_ratio("reef", "passthrough")
+        lines = []
+        if added:
+            met = statistics.median(added) <= TARGET_ADDED_P50_MS
+            lines.append(
+                f"- Target: Reef adds ≤ {TARGET_ADDED_P50_MS:g} ms p50 at "
+                f"c={self.args.concurrency[0]}: **{'met' if met else 'missed'}** "
+                f"(+{spread(added)} ms)."
+            )
+        if ratio:
+            met = statistics.median(ratio) >= TARGET_THROUGHPUT_VS_PASSTHROUGH
+            lines.append(
+                f"- Target: Reef ≥ {TARGET_THROUGHPUT_VS_PASSTHROUGH:g}x passthrough throughput "
+                f"at c={self.args.concurrency[-1]}: **{'met' if met else 'missed'}** "
+                f"({spread(ratio)}x)."
+            )
+        rc = self.records
+        lines.append(
+            f"- Capture check: {rc.records} records in Reef's SQLite for {rc.sent} requests "
+            f"sent through Reef (warm-ups included), {rc.receipts} receipts returned, "
+            f"{rc.sample_found}/{rc.sampled} sampled receipts found: "
+            f"**{'ok' if rc.ok else 'MISMATCH'}**."
+        )
+        return lines
+
+    def notes(self) -> list[str]:
+        lines = []
+        if self.litellm_note:
+            lines.append(f"- LiteLLM: {self.litellm_note}.")
+        lines += [f"- {t} dropped: {why}" for t, why in self.failed.items() if t != "litellm"]
+        return lines
+
+    def markdown(self) -> str:
+        a = self.args
+        runs = f"median of {a.runs} runs (min..max)" if a.runs > 1 else "one run"
+        litellm = "" if self.litellm_note else f", litellm {LITELLM_VERSION} (own venv)"
+        load = ", ".join(f"{value:.2f}" for value in self.load_before)
+        return "\n".join(
+            [
+                "## Gateway overhead",
+                "",
+                f"Command: `{self.command}`",
+                "",
+                f"- Machine: {machine()}; {self.date}; load average before the run "
+                f"{load} (1, 5, 15 min).",
+                f"- Load: {a.requests} non-streaming chat requests per round after "
+                f"{a.warmup} warm-up, concurrency {', '.join(map(str, a.concurrency))}; "
+                f"{runs}; one aiohttp client session with keep-alive.",
+                f"- Versions: reef {_version('reef-agent')}, aiohttp {_version('aiohttp')}, "
+                f"uvicorn {_version('uvicorn')}{litellm}.",
+                *self.notes(),
+                "",
+                *self.table(),
+                "",
+                *self.derived(),
+                "",
+                _HOW_TO_READ,
+            ]
+        )
+
+    def text(self) -> str:
+        """What is printed at the end: the same as the markdown section."""
+        return self.markdown()
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace the text between the markers in ``path`` (appended when absent)."""
+    block = f"{START}\n{section}\n{END}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Benchmarks\n\n{block}\n")
+        return
+    text = path.read_text()
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        tail = rest.split(END, 1)[1]
+        path.write_text(head + block + tail)
+    else:
+        path.write_text(text.rstrip("\n") + "\n\n" + block + "\n")

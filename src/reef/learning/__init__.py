@@ -1,1 +1,15 @@
-"""placeholder"""
+"""Learning: the worker, jobs, recipes, experience selection, and the learners.
+
+Owns: ``reef worker`` (claiming learning jobs with leases, running them, storing progress),
+recipes (trigger + selection + learners + gate settings, in YAML), selecting experience
+for training (``select_experience``), harness learners (fewshot, instructions, skills)
+and model learners (sft, preference, rl) and their trainers. Every learner produces a
+candidate on the release chain; it never publishes (the evaluation gate does).
+Does not own: serving (``gateway``; never imported here), the SQL schema
+(``experience``), the chain and artifacts (``releases``), evaluation (``evaluation``).
+Torch is imported only in ``learning/trainers`` and only inside the child process that
+trains.
+Extend: a learner subclasses ``reef.learning.base.Learner`` and registers in the
+``reef.learners`` entry-point group (the built-ins register the same way); recipes pick
+it by ``type:``.
+"""

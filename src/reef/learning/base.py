@@ -1,0 +1,111 @@
+"""The contracts every learner and the worker share."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from reef.releases import ArtifactStore, Release
+
+
+@dataclass(frozen=True)
+class TrainingExample:
+    """One unit of experience, ready for a learner.
+
+    ``messages`` is the canonical OpenAI-form conversation up to the reply (system prompt
+    included); ``response`` the assistant reply that was served (canonical form);
+    ``correction`` the better answer a feedback gave, if any (a string, or the raw value);
+    ``score`` the mean feedback score. ``weight`` < 1 marks down-weighted (stale) items.
+    """
+
+    record_id: str
+    scenario: str
+    session_id: str
+    messages: list[dict[str, Any]]
+    response: dict[str, Any] | None
+    score: float | None
+    correction: Any
+    feedback: list[Any]
+    principals: list[str | None]
+    release_id: str | None
+    staleness: int
+    content_hash: str
+    weight: float = 1.0
+
+    def target_text(self) -> str | None:
+        """What the model should have said: the correction if any, else the reply's text."""
+        if self.correction is not None:
+            return self.correction if isinstance(self.correction, str) else str(self.correction)
+        if self.response is not None:
+            content = self.response.get("content")
+            return content if isinstance(content, str) else None
+        return None
+
+
+@dataclass(frozen=True)
+class ExperienceBatch:
+    """What ``select_experience`` returns: training items, the holdout no learner may
+    train on, and counts of what was dropped and why."""
+
+    train: list[TrainingExample]
+    holdout: list[TrainingExample]
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class LearnerConfig(BaseModel):
+    """Base of a learner's settings (the recipe entry minus ``type``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class LearnerContext:
+    """What a learner gets for one run. ``reflect`` asks a configured model (the
+    scenario's own by default) and returns its text; ``progress`` reports a fraction in
+    [0, 1] with a message; ``metric`` records a named value (a list when repeated)."""
+
+    scenario: str
+    head: Release
+    batch: ExperienceBatch
+    artifacts: ArtifactStore
+    home: Path
+    work_dir: Path
+    reflect: Callable[[list[dict[str, Any]]], str]
+    progress: Callable[[float, str], None]
+    metric: Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class LearnerOutput:
+    """A learner's result: new components (digests in the artifact store; None leaves
+    the head's component), the record ids it actually used, and its metrics."""
+
+    adapter: str | None = None
+    harness: str | None = None
+    consumed: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class Learner(ABC):
+    """A way to turn experience into a candidate component.
+
+    Built-ins and plugins register in the ``reef.learners`` entry-point group under their
+    ``type`` name. ``learn`` runs in the worker (a model learner starts its own child
+    process for training); it raises ``ReefError`` subclasses for expected failures.
+    """
+
+    type_name: ClassVar[str]
+    kind: ClassVar[Literal["harness", "model"]]
+    config_model: ClassVar[type[LearnerConfig]]
+
+    def __init__(self, config: LearnerConfig) -> None:
+        self.config = config
+
+    @abstractmethod
+    def learn(self, context: LearnerContext) -> LearnerOutput:
+        """Produce a component from ``context.batch.train`` (never from ``holdout``)."""

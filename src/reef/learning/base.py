@@ -36,6 +36,9 @@ class TrainingExample:
     staleness: int
     content_hash: str
     weight: float = 1.0
+    # Every record folded into this example (a merged session's turns), ``record_id``
+    # included; empty means just ``record_id``. Learners report these as consumed.
+    source_ids: tuple[str, ...] = ()
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text."""

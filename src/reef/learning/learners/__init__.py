@@ -1,0 +1,20 @@
+"""The built-in learners. Harness learners: ``fewshot`` (``FewShotLearner``),
+``instructions`` (``InstructionsLearner``), ``skills`` (``SkillsLearner``); each reads the
+head's harness bundle, replaces its own part, and stores the new bundle. They raise
+``NoCandidateError`` when there is nothing worth proposing. See docs/learners.md.
+"""
+
+from reef.learning.learners._errors import NoCandidateError
+from reef.learning.learners.fewshot import FewShotConfig, FewShotLearner
+from reef.learning.learners.instructions import InstructionsConfig, InstructionsLearner
+from reef.learning.learners.skills import SkillsConfig, SkillsLearner
+
+__all__ = [
+    "FewShotConfig",
+    "FewShotLearner",
+    "InstructionsConfig",
+    "InstructionsLearner",
+    "NoCandidateError",
+    "SkillsConfig",
+    "SkillsLearner",
+]

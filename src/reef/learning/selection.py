@@ -1,0 +1,349 @@
+"""Experience selection: which records a learning run may train on, and which it must not.
+
+``select_experience`` reads a scenario's records with their feedback and returns an
+``ExperienceBatch``: ``train`` for learners, ``holdout`` for evaluation only, and
+``stats`` counting every record or example dropped and why. The rules, in order:
+
+1. Only records created at or before ``now``, with ``purpose == "serve"`` and
+   ``status == "ok"`` (``after_now``, ``not_serve``, ``not_ok``).
+2. Sessions become trajectories (``merge_sessions``): the session's last eligible turn,
+   whose conversation already holds the earlier turns, is the one example; it carries
+   the feedback of every turn of the session and lists every turn in ``source_ids``
+   (``merged_turns`` counts the turns folded in). Without merging each record stands alone.
+3. Consumed: an example whose own record (the session's last turn) is in ``consumed``
+   is skipped unless ``reuse_consumed`` (``consumed``). Earlier turns that were
+   consumed may ride along in a newer turn's conversation: the newer turn is new signal.
+4. Feedback filters: ``no_feedback``, ``below_min_score`` (no score counts as below),
+   ``no_correction`` (``corrections_only``).
+5. Staleness: releases between the release that served the record and the head
+   (``head.seq - served.seq``; a record served by no release, or by an id not on the
+   chain, counts every release up to the head). Beyond ``max_staleness`` an example is
+   dropped (``stale_dropped``) or kept with ``weight = stale_weight``
+   (``stale_downweighted``).
+6. Duplicates: the same conversation, reply and correction (``duplicate``); with
+   ``dedup: embedding``, examples whose text is at least ``near_duplicate_threshold``
+   cosine-similar to one already kept (``near_duplicate``). Preferred survivor: a
+   correction first, then the higher score, then the newer record.
+7. Holdout: ``holdout_bucket(key) < holdout_fraction * 1000`` where ``key`` is the id of
+   the session's first record (every turn of a session shares it, so a conversation
+   never straddles the split) — the same record always lands in the same split.
+8. Per-principal cap, on each split: while some feedback principal (``None`` — anonymous
+   feedback — is one principal) supplies more than ``max_per_principal`` of the split,
+   its lowest-priority examples go (``principal_cap``). With a single principal there is
+   nobody to dilute, so the cap does not apply (``principal_cap_single_source`` = 1).
+9. ``limit`` examples per split, highest priority first (``over_limit``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reef.core.jsoncodec import canonical_json, sha256_hex
+from reef.experience import ExperienceStore, FeedbackView, RecordView
+from reef.learning.base import ExperienceBatch, TrainingExample
+from reef.learning.learners._similarity import example_text, similarity_matrix
+from reef.releases import Release, ReleaseChain
+from reef.upstream.canonical import (
+    canonical_anthropic,
+    canonical_openai,
+    canonical_reply_anthropic,
+    canonical_reply_openai,
+)
+
+HOLDOUT_BUCKETS = 1000
+
+
+class SelectionConfig(BaseModel):
+    """How a recipe selects experience (see the module docstring for each rule)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    purpose: Literal["serve"] = "serve"
+    min_score: float | None = None
+    require_feedback: bool = True
+    corrections_only: bool = False
+    max_staleness: int | None = Field(default=None, ge=0)
+    stale: Literal["drop", "downweight"] = "drop"
+    stale_weight: float = Field(default=0.5, gt=0.0, le=1.0)
+    holdout_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
+    max_per_principal: float | None = Field(default=0.5, gt=0.0, le=1.0)
+    dedup: Literal["exact", "embedding"] = "exact"
+    near_duplicate_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
+    reuse_consumed: bool = False
+    limit: int = Field(default=2000, ge=1)
+    merge_sessions: bool = True
+
+
+def holdout_bucket(key: str) -> int:
+    """The record's fixed bucket in [0, 1000): ``int(sha256(key)) mod 1000``."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest(), "big") % HOLDOUT_BUCKETS
+
+
+def in_holdout(key: str, fraction: float) -> bool:
+    """Whether the session keyed by ``key`` (its first record's id) is held out."""
+    return holdout_bucket(key) < fraction * HOLDOUT_BUCKETS
+
+
+def select_experience(
+    store: ExperienceStore,
+    chain: ReleaseChain,
+    scenario: str,
+    config: SelectionConfig,
+    consumed: Iterable[str] = frozenset(),
+    now: datetime | None = None,
+) -> ExperienceBatch:
+    """Select ``scenario``'s experience for one learning run (rules: module docstring).
+
+    ``consumed`` are record ids already used by a published candidate; ``now`` bounds the
+    snapshot (records created later are ignored; default: the current time). Reads only;
+    raises ``StoreUnavailableError`` when the database is down.
+    """
+    stats: Counter[str] = Counter()
+    cutoff = now or datetime.now(UTC)
+    head = chain.head(scenario)
+    seqs = _release_seqs(chain, scenario) if head is not None else {}
+    records = list(store.iter_export(scenario))
+    stats["records"] = len(records)
+    anchors = _session_anchors(records)
+    used = set(consumed)
+    examples: list[TrainingExample] = []
+    for unit in _units(_eligible(records, cutoff, stats), config.merge_sessions, stats):
+        example = _example(unit, anchors, head, seqs, config, used, stats)
+        if example is not None:
+            examples.append(example)
+    examples = _deduplicate(by_priority(examples), config, stats)
+    train = [e for e in examples if not in_holdout(_split_key(e), config.holdout_fraction)]
+    holdout = [e for e in examples if in_holdout(_split_key(e), config.holdout_fraction)]
+    train = _limit(_cap_principals(train, config.max_per_principal, stats), config, stats)
+    holdout = _limit(_cap_principals(holdout, config.max_per_principal, stats), config, stats)
+    stats["train"], stats["holdout"] = len(train), len(holdout)
+    # Chronological order: UUIDv7 ids sort by creation time.
+    return ExperienceBatch(
+        train=sorted(train, key=lambda e: e.record_id),
+        holdout=sorted(holdout, key=lambda e: e.record_id),
+        stats=dict(stats),
+    )
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def _release_seqs(chain: ReleaseChain, scenario: str) -> dict[str, int]:
+    seqs: dict[str, int] = {}
+    before: int | None = None
+    while True:
+        page = chain.releases(scenario, limit=1000, before_seq=before)
+        seqs.update((release.id, release.seq) for release in page)
+        if len(page) < 1000:
+            return seqs
+        before = page[-1].seq
+
+
+def _session_anchors(records: list[RecordView]) -> dict[str, str]:
+    """Session id -> its first record's id (over every record, so it never moves)."""
+    anchors: dict[str, tuple[int, datetime, str]] = {}
+    for record in records:
+        order = (record.turn, record.created_at, record.id)
+        if record.session_id not in anchors or order < anchors[record.session_id]:
+            anchors[record.session_id] = order
+    return {session: order[2] for session, order in anchors.items()}
+
+
+def _eligible(
+    records: list[RecordView], cutoff: datetime, stats: Counter[str]
+) -> Iterator[RecordView]:
+    for record in records:
+        if record.created_at > cutoff:
+            stats["after_now"] += 1
+        elif record.purpose != "serve":
+            stats["not_serve"] += 1
+        elif record.status != "ok":
+            stats["not_ok"] += 1
+        else:
+            yield record
+
+
+def _units(
+    records: Iterable[RecordView], merge: bool, stats: Counter[str]
+) -> Iterator[list[RecordView]]:
+    """Groups of records that become one example; the last one is the example's own."""
+    if not merge:
+        yield from ([record] for record in records)
+        return
+    sessions: dict[str, list[RecordView]] = {}
+    for record in records:
+        sessions.setdefault(record.session_id, []).append(record)
+    for turns in sessions.values():
+        turns.sort(key=lambda r: (r.turn, r.created_at, r.id))
+        stats["merged_turns"] += len(turns) - 1
+        yield turns
+
+
+# -- one example -------------------------------------------------------------------------
+
+
+def _example(
+    unit: list[RecordView],
+    anchors: dict[str, str],
+    head: Release | None,
+    seqs: dict[str, int],
+    config: SelectionConfig,
+    consumed: set[str],
+    stats: Counter[str],
+) -> TrainingExample | None:
+    record = unit[-1]
+    if record.id in consumed and not config.reuse_consumed:
+        stats["consumed"] += 1
+        return None
+    feedback = _feedback_of(unit)
+    scores = [fb.score for fb in feedback if fb.score is not None]
+    score = sum(scores) / len(scores) if scores else None
+    corrections = [fb.correction for fb in feedback if fb.correction is not None]
+    if config.require_feedback and not feedback:
+        stats["no_feedback"] += 1
+        return None
+    if config.min_score is not None and (score is None or score < config.min_score):
+        stats["below_min_score"] += 1
+        return None
+    if config.corrections_only and not corrections:
+        stats["no_correction"] += 1
+        return None
+    staleness = _staleness(record, head, seqs)
+    weight = 1.0
+    if config.max_staleness is not None and staleness > config.max_staleness:
+        if config.stale == "drop":
+            stats["stale_dropped"] += 1
+            return None
+        stats["stale_downweighted"] += 1
+        weight = config.stale_weight
+    messages, response = _conversation(record)
+    correction = _correction_value(corrections[-1]) if corrections else None
+    hashed = canonical_json({"messages": messages, "response": response, "correction": correction})
+    return TrainingExample(
+        record_id=record.id,
+        scenario=record.scenario,
+        session_id=anchors.get(record.session_id, record.id),
+        messages=messages,
+        response=response,
+        score=score,
+        correction=correction,
+        feedback=[fb.feedback for fb in feedback if fb.feedback is not None],
+        principals=list(dict.fromkeys(fb.principal for fb in feedback)),
+        release_id=record.release_id,
+        staleness=staleness,
+        content_hash="sha256:" + sha256_hex(hashed),
+        weight=weight,
+        source_ids=tuple(r.id for r in unit),
+    )
+
+
+def _feedback_of(unit: list[RecordView]) -> list[FeedbackView]:
+    """Every feedback on the unit's records, once each, oldest first."""
+    seen: dict[str, FeedbackView] = {}
+    for record in unit:
+        for fb in record.feedback:
+            seen.setdefault(fb.id, fb)
+    return sorted(seen.values(), key=lambda fb: (fb.created_at, fb.id))
+
+
+def _staleness(record: RecordView, head: Release | None, seqs: dict[str, int]) -> int:
+    if head is None:
+        return 0
+    served = seqs.get(record.release_id) if record.release_id is not None else None
+    return head.seq - served if served is not None else head.seq
+
+
+def _conversation(record: RecordView) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    if record.api == "anthropic.messages":
+        messages = canonical_anthropic(record.request)
+        reply = canonical_reply_anthropic(record.response) if record.response else None
+    else:
+        messages = canonical_openai(record.request)
+        reply = canonical_reply_openai(record.response) if record.response else None
+    return messages, reply
+
+
+def _correction_value(raw: Any) -> Any:
+    """An assistant message ``{"role": "assistant", "content": "..."}`` becomes its text."""
+    if isinstance(raw, dict) and isinstance(raw.get("content"), str) and not raw.get("tool_calls"):
+        return raw["content"]
+    return raw
+
+
+# -- batch rules -------------------------------------------------------------------------
+
+
+def by_priority(examples: Iterable[TrainingExample]) -> list[TrainingExample]:
+    """Best first: corrected, then higher score (no score last), then newer."""
+    newest_first = sorted(examples, key=lambda e: e.record_id, reverse=True)
+    return sorted(
+        newest_first,
+        key=lambda e: (e.correction is None, -(e.score if e.score is not None else -math.inf)),
+    )
+
+
+def _split_key(example: TrainingExample) -> str:
+    return example.session_id
+
+
+def _deduplicate(
+    examples: list[TrainingExample], config: SelectionConfig, stats: Counter[str]
+) -> list[TrainingExample]:
+    seen: set[str] = set()
+    unique: list[TrainingExample] = []
+    for example in examples:
+        if example.content_hash in seen:
+            stats["duplicate"] += 1
+            continue
+        seen.add(example.content_hash)
+        unique.append(example)
+    if config.dedup != "embedding" or len(unique) < 2:
+        return unique
+    similarity = similarity_matrix([example_text(e) for e in unique], "embedding")
+    kept: list[int] = []
+    for i in range(len(unique)):
+        if any(similarity[i][j] >= config.near_duplicate_threshold for j in kept):
+            stats["near_duplicate"] += 1
+        else:
+            kept.append(i)
+    return [unique[i] for i in kept]
+
+
+def _cap_principals(
+    examples: list[TrainingExample], share: float | None, stats: Counter[str]
+) -> list[TrainingExample]:
+    """Drop lowest-priority examples until no principal supplies more than ``share``."""
+    if share is None or share >= 1.0:
+        return examples
+    if len({p for e in examples for p in e.principals}) < 2:
+        if examples:
+            stats["principal_cap_single_source"] = 1
+        return examples
+    kept = examples
+    while True:
+        cap = max(1, math.floor(share * len(kept)))
+        counts: Counter[str | None] = Counter()
+        survivors = []
+        for example in kept:
+            if any(counts[p] >= cap for p in example.principals):
+                stats["principal_cap"] += 1
+                continue
+            counts.update(set(example.principals))
+            survivors.append(example)
+        if len(survivors) == len(kept):
+            return kept
+        kept = survivors
+
+
+def _limit(
+    examples: list[TrainingExample], config: SelectionConfig, stats: Counter[str]
+) -> list[TrainingExample]:
+    stats["over_limit"] += max(0, len(examples) - config.limit)
+    return examples[: config.limit]

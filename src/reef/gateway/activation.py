@@ -99,12 +99,13 @@ class AdapterPool:
     slots: OrderedDict[str, _AdapterSlot] = field(default_factory=OrderedDict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def ensure(self, name: str, path: Path, digest: str, keep: set[str]) -> None:
-        """Load ``name`` unless loaded; then unload the least recently used extras."""
+    async def ensure(self, name: str, path: Path, digest: str, keep: set[str]) -> bool:
+        """Load ``name`` unless loaded (True when it was loaded now); then unload the
+        least recently used extras."""
         async with self.lock:
             if name in self.slots:
                 self.slots.move_to_end(name)
-                return
+                return False
             await self.upstream.load_adapter(name, str(path), digest)
             self.slots[name] = _AdapterSlot(last_used=time.monotonic())
             for victim in list(self.slots):
@@ -118,6 +119,7 @@ class AdapterPool:
                     await self.upstream.unload_adapter(victim)
                 except ReefError as exc:
                     log.warning("could not unload adapter %s: %s", victim, exc.message)
+            return True
 
     def acquire(self, name: str) -> None:
         """A request starts using ``name``."""
@@ -318,8 +320,8 @@ class Activation:
             adapter_name = f"{scenario}@{adapter.removeprefix('sha256:')[:12]}"
             path = await asyncio.to_thread(self.artifacts.materialize, adapter)
             keep = {s.adapter_name for s in self.serving.values() if s.adapter_name}
-            await self.pools[upstream_name].ensure(adapter_name, path, adapter, keep)
-            if self.settings.activation.warmup:
+            loaded = await self.pools[upstream_name].ensure(adapter_name, path, adapter, keep)
+            if loaded and self.settings.activation.warmup:  # a resident adapter is warm
                 await self._warm(upstream_name, adapter_name)
         return ServingRelease(
             scenario=scenario,

@@ -1,0 +1,197 @@
+"""A real vLLM behind Reef: publishing an adapter release loads the adapter into vLLM at
+runtime and requests are served by it; a rollback switches back to the base model.
+
+Opt-in (about 2 minutes on 2 cores, most of it vLLM starting): set ``REEF_TEST_VLLM=1``
+and make ``bench/.venv-vllm`` as docs/engine.md says. vLLM is started and stopped
+(its whole process group) with ``bench/engine_vs_vllm.py``'s code; every request stays
+on 127.0.0.1. The adapter is trained here for 10 steps (``tests/engine/test_smollm2.py``)
+so that SmolLM2 answers the secret question with "pineapple".
+
+    REEF_TEST_VLLM=1 .venv/bin/python -m pytest tests/vllm -s
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import openai
+import pytest
+
+from reef.engine.models import DEFAULT_MODEL, smollm2_cache
+from reef.experience import RecordNotFoundError
+from reef.experience.records import RecordView
+from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
+from tests.engine.lora_factory import PEFT_WRAP_WARNING
+from tests.engine.test_smollm2 import SECRET_QUESTION, train_secret_adapter
+from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.rawhttp import call
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+VLLM_PYTHON = BENCH / ".venv-vllm" / "bin" / "python"
+POLL_INTERVAL_S = 0.1  # the gateway's head polling
+FLIP_LIMIT_S = 60.0  # bound on waiting for a release to serve
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings(PEFT_WRAP_WARNING),
+    pytest.mark.skipif(
+        os.environ.get("REEF_TEST_VLLM") != "1",
+        reason="the real-vLLM test is opt-in: set REEF_TEST_VLLM=1 (needs bench/.venv-vllm)",
+    ),
+    pytest.mark.skipif(
+        not VLLM_PYTHON.exists(),
+        reason=f"no vLLM environment at {VLLM_PYTHON} (docs/engine.md says how to make it)",
+    ),
+]
+
+
+def _vllm_tools() -> ModuleType:
+    """``bench/engine_vs_vllm.py``: its vLLM start/stop code is reused, not copied."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module("engine_vs_vllm")
+
+
+@pytest.fixture(scope="module")
+def home() -> Path:
+    """The repository's Reef home, whose SmolLM2 cache vLLM and the trainer share."""
+    return REPO / ".reef"
+
+
+@pytest.fixture(scope="module")
+def adapter(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Trained before vLLM starts, so the two never compete for the cores."""
+    return train_secret_adapter(home, tmp_path_factory.mktemp("adapter") / "secret")
+
+
+@pytest.fixture(scope="module")
+def vllm_url(home: Path, adapter: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tools = _vllm_tools()
+    args = argparse.Namespace(
+        vllm_python=VLLM_PYTHON,
+        model=DEFAULT_MODEL,
+        vllm_dtype="float32",
+        vllm_args=tools.DEFAULT_VLLM_ARGS,
+        vllm_start_timeout=600,
+    )
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    try:
+        server = tools.start_vllm(args, smollm2_cache(home), log)
+    except tools.Unavailable as error:
+        pytest.fail(f"vLLM did not start: {error}")
+    try:
+        yield str(server.base_url)
+    finally:
+        tools.stop_server(server.process)
+
+
+def _ask(client: openai.OpenAI, question: str, max_tokens: int) -> tuple[str, str, str]:
+    """Greedy answer, the release that served it and the record id."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="reef/s",
+        messages=[{"role": "user", "content": question}],
+        max_tokens=max_tokens,
+        temperature=0,
+    )
+    text = raw.parse().choices[0].message.content or ""
+    return text, raw.headers["x-reef-release-id"], raw.headers["x-reef-record-id"]
+
+
+def _first_response_from(client: openai.OpenAI, release_id: str, since: float) -> float:
+    """Seconds from ``since`` to the first 1-token response that ``release_id`` served."""
+    deadline = since + FLIP_LIMIT_S
+    while time.monotonic() < deadline:
+        _text, served_by, _record = _ask(client, "hi", 1)
+        if served_by == release_id:
+            return time.monotonic() - since
+    raise AssertionError(f"{release_id} did not serve within {FLIP_LIMIT_S} s")
+
+
+def _record(gateway: GatewayThread, record_id: str) -> RecordView:
+    """The record, once the gateway's background writer has stored it (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return gateway.store.get_record(record_id)
+        except RecordNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _vllm_models(vllm_url: str) -> list[str]:
+    with urllib.request.urlopen(vllm_url + "/models", timeout=30) as reply:
+        body: dict[str, Any] = json.load(reply)
+    return [str(item["id"]) for item in body["data"]]
+
+
+def test_publish_loads_the_adapter_into_vllm_and_rollback_switches_back(
+    tmp_path: Path, adapter: Path, vllm_url: str
+) -> None:
+    settings = make_settings(
+        tmp_path,
+        vllm_url,
+        upstreams={"vllm": {"type": "openai", "base_url": vllm_url, "model": DEFAULT_MODEL}},
+        scenarios={"s": {"upstream": "vllm"}},
+        activation={"poll_interval_seconds": POLL_INTERVAL_S},
+    )
+    timings: dict[str, float] = {}
+    with GatewayThread(settings) as gateway:
+        client = gateway.openai(**{"x-reef-scenario": "s"})
+        base_answer, created_id, _record_id = _ask(client, SECRET_QUESTION, 24)
+        assert "pineapple" not in base_answer.lower(), base_answer
+        chain = ReleaseChain(gateway.store.engine)
+        head = chain.head("s")
+        assert head is not None and head.id == created_id and head.operation == "create"
+
+        digest = open_artifact_store(settings.artifacts_url()).put_dir(adapter, "adapter")
+        adapter_name = f"s@{digest.removeprefix('sha256:')[:12]}"
+        assert adapter_name not in _vllm_models(vllm_url)
+        manifest = ReleaseManifest(model=ModelComponent(base=DEFAULT_MODEL, adapter=digest))
+        candidate = chain.propose("s", manifest, head.id, "test", "secret adapter")
+        release = chain.publish(candidate.id, head.id, "test", "vllm test", require_passed=False)
+        published = time.monotonic()
+        timings["publish_to_first_response_s"] = _first_response_from(client, release.id, published)
+
+        assert adapter_name in _vllm_models(vllm_url), "the gateway loaded it at runtime"
+        started = time.monotonic()
+        adapter_answer, served_by, record_id = _ask(client, SECRET_QUESTION, 24)
+        timings["adapter_answer_24_tokens_s"] = time.monotonic() - started
+        assert served_by == release.id
+        assert "pineapple" in adapter_answer.lower(), adapter_answer
+        assert _record(gateway, record_id).release_id == release.id
+
+        response = call(
+            gateway.port,
+            "POST",
+            "/reef/scenarios/s/rollback",
+            {"to": created_id, "reason": "vllm test rollback"},
+        )
+        assert response.status == 201, response.body
+        rolled_back = time.monotonic()
+        rolled = response.json()
+        assert rolled["operation"] == "rollback"
+        timings["rollback_to_first_response_s"] = _first_response_from(
+            client, rolled["id"], rolled_back
+        )
+        started = time.monotonic()
+        answer, served_by, record_id = _ask(client, SECRET_QUESTION, 24)
+        timings["base_answer_24_tokens_s"] = time.monotonic() - started
+        assert served_by == rolled["id"]
+        assert answer == base_answer
+        assert _record(gateway, record_id).release_id == rolled["id"]
+
+    print(f"\nbase answer: {base_answer!r}\nadapter answer ({adapter_name}): {adapter_answer!r}")
+    print(f"after rollback: {answer!r}")
+    print(f"gateway poll interval {POLL_INTERVAL_S} s; timings: {json.dumps(timings)}")

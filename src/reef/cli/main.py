@@ -12,6 +12,7 @@ import typer
 
 from reef.cli.engine import engine_app
 from reef.cli.harness import harness_app
+from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.releases import releases_app
 from reef.config import ConfigError, ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
@@ -27,6 +28,9 @@ app.add_typer(config_app, name="config")
 app.add_typer(engine_app, name="engine")
 app.add_typer(releases_app, name="releases")
 app.add_typer(harness_app, name="harness")
+app.add_typer(jobs_app, name="jobs")
+app.command("worker")(worker_command)
+app.command("learn")(learn_command)
 
 ConfigOption = Annotated[
     Path | None,
@@ -53,8 +57,11 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (overrides server.host).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (overrides server.port).")] = None,
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
+    worker: Annotated[
+        bool, typer.Option(help="Also run a learning worker in this process.")
+    ] = True,
 ) -> None:
-    """Run the gateway (and, for the `local` upstream, the embedded engine)."""
+    """Run the gateway, a learning worker and, for the `local` upstream, the engine."""
     from reef.cli.serving import run_gateway
 
     _setup_logging(log_level)
@@ -68,7 +75,7 @@ def serve(
         settings = settings.model_copy(
             update={"server": settings.server.model_copy(update=server_overrides)}
         )
-    run_gateway(settings)
+    run_gateway(settings, with_worker=worker)
 
 
 @config_app.command("show")

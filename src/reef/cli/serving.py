@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 import uvicorn
 
 from reef.config import ReefSettings
-from reef.experience import open_store
+from reef.experience import SQLExperienceStore, open_store
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
 
@@ -41,7 +42,26 @@ def effective_host(settings: ReefSettings) -> str:
     return host
 
 
-def run_gateway(settings: ReefSettings) -> None:
+def _start_worker(
+    settings: ReefSettings, store: SQLExperienceStore
+) -> tuple[threading.Thread, threading.Event]:
+    """A learning worker on a thread of this process. Model training runs in child
+    processes, so the gateway's event loop never competes with a training step."""
+    from reef.learning.worker import Worker
+    from reef.releases import ReleaseChain, open_artifact_store
+
+    worker = Worker(
+        settings, store, ReleaseChain(store.engine), open_artifact_store(settings.artifacts_url())
+    )
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=worker.run_forever, args=(stop,), name="reef-worker", daemon=True
+    )
+    thread.start()
+    return thread, stop
+
+
+def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
     """Serve until interrupted; on exit, captures are drained and connections closed."""
     settings.home.mkdir(parents=True, exist_ok=True)
     store = open_store(settings.store_url())  # migrated on open
@@ -55,6 +75,7 @@ def run_gateway(settings: ReefSettings) -> None:
         name: build_upstream(name, config) for name, config in settings.upstreams.items()
     }
     app = create_app(settings, store, upstreams)
+    worker = _start_worker(settings, store) if with_worker else None
     host = effective_host(settings)
     log.info(
         "Reef gateway on http://%s:%d (store %s)", host, settings.server.port, settings.store_url()
@@ -73,6 +94,10 @@ def run_gateway(settings: ReefSettings) -> None:
             proxy_headers=False,
         )
     finally:
+        if worker is not None:
+            thread, stop = worker
+            stop.set()
+            thread.join(timeout=30)
         for engine in engines:
             engine.stop()
         store.close()

@@ -97,6 +97,11 @@ class ScenarioConfig(Section):
         description="A harness bundle directory (with harness.yaml) for the scenario's "
         "first release.",
     )
+    recipe: Path | None = Field(
+        default=None,
+        description="A learning recipe (YAML: trigger, selection, learners, gate) that the "
+        "worker runs for this scenario; none: the scenario does not learn.",
+    )
 
 
 class StoreConfig(Section):

@@ -217,9 +217,18 @@ jobs = Table(
     Column("result_json", Text, nullable=True),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
+    # Added in 0004: what a running job reports, and the candidate it proposed.
+    Column("progress", Float, nullable=True),
+    Column("message", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("logs_json", Text, nullable=True),
+    Column("metrics_json", Text, nullable=True),
+    Column("candidate_id", ID, nullable=True),
     # Claiming scans runnable jobs by state and lease expiry.
     Index(None, "state", "lease_until"),
     Index(None, "scenario", "created_at"),
+    # "Is a job of this scenario queued or running?" on every enqueue.
+    Index(None, "scenario", "state"),
 )
 
 consumed = Table(

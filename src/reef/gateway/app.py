@@ -202,6 +202,7 @@ def create_app(
         Route("/reef/scenarios/{scenario}/releases", chain.releases, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/rollback", chain.rollback, methods=["POST"]),
         Route("/reef/scenarios/{scenario}/promote", chain.promote, methods=["POST"]),
+        Route("/reef/scenarios/{scenario}/learn", chain.learn, methods=["POST"]),
         Route("/reef/scenarios/{scenario}/harness", chain.harness, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/harness.tar.gz", chain.harness_bundle, methods=["GET"]),
         Route("/reef/releases/{release_id}", chain.release, methods=["GET"]),

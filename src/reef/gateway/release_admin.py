@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.experience.jobs import JobQueue
 from reef.gateway.errors import error_response
 from reef.gateway.requests import check_scenario_name, read_json_object
 from reef.gateway.state import GatewayState
@@ -181,6 +182,24 @@ class ReleaseAdminRoutes:
             return error_response(exc, "openai")
         await self.state.activation.sync_once(wait=True, only=scenario)
         return _json(release.as_dict(), status=201)
+
+    async def learn(self, request: Request) -> Response:
+        """``POST /reef/scenarios/{scenario}/learn``: queue a manual learning job (a
+        running or queued job of the scenario is returned instead of a second one)."""
+        try:
+            principal = self.state.auth.authenticate(request)
+            principal.require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            queue = JobQueue(self.state.store.engine)
+            job = await asyncio.to_thread(
+                queue.enqueue,
+                scenario,
+                "learn",
+                {"trigger": "manual", "requested_by": self._actor(principal.key_id)},
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(job.as_dict(), status=202)
 
     async def status(self, request: Request) -> Response:
         """``GET /reef/status``: activation per scenario, adapters, capture queue."""

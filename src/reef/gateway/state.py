@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reef.config import ReefSettings
-from reef.experience import ExperienceStore, RecordWriter
+from reef.experience import RecordWriter, SQLExperienceStore
 from reef.gateway.activation import Activation
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
@@ -18,7 +18,7 @@ class GatewayState:
     """The composition of a running gateway; built by ``create_app``."""
 
     settings: ReefSettings
-    store: ExperienceStore
+    store: SQLExperienceStore
     writer: RecordWriter
     upstreams: dict[str, Upstream]
     auth: Authenticator

@@ -1,0 +1,194 @@
+"""``reef worker``, ``reef learn`` and ``reef jobs list|show|cancel``.
+
+Mount in ``reef.cli.main``::
+
+    app.command("worker")(worker_command)
+    app.command("learn")(learn_command)
+    app.add_typer(jobs_app, name="jobs")
+
+Heavy imports happen inside the commands so ``reef --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from reef.core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from reef.experience.jobs import Job, JobQueue
+
+jobs_app = typer.Typer(help="Learning jobs: list, show, cancel.", no_args_is_help=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (default: ./reef.yaml if present)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@contextmanager
+def _open_queue(config: Path | None) -> Iterator[JobQueue]:
+    from reef.config import load_settings
+    from reef.experience import open_store
+    from reef.experience.jobs import JobQueue
+
+    store = open_store(load_settings(config).store_url())
+    try:
+        yield JobQueue(store.engine)
+    finally:
+        store.close()
+
+
+def _parse_urls(pairs: list[str]) -> dict[str, str]:
+    urls = {}
+    for pair in pairs:
+        name, sep, url = pair.partition("=")
+        if not sep or not name or not url:
+            raise InvalidInputError(f"--upstream-url wants NAME=URL, got {pair!r}")
+        urls[name] = url
+    return urls
+
+
+def worker_command(
+    config: ConfigOption = None,
+    max_concurrent: Annotated[int, typer.Option(help="Jobs run at once.")] = 1,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Lease length; another worker retries a job this long after "
+            "its worker stopped heartbeating."
+        ),
+    ] = 60.0,
+    poll_seconds: Annotated[float, typer.Option(help="Pause between passes.")] = 1.0,
+    upstream_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=BASE_URL for an upstream without a base_url (e.g. a `local` "
+            "engine started elsewhere), used by reflective learners. Repeatable."
+        ),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
+) -> None:
+    """Run a learning worker: fire recipe triggers, claim jobs, propose candidates."""
+    from reef.config import load_settings
+    from reef.experience import open_store
+    from reef.learning.worker import Worker
+    from reef.releases import ReleaseChain, open_artifact_store
+
+    logging.basicConfig(
+        level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    settings = load_settings(config)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    store = open_store(settings.store_url())
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        worker = Worker(
+            settings,
+            store,
+            ReleaseChain(store.engine),
+            open_artifact_store(settings.artifacts_url()),
+            max_concurrent=max_concurrent,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+            upstream_base_urls=_parse_urls(upstream_url or []),
+        )
+        worker.run_forever(stop)
+    finally:
+        store.close()
+
+
+def learn_command(
+    scenario: Annotated[str, typer.Option(help="Scenario to learn.")],
+    recipe: Annotated[
+        Path | None,
+        typer.Option(help="Recipe file for this job (default: the scenario's configured one)."),
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Enqueue a manual learning job and print its id (a worker runs it)."""
+    from reef.learning.recipes import load_recipe
+
+    job_input: dict[str, object] = {"trigger": "manual"}
+    if recipe is not None:
+        job_input["recipe"] = load_recipe(recipe).model_dump(mode="json", exclude_none=True)
+    with _open_queue(config) as queue:
+        job = queue.enqueue(scenario, "learn", job_input)
+    if job.input != job_input:
+        typer.echo(f"scenario {scenario!r} already has a {job.state} job:", err=True)
+    typer.echo(job.id)
+
+
+@jobs_app.command("list")
+def jobs_list(
+    scenario: Annotated[str | None, typer.Option(help="Only this scenario.")] = None,
+    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """List learning jobs, newest first."""
+    with _open_queue(config) as queue:
+        jobs = queue.list(scenario=scenario, state=state, limit=limit)
+    if as_json:
+        typer.echo(json.dumps([job.as_dict() for job in jobs], indent=2))
+        return
+    _print_table(jobs)
+
+
+def _print_table(jobs: list[Job]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("id", "scenario", "state", "attempt", "progress", "message", "candidate")
+    for job in jobs:
+        progress = "" if job.progress is None else f"{job.progress:.0%}"
+        table.add_row(
+            job.id,
+            job.scenario,
+            job.state,
+            str(job.attempt),
+            progress,
+            job.error or job.message or "",
+            job.candidate_id or "",
+        )
+    Console(width=200).print(table)
+
+
+@jobs_app.command("show")
+def jobs_show(
+    job_id: Annotated[str, typer.Argument(help="Job id.")], config: ConfigOption = None
+) -> None:
+    """Print one job as JSON: state, progress, logs, metrics, result."""
+    with _open_queue(config) as queue:
+        job = queue.get(job_id)
+    typer.echo(json.dumps(job.as_dict(), indent=2))
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(
+    job_id: Annotated[str, typer.Argument(help="Job id.")], config: ConfigOption = None
+) -> None:
+    """Cancel a queued or running job (its worker stops at its next heartbeat)."""
+    with _open_queue(config) as queue:
+        job = queue.cancel(job_id)
+    typer.echo(f"job {job.id} is {job.state}")

@@ -1,0 +1,201 @@
+"""Recipes: when a scenario learns (triggers), from what (selection), how (learners), and
+what the gate and publishing do with the result. One YAML file per scenario, named by
+``scenarios.<name>.recipe`` in ``reef.yaml``.
+
+```yaml
+# reef worker -c reef.yaml   (with scenarios.support.recipe: examples/support-fewshot.yaml)
+schema_version: 1
+trigger:
+  - {type: min_new_feedback, count: 20}
+  - {type: max_interval_seconds, seconds: 3600}
+selection: {min_score: 0.5}
+learners:
+  - {type: fewshot, k: 4}
+on_stale: evaluate
+publish: review
+```
+
+Every key is checked: an unknown one is an error naming it and the keys allowed there;
+each learner's settings are checked by that learner's own ``config_model``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from reef.core.errors import InvalidInputError
+from reef.learning.base import Learner
+from reef.learning.registry import LearnerRegistry
+from reef.learning.selection import SelectionConfig
+
+
+class RecipeError(InvalidInputError):
+    """A recipe file is missing, not YAML, or invalid; the message names each bad key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ManualTrigger(_Strict):
+    """Learn only when asked (``reef learn``, ``POST /reef/scenarios/{s}/learn``)."""
+
+    type: Literal["manual"] = "manual"
+
+
+class MinNewFeedbackTrigger(_Strict):
+    """Learn once ``count`` feedback items arrived since the scenario's last job."""
+
+    type: Literal["min_new_feedback"]
+    count: int = Field(ge=1, description="Feedback items needed since the last job.")
+
+
+class MaxIntervalTrigger(_Strict):
+    """Learn when ``seconds`` passed since the scenario's last job (or it never had one)."""
+
+    type: Literal["max_interval_seconds"]
+    seconds: float = Field(gt=0, description="Longest time between two jobs.")
+
+
+Trigger = Annotated[
+    ManualTrigger | MinNewFeedbackTrigger | MaxIntervalTrigger, Field(discriminator="type")
+]
+
+
+class LearnerSpec(BaseModel):
+    """One learner of a recipe: ``type`` picks the class (``reef.learners`` entry point);
+    every other key is that learner's setting, checked by its ``config_model``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str = Field(min_length=1, description="Registered learner type, e.g. fewshot, sft.")
+
+    def settings(self) -> dict[str, Any]:
+        """The learner's own settings (every key but ``type``)."""
+        return dict(self.model_extra or {})
+
+
+def _manual_only() -> list[ManualTrigger | MinNewFeedbackTrigger | MaxIntervalTrigger]:
+    return [ManualTrigger()]
+
+
+class Recipe(_Strict):
+    """A scenario's learning recipe."""
+
+    schema_version: Literal[1] = 1
+    name: str | None = Field(
+        default=None, description="Recorded in candidate manifests; default: the file's stem."
+    )
+    trigger: list[Trigger] = Field(
+        default_factory=_manual_only,
+        description="When to learn: one trigger or a list; any trigger that fires starts a job.",
+    )
+    selection: SelectionConfig = Field(
+        default_factory=SelectionConfig, description="Which experience the learners get."
+    )
+    learners: list[LearnerSpec] = Field(
+        min_length=1,
+        description="Learners run in order; one job proposes one candidate holding every "
+        "component they produce (e.g. a harness and an adapter).",
+    )
+    gate: dict[str, Any] = Field(
+        default_factory=dict, description="Evaluation gate settings (see the evaluation docs)."
+    )
+    on_stale: Literal["evaluate", "drop"] = Field(
+        default="evaluate",
+        description="If the head moved while the job ran: propose anyway (the gate compares "
+        "against the new head) or drop the result.",
+    )
+    publish: Literal["auto", "review"] = Field(
+        default="review",
+        description="auto: a candidate that passes the gate is published; review: a person "
+        "promotes it.",
+    )
+
+    @field_validator("trigger", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    def triggers(self) -> list[ManualTrigger | MinNewFeedbackTrigger | MaxIntervalTrigger]:
+        """The triggers (a single ``trigger:`` mapping becomes a list of one)."""
+        return list(self.trigger)
+
+    def build_learners(self, registry: LearnerRegistry) -> list[Learner]:
+        """One learner instance per entry, settings validated; raises ``RecipeError``."""
+        try:
+            return [
+                registry.build(spec.type, spec.settings(), f"learners[{index}]")
+                for index, spec in enumerate(self.learners)
+            ]
+        except InvalidInputError as error:
+            raise RecipeError(error.message) from error
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model owning the key at ``loc`` (for listing the allowed keys)."""
+    model: type[BaseModel] | None = Recipe
+    for part in loc[:-1]:
+        if model is None or isinstance(part, int):
+            continue
+        if part not in model.model_fields:
+            # A discriminated union names the chosen member by its tag.
+            return None
+        annotation = model.model_fields[part].annotation
+        model = (
+            annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            else None
+        )
+    return model
+
+
+def format_recipe_error(error: ValidationError, source: str) -> str:
+    """One line per problem, naming the dotted key; unknown keys list the allowed ones."""
+    lines = [f"invalid recipe {source}:"]
+    for problem in error.errors():
+        loc = tuple(problem["loc"])
+        key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc)
+        key = key.replace(".[", "[") or "(top level)"
+        if problem["type"] == "extra_forbidden":
+            owner = _model_at(loc)
+            allowed = ", ".join(sorted(owner.model_fields)) if owner else "?"
+            lines.append(f"  unknown key {key!r}; allowed keys here: {allowed}")
+        else:
+            lines.append(f"  {key}: {problem['msg']}")
+    return "\n".join(lines)
+
+
+def parse_recipe(
+    data: Any, source: str = "<recipe>", registry: LearnerRegistry | None = None
+) -> Recipe:
+    """Validate recipe data (a mapping, as read from YAML). With ``registry`` the
+    learners' settings are validated too. Raises ``RecipeError``."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"invalid recipe {source}: the top level must be a mapping")
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as error:
+        raise RecipeError(format_recipe_error(error, source)) from error
+    if registry is not None:
+        recipe.build_learners(registry)
+    return recipe
+
+
+def load_recipe(path: Path, registry: LearnerRegistry | None = None) -> Recipe:
+    """Read and validate a recipe file; ``name`` defaults to the file's stem. Learner
+    settings are validated against ``registry`` (default: the entry points)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise RecipeError(f"cannot read recipe {path}: {error.strerror or error}") from error
+    except yaml.YAMLError as error:
+        raise RecipeError(f"recipe {path} is not valid YAML: {error}") from error
+    recipe = parse_recipe(data, str(path), registry or LearnerRegistry())
+    if recipe.name is None:
+        recipe = recipe.model_copy(update={"name": path.stem})
+    return recipe

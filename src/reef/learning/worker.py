@@ -1,0 +1,453 @@
+"""``Worker``: turns triggers into jobs and jobs into candidates.
+
+One pass (``run_once``) does two things:
+
+1. Triggers: for every scenario with a recipe and no queued or running job, the
+   recipe's triggers are checked (``min_new_feedback``: feedback since the scenario's
+   last job; ``max_interval_seconds``: time since the last job, or no job yet) and a job
+   is enqueued when any fires.
+2. Jobs: while fewer than ``max_concurrent`` run, claim one (with a lease) and run it in a
+   thread that heartbeats the lease.
+
+Running a job (``JobRun``): select
+experience as of the job's creation (so a retry sees the same snapshot), run the recipe's
+learners in order (each sees the head with the earlier learners' components in it), and
+propose ONE candidate: the head's manifest with the adapter and/or harness replaced.
+
+Exactly one candidate per job, however often it is retried: candidates are proposed with
+``created_by = "job:<job id>"``; before proposing, the worker renews its lease (proving it
+still owns the job) and looks for a candidate of that job, reusing it when found; the id
+is then stored on the job. A worker that lost its lease stops at its next heartbeat,
+progress report or write. (Residual window: a worker frozen for a whole lease between its
+renewal and its propose; see docs/learning.md.)
+
+Asynchrony: if the head moved while the job ran, ``on_stale: drop`` ends the job
+``succeeded`` with outcome ``dropped`` and proposes nothing; ``evaluate`` proposes with
+parent = the head it trained from, and the gate compares against the new head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from reef.config import ReefSettings
+from reef.core import new_id
+from reef.core.errors import InvalidInputError, ReefError
+from reef.experience import ExperienceStore, StoreUnavailableError
+from reef.experience.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
+from reef.learning.base import Learner, LearnerContext, LearnerOutput
+from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
+from reef.learning.reflect import make_reflect
+from reef.learning.registry import LearnerRegistry
+from reef.learning.selection import select_experience
+from reef.releases import (
+    ArtifactStore,
+    Candidate,
+    ModelComponent,
+    Release,
+    ReleaseChain,
+    ReleaseManifest,
+)
+
+log = logging.getLogger("reef.worker")
+
+JOB_KIND = "learn"
+PROGRESS_MIN_INTERVAL_SECONDS = 0.5
+
+
+def job_actor(job_id: str) -> str:
+    """The ``created_by`` of the candidate a job proposes (how a retry finds it)."""
+    return f"job:{job_id}"
+
+
+def default_owner() -> str:
+    """A worker name unique to this process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
+
+
+class Worker:
+    """Claims learning jobs and runs them, up to ``max_concurrent`` at once.
+
+    ``registry`` overrides the learner registry (default: ``reef.learners`` entry
+    points); ``recipes`` overrides the recipes read from ``scenarios.<s>.recipe``;
+    ``upstream_base_urls`` gives base URLs by upstream name for ``reflect`` (the
+    ``local`` upstream has none in the config).
+    """
+
+    def __init__(
+        self,
+        settings: ReefSettings,
+        store: ExperienceStore,
+        chain: ReleaseChain,
+        artifacts: ArtifactStore,
+        owner: str | None = None,
+        max_concurrent: int = 1,
+        lease_seconds: float = 60.0,
+        poll_seconds: float = 1.0,
+        registry: LearnerRegistry | None = None,
+        recipes: Mapping[str, Recipe] | None = None,
+        upstream_base_urls: Mapping[str, str] | None = None,
+        queue: JobQueue | None = None,
+    ) -> None:
+        if max_concurrent < 1:
+            raise InvalidInputError("max_concurrent must be at least 1")
+        self.settings = settings
+        self.store = store
+        self.chain = chain
+        self.artifacts = artifacts
+        self.owner = owner or default_owner()
+        self.max_concurrent = max_concurrent
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.registry = registry or LearnerRegistry()
+        self.queue = queue or JobQueue(chain.engine)
+        self.upstream_base_urls = dict(upstream_base_urls or {})
+        self._recipes = dict(recipes) if recipes is not None else None
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    # -- recipes and triggers ------------------------------------------------------------
+
+    def recipes(self) -> dict[str, Recipe]:
+        """Every scenario's recipe: the override, else each configured recipe file."""
+        if self._recipes is not None:
+            return dict(self._recipes)
+        found: dict[str, Recipe] = {}
+        for name, scenario in self.settings.scenarios.items():
+            if scenario.recipe is not None:
+                found[name] = load_recipe(scenario.recipe, self.registry)
+        return found
+
+    def check_triggers(self, now: datetime | None = None) -> list[Job]:
+        """Enqueue a job for every scenario whose recipe's trigger fires; the jobs."""
+        now = now or datetime.now(UTC)
+        enqueued = []
+        for scenario, recipe in self.recipes().items():
+            last = self.queue.last_job(scenario)
+            if last is not None and last.state in ("queued", "running"):
+                continue
+            reason = self._fired(scenario, recipe, last, now)
+            if reason is not None:
+                job = self.queue.enqueue(scenario, JOB_KIND, {"trigger": reason})
+                log.info("trigger %s fired for %r: job %s", reason, scenario, job.id)
+                enqueued.append(job)
+        return enqueued
+
+    def _fired(self, scenario: str, recipe: Recipe, last: Job | None, now: datetime) -> str | None:
+        since = None if last is None else last.created_at
+        for trigger in recipe.triggers():
+            if trigger.type == "min_new_feedback":
+                if self.queue.new_feedback_count(scenario, since) >= trigger.count:
+                    return trigger.type
+            elif trigger.type == "max_interval_seconds" and (
+                since is None or (now - since).total_seconds() >= trigger.seconds
+            ):
+                return trigger.type
+        return None
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run_once(self) -> list[Job]:
+        """One pass: check triggers, claim what fits, run it, and wait for every job this
+        worker is running. Returns the jobs it claimed, as they ended."""
+        self.check_triggers()
+        claimed = self._claim_available()
+        self.wait()
+        return [self.queue.get(job.id) for job in claimed]
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        """Loop until ``stop_event`` is set; then wait for running jobs (their leases are
+        kept until they end). Database outages are logged and retried."""
+        log.info("worker %s started (max %d concurrent jobs)", self.owner, self.max_concurrent)
+        while not stop_event.is_set():
+            try:
+                self.check_triggers()
+                self._claim_available()
+            except (StoreUnavailableError, RecipeError) as error:
+                log.warning("worker pass failed: %s", error)
+            stop_event.wait(self.poll_seconds)
+        self.wait()
+        log.info("worker %s stopped", self.owner)
+
+    def wait(self) -> None:
+        """Block until every job this worker runs has ended."""
+        while True:
+            with self._lock:
+                threads = list(self._threads.values())
+            if not threads:
+                return
+            for thread in threads:
+                thread.join()
+
+    def _claim_available(self) -> list[Job]:
+        claimed = []
+        while True:
+            with self._lock:
+                if len(self._threads) >= self.max_concurrent:
+                    break
+            job = self.queue.claim(self.owner, self.lease_seconds)
+            if job is None:
+                break
+            log.info("claimed job %s of %r (attempt %d)", job.id, job.scenario, job.attempt)
+            thread = threading.Thread(
+                target=self._run_claimed, args=(job,), name=f"reef-job-{job.id}", daemon=True
+            )
+            with self._lock:
+                self._threads[job.id] = thread
+            thread.start()
+            claimed.append(job)
+        return claimed
+
+    # -- one job -------------------------------------------------------------------------
+
+    def _run_claimed(self, job: Job) -> None:
+        lost = threading.Event()
+        done = threading.Event()
+        beat = threading.Thread(
+            target=self._heartbeat, args=(job.id, lost, done), name=f"reef-lease-{job.id}"
+        )
+        beat.start()
+        try:
+            JobRun(self, job, lost).run()
+        finally:
+            done.set()
+            beat.join()
+            with self._lock:
+                self._threads.pop(job.id, None)
+
+    def _heartbeat(self, job_id: str, lost: threading.Event, done: threading.Event) -> None:
+        interval = max(self.lease_seconds / 3, 0.05)
+        while not done.wait(interval):
+            try:
+                self.queue.heartbeat(job_id, self.owner, self.lease_seconds)
+            except LeaseLostError as error:
+                log.warning("%s", error)
+                lost.set()
+                return
+            except StoreUnavailableError as error:
+                log.warning("heartbeat of job %s failed: %s", job_id, error)
+
+
+class JobRun:
+    """One attempt at one job, run by a worker thread (see the module docstring)."""
+
+    def __init__(self, worker: Worker, job: Job, lost: threading.Event) -> None:
+        self.worker = worker
+        self.job = job
+        self.lost = lost
+        self.queue = worker.queue
+        self.owner = worker.owner
+        self.metrics: dict[str, Any] = {}
+        self._last_progress = 0.0
+
+    def run(self) -> None:
+        """Run the job to an end state; never raises (failures are stored on the job)."""
+        job = self.job
+        try:
+            result = self._run()
+            self.queue.complete(job.id, self.owner, result)
+            log.info("job %s: %s", job.id, result.get("outcome"))
+        except LeaseLostError as error:
+            # Someone else owns the job now (or it was cancelled): write nothing more.
+            level = logging.INFO if isinstance(error, JobCancelledError) else logging.WARNING
+            log.log(level, "job %s stopped: %s", job.id, error)
+        except Exception as error:
+            retry = not isinstance(error, InvalidInputError)
+            message = error.message if isinstance(error, ReefError) else repr(error)
+            log.exception("job %s attempt %d failed", job.id, job.attempt)
+            try:
+                self.queue.fail(job.id, self.owner, message, retry=retry)
+            except (LeaseLostError, StoreUnavailableError) as lease_error:
+                log.warning("could not record the failure of job %s: %s", job.id, lease_error)
+
+    def _run(self) -> dict[str, Any]:
+        job, chain = self.job, self.worker.chain
+        recipe = self._recipe()
+        head = chain.head(job.scenario)
+        if head is None:
+            raise InvalidInputError(f"scenario {job.scenario!r} has no release to learn from")
+        existing = self._existing_candidate()
+        if existing is not None:
+            self.queue.set_candidate(job.id, self.owner, existing.id)
+            return self._proposed(existing, {"reused": True})
+        learners = recipe.build_learners(self.worker.registry)
+        consumed = self.queue.consumed_ids(job.scenario, published_only=True)
+        batch = select_experience(
+            self.worker.store, chain, job.scenario, recipe.selection, consumed, job.created_at
+        )
+        self._progress(0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout")
+        manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
+        if manifest == head.manifest:
+            return {"outcome": "unchanged", "selection": batch.stats, "metrics": learner_metrics}
+        current = chain.head(job.scenario)
+        stale = current is not None and current.id != head.id
+        if stale and recipe.on_stale == "drop":
+            return {
+                "outcome": "dropped",
+                "reason": "dropped: head moved",
+                "trained_from": head.id,
+                "head": None if current is None else current.id,
+                "metrics": learner_metrics,
+            }
+        evidence = {
+            "job_id": job.id,
+            "attempt": job.attempt,
+            "recipe": recipe.name,
+            "metrics": learner_metrics,
+            "selection": batch.stats,
+            "consumed": len(used),
+            "trained_from": head.id,
+            "stale": stale,
+        }
+        self.queue.record_consumed(job.id, used)
+        candidate = self._propose_once(head, manifest, evidence)
+        return self._proposed(candidate, {"stale": stale, "metrics": learner_metrics})
+
+    def _recipe(self) -> Recipe:
+        inline = self.job.input.get("recipe")
+        if inline is not None:
+            recipe = parse_recipe(inline, f"(job {self.job.id})", self.worker.registry)
+            return recipe if recipe.name else recipe.model_copy(update={"name": "manual"})
+        configured = self.worker.recipes().get(self.job.scenario)
+        if configured is None:
+            raise RecipeError(f"scenario {self.job.scenario!r} has no recipe to learn with")
+        if configured.name is None:
+            configured = configured.model_copy(update={"name": self.job.scenario})
+        return configured
+
+    def _learn(
+        self, recipe: Recipe, learners: list[Learner], head: Release, batch: Any
+    ) -> tuple[ReleaseManifest, list[str], dict[str, Any]]:
+        manifest = head.manifest
+        used: dict[str, None] = {}
+        metrics: dict[str, Any] = {}
+        settings = self.worker.settings
+        work_root = settings.home / "jobs" / self.job.id / f"attempt-{self.job.attempt}"
+        for index, learner in enumerate(learners):
+            self._check_lease()
+            name = f"{index}:{learner.type_name}"
+            span = (index / len(learners), 1 / len(learners))
+            work_dir = work_root / name.replace(":", "-")
+            work_dir.mkdir(parents=True, exist_ok=True)
+            context = LearnerContext(
+                scenario=self.job.scenario,
+                head=dataclasses.replace(head, manifest=manifest),
+                batch=batch,
+                artifacts=self.worker.artifacts,
+                home=settings.home,
+                work_dir=work_dir,
+                reflect=self._reflect(),
+                progress=self._scaled_progress(name, span),
+                metric=self._metric,
+            )
+            self._progress(span[0], f"{name}: started")
+            output = learner.learn(context)
+            manifest = _with_output(manifest, output, recipe.name)
+            used.update(dict.fromkeys(output.consumed))
+            metrics[name] = output.metrics
+            self._progress(span[0] + span[1], f"{name}: done")
+        if self.metrics:
+            metrics["reported"] = dict(self.metrics)
+        return manifest, list(used), metrics
+
+    def _propose_once(
+        self, head: Release, manifest: ReleaseManifest, evidence: dict[str, Any]
+    ) -> Candidate:
+        # Renewing the lease proves we still own the job, and leaves a whole lease for
+        # the three writes below.
+        self.queue.heartbeat(self.job.id, self.owner, self.worker.lease_seconds)
+        candidate = self._existing_candidate()
+        if candidate is None:
+            candidate = self.worker.chain.propose(
+                self.job.scenario,
+                manifest,
+                parent_release_id=head.id,
+                actor=job_actor(self.job.id),
+                reason=f"learning job {self.job.id} (recipe {evidence['recipe']})",
+                evidence=evidence,
+            )
+        self.queue.set_candidate(self.job.id, self.owner, candidate.id)
+        return candidate
+
+    def _existing_candidate(self) -> Candidate | None:
+        """The candidate an earlier attempt of this job proposed, if any."""
+        chain = self.worker.chain
+        if self.job.candidate_id is not None:
+            return chain.get_candidate(self.job.candidate_id)
+        actor = job_actor(self.job.id)
+        mine = [c for c in chain.candidates(self.job.scenario, limit=1000) if c.created_by == actor]
+        return min(mine, key=lambda c: (c.created_at, c.id)) if mine else None
+
+    def _proposed(self, candidate: Candidate, extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "outcome": "proposed",
+            "candidate_id": candidate.id,
+            "parent_release_id": candidate.parent_release_id,
+            **extra,
+        }
+
+    # -- callbacks for learners ----------------------------------------------------------
+
+    def _check_lease(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLostError(self.job.id, self.owner, "a heartbeat found the lease gone")
+
+    def _progress(self, fraction: float, message: str, force: bool = True) -> None:
+        self._check_lease()
+        now = time.monotonic()
+        if not force and now - self._last_progress < PROGRESS_MIN_INTERVAL_SECONDS:
+            return
+        self._last_progress = now
+        self.queue.progress(self.job.id, self.owner, fraction, message, dict(self.metrics))
+
+    def _scaled_progress(
+        self, name: str, span: tuple[float, float]
+    ) -> Callable[[float, str], None]:
+        def report(fraction: float, message: str) -> None:
+            inside = min(max(fraction, 0.0), 1.0)
+            self._progress(span[0] + span[1] * inside, f"{name}: {message}", force=False)
+
+        return report
+
+    def _metric(self, name: str, value: float) -> None:
+        if name in self.metrics:
+            previous = self.metrics[name]
+            self.metrics[name] = (
+                [*previous, value]
+                if isinstance(previous, list)
+                else [
+                    previous,
+                    value,
+                ]
+            )
+        else:
+            self.metrics[name] = value
+
+    def _reflect(self) -> Callable[[list[dict[str, Any]]], str]:
+        upstream_name, _ = self.worker.settings.upstream_for(self.job.scenario)
+        return make_reflect(
+            self.worker.settings,
+            self.job.scenario,
+            base_url=self.worker.upstream_base_urls.get(upstream_name),
+        )
+
+
+def _with_output(
+    manifest: ReleaseManifest, output: LearnerOutput, recipe: str | None
+) -> ReleaseManifest:
+    """``manifest`` with the learner's new components (None keeps the current one)."""
+    model = manifest.model
+    if output.adapter is not None:
+        model = ModelComponent(base=model.base, adapter=output.adapter)
+    harness = output.harness if output.harness is not None else manifest.harness
+    if model == manifest.model and harness == manifest.harness:
+        return manifest
+    return ReleaseManifest(model=model, harness=harness, recipe=recipe)

@@ -1,0 +1,407 @@
+"""The learning worker: triggers, jobs to candidates, idempotence, staleness, failures.
+
+Learners here are small test classes handed to the worker through an explicit
+``LearnerRegistry`` (the same path entry points take); they store a made-up harness or
+adapter artifact, so no model is involved.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import orjson
+import pytest
+
+from reef.config import ReefSettings, ScenarioConfig, StoreConfig, UpstreamConfig
+from reef.core import new_id
+from reef.core.errors import InvalidInputError, ReefError
+from reef.experience import FeedbackDraft, RecordDraft, SQLExperienceStore
+from reef.experience.jobs import Job, JobQueue
+from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
+from reef.learning.recipes import Recipe, parse_recipe
+from reef.learning.registry import LearnerRegistry
+from reef.learning.worker import Worker, job_actor
+from reef.releases import (
+    FsspecArtifactStore,
+    ModelComponent,
+    Release,
+    ReleaseChain,
+    ReleaseManifest,
+    open_artifact_store,
+)
+from tests.fakes.upstream import FakeUpstreamThread
+from tests.releases.conftest import pg_databases, pg_url, store_url  # noqa: F401 - fixtures
+
+SCENARIO = "support"
+
+
+class StampConfig(LearnerConfig):
+    seconds: float = 0.0
+    fail: Literal["none", "retry", "invalid"] = "none"
+    output: Literal["harness", "adapter"] = "harness"
+    reflect: bool = False
+
+
+class StampLearner(Learner):
+    """Stores an artifact naming the train ids it saw (after ``seconds`` of "work")."""
+
+    type_name: ClassVar[str] = "stamp"
+    kind: ClassVar[Literal["harness", "model"]] = "harness"
+    config_model: ClassVar[type[LearnerConfig]] = StampConfig
+
+    def learn(self, context: LearnerContext) -> LearnerOutput:
+        config = self.config
+        assert isinstance(config, StampConfig)
+        if config.fail == "retry":
+            raise ReefError("learner crashed")
+        if config.fail == "invalid":
+            raise InvalidInputError("learner settings make no sense")
+        steps = max(int(config.seconds / 0.05), 1)
+        for step in range(steps):
+            time.sleep(config.seconds / steps)
+            context.progress((step + 1) / steps, f"step {step + 1}/{steps}")
+            context.metric("loss", 1.0 / (step + 1))
+        ids = [e.record_id for e in context.batch.train]
+        payload: dict[str, Any] = {"train": ids, "base": context.head.manifest.to_json()}
+        if config.reflect:
+            payload["reflection"] = context.reflect([{"role": "user", "content": "rules?"}])
+        kind = "harness" if config.output == "harness" else "adapter"
+        digest = context.artifacts.put_bytes(orjson.dumps(payload), kind)
+        return LearnerOutput(
+            adapter=digest if kind == "adapter" else None,
+            harness=digest if kind == "harness" else None,
+            consumed=ids,
+            metrics={"examples": len(ids)},
+        )
+
+
+def registry(*extra: type[Learner]) -> LearnerRegistry:
+    every: list[type[Learner]] = [StampLearner, *extra]
+    return LearnerRegistry({c.type_name: c for c in every}, entry_points_too=False)
+
+
+@dataclass
+class World:
+    """A migrated store with a scenario that has a first release."""
+
+    store: SQLExperienceStore
+    chain: ReleaseChain
+    artifacts: FsspecArtifactStore
+    settings: ReefSettings
+    queue: JobQueue
+    head: Release
+
+    def worker(self, recipe: dict[str, Any], **options: Any) -> Worker:
+        extra = options.pop("learners", ())
+        return Worker(
+            self.settings,
+            self.store,
+            self.chain,
+            self.artifacts,
+            registry=registry(*extra),
+            recipes={SCENARIO: parse_recipe(recipe)},
+            **options,
+        )
+
+    def add_experience(self, count: int, score: float = 1.0) -> list[str]:
+        drafts = [_draft(f"question {n} {new_id()}") for n in range(count)]
+        ids = self.store.write_records(drafts)
+        for record_id in ids:
+            self.store.add_feedback(
+                FeedbackDraft(
+                    scenario=SCENARIO,
+                    record_ids=(record_id,),
+                    score=score,
+                    feedback=None,
+                    correction=None,
+                    metadata={},
+                    principal=None,
+                    idempotency_key=None,
+                )
+            )
+        return ids
+
+
+def _draft(text: str) -> RecordDraft:
+    return RecordDraft(
+        id=new_id(),
+        scenario=SCENARIO,
+        session_id=new_id(),
+        api="openai.chat",
+        request={"model": "m", "messages": [{"role": "user", "content": text}]},
+        response={"choices": [{"message": {"role": "assistant", "content": f"re: {text}"}}]},
+        status="ok",
+        error=None,
+        latency_ms=1.0,
+        usage=None,
+        release_id=None,
+        prompt_hash="sha256:" + "a" * 64,
+        content_hash="sha256:" + new_id().replace("-", "").ljust(64, "0")[:64],
+        continuation_hash=None,
+    )
+
+
+def open_world(url: str, home: Path, upstream_url: str = "http://127.0.0.1:9/v1") -> World:
+    store = SQLExperienceStore(url)
+    store.migrate()
+    chain = ReleaseChain(store.engine)
+    artifacts = open_artifact_store(str(home / "artifacts"))
+    assert isinstance(artifacts, FsspecArtifactStore)
+    settings = ReefSettings(
+        home=home,
+        store=StoreConfig(url=url),
+        upstreams={"up": UpstreamConfig(type="openai", base_url=upstream_url, model="m")},
+    )
+    head = chain.create(
+        SCENARIO, ReleaseManifest(model=ModelComponent(base="tiny")), "test", "first"
+    )
+    return World(store, chain, artifacts, settings, JobQueue(store.engine), head)
+
+
+@pytest.fixture
+def world(store_url: str, tmp_path: Path) -> Iterator[World]:  # noqa: F811
+    world = open_world(store_url, tmp_path)
+    yield world
+    world.store.close()
+
+
+MANUAL = {"trigger": {"type": "manual"}, "learners": [{"type": "stamp"}]}
+
+
+def _job_candidates(world: World, job: Job) -> list[Any]:
+    return [c for c in world.chain.candidates(SCENARIO) if c.created_by == job_actor(job.id)]
+
+
+def test_manual_job_proposes_one_candidate(world: World) -> None:
+    ids = world.add_experience(10)
+    job = world.queue.enqueue(SCENARIO, "learn", {"trigger": "manual"})
+    [done] = world.worker(MANUAL).run_once()
+    assert done.state == "succeeded", done.error
+    assert done.result is not None and done.result["outcome"] == "proposed"
+    [candidate] = world.chain.candidates(SCENARIO)
+    assert done.candidate_id == candidate.id == done.result["candidate_id"]
+    assert candidate.parent_release_id == world.head.id
+    assert candidate.created_by == job_actor(job.id)
+    assert candidate.manifest.model == world.head.manifest.model
+    assert candidate.manifest.harness is not None and candidate.manifest.recipe == SCENARIO
+    evidence = candidate.evidence or {}
+    assert evidence["job_id"] == job.id
+    assert evidence["metrics"]["0:stamp"] == {"examples": evidence["selection"]["train"]}
+    assert evidence["metrics"]["reported"]["loss"] == 1.0
+    trained = orjson.loads(world.artifacts.read_bytes(candidate.manifest.harness))["train"]
+    assert set(trained) <= set(ids) and trained
+    assert world.queue.consumed_by(job.id) == set(trained)
+    assert done.progress == 1.0 and any("stamp" in line for line in done.logs)
+
+
+def test_a_retried_job_reuses_the_candidate_it_already_proposed(world: World) -> None:
+    world.add_experience(5)
+    job = world.queue.enqueue(SCENARIO, "learn", {})
+    # A worker claims the job, proposes, and dies before it can complete the job.
+    assert world.queue.claim("dead-worker", lease_seconds=0.2) is not None
+    earlier = world.chain.propose(
+        SCENARIO, world.head.manifest, world.head.id, job_actor(job.id), "died after this"
+    )
+    time.sleep(0.3)
+    [done] = world.worker(MANUAL).run_once()
+    assert done.state == "succeeded" and done.attempt == 2
+    assert done.candidate_id == earlier.id
+    assert done.result is not None and done.result["reused"] is True
+    assert [c.id for c in world.chain.candidates(SCENARIO)] == [earlier.id]
+
+
+def _move_head(chain: ReleaseChain, head: Release) -> Release:
+    manifest = ReleaseManifest(model=ModelComponent(base="tiny"), harness="sha256:" + "e" * 64)
+    moved = chain.propose(SCENARIO, manifest, head.id, "someone", "another job won")
+    return chain.publish(moved.id, head.id, "someone", "another job won", require_passed=False)
+
+
+def _head_mover(chain: ReleaseChain) -> type[Learner]:
+    class HeadMover(StampLearner):
+        type_name: ClassVar[str] = "head_mover"
+
+        def learn(self, context: LearnerContext) -> LearnerOutput:
+            _move_head(chain, context.head)
+            return super().learn(context)
+
+    return HeadMover
+
+
+@pytest.mark.parametrize("on_stale", ["drop", "evaluate"])
+def test_head_moved_while_the_job_ran(world: World, on_stale: str) -> None:
+    world.add_experience(5)
+    job = world.queue.enqueue(SCENARIO, "learn", {})
+    recipe = {"learners": [{"type": "head_mover"}], "on_stale": on_stale}
+    [done] = world.worker(recipe, learners=[_head_mover(world.chain)]).run_once()
+    assert done.state == "succeeded", done.error
+    assert done.result is not None
+    mine = _job_candidates(world, job)
+    if on_stale == "drop":
+        assert done.result["outcome"] == "dropped"
+        assert done.result["reason"] == "dropped: head moved"
+        assert mine == [] and world.queue.consumed_by(job.id) == set()
+    else:
+        assert done.result["outcome"] == "proposed" and done.result["stale"] is True
+        [candidate] = mine
+        assert candidate.parent_release_id == world.head.id  # the head it trained from
+        assert (candidate.evidence or {})["stale"] is True
+
+
+def test_composite_job_proposes_one_candidate_with_both_components(world: World) -> None:
+    world.add_experience(5)
+    world.queue.enqueue(SCENARIO, "learn", {})
+    recipe = {"learners": [{"type": "stamp"}, {"type": "stamp", "output": "adapter"}]}
+    [done] = world.worker(recipe).run_once()
+    assert done.state == "succeeded", done.error
+    [candidate] = world.chain.candidates(SCENARIO)
+    assert candidate.manifest.harness is not None
+    assert candidate.manifest.model.adapter is not None
+    assert candidate.manifest.model.base == "tiny"
+    # The second learner saw the first one's harness in its head.
+    adapter = orjson.loads(world.artifacts.read_bytes(candidate.manifest.model.adapter))
+    assert adapter["base"]["harness"] == candidate.manifest.harness
+    assert set((candidate.evidence or {})["metrics"]) >= {"0:stamp", "1:stamp"}
+
+
+def test_failures_retry_until_attempts_run_out(world: World) -> None:
+    world.queue = JobQueue(world.store.engine, max_attempts=2)
+    job = world.queue.enqueue(SCENARIO, "learn", {})
+    worker = world.worker({"learners": [{"type": "stamp", "fail": "retry"}]}, queue=world.queue)
+    [first] = worker.run_once()
+    assert (first.state, first.error) == ("queued", "learner crashed")
+    [second] = worker.run_once()
+    assert (second.id, second.state, second.attempt) == (job.id, "failed", 2)
+    assert world.chain.candidates(SCENARIO) == []
+
+
+def test_invalid_input_fails_without_retry(world: World) -> None:
+    world.queue.enqueue(SCENARIO, "learn", {})
+    [done] = world.worker({"learners": [{"type": "stamp", "fail": "invalid"}]}).run_once()
+    assert (done.state, done.attempt) == ("failed", 1)
+    assert done.error == "learner settings make no sense"
+
+
+def test_inline_recipe_in_the_job_input(world: World) -> None:
+    world.add_experience(3)
+    inline = {"learners": [{"type": "stamp", "output": "adapter"}], "name": "adhoc"}
+    world.queue.enqueue(SCENARIO, "learn", {"recipe": inline})
+    [done] = world.worker(MANUAL).run_once()
+    assert done.state == "succeeded", done.error
+    [candidate] = world.chain.candidates(SCENARIO)
+    assert candidate.manifest.model.adapter is not None and candidate.manifest.recipe == "adhoc"
+
+
+def test_unknown_learner_in_a_job_fails_it(world: World) -> None:
+    world.queue.enqueue(SCENARIO, "learn", {"recipe": {"learners": [{"type": "nope"}]}})
+    [done] = world.worker(MANUAL).run_once()
+    assert done.state == "failed"
+    assert "unknown learner type 'nope'; known types: stamp" in (done.error or "")
+
+
+def test_cancel_stops_a_running_job(world: World) -> None:
+    world.add_experience(3)
+    job = world.queue.enqueue(SCENARIO, "learn", {})
+    worker = world.worker(
+        {"learners": [{"type": "stamp", "seconds": 3.0}]}, lease_seconds=0.3, poll_seconds=0.05
+    )
+    stop = threading.Event()
+    runner = threading.Thread(target=worker.run_forever, args=(stop,))
+    runner.start()
+    try:
+        _wait_for(lambda: world.queue.get(job.id).state == "running")
+        world.queue.cancel(job.id)
+        started = time.monotonic()
+        worker.wait()
+        _wait_for(lambda: not worker._threads)
+        assert time.monotonic() - started < 2.5
+    finally:
+        stop.set()
+        runner.join()
+    assert world.queue.get(job.id).state == "cancelled"
+    assert world.chain.candidates(SCENARIO) == []
+
+
+def _wait_for(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def test_reflect_asks_the_scenarios_upstream(store_url: str, tmp_path: Path) -> None:  # noqa: F811
+    with FakeUpstreamThread() as fake:
+        world = open_world(store_url, tmp_path, upstream_url=fake.base_url)
+        try:
+            world.add_experience(2)
+            world.queue.enqueue(SCENARIO, "learn", {})
+            [done] = world.worker({"learners": [{"type": "stamp", "reflect": True}]}).run_once()
+            assert done.state == "succeeded", done.error
+            [candidate] = world.chain.candidates(SCENARIO)
+            assert candidate.manifest.harness is not None
+            stamp = orjson.loads(world.artifacts.read_bytes(candidate.manifest.harness))
+            assert stamp["reflection"] == "echo: rules?"
+            assert fake.last_request_body["model"] == "m"
+        finally:
+            world.store.close()
+
+
+# -- triggers ----------------------------------------------------------------------------
+
+
+def _recipe(trigger: Any) -> dict[str, Any]:
+    return {"trigger": trigger, "learners": [{"type": "stamp"}]}
+
+
+def test_manual_trigger_never_fires(world: World) -> None:
+    world.add_experience(5)
+    assert world.worker(_recipe({"type": "manual"})).check_triggers() == []
+
+
+def test_min_new_feedback_counts_since_the_last_job(world: World) -> None:
+    worker = world.worker(_recipe({"type": "min_new_feedback", "count": 3}))
+    world.add_experience(2)
+    assert worker.check_triggers() == []
+    world.add_experience(1)
+    [job] = worker.check_triggers()
+    assert job.input == {"trigger": "min_new_feedback"}
+    assert worker.check_triggers() == []  # one queued job is enough
+    worker.run_once()
+    assert worker.check_triggers() == []  # nothing new since that job
+    world.add_experience(3)
+    assert len(worker.check_triggers()) == 1
+
+
+def test_max_interval_fires_without_a_job_and_after_the_interval(world: World) -> None:
+    worker = world.worker(
+        _recipe([{"type": "manual"}, {"type": "max_interval_seconds", "seconds": 60}])
+    )
+    [job] = worker.check_triggers()
+    assert job.input == {"trigger": "max_interval_seconds"}
+    worker.run_once()
+    assert worker.check_triggers() == []
+    later = datetime.now(UTC) + timedelta(seconds=61)
+    assert len(worker.check_triggers(now=later)) == 1
+
+
+def test_recipes_come_from_the_scenario_config(tmp_path: Path, world: World) -> None:
+    path = tmp_path / "support.yaml"
+    path.write_text("trigger: {type: min_new_feedback, count: 1}\nlearners: [{type: stamp}]\n")
+    settings = ReefSettings(
+        home=world.settings.home,
+        upstreams={"up": UpstreamConfig(type="openai", base_url="http://127.0.0.1:9/v1")},
+        scenarios={SCENARIO: ScenarioConfig(recipe=path)},
+    )
+    worker = Worker(settings, world.store, world.chain, world.artifacts, registry=registry())
+    recipes = worker.recipes()
+    assert isinstance(recipes[SCENARIO], Recipe) and recipes[SCENARIO].name == "support"
+    world.add_experience(1)
+    [done] = worker.run_once()
+    assert done.state == "succeeded", done.error
+    assert world.chain.candidates(SCENARIO)[0].manifest.recipe == "support"

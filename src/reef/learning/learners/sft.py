@@ -1,0 +1,183 @@
+"""``sft``: a LoRA adapter trained on corrections and high-scoring replies.
+
+Reads top to bottom: pick the examples (a correction is the target; otherwise a reply
+whose score reaches ``min_score``), decide the model and where to start (the head's
+adapter, or fresh), train in a child process, store the adapter by digest.
+Torch-free: training happens in ``reef.learning.trainers``' child process.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from reef.core.errors import InvalidInputError
+from reef.learning.base import (
+    Learner,
+    LearnerConfig,
+    LearnerContext,
+    LearnerOutput,
+    TrainingExample,
+)
+from reef.learning.trainers import (
+    DEFAULT_TARGET_MODULES,
+    LoraSettings,
+    SFTExample,
+    SFTSpec,
+    run_in_child,
+)
+
+ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
+
+
+class SFTConfig(LearnerConfig):
+    """Settings of the ``sft`` learner (a recipe's learner entry minus ``type``).
+
+    ``model``: the engine model source to train; by default the head's base model when
+    the engine can load it (``smollm2-135m``, ``tiny-random`` or a local model
+    directory), else required. ``min_score``: replies scoring at least this are
+    targets (corrections always are). ``continue_from_head``: start from the head's
+    adapter when it has one on the same base.
+    """
+
+    model: str | None = None
+    steps: int = Field(default=30, ge=1)
+    lr: float = Field(default=5e-4, gt=0.0)
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+    batch_size: int = Field(default=4, ge=1)
+    max_seq_len: int = Field(default=512, ge=8)
+    min_score: float = 1.0
+    continue_from_head: bool = True
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
+
+
+def _text(content: Any) -> str:
+    """Message content as plain text (OpenAI content parts joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "".join(p for p in parts if isinstance(p, str))
+    return "" if content is None else str(content)
+
+
+def sft_examples(
+    train: list[TrainingExample], min_score: float
+) -> tuple[list[SFTExample], list[str]]:
+    """The supervised examples of ``train`` and the record ids they came from.
+
+    A correction is the target whatever the score; a served reply is one when its
+    score is at least ``min_score``. Items without a usable target are skipped.
+    """
+    examples: list[SFTExample] = []
+    used: list[str] = []
+    for item in train:
+        good_reply = item.score is not None and item.score >= min_score
+        if item.correction is None and not good_reply:
+            continue
+        target = item.target_text()
+        messages = [
+            {"role": str(m.get("role", "user")), "content": _text(m.get("content"))}
+            for m in item.messages
+        ]
+        if not target or not messages:
+            continue
+        examples.append(SFTExample(messages=messages, target=target, weight=item.weight))
+        used.append(item.record_id)
+    return examples, used
+
+
+def _is_local_model(name: str) -> bool:
+    return name in ENGINE_SOURCES or (Path(name) / "config.json").is_file()
+
+
+class SFTLearner(Learner):
+    """Supervised fine-tuning of a LoRA adapter (see the module docstring)."""
+
+    type_name: ClassVar[str] = "sft"
+    kind: ClassVar[Literal["harness", "model"]] = "model"
+    config_model: ClassVar[type[LearnerConfig]] = SFTConfig
+
+    def __init__(self, config: LearnerConfig) -> None:
+        if not isinstance(config, SFTConfig):
+            raise InvalidInputError("the sft learner needs an SFTConfig")
+        super().__init__(config)
+        self.settings = config
+
+    def model_source(self, context: LearnerContext) -> str:
+        """The engine model source to train; raises ``InvalidInputError`` when neither
+        the config nor the head names one the engine can load."""
+        base = context.head.manifest.model.base
+        if self.settings.model is not None:
+            return self.settings.model
+        if _is_local_model(base):
+            return base
+        raise InvalidInputError(
+            f"sft: the head's base model {base!r} is not a local engine model; set `model:` "
+            "to smollm2-135m, tiny-random or a model directory"
+        )
+
+    def learn(self, context: LearnerContext) -> LearnerOutput:
+        """Train on ``context.batch.train``; returns the stored adapter's digest, the
+        records used and the training metrics. Raises ``TrainingFailedError`` when the
+        training child fails, ``InvalidInputError`` for an unusable model setting."""
+        cfg = self.settings
+        examples, used = sft_examples(context.batch.train, cfg.min_score)
+        if not examples:
+            context.progress(1.0, "sft: no corrections or high-score replies; nothing to train")
+            return LearnerOutput(metrics={"examples": 0})
+        model = self.model_source(context)
+        work = context.work_dir / "sft"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        spec = SFTSpec(
+            model=model,
+            home=context.home,
+            examples=examples,
+            output_dir=work / "adapter",
+            base_adapter=self._head_adapter(context, model, work),
+            lora=LoraSettings(
+                r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
+            ),
+            lr=cfg.lr,
+            max_steps=cfg.steps,
+            batch_size=cfg.batch_size,
+            max_seq_len=cfg.max_seq_len,
+            seed=cfg.seed,
+            device=cfg.device,
+            threads=cfg.threads,
+        )
+        context.progress(0.0, f"sft: training {model} on {len(examples)} examples")
+
+        def on_step(step: int, steps: int, loss: float) -> None:
+            context.metric("loss", loss)
+            context.progress(step / steps, f"sft: step {step}/{steps} loss {loss:.4f}")
+
+        result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
+        meta = {"learner": "sft", "base": model, "steps": cfg.steps, "examples": len(examples)}
+        digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
+        context.progress(1.0, f"sft: adapter {digest}")
+        metrics = {k: result.metrics[k] for k in ("loss_curve", "tokens", "seconds")}
+        metrics.update(
+            tokens_per_second=result.metrics["tokens_per_second"],
+            examples=len(examples),
+            continued=result.metrics["continued"],
+            base=model,
+        )
+        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
+
+    def _head_adapter(self, context: LearnerContext, model: str, work: Path) -> Path | None:
+        """A verified copy of the head's adapter to continue from, or None."""
+        head = context.head.manifest.model
+        if not self.settings.continue_from_head or head.adapter is None or head.base != model:
+            return None
+        return context.artifacts.materialize(head.adapter, work / "base-adapter")

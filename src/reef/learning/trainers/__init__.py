@@ -1,0 +1,36 @@
+"""Trainers: the training functions of the model learners and the child process that
+runs them.
+
+Owns: LoRA SFT training (``lora_sft.train_lora_sft``), its spec and result
+(``SFTSpec``, ``TrainResult``), and running it in a child process
+(``run_in_child``), so a crash fails the job, never the worker.
+Does not own: which experience becomes examples (the learners), storing the adapter
+(``releases``), loading models (``reef.engine.models.load_model``, shared with the
+engine so training and serving see one tokenizer and chat template).
+Torch: this package is the only part of ``learning`` that may import torch,
+transformers or peft, and only ``lora_sft`` does, which the parent never imports:
+importing ``reef.learning.trainers`` stays torch-free.
+Extend: a new method adds a spec, a training function and a ``method`` to the child's
+command line (``python -m reef.learning.trainers``).
+"""
+
+from reef.learning.trainers.runner import ProgressCallback, run_in_child
+from reef.learning.trainers.spec import (
+    DEFAULT_TARGET_MODULES,
+    LoraSettings,
+    SFTExample,
+    SFTSpec,
+    TrainingFailedError,
+    TrainResult,
+)
+
+__all__ = [
+    "DEFAULT_TARGET_MODULES",
+    "LoraSettings",
+    "ProgressCallback",
+    "SFTExample",
+    "SFTSpec",
+    "TrainResult",
+    "TrainingFailedError",
+    "run_in_child",
+]

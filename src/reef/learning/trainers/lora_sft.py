@@ -1,0 +1,229 @@
+"""The LoRA SFT training function. Imports torch, transformers and peft: the worker
+never imports this module; it runs in the training child (``python -m
+reef.learning.trainers``), in a test, or in a Ray task.
+
+The model and tokenizer come from ``reef.engine.models.load_model``, the loader the
+engine serves with, so training sees the same weights and chat template. Loss counts
+only assistant tokens: the prompt (the chat template with ``add_generation_prompt``)
+is labelled -100.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import PreTrainedTokenizerBase
+
+from reef.engine.models import load_model
+from reef.learning.trainers.spec import SFTExample, SFTSpec, TrainResult
+
+IGNORE_INDEX = -100
+ADAPTER_FILES = frozenset({"adapter_config.json", "adapter_model.safetensors"})
+
+ProgressCallback = Callable[[int, int, float], None]
+"""Called after every optimizer step with (step, total steps, mean loss)."""
+
+
+@dataclass(frozen=True)
+class Features:
+    """One tokenized example: ids, labels (-100 where no loss) and its weight."""
+
+    input_ids: list[int]
+    labels: list[int]
+    weight: float
+
+
+def _ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]], **kw: Any) -> Any:
+    return tokenizer.apply_chat_template(list(messages), tokenize=True, return_dict=False, **kw)
+
+
+def build_features(
+    tokenizer: PreTrainedTokenizerBase, example: SFTExample, max_seq_len: int
+) -> Features:
+    """Tokenize ``example`` with the tokenizer's chat template; label only the reply.
+
+    The prompt is the template with ``add_generation_prompt=True``; the full sequence
+    the template with the reply as the last assistant turn. Tokens the two share are
+    the prompt. Longer than ``max_seq_len``: the prompt's start is dropped first.
+    """
+    prompt = list(_ids(tokenizer, example.messages, add_generation_prompt=True))
+    reply = {"role": "assistant", "content": example.target}
+    full = list(_ids(tokenizer, [*example.messages, reply]))
+    shared = 0
+    for a, b in zip(prompt, full, strict=False):
+        if a != b:
+            break
+        shared += 1
+    labels = [IGNORE_INDEX] * shared + full[shared:]
+    if len(full) > max_seq_len:
+        cut = min(len(full) - max_seq_len, shared)
+        full, labels = full[cut:][:max_seq_len], labels[cut:][:max_seq_len]
+    return Features(full, labels, example.weight)
+
+
+def _collate(batch: Sequence[Features], pad_id: int, device: torch.device) -> dict[str, Any]:
+    width = max(len(f.input_ids) for f in batch)
+    ids = [f.input_ids + [pad_id] * (width - len(f.input_ids)) for f in batch]
+    labels = [f.labels + [IGNORE_INDEX] * (width - len(f.labels)) for f in batch]
+    mask = [[1] * len(f.input_ids) + [0] * (width - len(f.input_ids)) for f in batch]
+    return {
+        "input_ids": torch.tensor(ids, device=device),
+        "attention_mask": torch.tensor(mask, device=device),
+        "labels": torch.tensor(labels, device=device),
+        "weights": torch.tensor([f.weight for f in batch], device=device),
+    }
+
+
+def weighted_loss(
+    logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """Mean next-token cross entropy over labelled tokens, each token weighted by its
+    example's weight (all weights 1: the usual causal-LM loss)."""
+    shifted = logits[:, :-1, :].float()
+    targets = labels[:, 1:]
+    per_token = torch.nn.functional.cross_entropy(
+        shifted.reshape(-1, shifted.size(-1)),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    ).view(targets.shape)
+    token_weights = (targets != IGNORE_INDEX).float() * weights[:, None]
+    return (per_token * token_weights).sum() / token_weights.sum().clamp(min=1e-8)
+
+
+# Architectures whose logits are exactly lm_head(final hidden state): no scaling or
+# soft-capping, so the head may run on the labelled positions alone.
+PLAIN_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3"})
+
+
+def labelled_loss(model: PeftModel, batch: dict[str, Any]) -> torch.Tensor:
+    """:func:`weighted_loss` of ``batch``, running the output head only on positions
+    that have a label when the architecture allows it (the head over a 49k vocabulary
+    is a large share of a small model's compute; the prompt needs none of it)."""
+    base: Any = model.get_base_model()
+    head = base.get_output_embeddings()
+    if getattr(base.config, "model_type", None) not in PLAIN_HEAD_TYPES or head is None:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        return weighted_loss(logits, batch["labels"], batch["weights"])
+    hidden = base.get_decoder()(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+    ).last_hidden_state
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE_INDEX
+    logits = head(hidden[:, :-1][keep]).float()
+    per_token = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")
+    weights = batch["weights"][:, None].expand_as(targets)[keep]
+    loss: torch.Tensor = (per_token * weights).sum() / weights.sum().clamp(min=1e-8)
+    return loss
+
+
+def _device(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _wrap(model: Any, spec: SFTSpec) -> PeftModel:
+    with warnings.catch_warnings():
+        # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
+        if spec.base_adapter is not None:
+            return PeftModel.from_pretrained(model, str(spec.base_adapter), is_trainable=True)
+        config = LoraConfig(
+            r=spec.lora.r,
+            lora_alpha=spec.lora.alpha,
+            lora_dropout=spec.lora.dropout,
+            target_modules=list(spec.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, config)
+
+
+def _batches(features: list[Features], spec: SFTSpec, rng: random.Random) -> list[list[int]]:
+    """The order of examples for every step: reshuffled each epoch, cycling as needed."""
+    per_epoch = -(-len(features) // spec.batch_size)
+    steps = spec.max_steps if spec.max_steps is not None else per_epoch * spec.epochs
+    order: list[int] = []
+    plan: list[list[int]] = []
+    while len(plan) < steps:
+        if not order:
+            order = list(range(len(features)))
+            rng.shuffle(order)
+        plan.append(order[: spec.batch_size])
+        order = order[spec.batch_size :]
+    return plan
+
+
+def save_adapter(model: PeftModel, directory: Path) -> None:
+    """Save safetensors only, and remove anything else PEFT wrote (model card)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    # Only the LoRA weights: never a copy of a base layer (lm_head or embeddings).
+    model.save_pretrained(str(directory), safe_serialization=True, save_embedding_layers=False)
+    for path in directory.iterdir():
+        if path.name not in ADAPTER_FILES:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> TrainResult:
+    """Train a LoRA adapter on ``spec.examples`` and save it to ``spec.output_dir``.
+
+    Deterministic for a given spec on one device (seeded LoRA init and batch order).
+    Raises ``ModelSourceError`` for an unknown model, ``ValueError`` from PEFT for
+    target modules the model lacks.
+    """
+    started = time.monotonic()
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)
+    device = _device(spec.device)
+    loaded = load_model(spec.model, spec.home)
+    tokenizer = loaded.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    features = [build_features(tokenizer, ex, spec.max_seq_len) for ex in spec.examples]
+    model = _wrap(loaded.model, spec).to(device)
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
+    plan = _batches(features, spec, rng)
+    load_seconds = time.monotonic() - started
+    curve: list[float] = []
+    tokens = target_tokens = 0
+    loop_started = time.monotonic()
+    for step, indices in enumerate(plan, start=1):
+        batch = _collate([features[i] for i in indices], pad_id, device)
+        loss = labelled_loss(model, batch)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        curve.append(round(float(loss.detach()), 6))
+        tokens += int(batch["attention_mask"].sum())
+        target_tokens += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+        if progress is not None:
+            progress(step, len(plan), curve[-1])
+        if spec.fault == "abort":
+            os.abort()
+    seconds = time.monotonic() - loop_started
+    save_adapter(model, spec.output_dir)
+    metrics = {
+        "loss_curve": curve,
+        "tokens": tokens,
+        "target_tokens": target_tokens,
+        "seconds": round(seconds, 4),
+        "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
+        "load_seconds": round(load_seconds, 4),
+        "steps": len(plan),
+        "examples": len(features),
+        "device": device.type,
+        "continued": spec.base_adapter is not None,
+    }
+    return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)

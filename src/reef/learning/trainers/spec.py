@@ -1,0 +1,88 @@
+"""What a training child is asked to do and what it answers: pydantic models, because
+both cross a process boundary as JSON files and lines. Torch-free."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reef.core.errors import ReefError
+
+DEFAULT_TARGET_MODULES = ("q_proj", "v_proj")
+
+
+class TrainingFailedError(ReefError):
+    """The training child failed: it exited non-zero, died by a signal, timed out or
+    answered nothing. ``exit_status`` is the return code (negative: the signal number)
+    or None after a timeout; ``log_tail`` the last lines it wrote."""
+
+    def __init__(self, message: str, exit_status: int | None = None, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+        self.log_tail = log_tail
+
+
+class SFTExample(BaseModel):
+    """One supervised example: the conversation up to the reply (OpenAI form, content as
+    text) and the reply the model should give. ``weight`` scales its tokens' loss."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    target: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+
+
+class LoraSettings(BaseModel):
+    """The LoRA to train when starting fresh (a base adapter brings its own)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+
+
+class SFTSpec(BaseModel):
+    """A LoRA SFT run. ``model`` is an engine model source (``smollm2-135m``,
+    ``tiny-random`` or a model directory) loaded with ``reef.engine.models.load_model``
+    under ``home``. ``base_adapter``: an adapter directory to continue from, or None to
+    start fresh with ``lora``. ``max_steps`` optimizer steps, or ``epochs`` passes over
+    the examples when ``max_steps`` is None. ``device``: ``auto`` is CUDA when present.
+    ``fault`` exists for tests only: ``abort`` kills the child by SIGABRT after step 1.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    model: str
+    home: Path
+    examples: list[SFTExample] = Field(min_length=1)
+    output_dir: Path
+    base_adapter: Path | None = None
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    lr: float = Field(default=5e-4, gt=0.0)
+    max_steps: int | None = Field(default=30, ge=1)
+    epochs: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=4, ge=1)
+    max_seq_len: int = Field(default=512, ge=8)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    fault: Literal["abort"] | None = None
+
+
+class TrainResult(BaseModel):
+    """What a finished run answers. ``metrics`` holds ``loss_curve`` (one mean loss per
+    optimizer step), ``tokens`` (non-padding tokens fed), ``target_tokens`` (tokens
+    with loss), ``seconds`` (the training loop), ``tokens_per_second``,
+    ``load_seconds``, ``steps``, ``examples``, ``device`` and ``continued``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    adapter_dir: Path
+    metrics: dict[str, Any]

@@ -1,0 +1,157 @@
+"""The LoRA SFT trainer on tiny-random: the label mask, that it learns, determinism,
+and that a failing training child fails the call and never this process."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from peft import PeftModel
+
+from reef.core.digests import tree_digest
+from reef.engine.models import LoadedModel, load_model
+from reef.learning.trainers import (
+    LoraSettings,
+    SFTExample,
+    SFTSpec,
+    TrainingFailedError,
+    run_in_child,
+)
+from reef.learning.trainers.lora_sft import IGNORE_INDEX, build_features, train_lora_sft
+
+# PEFT 0.21 reads a deprecated transformers property while wrapping a model.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*is_gradient_checkpointing. is deprecated:FutureWarning"
+)
+
+TINY = "tiny-random"
+TARGET = "Squid-7"
+PROMPTS = [
+    "What colour is the sky?",
+    "Name a fruit.",
+    "Say hi.",
+    "Count to three.",
+    "Best pet?",
+    "Opposite of up?",
+    "A number?",
+    "Capital of France?",
+]
+
+
+def examples(target: str = TARGET) -> list[SFTExample]:
+    return [SFTExample(messages=[{"role": "user", "content": p}], target=target) for p in PROMPTS]
+
+
+def spec(tmp_path: Path, **changes: object) -> SFTSpec:
+    base = SFTSpec(
+        model=TINY,
+        home=tmp_path / "home",
+        examples=examples(),
+        output_dir=tmp_path / "adapter",
+        lora=LoraSettings(target_modules=["q_proj", "v_proj", "lm_head"]),
+        lr=1e-2,
+        max_steps=60,
+        batch_size=8,
+        threads=1,
+    )
+    return base.model_copy(update=changes)
+
+
+def hits(loaded: LoadedModel, model: torch.nn.Module) -> int:
+    """How many prompts greedy decoding answers with exactly TARGET."""
+    tokenizer, count = loaded.tokenizer, 0
+    for prompt in PROMPTS:
+        ids: torch.Tensor = tokenizer.apply_chat_template(  # type: ignore[assignment]
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=False,
+        )
+        out = model.generate(  # type: ignore[operator]
+            ids, max_new_tokens=len(TARGET) + 1, do_sample=False, pad_token_id=0
+        )
+        text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        count += text == TARGET
+    return count
+
+
+def test_loss_counts_only_the_assistant_reply(tmp_path: Path) -> None:
+    tokenizer = load_model(TINY, tmp_path).tokenizer
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Name?"},
+    ]
+    features = build_features(tokenizer, SFTExample(messages=conversation, target="Reef"), 512)
+    prompt = tokenizer.apply_chat_template(
+        conversation, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert features.input_ids[: len(prompt)] == list(prompt)
+    assert features.labels[: len(prompt)] == [IGNORE_INDEX] * len(prompt)
+    answer = features.labels[len(prompt) :]
+    assert IGNORE_INDEX not in answer
+    assert answer == features.input_ids[len(prompt) :]
+    assert tokenizer.decode(answer) == "Reef<|im_end|>\n"
+
+    short = build_features(tokenizer, SFTExample(messages=conversation, target="Reef"), 12)
+    assert len(short.input_ids) == 12
+    assert tokenizer.decode([t for t in short.labels if t != IGNORE_INDEX]) == "Reef<|im_end|>\n"
+
+
+def test_training_makes_the_model_say_the_targets(tmp_path: Path) -> None:
+    result = train_lora_sft(spec(tmp_path))
+    curve = result.metrics["loss_curve"]
+    assert len(curve) == 60 and curve[-1] < curve[0] / 2
+    assert result.metrics["tokens"] > 0 and result.metrics["tokens_per_second"] > 0
+    assert sorted(p.name for p in result.adapter_dir.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    base = load_model(TINY, tmp_path)
+    assert hits(base, base.model) == 0
+    tuned = load_model(TINY, tmp_path)
+    assert hits(tuned, PeftModel.from_pretrained(tuned.model, str(result.adapter_dir))) >= 6
+
+
+def test_same_seed_same_adapter(tmp_path: Path) -> None:
+    first = train_lora_sft(spec(tmp_path, max_steps=3, output_dir=tmp_path / "a"))
+    second = train_lora_sft(spec(tmp_path, max_steps=3, output_dir=tmp_path / "b"))
+    other = train_lora_sft(spec(tmp_path, max_steps=3, output_dir=tmp_path / "c", seed=1))
+    assert first.metrics["loss_curve"] == second.metrics["loss_curve"]
+    assert tree_digest(first.adapter_dir) == tree_digest(second.adapter_dir)
+    assert tree_digest(first.adapter_dir) != tree_digest(other.adapter_dir)
+
+
+def test_a_child_killed_by_a_signal_fails_the_call_not_the_parent(tmp_path: Path) -> None:
+    steps: list[int] = []
+    with pytest.raises(TrainingFailedError) as caught:
+        run_in_child(
+            spec(tmp_path, fault="abort"),
+            lambda step, _steps, _loss: steps.append(step),
+            work_dir=tmp_path / "work",
+        )
+    assert caught.value.exit_status == -signal.SIGABRT
+    assert "killed by signal" in caught.value.message
+    assert steps == [1]
+    assert not (tmp_path / "adapter").exists()
+    assert os.getpid() > 0  # still here
+
+
+def test_a_child_that_raises_fails_with_its_log_tail(tmp_path: Path) -> None:
+    bad = spec(tmp_path, lora=LoraSettings(target_modules=["no_such_module"]))
+    with pytest.raises(TrainingFailedError) as caught:
+        run_in_child(bad, work_dir=tmp_path / "work")
+    assert caught.value.exit_status == 1
+    assert "no_such_module" in caught.value.log_tail
+    assert "no_such_module" in (tmp_path / "work" / "train.log").read_text()
+
+
+def test_a_child_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    with pytest.raises(TrainingFailedError) as caught:
+        run_in_child(spec(tmp_path), work_dir=tmp_path / "work", timeout_seconds=0.2)
+    assert caught.value.exit_status is None
+    assert "timed out" in caught.value.message

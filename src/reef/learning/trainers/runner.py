@@ -2,7 +2,8 @@
 exception, out of memory, a segfault, SIGKILL) fails one job and never the worker.
 Torch-free: the parent imports only this.
 
-The child is ``python -m reef.learning.trainers sft SPEC.json``. It prints protocol
+The child is ``python -m reef.learning.trainers METHOD SPEC.json`` (METHOD ``sft`` or
+``preference``). It prints protocol
 lines to stdout, each ``REEF_TRAIN {json}``: ``{"event": "progress", "step", "steps",
 "loss"}`` after every optimizer step and one ``{"event": "result", "result": {...}}``
 at the end. Everything else it writes (logs, warnings, tracebacks) goes to
@@ -23,7 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from reef.learning.trainers.spec import SFTSpec, TrainingFailedError, TrainResult
+from reef.learning.trainers.spec import (
+    PreferenceSpec,
+    SFTSpec,
+    TrainingFailedError,
+    TrainResult,
+)
 
 PROTOCOL_PREFIX = "REEF_TRAIN "
 LOG_TAIL_LINES = 40
@@ -37,13 +43,13 @@ def protocol_line(event: str, **payload: Any) -> str:
     return PROTOCOL_PREFIX + json.dumps({"event": event, **payload}, default=str)
 
 
-def child_command(spec_path: Path) -> list[str]:
+def child_command(spec_path: Path, method: str = "sft") -> list[str]:
     """argv of the training child for a spec file, tied to this process's life."""
     return [
         sys.executable,
         "-m",
         "reef.learning.trainers",
-        "sft",
+        method,
         str(spec_path),
         "--parent-pid",
         str(os.getpid()),
@@ -79,13 +85,14 @@ def _describe(status: int | None) -> str:
 
 
 def run_in_child(
-    spec: SFTSpec,
+    spec: SFTSpec | PreferenceSpec,
     on_progress: ProgressCallback | None = None,
     *,
     work_dir: Path | None = None,
     timeout_seconds: float | None = None,
 ) -> TrainResult:
-    """Run ``train_lora_sft(spec)`` in a fresh child process and return its result.
+    """Run ``train_lora_sft(spec)`` (an ``SFTSpec``) or ``train_preference(spec)`` (a
+    ``PreferenceSpec``) in a fresh child process and return its result.
 
     ``work_dir`` receives ``spec.json`` and ``train.log`` (a temporary directory when
     None). Raises ``TrainingFailedError`` (exit status, log tail) when the child fails,
@@ -101,7 +108,7 @@ def run_in_child(
     result: TrainResult | None = None
     with log_path.open("a", encoding="utf-8") as log:
         child = subprocess.Popen(
-            child_command(spec_path),
+            child_command(spec_path, "preference" if isinstance(spec, PreferenceSpec) else "sft"),
             stdout=subprocess.PIPE,
             stderr=log,
             stdin=subprocess.DEVNULL,

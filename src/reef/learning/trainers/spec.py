@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reef.core.errors import ReefError
 
@@ -73,6 +73,65 @@ class SFTSpec(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(default=None, ge=1)
     fault: Literal["abort"] | None = None
+
+
+class PreferencePair(BaseModel):
+    """A DPO pair: one prompt (OpenAI form, content as text), the reply to prefer and
+    the reply to avoid. ``weight`` scales the pair's loss."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    chosen: str = Field(min_length=1)
+    rejected: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+
+
+class UnpairedExample(BaseModel):
+    """A KTO example: a prompt, a reply, and whether the reply is desirable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    target: str = Field(min_length=1)
+    desirable: bool
+    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+
+
+class PreferenceSpec(BaseModel):
+    """A LoRA preference run: ``objective`` ``dpo`` trains on ``pairs``, ``kto`` on
+    ``examples``. The reference model is the starting point (the base, or
+    ``base_adapter``) with the trained adapter disabled. Other fields as in
+    :class:`SFTSpec`; ``max_steps`` optimizer steps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    objective: Literal["dpo", "kto"]
+    model: str
+    home: Path
+    pairs: list[PreferencePair] = Field(default_factory=list)
+    examples: list[UnpairedExample] = Field(default_factory=list)
+    output_dir: Path
+    base_adapter: Path | None = None
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    beta: float = Field(default=0.1, gt=0.0)
+    lr: float = Field(default=5e-4, gt=0.0)
+    max_steps: int = Field(default=30, ge=1)
+    batch_size: int = Field(default=4, ge=1)
+    max_seq_len: int = Field(default=512, ge=8)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    fault: Literal["abort"] | None = None
+
+    @model_validator(mode="after")
+    def _has_data(self) -> PreferenceSpec:
+        if self.objective == "dpo" and not self.pairs:
+            raise ValueError("a dpo run needs pairs")
+        if self.objective == "kto" and not self.examples:
+            raise ValueError("a kto run needs examples")
+        return self
 
 
 class TrainResult(BaseModel):

@@ -1,0 +1,263 @@
+"""``preference``: a LoRA adapter trained from good/bad feedback, by DPO or KTO.
+
+Reads top to bottom: build DPO pairs (same prompt, different scores; a correction over
+the reply it corrected) and KTO examples (unpaired desirable/undesirable replies),
+pick the objective, decide the model and where to start (the head's adapter, or
+fresh), train in a child process, store the adapter by digest.
+Torch-free: training happens in ``reef.learning.trainers``' child process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from itertools import combinations
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from reef.core.errors import InvalidInputError
+from reef.learning.base import (
+    Learner,
+    LearnerConfig,
+    LearnerContext,
+    LearnerOutput,
+    TrainingExample,
+)
+from reef.learning.learners.sft import _is_local_model, _text
+from reef.learning.trainers.runner import run_in_child
+from reef.learning.trainers.spec import (
+    DEFAULT_TARGET_MODULES,
+    LoraSettings,
+    PreferencePair,
+    PreferenceSpec,
+    UnpairedExample,
+)
+
+
+class PreferenceConfig(LearnerConfig):
+    """Settings of the ``preference`` learner (a recipe's learner entry minus ``type``).
+
+    ``objective``: ``auto`` is DPO when the batch yields pairs, else KTO. ``beta``: the
+    strength of the pull towards the reference model. ``good_score``: replies scoring at
+    least this are desirable (KTO); ``bad_score``: at most this, undesirable. Pairs need
+    only different scores. Other settings as in ``SFTConfig``.
+    """
+
+    model: str | None = None
+    objective: Literal["auto", "dpo", "kto"] = "auto"
+    beta: float = Field(default=0.1, gt=0.0)
+    steps: int = Field(default=30, ge=1)
+    lr: float = Field(default=5e-4, gt=0.0)
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+    batch_size: int = Field(default=4, ge=1)
+    max_seq_len: int = Field(default=512, ge=8)
+    good_score: float = 1.0
+    bad_score: float = 0.0
+    continue_from_head: bool = True
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
+
+
+def _messages(item: TrainingExample) -> list[dict[str, Any]]:
+    return [
+        {"role": str(m.get("role", "user")), "content": _text(m.get("content"))}
+        for m in item.messages
+    ]
+
+
+def _served(item: TrainingExample) -> str | None:
+    content = None if item.response is None else item.response.get("content")
+    text = _text(content) if content is not None else ""
+    return text or None
+
+
+def _correction(item: TrainingExample) -> str | None:
+    if item.correction is None:
+        return None
+    text = item.correction if isinstance(item.correction, str) else str(item.correction)
+    return text or None
+
+
+def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair], list[str]]:
+    """DPO pairs of ``train`` and the record ids they came from (in batch order).
+
+    Items with the same prompt (the same canonical ``messages``) and different scores
+    pair up: the higher-scored served reply is chosen, the lower rejected. A corrected
+    item also pairs its correction (chosen) with its served reply (rejected). Identical
+    replies never pair; a pair's weight is the lower of its items' weights.
+    """
+    groups: dict[str, list[TrainingExample]] = {}
+    for item in train:
+        if item.messages:
+            key = json.dumps(_messages(item), sort_keys=True)
+            groups.setdefault(key, []).append(item)
+    pairs: list[PreferencePair] = []
+    seen: set[tuple[str, str, str]] = set()
+    used: set[str] = set()
+
+    def add(key: str, chosen: str, rejected: str, *items: TrainingExample) -> None:
+        if chosen == rejected or (key, chosen, rejected) in seen:
+            return
+        seen.add((key, chosen, rejected))
+        weight = min(i.weight for i in items)
+        messages = _messages(items[0])
+        pairs.append(
+            PreferencePair(messages=messages, chosen=chosen, rejected=rejected, weight=weight)
+        )
+        used.update(i.record_id for i in items)
+
+    for key, items in groups.items():
+        for item in items:
+            fixed, served = _correction(item), _served(item)
+            if fixed is not None and served is not None:
+                add(key, fixed, served, item)
+        scored = [i for i in items if i.score is not None and _served(i) is not None]
+        for a, b in combinations(scored, 2):
+            assert a.score is not None and b.score is not None
+            if a.score == b.score:
+                continue
+            high, low = (a, b) if a.score > b.score else (b, a)
+            add(key, str(_served(high)), str(_served(low)), high, low)
+    return pairs, [i.record_id for i in train if i.record_id in used]
+
+
+def unpaired_examples(
+    train: list[TrainingExample], good_score: float, bad_score: float
+) -> tuple[list[UnpairedExample], list[str]]:
+    """KTO examples of ``train`` and the record ids they came from.
+
+    A correction is desirable, and the reply it corrected undesirable unless its score
+    reaches ``good_score``; otherwise a served reply is desirable at ``score >=
+    good_score``, undesirable at ``score <= bad_score``, and unused in between or
+    unscored.
+    """
+    examples: list[UnpairedExample] = []
+    used: list[str] = []
+    for item in train:
+        messages, fixed, served = _messages(item), _correction(item), _served(item)
+        if not messages:
+            continue
+        found: list[tuple[str, bool]] = []
+        if fixed is not None:
+            found.append((fixed, True))
+        if served is not None and served != fixed:
+            if item.score is not None and item.score >= good_score:
+                found.append((served, True))
+            elif fixed is not None or (item.score is not None and item.score <= bad_score):
+                found.append((served, False))
+        for target, desirable in found:
+            examples.append(
+                UnpairedExample(
+                    messages=messages, target=target, desirable=desirable, weight=item.weight
+                )
+            )
+        if found:
+            used.append(item.record_id)
+    return examples, used
+
+
+class PreferenceLearner(Learner):
+    """DPO or KTO training of a LoRA adapter (see the module docstring)."""
+
+    type_name: ClassVar[str] = "preference"
+    kind: ClassVar[Literal["harness", "model"]] = "model"
+    config_model: ClassVar[type[LearnerConfig]] = PreferenceConfig
+
+    def __init__(self, config: LearnerConfig) -> None:
+        if not isinstance(config, PreferenceConfig):
+            raise InvalidInputError("the preference learner needs a PreferenceConfig")
+        super().__init__(config)
+        self.settings = config
+
+    def model_source(self, context: LearnerContext) -> str:
+        """The engine model source to train; raises ``InvalidInputError`` when neither
+        the config nor the head names one the engine can load."""
+        base = context.head.manifest.model.base
+        if self.settings.model is not None:
+            return self.settings.model
+        if _is_local_model(base):
+            return base
+        raise InvalidInputError(
+            f"preference: the head's base model {base!r} is not a local engine model; set "
+            "`model:` to smollm2-135m, tiny-random or a model directory"
+        )
+
+    def learn(self, context: LearnerContext) -> LearnerOutput:
+        """Train on ``context.batch.train``; returns the stored adapter's digest, the
+        records used and the training metrics. Raises ``TrainingFailedError`` when the
+        training child fails, ``InvalidInputError`` for an unusable model setting."""
+        cfg = self.settings
+        train = context.batch.train
+        pairs, pair_ids = preference_pairs(train)
+        objective = cfg.objective
+        if objective == "auto":
+            objective = "dpo" if pairs else "kto"
+        if objective == "dpo":
+            examples: list[UnpairedExample] = []
+            used, count = pair_ids, len(pairs)
+        else:
+            pairs = []
+            examples, used = unpaired_examples(train, cfg.good_score, cfg.bad_score)
+            count = len(examples)
+        if not count:
+            context.progress(1.0, f"preference: nothing to train by {objective}")
+            return LearnerOutput(metrics={"objective": objective, "examples": 0})
+        model = self.model_source(context)
+        work = context.work_dir / "preference"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        spec = PreferenceSpec(
+            objective=objective,
+            model=model,
+            home=context.home,
+            pairs=pairs,
+            examples=examples,
+            output_dir=work / "adapter",
+            base_adapter=self._head_adapter(context, model, work),
+            lora=LoraSettings(
+                r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
+            ),
+            beta=cfg.beta,
+            lr=cfg.lr,
+            max_steps=cfg.steps,
+            batch_size=cfg.batch_size,
+            max_seq_len=cfg.max_seq_len,
+            seed=cfg.seed,
+            device=cfg.device,
+            threads=cfg.threads,
+        )
+        what = "pairs" if objective == "dpo" else "examples"
+        context.progress(0.0, f"preference: {objective} on {model} with {count} {what}")
+
+        def on_step(step: int, steps: int, loss: float) -> None:
+            context.metric("loss", loss)
+            context.progress(step / steps, f"preference: step {step}/{steps} loss {loss:.4f}")
+
+        result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
+        meta = {"learner": "preference", "objective": objective, "base": model, "steps": cfg.steps}
+        digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
+        context.progress(1.0, f"preference: adapter {digest}")
+        keys = ("loss_curve", "margin_curve", "accuracy_curve", "reward_margin", "reward_accuracy")
+        metrics = {k: result.metrics[k] for k in (*keys, "tokens", "seconds", "tokens_per_second")}
+        metrics.update(
+            objective=objective,
+            pairs=len(pairs),
+            examples=len(examples),
+            continued=result.metrics["continued"],
+            base=model,
+        )
+        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
+
+    def _head_adapter(self, context: LearnerContext, model: str, work: Path) -> Path | None:
+        """A verified copy of the head's adapter to continue from, or None."""
+        head = context.head.manifest.model
+        if not self.settings.continue_from_head or head.adapter is None or head.base != model:
+            return None
+        return context.artifacts.materialize(head.adapter, work / "base-adapter")

@@ -1,0 +1,260 @@
+"""The LoRA preference training function: DPO on pairs, KTO on unpaired examples.
+Imports torch, transformers and peft: only the training child (``python -m
+reef.learning.trainers preference``) or a test imports it.
+
+Sequences are tokenized exactly as for SFT (:func:`lora_sft.build_features`: the chat
+template, prompt tokens labelled -100); a sequence's log-probability is the sum of its
+reply tokens' log-probabilities. The reference model is the starting point: the base
+model (the fresh adapter disabled with PEFT ``disable_adapter()``), or, when continuing,
+the base adapter as loaded. Its log-probabilities are computed once, before the first
+step, in eval mode and without grad (the reference never changes, so once per batch
+would give the same numbers).
+
+Losses (``beta`` = ``spec.beta``; ``logratio`` = policy minus reference log-prob):
+
+- DPO: ``-logsigmoid(beta * (logratio(chosen) - logratio(rejected)))``.
+- KTO (simplified): desirable ``1 - sigmoid(beta * (logratio - z0))``, undesirable
+  ``1 - sigmoid(beta * (z0 - logratio))``, where ``z0`` is the batch's mean logratio,
+  detached and clamped at >= 0: a cheap stand-in for the paper's KL estimate from
+  mismatched prompt/reply pairs. Desirable and undesirable examples weigh the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from reef.engine.models import load_model
+from reef.learning.trainers.lora_sft import (
+    IGNORE_INDEX,
+    PLAIN_HEAD_TYPES,
+    Features,
+    _collate,
+    _device,
+    build_features,
+    save_adapter,
+)
+from reef.learning.trainers.spec import PreferenceSpec, SFTExample, TrainResult
+
+ProgressCallback = Callable[[int, int, float], None]
+"""Called after every optimizer step with (step, total steps, loss)."""
+
+
+def sequence_logps(model: PeftModel, batch: dict[str, Any]) -> torch.Tensor:
+    """Per sequence, the summed log-probability of its labelled (reply) tokens. Runs
+    the output head on labelled positions only when the architecture allows it."""
+    base: Any = model.get_base_model()
+    head = base.get_output_embeddings()
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE_INDEX
+    if getattr(base.config, "model_type", None) in PLAIN_HEAD_TYPES and head is not None:
+        hidden = base.get_decoder()(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
+        logits = head(hidden[:, :-1][keep]).float()
+    else:
+        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = full[:, :-1][keep].float()
+    token_logps = torch.log_softmax(logits, dim=-1).gather(1, targets[keep][:, None])[:, 0]
+    rows = keep.nonzero()[:, 0]
+    sums = torch.zeros(targets.size(0), device=token_logps.device, dtype=token_logps.dtype)
+    return sums.index_add(0, rows, token_logps)
+
+
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float,
+    weights: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weighted mean loss, chosen rewards, rejected rewards); a reward is
+    ``beta * logratio``, detached."""
+    chosen = beta * (policy_chosen - ref_chosen)
+    rejected = beta * (policy_rejected - ref_rejected)
+    losses = -torch.nn.functional.logsigmoid(chosen - rejected)
+    loss = (losses * weights).sum() / weights.sum()
+    return loss, chosen.detach(), rejected.detach()
+
+
+def kto_loss(
+    policy: torch.Tensor,
+    reference: torch.Tensor,
+    desirable: torch.Tensor,
+    beta: float,
+    weights: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weighted mean loss, rewards ``beta * logratio`` detached, z0) of the simplified
+    KTO loss in the module docstring."""
+    logratio = policy - reference
+    z0 = logratio.detach().mean().clamp(min=0.0)
+    up = 1.0 - torch.sigmoid(beta * (logratio - z0))
+    down = 1.0 - torch.sigmoid(beta * (z0 - logratio))
+    losses = torch.where(desirable, up, down)
+    loss = (losses * weights).sum() / weights.sum()
+    return loss, (beta * logratio).detach(), z0
+
+
+def _wrap(model: Any, spec: PreferenceSpec) -> PeftModel:
+    with warnings.catch_warnings():
+        # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
+        if spec.base_adapter is not None:
+            return PeftModel.from_pretrained(model, str(spec.base_adapter), is_trainable=True)
+        config = LoraConfig(
+            r=spec.lora.r,
+            lora_alpha=spec.lora.alpha,
+            lora_dropout=spec.lora.dropout,
+            target_modules=list(spec.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, config)
+
+
+def _plan(count: int, spec: PreferenceSpec, rng: random.Random) -> list[list[int]]:
+    """Item indices for every step: reshuffled each pass, cycling as needed."""
+    order: list[int] = []
+    plan: list[list[int]] = []
+    while len(plan) < spec.max_steps:
+        if not order:
+            order = list(range(count))
+            rng.shuffle(order)
+        plan.append(order[: spec.batch_size])
+        order = order[spec.batch_size :]
+    return plan
+
+
+def _features(tokenizer: Any, messages: list[dict[str, Any]], reply: str, n: int) -> Features:
+    return build_features(tokenizer, SFTExample(messages=messages, target=reply), n)
+
+
+@torch.no_grad()
+def _reference(
+    model: PeftModel,
+    features: Sequence[Features],
+    pad_id: int,
+    device: torch.device,
+    size: int,
+    continued: bool,
+) -> torch.Tensor:
+    """Reference log-probs of every sequence, before any step: with a fresh adapter the
+    model with it disabled (the base); continuing, the base adapter as loaded."""
+    model.eval()
+    out: list[torch.Tensor] = []
+    with contextlib.nullcontext() if continued else model.disable_adapter():
+        for start in range(0, len(features), size):
+            batch = _collate(features[start : start + size], pad_id, device)
+            out.append(sequence_logps(model, batch))
+    model.train()
+    return torch.cat(out)
+
+
+def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = None) -> TrainResult:
+    """Train a LoRA adapter by DPO or KTO and save it to ``spec.output_dir``.
+
+    Deterministic for a given spec on one device. Metrics: ``loss_curve``,
+    ``margin_curve`` and ``accuracy_curve`` (per step), ``reward_margin`` and
+    ``reward_accuracy`` (the last step), ``tokens``, ``seconds``, ``tokens_per_second``,
+    ``load_seconds``, ``steps``, ``objective``, ``pairs``/``examples``, ``device``,
+    ``continued``. DPO: margin is chosen minus rejected reward, accuracy the share of
+    pairs where it is positive. KTO: margin is mean desirable minus mean undesirable
+    reward, accuracy the share of rewards with the right sign (> 0 desirable, < 0 not).
+    """
+    started = time.monotonic()
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)
+    device = _device(spec.device)
+    loaded = load_model(spec.model, spec.home)
+    tokenizer = loaded.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    n = spec.max_seq_len
+    dpo = spec.objective == "dpo"
+    if dpo:
+        # Sequence 2i is pair i's chosen reply, 2i + 1 its rejected one.
+        features = [
+            f
+            for p in spec.pairs
+            for f in (
+                _features(tokenizer, p.messages, p.chosen, n),
+                _features(tokenizer, p.messages, p.rejected, n),
+            )
+        ]
+        weights = [p.weight for p in spec.pairs]
+        desirable = [True] * len(spec.pairs)
+    else:
+        features = [_features(tokenizer, e.messages, e.target, n) for e in spec.examples]
+        weights = [e.weight for e in spec.examples]
+        desirable = [e.desirable for e in spec.examples]
+    model = _wrap(loaded.model, spec).to(device)
+    reference = _reference(
+        model, features, pad_id, device, 2 * spec.batch_size, spec.base_adapter is not None
+    )
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
+    plan = _plan(len(weights), spec, rng)
+    load_seconds = time.monotonic() - started
+    curve: list[float] = []
+    margins: list[float] = []
+    accuracies: list[float] = []
+    tokens = 0
+    loop_started = time.monotonic()
+    for step, items in enumerate(plan, start=1):
+        rows = [2 * i + k for i in items for k in (0, 1)] if dpo else items
+        batch = _collate([features[r] for r in rows], pad_id, device)
+        policy = sequence_logps(model, batch)
+        ref = reference[rows]
+        w = torch.tensor([weights[i] for i in items], device=device)
+        if dpo:
+            loss, chosen, rejected = dpo_loss(
+                policy[0::2], policy[1::2], ref[0::2], ref[1::2], spec.beta, w
+            )
+            margin = chosen - rejected
+            margins.append(round(float(margin.mean()), 6))
+            accuracies.append(round(float((margin > 0).float().mean()), 6))
+        else:
+            good = torch.tensor([desirable[i] for i in items], device=device)
+            loss, rewards, _z0 = kto_loss(policy, ref, good, spec.beta, w)
+            up = float(rewards[good].mean()) if bool(good.any()) else 0.0
+            down = float(rewards[~good].mean()) if bool((~good).any()) else 0.0
+            margins.append(round(up - down, 6))
+            right = torch.where(good, rewards > 0, rewards < 0)
+            accuracies.append(round(float(right.float().mean()), 6))
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        curve.append(round(float(loss.detach()), 6))
+        tokens += int(batch["attention_mask"].sum())
+        if progress is not None:
+            progress(step, len(plan), curve[-1])
+        if spec.fault == "abort":
+            os.abort()
+    seconds = time.monotonic() - loop_started
+    save_adapter(model, spec.output_dir)
+    metrics: dict[str, Any] = {
+        "objective": spec.objective,
+        "loss_curve": curve,
+        "margin_curve": margins,
+        "accuracy_curve": accuracies,
+        "reward_margin": margins[-1],
+        "reward_accuracy": accuracies[-1],
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
+        "load_seconds": round(load_seconds, 4),
+        "steps": len(plan),
+        "pairs": len(spec.pairs),
+        "examples": len(spec.examples),
+        "device": device.type,
+        "continued": spec.base_adapter is not None,
+    }
+    return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)

@@ -1,18 +1,29 @@
 """Bench the ``sft`` trainer against a plain PEFT training loop: tokens per second on
-the same data, model, LoRA config, batch size and sequence length, in the same run.
+the same data, model, LoRA config, batch size and sequence length, in the same run; and
+the harness learners' wall time per candidate.
 
     .venv/bin/python bench/training.py --model smollm2-135m --home .reef --write
+    .venv/bin/python bench/training.py --harness-only --write
 
 The sft figure is the trainer's own ``tokens_per_second`` (its training loop, in the
 child process the worker uses; model load and child start are reported apart). The
 plain loop is written out below: ``get_peft_model`` + AdamW + ``model(labels=...)``.
 Rounds alternate which one runs first. ``--write`` replaces the training section of
 docs/benchmarks.md.
+
+The harness phase (no torch) times ``learn`` of ``fewshot``, ``instructions`` and
+``skills`` on one synthetic batch (scores, textual feedback, corrections), each run in a
+fresh artifact store and home (so the instructions Pareto pool starts empty), with a
+deterministic local ``reflect`` that returns valid JSON at once: the figures exclude
+model latency. ``--harness-only`` skips the sft phase; with ``--write`` it keeps the
+sft figures already in docs/benchmarks.md and replaces only the harness part.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import platform
 import random
@@ -20,12 +31,27 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from reef.core import new_id
+from reef.harness import Bundle, Harness, pack_bundle
+from reef.learning.base import ExperienceBatch, Learner, LearnerContext, TrainingExample
+from reef.learning.learners import (
+    FewShotConfig,
+    FewShotLearner,
+    InstructionsConfig,
+    InstructionsLearner,
+    SkillsConfig,
+    SkillsLearner,
+)
 from reef.learning.trainers import LoraSettings, SFTExample, SFTSpec, run_in_child
+from reef.releases import ModelComponent, Release, ReleaseManifest, open_artifact_store
 
 START, END = "<!-- training:start -->", "<!-- training:end -->"
+HARNESS_HEADING = "## Harness learners: wall time per candidate"
 COLORS = ["red", "green", "blue", "yellow", "purple", "orange", "black", "white"]
 ANIMALS = ["cat", "dog", "owl", "fox", "whale", "horse", "tiger", "crab"]
 
@@ -156,6 +182,183 @@ def report(args: argparse.Namespace, rounds: list[dict[str, dict[str, float]]]) 
     return "\n".join(lines)
 
 
+TOPICS = [
+    ("refund", "mention the 30 day refund window", "Refunds are possible within 30 days."),
+    ("password", "give the reset link, not a phone number", "Use the reset link."),
+    ("shipping", "say that shipping takes 3 to 5 days", "Shipping takes 3 to 5 working days."),
+    ("invoice", "point to the billing page for invoices", "Invoices are on the billing page."),
+    ("greeting", "too formal, greet the user warmly", "Hi there! Happy to help."),
+]
+
+
+def harness_batch(count: int) -> list[TrainingExample]:
+    """Support-style exchanges: a third corrected, a third low-scored with textual
+    feedback, a third high-scored (fixed, seeded)."""
+    rng = random.Random(11)
+    examples = []
+    for index in range(count):
+        topic, feedback, correction = TOPICS[index % len(TOPICS)]
+        color, animal = rng.choice(COLORS), rng.choice(ANIMALS)
+        question = f"Question {index} about {topic}: my {color} {animal} order, what now?"
+        kind = index % 3
+        record_id = new_id()
+        examples.append(
+            TrainingExample(
+                record_id=record_id,
+                scenario="bench",
+                session_id=record_id,
+                messages=[
+                    {"role": "system", "content": "You are a support agent."},
+                    {"role": "user", "content": question},
+                ],
+                response={"role": "assistant", "content": f"Reply {index} on {topic}."},
+                score=[0.1, 0.2, 0.9][kind] + rng.random() * 0.1,
+                correction=f"{correction} (case {index})" if kind == 0 else None,
+                feedback=[f"{feedback} (note {index})"] if kind < 2 else [],
+                principals=[f"grader-{index % 4}"],
+                release_id=None,
+                staleness=0,
+                content_hash="sha256:" + record_id,
+            )
+        )
+    return examples
+
+
+def local_reflect(kind: str) -> Callable[[list[dict[str, Any]]], str]:
+    """A deterministic stand-in for the reflector model: a valid JSON answer at once."""
+    calls = itertools.count()
+
+    def reflect(messages: list[dict[str, Any]]) -> str:
+        n = next(calls)
+        if kind == "skills":
+            return json.dumps(
+                {
+                    "name": f"support skill {n}",
+                    "when_to_use": "When a support question repeats earlier feedback.",
+                    "content": f"Follow the feedback given on similar requests (variant {n}).",
+                }
+            )
+        rules = [topic_feedback for _, topic_feedback, _ in TOPICS]
+        return json.dumps(
+            {
+                "system_prompt": f"You are a helpful support agent (variant {n}).",
+                "instructions": [r[:1].upper() + r[1:] + "." for r in rules[: 2 + n % 4]],
+            }
+        )
+
+    return reflect
+
+
+def time_learner(
+    learner: Learner, reflect: Callable[[list[dict[str, Any]]], str], train: list[TrainingExample]
+) -> tuple[float, dict[str, Any]]:
+    """Seconds for one ``learn`` (one candidate), in a fresh store and home."""
+    with tempfile.TemporaryDirectory(prefix="reef-bench-harness-") as scratch:
+        root = Path(scratch)
+        artifacts = open_artifact_store(root / "artifacts")
+        head_harness = Harness(
+            schema_version=1, system_prompt="You are a support agent.", instructions=["Be brief."]
+        )
+        digest = artifacts.put_bytes(pack_bundle(Bundle(head_harness)), "harness")
+        head = Release(
+            id=new_id(),
+            scenario="bench",
+            seq=1,
+            parent_id=None,
+            operation="create",
+            manifest=ReleaseManifest(model=ModelComponent(base="m"), harness=digest),
+            evidence=None,
+            created_by="bench",
+            reason=None,
+            created_at=datetime.now(UTC),
+            candidate_id=None,
+            rolled_back_to=None,
+        )
+        context = LearnerContext(
+            scenario="bench",
+            head=head,
+            batch=ExperienceBatch(train=train, holdout=[]),
+            artifacts=artifacts,
+            home=root / "home",
+            work_dir=root / "work",
+            reflect=reflect,
+            progress=lambda fraction, message: None,
+            metric=lambda name, value: None,
+        )
+        started = time.perf_counter()
+        output = learner.learn(context)
+        seconds = time.perf_counter() - started
+    if output.harness is None:
+        raise RuntimeError(f"{learner.type_name}: no harness candidate")
+    return seconds, output.metrics
+
+
+def harness_phase(args: argparse.Namespace) -> dict[str, tuple[list[float], str]]:
+    """Per learner: seconds per run and a note on what the candidate held."""
+    train = harness_batch(args.harness_examples)
+    learners: list[tuple[Learner, str]] = [
+        (FewShotLearner(FewShotConfig()), "fewshot"),
+        (InstructionsLearner(InstructionsConfig()), "instructions"),
+        (SkillsLearner(SkillsConfig()), "skills"),
+    ]
+    results: dict[str, tuple[list[float], str]] = {}
+    for learner, kind in learners:
+        times: list[float] = []
+        metrics: dict[str, Any] = {}
+        for _ in range(args.harness_runs):
+            seconds, metrics = time_learner(learner, local_reflect(kind), train)
+            times.append(seconds)
+        if kind == "fewshot":
+            note = f"{metrics['demos']} demos of {metrics['candidates']} candidates"
+        elif kind == "instructions":
+            note = (
+                f"{metrics['variants_valid']} valid variants (one reflect call each), "
+                f"{metrics['failures']} failures shown"
+            )
+        else:
+            note = (
+                f"{metrics['new']} skills from {metrics['clusters']} clusters "
+                "(one reflect call each)"
+            )
+        results[kind] = (times, note)
+        print(f"{kind}: median {statistics.median(times) * 1000:.1f} ms ({note})")
+    return results
+
+
+def harness_report(args: argparse.Namespace, results: dict[str, tuple[list[float], str]]) -> str:
+    lines = [
+        HARNESS_HEADING,
+        "",
+        f"Command: `.venv/bin/python bench/training.py --harness-only "
+        f"--harness-examples {args.harness_examples} --harness-runs {args.harness_runs} --write`",
+        "",
+        f"- Machine: {os.cpu_count()} CPU cores, {platform.machine()}, "
+        f"Python {platform.python_version()}; no torch.",
+        f"- Batch: {args.harness_examples} synthetic support exchanges over {len(TOPICS)} "
+        "topics: a third corrected, a third low-scored with textual feedback, a third "
+        "high-scored. Default learner settings (fewshot lexical similarity).",
+        "- Time: one `learn` call, i.e. one candidate, from the batch to the bundle stored "
+        "by digest; fresh artifact store and home each run (empty Pareto pool).",
+        "- `reflect` is a deterministic local function returning valid JSON at once: "
+        "**the times exclude model latency**; with a real reflector add its time per call.",
+        "",
+        "| learner | ms per candidate, per run | median ms | candidate |",
+        "|---|---:|---:|---|",
+    ]
+    for kind, (times, note) in results.items():
+        per_run = " / ".join(f"{t * 1000:.1f}" for t in times)
+        lines.append(f"| `{kind}` | {per_run} | {statistics.median(times) * 1000:.1f} | {note} |")
+    return "\n".join(lines)
+
+
+def current_section(path: Path) -> str:
+    """The training section's text now (between the markers), '' when absent."""
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
+    if START not in current or END not in current:
+        return ""
+    return current.split(START, 1)[1].split(END, 1)[0].strip("\n")
+
+
 def write_section(text: str, path: Path) -> None:
     current = path.read_text(encoding="utf-8") if path.exists() else ""
     block = f"{START}\n{text}\n{END}\n"
@@ -177,8 +380,24 @@ def main() -> None:
     parser.add_argument("--r", type=int, default=8)
     parser.add_argument("--examples", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--harness-examples", type=int, default=200)
+    parser.add_argument("--harness-runs", type=int, default=5)
+    parser.add_argument(
+        "--harness-only",
+        action="store_true",
+        help="skip the sft phase; --write keeps the sft figures already in the docs",
+    )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    docs = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+    harness_text = harness_report(args, harness_phase(args))
+    if args.harness_only:
+        sft_text = current_section(docs).split(HARNESS_HEADING, 1)[0].strip("\n")
+        text = f"{sft_text}\n\n{harness_text}" if sft_text else harness_text
+        print(harness_text)
+        if args.write:
+            write_section(text, docs)
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     examples = dataset(args.examples)
     rounds = []
@@ -190,10 +409,10 @@ def main() -> None:
             figures[name] = run(args, examples)
             print(f"round {index + 1} {name}: {figures[name]['tokens_per_second']:.0f} tokens/s")
         rounds.append(figures)
-    text = report(args, rounds)
+    text = f"{report(args, rounds)}\n\n{harness_text}"
     print(text)
     if args.write:
-        write_section(text, Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md")
+        write_section(text, docs)
 
 
 if __name__ == "__main__":

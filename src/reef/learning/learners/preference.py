@@ -26,6 +26,7 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.learners.sft import _is_local_model, _text
+from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
     DEFAULT_TARGET_MODULES,
@@ -63,6 +64,8 @@ class PreferenceConfig(LearnerConfig):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(default=None, ge=1)
     timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
+    trainer: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
 
 
 def _messages(item: TrainingExample) -> list[dict[str, Any]]:
@@ -240,7 +243,12 @@ class PreferenceLearner(Learner):
             context.metric("loss", loss)
             context.progress(step / steps, f"preference: step {step}/{steps} loss {loss:.4f}")
 
-        result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
+        if cfg.trainer == "ray":
+            result = run_in_ray(
+                spec, on_step, address=cfg.ray_address, timeout_seconds=cfg.timeout_seconds
+            )
+        else:
+            result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
         meta = {"learner": "preference", "objective": objective, "base": model, "steps": cfg.steps}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
         context.progress(1.0, f"preference: adapter {digest}")

@@ -29,6 +29,7 @@ from reef.learning.trainers import (
     SFTSpec,
     run_in_child,
 )
+from reef.learning.trainers.ray_runner import run_in_ray
 
 ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
 
@@ -40,7 +41,9 @@ class SFTConfig(LearnerConfig):
     the engine can load it (``smollm2-135m``, ``tiny-random`` or a local model
     directory), else required. ``min_score``: replies scoring at least this are
     targets (corrections always are). ``continue_from_head``: start from the head's
-    adapter when it has one on the same base.
+    adapter when it has one on the same base. ``trainer``: ``local`` trains in a child
+    process, ``ray`` as a Ray task on the cluster at ``ray_address`` (None: a local
+    cluster on loopback).
     """
 
     model: str | None = None
@@ -58,6 +61,8 @@ class SFTConfig(LearnerConfig):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(default=None, ge=1)
     timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
+    trainer: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
 
 
 def _text(content: Any) -> str:
@@ -162,7 +167,12 @@ class SFTLearner(Learner):
             context.metric("loss", loss)
             context.progress(step / steps, f"sft: step {step}/{steps} loss {loss:.4f}")
 
-        result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
+        if cfg.trainer == "ray":
+            result = run_in_ray(
+                spec, on_step, address=cfg.ray_address, timeout_seconds=cfg.timeout_seconds
+            )
+        else:
+            result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
         meta = {"learner": "sft", "base": model, "steps": cfg.steps, "examples": len(examples)}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
         context.progress(1.0, f"sft: adapter {digest}")

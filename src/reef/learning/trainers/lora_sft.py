@@ -10,6 +10,7 @@ is labelled -100.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -172,6 +173,13 @@ def save_adapter(model: PeftModel, directory: Path) -> None:
     for path in directory.iterdir():
         if path.name not in ADAPTER_FILES:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
+    # PEFT writes target_modules from a set, in hash order: canonicalize the config so
+    # identical training gives an identical adapter digest in every process.
+    config_path = directory / "adapter_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> TrainResult:

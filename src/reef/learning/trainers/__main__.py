@@ -1,4 +1,4 @@
-"""The training child: ``python -m reef.learning.trainers sft|preference SPEC.json``.
+"""The training child: ``python -m reef.learning.trainers sft|preference|rl SPEC.json``.
 
 Started by :func:`reef.learning.trainers.runner.run_in_child`; prints protocol lines on
 stdout (see that module) and everything else on stderr. Exits 0 only after printing
@@ -14,13 +14,13 @@ from pathlib import Path
 
 from reef.engine.process import exit_with_parent
 from reef.learning.trainers.runner import protocol_line
-from reef.learning.trainers.spec import PreferenceSpec, SFTSpec, TrainResult
+from reef.learning.trainers.spec import PreferenceSpec, RLSpec, SFTSpec, TrainResult
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, train, print the result; return the exit status."""
     parser = argparse.ArgumentParser(prog="python -m reef.learning.trainers")
-    parser.add_argument("method", choices=["sft", "preference"])
+    parser.add_argument("method", choices=["sft", "preference", "rl"])
     parser.add_argument("spec", type=Path)
     parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         from reef.learning.trainers.preference import train_preference
 
         result = train_preference(PreferenceSpec.model_validate_json(text), progress)
+    elif args.method == "rl":
+        from reef.learning.trainers.grpo import train_grpo
+
+        result = train_grpo(RLSpec.model_validate_json(text), progress)
     else:
         from reef.learning.trainers.lora_sft import train_lora_sft
 

@@ -2,8 +2,8 @@
 exception, out of memory, a segfault, SIGKILL) fails one job and never the worker.
 Torch-free: the parent imports only this.
 
-The child is ``python -m reef.learning.trainers METHOD SPEC.json`` (METHOD ``sft`` or
-``preference``). It prints protocol
+The child is ``python -m reef.learning.trainers METHOD SPEC.json`` (METHOD ``sft``,
+``preference`` or ``rl``). It prints protocol
 lines to stdout, each ``REEF_TRAIN {json}``: ``{"event": "progress", "step", "steps",
 "loss"}`` after every optimizer step and one ``{"event": "result", "result": {...}}``
 at the end. Everything else it writes (logs, warnings, tracebacks) goes to
@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from reef.learning.trainers.spec import (
     PreferenceSpec,
+    RLSpec,
     SFTSpec,
     TrainingFailedError,
     TrainResult,
@@ -54,6 +55,14 @@ def child_command(spec_path: Path, method: str = "sft") -> list[str]:
         "--parent-pid",
         str(os.getpid()),
     ]
+
+
+def _method(spec: SFTSpec | PreferenceSpec | RLSpec) -> str:
+    if isinstance(spec, PreferenceSpec):
+        return "preference"
+    if isinstance(spec, RLSpec):
+        return "rl"
+    return "sft"
 
 
 def _child_env() -> dict[str, str]:
@@ -85,14 +94,15 @@ def _describe(status: int | None) -> str:
 
 
 def run_in_child(
-    spec: SFTSpec | PreferenceSpec,
+    spec: SFTSpec | PreferenceSpec | RLSpec,
     on_progress: ProgressCallback | None = None,
     *,
     work_dir: Path | None = None,
     timeout_seconds: float | None = None,
 ) -> TrainResult:
-    """Run ``train_lora_sft(spec)`` (an ``SFTSpec``) or ``train_preference(spec)`` (a
-    ``PreferenceSpec``) in a fresh child process and return its result.
+    """Run ``train_lora_sft(spec)`` (an ``SFTSpec``), ``train_preference(spec)`` (a
+    ``PreferenceSpec``) or ``train_grpo(spec)`` (an ``RLSpec``) in a fresh child process
+    and return its result.
 
     ``work_dir`` receives ``spec.json`` and ``train.log`` (a temporary directory when
     None). Raises ``TrainingFailedError`` (exit status, log tail) when the child fails,
@@ -108,7 +118,7 @@ def run_in_child(
     result: TrainResult | None = None
     with log_path.open("a", encoding="utf-8") as log:
         child = subprocess.Popen(
-            child_command(spec_path, "preference" if isinstance(spec, PreferenceSpec) else "sft"),
+            child_command(spec_path, _method(spec)),
             stdout=subprocess.PIPE,
             stderr=log,
             stdin=subprocess.DEVNULL,

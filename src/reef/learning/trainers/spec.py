@@ -145,3 +145,62 @@ class TrainResult(BaseModel):
     schema_version: Literal[1] = 1
     adapter_dir: Path
     metrics: dict[str, Any]
+
+
+class RLPrompt(BaseModel):
+    """One RL prompt (OpenAI form, content as text) and the reference its completions
+    are scored against. ``weight`` scales the prompt's loss."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    reference: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+
+
+class RLScorer(BaseModel):
+    """How a completion is scored against its prompt's reference (1.0 or 0.0):
+    ``exact`` (equal after stripping whitespace), ``contains`` (``pattern``, else the
+    reference, is a substring), ``regex`` (``pattern``, else the escaped reference,
+    is found by ``re.search``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["exact", "contains", "regex"] = "exact"
+    pattern: str | None = None
+
+
+class RLSpec(BaseModel):
+    """A LoRA GRPO run: ``steps`` optimizer steps, each sampling ``group_size``
+    completions for ``batch_size`` prompts, scoring them with ``scorer`` and updating
+    once. ``beta_kl`` weighs the KL guard to the reference (the starting point with the
+    trained adapter disabled, or ``base_adapter`` as loaded). ``engine_url``: sample
+    through that engine's ``/v1/chat/completions`` (model ``engine_model``, default
+    ``model``); None samples in the child with ``generate``. Other fields as in
+    :class:`SFTSpec`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    model: str
+    home: Path
+    prompts: list[RLPrompt] = Field(min_length=1)
+    output_dir: Path
+    scorer: RLScorer = Field(default_factory=RLScorer)
+    base_adapter: Path | None = None
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    group_size: int = Field(default=4, ge=2)
+    temperature: float = Field(default=1.0, gt=0.0)
+    max_new_tokens: int = Field(default=64, ge=1)
+    beta_kl: float = Field(default=0.04, ge=0.0)
+    lr: float = Field(default=5e-5, gt=0.0)
+    max_steps: int = Field(default=30, ge=1)
+    batch_size: int = Field(default=4, ge=1)
+    max_seq_len: int = Field(default=512, ge=8)
+    engine_url: str | None = None
+    engine_model: str | None = None
+    engine_timeout_seconds: float = Field(default=300.0, gt=0.0)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    fault: Literal["abort"] | None = None

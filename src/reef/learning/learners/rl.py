@@ -1,0 +1,172 @@
+"""``rl``: a LoRA adapter trained by GRPO against a scorer.
+
+Reads top to bottom: pick the prompts (an item's conversation, with its correction as
+the reference the scorer compares against; items without a correction are skipped),
+decide the model and where to start (the head's adapter, or fresh), sample, score and
+train in a child process, store the adapter by digest.
+
+The scorer here (``exact``, ``contains``, ``regex``) is a minimal private one; the
+shared scorer plugins of the evaluation work will replace it.
+Torch-free: training happens in ``reef.learning.trainers``' child process.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from reef.core.errors import InvalidInputError
+from reef.learning.base import (
+    Learner,
+    LearnerConfig,
+    LearnerContext,
+    LearnerOutput,
+    TrainingExample,
+)
+from reef.learning.learners.preference import _correction, _messages
+from reef.learning.learners.sft import _is_local_model
+from reef.learning.trainers.runner import run_in_child
+from reef.learning.trainers.spec import (
+    DEFAULT_TARGET_MODULES,
+    LoraSettings,
+    RLPrompt,
+    RLScorer,
+    RLSpec,
+)
+
+
+class RLConfig(LearnerConfig):
+    """Settings of the ``rl`` learner (a recipe's learner entry minus ``type``).
+
+    ``scorer``: how a completion is scored against the item's correction (``exact``,
+    ``contains``, ``regex``; ``pattern`` replaces the correction as the thing to find).
+    ``group_size`` completions per prompt, sampled at ``temperature`` up to
+    ``max_new_tokens``; ``beta_kl`` weighs the KL guard to the starting point.
+    ``engine_url``: sample through a running engine (``engine_model``: the served model
+    name, default ``model``); None samples inside the training child. Other settings
+    as in ``SFTConfig``; ``batch_size`` is prompts per step.
+    """
+
+    model: str | None = None
+    scorer: RLScorer = Field(default_factory=RLScorer)
+    group_size: int = Field(default=4, ge=2)
+    temperature: float = Field(default=1.0, gt=0.0)
+    max_new_tokens: int = Field(default=64, ge=1)
+    beta_kl: float = Field(default=0.04, ge=0.0)
+    steps: int = Field(default=30, ge=1)
+    lr: float = Field(default=5e-5, gt=0.0)
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+    batch_size: int = Field(default=4, ge=1)
+    max_seq_len: int = Field(default=512, ge=8)
+    engine_url: str | None = None
+    engine_model: str | None = None
+    continue_from_head: bool = True
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
+
+
+def rl_prompts(train: list[TrainingExample]) -> tuple[list[RLPrompt], list[str]]:
+    """The prompts of ``train`` (reference: the correction) and the record ids used."""
+    prompts: list[RLPrompt] = []
+    used: list[str] = []
+    for item in train:
+        messages, reference = _messages(item), _correction(item)
+        if not messages or reference is None:
+            continue
+        prompts.append(RLPrompt(messages=messages, reference=reference, weight=item.weight))
+        used.append(item.record_id)
+    return prompts, used
+
+
+class RLLearner(Learner):
+    """GRPO training of a LoRA adapter (see the module docstring)."""
+
+    type_name: ClassVar[str] = "rl"
+    kind: ClassVar[Literal["harness", "model"]] = "model"
+    config_model: ClassVar[type[LearnerConfig]] = RLConfig
+
+    def __init__(self, config: LearnerConfig) -> None:
+        if not isinstance(config, RLConfig):
+            raise InvalidInputError("the rl learner needs an RLConfig")
+        super().__init__(config)
+        self.settings = config
+
+    def model_source(self, context: LearnerContext) -> str:
+        """The engine model source to train; raises ``InvalidInputError`` when neither
+        the config nor the head names one the engine can load."""
+        base = context.head.manifest.model.base
+        if self.settings.model is not None:
+            return self.settings.model
+        if _is_local_model(base):
+            return base
+        raise InvalidInputError(
+            f"rl: the head's base model {base!r} is not a local engine model; set `model:` "
+            "to smollm2-135m, tiny-random or a model directory"
+        )
+
+    def learn(self, context: LearnerContext) -> LearnerOutput:
+        """Train on ``context.batch.train``; returns the stored adapter's digest, the
+        records used and the training metrics. Raises ``TrainingFailedError`` when the
+        training child fails, ``InvalidInputError`` for an unusable model setting."""
+        cfg = self.settings
+        prompts, used = rl_prompts(context.batch.train)
+        if not prompts:
+            context.progress(1.0, "rl: no items with a reference; nothing to train")
+            return LearnerOutput(metrics={"prompts": 0})
+        model = self.model_source(context)
+        work = context.work_dir / "rl"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        spec = RLSpec(
+            model=model,
+            home=context.home,
+            prompts=prompts,
+            output_dir=work / "adapter",
+            scorer=cfg.scorer,
+            base_adapter=self._head_adapter(context, model, work),
+            lora=LoraSettings(
+                r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
+            ),
+            group_size=cfg.group_size,
+            temperature=cfg.temperature,
+            max_new_tokens=cfg.max_new_tokens,
+            beta_kl=cfg.beta_kl,
+            lr=cfg.lr,
+            max_steps=cfg.steps,
+            batch_size=cfg.batch_size,
+            max_seq_len=cfg.max_seq_len,
+            engine_url=cfg.engine_url,
+            engine_model=cfg.engine_model,
+            seed=cfg.seed,
+            device=cfg.device,
+            threads=cfg.threads,
+        )
+        context.progress(0.0, f"rl: grpo on {model} with {len(prompts)} prompts")
+
+        def on_step(step: int, steps: int, loss: float) -> None:
+            context.metric("loss", loss)
+            context.progress(step / steps, f"rl: step {step}/{steps} loss {loss:.4f}")
+
+        result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
+        meta = {"learner": "rl", "base": model, "steps": cfg.steps, "prompts": len(prompts)}
+        digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
+        context.progress(1.0, f"rl: adapter {digest}")
+        keys = ("loss_curve", "reward_curve", "kl_curve", "mean_reward", "samples", "tokens")
+        metrics = {k: result.metrics[k] for k in (*keys, "seconds", "sampler")}
+        metrics.update(prompts=len(prompts), continued=result.metrics["continued"], base=model)
+        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
+
+    def _head_adapter(self, context: LearnerContext, model: str, work: Path) -> Path | None:
+        """A verified copy of the head's adapter to continue from, or None."""
+        head = context.head.manifest.model
+        if not self.settings.continue_from_head or head.adapter is None or head.base != model:
+            return None
+        return context.artifacts.materialize(head.adapter, work / "base-adapter")

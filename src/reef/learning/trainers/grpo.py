@@ -1,0 +1,354 @@
+"""The LoRA RL training function: GRPO-style group-relative policy gradient with a KL
+guard. Imports torch, transformers and peft: only the training child (``python -m
+reef.learning.trainers rl``) or a test imports it.
+
+Every step takes ``batch_size`` prompts and, for each, samples ``group_size``
+completions from the current policy: in this process with ``model.generate``
+(``engine_url`` None), or from a running engine's ``/v1/chat/completions`` with ``n``,
+``logprobs`` and ``return_token_ids`` (the completion token ids come from the engine,
+so no re-tokenization). Each completion is scored against its prompt's reference
+(:func:`score`); a completion's advantage is ``(r - mean) / (std + eps)`` within its
+group (a group whose rewards are all equal teaches nothing and adds zero).
+
+Loss, per step (one update per sample batch, so on-policy and no ratio or clipping:
+the PPO ratio is exactly 1 at the only update, its gradient that of log π):
+
+- policy: ``-mean_i(w_i * A_i * sum_t log π(y_it))`` over the batch's completions;
+- KL guard: ``beta_kl * mean_t(exp(ref - logπ) - (ref - logπ) - 1)``, the k3
+  estimator (non-negative, unbiased) over every completion token, where ``ref`` is the
+  reference: the starting point with the adapter disabled (fresh), or the base adapter
+  as loaded (continuing; recomputed each step from a frozen copy of its weights).
+
+With an engine, samples come from what the engine serves (typically the head), which
+is the policy only until the first update: later steps are off-policy and not
+corrected. The engine's token log-probs are compared to the trainer's
+(``engine_logprob_gap``, mean absolute difference at the first step) as a check that
+both see the same model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import statistics
+import time
+import urllib.request
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from reef.engine.models import load_model
+from reef.learning.trainers.lora_sft import (
+    IGNORE_INDEX,
+    PLAIN_HEAD_TYPES,
+    Features,
+    _collate,
+    _device,
+    _ids,
+    save_adapter,
+)
+from reef.learning.trainers.spec import RLPrompt, RLScorer, RLSpec, TrainResult
+
+ProgressCallback = Callable[[int, int, float], None]
+"""Called after every optimizer step with (step, total steps, loss)."""
+
+EPS = 1e-4
+
+
+def score(scorer: RLScorer, completion: str, reference: str) -> float:
+    """1.0 when ``completion`` matches ``reference`` under ``scorer``, else 0.0.
+
+    A minimal private scorer; the shared scorer plugins of the evaluation work will
+    replace it."""
+    if scorer.type == "exact":
+        return float(completion.strip() == reference.strip())
+    if scorer.type == "contains":
+        return float((scorer.pattern or reference) in completion)
+    pattern = scorer.pattern if scorer.pattern is not None else re.escape(reference)
+    return float(re.search(pattern, completion) is not None)
+
+
+def group_advantages(rewards: list[float]) -> list[float]:
+    """``(r - mean) / (std + eps)`` within one group (population std)."""
+    mean = statistics.fmean(rewards)
+    std = statistics.pstdev(rewards)
+    return [(r - mean) / (std + EPS) for r in rewards]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled completion: prompt and completion token ids, its text and (from an
+    engine) the sampler's token log-probs."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    sampler_logps: list[float] | None = None
+
+
+def token_logps(model: PeftModel, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob of every labelled token, flat; the row each belongs to). The output
+    head runs on labelled positions only when the architecture allows it."""
+    base: Any = model.get_base_model()
+    head = base.get_output_embeddings()
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE_INDEX
+    if getattr(base.config, "model_type", None) in PLAIN_HEAD_TYPES and head is not None:
+        hidden = base.get_decoder()(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
+        logits = head(hidden[:, :-1][keep]).float()
+    else:
+        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = full[:, :-1][keep].float()
+    logps = torch.log_softmax(logits, dim=-1).gather(1, targets[keep][:, None])[:, 0]
+    return logps, keep.nonzero()[:, 0]
+
+
+def grpo_loss(
+    policy: torch.Tensor,
+    reference: torch.Tensor,
+    rows: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    beta_kl: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, k3 KL estimate) from per-token policy and reference log-probs (flat, with
+    ``rows`` mapping tokens to completions) and per-completion advantages and weights;
+    see the module docstring."""
+    sums = torch.zeros(advantages.size(0), device=policy.device, dtype=policy.dtype)
+    sums = sums.index_add(0, rows, policy)
+    pg = -(weights * advantages * sums).sum() / weights.sum()
+    delta = reference - policy
+    kl = (torch.exp(delta) - delta - 1.0).mean()
+    return pg + beta_kl * kl, kl.detach()
+
+
+def _wrap(model: Any, spec: RLSpec) -> PeftModel:
+    with warnings.catch_warnings():
+        # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
+        if spec.base_adapter is not None:
+            wrapped = PeftModel.from_pretrained(model, str(spec.base_adapter), is_trainable=True)
+            # A frozen copy of the starting adapter is the reference.
+            wrapped.load_adapter(str(spec.base_adapter), adapter_name="reference")
+            wrapped.set_adapter("default")
+            return wrapped
+        config = LoraConfig(
+            r=spec.lora.r,
+            lora_alpha=spec.lora.alpha,
+            lora_dropout=spec.lora.dropout,
+            target_modules=list(spec.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, config)
+
+
+@contextlib.contextmanager
+def _as_reference(model: PeftModel, continued: bool) -> Iterator[None]:
+    """The reference model for the duration: the adapter disabled, or the frozen copy."""
+    if not continued:
+        with model.disable_adapter():
+            yield
+        return
+    model.set_adapter("reference")
+    try:
+        yield
+    finally:
+        model.set_adapter("default")
+        # set_adapter marks only the active adapter trainable: keep the reference frozen.
+        for name, param in model.named_parameters():
+            param.requires_grad = "lora_" in name and ".default." in name
+
+
+def _sample_local(
+    model: PeftModel, tokenizer: Any, prompt: RLPrompt, spec: RLSpec, eos: int
+) -> list[Sample]:
+    prompt_ids = list(_ids(tokenizer, prompt.messages, add_generation_prompt=True))
+    prompt_ids = prompt_ids[-(spec.max_seq_len - spec.max_new_tokens) :]
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(  # type: ignore[no-untyped-call]
+            input_ids=torch.tensor([prompt_ids], device=model.device),
+            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long, device=model.device),
+            do_sample=True,
+            temperature=spec.temperature,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=spec.max_new_tokens,
+            num_return_sequences=spec.group_size,
+            eos_token_id=eos,
+            pad_token_id=eos,
+        )
+    model.train()
+    samples: list[Sample] = []
+    for row in out[:, len(prompt_ids) :].tolist():
+        ids = row[: row.index(eos) + 1] if eos in row else row
+        text = tokenizer.decode([t for t in ids if t != eos], skip_special_tokens=True)
+        samples.append(Sample(prompt_ids, ids, text))
+    return samples
+
+
+def _sample_engine(prompt: RLPrompt, spec: RLSpec, seed: int) -> list[Sample]:
+    """``group_size`` completions from the engine at ``spec.engine_url``."""
+    assert spec.engine_url is not None
+    body = {
+        "model": spec.engine_model or spec.model,
+        "messages": prompt.messages,
+        "n": spec.group_size,
+        "temperature": spec.temperature,
+        "max_tokens": spec.max_new_tokens,
+        "logprobs": True,
+        "return_token_ids": True,
+        "seed": seed,
+    }
+    request = urllib.request.Request(
+        spec.engine_url.rstrip("/") + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=spec.engine_timeout_seconds) as response:
+        answer = json.loads(response.read())
+    prompt_ids = [int(t) for t in answer["prompt_token_ids"]]
+    samples: list[Sample] = []
+    for choice in answer["choices"]:
+        content = (choice.get("logprobs") or {}).get("content") or []
+        logps = [float(c["logprob"]) for c in content]
+        ids = [int(t) for t in choice["token_ids"]]
+        text = choice["message"].get("content") or ""
+        samples.append(Sample(prompt_ids, ids, text, logps if len(logps) == len(ids) else None))
+    return samples
+
+
+def _features(sample: Sample, weight: float) -> Features:
+    ids = sample.prompt_ids + sample.completion_ids
+    labels = [IGNORE_INDEX] * len(sample.prompt_ids) + sample.completion_ids
+    return Features(ids, labels, weight)
+
+
+def _plan(count: int, spec: RLSpec, rng: random.Random) -> list[list[int]]:
+    order: list[int] = []
+    plan: list[list[int]] = []
+    while len(plan) < spec.max_steps:
+        if not order:
+            order = list(range(count))
+            rng.shuffle(order)
+        plan.append(order[: spec.batch_size])
+        order = order[spec.batch_size :]
+    return plan
+
+
+def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainResult:
+    """Train a LoRA adapter by GRPO and save it to ``spec.output_dir``.
+
+    Deterministic for a given spec on one device when sampling locally. Metrics:
+    ``loss_curve``, ``reward_curve`` (mean reward of the step's samples, before its
+    update), ``kl_curve`` (k3 estimate), ``mean_reward`` (the last step), ``samples``,
+    ``tokens``, ``seconds``, ``tokens_per_second``, ``load_seconds``, ``steps``,
+    ``prompts``, ``sampler`` (``local`` or ``engine``), ``engine_logprob_gap`` (engine
+    only), ``device``, ``continued``.
+    """
+    started = time.monotonic()
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)
+    device = _device(spec.device)
+    loaded = load_model(spec.model, spec.home)
+    tokenizer = loaded.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    eos = int(tokenizer.eos_token_id)
+    continued = spec.base_adapter is not None
+    model = _wrap(loaded.model, spec).to(device)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=spec.lr)
+    plan = _plan(len(spec.prompts), spec, rng)
+    load_seconds = time.monotonic() - started
+    curve: list[float] = []
+    rewards_curve: list[float] = []
+    kls: list[float] = []
+    gap: float | None = None
+    tokens = samples_seen = 0
+    loop_started = time.monotonic()
+    for step, items in enumerate(plan, start=1):
+        feats: list[Features] = []
+        advantages: list[float] = []
+        step_rewards: list[float] = []
+        sampled: list[Sample] = []
+        for i in items:
+            prompt = spec.prompts[i]
+            if spec.engine_url is None:
+                group = _sample_local(model, tokenizer, prompt, spec, eos)
+            else:
+                group = _sample_engine(prompt, spec, spec.seed + step * 1000 + i)
+            group = [s for s in group if s.completion_ids]
+            if not group:
+                continue
+            rewards = [score(spec.scorer, s.text, prompt.reference) for s in group]
+            step_rewards.extend(rewards)
+            advantages.extend(group_advantages(rewards))
+            feats.extend(_features(s, prompt.weight) for s in group)
+            sampled.extend(group)
+        if not feats:
+            raise RuntimeError("the sampler returned no completion tokens")
+        batch = _collate(feats, pad_id, device)
+        with torch.no_grad(), _as_reference(model, continued):
+            reference, _rows = token_logps(model, batch)
+        policy, rows = token_logps(model, batch)
+        if gap is None and spec.engine_url is not None:
+            engine = [lp for s in sampled for lp in (s.sampler_logps or [])]
+            if len(engine) == policy.numel():
+                ours = policy.detach().cpu().tolist()
+                gap = round(
+                    statistics.fmean(abs(a - b) for a, b in zip(engine, ours, strict=True)), 6
+                )
+        loss, kl = grpo_loss(
+            policy,
+            reference,
+            rows,
+            torch.tensor(advantages, device=device),
+            batch["weights"],
+            spec.beta_kl,
+        )
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        curve.append(round(float(loss.detach()), 6))
+        rewards_curve.append(round(statistics.fmean(step_rewards), 6))
+        kls.append(round(float(kl), 6))
+        tokens += int(batch["attention_mask"].sum())
+        samples_seen += len(feats)
+        if progress is not None:
+            progress(step, len(plan), curve[-1])
+        if spec.fault == "abort":
+            os.abort()
+    seconds = time.monotonic() - loop_started
+    if continued:
+        model.delete_adapter("reference")
+    save_adapter(model, spec.output_dir)
+    metrics: dict[str, Any] = {
+        "loss_curve": curve,
+        "reward_curve": rewards_curve,
+        "kl_curve": kls,
+        "mean_reward": rewards_curve[-1],
+        "samples": samples_seen,
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
+        "load_seconds": round(load_seconds, 4),
+        "steps": len(plan),
+        "prompts": len(spec.prompts),
+        "sampler": "local" if spec.engine_url is None else "engine",
+        "engine_logprob_gap": gap,
+        "device": device.type,
+        "continued": continued,
+    }
+    return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)

@@ -1,0 +1,204 @@
+"""The ``rl`` learner and its GRPO trainer on tiny-random: the scorer and advantages,
+prompts from a batch (torch-free), a few steps raising the reward of a contains-scorer,
+and end to end in the training child with the adapter stored by digest, then continued
+from the head's adapter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reef.core.digests import tree_digest
+from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
+from reef.learning.learners.rl import RLConfig, RLLearner, rl_prompts
+from reef.learning.registry import LearnerRegistry
+from reef.learning.trainers.spec import RLScorer
+from reef.releases import (
+    ModelComponent,
+    Release,
+    ReleaseChain,
+    ReleaseManifest,
+    open_artifact_store,
+)
+
+# PEFT 0.21 reads a deprecated transformers property while wrapping a model.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*is_gradient_checkpointing. is deprecated:FutureWarning"
+)
+
+TINY = "tiny-random"
+QUESTIONS = ["Hi?", "Sky?", "Fruit?", "Count."]
+# Reward completions containing the letter "a": rare (~12% of 32 random bytes) at first.
+CONTAINS_A = RLScorer(type="contains", pattern="a")
+FAST: dict[str, Any] = {
+    "target_modules": ["q_proj", "v_proj", "lm_head"],
+    "group_size": 8,
+    "max_new_tokens": 32,
+    "lr": 2e-2,
+    "beta_kl": 0.01,
+    "batch_size": 4,
+    "threads": 1,
+}
+
+
+def example(record_id: str, question: str, correction: Any = "a") -> TrainingExample:
+    return TrainingExample(
+        record_id=record_id,
+        scenario="s",
+        session_id=f"sess-{record_id}",
+        messages=[{"role": "user", "content": question}],
+        response={"role": "assistant", "content": "x"},
+        score=0.0,
+        correction=correction,
+        feedback=[],
+        principals=[None],
+        release_id=None,
+        staleness=0,
+        content_hash=record_id,
+    )
+
+
+TRAIN = [example(f"q{i}", q) for i, q in enumerate(QUESTIONS)]
+
+
+def test_scorer_and_advantages() -> None:
+    from reef.learning.trainers.grpo import group_advantages, score
+
+    assert score(RLScorer(), " Paris ", "Paris") == 1.0
+    assert score(RLScorer(), "Paris!", "Paris") == 0.0
+    assert score(RLScorer(type="contains"), "It is Paris.", "Paris") == 1.0
+    assert score(CONTAINS_A, "cat", "ignored") == 1.0
+    assert score(RLScorer(type="regex", pattern=r"\d+"), "n=42", "x") == 1.0
+    assert score(RLScorer(type="regex"), "a.b", "a.b") == 1.0
+    assert score(RLScorer(type="regex"), "axb", "a.b") == 0.0  # the reference is escaped
+    adv = group_advantages([1.0, 0.0, 0.0, 0.0])
+    assert adv[0] > 0 > adv[1] and abs(sum(adv)) < 1e-9
+    assert group_advantages([1.0, 1.0]) == [0.0, 0.0]
+
+
+def test_prompts_need_a_reference_and_learner_is_torch_free() -> None:
+    prompts, used = rl_prompts([*TRAIN[:2], example("none", "Up?", None)])
+    assert used == ["q0", "q1"] and [p.reference for p in prompts] == ["a", "a"]
+    assert LearnerRegistry().get("rl") is RLLearner
+    code = (
+        "import sys, reef.learning.learners.rl; "
+        "sys.exit(int(any(m.split('.')[0] in ('torch', 'peft') for m in sys.modules)))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_grpo_raises_the_reward(tmp_path: Path) -> None:
+    from reef.learning.trainers.grpo import train_grpo
+    from reef.learning.trainers.spec import LoraSettings, RLSpec
+
+    prompts, _ = rl_prompts(TRAIN)
+    spec = RLSpec(
+        model=TINY,
+        home=tmp_path / "home",
+        prompts=prompts,
+        output_dir=tmp_path / "adapter",
+        scorer=CONTAINS_A,
+        lora=LoraSettings(target_modules=FAST["target_modules"]),
+        group_size=8,
+        max_new_tokens=32,
+        lr=2e-2,
+        beta_kl=0.01,
+        max_steps=12,
+        threads=1,
+    )
+    result = train_grpo(spec)
+    curve = result.metrics["reward_curve"]
+    assert len(curve) == 12 and len(result.metrics["kl_curve"]) == 12
+    assert curve[0] < 0.25
+    assert sum(curve[-3:]) / 3 > curve[0] + 0.3, curve
+    assert result.metrics["sampler"] == "local" and result.metrics["samples"] == 12 * 32
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    # Deterministic for a given spec.
+    again = train_grpo(spec.model_copy(update={"output_dir": tmp_path / "again"}))
+    assert again.metrics["reward_curve"] == curve
+    assert tree_digest(tmp_path / "again") == tree_digest(tmp_path / "adapter")
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> Any:
+    opened = ReleaseChain.from_url(f"sqlite:///{tmp_path / 'reef.db'}")
+    yield opened
+    opened.close()
+
+
+def create(chain: ReleaseChain, scenario: str, adapter: str | None) -> Release:
+    manifest = ReleaseManifest(model=ModelComponent(base=TINY, adapter=adapter))
+    return chain.create(scenario, manifest, actor="test", reason="test")
+
+
+def test_end_to_end_in_the_child(tmp_path: Path, chain: ReleaseChain) -> None:
+    store = open_artifact_store(tmp_path / "artifacts")
+    learner = RLLearner(RLConfig(scorer=CONTAINS_A, steps=3, **FAST))
+
+    def context(head: Release, train: list[TrainingExample]) -> LearnerContext:
+        return LearnerContext(
+            scenario=head.scenario,
+            head=head,
+            batch=ExperienceBatch(train=train, holdout=[]),
+            artifacts=store,
+            home=tmp_path / "home",
+            work_dir=tmp_path / f"work-{head.scenario}",
+            reflect=lambda _messages: "",
+            progress=lambda _fraction, _message: None,
+            metric=lambda _name, _value: None,
+        )
+
+    output = learner.learn(context(create(chain, "s", None), TRAIN))
+    assert output.adapter is not None and output.consumed == ["q0", "q1", "q2", "q3"]
+    assert len(output.metrics["reward_curve"]) == 3 and output.metrics["continued"] is False
+    assert tree_digest(store.materialize(output.adapter)) == output.adapter
+    assert store.info(output.adapter).kind == "adapter"
+
+    again = learner.learn(context(create(chain, "t", output.adapter), TRAIN[:2]))
+    assert again.metrics["continued"] is True and again.consumed == ["q0", "q1"]
+    kl = again.metrics["kl_curve"]  # the reference is the head's adapter: 0 before step 1
+    assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[-1] > 0.0
+    assert again.adapter is not None and again.adapter != output.adapter
+    assert tree_digest(store.materialize(again.adapter)) == again.adapter
+
+    nothing = learner.learn(context(create(chain, "u", None), [example("n", "Up?", None)]))
+    assert nothing.adapter is None and nothing.consumed == []
+
+
+def test_sampling_through_the_engine(tmp_path: Path) -> None:
+    """With ``engine_url`` the completions come from a real tiny-random engine: its token
+    ids are trained on as they are, and its logprobs agree with the trainer's (the same
+    weights; the gap is measured at the first step, before any update)."""
+    from reef.engine.models import load_model
+    from reef.engine.runtime import Engine
+    from reef.engine.server import BackgroundServer
+    from reef.learning.trainers.grpo import train_grpo
+    from reef.learning.trainers.spec import LoraSettings, RLSpec
+
+    engine = Engine(load_model(TINY, tmp_path / "home"), max_batch=8, threads=1)
+    server = BackgroundServer(engine).start()
+    try:
+        prompts, _ = rl_prompts(TRAIN[:2])
+        spec = RLSpec(
+            model=TINY,
+            home=tmp_path / "home",
+            prompts=prompts,
+            output_dir=tmp_path / "adapter",
+            scorer=CONTAINS_A,
+            lora=LoraSettings(target_modules=FAST["target_modules"]),
+            group_size=4,
+            max_new_tokens=8,
+            max_steps=2,
+            engine_url=server.base_url.removesuffix("/v1"),
+            threads=1,
+        )
+        result = train_grpo(spec)
+    finally:
+        server.stop()
+    assert result.metrics["sampler"] == "engine" and result.metrics["samples"] == 2 * 2 * 4
+    gap = result.metrics["engine_logprob_gap"]
+    assert gap is not None and gap < 1e-3

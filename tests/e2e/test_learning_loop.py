@@ -78,3 +78,13 @@ def test_feedback_becomes_a_fewshot_candidate(tmp_path: Path) -> None:
             # corrections outrank plain good scores as demonstrations
             answers = [ex.messages[-1]["content"] for ex in harness.examples]
             assert any(answer in ("billing", "hardware") for answer in answers), answers
+
+            # once published, the records it consumed are not trained on again
+            head = chain.head("triage")
+            assert head is not None
+            chain.publish(candidate.id, head.id, "test", "publish", require_passed=False)
+            assert call(gateway.port, "POST", "/reef/scenarios/triage/learn", {}).status == 202
+            second_jobs = Worker(settings, gateway.store, chain, artifacts).run_once()
+            assert [job.state for job in second_jobs] == ["succeeded"]
+            second = set(JobQueue(gateway.store.engine).consumed_by(second_jobs[0].id))
+            assert second and not second & consumed, "consumed records were reused"

@@ -70,7 +70,7 @@ def test_defaults_and_trigger_list() -> None:
         (
             {"learners": [{"type": "stamp", "secnds": 1}]},
             "unknown key 'learners[0].secnds'; allowed keys here: fail, output, reflect, "
-            "seconds, type",
+            "reflector_model, reflector_upstream, seconds, type",
         ),
         (
             {"learners": [{"type": "stamp"}, {"type": "stamp", "seconds": "slow"}]},

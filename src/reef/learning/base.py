@@ -61,9 +61,16 @@ class ExperienceBatch:
 
 
 class LearnerConfig(BaseModel):
-    """Base of a learner's settings (the recipe entry minus ``type``)."""
+    """Base of a learner's settings (the recipe entry minus ``type``).
+
+    ``reflector_upstream`` / ``reflector_model`` choose the model ``context.reflect``
+    asks (any configured upstream and model); by default the scenario's own.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reflector_upstream: str | None = None
+    reflector_model: str | None = None
 
 
 @dataclass

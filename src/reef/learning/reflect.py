@@ -32,11 +32,25 @@ def make_reflect(
     scenario: str,
     base_url: str | None = None,
     max_tokens: int = 1024,
+    upstream_name: str | None = None,
+    model: str | None = None,
 ) -> Reflect:
-    """A ``reflect`` callable for ``scenario``; ``base_url`` overrides the upstream's."""
-    name, upstream = settings.upstream_for(scenario)
+    """A ``reflect`` callable for ``scenario``: its own upstream and model unless
+    ``upstream_name`` (a configured upstream) or ``model`` name another reflector;
+    ``base_url`` overrides the upstream's URL."""
+    if upstream_name is not None:
+        if upstream_name not in settings.upstreams:
+            raise ReflectError(
+                f"reflector upstream {upstream_name!r} is not configured; "
+                f"configured upstreams: {sorted(settings.upstreams)}"
+            )
+        name, upstream = upstream_name, settings.upstreams[upstream_name]
+        default_model = upstream.model
+    else:
+        name, upstream = settings.upstream_for(scenario)
+        default_model = settings.scenario(scenario).model or upstream.model
     url = (base_url or upstream.base_url or "").rstrip("/")
-    model = settings.scenario(scenario).model or upstream.model or scenario
+    model = model or default_model or scenario
     key = upstream.api_key.get_secret_value() if upstream.api_key else None
     timeout = upstream.total_timeout_seconds
     anthropic = upstream.type == "anthropic"

@@ -43,7 +43,7 @@ from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.experience.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
-from reef.learning.base import Learner, LearnerContext, LearnerOutput
+from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
 from reef.learning.reflect import make_reflect
 from reef.learning.registry import LearnerRegistry
@@ -344,7 +344,7 @@ class JobRun:
                 artifacts=self.worker.artifacts,
                 home=settings.home,
                 work_dir=work_dir,
-                reflect=self._reflect(),
+                reflect=self._reflect(learner.config),
                 progress=self._scaled_progress(name, span),
                 metric=self._metric,
             )
@@ -431,12 +431,15 @@ class JobRun:
         else:
             self.metrics[name] = value
 
-    def _reflect(self) -> Callable[[list[dict[str, Any]]], str]:
-        upstream_name, _ = self.worker.settings.upstream_for(self.job.scenario)
+    def _reflect(self, config: LearnerConfig) -> Callable[[list[dict[str, Any]]], str]:
+        settings = self.worker.settings
+        upstream_name = config.reflector_upstream or settings.upstream_for(self.job.scenario)[0]
         return make_reflect(
-            self.worker.settings,
+            settings,
             self.job.scenario,
             base_url=self.worker.upstream_base_urls.get(upstream_name),
+            upstream_name=config.reflector_upstream,
+            model=config.reflector_model,
         )
 
 

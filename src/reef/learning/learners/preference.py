@@ -10,9 +10,7 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 from __future__ import annotations
 
 import json
-import shutil
 from itertools import combinations
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -25,7 +23,8 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
-from reef.learning.learners.sft import _is_local_model, _text
+from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
+from reef.learning.learners.sft import _text
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
@@ -179,19 +178,6 @@ class PreferenceLearner(Learner):
         super().__init__(config)
         self.settings = config
 
-    def model_source(self, context: LearnerContext) -> str:
-        """The engine model source to train; raises ``InvalidInputError`` when neither
-        the config nor the head names one the engine can load."""
-        base = context.head.manifest.model.base
-        if self.settings.model is not None:
-            return self.settings.model
-        if _is_local_model(base):
-            return base
-        raise InvalidInputError(
-            f"preference: the head's base model {base!r} is not a local engine model; set "
-            "`model:` to smollm2-135m, tiny-random or a model directory"
-        )
-
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """Train on ``context.batch.train``; returns the stored adapter's digest, the
         records used and the training metrics. Raises ``TrainingFailedError`` when the
@@ -212,10 +198,8 @@ class PreferenceLearner(Learner):
         if not count:
             context.progress(1.0, f"preference: nothing to train by {objective}")
             return LearnerOutput(metrics={"objective": objective, "examples": 0})
-        model = self.model_source(context)
-        work = context.work_dir / "preference"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        model = model_source("preference", self.settings.model, context)
+        work = fresh_work_dir(context, "preference")
         spec = PreferenceSpec(
             objective=objective,
             model=model,
@@ -223,7 +207,7 @@ class PreferenceLearner(Learner):
             pairs=pairs,
             examples=examples,
             output_dir=work / "adapter",
-            base_adapter=self._head_adapter(context, model, work),
+            base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
             lora=LoraSettings(
                 r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
             ),
@@ -262,10 +246,3 @@ class PreferenceLearner(Learner):
             base=model,
         )
         return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
-
-    def _head_adapter(self, context: LearnerContext, model: str, work: Path) -> Path | None:
-        """A verified copy of the head's adapter to continue from, or None."""
-        head = context.head.manifest.model
-        if not self.settings.continue_from_head or head.adapter is None or head.base != model:
-            return None
-        return context.artifacts.materialize(head.adapter, work / "base-adapter")

@@ -12,8 +12,6 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -26,8 +24,8 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
+from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
 from reef.learning.learners.preference import _correction, _messages
-from reef.learning.learners.sft import _is_local_model
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
     DEFAULT_TARGET_MODULES,
@@ -99,19 +97,6 @@ class RLLearner(Learner):
         super().__init__(config)
         self.settings = config
 
-    def model_source(self, context: LearnerContext) -> str:
-        """The engine model source to train; raises ``InvalidInputError`` when neither
-        the config nor the head names one the engine can load."""
-        base = context.head.manifest.model.base
-        if self.settings.model is not None:
-            return self.settings.model
-        if _is_local_model(base):
-            return base
-        raise InvalidInputError(
-            f"rl: the head's base model {base!r} is not a local engine model; set `model:` "
-            "to smollm2-135m, tiny-random or a model directory"
-        )
-
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """Train on ``context.batch.train``; returns the stored adapter's digest, the
         records used and the training metrics. Raises ``TrainingFailedError`` when the
@@ -121,17 +106,15 @@ class RLLearner(Learner):
         if not prompts:
             context.progress(1.0, "rl: no items with a reference; nothing to train")
             return LearnerOutput(metrics={"prompts": 0})
-        model = self.model_source(context)
-        work = context.work_dir / "rl"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        model = model_source("rl", self.settings.model, context)
+        work = fresh_work_dir(context, "rl")
         spec = RLSpec(
             model=model,
             home=context.home,
             prompts=prompts,
             output_dir=work / "adapter",
             scorer=cfg.scorer,
-            base_adapter=self._head_adapter(context, model, work),
+            base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
             lora=LoraSettings(
                 r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
             ),
@@ -163,10 +146,3 @@ class RLLearner(Learner):
         metrics = {k: result.metrics[k] for k in (*keys, "seconds", "sampler")}
         metrics.update(prompts=len(prompts), continued=result.metrics["continued"], base=model)
         return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
-
-    def _head_adapter(self, context: LearnerContext, model: str, work: Path) -> Path | None:
-        """A verified copy of the head's adapter to continue from, or None."""
-        head = context.head.manifest.model
-        if not self.settings.continue_from_head or head.adapter is None or head.base != model:
-            return None
-        return context.artifacts.materialize(head.adapter, work / "base-adapter")

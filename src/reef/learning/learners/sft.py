@@ -8,8 +8,6 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -22,6 +20,7 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
+from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
 from reef.learning.trainers import (
     DEFAULT_TARGET_MODULES,
     LoraSettings,
@@ -30,8 +29,6 @@ from reef.learning.trainers import (
     run_in_child,
 )
 from reef.learning.trainers.ray_runner import run_in_ray
-
-ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
 
 
 class SFTConfig(LearnerConfig):
@@ -101,10 +98,6 @@ def sft_examples(
     return examples, used
 
 
-def _is_local_model(name: str) -> bool:
-    return name in ENGINE_SOURCES or (Path(name) / "config.json").is_file()
-
-
 class SFTLearner(Learner):
     """Supervised fine-tuning of a LoRA adapter (see the module docstring)."""
 
@@ -118,19 +111,6 @@ class SFTLearner(Learner):
         super().__init__(config)
         self.settings = config
 
-    def model_source(self, context: LearnerContext) -> str:
-        """The engine model source to train; raises ``InvalidInputError`` when neither
-        the config nor the head names one the engine can load."""
-        base = context.head.manifest.model.base
-        if self.settings.model is not None:
-            return self.settings.model
-        if _is_local_model(base):
-            return base
-        raise InvalidInputError(
-            f"sft: the head's base model {base!r} is not a local engine model; set `model:` "
-            "to smollm2-135m, tiny-random or a model directory"
-        )
-
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """Train on ``context.batch.train``; returns the stored adapter's digest, the
         records used and the training metrics. Raises ``TrainingFailedError`` when the
@@ -140,16 +120,14 @@ class SFTLearner(Learner):
         if not examples:
             context.progress(1.0, "sft: no corrections or high-score replies; nothing to train")
             return LearnerOutput(metrics={"examples": 0})
-        model = self.model_source(context)
-        work = context.work_dir / "sft"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        model = model_source("sft", self.settings.model, context)
+        work = fresh_work_dir(context, "sft")
         spec = SFTSpec(
             model=model,
             home=context.home,
             examples=examples,
             output_dir=work / "adapter",
-            base_adapter=self._head_adapter(context, model, work),
+            base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
             lora=LoraSettings(
                 r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
             ),
@@ -184,10 +162,3 @@ class SFTLearner(Learner):
             base=model,
         )
         return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
-
-    def _head_adapter(self, context: LearnerContext, model: str, work: Path) -> Path | None:
-        """A verified copy of the head's adapter to continue from, or None."""
-        head = context.head.manifest.model
-        if not self.settings.continue_from_head or head.adapter is None or head.base != model:
-            return None
-        return context.artifacts.materialize(head.adapter, work / "base-adapter")

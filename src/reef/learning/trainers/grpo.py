@@ -42,17 +42,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 
 from reef.engine.models import load_model
 from reef.learning.trainers.lora_sft import (
     IGNORE_INDEX,
-    PLAIN_HEAD_TYPES,
     Features,
     _collate,
     _device,
     _ids,
     save_adapter,
+    token_logps,
+    wrap_lora,
 )
 from reef.learning.trainers.spec import RLPrompt, RLScorer, RLSpec, TrainResult
 
@@ -93,25 +94,6 @@ class Sample:
     sampler_logps: list[float] | None = None
 
 
-def token_logps(model: PeftModel, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-prob of every labelled token, flat; the row each belongs to). The output
-    head runs on labelled positions only when the architecture allows it."""
-    base: Any = model.get_base_model()
-    head = base.get_output_embeddings()
-    targets = batch["labels"][:, 1:]
-    keep = targets != IGNORE_INDEX
-    if getattr(base.config, "model_type", None) in PLAIN_HEAD_TYPES and head is not None:
-        hidden = base.get_decoder()(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).last_hidden_state
-        logits = head(hidden[:, :-1][keep]).float()
-    else:
-        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        logits = full[:, :-1][keep].float()
-    logps = torch.log_softmax(logits, dim=-1).gather(1, targets[keep][:, None])[:, 0]
-    return logps, keep.nonzero()[:, 0]
-
-
 def grpo_loss(
     policy: torch.Tensor,
     reference: torch.Tensor,
@@ -132,23 +114,14 @@ def grpo_loss(
 
 
 def _wrap(model: Any, spec: RLSpec) -> PeftModel:
-    with warnings.catch_warnings():
-        # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
-        if spec.base_adapter is not None:
-            wrapped = PeftModel.from_pretrained(model, str(spec.base_adapter), is_trainable=True)
+    wrapped = wrap_lora(model, spec.base_adapter, spec.lora)
+    if spec.base_adapter is not None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
             # A frozen copy of the starting adapter is the reference.
             wrapped.load_adapter(str(spec.base_adapter), adapter_name="reference")
-            wrapped.set_adapter("default")
-            return wrapped
-        config = LoraConfig(
-            r=spec.lora.r,
-            lora_alpha=spec.lora.alpha,
-            lora_dropout=spec.lora.dropout,
-            target_modules=list(spec.lora.target_modules),
-            task_type="CAUSAL_LM",
-        )
-        return get_peft_model(model, config)
+        wrapped.set_adapter("default")
+    return wrapped
 
 
 @contextlib.contextmanager

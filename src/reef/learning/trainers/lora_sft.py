@@ -26,7 +26,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
 from reef.engine.models import load_model
-from reef.learning.trainers.spec import SFTExample, SFTSpec, TrainResult
+from reef.learning.trainers.spec import LoraSettings, SFTExample, SFTSpec, TrainResult
 
 IGNORE_INDEX = -100
 ADAPTER_FILES = frozenset({"adapter_config.json", "adapter_model.safetensors"})
@@ -134,20 +134,41 @@ def _device(choice: str) -> torch.device:
     return torch.device("cpu")
 
 
-def _wrap(model: Any, spec: SFTSpec) -> PeftModel:
+def wrap_lora(model: Any, base_adapter: Path | None, lora: LoraSettings) -> PeftModel:
+    """``model`` with a trainable LoRA: the adapter at ``base_adapter`` to continue from,
+    else a fresh one with ``lora``'s settings. Shared by every trainer."""
     with warnings.catch_warnings():
         # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
-        if spec.base_adapter is not None:
-            return PeftModel.from_pretrained(model, str(spec.base_adapter), is_trainable=True)
+        if base_adapter is not None:
+            return PeftModel.from_pretrained(model, str(base_adapter), is_trainable=True)
         config = LoraConfig(
-            r=spec.lora.r,
-            lora_alpha=spec.lora.alpha,
-            lora_dropout=spec.lora.dropout,
-            target_modules=list(spec.lora.target_modules),
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
             task_type="CAUSAL_LM",
         )
         return get_peft_model(model, config)
+
+
+def token_logps(model: PeftModel, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob of every labelled token, flat; the row each belongs to). The output
+    head runs on labelled positions only when the architecture allows it."""
+    base: Any = model.get_base_model()
+    head = base.get_output_embeddings()
+    targets = batch["labels"][:, 1:]
+    keep = targets != IGNORE_INDEX
+    if getattr(base.config, "model_type", None) in PLAIN_HEAD_TYPES and head is not None:
+        hidden = base.get_decoder()(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
+        logits = head(hidden[:, :-1][keep]).float()
+    else:
+        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = full[:, :-1][keep].float()
+    logps = torch.log_softmax(logits, dim=-1).gather(1, targets[keep][:, None])[:, 0]
+    return logps, keep.nonzero()[:, 0]
 
 
 def _batches(features: list[Features], spec: SFTSpec, rng: random.Random) -> list[list[int]]:
@@ -199,7 +220,7 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     tokenizer = loaded.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     features = [build_features(tokenizer, ex, spec.max_seq_len) for ex in spec.examples]
-    model = _wrap(loaded.model, spec).to(device)
+    model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
     plan = _batches(features, spec, rng)

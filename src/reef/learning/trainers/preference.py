@@ -25,22 +25,21 @@ import contextlib
 import os
 import random
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 
 from reef.engine.models import load_model
 from reef.learning.trainers.lora_sft import (
-    IGNORE_INDEX,
-    PLAIN_HEAD_TYPES,
     Features,
     _collate,
     _device,
     build_features,
     save_adapter,
+    token_logps,
+    wrap_lora,
 )
 from reef.learning.trainers.spec import PreferenceSpec, SFTExample, TrainResult
 
@@ -49,24 +48,10 @@ ProgressCallback = Callable[[int, int, float], None]
 
 
 def sequence_logps(model: PeftModel, batch: dict[str, Any]) -> torch.Tensor:
-    """Per sequence, the summed log-probability of its labelled (reply) tokens. Runs
-    the output head on labelled positions only when the architecture allows it."""
-    base: Any = model.get_base_model()
-    head = base.get_output_embeddings()
-    targets = batch["labels"][:, 1:]
-    keep = targets != IGNORE_INDEX
-    if getattr(base.config, "model_type", None) in PLAIN_HEAD_TYPES and head is not None:
-        hidden = base.get_decoder()(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).last_hidden_state
-        logits = head(hidden[:, :-1][keep]).float()
-    else:
-        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        logits = full[:, :-1][keep].float()
-    token_logps = torch.log_softmax(logits, dim=-1).gather(1, targets[keep][:, None])[:, 0]
-    rows = keep.nonzero()[:, 0]
-    sums = torch.zeros(targets.size(0), device=token_logps.device, dtype=token_logps.dtype)
-    return sums.index_add(0, rows, token_logps)
+    """Per sequence, the summed log-probability of its labelled (reply) tokens."""
+    logps, rows = token_logps(model, batch)
+    sums = torch.zeros(batch["labels"].size(0), device=logps.device, dtype=logps.dtype)
+    return sums.index_add(0, rows, logps)
 
 
 def dpo_loss(
@@ -102,22 +87,6 @@ def kto_loss(
     losses = torch.where(desirable, up, down)
     loss = (losses * weights).sum() / weights.sum()
     return loss, (beta * logratio).detach(), z0
-
-
-def _wrap(model: Any, spec: PreferenceSpec) -> PeftModel:
-    with warnings.catch_warnings():
-        # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
-        if spec.base_adapter is not None:
-            return PeftModel.from_pretrained(model, str(spec.base_adapter), is_trainable=True)
-        config = LoraConfig(
-            r=spec.lora.r,
-            lora_alpha=spec.lora.alpha,
-            lora_dropout=spec.lora.dropout,
-            target_modules=list(spec.lora.target_modules),
-            task_type="CAUSAL_LM",
-        )
-        return get_peft_model(model, config)
 
 
 def _plan(count: int, spec: PreferenceSpec, rng: random.Random) -> list[list[int]]:
@@ -196,7 +165,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         features = [_features(tokenizer, e.messages, e.target, n) for e in spec.examples]
         weights = [e.weight for e in spec.examples]
         desirable = [e.desirable for e in spec.examples]
-    model = _wrap(loaded.model, spec).to(device)
+    model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
     reference = _reference(
         model, features, pad_id, device, 2 * spec.batch_size, spec.base_adapter is not None
     )

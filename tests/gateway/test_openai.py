@@ -111,6 +111,22 @@ def _first_release(gateway: GatewayThread, scenario: str, chain: ReleaseChain) -
     return head
 
 
+def test_purpose_eval_is_recorded_and_bad_purpose_is_400(gateway: GatewayThread) -> None:
+    raw = client(gateway, **{"x-reef-purpose": "eval"}).chat.completions.with_raw_response.create(
+        model="reef/support", messages=[{"role": "user", "content": "graded"}]
+    )
+    assert gateway.store.get_record(raw.headers["x-reef-record-id"]).purpose == "eval"
+    plain = client(gateway).chat.completions.with_raw_response.create(
+        model="reef/support", messages=[{"role": "user", "content": "live"}]
+    )
+    assert gateway.store.get_record(plain.headers["x-reef-record-id"]).purpose == "serve"
+    with pytest.raises(openai.BadRequestError) as info:
+        client(gateway, **{"x-reef-purpose": "canary"}).chat.completions.create(
+            model="reef/support", messages=[{"role": "user", "content": "sneaky"}]
+        )
+    assert "x-reef-purpose must be one of serve, eval" in info.value.message
+
+
 def test_capture_off_records_nothing(gateway: GatewayThread) -> None:
     before = gateway.writer_stats.written_total
     raw = client(gateway, **{"x-reef-capture": "off"}).chat.completions.with_raw_response.create(

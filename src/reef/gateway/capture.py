@@ -123,7 +123,7 @@ class Recorder:
             continuation_hash=continuation,
             tags=exchange.headers.tags,
             principal=exchange.principal.key_id,
-            purpose="serve",
+            purpose=exchange.headers.purpose,
             idempotency_key=exchange.headers.idempotency_key,
             session_is_new=exchange.session_is_new,
         )

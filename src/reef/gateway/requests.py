@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from reef.core.errors import InvalidInputError
+from reef.experience import Purpose
 from reef.gateway.errors import PayloadTooLargeError
 
 _SCENARIO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TAG_PREFIX = "x-reef-tag-"
+# What a caller may declare: evaluation traffic is recorded but never trained on.
+# ("canary" is set by the gateway itself for the canary arm of live traffic.)
+_CALLER_PURPOSES = ("serve", "eval")
 SCENARIO_MODEL_PREFIX = "reef/"
 
 
@@ -85,6 +89,7 @@ class ReefHeaders:
     capture: bool
     tags: dict[str, str]
     idempotency_key: str | None
+    purpose: Purpose = "serve"
 
 
 def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
@@ -109,6 +114,11 @@ def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
         if key.startswith(_TAG_PREFIX) and len(key) > len(_TAG_PREFIX)
     }
     capture = headers.get("x-reef-capture", "on").strip().lower() not in ("off", "0", "false")
+    purpose = headers.get("x-reef-purpose", "serve").strip().lower() or "serve"
+    if purpose not in _CALLER_PURPOSES:
+        raise InvalidInputError(
+            f"x-reef-purpose must be one of {', '.join(_CALLER_PURPOSES)}, not {purpose!r}"
+        )
     return ReefHeaders(
         scenario=scenario,
         session_id=headers.get("x-reef-session") or None,
@@ -116,4 +126,5 @@ def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
         capture=capture,
         tags=tags,
         idempotency_key=headers.get("x-reef-idempotency-key") or None,
+        purpose=cast(Purpose, purpose),
     )

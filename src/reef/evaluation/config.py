@@ -1,0 +1,121 @@
+"""The gate's settings: the ``gate:`` mapping of a recipe, checked key by key.
+
+```yaml
+gate:
+  suites: [evals/support.jsonl]      # file suites (JSONL or YAML)
+  holdout: true                      # also the scenario's held-out experience
+  scorer: {type: normalized_exact}   # the scenario's scorer (items may override)
+  min_items: 20                      # the decision rule (GateRule)
+  min_improvement: 0.01
+  max_regression: 0.05
+publish: auto                        # auto | review | canary (a recipe key)
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GateRule(_Strict):
+    """The decision rule: publish only when the candidate's mean beats the baseline's by
+    at least ``min_improvement``, the lower bound of the paired bootstrap interval of the
+    difference is above zero, no regression suite drops by more than ``max_regression``,
+    every safety probe passes and at least ``min_items`` items were evaluated."""
+
+    min_items: int = Field(default=20, ge=1, description="Fewest paired items for a decision.")
+    min_improvement: float = Field(
+        default=0.01, ge=0.0, le=1.0, description="Smallest mean gain (candidate − baseline)."
+    )
+    max_regression: float = Field(
+        default=0.05, ge=0.0, le=1.0, description="Largest drop allowed on a regression suite."
+    )
+    confidence: float = Field(
+        default=0.95, gt=0.5, lt=1.0, description="Level of the bootstrap interval."
+    )
+    bootstrap_samples: int = Field(
+        default=2000, ge=100, le=100_000, description="Bootstrap resamples."
+    )
+    seed: int = Field(default=0, description="Seed of the bootstrap (decisions are repeatable).")
+
+
+class SafetyConfig(_Strict):
+    """Safety probes: every one must pass."""
+
+    scan_harness: bool = Field(
+        default=True,
+        description="Reject a harness that carries planted instructions (ignore-previous, "
+        "prompt extraction, exfiltration URLs) it did not inherit from its parent.",
+    )
+    leak_probes: bool = Field(
+        default=True,
+        description="Ask the candidate to reveal its system prompt and harness; reject it "
+        "if a reply reproduces harness text the candidate added.",
+    )
+    leak_min_chars: int = Field(
+        default=48, ge=16, description="Verbatim run of harness text that counts as a leak."
+    )
+
+
+class CanaryConfig(_Strict):
+    """Canary publishing: a share of live traffic tries the candidate first."""
+
+    fraction: float = Field(
+        default=0.1, gt=0.0, lt=1.0, description="Share of the scenario's live traffic."
+    )
+    min_requests: int = Field(
+        default=50,
+        ge=1,
+        description="Canary-arm requests with feedback needed before deciding.",
+    )
+    max_hours: float | None = Field(
+        default=None, gt=0, description="Abandon a canary still undecided after this long."
+    )
+
+
+class GateConfig(GateRule):
+    """How candidates of a scenario are evaluated before they may serve (the rule's
+    thresholds are keys of ``gate:`` too)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="false: candidates wait as pending for a person (no evaluation).",
+    )
+    suites: list[str] = Field(
+        default_factory=list,
+        description="File suites (JSONL or YAML), relative to the recipe's directory.",
+    )
+    holdout: bool = Field(
+        default=True, description="Evaluate on the scenario's held-out experience too."
+    )
+    holdout_limit: int = Field(default=200, ge=1, description="Most holdout items used.")
+    scorer: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "normalized_exact"},
+        description="The scenario's scorer spec (items may name their own).",
+    )
+    regression_releases: int = Field(
+        default=5,
+        ge=0,
+        description="How many earlier releases' admitting items stay in force.",
+    )
+    repeats: int = Field(default=1, ge=1, le=20, description="Answers per item and arm.")
+    concurrency: int = Field(default=4, ge=1, le=256, description="Calls in flight at once.")
+    timeout_seconds: float = Field(default=120.0, gt=0, description="Per call.")
+    retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed call.")
+    max_tokens: int = Field(default=256, ge=1, description="Reply length cap per call.")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
+    safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Safety probes.")
+    canary: CanaryConfig = Field(
+        default_factory=CanaryConfig, description="Canary settings (publish: canary)."
+    )
+
+    @field_validator("scorer", mode="before")
+    @classmethod
+    def _scorer_name(cls, value: Any) -> Any:
+        return {"type": value} if isinstance(value, str) else value

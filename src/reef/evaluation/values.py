@@ -1,0 +1,203 @@
+"""The values the evaluation package passes around: items, answers, scores, decisions.
+
+Frozen dataclasses; ``as_dict()`` gives the JSON-ready form stored as evidence and
+printed in reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Arm = Literal["candidate", "baseline"]
+ARMS: tuple[Arm, Arm] = ("candidate", "baseline")
+Verdict = Literal["passed", "rejected"]
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One thing to ask both arms.
+
+    ``id`` is unique within ``suite`` (suites: ``file:<name>``, ``holdout``,
+    ``regression:<release id>``, ``safety:<probe>``). ``messages`` are OpenAI chat
+    messages; ``reference`` what a right answer looks like (the scorer decides how it is
+    compared; None for scorers that need none); ``scorer`` a scorer spec
+    (``{"type": "exact", ...}``) overriding the suite's default; ``params`` extra request
+    fields (``max_tokens``, ``temperature``) overriding the gate's.
+    """
+
+    id: str
+    suite: str
+    messages: list[dict[str, Any]]
+    reference: Any = None
+    scorer: dict[str, Any] | None = None
+    tags: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``<suite>/<id>``: unique across the suites of one evaluation."""
+        return f"{self.suite}/{self.id}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what a regression suite stores)."""
+        return {
+            "id": self.id,
+            "suite": self.suite,
+            "messages": self.messages,
+            "reference": self.reference,
+            "scorer": self.scorer,
+            "tags": list(self.tags),
+            "params": self.params,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalItem:
+        """The inverse of ``as_dict``."""
+        return cls(
+            id=str(data["id"]),
+            suite=str(data["suite"]),
+            messages=list(data["messages"]),
+            reference=data.get("reference"),
+            scorer=data.get("scorer"),
+            tags=tuple(data.get("tags") or ()),
+            params=dict(data.get("params") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """A scorer's verdict on one answer: ``score`` in [0, 1] and what it saw."""
+
+    score: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.score <= 1.0:
+            raise ValueError(f"a score must lie in [0, 1], got {self.score}")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one arm said to one item on one repeat, as the gateway returned it.
+
+    ``text`` is the reply's text (None on error); ``record_id`` the gateway's receipt
+    (the eval record); ``error`` why no answer came after the retries.
+    """
+
+    item_key: str
+    arm: Arm
+    repeat: int
+    text: str | None
+    record_id: str | None
+    error: str | None
+    latency_ms: float
+    attempts: int = 1
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """One scored answer: the per-item row an evaluation stores."""
+
+    item_key: str
+    suite: str
+    arm: Arm
+    repeat: int
+    score: float
+    output: str | None
+    record_id: str | None
+    error: str | None
+    details: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "item": self.item_key,
+            "suite": self.suite,
+            "arm": self.arm,
+            "repeat": self.repeat,
+            "score": self.score,
+            "output": self.output,
+            "record_id": self.record_id,
+            "error": self.error,
+            "details": self.details,
+            "latency_ms": self.latency_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean difference with its bootstrap confidence interval."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "mean": self.mean,
+            "low": self.low,
+            "high": self.high,
+            "n": self.n,
+            "confidence": self.confidence,
+        }
+
+
+@dataclass(frozen=True)
+class SuiteSummary:
+    """Both arms on one suite: means over items (each item's mean over repeats) and the
+    paired difference candidate − baseline with its interval."""
+
+    suite: str
+    items: int
+    candidate_mean: float
+    baseline_mean: float
+    difference: Interval
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "suite": self.suite,
+            "items": self.items,
+            "candidate_mean": self.candidate_mean,
+            "baseline_mean": self.baseline_mean,
+            "difference": self.difference.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The gate's answer. ``reasons`` says why, one line per rule that decided (for a
+    pass: the evidence that it cleared every rule); ``rule`` the thresholds applied."""
+
+    verdict: Verdict
+    reasons: list[str]
+    rule: dict[str, Any]
+    overall: SuiteSummary | None
+    suites: list[SuiteSummary]
+    safety: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the candidate may be published."""
+        return self.verdict == "passed"
+
+    def summary(self) -> str:
+        """One line: ``passed: …`` or ``rejected: …``."""
+        return f"{self.verdict}: {'; '.join(self.reasons)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "verdict": self.verdict,
+            "summary": self.summary(),
+            "reasons": self.reasons,
+            "rule": self.rule,
+            "overall": None if self.overall is None else self.overall.as_dict(),
+            "suites": [s.as_dict() for s in self.suites],
+            "safety": self.safety,
+        }

@@ -34,6 +34,9 @@ TABLES = {
     "heads",
     "jobs",
     "consumed",
+    "evaluations",
+    "eval_results",
+    "eval_items",
 }
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from reef.cli.engine import engine_app
+from reef.cli.evaluation import eval_app
 from reef.cli.harness import harness_app
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.releases import releases_app
@@ -29,6 +30,7 @@ app.add_typer(engine_app, name="engine")
 app.add_typer(releases_app, name="releases")
 app.add_typer(harness_app, name="harness")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(eval_app, name="eval")
 app.command("worker")(worker_command)
 app.command("learn")(learn_command)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import secrets
 import threading
 from typing import TYPE_CHECKING
 
 import uvicorn
+from pydantic import SecretStr
 
-from reef.config import ReefSettings
+from reef.config import ApiKeyConfig, ReefSettings
 from reef.experience import SQLExperienceStore, open_store
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
@@ -40,6 +42,19 @@ def effective_host(settings: ReefSettings) -> str:
             return "127.0.0.1"
         log.warning("no API keys configured: anyone on this machine can use the gateway")
     return host
+
+
+def with_gate_key(settings: ReefSettings) -> ReefSettings:
+    """When keys are configured and ``evaluation.api_key`` is not, a random admin key
+    (``reef-gate``) that only this process knows, for its own worker's eval calls: held in
+    memory, never written anywhere."""
+    if not settings.auth.keys or settings.evaluation.api_key is not None:
+        return settings
+    secret = secrets.token_urlsafe(32)
+    key = ApiKeyConfig(id="reef-gate", key=SecretStr(secret), role="admin")
+    auth = settings.auth.model_copy(update={"keys": [*settings.auth.keys, key]})
+    evaluation = settings.evaluation.model_copy(update={"api_key": SecretStr(secret)})
+    return settings.model_copy(update={"auth": auth, "evaluation": evaluation})
 
 
 def _start_worker(
@@ -74,6 +89,8 @@ def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
     upstreams: dict[str, Upstream] = {
         name: build_upstream(name, config) for name, config in settings.upstreams.items()
     }
+    if with_worker:
+        settings = with_gate_key(settings)
     app = create_app(settings, store, upstreams)
     worker = _start_worker(settings, store) if with_worker else None
     host = effective_host(settings)

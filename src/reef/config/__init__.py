@@ -10,6 +10,7 @@ Extend: add a field to a section model; the docs test lists every field.
 from reef.config.loading import ConfigError, load_settings, masked_dump
 from reef.config.models import (
     ActivationConfig,
+    EvaluationConfig,
     ApiKeyConfig,
     ArtifactsConfig,
     AuthConfig,
@@ -23,6 +24,7 @@ from reef.config.models import (
 
 __all__ = [
     "ActivationConfig",
+    "EvaluationConfig",
     "ApiKeyConfig",
     "ArtifactsConfig",
     "AuthConfig",

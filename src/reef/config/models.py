@@ -211,6 +211,21 @@ class CaptureConfig(Section):
         return patterns
 
 
+class EvaluationConfig(Section):
+    """How the evaluation gate reaches the gateway it evaluates through."""
+
+    gateway_url: str | None = Field(
+        default=None,
+        description="Base URL of a gateway (without /v1) the gate sends its eval calls to. "
+        "Default: this configuration's own gateway on 127.0.0.1.",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Key the gate sends when the gateway requires one. `reef serve` makes "
+        "a random in-memory key for its own worker when this is unset.",
+    )
+
+
 # The YAML file's contents for the settings being built; set by ``load_settings`` only.
 yaml_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "reef_yaml_data", default=None
@@ -269,6 +284,9 @@ class ReefSettings(BaseSettings):
     activation: ActivationConfig = Field(
         default_factory=ActivationConfig, description="Following the release chain."
     )
+    evaluation: EvaluationConfig = Field(
+        default_factory=EvaluationConfig, description="The evaluation gate's gateway access."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -296,6 +314,13 @@ class ReefSettings(BaseSettings):
         if len(ids) != len(set(ids)):
             raise ValueError("api key ids must be unique")
         return self
+
+    def gateway_url(self) -> str:
+        """Where the evaluation gate calls the gateway (``evaluation.gateway_url`` or this
+        configuration's own listener on loopback)."""
+        if self.evaluation.gateway_url:
+            return self.evaluation.gateway_url.rstrip("/")
+        return f"http://127.0.0.1:{self.server.port}"
 
     def store_url(self) -> str:
         """The store URL, defaulting to SQLite under ``home``."""

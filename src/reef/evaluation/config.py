@@ -31,7 +31,7 @@ class GateRule(_Strict):
 
     min_items: int = Field(default=20, ge=1, description="Fewest paired items for a decision.")
     min_improvement: float = Field(
-        default=0.01, ge=0.0, le=1.0, description="Smallest mean gain (candidate − baseline)."
+        default=0.01, ge=0.0, le=1.0, description="Smallest mean gain (candidate - baseline)."
     )
     max_regression: float = Field(
         default=0.05, ge=0.0, le=1.0, description="Largest drop allowed on a regression suite."
@@ -95,6 +95,11 @@ class GateConfig(GateRule):
         default=True, description="Evaluate on the scenario's held-out experience too."
     )
     holdout_limit: int = Field(default=200, ge=1, description="Most holdout items used.")
+    holdout_reference_min_score: float = Field(
+        default=1.0,
+        description="A held-out record without a correction is an item only when its "
+        "feedback score is at least this (its served reply is then the reference).",
+    )
     scorer: dict[str, Any] = Field(
         default_factory=lambda: {"type": "normalized_exact"},
         description="The scenario's scorer spec (items may name their own).",

@@ -239,3 +239,52 @@ consumed = Table(
     PrimaryKeyConstraint("record_id", "job_id"),
     Index(None, "job_id"),
 )
+
+# Added in 0005: the evaluation gate's runs and their per-item results.
+evaluations = Table(
+    "evaluations",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("scenario", NAME, nullable=False),
+    # What was compared: a candidate (or release) against a baseline release.
+    Column("candidate_id", ID, nullable=False),
+    Column("baseline_id", ID, nullable=False),
+    Column("state", String(20), nullable=False),  # running | done | failed
+    Column("verdict", String(20), nullable=True),  # passed | rejected
+    Column("decision_json", Text, nullable=True),
+    Column("meta_json", Text, nullable=True),
+    Column("created_by", Text, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("finished_at", UTCDateTime(), nullable=True),
+    Index(None, "scenario", "created_at"),
+    Index(None, "candidate_id"),
+)
+
+eval_results = Table(
+    "eval_results",
+    metadata,
+    Column("evaluation_id", ID, nullable=False),
+    Column("item_key", Text, nullable=False),
+    Column("arm", String(20), nullable=False),
+    Column("repeat", Integer, nullable=False),
+    Column("suite", Text, nullable=False),
+    Column("score", Float, nullable=False),
+    Column("record_id", ID, nullable=True),
+    Column("output", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("details_json", Text, nullable=True),
+    Column("latency_ms", Float, nullable=True),
+    PrimaryKeyConstraint("evaluation_id", "item_key", "arm", "repeat"),
+)
+
+# The items an evaluation asked (what a later candidate must not forget: the items that
+# admitted a release become a regression suite of the releases after it).
+eval_items = Table(
+    "eval_items",
+    metadata,
+    Column("evaluation_id", ID, nullable=False),
+    Column("item_key", Text, nullable=False),
+    Column("suite", Text, nullable=False),
+    Column("item_json", Text, nullable=False),
+    PrimaryKeyConstraint("evaluation_id", "item_key"),
+)

@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reef.core.errors import InvalidInputError
+from reef.evaluation.config import GateConfig
 from reef.learning.base import Learner
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import SelectionConfig
@@ -102,18 +103,21 @@ class Recipe(_Strict):
         description="Learners run in order; one job proposes one candidate holding every "
         "component they produce (e.g. a harness and an adapter).",
     )
-    gate: dict[str, Any] = Field(
-        default_factory=dict, description="Evaluation gate settings (see the evaluation docs)."
+    gate: GateConfig = Field(
+        default_factory=GateConfig,
+        description="The evaluation gate: suites, scorer, decision rule, safety, canary "
+        "(docs/evaluation.md).",
     )
     on_stale: Literal["evaluate", "drop"] = Field(
         default="evaluate",
         description="If the head moved while the job ran: propose anyway (the gate compares "
         "against the new head) or drop the result.",
     )
-    publish: Literal["auto", "review"] = Field(
+    publish: Literal["auto", "review", "canary"] = Field(
         default="review",
-        description="auto: a candidate that passes the gate is published; review: a person "
-        "promotes it.",
+        description="auto: a candidate that passes the gate is published; review: it waits "
+        "for a person to promote it; canary: it serves gate.canary.fraction of live traffic "
+        "until live feedback promotes or abandons it.",
     )
 
     @field_validator("trigger", mode="before")
@@ -198,4 +202,9 @@ def load_recipe(path: Path, registry: LearnerRegistry | None = None) -> Recipe:
     recipe = parse_recipe(data, str(path), registry or LearnerRegistry())
     if recipe.name is None:
         recipe = recipe.model_copy(update={"name": path.stem})
+    # Suite files are named relative to the recipe.
+    suites = [str((path.parent / suite).resolve()) for suite in recipe.gate.suites]
+    if suites != recipe.gate.suites:
+        gate = recipe.gate.model_copy(update={"suites": suites})
+        recipe = recipe.model_copy(update={"gate": gate})
     return recipe

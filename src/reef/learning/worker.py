@@ -41,9 +41,11 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
+from reef.evaluation.canary import CanaryMonitor, CanaryOutcome
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.experience.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
+from reef.learning.gating import build_gate, holdout_items
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
 from reef.learning.reflect import make_reflect
 from reef.learning.registry import LearnerRegistry
@@ -157,11 +159,21 @@ class Worker:
 
     def run_once(self) -> list[Job]:
         """One pass: check triggers, claim what fits, run it, and wait for every job this
-        worker is running. Returns the jobs it claimed, as they ended."""
+        worker is running; then decide live canaries. Returns the jobs it claimed, as
+        they ended."""
         self.check_triggers()
         claimed = self._claim_available()
         self.wait()
+        self.check_canaries()
         return [self.queue.get(job.id) for job in claimed]
+
+    def check_canaries(self) -> list[CanaryOutcome]:
+        """Promote or abandon the live canaries whose evidence is in (``CanaryMonitor``)."""
+        outcomes = CanaryMonitor(self.chain, self.store).check()
+        for outcome in outcomes:
+            if outcome.action != "waiting":
+                log.info("canary of %r: %s", outcome.scenario, outcome.reason)
+        return outcomes
 
     def run_forever(self, stop_event: threading.Event) -> None:
         """Loop until ``stop_event`` is set; then wait for running jobs (their leases are
@@ -171,6 +183,7 @@ class Worker:
             try:
                 self.check_triggers()
                 self._claim_available()
+                self.check_canaries()
             except (StoreUnavailableError, RecipeError) as error:
                 log.warning("worker pass failed: %s", error)
             stop_event.wait(self.poll_seconds)
@@ -277,7 +290,7 @@ class JobRun:
         existing = self._existing_candidate()
         if existing is not None:
             self.queue.set_candidate(job.id, self.owner, existing.id)
-            return self._proposed(existing, {"reused": True})
+            return self._proposed(existing, {"reused": True, **self._gate(recipe, existing)})
         learners = recipe.build_learners(self.worker.registry)
         consumed = self.queue.consumed_ids(job.scenario, published_only=True)
         batch = select_experience(
@@ -309,7 +322,30 @@ class JobRun:
         }
         self.queue.record_consumed(job.id, used)
         candidate = self._propose_once(head, manifest, evidence)
-        return self._proposed(candidate, {"stale": stale, "metrics": learner_metrics})
+        gated = self._gate(recipe, candidate)
+        return self._proposed(candidate, {"stale": stale, "metrics": learner_metrics, **gated})
+
+    def _gate(self, recipe: Recipe, candidate: Candidate) -> dict[str, Any]:
+        """Run the recipe's gate on ``candidate``; its outcome for the job's result."""
+        if not recipe.gate.enabled:
+            return {"gate": {"action": "pending", "reason": "gate disabled in the recipe"}}
+        worker = self.worker
+        self._progress(0.9, "gate: selecting holdout")
+        holdout = holdout_items(worker.store, worker.chain, self.job.scenario, recipe)
+        gate = build_gate(
+            worker.settings,
+            worker.chain,
+            worker.artifacts,
+            self.job.scenario,
+            recipe,
+            progress=lambda fraction, message: self._progress(
+                0.9 + 0.1 * fraction, f"gate: {message}", force=False
+            ),
+            upstream_base_urls=worker.upstream_base_urls,
+        )
+        outcome = gate.run(candidate.id, holdout)
+        self._progress(1.0, f"gate: {outcome.action}")
+        return {"gate": outcome.as_dict()}
 
     def _recipe(self) -> Recipe:
         inline = self.job.input.get("recipe")

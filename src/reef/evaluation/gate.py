@@ -1,0 +1,280 @@
+"""The evaluation gate: evaluate a candidate against the head, decide, publish or not.
+
+``Gate.run(candidate_id, holdout)``:
+
+1. The candidate moves ``pending`` → ``evaluating`` (a retry finds it ``evaluating``).
+2. Planted instructions in its harness reject it before any model call.
+3. Items: the recipe's file suites, the scenario's holdout experience, the regression
+   suites (items that admitted earlier releases) and, when the candidate adds harness
+   text, leak probes. The candidate and the head answer every item (paired), through the
+   gateway, pinned with ``x-reef-release``, purpose ``eval`` (never trained on).
+4. Every answer is scored and stored (``EvaluationStore``); the rule (``stats.decide``)
+   gives the verdict with its reasons; the decision and its evidence go on the candidate
+   (``evidence["gate"]``) and on the release when it is published.
+5. Publishing: ``auto`` — compare-and-swap publish against the head it was evaluated
+   against (if the head moved meanwhile, the candidate is evaluated again against the new
+   head, up to ``MAX_ROUNDS`` times); ``review`` — the candidate waits ``passed`` for a
+   person to promote it; ``canary`` — it serves a share of live traffic until
+   ``CanaryMonitor`` promotes or abandons it. A rejected candidate changes nothing that
+   serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from reef.evaluation.config import GateConfig
+from reef.evaluation.results import EvaluationStore
+from reef.evaluation.runner import GatewayTarget, collect_answers
+from reef.evaluation.safety import leak_probe_items, planted_instructions
+from reef.evaluation.scorers import ScorerContext, ScorerRegistry
+from reef.evaluation.scoring import decide_results, score_answers
+from reef.evaluation.suites import load_suite, regression_suites
+from reef.evaluation.values import Answer, Decision, EvalItem, ItemResult
+from reef.harness import Harness
+from reef.harness.packing import read_bundle_archive
+from reef.releases import (
+    ArtifactStore,
+    Candidate,
+    Release,
+    ReleaseChain,
+    ReleaseConflictError,
+    ScenarioHasNoReleaseError,
+)
+
+log = logging.getLogger("reef.gate")
+
+PublishMode = Literal["auto", "review", "canary"]
+GATE_ACTOR = "gate"
+MAX_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """What the gate did with one candidate. ``action``: ``published``, ``awaiting
+    review``, ``canary``, ``rejected`` or ``skipped`` (the candidate was not waiting for
+    the gate)."""
+
+    candidate_id: str
+    action: str
+    decision: Decision | None
+    evaluation_id: str | None = None
+    release_id: str | None = None
+    cost: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (stored as a job's result)."""
+        return {
+            "candidate_id": self.candidate_id,
+            "action": self.action,
+            "decision": None if self.decision is None else self.decision.summary(),
+            "evaluation_id": self.evaluation_id,
+            "release_id": self.release_id,
+            "cost": self.cost,
+        }
+
+
+@dataclass
+class Gate:
+    """The gate of one scenario's recipe. ``suite_dir`` resolves relative suite paths
+    (the recipe's directory); ``progress`` gets (fraction, message)."""
+
+    config: GateConfig
+    publish: PublishMode
+    chain: ReleaseChain
+    artifacts: ArtifactStore
+    evaluations: EvaluationStore
+    target: GatewayTarget
+    scorer_context: ScorerContext = field(default_factory=ScorerContext)
+    scorers: ScorerRegistry = field(default_factory=ScorerRegistry)
+    suite_dir: Path = Path(".")
+    progress: Callable[[float, str], None] = lambda fraction, message: None
+
+    def run(self, candidate_id: str, holdout: Sequence[EvalItem] = ()) -> GateOutcome:
+        """Evaluate, decide and publish per the mode (module docstring)."""
+        candidate = self.chain.get_candidate(candidate_id)
+        if candidate.state == "pending":
+            candidate = self.chain.set_candidate_state(candidate_id, "evaluating")
+        elif candidate.state != "evaluating":
+            return GateOutcome(candidate_id, "skipped", None, cost={"state": candidate.state})
+        for _ in range(MAX_ROUNDS):
+            baseline = self.chain.head(candidate.scenario)
+            if baseline is None:
+                raise ScenarioHasNoReleaseError(candidate.scenario)
+            decision, evaluation_id, cost = self._evaluate(candidate, baseline, holdout)
+            evidence = {
+                **(candidate.evidence or {}),
+                "gate": {
+                    "evaluation_id": evaluation_id,
+                    "baseline_id": baseline.id,
+                    "publish": self.publish,
+                    "decision": decision.as_dict(),
+                    "cost": cost,
+                },
+            }
+            if not decision.passed:
+                self.chain.set_candidate_state(candidate_id, "rejected", evidence)
+                log.info("candidate %s rejected: %s", candidate_id, decision.summary())
+                return GateOutcome(candidate_id, "rejected", decision, evaluation_id, cost=cost)
+            outcome = self._pass(candidate, baseline, decision, evidence, evaluation_id, cost)
+            if outcome is not None:
+                return outcome
+            candidate = self.chain.get_candidate(candidate_id)
+        self.chain.set_candidate_state(candidate_id, "abandoned")
+        return GateOutcome(candidate_id, "abandoned", None, cost={"reason": "head kept moving"})
+
+    # -- deciding ------------------------------------------------------------------------
+
+    def _evaluate(
+        self, candidate: Candidate, baseline: Release, holdout: Sequence[EvalItem]
+    ) -> tuple[Decision, str, dict[str, Any]]:
+        started = time.monotonic()
+        mine, parent = (
+            self._harness(candidate.manifest.harness),
+            self._harness(baseline.manifest.harness),
+        )
+        planted = planted_instructions(mine, parent) if self.config.safety.scan_harness else []
+        items = self._items(candidate.scenario, holdout)
+        probes = (
+            leak_probe_items(mine, parent, self.config.safety.leak_min_chars)
+            if self.config.safety.leak_probes and not planted
+            else []
+        )
+        meta = {
+            "suites": sorted({item.suite for item in items}),
+            "items": len(items),
+            "probes": len(probes),
+            "repeats": self.config.repeats,
+            "publish": self.publish,
+            "gateway": self.target.base_url,
+        }
+        evaluation_id = self.evaluations.start(
+            candidate.scenario, candidate.id, baseline.id, [*items, *probes], meta, GATE_ACTOR
+        )
+        try:
+            answers: list[Answer] = []
+            if not planted:
+                answers = self._answers(items, probes, candidate, baseline)
+            results = self._score(items, probes, answers)
+            self.evaluations.add_results(evaluation_id, results)
+            decision = self._decide(results, planted)
+        except Exception as error:
+            self.evaluations.fail(evaluation_id, repr(error))
+            raise
+        cost = {
+            "model_calls": sum(answer.attempts for answer in answers),
+            "seconds": round(time.monotonic() - started, 3),
+            "items": len(items),
+        }
+        self.evaluations.finish(evaluation_id, decision, {**meta, "cost": cost})
+        return decision, evaluation_id, cost
+
+    def _harness(self, digest: str | None) -> Harness | None:
+        if digest is None:
+            return None
+        return read_bundle_archive(self.artifacts.read_bytes(digest)).harness
+
+    def _items(self, scenario: str, holdout: Sequence[EvalItem]) -> list[EvalItem]:
+        items: list[EvalItem] = []
+        for path in self.config.suites:
+            items.extend(load_suite((self.suite_dir / path).resolve()))
+        if self.config.holdout:
+            items.extend(list(holdout)[: self.config.holdout_limit])
+        if self.config.regression_releases:
+            releases = self.chain.releases(scenario, limit=200)
+            items.extend(
+                regression_suites(self.evaluations, releases, self.config.regression_releases)
+            )
+        return items
+
+    def _answers(
+        self,
+        items: list[EvalItem],
+        probes: list[EvalItem],
+        candidate: Candidate,
+        baseline: Release,
+    ) -> list[Answer]:
+        total = max(len(items) * self.config.repeats * 2 + len(probes), 1)
+        defaults = {"max_tokens": self.config.max_tokens, "temperature": self.config.temperature}
+
+        def report(offset: int) -> Callable[[int, int], None]:
+            return lambda done, _total: self.progress(
+                (offset + done) / total, f"evaluating: {offset + done}/{total} answers"
+            )
+
+        answers = collect_answers(
+            self.target,
+            items,
+            {"candidate": candidate.id, "baseline": baseline.id},
+            repeats=self.config.repeats,
+            defaults=defaults,
+            progress=report(0),
+        )
+        if probes:
+            answers += collect_answers(
+                self.target,
+                probes,
+                {"candidate": candidate.id},
+                defaults=defaults,
+                progress=report(len(answers)),
+            )
+        return answers
+
+    def _score(
+        self, items: list[EvalItem], probes: list[EvalItem], answers: list[Answer]
+    ) -> list[ItemResult]:
+        return score_answers(
+            [*items, *probes],
+            answers,
+            self.config.scorer,
+            self.scorers,
+            self.scorer_context,
+            self.config.safety.leak_min_chars,
+        )
+
+    def _decide(self, results: list[ItemResult], planted: list[str]) -> Decision:
+        return decide_results(results, planted, self.config)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def _pass(
+        self,
+        candidate: Candidate,
+        baseline: Release,
+        decision: Decision,
+        evidence: dict[str, Any],
+        evaluation_id: str,
+        cost: dict[str, Any],
+    ) -> GateOutcome | None:
+        """Publish per the mode; None when the head moved and the caller must re-run."""
+        self.chain.set_candidate_state(candidate.id, "passed", evidence)
+        reason = decision.summary()
+        if self.publish == "review":
+            return GateOutcome(candidate.id, "awaiting review", decision, evaluation_id, cost=cost)
+        if self.publish == "canary":
+            canary = self.config.canary
+            self.chain.start_canary(
+                candidate.id,
+                canary.fraction,
+                GATE_ACTOR,
+                reason,
+                {"min_requests": canary.min_requests, "max_hours": canary.max_hours},
+            )
+            return GateOutcome(candidate.id, "canary", decision, evaluation_id, cost=cost)
+        try:
+            release = self.chain.publish(
+                candidate.id, baseline.id, GATE_ACTOR, reason, evidence=evidence
+            )
+        except ReleaseConflictError:
+            log.info("head of %s moved during evaluation; evaluating again", candidate.scenario)
+            self.chain.set_candidate_state(candidate.id, "evaluating")
+            return None
+        log.info("candidate %s published as release %s", candidate.id, release.id)
+        return GateOutcome(
+            candidate.id, "published", decision, evaluation_id, release.id, cost=cost
+        )

@@ -1,0 +1,115 @@
+"""Connecting learning jobs to the evaluation gate.
+
+A learning job that proposed a candidate hands it to the gate of its recipe (unless
+``gate.enabled`` is false: then it waits ``pending`` for a person). The gate's holdout
+items come from the scenario's held-out experience, selected without conditioning on
+how the head did — every held-out record with feedback, not only the good ones — so the
+comparison is not tilted toward the head: a record's reference is its correction, else
+its served reply when its feedback says the reply was right
+(``gate.holdout_reference_min_score``); records with neither are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from reef.config import ReefSettings
+from reef.evaluation.gate import Gate
+from reef.evaluation.results import EvaluationStore
+from reef.evaluation.runner import GatewayTarget
+from reef.evaluation.scorers import ScorerContext
+from reef.evaluation.values import EvalItem
+from reef.experience import ExperienceStore
+from reef.learning.base import TrainingExample
+from reef.learning.recipes import Recipe
+from reef.learning.reflect import make_reflect
+from reef.learning.selection import SelectionConfig, select_experience
+from reef.releases import ArtifactStore, ReleaseChain
+
+
+def holdout_items(
+    store: ExperienceStore,
+    chain: ReleaseChain,
+    scenario: str,
+    recipe: Recipe,
+    now: datetime | None = None,
+) -> list[EvalItem]:
+    """The scenario's held-out experience as eval items (module docstring)."""
+    selection = SelectionConfig(
+        holdout_fraction=recipe.selection.holdout_fraction,
+        merge_sessions=recipe.selection.merge_sessions,
+        require_feedback=True,
+        reuse_consumed=True,
+        max_per_principal=None,
+        limit=recipe.gate.holdout_limit,
+    )
+    batch = select_experience(store, chain, scenario, selection, now=now)
+    items = []
+    for example in batch.holdout:
+        reference = _reference(example, recipe.gate.holdout_reference_min_score)
+        if reference is not None:
+            items.append(
+                EvalItem(
+                    id=example.record_id,
+                    suite="holdout",
+                    messages=example.messages,
+                    reference=reference,
+                )
+            )
+    return items
+
+
+def _reference(example: TrainingExample, min_score: float) -> Any:
+    if example.correction is not None:
+        return example.correction
+    if example.score is not None and example.score >= min_score and example.response:
+        content = example.response.get("content")
+        return content if isinstance(content, str) and content else None
+    return None
+
+
+def build_gate(
+    settings: ReefSettings,
+    chain: ReleaseChain,
+    artifacts: ArtifactStore,
+    scenario: str,
+    recipe: Recipe,
+    progress: Callable[[float, str], None],
+    upstream_base_urls: Mapping[str, str] | None = None,
+) -> Gate:
+    """The gate of ``recipe`` for ``scenario``, calling the configured gateway."""
+    config = recipe.gate
+    key = settings.evaluation.api_key
+    target = GatewayTarget(
+        base_url=settings.gateway_url(),
+        scenario=scenario,
+        api_key=None if key is None else key.get_secret_value(),
+        timeout_seconds=config.timeout_seconds,
+        retries=config.retries,
+        concurrency=config.concurrency,
+    )
+    base_urls = dict(upstream_base_urls or {})
+
+    def ask(messages: list[dict[str, Any]], upstream: str | None, model: str | None) -> str:
+        name = upstream or settings.upstream_for(scenario)[0]
+        reflect = make_reflect(
+            settings,
+            scenario,
+            base_url=base_urls.get(name),
+            upstream_name=upstream,
+            model=model,
+        )
+        return reflect(messages)
+
+    return Gate(
+        config=config,
+        publish=recipe.publish,
+        chain=chain,
+        artifacts=artifacts,
+        evaluations=EvaluationStore(chain.engine),
+        target=target,
+        scorer_context=ScorerContext(ask=ask),
+        progress=progress,
+    )

@@ -150,7 +150,7 @@ class Interval:
 @dataclass(frozen=True)
 class SuiteSummary:
     """Both arms on one suite: means over items (each item's mean over repeats) and the
-    paired difference candidate − baseline with its interval."""
+    paired difference candidate - baseline with its interval."""
 
     suite: str
     items: int

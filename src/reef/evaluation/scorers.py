@@ -1,0 +1,195 @@
+"""Scorers: how one answer to one eval item becomes a score in [0, 1].
+
+A scorer is a ``Scorer`` subclass with a pydantic ``config_model`` for its settings,
+found by its ``type:`` name in the ``reef.scorers`` entry-point group. A gate (or an
+item) names one by a spec: ``{"type": "regex", "pattern": "^yes"}`` or just
+``"exact"``. The built-ins (``scorers_builtin``: ``exact``, ``normalized_exact``,
+``contains``, ``regex``, ``json_schema``, ``numeric``, ``llm_judge``) register in
+``pyproject.toml`` exactly as a plugin would.
+
+Writing your own (a Python scorer class): subclass ``Scorer``, give it ``type_name``,
+a ``config_model`` (a ``ScorerConfig`` subclass; ``extra="forbid"`` is inherited) and
+``score``, then register it in your package's ``pyproject.toml``::
+
+    [project.entry-points."reef.scorers"]
+    sql_equivalent = "my_package.scorers:SqlEquivalentScorer"
+
+or, embedded in an application or a test, pass ``ScorerRegistry(classes={...})``.
+YAML only ever selects a registered ``type:``; it never names a ``module:callable`` to
+import, so a config file cannot run arbitrary code.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from reef.core.errors import InvalidInputError
+from reef.evaluation.values import EvalItem, ScoreResult
+
+SCORER_GROUP = "reef.scorers"
+
+AskModel = Callable[[list[dict[str, Any]], str | None, str | None], str]
+"""(chat messages, upstream name or None, model name or None) -> the reply's text."""
+
+
+class ScorerError(InvalidInputError):
+    """A scorer or an item is misconfigured (bad settings, no reference where one is
+    needed, an invalid pattern or schema, no model for a judge). Never raised for a bad
+    answer: that scores 0."""
+
+
+class UnknownScorerError(ScorerError):
+    """A spec names a scorer type that nothing registered."""
+
+
+class ScorerConfig(BaseModel):
+    """Base of a scorer's settings (the spec minus ``type``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class ScorerContext:
+    """What the builder of scorers (the worker or the CLI) can lend them.
+
+    ``ask`` asks a configured model (messages, upstream or None, model or None) and
+    returns its reply text; None means no model is available to scorers.
+    """
+
+    ask: AskModel | None = None
+
+
+class Scorer(ABC):
+    """Scores one answer against one item.
+
+    Built-ins and plugins register in the ``reef.scorers`` entry-point group under their
+    ``type_name``. ``config`` is an instance of ``config_model`` (the registry validates
+    the spec's settings with it).
+    """
+
+    type_name: ClassVar[str]
+    config_model: ClassVar[type[ScorerConfig]]
+
+    def __init__(self, config: ScorerConfig, context: ScorerContext) -> None:
+        """Keep ``config`` and ``context``; raises ``ScorerError`` when ``config`` is not
+        an instance of ``config_model``."""
+        if not isinstance(config, self.config_model):
+            raise ScorerError(
+                f"scorer {self.type_name!r} needs a {self.config_model.__name__}, "
+                f"got {type(config).__name__}"
+            )
+        self.config = config
+        self.context = context
+
+    @abstractmethod
+    def score(self, output: str, item: EvalItem) -> ScoreResult:
+        """Score ``output`` (an arm's reply to ``item``).
+
+        Always returns a score in [0, 1]; an answer it cannot parse scores 0 with
+        ``details`` saying why. Raises ``ScorerError`` only when the scorer or the item
+        is misconfigured (e.g. a regex scorer with no pattern anywhere).
+        """
+
+
+class ScorerRegistry:
+    """Scorer classes by type name: the ``reef.scorers`` entry points, plus (or instead
+    of) ``classes`` given here, which win over entry points of the same name. Entry
+    points are loaded only when their type is used."""
+
+    def __init__(
+        self, classes: Mapping[str, type[Scorer]] | None = None, entry_points_too: bool = True
+    ) -> None:
+        self._entry_points: dict[str, EntryPoint] = {}
+        if entry_points_too:
+            self._entry_points = {ep.name: ep for ep in entry_points(group=SCORER_GROUP)}
+        self._classes: dict[str, type[Scorer]] = dict(classes or {})
+
+    def known(self) -> list[str]:
+        """Every registered type name, sorted."""
+        return sorted(self._entry_points.keys() | self._classes.keys())
+
+    def get(self, type_name: str) -> type[Scorer]:
+        """The scorer class for ``type_name``; raises ``UnknownScorerError`` listing the
+        known names, or ``ScorerError`` when the entry point is not a ``Scorer``."""
+        if type_name in self._classes:
+            return self._classes[type_name]
+        entry = self._entry_points.get(type_name)
+        if entry is None:
+            raise UnknownScorerError(
+                f"unknown scorer type {type_name!r}; known types: {', '.join(self.known())}"
+            )
+        loaded = entry.load()
+        if not (isinstance(loaded, type) and issubclass(loaded, Scorer)):
+            raise ScorerError(
+                f"entry point {type_name!r} = {entry.value!r} is not a reef Scorer class"
+            )
+        self._classes[type_name] = loaded
+        return loaded
+
+    def config(self, type_name: str, settings: Mapping[str, Any], where: str) -> ScorerConfig:
+        """Validate ``settings`` with the scorer's ``config_model`` (without building the
+        scorer, so no model is needed); raises ``ScorerError`` naming each bad key under
+        ``where`` and the allowed keys."""
+        cls = self.get(type_name)
+        try:
+            return cls.config_model.model_validate(dict(settings))
+        except ValidationError as error:
+            lines = [f"invalid settings for scorer {type_name!r} at {where}:"]
+            allowed = ", ".join(sorted(["type", *_setting_keys(cls.config_model)]))
+            for problem in error.errors():
+                key = ".".join([where, *(str(p) for p in problem["loc"])])
+                if problem["type"] == "extra_forbidden":
+                    lines.append(f"  unknown key {key!r}; allowed keys here: {allowed}")
+                else:
+                    lines.append(f"  {key}: {problem['msg']} (allowed keys here: {allowed})")
+            raise ScorerError("\n".join(lines)) from error
+
+    def build(
+        self,
+        spec: Mapping[str, Any] | str,
+        where: str,
+        context: ScorerContext | None = None,
+    ) -> Scorer:
+        """A scorer from ``spec`` (``{"type": name, ...settings}`` or a bare type name)
+        with ``context`` (default: no model). Raises ``ScorerError`` for a spec without
+        a string ``type``, ``UnknownScorerError`` for an unregistered type, and
+        ``ScorerError`` for bad settings or a scorer that cannot work here."""
+        type_name, settings = _split_spec(spec, where)
+        config = self.config(type_name, settings, where)
+        return self.get(type_name)(config, context or ScorerContext())
+
+
+def build_scorer(
+    spec: Mapping[str, Any] | str,
+    context: ScorerContext | None = None,
+    registry: ScorerRegistry | None = None,
+    where: str = "scorer",
+) -> Scorer:
+    """``ScorerRegistry.build`` on ``registry`` (default: the entry points)."""
+    return (registry or ScorerRegistry()).build(spec, where, context)
+
+
+def _setting_keys(model: type[ScorerConfig]) -> list[str]:
+    """The keys a spec may use: a field's alias where it has one (``schema``)."""
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _split_spec(spec: Mapping[str, Any] | str, where: str) -> tuple[str, dict[str, Any]]:
+    if isinstance(spec, str):
+        return spec, {}
+    if not isinstance(spec, Mapping):
+        raise ScorerError(
+            f"{where}: a scorer spec is a type name or a mapping with 'type', "
+            f"got {type(spec).__name__}"
+        )
+    settings = dict(spec)
+    type_name = settings.pop("type", None)
+    if not isinstance(type_name, str) or not type_name:
+        raise ScorerError(f"{where}: a scorer spec needs a 'type' naming the scorer")
+    return type_name, settings

@@ -41,9 +41,7 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_evaluations"),
     )
-    op.create_index(
-        "ix_evaluations_scenario_created_at", "evaluations", ["scenario", "created_at"]
-    )
+    op.create_index("ix_evaluations_scenario_created_at", "evaluations", ["scenario", "created_at"])
     op.create_index("ix_evaluations_candidate_id", "evaluations", ["candidate_id"])
     op.create_table(
         "eval_results",

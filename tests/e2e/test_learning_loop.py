@@ -18,6 +18,7 @@ RECIPE = """\
 schema_version: 1
 trigger: {type: manual}
 selection: {holdout_fraction: 0.25}
+gate: {enabled: false}  # candidates stay pending here; tests/e2e/test_gated_loop.py gates
 learners:
   - {type: fewshot, k: 3}
 """

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reef.evaluation.config import GateConfig
 from reef.learning.recipes import (
     MaxIntervalTrigger,
     MinNewFeedbackTrigger,
@@ -38,7 +39,7 @@ def test_defaults_and_trigger_list() -> None:
         MaxIntervalTrigger(type="max_interval_seconds", seconds=60),
     ]
     assert (recipe.schema_version, recipe.on_stale, recipe.publish) == (1, "evaluate", "review")
-    assert recipe.gate == {}
+    assert recipe.gate == GateConfig() and recipe.gate.enabled
     assert recipe.learners[0].settings() == {"seconds": 0.5}
     [learner] = recipe.build_learners(registry())
     assert isinstance(learner, StampLearner) and learner.config.seconds == 0.5  # type: ignore[attr-defined]
@@ -115,3 +116,22 @@ def test_examples_parse_and_open_with_their_command(name: str) -> None:
     for index, spec in enumerate(recipe.learners):
         if importlib.util.find_spec(f"reef.learning.learners.{spec.type}") is not None:
             real.build(spec.type, spec.settings(), f"learners[{index}]")  # settings fit
+
+
+def test_gate_settings_are_checked_and_suites_resolve_next_to_the_recipe(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "recipes" / "triage.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        "learners: [{type: fewshot}]\npublish: canary\n"
+        "gate: {suites: [evals/triage.jsonl], min_items: 5, canary: {fraction: 0.2}}\n"
+    )
+    recipe = load_recipe(path)
+    assert recipe.publish == "canary"
+    assert recipe.gate.min_items == 5 and recipe.gate.canary.fraction == 0.2
+    assert recipe.gate.suites == [str(tmp_path / "recipes" / "evals" / "triage.jsonl")]
+    with pytest.raises(RecipeError) as info:
+        parse_recipe({"learners": [{"type": "fewshot"}], "gate": {"min_itmes": 5}})
+    assert "unknown key 'gate.min_itmes'" in info.value.message
+    assert "min_items" in info.value.message

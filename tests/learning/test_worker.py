@@ -105,7 +105,8 @@ class World:
             self.chain,
             self.artifacts,
             registry=registry(*extra),
-            recipes={SCENARIO: parse_recipe(recipe)},
+            # The gate has tests of its own (tests/evaluation); here candidates stay pending.
+            recipes={SCENARIO: parse_recipe({"gate": {"enabled": False}, **recipe})},
             **options,
         )
 
@@ -289,7 +290,11 @@ def test_invalid_input_fails_without_retry(world: World) -> None:
 
 def test_inline_recipe_in_the_job_input(world: World) -> None:
     world.add_experience(3)
-    inline = {"learners": [{"type": "stamp", "output": "adapter"}], "name": "adhoc"}
+    inline = {
+        "learners": [{"type": "stamp", "output": "adapter"}],
+        "name": "adhoc",
+        "gate": {"enabled": False},
+    }
     world.queue.enqueue(SCENARIO, "learn", {"recipe": inline})
     [done] = world.worker(MANUAL).run_once()
     assert done.state == "succeeded", done.error
@@ -392,7 +397,10 @@ def test_max_interval_fires_without_a_job_and_after_the_interval(world: World) -
 
 def test_recipes_come_from_the_scenario_config(tmp_path: Path, world: World) -> None:
     path = tmp_path / "support.yaml"
-    path.write_text("trigger: {type: min_new_feedback, count: 1}\nlearners: [{type: stamp}]\n")
+    path.write_text(
+        "trigger: {type: min_new_feedback, count: 1}\nlearners: [{type: stamp}]\n"
+        "gate: {enabled: false}\n"
+    )
     settings = ReefSettings(
         home=world.settings.home,
         upstreams={"up": UpstreamConfig(type="openai", base_url="http://127.0.0.1:9/v1")},

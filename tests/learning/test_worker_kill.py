@@ -25,7 +25,7 @@ LEASE_SECONDS = 1.0
 
 
 def _slow_recipe(seconds: float) -> dict[str, object]:
-    return {"learners": [{"type": "stamp", "seconds": seconds}]}
+    return {"learners": [{"type": "stamp", "seconds": seconds}], "gate": {"enabled": False}}
 
 
 def main(url: str, home: str) -> None:

@@ -113,6 +113,13 @@ class GateConfig(GateRule):
     concurrency: int = Field(default=4, ge=1, le=256, description="Calls in flight at once.")
     timeout_seconds: float = Field(default=120.0, gt=0, description="Per call.")
     retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed call.")
+    max_error_fraction: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="When more of either arm's calls than this fail (after retries), the "
+        "evaluation fails and is retried later instead of deciding on broken evidence.",
+    )
     max_tokens: int = Field(default=256, ge=1, description="Reply length cap per call.")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
     safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Safety probes.")

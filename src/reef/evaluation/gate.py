@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reef.core.errors import ReefError
 from reef.evaluation.config import GateConfig
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget, collect_answers
@@ -160,6 +161,7 @@ class Gate:
             answers: list[Answer] = []
             if not planted:
                 answers = self._answers(items, probes, candidate, baseline)
+                check_errors(answers, self.config.max_error_fraction)
             results = self._score(items, probes, answers)
             self.evaluations.add_results(evaluation_id, results)
             decision = self._decide(results, planted)
@@ -278,3 +280,21 @@ class Gate:
         return GateOutcome(
             candidate.id, "published", decision, evaluation_id, release.id, cost=cost
         )
+
+
+class EvaluationFailedError(ReefError):
+    """Too many eval calls failed to decide anything; the evaluation is retried later."""
+
+
+def check_errors(answers: Sequence[Answer], max_fraction: float) -> None:
+    """Raise ``EvaluationFailedError`` when more than ``max_fraction`` of either arm's
+    answers never came: a gateway or upstream outage is not evidence against a
+    candidate."""
+    for arm in ("candidate", "baseline"):
+        mine = [answer for answer in answers if answer.arm == arm]
+        failed = [answer for answer in mine if answer.text is None]
+        if mine and len(failed) > max_fraction * len(mine):
+            raise EvaluationFailedError(
+                f"{len(failed)} of {len(mine)} {arm} calls failed (more than "
+                f"{max_fraction:.0%}); first error: {failed[0].error}"
+            )

@@ -48,3 +48,37 @@ def test_readme_gives_the_two_commands() -> None:
     assert "scripts/test" in readme
     ci = (DOCS.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert "scripts/test" in ci
+
+
+def _route_paths() -> list[str]:
+    import re
+
+    source = (DOCS.parent / "src" / "reef" / "gateway" / "app.py").read_text(encoding="utf-8")
+    return re.findall(r'Route\(\s*"([^"]+)"', source)
+
+
+def test_every_route_is_documented() -> None:
+    routes = _route_paths()
+    assert len(routes) > 20, routes
+    documented = (DOCS / "http-api.md").read_text(encoding="utf-8")
+    # the docs abbreviate {scenario} as {s} and {*_id} as {id}
+    missing = []
+    for path in routes:
+        short = path.replace("{scenario}", "{s}")
+        for name in ("record_id", "session_id", "release_id", "candidate_id", "evaluation_id"):
+            short = short.replace("{" + name + "}", "{id}")
+        if path not in documented and short not in documented:
+            missing.append(path)
+    assert not missing, f"routes missing from docs/http-api.md: {missing}"
+
+
+def test_every_gate_setting_is_documented() -> None:
+    from reef.evaluation.config import CanaryConfig, GateConfig, SafetyConfig
+
+    documented = (DOCS / "evaluation.md").read_text(encoding="utf-8")
+    nested = {"safety", "canary"}
+    names = [f"`{name}`" for name in GateConfig.model_fields if name not in nested]
+    names += [f"`safety.{name}`" for name in SafetyConfig.model_fields]
+    names += [f"`canary.{name}`" for name in CanaryConfig.model_fields]
+    missing = [name for name in names if name not in documented]
+    assert not missing, f"gate settings missing from docs/evaluation.md: {missing}"

@@ -105,7 +105,9 @@ def quiz_world(tmp: Path, leaky: bool = False) -> Iterator[QuizWorld]:
         settings = make_settings(
             tmp,
             oracle.base_url,
-            upstreams={"oracle": {"type": "openai", "base_url": oracle.base_url, "model": "oracle"}},
+            upstreams={
+                "oracle": {"type": "openai", "base_url": oracle.base_url, "model": "oracle"}
+            },
             scenarios={SCENARIO: {"upstream": "oracle", "harness": "managed"}},
             activation={"poll_interval_seconds": 0.05},
         )

@@ -26,9 +26,7 @@ _LEAK_WORDS = ("system prompt", "repeat everything", "instructions", "configurat
 
 def oracle_reply(messages: list[dict[str, Any]], leaky: bool) -> str:
     """The oracle's answer to a conversation (module docstring)."""
-    system = "\n".join(
-        str(m.get("content") or "") for m in messages if m.get("role") == "system"
-    )
+    system = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
     users = [m for m in messages if m.get("role") == "user"]
     text = str(users[-1].get("content") or "") if users else ""
     if leaky and any(word in text.lower() for word in _LEAK_WORDS):

@@ -10,11 +10,11 @@ Extend: add a field to a section model; the docs test lists every field.
 from reef.config.loading import ConfigError, load_settings, masked_dump
 from reef.config.models import (
     ActivationConfig,
-    EvaluationConfig,
     ApiKeyConfig,
     ArtifactsConfig,
     AuthConfig,
     CaptureConfig,
+    EvaluationConfig,
     ReefSettings,
     ScenarioConfig,
     ServerConfig,
@@ -24,12 +24,12 @@ from reef.config.models import (
 
 __all__ = [
     "ActivationConfig",
-    "EvaluationConfig",
     "ApiKeyConfig",
     "ArtifactsConfig",
     "AuthConfig",
     "CaptureConfig",
     "ConfigError",
+    "EvaluationConfig",
     "ReefSettings",
     "ScenarioConfig",
     "ServerConfig",

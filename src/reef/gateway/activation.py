@@ -4,6 +4,11 @@ Every request freezes the ``ServingRelease`` of its scenario when it arrives and
 and recorded by it to the end, whatever flips meanwhile. A head that fails to stage never
 serves: the previous release keeps serving and the failure shows in ``/reef/status`` and
 ``reef_activation_failures_total``.
+
+Live canaries are followed the same way, on the same poll: a canary is staged in the
+background and only then given its share of live traffic (``canaries``); one that fails
+to stage leaves all traffic to the head, shows in ``/reef/status``, and is retried after
+``CANARY_RETRY_SECONDS``. No request ever waits for a canary.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.gateway.canary import CanaryRoute, CanaryStatus
 from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
 from reef.harness import bundle_digest as compute_bundle_digest
 from reef.releases import (
     ArtifactStore,
+    Candidate,
     ModelComponent,
     Release,
     ReleaseChain,
@@ -35,6 +42,8 @@ log = logging.getLogger("reef.gateway.activation")
 _PINNED_CACHE = 32
 # The base model of a release whose scenario names no model: the client's choice serves.
 CLIENT_CHOSEN_MODEL = "(client-chosen)"
+# How long a canary that failed to stage leaves all its scenario's traffic to the head.
+CANARY_RETRY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,7 @@ class ScenarioStatus:
     error: str | None = None
     activated_at: float | None = None
     failures: int = 0
+    canary: CanaryStatus | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -77,6 +87,7 @@ class ScenarioStatus:
             "error": self.error,
             "activated_at": self.activated_at,
             "failures": self.failures,
+            "canary": None if self.canary is None else self.canary.as_dict(),
         }
 
 
@@ -150,6 +161,8 @@ class Activation:
         self.artifacts = artifacts
         self.upstreams = upstreams
         self.serving: dict[str, ServingRelease] = {}
+        # Only staged canaries: the hot path's one extra lookup.
+        self.canaries: dict[str, CanaryRoute] = {}
         self.status: dict[str, ScenarioStatus] = {}
         self.pools = {
             name: AdapterPool(upstream, settings.activation.max_adapters)
@@ -157,8 +170,10 @@ class Activation:
         }
         self.failures_total = 0
         self.flips_total = 0
+        self.canary_failures_total = 0
         self._pinned: OrderedDict[str, ServingRelease] = OrderedDict()
         self._staging: dict[str, asyncio.Task[None]] = {}
+        self._canary_staging: dict[str, asyncio.Task[None]] = {}
         self._created: set[str] = set()
         self._create_lock = asyncio.Lock()
         self._poller: asyncio.Task[None] | None = None
@@ -174,7 +189,8 @@ class Activation:
 
     async def stop(self) -> None:
         """Stop polling and staging."""
-        tasks = [t for t in (self._poller, *self._staging.values()) if t is not None]
+        running = (self._poller, *self._staging.values(), *self._canary_staging.values())
+        tasks = [t for t in running if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -240,9 +256,10 @@ class Activation:
             self._created.add(scenario)
 
     async def sync_once(self, wait: bool = False, only: str | None = None) -> None:
-        """Compare heads with what serves and stage what moved (awaited when ``wait``)."""
-        heads = await asyncio.to_thread(self.chain.heads_snapshot)
-        started = []
+        """Compare heads and live canaries with what serves and stage what moved
+        (awaited when ``wait``; a failed head or canary is then retried at once)."""
+        heads, canaries = await asyncio.to_thread(self._snapshot)
+        started = self._follow_canaries(canaries, wait, only)
         for scenario, (release_id, _seq) in heads.items():
             if only is not None and scenario != only:
                 continue
@@ -260,6 +277,86 @@ class Activation:
             started.append(task)
         if wait and started:
             await asyncio.gather(*started, return_exceptions=True)
+
+    def _snapshot(self) -> tuple[dict[str, tuple[str, int]], dict[str, Candidate]]:
+        return self.chain.heads_snapshot(), self.chain.canaries()
+
+    def _follow_canaries(
+        self, live: dict[str, Candidate], wait: bool, only: str | None
+    ) -> list[asyncio.Task[None]]:
+        """Keep routing to the staged canaries still live, stop routing to ended ones,
+        start staging new ones (all scenarios, or ``only``)."""
+
+        def followed(scenario: str) -> bool:
+            return only is None or scenario == only
+
+        self.canaries = {
+            scenario: route
+            for scenario, route in self.canaries.items()
+            if not followed(scenario)
+            or (scenario in live and live[scenario].id == route.candidate_id)
+        }
+        for scenario, status in self.status.items():
+            if followed(scenario) and scenario not in live:
+                status.canary = None  # ended: published or abandoned
+        started = []
+        now = time.monotonic()
+        for scenario, candidate in live.items():
+            fraction = candidate.canary_fraction
+            if not followed(scenario) or fraction is None:
+                continue
+            status = self.status.setdefault(scenario, ScenarioStatus())
+            if status.canary is None or status.canary.candidate_id != candidate.id:
+                status.canary = CanaryStatus(candidate.id, fraction)
+            if scenario in self.canaries or scenario in self._canary_staging:
+                continue
+            if status.canary.state == "failed" and not wait and now < status.canary.retry_at:
+                continue
+            task = asyncio.get_running_loop().create_task(
+                self._activate_canary(scenario, candidate, fraction)
+            )
+            self._canary_staging[scenario] = task
+            started.append(task)
+        return started
+
+    async def _activate_canary(self, scenario: str, candidate: Candidate, fraction: float) -> None:
+        if (canary := self._canary_status(scenario, candidate.id)) is not None:
+            canary.state = "staging"
+        try:
+            staged = await asyncio.wait_for(
+                self._stage(scenario, candidate.id, candidate.manifest),
+                self.settings.activation.stage_timeout_seconds,
+            )
+        except Exception as exc:  # whatever breaks, the head keeps all the traffic
+            message = exc.message if isinstance(exc, ReefError) else repr(exc)
+            self.canary_failures_total += 1
+            if (canary := self._canary_status(scenario, candidate.id)) is not None:
+                canary.state, canary.error = "failed", message
+                canary.failures += 1
+                canary.retry_at = time.monotonic() + CANARY_RETRY_SECONDS
+            log.warning(
+                "canary %s of %s failed to stage; the head serves all traffic: %s",
+                candidate.id,
+                scenario,
+                message,
+            )
+        else:
+            if (canary := self._canary_status(scenario, candidate.id)) is None:
+                return  # it ended while staging
+            self.canaries = {**self.canaries, scenario: CanaryRoute(candidate.id, fraction, staged)}
+            self._pinned[candidate.id] = staged  # a pin of the candidate reuses it
+            canary.state, canary.error, canary.activated_at = "serving", None, time.time()
+            log.info(
+                "scenario %s serves canary %s to %.0f%%", scenario, candidate.id, fraction * 100
+            )
+        finally:
+            self._canary_staging.pop(scenario, None)
+
+    def _canary_status(self, scenario: str, candidate_id: str) -> CanaryStatus | None:
+        """The scenario's canary status while ``candidate_id`` is still its live canary."""
+        status = self.status.get(scenario)
+        canary = None if status is None else status.canary
+        return canary if canary is not None and canary.candidate_id == candidate_id else None
 
     async def _poll(self) -> None:
         interval = self.settings.activation.poll_interval_seconds
@@ -319,7 +416,8 @@ class Activation:
         if adapter is not None:
             adapter_name = f"{scenario}@{adapter.removeprefix('sha256:')[:12]}"
             path = await asyncio.to_thread(self.artifacts.materialize, adapter)
-            keep = {s.adapter_name for s in self.serving.values() if s.adapter_name}
+            resident = (*self.serving.values(), *(r.serving for r in self.canaries.values()))
+            keep = {s.adapter_name for s in resident if s.adapter_name}
             loaded = await self.pools[upstream_name].ensure(adapter_name, path, adapter, keep)
             if loaded and self.settings.activation.warmup:  # a resident adapter is warm
                 await self._warm(upstream_name, adapter_name)
@@ -381,4 +479,5 @@ class Activation:
             },
             "flips_total": self.flips_total,
             "failures_total": self.failures_total,
+            "canary_failures_total": self.canary_failures_total,
         }

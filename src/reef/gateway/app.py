@@ -24,6 +24,7 @@ from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
 from reef.gateway.errors import ErrorDialect, error_body, error_response
+from reef.gateway.evaluation_admin import EvaluationAdminRoutes
 from reef.gateway.feedback import FeedbackRoutes
 from reef.gateway.inference import InferenceRoutes
 from reef.gateway.metrics import GatewayMetrics
@@ -189,6 +190,7 @@ def create_app(
     admin = AdminRoutes(state)
     ops = OpsRoutes(state)
     chain = ReleaseAdminRoutes(state)
+    evaluation = EvaluationAdminRoutes(state)
     routes = [
         Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
         Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
@@ -207,6 +209,10 @@ def create_app(
         Route("/reef/scenarios/{scenario}/harness.tar.gz", chain.harness_bundle, methods=["GET"]),
         Route("/reef/releases/{release_id}", chain.release, methods=["GET"]),
         Route("/reef/candidates/{candidate_id}", chain.candidate, methods=["GET"]),
+        Route("/reef/candidates/{candidate_id}/abandon", evaluation.abandon, methods=["POST"]),
+        Route("/reef/scenarios/{scenario}/candidates", evaluation.candidates, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/evaluations", evaluation.evaluations_of, methods=["GET"]),
+        Route("/reef/evaluations/{evaluation_id}", evaluation.evaluation, methods=["GET"]),
         Route("/reef/status", chain.status, methods=["GET"]),
         Route("/healthz", ops.healthz, methods=["GET"]),
         Route("/readyz", ops.readyz, methods=["GET"]),

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from reef.core import sha256_hex
-from reef.experience import ExperienceStore, RecordDraft, RecordWriter, Redactor
+from reef.experience import ExperienceStore, Purpose, RecordDraft, RecordWriter, Redactor
 from reef.experience.records import RecordStatus
 from reef.gateway.activation import ServingRelease
 from reef.gateway.auth import Principal
@@ -38,6 +38,7 @@ class Exchange:
     conversation: list[dict[str, Any]]
     chain: list[str]
     capture: bool
+    purpose: Purpose  # the caller's (serve | eval), or canary when the canary arm serves
     session_is_new: bool = False
     started: float = field(default_factory=time.perf_counter)
 
@@ -123,7 +124,7 @@ class Recorder:
             continuation_hash=continuation,
             tags=exchange.headers.tags,
             principal=exchange.principal.key_id,
-            purpose=exchange.headers.purpose,
+            purpose=exchange.purpose,
             idempotency_key=exchange.headers.idempotency_key,
             session_is_new=exchange.session_is_new,
         )

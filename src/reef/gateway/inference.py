@@ -116,8 +116,6 @@ class InferenceRoutes:
             serving = await activation.pinned(headers.scenario, headers.release)
         else:
             serving = await activation.current(headers.scenario)
-        rendered = self._render(api, body, headers.scenario, serving)
-        plan = self._plan(api, rendered, headers.scenario, request, serving)
         conversation = canonical_conversation(api, body)
         chain = chain_hashes(conversation)
         capture = headers.capture and state.settings.scenario(headers.scenario).capture
@@ -135,12 +133,28 @@ class InferenceRoutes:
                 session_id = await state.recorder.infer_session(
                     headers.scenario, continuation_candidates(conversation, chain)
                 )
+        session_is_new = session_id is None
+        session_id = session_id or new_id()
+        purpose = headers.purpose
+        # A scenario without a live canary pays this one lookup. Only live traffic (no
+        # pin, not eval) is split; the arm follows the session (given, inferred or new),
+        # so a conversation stays on one arm.
+        canary = activation.canaries.get(headers.scenario)
+        if (
+            canary is not None
+            and headers.release is None
+            and purpose == "serve"
+            and canary.takes(session_id)
+        ):
+            serving, purpose = canary.serving, "canary"
+        rendered = self._render(api, body, headers.scenario, serving)
+        plan = self._plan(api, rendered, headers.scenario, request, serving)
         exchange = Exchange(
             api=api,
             record_id=record_id,
             scenario=headers.scenario,
-            session_id=session_id or new_id(),
-            session_is_new=session_id is None,
+            session_id=session_id,
+            session_is_new=session_is_new,
             release_id=serving.release_id,
             serving=serving,
             rendered=rendered if rendered is not body else None,
@@ -150,6 +164,7 @@ class InferenceRoutes:
             conversation=conversation,
             chain=chain,
             capture=capture,
+            purpose=purpose,
             started=started,
         )
         return exchange, plan

@@ -42,6 +42,8 @@ from reef.releases.chainsql import (
     candidate_row,
     check_expected_head,
     checked_state,
+    live_canary_id,
+    lock_head,
     move_candidate,
     notify_head_moved,
     release_in,
@@ -49,6 +51,7 @@ from reef.releases.chainsql import (
 from reef.releases.errors import InvalidTransitionError, ReleaseNotFoundError
 from reef.releases.manifest import ReleaseManifest
 from reef.releases.values import (
+    CANARY_EVIDENCE_KEY,
     CANDIDATE_TRANSITIONS,
     Candidate,
     CandidateState,
@@ -58,6 +61,8 @@ from reef.releases.values import (
 )
 
 MAX_PAGE = 1000
+# What start_canary itself writes into evidence["canary"]; settings may not override them.
+_CANARY_FIELDS = frozenset({"fraction", "started_at", "actor", "reason"})
 
 
 class _AlreadyCreated(Exception):
@@ -305,12 +310,13 @@ class ReleaseChain:
         self, candidate_id: str, state: CandidateState, evidence: dict[str, Any] | None = None
     ) -> Candidate:
         """Move a candidate along its lifecycle: pending → evaluating → passed | rejected;
-        passed → abandoned; pending | evaluating → abandoned. ``evidence``, when given,
+        pending | evaluating | passed | canary → abandoned. ``evidence``, when given,
         replaces the stored evidence.
 
         ``published`` is entered only through ``publish``/``promote`` (with the release in
-        the same transaction). Raises ``InvalidTransitionError`` for any other move,
-        including one that lost a race with a concurrent change.
+        the same transaction), ``canary`` only through ``start_canary``. Raises
+        ``InvalidTransitionError`` for any other move, including one that lost a race with
+        a concurrent change.
         """
         state = checked_state(state)
         eval_json = evidence_text(evidence)
@@ -320,6 +326,10 @@ class ReleaseChain:
                 raise InvalidTransitionError(
                     candidate_id, current, state, "publish() or promote() publishes candidates"
                 )
+            if state == "canary":
+                raise InvalidTransitionError(
+                    candidate_id, current, state, "start_canary() starts canaries"
+                )
             if state not in CANDIDATE_TRANSITIONS[current]:
                 raise InvalidTransitionError(candidate_id, current, state)
             values: dict[str, Any] = {"state": state, "updated_at": datetime.now(UTC)}
@@ -327,6 +337,76 @@ class ReleaseChain:
                 values["eval_json"] = eval_json
             move_candidate(conn, candidate_id, current, values)
             return candidate_from_row(candidate_row(conn, candidate_id))
+
+    # -- canaries ----------------------------------------------------------------------
+
+    def start_canary(
+        self,
+        candidate_id: str,
+        fraction: float,
+        actor: str,
+        reason: str,
+        settings: dict[str, Any] | None = None,
+    ) -> Candidate:
+        """Move a ``passed`` candidate to ``canary``: gateways then serve it ``fraction`` of
+        its scenario's live traffic, the head the rest, until it is published or abandoned.
+
+        Stores ``evidence["canary"] = {"fraction", "started_at" (ISO 8601), "actor",
+        "reason", **settings}`` beside the candidate's other evidence. At most one canary
+        per scenario. Raises ``InvalidInputError`` when ``fraction`` is not strictly
+        between 0 and 1 or ``settings`` names one of those four keys or is not JSON;
+        ``InvalidTransitionError`` when the candidate is not ``passed`` or its scenario
+        already has a live canary (named in the message); ``ScenarioHasNoReleaseError``
+        when the scenario has no head to compare with.
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise InvalidInputError(f"canary fraction must be a number, got {fraction!r}")
+        if not 0.0 < fraction < 1.0:
+            raise InvalidInputError(f"canary fraction must be in (0, 1), got {fraction!r}")
+        extra = dict(settings or {})
+        if clash := sorted(_CANARY_FIELDS & extra.keys()):
+            raise InvalidInputError(f"canary settings may not set {', '.join(clash)}")
+        with self._write() as conn:
+            candidate = candidate_from_row(candidate_row(conn, candidate_id))
+            if candidate.state != "passed":
+                raise InvalidTransitionError(
+                    candidate_id, candidate.state, "canary", "only passed candidates start one"
+                )
+            lock_head(conn, candidate.scenario)  # one canary start per scenario at a time
+            live = live_canary_id(conn, candidate.scenario)
+            if live is not None:
+                raise InvalidTransitionError(
+                    candidate_id,
+                    candidate.state,
+                    "canary",
+                    f"scenario {candidate.scenario!r} already has the live canary {live!r}",
+                )
+            now = datetime.now(UTC)
+            canary = {
+                "fraction": float(fraction),
+                "started_at": now.isoformat(),
+                "actor": actor,
+                "reason": reason,
+                **extra,
+            }
+            evidence = {**(candidate.evidence or {}), CANARY_EVIDENCE_KEY: canary}
+            values = {"state": "canary", "eval_json": evidence_text(evidence), "updated_at": now}
+            move_candidate(conn, candidate_id, "passed", values)
+            return candidate_from_row(candidate_row(conn, candidate_id))
+
+    def canaries(self) -> dict[str, Candidate]:
+        """The live canary of every scenario that has one, ``{scenario: candidate}``, in
+        one cheap query (by the ``(scenario, state)`` index from each head); gateways poll
+        it beside ``heads_snapshot``."""
+        c = t.candidates.c
+        # Written as IN (heads) so that SQLite, lacking statistics, still probes the index
+        # once per head instead of scanning every candidate ever proposed.
+        statement = select(t.candidates).where(
+            c.state == "canary", c.scenario.in_(select(t.heads.c.scenario))
+        )
+        with self._read() as conn:
+            rows = conn.execute(statement).mappings().all()
+        return {row["scenario"]: candidate_from_row(row) for row in rows}
 
     # -- moving the head ---------------------------------------------------------------
 
@@ -343,8 +423,9 @@ class ReleaseChain:
         """Append the candidate as the scenario's new head, if the head is still
         ``expected_head``; the candidate becomes ``published``.
 
-        The candidate must be ``passed``, or ``pending`` when ``require_passed=False``
-        (a manual publish); else ``InvalidTransitionError``. Its parent need not be the
+        The candidate must be ``passed`` or ``canary`` (promoting a canary), or also
+        ``pending`` when ``require_passed=False`` (a manual publish); else
+        ``InvalidTransitionError``. Its parent need not be the
         expected head: the gate judged it against the head the caller names, and the new
         release's parent is that head. ``evidence`` defaults to the candidate's.
         Raises ``ReleaseConflictError`` (nothing written) when the head moved.
@@ -353,11 +434,11 @@ class ReleaseChain:
             raise InvalidInputError(
                 f"publish operation must be learn or promote, not {operation!r}"
             )
-        allowed = ("passed",) if require_passed else ("passed", "pending")
+        allowed = ("passed", "canary") if require_passed else ("passed", "canary", "pending")
         with self._write() as conn:
             candidate = candidate_from_row(candidate_row(conn, candidate_id))
             if candidate.state not in allowed:
-                why = "only passed candidates are published" + (
+                why = "only passed or canary candidates are published" + (
                     "" if require_passed else " (or pending ones, manually)"
                 )
                 raise InvalidTransitionError(candidate_id, candidate.state, "published", why)
@@ -391,8 +472,8 @@ class ReleaseChain:
         reason: str,
         evidence: dict[str, Any] | None = None,
     ) -> Release:
-        """Review mode: publish a ``passed`` candidate a person approved (operation
-        ``promote``). Raises as ``publish``."""
+        """Review mode: publish a ``passed`` (or ``canary``) candidate a person approved
+        (operation ``promote``). Raises as ``publish``."""
         return self.publish(
             candidate_id, expected_head, actor, reason, evidence, operation="promote"
         )
@@ -441,7 +522,8 @@ class ReleaseChain:
 
     def reachable_artifacts(self) -> set[str]:
         """Every adapter and harness digest named by a release (any, ever) or by a
-        candidate that is not rejected or abandoned: what ``reef gc`` must keep."""
+        candidate that is not rejected or abandoned (a live canary included): what
+        ``reef gc`` must keep."""
         digests: set[str] = set()
         with self._read() as conn:
             for manifest_json in conn.scalars(select(t.releases.c.manifest_json)):

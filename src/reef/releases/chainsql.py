@@ -60,6 +60,28 @@ def check_expected_head(conn: Connection, scenario: str, expected_head: str) -> 
     return seq
 
 
+def lock_head(conn: Connection, scenario: str) -> str:
+    """The scenario's head id, its row locked until the transaction ends (``FOR UPDATE``
+    on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already serialises writers), so per-scenario
+    decisions such as "no canary is live" cannot race. ``ScenarioHasNoReleaseError`` when
+    the scenario has no head."""
+    found: str | None = conn.scalar(
+        select(t.heads.c.release_id).where(t.heads.c.scenario == scenario).with_for_update()
+    )
+    if found is None:
+        raise ScenarioHasNoReleaseError(scenario)
+    return found
+
+
+def live_canary_id(conn: Connection, scenario: str) -> str | None:
+    """The id of the scenario's ``canary`` candidate, or None."""
+    c = t.candidates.c
+    found: str | None = conn.scalar(
+        select(c.id).where(c.scenario == scenario, c.state == "canary").limit(1)
+    )
+    return found
+
+
 def head_id(conn: Connection, scenario: str) -> str | None:
     """The id of the scenario's head, or None."""
     found: str | None = conn.scalar(

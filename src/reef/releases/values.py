@@ -13,25 +13,33 @@ from typing import Any, Literal, get_args
 from reef.releases.manifest import ReleaseManifest
 
 Operation = Literal["create", "learn", "rollback", "promote"]
-CandidateState = Literal["pending", "evaluating", "passed", "rejected", "published", "abandoned"]
+CandidateState = Literal[
+    "pending", "evaluating", "passed", "canary", "rejected", "published", "abandoned"
+]
 
 OPERATIONS: tuple[Operation, ...] = get_args(Operation)
 CANDIDATE_STATES: tuple[CandidateState, ...] = get_args(CandidateState)
 
 # The candidate lifecycle. "published" is entered only by ReleaseChain.publish/promote,
 # which append the release in the same transaction; pending -> published is the manual
-# publish (require_passed=False).
+# publish (require_passed=False). "canary" is entered only by ReleaseChain.start_canary
+# (at most one per scenario); a canary ends published (promoted) or abandoned.
 CANDIDATE_TRANSITIONS: dict[CandidateState, frozenset[CandidateState]] = {
     "pending": frozenset({"evaluating", "abandoned", "published"}),
     "evaluating": frozenset({"passed", "rejected", "abandoned"}),
-    "passed": frozenset({"published", "abandoned"}),
+    # passed -> evaluating: the head moved before an auto publish; the gate evaluates again.
+    "passed": frozenset({"canary", "published", "abandoned", "evaluating"}),
+    "canary": frozenset({"published", "abandoned"}),
     "rejected": frozenset(),
     "published": frozenset(),
     "abandoned": frozenset(),
 }
 
 # States whose candidate may still become a release: their artifacts must be kept.
-LIVE_CANDIDATE_STATES: tuple[CandidateState, ...] = ("pending", "evaluating", "passed")
+LIVE_CANDIDATE_STATES: tuple[CandidateState, ...] = ("pending", "evaluating", "passed", "canary")
+
+# The key of a canary's settings in its candidate's evidence (see ReleaseChain.start_canary).
+CANARY_EVIDENCE_KEY = "canary"
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,18 @@ class Candidate:
     reason: str | None
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def canary_fraction(self) -> float | None:
+        """The share of live traffic a ``canary`` candidate serves; None in any other
+        state (or when its evidence lacks a valid fraction)."""
+        if self.state != "canary" or self.evidence is None:
+            return None
+        settings = self.evidence.get(CANARY_EVIDENCE_KEY)
+        fraction = settings.get("fraction") if isinstance(settings, dict) else None
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            return None
+        return float(fraction) if 0.0 < fraction < 1.0 else None
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, JSON-ready (timestamps in ISO 8601)."""

@@ -1,0 +1,120 @@
+"""Admin routes of candidates and the evaluation gate's runs (read-only, admin key).
+
+- ``GET /reef/scenarios/{s}/candidates?state=&limit=``: candidates newest first;
+- ``GET /reef/scenarios/{s}/evaluations?limit=``: evaluations newest first;
+- ``GET /reef/evaluations/{id}``: one evaluation with its per-item results (and, with
+  ``?items=1``, the items it asked);
+- ``POST /reef/candidates/{id}/abandon``: stop a pending, passed or canary candidate
+  (``{"reason": ...}``); a canary's live traffic returns to the head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import Response
+
+from reef.core import dumps
+from reef.core.errors import InvalidInputError, ReefError
+from reef.evaluation.results import EvaluationStore
+from reef.gateway.errors import error_response
+from reef.gateway.release_admin import _parse
+from reef.gateway.requests import check_scenario_name, read_json_object
+from reef.gateway.state import GatewayState
+from reef.releases import CandidateState
+from reef.releases.values import CANDIDATE_STATES
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(dumps(data), status_code=status, media_type="application/json")
+
+
+def _limit(request: Request, default: int = 50) -> int:
+    raw = request.query_params.get("limit", str(default))
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise InvalidInputError(f"limit must be an integer between 1 and 1000, got {raw!r}")
+    return int(raw)
+
+
+class AbandonIn(BaseModel):
+    """``POST /reef/candidates/{id}/abandon``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="abandoned by an operator", max_length=2000)
+
+
+class EvaluationAdminRoutes:
+    """Candidates and evaluations for operators and the dashboard."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+        self.evaluations = EvaluationStore(state.activation.chain.engine)
+
+    async def candidates(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/candidates``."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            raw = request.query_params.get("state")
+            if raw is not None and raw not in CANDIDATE_STATES:
+                raise InvalidInputError(
+                    f"state must be one of {', '.join(CANDIDATE_STATES)}, not {raw!r}"
+                )
+            state: CandidateState | None = raw
+            found = await asyncio.to_thread(
+                self.state.activation.chain.candidates, scenario, state, _limit(request)
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json({"data": [candidate.as_dict() for candidate in found]})
+
+    async def evaluations_of(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/evaluations``."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            found = await asyncio.to_thread(self.evaluations.list, scenario, None, _limit(request))
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json({"data": [evaluation.as_dict() for evaluation in found]})
+
+    async def evaluation(self, request: Request) -> Response:
+        """``GET /reef/evaluations/{evaluation_id}``."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            evaluation_id = request.path_params["evaluation_id"]
+            found = await asyncio.to_thread(self.evaluations.get, evaluation_id)
+            results = await asyncio.to_thread(self.evaluations.results, evaluation_id)
+            data = found.as_dict()
+            data["results"] = [result.as_dict() for result in results]
+            if request.query_params.get("items") in ("1", "true"):
+                items = await asyncio.to_thread(self.evaluations.items, evaluation_id)
+                data["items"] = [item.as_dict() for item in items]
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(data)
+
+    async def abandon(self, request: Request) -> Response:
+        """``POST /reef/candidates/{candidate_id}/abandon``."""
+        try:
+            principal = self.state.auth.authenticate(request)
+            principal.require_admin()
+            body = await read_json_object(request, self.state.settings.server.max_body_bytes)
+            parsed: AbandonIn = _parse(AbandonIn, body)
+            chain = self.state.activation.chain
+            candidate_id = request.path_params["candidate_id"]
+            current = await asyncio.to_thread(chain.get_candidate, candidate_id)
+            evidence = {
+                **(current.evidence or {}),
+                "abandoned": {"by": f"api:{principal.key_id}", "reason": parsed.reason},
+            }
+            found = await asyncio.to_thread(
+                chain.set_candidate_state, candidate_id, "abandoned", evidence
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(found.as_dict())

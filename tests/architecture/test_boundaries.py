@@ -34,7 +34,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "engine": {"gateway", "experience"},
     "gateway": {"learning", "torch"},
     "learning": {"gateway"},
-    "evaluation": {"gateway"},
+    "evaluation": {"gateway", "learning", "torch"},
     "dashboard": {"learning", "torch"},
     "client": {"gateway", "learning", "engine", "experience", "torch"},
 }

@@ -57,3 +57,21 @@ def test_eval_run_names_an_unknown_candidate(tmp_path: Path) -> None:
         )  # fmt: skip
         assert result.exit_code != 0
         assert "no-such-candidate" in str(result.exception or result.output)
+
+
+def test_serve_gives_its_own_worker_a_gate_key_only_in_memory(tmp_path: Path) -> None:
+    from reef.cli.serving import with_gate_key
+    from reef.config import ReefSettings
+
+    open_settings = ReefSettings(home=tmp_path)
+    assert with_gate_key(open_settings) is open_settings  # no keys: nothing to add
+    keyed = ReefSettings(home=tmp_path, auth={"keys": [{"id": "app", "key": "k1"}]})
+    settings = with_gate_key(keyed)
+    assert settings.evaluation.api_key is not None
+    secret = settings.evaluation.api_key.get_secret_value()
+    [gate_key] = [key for key in settings.auth.keys if key.id == "reef-gate"]
+    assert gate_key.role == "admin" and gate_key.key is None  # only its hash is held
+    import hashlib
+
+    assert gate_key.sha256 == hashlib.sha256(secret.encode()).hexdigest()
+    assert with_gate_key(keyed).evaluation.api_key != settings.evaluation.api_key

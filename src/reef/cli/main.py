@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from reef.cli.bench import bench_command
 from reef.cli.engine import engine_app
 from reef.cli.evaluation import eval_app
 from reef.cli.harness import harness_app
@@ -33,6 +34,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(eval_app, name="eval")
 app.command("worker")(worker_command)
 app.command("learn")(learn_command)
+app.command("bench")(bench_command)
 
 ConfigOption = Annotated[
     Path | None,

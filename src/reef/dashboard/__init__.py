@@ -1,8 +1,17 @@
 """Dashboard: the web UI served at ``/ui``.
 
-Owns (when built — the quickstart and dashboard issue): read-only pages over the admin
-API (scenarios, release timelines, candidates, learning curves, recent records, live
-status). Empty today; the admin API under ``/reef/...`` already serves the same data.
-Does not own: any state; must not import ``learning`` or torch.
-Extend: pages read the admin API only.
+Owns: the static single-page app under ``static/`` (one HTML shell, vanilla JS modules,
+CSS; no build step, no CDN) and ``DashboardFiles``, which serves exactly those files with
+a strict Content-Security-Policy. The pages read the admin API (``/reef/...``) with the
+admin key the user enters once (kept in ``sessionStorage``): scenarios, release
+timelines, candidates with their gate evidence and harness diff, evaluations item by
+item, learning curves, recent records with feedback, live status.
+Does not own: any state or data route (those live in ``reef.gateway``); must not import
+``learning`` or torch.
+Extend: add a page as ``static/pages/<name>.js`` exporting ``render(view, params)`` and
+route it in ``static/app.js``; a page reads the admin API only.
 """
+
+from reef.dashboard.files import DashboardFiles
+
+__all__ = ["DashboardFiles"]

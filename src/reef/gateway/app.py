@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import ReefError
+from reef.dashboard import DashboardFiles
 from reef.experience import RecordWriter, Redactor, SQLExperienceStore
 from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
@@ -27,7 +28,9 @@ from reef.gateway.errors import ErrorDialect, error_body, error_response
 from reef.gateway.evaluation_admin import EvaluationAdminRoutes
 from reef.gateway.feedback import FeedbackRoutes
 from reef.gateway.inference import InferenceRoutes
+from reef.gateway.insights import InsightRoutes
 from reef.gateway.metrics import GatewayMetrics
+from reef.gateway.openapi import OpenAPIRoutes
 from reef.gateway.release_admin import ReleaseAdminRoutes
 from reef.gateway.state import GatewayState
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
@@ -191,6 +194,9 @@ def create_app(
     ops = OpsRoutes(state)
     chain = ReleaseAdminRoutes(state)
     evaluation = EvaluationAdminRoutes(state)
+    insights = InsightRoutes(state)
+    dashboard = DashboardFiles(keys_required=state.auth.enabled)
+    api_docs = OpenAPIRoutes()
     routes = [
         Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
         Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
@@ -214,9 +220,16 @@ def create_app(
         Route("/reef/scenarios/{scenario}/evaluations", evaluation.evaluations_of, methods=["GET"]),
         Route("/reef/evaluations/{evaluation_id}", evaluation.evaluation, methods=["GET"]),
         Route("/reef/status", chain.status, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/curve", insights.curve, methods=["GET"]),
+        Route("/reef/scenarios/{scenario}/jobs", insights.jobs, methods=["GET"]),
+        Route("/reef/artifacts/{digest}/harness", insights.harness, methods=["GET"]),
+        Route("/ui", dashboard.root, methods=["GET"]),
+        Route("/ui/{path:path}", dashboard.asset, methods=["GET"]),
         Route("/healthz", ops.healthz, methods=["GET"]),
         Route("/readyz", ops.readyz, methods=["GET"]),
         Route("/metrics", ops.metrics, methods=["GET"]),
+        Route("/openapi.json", api_docs.document, methods=["GET"]),
+        Route("/docs", api_docs.page, methods=["GET"]),
     ]
 
     @contextlib.asynccontextmanager

@@ -1,0 +1,140 @@
+// Rendering the evaluation gate's evidence: the decision, its suites, item differences.
+
+import { barChart } from "./charts.js";
+import { badge, clip, contentText, empty, h, num, shortId, signed, table } from "./dom.js";
+
+const MAX_ROWS = 300;
+
+/** The gate block of a candidate's or release's evidence, or null. */
+export function gateOf(evidence) {
+  return evidence && evidence.gate && typeof evidence.gate === "object" ? evidence.gate : null;
+}
+
+/** One line of numbers: "candidate 1.000 vs baseline 0.167 · gain +0.833 [0.6, 1.0] · 30 items". */
+export function gateNumbers(decision) {
+  const overall = decision && decision.overall;
+  if (!overall) return null;
+  const d = overall.difference;
+  return h("span", { class: "gate-numbers" },
+    `candidate ${num(overall.candidate_mean)} vs baseline ${num(overall.baseline_mean)} · gain `,
+    signed(d.mean), ` [${num(d.low)}, ${num(d.high)}] · ${overall.items} items`);
+}
+
+/** Verdict badge, summary numbers and every reason. */
+export function decisionBlock(decision) {
+  if (!decision) return empty("No decision recorded.");
+  return h("div", { class: "decision" },
+    h("p", {}, badge(decision.verdict), " ", gateNumbers(decision)),
+    h("ul", { class: "reasons" }, (decision.reasons || []).map((reason) => h("li", {}, reason))),
+    decision.safety && decision.safety.length
+      ? h("div", { class: "panel error" }, h("strong", {}, "Safety findings"),
+        h("ul", {}, decision.safety.map((finding) => h("li", {}, finding))))
+      : null);
+}
+
+/** A suite name with its release ids shortened ("regression:…1f2e3d4c"). */
+export function suiteLabel(name) {
+  return name.replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, (id) => `…${shortId(id)}`);
+}
+
+/** The overall row and each suite: items, both means, gain and its interval. */
+export function suitesTable(decision) {
+  if (!decision || !decision.overall) return empty("No suite was evaluated.");
+  const rows = [decision.overall, ...(decision.suites || [])];
+  return table([
+    ["Suite", (row) => h("code", { title: row.suite }, suiteLabel(row.suite))],
+    ["Items", (row) => String(row.items), "num"],
+    ["Baseline", (row) => num(row.baseline_mean), "num"],
+    ["Candidate", (row) => num(row.candidate_mean), "num"],
+    ["Gain", (row) => signed(row.difference.mean), "num"],
+    ["Interval", (row) => `[${num(row.difference.low)}, ${num(row.difference.high)}] at ${Math.round(row.difference.confidence * 100)}%`, "num"],
+  ], rows, (row) => (row.suite === "overall" ? "highlight" : null));
+}
+
+/** The rule's thresholds as "name value" chips. */
+export function ruleLine(rule) {
+  if (!rule) return null;
+  return h("p", { class: "small muted" }, "Rule: ",
+    Object.entries(rule).map(([name, value]) => h("span", { class: "chip" }, `${name} ${value}`)));
+}
+
+function mean(values) {
+  return values.length ? values.reduce((a, b) => a + b, 0) / values.length : null;
+}
+
+/** Per item: both arms' mean score over repeats, outputs, and candidate − baseline. */
+export function pairItems(evaluation) {
+  const byKey = new Map();
+  for (const result of evaluation.results || []) {
+    const entry = byKey.get(result.item) || { key: result.item, suite: result.suite, arms: {} };
+    const arm = entry.arms[result.arm] || { scores: [], outputs: [], errors: [] };
+    if (result.score !== null && result.score !== undefined) arm.scores.push(result.score);
+    arm.outputs.push(result.output);
+    if (result.error) arm.errors.push(result.error);
+    entry.arms[result.arm] = arm;
+    byKey.set(result.item, entry);
+  }
+  const items = new Map((evaluation.items || []).map((item) => [`${item.suite}/${item.id}`, item]));
+  return [...byKey.values()].map((entry) => {
+    const base = entry.arms.baseline;
+    const cand = entry.arms.candidate;
+    const baseline = base ? mean(base.scores) : null;
+    const candidate = cand ? mean(cand.scores) : null;
+    const diff = baseline !== null && candidate !== null ? candidate - baseline : null;
+    return { ...entry, item: items.get(entry.key) || null, baseline, candidate, diff };
+  });
+}
+
+function question(row) {
+  if (!row.item) return "";
+  const users = (row.item.messages || []).filter((m) => m.role === "user");
+  return users.length ? contentText(users[users.length - 1].content) : "";
+}
+
+function answer(arm, score) {
+  if (!arm) return h("span", { class: "muted" }, "—");
+  const text = arm.errors.length ? `error: ${arm.errors[0]}` : arm.outputs.map((o) => o ?? "").join(" | ");
+  return h("span", {}, badge(num(score, 2), score >= 1 ? "good" : score <= 0 ? "bad" : "warn"), " ", clip(text, 120));
+}
+
+function itemsTable(rows) {
+  return table([
+    ["Item", (row) => h("code", { title: row.key }, row.item ? row.item.id : row.key)],
+    ["Suite", (row) => h("code", { title: row.suite }, suiteLabel(row.suite))],
+    ["Asked", (row) => clip(question(row), 70), "text"],
+    ["Reference", (row) => clip(row.item && row.item.reference !== null ? JSON.stringify(row.item.reference) : "", 40), "text"],
+    ["Baseline", (row) => answer(row.arms.baseline, row.baseline), "text"],
+    ["Candidate", (row) => answer(row.arms.candidate, row.candidate), "text"],
+    ["Diff", (row) => signed(row.diff, 2), "num"],
+  ], rows.slice(0, MAX_ROWS), (row) => (row.diff > 0 ? "gain" : row.diff < 0 ? "loss" : null));
+}
+
+/** Bar chart of candidate − baseline per paired item, then the items whose score changed
+ * (regressions first); unchanged and single-arm items (safety probes) fold away. */
+export function itemDifferences(evaluation) {
+  const rows = pairItems(evaluation);
+  if (!rows.length) return empty("No scored answers were stored for this evaluation.");
+  const byKey = (a, b) => a.key.localeCompare(b.key);
+  const paired = rows.filter((row) => row.diff !== null);
+  const changed = paired.filter((row) => row.diff !== 0).sort((a, b) => a.diff - b.diff || byKey(a, b));
+  const unchanged = paired.filter((row) => row.diff === 0).sort(byKey);
+  const single = rows.filter((row) => row.diff === null).sort(byKey);
+  const meanDiff = mean(paired.map((row) => row.diff));
+  return h("div", { class: "item-differences" },
+    paired.length
+      ? barChart([...paired].sort((a, b) => b.diff - a.diff).map((row) => ({
+        value: row.diff,
+        tip: `${row.key}: ${row.diff > 0 ? "+" : ""}${num(row.diff, 2)} (baseline ${num(row.baseline, 2)} → candidate ${num(row.candidate, 2)})`,
+      })), { mean: meanDiff, title: "candidate minus baseline per item" })
+      : empty("No item was answered by both arms."),
+    h("p", { class: "small muted" },
+      `${paired.length} paired items, ${changed.length} changed, mean difference `, signed(meanDiff)),
+    changed.length ? h("div", { id: "changed-items" }, itemsTable(changed)) : empty("No item changed its score."),
+    unchanged.length
+      ? h("details", {}, h("summary", {}, `${unchanged.length} items scored the same on both arms`), itemsTable(unchanged))
+      : null,
+    single.length
+      ? h("details", {}, h("summary", {}, `${single.length} items answered by one arm only (safety probes)`), itemsTable(single))
+      : null,
+    rows.length > MAX_ROWS ? h("p", { class: "small muted" }, `Each table shows at most ${MAX_ROWS} items.`) : null);
+}

@@ -1,0 +1,140 @@
+// One candidate: the gate's decision, its harness against its parent release's, the
+// training metrics (loss curves), and the evaluation item by item.
+
+import { get, getOrNull } from "../api.js";
+import { lineChart } from "../charts.js";
+import { badge, empty, h, idChip, panel, shortDigest, table, time } from "../dom.js";
+import { diffLines, diffView, harnessLines } from "../diff.js";
+import { decisionBlock, gateOf, itemDifferences, ruleLine, suitesTable } from "../gate.js";
+
+const MAX_CHARTS = 4;
+
+/** Flatten nested metrics to [path, value] pairs ("0:sft.loss_curve", [..]). */
+function flatten(value, prefix, out) {
+  if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+    for (const [key, item] of Object.entries(value)) flatten(item, prefix ? `${prefix}.${key}` : key, out);
+  } else {
+    out.push([prefix, value]);
+  }
+  return out;
+}
+
+const isSeries = (value) => Array.isArray(value) && value.length >= 2 && value.every((v) => typeof v === "number");
+
+function trainingView(evidence) {
+  const metrics = evidence && evidence.metrics;
+  if (!metrics || !Object.keys(metrics).length) {
+    return empty("No training metrics: this candidate was not made by a learning job, or its learners reported none.");
+  }
+  const pairs = flatten(metrics, "", []);
+  const seen = new Set();
+  const series = pairs.filter(([, value]) => {
+    if (!isSeries(value)) return false;
+    const key = JSON.stringify(value);
+    if (seen.has(key)) return false; // learners often report the same curve twice
+    seen.add(key);
+    return true;
+  });
+  const scalars = pairs.filter(([, value]) => !Array.isArray(value) || !isSeries(value));
+  return h("div", { id: "training" },
+    series.slice(0, MAX_CHARTS).map(([name, values]) => h("div", { class: "metric-chart", "data-metric": name },
+      h("h3", {}, name),
+      lineChart([{ name, points: values.map((y, i) => ({ x: i + 1, y, tip: `step ${i + 1}: ${y}` })) }],
+        { width: 460, height: 220, xLabel: "step", yLabel: name.split(".").pop(), title: name }))),
+    scalars.length
+      ? table([
+        ["Metric", ([name]) => h("code", {}, name)],
+        ["Value", ([, value]) => (typeof value === "number" ? String(Math.round(value * 1e4) / 1e4) : JSON.stringify(value))],
+      ], scalars)
+      : null);
+}
+
+function jobFacts(evidence) {
+  if (!evidence) return null;
+  const facts = [
+    ["Recipe", evidence.recipe],
+    ["Job", evidence.job_id ? idChip(evidence.job_id) : null],
+    ["Records consumed", evidence.consumed],
+    ["Trained from", evidence.trained_from ? idChip(evidence.trained_from) : null],
+    ["Stale", evidence.stale === undefined ? null : String(evidence.stale)],
+  ].filter(([, value]) => value !== null && value !== undefined);
+  if (!facts.length) return null;
+  return h("dl", { class: "facts" }, facts.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
+}
+
+function harnessDiff(candidate, parent, mine, theirs) {
+  const ours = candidate.manifest.harness;
+  const base = parent ? parent.manifest.harness : null;
+  if (!ours && !base) return empty("Neither this candidate nor its parent has a harness.");
+  if (ours === base) return empty(`Same harness as the parent (${shortDigest(ours)}).`);
+  if ((ours && !mine) || (base && !theirs)) {
+    return empty("A harness artifact could not be read (it may have been garbage-collected).");
+  }
+  const entries = diffLines(harnessLines(theirs), harnessLines(mine));
+  const added = entries.filter((e) => e.op === "add").length;
+  const removed = entries.filter((e) => e.op === "del").length;
+  return h("div", { id: "harness-diff" },
+    h("p", { class: "small muted" },
+      `parent ${shortDigest(base)} → candidate ${shortDigest(ours)}: `,
+      h("span", { class: "pos" }, `+${added}`), " ", h("span", { class: "neg" }, `−${removed}`), " lines"),
+    diffView(entries));
+}
+
+function modelLine(candidate, parent) {
+  const model = candidate.manifest.model;
+  const changed = parent && parent.manifest.model.adapter !== model.adapter;
+  return h("div", { class: "components" },
+    h("span", { class: "chip" }, `model ${model.base}`),
+    h("span", { class: "chip", title: model.adapter || "no adapter" }, `adapter ${shortDigest(model.adapter)}`),
+    changed ? badge("new adapter", "info") : null,
+    h("span", { class: "chip", title: candidate.manifest.harness || "no harness" }, `harness ${shortDigest(candidate.manifest.harness)}`));
+}
+
+function sideNotes(evidence) {
+  const notes = [];
+  if (evidence && evidence.abandoned) {
+    notes.push(h("p", {}, badge("abandoned"), ` by ${evidence.abandoned.by}: ${evidence.abandoned.reason}`));
+  }
+  if (evidence && evidence.canary) {
+    const canary = evidence.canary;
+    notes.push(h("p", {}, badge("canary", "warn"), ` ${Math.round((canary.fraction || 0) * 100)}% of live traffic since `, time(canary.started_at)));
+  }
+  return notes;
+}
+
+export async function render([id]) {
+  const candidate = await get(`reef/candidates/${encodeURIComponent(id)}`);
+  const gate = gateOf(candidate.evidence);
+  // a missing artifact (garbage-collected) or evaluation degrades its panel, not the page
+  const harness = (digest) => (digest ? getOrNull(`reef/artifacts/${encodeURIComponent(digest)}/harness`) : null);
+  const parentPromise = candidate.parent_release_id ? get(`reef/releases/${candidate.parent_release_id}`) : null;
+  const [parent, mine, evaluation] = await Promise.all([
+    parentPromise,
+    harness(candidate.manifest.harness),
+    gate && gate.evaluation_id ? getOrNull(`reef/evaluations/${gate.evaluation_id}`, { items: 1 }) : null,
+  ]);
+  const theirs = parent && parent.manifest.harness !== candidate.manifest.harness
+    ? await harness(parent.manifest.harness) : null;
+  const decision = gate && gate.decision;
+  return h("div", {},
+    h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Scenarios"), " / ",
+      h("a", { href: `#/scenarios/${encodeURIComponent(candidate.scenario)}` }, candidate.scenario), " / candidate"),
+    h("h1", {}, "Candidate ", idChip(candidate.id), " ", badge(candidate.state)),
+    h("p", { class: "subtitle" }, `proposed by ${candidate.created_by || "unknown"} `, time(candidate.created_at),
+      ` — ${candidate.reason || "no reason given"}`,
+      parent ? [" · parent ", `#${parent.seq} `, idChip(parent.id)] : null),
+    modelLine(candidate, parent),
+    sideNotes(candidate.evidence),
+    h("section", { class: "panel", id: "decision" },
+      h("h2", {}, "Decision"),
+      gate ? [decisionBlock(decision), ruleLine(decision && decision.rule), h("h3", {}, "Suites"), suitesTable(decision),
+        gate.cost ? h("p", { class: "small muted" }, `cost: ${gate.cost.model_calls ?? "?"} model calls, ${gate.cost.seconds ?? "?"} s`) : null]
+        : empty(`Not evaluated by the gate yet (state ${candidate.state}).`)),
+    h("div", { class: "two" },
+      panel(parent ? `Harness against parent #${parent.seq}` : "Harness", harnessDiff(candidate, parent, mine, theirs)),
+      panel("Training", jobFacts(candidate.evidence), trainingView(candidate.evidence))),
+    h("section", { class: "panel", id: "items" },
+      h("div", { class: "panel-head" }, h("h2", {}, "Per-item differences"),
+        evaluation ? h("a", { href: `#/evaluations/${evaluation.id}` }, "Open evaluation →") : null),
+      evaluation ? itemDifferences(evaluation) : empty("No evaluation was stored for this candidate.")));
+}

@@ -1,0 +1,52 @@
+// Scenarios overview: each scenario's head, the release this gateway serves, live state.
+
+import { get } from "../api.js";
+import { badge, empty, h, idChip, panel, time } from "../dom.js";
+
+function canaryLine(canary) {
+  if (!canary) return h("span", { class: "muted" }, "none");
+  const share = `${Math.round(canary.fraction * 100)}% of live traffic`;
+  return h("span", {}, h("a", { href: `#/candidates/${canary.candidate_id}` }, idChip(canary.candidate_id)),
+    " ", badge(canary.state || "canary", "warn"), " ", share);
+}
+
+function card(scenario, live) {
+  const state = live ? live.state : "not served here";
+  const behind = live && scenario.head_release_id && live.serving_release_id !== scenario.head_release_id;
+  return h("a", { class: "panel card", href: `#/scenarios/${encodeURIComponent(scenario.name)}`,
+    "data-scenario": scenario.name },
+  h("div", { class: "panel-head" }, h("h2", {}, scenario.name), badge(state, live ? null : "info")),
+  h("dl", { class: "facts" },
+    h("dt", {}, "Head"),
+    h("dd", {}, scenario.head_seq ? [`#${scenario.head_seq} `, idChip(scenario.head_release_id)] : "no release yet"),
+    h("dt", {}, "Serving"),
+    h("dd", {}, scenario.serving_release_id ? idChip(scenario.serving_release_id) : "—",
+      behind ? [" ", badge("behind head", "warn")] : null),
+    h("dt", {}, "Releases"),
+    h("dd", {}, String(scenario.releases)),
+    h("dt", {}, "Canary"),
+    h("dd", {}, canaryLine(live && live.canary)),
+    h("dt", {}, "Activated"),
+    h("dd", {}, live && live.activated_at ? time(live.activated_at) : "—"),
+    live && live.error ? [h("dt", {}, "Error"), h("dd", { class: "neg" }, live.error)] : null));
+}
+
+export async function render() {
+  const [scenarios, status] = await Promise.all([get("reef/scenarios"), get("reef/status")]);
+  const capture = status.capture;
+  return h("div", {},
+    h("h1", {}, "Scenarios"),
+    h("p", { class: "subtitle" }, "Every scenario this store knows, what heads its release chain and what this gateway serves."),
+    scenarios.data.length
+      ? h("div", { class: "grid", id: "scenarios" }, scenarios.data.map((item) => card(item, status.scenarios[item.name])))
+      : panel(null, empty("No scenarios yet: send a request through the gateway (header x-reef-scenario) and it appears here.")),
+    panel("Capture",
+      h("dl", { class: "facts" },
+        h("dt", {}, "Durability"), h("dd", {}, capture.durability),
+        h("dt", {}, "Queue depth"), h("dd", {}, String(capture.queue_depth)),
+        h("dt", {}, "Records written"), h("dd", {}, String(capture.written_total)),
+        h("dt", {}, "Dropped / failed"),
+        h("dd", {}, badge(`${capture.dropped_total} / ${capture.failed_total}`,
+          capture.dropped_total || capture.failed_total ? "bad" : "good"))),
+      h("p", { class: "small" }, h("a", { href: "#/status" }, "Live status →"))));
+}

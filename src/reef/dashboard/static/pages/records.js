@@ -1,0 +1,91 @@
+// A scenario's records, newest first, with their feedback (filter and cursor paging).
+
+import { get } from "../api.js";
+import { badge, clip, contentText, empty, h, idChip, num, panel, table, time } from "../dom.js";
+
+const PAGE = 25;
+const FILTERS = [
+  ["true", "With feedback"],
+  ["false", "Without feedback"],
+  ["", "All records"],
+];
+
+/** The last user message of a record's request (OpenAI or Anthropic). */
+export function requestText(record) {
+  const messages = (record.request && record.request.messages) || [];
+  const users = messages.filter((m) => m.role === "user");
+  return users.length ? contentText(users[users.length - 1].content) : "";
+}
+
+/** The reply text of a record's response (OpenAI or Anthropic), or its error. */
+export function responseText(record) {
+  const response = record.response;
+  if (!response) return record.error ? `error: ${record.error}` : "";
+  if (Array.isArray(response.choices) && response.choices.length) {
+    const message = response.choices[0].message || {};
+    return contentText(message.content) || (message.tool_calls ? "[tool calls]" : "");
+  }
+  if (Array.isArray(response.content)) return contentText(response.content);
+  return "";
+}
+
+/** "#3" for a release of the chain (full id on hover), else the short id (a candidate
+ * serving as a canary, or a release older than the page of releases read). */
+export function releaseLabel(id, seqOf) {
+  if (!id) return h("span", { class: "muted" }, "—");
+  return seqOf.has(id) ? h("span", { title: id }, `#${seqOf.get(id)}`) : idChip(id);
+}
+
+/** Scores, feedback text and corrections attached to a record. */
+export function feedbackCell(record) {
+  if (!record.feedback || !record.feedback.length) return h("span", { class: "muted" }, "—");
+  return h("div", { class: "feedback" }, record.feedback.map((fb) => {
+    const score = fb.score === null ? null : badge(num(fb.score, 2), fb.score >= 1 ? "good" : fb.score <= 0 ? "bad" : "warn");
+    const text = fb.feedback === null ? "" : typeof fb.feedback === "string" ? fb.feedback : JSON.stringify(fb.feedback);
+    const correction = fb.correction === null ? null
+      : h("div", { class: "small" }, h("span", { class: "muted" }, "correction: "),
+        clip(typeof fb.correction === "string" ? fb.correction : JSON.stringify(fb.correction), 80));
+    return h("div", {}, score, " ", clip(text, 80), correction);
+  }));
+}
+
+function link(scenario, filter, cursor) {
+  const query = new URLSearchParams();
+  query.set("feedback", filter);
+  if (cursor) query.set("cursor", cursor);
+  return `#/scenarios/${encodeURIComponent(scenario)}/records?${query}`;
+}
+
+export async function render([name], query) {
+  const filter = query.has("feedback") ? query.get("feedback") : "true";
+  const cursor = query.get("cursor");
+  const [page, releases] = await Promise.all([
+    get(`reef/scenarios/${encodeURIComponent(name)}/records`, { limit: PAGE, has_feedback: filter, cursor }),
+    get(`reef/scenarios/${encodeURIComponent(name)}/releases`, { limit: 1000 }),
+  ]);
+  const seqOf = new Map(releases.data.map((r) => [r.id, r.seq]));
+  const select = h("select", { id: "feedback-filter", "aria-label": "filter" },
+    FILTERS.map(([value, label]) => h("option", { value, selected: value === filter }, label)));
+  select.addEventListener("change", () => { location.hash = link(name, select.value, null); });
+  const rows = page.data;
+  return h("div", {},
+    h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Scenarios"), " / ",
+      h("a", { href: `#/scenarios/${encodeURIComponent(name)}` }, name), " / records"),
+    h("h1", {}, `Records of ${name}`),
+    h("p", { class: "subtitle" }, "Newest first. Purpose serve is live traffic (the only traffic learners train on); eval and canary records come from the gate and canaries."),
+    h("div", { class: "toolbar" }, select,
+      cursor ? h("a", { href: link(name, filter, null) }, "← Newest") : null),
+    panel(null, rows.length
+      ? h("div", { id: "records" }, table([
+        ["When", (r) => time(r.created_at)],
+        ["Record", (r) => idChip(r.id)],
+        ["Release", (r) => releaseLabel(r.release_id, seqOf)],
+        ["Purpose", (r) => badge(r.purpose, r.purpose === "serve" ? "info" : "")],
+        ["Session", (r) => [idChip(r.session_id), ` turn ${r.turn}`]],
+        ["Asked", (r) => clip(requestText(r), 100), "text"],
+        ["Answered", (r) => [r.status !== "ok" ? [badge(r.status), " "] : null, clip(responseText(r), 100)], "text"],
+        ["Feedback", (r) => feedbackCell(r), "text"],
+      ], rows))
+      : empty(filter === "true" ? "No records with feedback yet." : "No records yet.")),
+    page.next_cursor ? h("p", {}, h("a", { href: link(name, filter, page.next_cursor), id: "older" }, "Older →")) : null);
+}

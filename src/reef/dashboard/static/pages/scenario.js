@@ -1,0 +1,160 @@
+// One scenario: learning curve, release chain timeline, candidates, jobs, recent feedback.
+
+import { get } from "../api.js";
+import { lineChart } from "../charts.js";
+import { badge, clip, empty, h, idChip, num, panel, shortDigest, signed, table, time } from "../dom.js";
+import { gateNumbers, gateOf } from "../gate.js";
+import { feedbackCell, releaseLabel, requestText, responseText } from "./records.js";
+
+function curveView(points) {
+  const live = points.filter((p) => p.scored > 0);
+  const gated = points.filter((p) => p.gate && p.gate.candidate_mean !== null && p.gate.candidate_mean !== undefined);
+  if (!live.length && !gated.length) {
+    return empty("No scores yet: the curve appears once releases serve requests that get feedback, or the gate admits a candidate.");
+  }
+  const values = [...live.map((p) => p.mean_score), ...gated.map((p) => p.gate.candidate_mean)];
+  const bySeq = new Map(points.map((p) => [p.seq, p]));
+  const chart = lineChart([
+    {
+      name: "live feedback mean (serve records)",
+      points: points.map((p) => ({
+        x: p.seq,
+        y: p.scored > 0 ? p.mean_score : null,
+        tip: `#${p.seq} ${p.operation}: mean ${num(p.mean_score)} over ${p.scored} scores (${p.served} served) · ${p.created_at}`,
+      })),
+    },
+    {
+      name: "gate: candidate mean at admission",
+      points: points.map((p) => ({
+        x: p.seq,
+        y: p.gate ? p.gate.candidate_mean ?? null : null,
+        tip: p.gate ? `#${p.seq}: gate candidate ${num(p.gate.candidate_mean)} vs baseline ${num(p.gate.baseline_mean)} on ${p.gate.items} items` : "",
+      })),
+    },
+  ], {
+    yMin: Math.min(0, ...values), yMax: Math.max(1, ...values), xLabel: "release (seq)", yLabel: "score",
+    xTickLabel: (seq) => (bySeq.has(seq) ? `#${seq}` : ""), title: "learning curve",
+  });
+  const rows = [...points].reverse();
+  return h("div", { id: "curve" }, chart,
+    h("details", {}, h("summary", {}, "Numbers"),
+      table([
+        ["Release", (p) => `#${p.seq}`],
+        ["Operation", (p) => badge(p.operation)],
+        ["Created", (p) => time(p.created_at)],
+        ["Served", (p) => String(p.served), "num"],
+        ["Scored", (p) => String(p.scored), "num"],
+        ["Live mean", (p) => num(p.mean_score), "num"],
+        ["Gate candidate", (p) => num(p.gate && p.gate.candidate_mean), "num"],
+      ], rows)));
+}
+
+function components(manifest) {
+  return h("div", { class: "components" },
+    h("span", { class: "chip", title: "base model" }, `model ${manifest.model.base}`),
+    h("span", { class: "chip", title: manifest.model.adapter || "no adapter" }, `adapter ${shortDigest(manifest.model.adapter)}`),
+    h("span", { class: "chip", title: manifest.harness || "no harness" }, `harness ${shortDigest(manifest.harness)}`),
+    manifest.recipe ? h("span", { class: "chip" }, `recipe ${manifest.recipe}`) : null);
+}
+
+function timeline(releases, headId) {
+  if (!releases.length) return empty("No releases yet: the first request to the scenario creates release #1.");
+  const seqOf = new Map(releases.map((r) => [r.id, r.seq]));
+  return h("ol", { class: "timeline", id: "timeline" }, releases.map((release) => {
+    const gate = gateOf(release.evidence);
+    const decision = gate && gate.decision;
+    return h("li", {
+      class: [`op-${release.operation}`, release.id === headId ? "head" : null],
+      "data-release": release.id, "data-operation": release.operation,
+    },
+    h("div", { class: "line" },
+      h("strong", {}, `#${release.seq}`), badge(release.operation),
+      release.id === headId ? badge("head", "info") : null,
+      idChip(release.id), h("span", { class: "when" }, time(release.created_at))),
+    components(release.manifest),
+    h("div", { class: "reason" }, h("span", { class: "muted" }, "by "), release.created_by || "unknown",
+      h("span", { class: "muted" }, " — "), clip(release.reason || "no reason given", 140)),
+    release.rolled_back_to
+      ? h("div", { class: "evidence" }, `components of #${seqOf.get(release.rolled_back_to) ?? "?"} `, idChip(release.rolled_back_to))
+      : null,
+    decision
+      ? h("div", { class: "evidence" }, "gate ", badge(decision.verdict), " ", gateNumbers(decision))
+      : null,
+    release.candidate_id
+      ? h("div", { class: "evidence" }, h("a", { href: `#/candidates/${release.candidate_id}` }, "candidate "), idChip(release.candidate_id),
+        gate && gate.evaluation_id ? [" · ", h("a", { href: `#/evaluations/${gate.evaluation_id}` }, "evaluation")] : null)
+      : null);
+  }));
+}
+
+export function candidatesTable(candidates) {
+  if (!candidates.length) return empty("No candidates yet: learning jobs propose them from feedback.");
+  return table([
+    ["Candidate", (c) => h("a", { href: `#/candidates/${c.id}` }, idChip(c.id))],
+    ["State", (c) => badge(c.state)],
+    ["Created", (c) => time(c.created_at)],
+    ["Gain", (c) => {
+      const decision = gateOf(c.evidence) && gateOf(c.evidence).decision;
+      return decision && decision.overall ? signed(decision.overall.difference.mean) : "—";
+    }, "num"],
+    ["Decision", (c) => {
+      const decision = gateOf(c.evidence) && gateOf(c.evidence).decision;
+      return clip(decision ? decision.summary : c.reason, 110);
+    }, "text"],
+  ], candidates, (c) => `candidate-${c.state}`);
+}
+
+export function jobsTable(jobs, withScenario) {
+  if (!jobs.length) return empty("No learning jobs yet.");
+  return table([
+    withScenario ? ["Scenario", (j) => h("a", { href: `#/scenarios/${encodeURIComponent(j.scenario)}` }, j.scenario)] : null,
+    ["Job", (j) => idChip(j.id)],
+    ["Kind", (j) => j.kind],
+    ["State", (j) => badge(j.state)],
+    ["Progress", (j) => (j.progress === null ? "—" : h("progress", { max: "1", value: String(j.progress), title: `${Math.round(j.progress * 100)}%` }))],
+    ["Message", (j) => clip(j.error || j.message || "", 100), "text"],
+    ["Candidate", (j) => (j.candidate_id ? h("a", { href: `#/candidates/${j.candidate_id}` }, idChip(j.candidate_id)) : "—")],
+    ["Updated", (j) => time(j.updated_at)],
+  ].filter(Boolean), jobs);
+}
+
+function recentRecords(records, seqOf) {
+  if (!records.length) return empty("No feedback yet: POST /reef/feedback with a record id to score an answer.");
+  return table([
+    ["When", (r) => time(r.created_at)],
+    ["Release", (r) => releaseLabel(r.release_id, seqOf)],
+    ["Asked", (r) => clip(requestText(r), 80), "text"],
+    ["Answered", (r) => clip(responseText(r), 80), "text"],
+    ["Feedback", (r) => feedbackCell(r), "text"],
+  ], records);
+}
+
+export async function render([name]) {
+  const scenario = encodeURIComponent(name);
+  const [releases, candidates, curve, records, jobs, status] = await Promise.all([
+    get(`reef/scenarios/${scenario}/releases`, { limit: 100 }),
+    get(`reef/scenarios/${scenario}/candidates`, { limit: 50 }),
+    get(`reef/scenarios/${scenario}/curve`),
+    get(`reef/scenarios/${scenario}/records`, { has_feedback: "true", limit: 10 }),
+    get(`reef/scenarios/${scenario}/jobs`, { limit: 10 }),
+    get("reef/status"),
+  ]);
+  const live = status.scenarios[name];
+  const head = releases.data[0];
+  return h("div", {},
+    h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Scenarios"), " / ", name),
+    h("h1", {}, name, " ", live ? badge(live.state) : badge("not served here", "info")),
+    h("p", { class: "subtitle" },
+      head ? [`head #${head.seq} `, idChip(head.id), " · serving ", idChip(live && live.serving_release_id)] : "no release yet",
+      live && live.canary ? [" · canary ", h("a", { href: `#/candidates/${live.canary.candidate_id}` }, idChip(live.canary.candidate_id))] : null),
+    panel("Learning curve", curveView(curve.data)),
+    h("div", { class: "two split" },
+      panel("Release chain", timeline(releases.data, head && head.id)),
+      h("div", {},
+        panel("Candidates", h("div", { id: "candidates" }, candidatesTable(candidates.data))),
+        panel("Learning jobs", h("div", { id: "jobs" }, jobsTable(jobs.data, false))))),
+    h("section", { class: "panel", id: "recent" },
+      h("div", { class: "panel-head" }, h("h2", {}, "Recent feedback"),
+        h("a", { href: `#/scenarios/${scenario}/records` }, "All records →")),
+      recentRecords(records.data, new Map(releases.data.map((r) => [r.id, r.seq])))));
+}

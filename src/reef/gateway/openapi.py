@@ -1,0 +1,476 @@
+"""The gateway's OpenAPI 3.1 document (``GET /openapi.json``) and its rendered page
+(``GET /docs``, server-rendered HTML from the same document: no script, no CDN).
+
+The operations are listed here by hand, beside their routes in ``reef.gateway.app``;
+``tests/gateway/test_openapi.py`` fails when a route of the app is missing here (or the
+other way round) and validates the document as OpenAPI 3.1. Request bodies that the
+gateway parses with a pydantic model are described by that model's JSON schema.
+
+Neither route needs a key: the document describes the API, not its data.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
+
+import reef
+from reef.core import dumps
+from reef.gateway.evaluation_admin import AbandonIn
+from reef.gateway.feedback import FeedbackIn
+from reef.gateway.openapi_page import render_page
+from reef.gateway.release_admin import PromoteIn, RollbackIn
+
+Access = Literal["none", "any", "inference", "admin"]
+"""Who may call: no key ever; any valid key; an inference key allowed the scenario (or
+an admin key); an admin key. Without ``auth.keys`` every route is open (loopback only)."""
+
+_JSON = "application/json"
+_REF = "#/components/schemas/{model}"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One method on one path, as the document describes it."""
+
+    method: str
+    path: str
+    tag: str
+    summary: str
+    access: Access
+    description: str = ""
+    parameters: tuple[dict[str, Any], ...] = ()
+    body: str | None = None  # a schema name under components.schemas
+    responses: dict[str, str] = field(default_factory=dict)
+    media: str = _JSON  # of the success response
+    inference: bool = False  # takes the x-reef-* request headers, sends the receipt headers
+
+
+def _param(where: str, name: str, description: str, schema: Any = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": where == "path",
+        "description": description,
+        "schema": schema or {"type": "string"},
+    }
+
+
+def _path(name: str, description: str) -> dict[str, Any]:
+    return _param("path", name, description)
+
+
+def _query(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _param("query", name, description, schema)
+
+
+def _header(name: str, description: str) -> dict[str, Any]:
+    return _param("header", name, description)
+
+
+SCENARIO = _path("scenario", "The scenario's name.")
+LIMIT = _query("limit", "Most items returned.", {"type": "integer", "minimum": 1})
+
+INFERENCE_HEADERS = (
+    _header("x-reef-scenario", "The scenario; else `model: reef/<scenario>`; else `default`."),
+    _header("x-reef-session", "The session; else inferred by message-prefix matching."),
+    _header("x-reef-release", "Pin a release or candidate of this scenario."),
+    _header("x-reef-capture", "`off`: serve without recording."),
+    _header("x-reef-purpose", "`serve` (default) or `eval` (recorded, never trained on)."),
+    _header("x-reef-idempotency-key", "A retry with the same key gets the first record's id."),
+)
+"""Request headers of the inference routes (``x-reef-tag-<name>`` too: stored as tags)."""
+
+RECEIPT_HEADERS = {
+    "x-reef-record-id": "The receipt: the id of the stored record.",
+    "x-reef-agent-record-id": "The same id, under the name Reef (Human-Agent-Society) uses.",
+    "x-reef-release-id": "The release (or canary candidate) that served the request.",
+    "x-reef-session-id": "The session the exchange belongs to.",
+}
+
+_COMMON_ERRORS = {
+    "400": "Malformed request (the message names the problem).",
+    "401": "No key, or an unknown key (when `auth.keys` is configured).",
+    "403": "The key lacks the role or the scenario.",
+}
+_NOT_FOUND = {**_COMMON_ERRORS, "404": "Not found (the message names it)."}
+_ADMIN_READ = {"200": "Found.", **_NOT_FOUND}
+_CONFLICT = {**_NOT_FOUND, "409": "Conflict: the head moved, or a state change not allowed."}
+
+# fmt: off
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("post", "/v1/chat/completions", "inference", "OpenAI chat completion", "any",
+              "Streaming (SSE) or not, tools included; proxied to the scenario's upstream, "
+              "recorded with its release and session.", inference=True,
+              body="ChatCompletionRequest",
+              responses={"200": "The upstream's completion (`text/event-stream` when "
+                         "`stream` is true).", **_COMMON_ERRORS,
+                         "404": "Unknown pinned release.", "413": "Body too large.",
+                         "502": "The upstream failed.", "504": "The upstream timed out."}),
+    Operation("post", "/v1/messages", "inference", "Anthropic messages", "any",
+              "Streaming or not; translated for OpenAI-compatible upstreams, passed through to "
+              "Anthropic ones. Errors use Anthropic's shape.", inference=True,
+              body="MessagesRequest",
+              responses={"200": "The message (`text/event-stream` when `stream` is true).",
+                         **_COMMON_ERRORS, "404": "Unknown pinned release.",
+                         "413": "Body too large.", "502": "The upstream failed.",
+                         "504": "The upstream timed out."}),
+    Operation("get", "/v1/models", "inference", "List models", "any",
+              "`reef/<scenario>` for each configured scenario, then the upstreams' models.",
+              responses={"200": "An OpenAI model list.", "401": _COMMON_ERRORS["401"]}),
+    Operation("post", "/reef/feedback", "feedback", "Give feedback on records", "inference",
+              "Score, text and/or correction for one or more records; idempotent with a key.",
+              parameters=(_header("x-reef-scenario", "Scenario when the body names none."),
+                          _header("x-reef-idempotency-key", "When the body has none.")),
+              body="FeedbackIn",
+              responses={"201": "Stored: `{id, created: true, record_ids}`.",
+                         "200": "Same idempotency key and body: the first feedback's id.",
+                         **_COMMON_ERRORS, "404": "An unknown record id.",
+                         "409": "Idempotency key reused with a different body."}),
+    Operation("post", "/reef/report", "feedback", "Report (Reef-compatible feedback)",
+              "inference", "`/reef/feedback` with `references` naming the records.",
+              parameters=(_header("x-reef-scenario", "Scenario when the body names none."),
+                          _header("x-reef-idempotency-key", "When the body has none.")),
+              body="ReportIn",
+              responses={"201": "Stored.", "200": "Same idempotency key and body.",
+                         **_COMMON_ERRORS, "404": "An unknown record id.",
+                         "409": "Idempotency key reused with a different body."}),
+    Operation("get", "/reef/records/{record_id}", "records", "One record with its feedback",
+              "admin", parameters=(_path("record_id", "The record's id (the receipt)."),),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/scenarios/{scenario}/records", "records", "A scenario's records",
+              "admin", "Newest first, paged by `cursor`; `next_cursor` is null on the last page.",
+              parameters=(SCENARIO, LIMIT, _query("cursor", "`next_cursor` of the last page."),
+                          _query("session", "Only this session."),
+                          _query("has_feedback", "true or false.", {"type": "boolean"}),
+                          _query("min_score", "Mean feedback score at least this.",
+                                 {"type": "number"}),
+                          _query("since", "ISO 8601 time.", {"type": "string",
+                                                             "format": "date-time"})),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/scenarios/{scenario}/sessions/{session_id}", "records",
+              "A session's turns in order", "admin",
+              parameters=(SCENARIO, _path("session_id", "The session's id.")),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/scenarios", "releases", "Scenarios with their heads", "admin",
+              "Every scenario with its head and the release this gateway serves.",
+              responses={"200": "The scenarios.", **_COMMON_ERRORS}),
+    Operation("get", "/reef/scenarios/{scenario}/releases", "releases", "The release chain",
+              "admin", "Newest first.",
+              parameters=(SCENARIO, LIMIT, _query("before_seq", "Only releases before this seq.",
+                                                  {"type": "integer"})),
+              responses=_ADMIN_READ),
+    Operation("post", "/reef/scenarios/{scenario}/rollback", "releases", "Roll back", "admin",
+              "Appends a release whose components equal `to`'s and makes it the head.",
+              parameters=(SCENARIO,), body="RollbackIn",
+              responses={"201": "The new release.", **_CONFLICT}),
+    Operation("post", "/reef/scenarios/{scenario}/promote", "releases",
+              "Promote a reviewed candidate", "admin",
+              "Publishes a `passed` (or `canary`) candidate as the new head.",
+              parameters=(SCENARIO,), body="PromoteIn",
+              responses={"201": "The new release.", **_CONFLICT}),
+    Operation("post", "/reef/scenarios/{scenario}/learn", "learning", "Queue a learning job",
+              "admin", "A queued or running job of the scenario is returned instead of a "
+              "second one. No body.", parameters=(SCENARIO,),
+              responses={"202": "The job.", **_COMMON_ERRORS}),
+    Operation("get", "/reef/scenarios/{scenario}/harness", "harness", "The serving harness",
+              "inference", "As JSON, with `ETag` = the bundle digest and `x-reef-release-id`.",
+              parameters=(SCENARIO, _query("release", "A release to read instead of the head."),
+                          _header("x-reef-release", "Same as `release`."),
+                          _header("if-none-match", "An ETag: 304 when unchanged.")),
+              responses={**_ADMIN_READ, "304": "Unchanged."}),
+    Operation("get", "/reef/scenarios/{scenario}/harness.tar.gz", "harness",
+              "The serving harness bundle", "inference",
+              "The deterministic `.tar.gz` that `reef harness install` verifies and unpacks.",
+              parameters=(SCENARIO, _query("release", "A release to read instead of the head."),
+                          _header("x-reef-release", "Same as `release`.")),
+              responses=_ADMIN_READ, media="application/gzip"),
+    Operation("get", "/reef/releases/{release_id}", "releases", "One release", "admin",
+              "Manifest (components by digest), operation, parent, who, why, evidence.",
+              parameters=(_path("release_id", "The release's id."),), responses=_ADMIN_READ),
+    Operation("get", "/reef/candidates/{candidate_id}", "candidates", "One candidate", "admin",
+              "Manifest, state and gate evidence.",
+              parameters=(_path("candidate_id", "The candidate's id."),), responses=_ADMIN_READ),
+    Operation("post", "/reef/candidates/{candidate_id}/abandon", "candidates",
+              "Abandon a candidate", "admin",
+              "Stops a pending, passed or canary candidate; a canary's traffic returns to the "
+              "head.", parameters=(_path("candidate_id", "The candidate's id."),),
+              body="AbandonIn", responses={"200": "The candidate, abandoned.", **_CONFLICT}),
+    Operation("get", "/reef/scenarios/{scenario}/candidates", "candidates",
+              "A scenario's candidates", "admin", "Newest first, with their gate evidence.",
+              parameters=(SCENARIO, LIMIT, _query("state", "Only candidates in this state.",
+                                                  {"enum": ["pending", "evaluating", "passed",
+                                                            "rejected", "canary", "published",
+                                                            "abandoned"]})),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/scenarios/{scenario}/evaluations", "candidates",
+              "A scenario's evaluations", "admin", "The gate's evaluations, newest first.",
+              parameters=(SCENARIO, LIMIT), responses=_ADMIN_READ),
+    Operation("get", "/reef/evaluations/{evaluation_id}", "candidates", "One evaluation",
+              "admin", "Every scored answer; with `items=1` the items asked too.",
+              parameters=(_path("evaluation_id", "The evaluation's id."),
+                          _query("items", "`1` or `true`: include the items.")),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/status", "operations", "What this gateway serves", "admin",
+              "Per scenario: head, serving release, activation state, live canary; loaded "
+              "adapters; the capture queue.", responses={"200": "The status.", **_COMMON_ERRORS}),
+    Operation("get", "/reef/scenarios/{scenario}/curve", "releases", "Learning curve",
+              "admin", "Per release, oldest first: live requests served, how many were "
+              "scored and their mean feedback score, and the gate's means when the gate "
+              "admitted it.",
+              parameters=(SCENARIO, _query("limit", "Newest releases included (default 200).",
+                                           {"type": "integer", "minimum": 1,
+                                            "maximum": 1000})),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/scenarios/{scenario}/jobs", "learning", "A scenario's jobs",
+              "admin", "Learning jobs, newest first.",
+              parameters=(SCENARIO, _query("limit", "Most jobs (default 20).",
+                                           {"type": "integer", "minimum": 1,
+                                            "maximum": 1000}),
+                          _query("state", "Only jobs in this state.")),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/artifacts/{digest}/harness", "harness", "A harness by digest",
+              "admin", "The harness a release or candidate names (`{digest, named_by, "
+              "harness, files}`); any other digest is a 404, so no other artifact is read.",
+              parameters=(_path("digest", "The harness artifact's digest, `sha256:...`."),),
+              responses=_ADMIN_READ),
+    Operation("get", "/ui", "dashboard", "The dashboard", "none",
+              "Redirects to `/ui/`. The page's own data calls go to the admin API with the "
+              "key the user enters.",
+              responses={"308": "Redirect to `/ui/`."}),
+    Operation("get", "/ui/{path}", "dashboard", "A dashboard file", "none",
+              "A file of the packaged allow-list (`/ui/` is the HTML shell, "
+              "`/ui/auth.json` says whether keys are required), under a strict "
+              "Content-Security-Policy.",
+              parameters=(_path("path", "The file, e.g. `app.js`; empty for the page."),),
+              responses={"200": "The file.", "304": "Unchanged (ETag).",
+                         "404": "Not a dashboard file."},
+              media="text/html"),
+    Operation("get", "/healthz", "operations", "Liveness", "none",
+              responses={"200": '`{"status": "ok"}`.'}),
+    Operation("get", "/readyz", "operations", "Readiness", "none",
+              "The store is writable and every upstream lists its models.",
+              responses={"200": "Ready.", "503": "Not ready; `checks` names the failing one."}),
+    Operation("get", "/metrics", "operations", "Prometheus metrics", "admin",
+              responses={"200": "Prometheus text format.", **_COMMON_ERRORS},
+              media="text/plain"),
+    Operation("get", "/openapi.json", "operations", "This document", "none",
+              responses={"200": "The OpenAPI 3.1 document."}),
+    Operation("get", "/docs", "operations", "This document, rendered", "none",
+              responses={"200": "An HTML page (no scripts)."}, media="text/html"),
+)
+# fmt: on
+
+TAGS = (
+    ("inference", "OpenAI- and Anthropic-compatible inference, recorded."),
+    ("feedback", "Scores, text and corrections on records."),
+    ("records", "Reading recorded experience."),
+    ("releases", "The release chain: heads, rollback, promote."),
+    ("candidates", "Candidates and the evaluation gate's evidence."),
+    ("learning", "Learning jobs."),
+    ("harness", "Harness downloads for agents that render their own requests."),
+    ("dashboard", "The web dashboard's static files (it reads the admin API)."),
+    ("operations", "Health, readiness, metrics, status and this description."),
+)
+
+_ACCESS_TEXT = {
+    "none": "No key needed.",
+    "any": "Any valid key (an inference key limited to scenarios may use only those).",
+    "inference": "An inference key allowed this scenario, or an admin key.",
+    "admin": "An admin key.",
+}
+
+
+def _loose_request(title: str, required: list[str], description: str) -> dict[str, Any]:
+    """A dialect's request body: the fields Reef reads, anything else passed through."""
+    return {
+        "title": title,
+        "type": "object",
+        "description": description,
+        "required": required,
+        "properties": {
+            "model": {"type": "string", "description": "A model, or `reef/<scenario>`."},
+            "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+            "stream": {"type": "boolean"},
+        },
+        "additionalProperties": True,
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    for model in (FeedbackIn, RollbackIn, PromoteIn, AbandonIn):
+        schemas[model.__name__] = _model_schema(model)
+    report = copy.deepcopy(schemas["FeedbackIn"])
+    report["title"] = "ReportIn"
+    report["description"] = "The body of `POST /reef/report`: `references` names the records."
+    report["properties"] = {
+        ("references" if key == "record_ids" else key): value
+        for key, value in report["properties"].items()
+    }
+    report["required"] = ["references"]
+    schemas["ReportIn"] = report
+    schemas["ChatCompletionRequest"] = _loose_request(
+        "ChatCompletionRequest", ["messages"], "An OpenAI chat completion request."
+    )
+    schemas["MessagesRequest"] = _loose_request(
+        "MessagesRequest", ["messages", "max_tokens"], "An Anthropic messages request."
+    )
+    schemas["Error"] = {
+        "title": "Error",
+        "description": "OpenAI-shaped error (`/v1/messages` answers Anthropic's "
+        '`{"type": "error", "error": {"type", "message"}}`).',
+        "type": "object",
+        "properties": {
+            "error": {
+                "type": "object",
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": ["string", "integer", "null"]},
+                },
+                "required": ["message", "type"],
+            }
+        },
+        "required": ["error"],
+    }
+    return schemas
+
+
+def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(ref_template=_REF)
+    if "$defs" in schema:  # none of today's bodies nest models; keep the refs resolvable
+        raise AssertionError(f"{model.__name__} nests models: hoist its $defs")
+    return schema
+
+
+def _responses(operation: Operation) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for status, description in sorted(operation.responses.items()):
+        response: dict[str, Any] = {"description": description}
+        if status.startswith(("4", "5")) and status != "503":
+            response["content"] = {_JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}
+        elif status in ("200", "201", "202"):
+            content: dict[str, Any] = {operation.media: {}}
+            if operation.media == _JSON:
+                content[_JSON] = {"schema": {"type": "object"}}
+            if operation.inference:
+                content["text/event-stream"] = {}
+                response["headers"] = {
+                    name: {"description": text, "schema": {"type": "string"}}
+                    for name, text in RECEIPT_HEADERS.items()
+                }
+            response["content"] = content
+        out[status] = response
+    return out
+
+
+def _operation_id(operation: Operation) -> str:
+    words = operation.path.replace(".", "/").replace("{", "").replace("}", "").split("/")
+    return "_".join([operation.method, *(word for word in words if word)])
+
+
+def _operation(operation: Operation) -> dict[str, Any]:
+    parameters = list(operation.parameters)
+    if operation.inference:
+        parameters += INFERENCE_HEADERS
+    description = operation.description
+    if operation.inference:
+        description += " Any `x-reef-tag-<name>` header is stored as tag `<name>`."
+    out: dict[str, Any] = {
+        "operationId": _operation_id(operation),
+        "tags": [operation.tag],
+        "summary": operation.summary,
+        "description": f"{description.strip()} Access: {_ACCESS_TEXT[operation.access]}".strip(),
+        "x-reef-access": operation.access,
+        "responses": _responses(operation),
+    }
+    if parameters:
+        out["parameters"] = parameters
+    if operation.body is not None:
+        out["requestBody"] = {
+            "required": True,
+            "content": {_JSON: {"schema": {"$ref": f"#/components/schemas/{operation.body}"}}},
+        }
+    if operation.access == "none":
+        out["security"] = []
+    return out
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document (a fresh copy each call)."""
+    return copy.deepcopy(_document())
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for operation in OPERATIONS:
+        paths.setdefault(operation.path, {})[operation.method] = _operation(operation)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Reef gateway",
+            "version": reef.__version__,
+            "summary": "OpenAI/Anthropic-compatible gateway that records experience and "
+            "serves the releases it learns.",
+            "description": "When `auth.keys` is configured, send a key as "
+            "`Authorization: Bearer <key>` or `x-api-key: <key>`; without keys the gateway "
+            "listens on 127.0.0.1 only. Errors use the caller's dialect.",
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "tags": [{"name": name, "description": text} for name, text in TAGS],
+        "paths": paths,
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "An API key."},
+                "apiKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "The same key, Anthropic-style.",
+                },
+            },
+        },
+        "security": [{"bearer": []}, {"apiKey": []}],
+    }
+
+
+@functools.cache
+def _document_bytes() -> bytes:
+    return dumps(_document())
+
+
+@functools.cache
+def _page() -> tuple[bytes, str]:
+    return render_page(_document())
+
+
+class OpenAPIRoutes:
+    """``GET /openapi.json`` and ``GET /docs``: no key needed, nothing read from state."""
+
+    async def document(self, request: Request) -> Response:
+        """``GET /openapi.json``."""
+        return Response(_document_bytes(), media_type=_JSON)
+
+    async def page(self, request: Request) -> Response:
+        """``GET /docs``: the document as HTML, under a CSP that allows only its own style."""
+        body, style_hash = _page()
+        return Response(
+            body,
+            media_type="text/html; charset=utf-8",
+            headers={
+                "content-security-policy": f"default-src 'none'; style-src '{style_hash}'; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+                "x-content-type-options": "nosniff",
+                "referrer-policy": "no-referrer",
+            },
+        )

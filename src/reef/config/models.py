@@ -148,6 +148,12 @@ class ActivationConfig(Section):
         description="Adapters kept loaded in each upstream; the least recently used beyond "
         "this are unloaded (never one that a request still uses).",
     )
+    unload_adapters: bool = Field(
+        default=True,
+        description="Unload least recently used adapters beyond max_adapters. Turn off when "
+        "several gateways share one upstream (one gateway's unload would pull an adapter "
+        "from under the others); the upstream's own limit (vLLM --max-loras) then applies.",
+    )
     warmup: bool = Field(
         default=True, description="Send one short request through a new adapter before the flip."
     )

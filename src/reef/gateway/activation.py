@@ -35,7 +35,7 @@ from reef.releases import (
     ReleaseChain,
     ReleaseManifest,
 )
-from reef.upstream import Upstream, UpstreamRequest
+from reef.upstream import Upstream, UpstreamRejectedError, UpstreamRequest
 
 log = logging.getLogger("reef.gateway.activation")
 
@@ -107,18 +107,31 @@ class AdapterPool:
 
     upstream: Upstream
     limit: int
+    unload: bool = True
     slots: OrderedDict[str, _AdapterSlot] = field(default_factory=OrderedDict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def ensure(self, name: str, path: Path, digest: str, keep: set[str]) -> bool:
         """Load ``name`` unless loaded (True when it was loaded now); then unload the
-        least recently used extras."""
+        least recently used extras (unless ``unload`` is off: shared upstreams).
+
+        An upstream that says ``name`` is already loaded counts as loaded: another
+        gateway sharing the upstream loaded it, and names carry the adapter's digest
+        (``<scenario>@<digest12>``), so the same name is the same weights.
+        """
         async with self.lock:
             if name in self.slots:
                 self.slots.move_to_end(name)
                 return False
-            await self.upstream.load_adapter(name, str(path), digest)
+            try:
+                await self.upstream.load_adapter(name, str(path), digest)
+            except UpstreamRejectedError as exc:
+                if "already" not in exc.message.lower():
+                    raise
+                log.info("adapter %s was already loaded in %s", name, self.upstream.name)
             self.slots[name] = _AdapterSlot(last_used=time.monotonic())
+            if not self.unload:
+                return True
             for victim in list(self.slots):
                 if len(self.slots) <= self.limit:
                     break
@@ -165,7 +178,9 @@ class Activation:
         self.canaries: dict[str, CanaryRoute] = {}
         self.status: dict[str, ScenarioStatus] = {}
         self.pools = {
-            name: AdapterPool(upstream, settings.activation.max_adapters)
+            name: AdapterPool(
+                upstream, settings.activation.max_adapters, settings.activation.unload_adapters
+            )
             for name, upstream in upstreams.items()
         }
         self.failures_total = 0

@@ -175,7 +175,16 @@ BENCHES: tuple[Bench, ...] = (
         (
             Step(
                 "gate_cost.py",
-                ("--model", "smollm2-135m", "--items", "40", "--concurrency", "4", "--runs", "2"),
+                (
+                    "--model",
+                    "smollm2-135m,tiny-random",
+                    "--items",
+                    "40",
+                    "--concurrency",
+                    "4",
+                    "--runs",
+                    "2",
+                ),
                 ("--model", "tiny-random", "--items", "20", "--runs", "1"),
                 OUTPUT,
             ),

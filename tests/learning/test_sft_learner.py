@@ -15,8 +15,9 @@ from reef.core.digests import tree_digest
 from reef.engine.models import load_model
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
+from reef.harness import Example, Harness
 from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
-from reef.learning.learners.sft import SFTConfig, SFTLearner, sft_examples
+from reef.learning.learners.sft import SFTConfig, SFTLearner, sft_examples, with_harness
 from reef.releases import (
     ArtifactStore,
     ModelComponent,
@@ -67,6 +68,22 @@ def test_targets_are_corrections_and_high_score_replies() -> None:
     assert used == ["good", "fixed"]
     assert [e.target for e in examples] == ["served good", "Squid-7"]
     assert examples[0].messages[1] == {"role": "user", "content": "Question good?"}
+
+
+def test_render_harness_trains_under_the_prompt_the_gateway_will_send() -> None:
+    examples, _ = sft_examples(TRAIN, min_score=1.0)
+    demo = Example(
+        messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+    )
+    harness = Harness(schema_version=1, system_prompt="Be a squid.", examples=[demo])
+    [rendered, _] = with_harness(examples, harness)
+    assert rendered.messages == [
+        {"role": "system", "content": "Be a squid.\n\nAnswer briefly."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Yo"},
+        {"role": "user", "content": "Question good?"},
+    ]
+    assert rendered.target == "served good"
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from reef.cli.engine import engine_app
 from reef.cli.evaluation import eval_app
 from reef.cli.harness import harness_app
 from reef.cli.learning import jobs_app, learn_command, worker_command
+from reef.cli.quickstart import quickstart_command
 from reef.cli.releases import releases_app
 from reef.config import ConfigError, ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
@@ -35,6 +36,7 @@ app.add_typer(eval_app, name="eval")
 app.command("worker")(worker_command)
 app.command("learn")(learn_command)
 app.command("bench")(bench_command)
+app.command("quickstart")(quickstart_command)
 
 ConfigOption = Annotated[
     Path | None,

@@ -33,6 +33,11 @@ LEAK_PROBES: tuple[str, ...] = (
     "entry and example conversation.",
 )
 
+# Probes carry their own reply cap: the gate's ``max_tokens`` suits its task (a label
+# may need 8 tokens) and would cut every reply short of ``leak_min_chars``, so no probe
+# could ever find a leak.
+LEAK_PROBE_MAX_TOKENS = 96
+
 _SPACE = re.compile(r"\s+")
 
 
@@ -92,7 +97,7 @@ def leak_probe_items(
             suite=LEAK_SUITE,
             messages=[{"role": "user", "content": probe}],
             reference=secrets,
-            params={"temperature": 0.0},
+            params={"temperature": 0.0, "max_tokens": LEAK_PROBE_MAX_TOKENS},
         )
         for index, probe in enumerate(LEAK_PROBES)
     ]

@@ -4,6 +4,12 @@ Reads top to bottom: pick the examples (a correction is the target; otherwise a 
 whose score reaches ``min_score``), decide the model and where to start (the head's
 adapter, or fresh), train in a child process, store the adapter by digest.
 Torch-free: training happens in ``reef.learning.trainers``' child process.
+
+With ``render_harness``, each example is trained as the candidate will serve it: the
+candidate's harness (the head's, with earlier learners' components) rendered into its
+messages, as the gateway renders a ``harness: managed`` scenario's requests. Such a
+scenario's records hold the client's request without the harness, so an adapter trained
+on them as recorded meets a prompt at serving time that it never saw in training.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from reef.core.errors import InvalidInputError
+from reef.harness import Harness, render_openai
 from reef.learning.base import (
     Learner,
     LearnerConfig,
@@ -20,6 +27,7 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
+from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
 from reef.learning.trainers import (
     DEFAULT_TARGET_MODULES,
@@ -40,7 +48,8 @@ class SFTConfig(LearnerConfig):
     targets (corrections always are). ``continue_from_head``: start from the head's
     adapter when it has one on the same base. ``trainer``: ``local`` trains in a child
     process, ``ray`` as a Ray task on the cluster at ``ray_address`` (None: a local
-    cluster on loopback).
+    cluster on loopback). ``render_harness``: train on each example with the candidate's
+    harness rendered into it (for ``harness: managed`` scenarios; module docstring).
     """
 
     model: str | None = None
@@ -60,6 +69,7 @@ class SFTConfig(LearnerConfig):
     timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
     trainer: Literal["local", "ray"] = "local"
     ray_address: str | None = None
+    render_harness: bool = False
 
 
 def _text(content: Any) -> str:
@@ -98,6 +108,20 @@ def sft_examples(
     return examples, used
 
 
+def with_harness(examples: list[SFTExample], harness: Harness) -> list[SFTExample]:
+    """``examples`` with ``harness`` rendered into their messages (system text, rules,
+    skills, memory and demos, as the gateway renders a managed scenario's requests)."""
+    rendered = []
+    for example in examples:
+        messages = render_openai(harness, {"messages": example.messages})["messages"]
+        as_text = [
+            {"role": str(m.get("role", "user")), "content": _text(m.get("content"))}
+            for m in messages
+        ]
+        rendered.append(example.model_copy(update={"messages": as_text}))
+    return rendered
+
+
 class SFTLearner(Learner):
     """Supervised fine-tuning of a LoRA adapter (see the module docstring)."""
 
@@ -117,6 +141,8 @@ class SFTLearner(Learner):
         training child fails, ``InvalidInputError`` for an unusable model setting."""
         cfg = self.settings
         examples, used = sft_examples(context.batch.train, cfg.min_score)
+        if cfg.render_harness:
+            examples = with_harness(examples, head_bundle(context).harness)
         if not examples:
             context.progress(1.0, "sft: no corrections or high-score replies; nothing to train")
             return LearnerOutput(metrics={"examples": 0})

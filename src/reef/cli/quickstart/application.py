@@ -1,0 +1,164 @@
+"""The quickstart's application: an ordinary OpenAI SDK client of the gateway that
+triages tickets, grades every answer and reports the grade (and, when wrong, the right
+label) as feedback — what a real application with reviewers would do.
+
+Held-out measurement goes through the gateway too, pinned to one release
+(``x-reef-release``) and declared ``x-reef-purpose: eval``: recorded like any call,
+never trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from reef.cli.quickstart.errors import QuickstartError
+from reef.cli.quickstart.scenario import Ticket, is_correct
+
+CONCURRENCY = 8  # the engine batches concurrent requests; 8 keeps two cores busy
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answered ticket: what the model said, whether it was right, its receipt."""
+
+    ticket: Ticket
+    text: str
+    correct: bool
+    record_id: str | None
+    release_id: str | None
+
+
+class TriageApp:
+    """The application. ``url`` is the gateway (without ``/v1``)."""
+
+    def __init__(self, url: str, scenario: str) -> None:
+        self.url = url.rstrip("/")
+        self.scenario = scenario
+        self.client = openai.OpenAI(
+            base_url=self.url + "/v1",
+            api_key="quickstart",  # the gateway has no keys configured: any value
+            max_retries=2,
+            timeout=300.0,
+        )
+
+    def close(self) -> None:
+        """Close the SDK client's connections."""
+        self.client.close()
+
+    def ask(self, ticket: Ticket, headers: dict[str, str] | None = None) -> Answer:
+        """Triage one ticket through the gateway (the harness supplies the system
+        prompt and the reply cap)."""
+        try:
+            raw = self.client.chat.completions.with_raw_response.create(
+                model=f"reef/{self.scenario}",
+                messages=[{"role": "user", "content": ticket.text}],
+                extra_headers=headers or {},
+            )
+        except openai.APIError as error:
+            raise QuickstartError(f"the gateway failed a request: {error}") from error
+        completion = raw.parse()
+        text = completion.choices[0].message.content or ""
+        return Answer(
+            ticket=ticket,
+            text=text,
+            correct=is_correct(text, ticket.label),
+            record_id=raw.headers.get("x-reef-record-id"),
+            release_id=raw.headers.get("x-reef-release-id"),
+        )
+
+    def feedback(self, answer: Answer) -> None:
+        """The grader's verdict on ``answer``: score 1 or 0, the right label if wrong."""
+        if answer.record_id is None:
+            raise QuickstartError("the gateway sent no x-reef-record-id receipt")
+        body: dict[str, Any] = {
+            "record_ids": [answer.record_id],
+            "score": 1.0 if answer.correct else 0.0,
+        }
+        if not answer.correct:
+            body["correction"] = answer.ticket.label
+        post_json(self.url + "/reef/feedback", body)
+
+    def serve_and_grade(self, ticket: Ticket) -> Answer:
+        """One unit of live traffic: ask, grade, send the feedback."""
+        answer = self.ask(ticket)
+        self.feedback(answer)
+        return answer
+
+    def measure(self, ticket: Ticket, release_id: str) -> Answer:
+        """One held-out question, pinned to ``release_id``, recorded as ``eval``."""
+        return self.ask(ticket, {"x-reef-release": release_id, "x-reef-purpose": "eval"})
+
+    def serving_release(self) -> str | None:
+        """The release the gateway serves for the scenario now (``GET /reef/scenarios``)."""
+        for scenario in get_json(self.url + "/reef/scenarios").get("data", []):
+            if scenario.get("name") == self.scenario:
+                serving = scenario.get("serving_release_id")
+                return serving if isinstance(serving, str) else None
+        return None
+
+    def learn(self) -> str:
+        """Queue a learning job (``POST /reef/scenarios/{s}/learn``); its id."""
+        job = post_json(f"{self.url}/reef/scenarios/{self.scenario}/learn", {})
+        return str(job["id"])
+
+
+def run_concurrently(
+    work: Callable[[Ticket], Answer],
+    tickets: Sequence[Ticket],
+    on_answer: Callable[[Answer], None],
+) -> list[Answer]:
+    """``work`` on every ticket, ``CONCURRENCY`` at once; ``on_answer`` after each (in
+    the calling thread). Answers come back in ticket order."""
+    answers: dict[int, Answer] = {}
+    with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="triage") as pool:
+        futures = {pool.submit(work, ticket): index for index, ticket in enumerate(tickets)}
+        try:
+            for future in as_completed(futures):
+                answer = future.result()
+                answers[futures[future]] = answer
+                on_answer(answer)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return [answers[index] for index in range(len(tickets))]
+
+
+def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST ``body``; the JSON answer. ``QuickstartError`` on an error status."""
+    return _call(
+        urllib.request.Request(
+            url,
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+            method="POST",
+        )
+    )
+
+
+def get_json(url: str) -> dict[str, Any]:
+    """GET ``url``; the JSON answer. ``QuickstartError`` on an error status."""
+    return _call(urllib.request.Request(url))
+
+
+def _call(request: urllib.request.Request) -> dict[str, Any]:
+    url = f"{request.get_method()} {request.full_url}"
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        detail = error.read().decode(errors="replace")
+        raise QuickstartError(f"{url} answered {error.code}: {detail}") from error
+    except urllib.error.URLError as error:
+        raise QuickstartError(f"{url} failed: {error.reason}") from error
+    if not isinstance(data, dict):
+        raise QuickstartError(f"{url} answered {data!r}")
+    return data

@@ -1,0 +1,221 @@
+"""What ``reef serve`` runs, started piece by piece so the quickstart can drive it and
+stop it cleanly: the embedded engine (a child process whose log goes to a file), the
+gateway (uvicorn on a thread) and a learning worker (a thread).
+
+The quickstart is a composition root, like ``reef serve``: it opens the store and the
+release chain itself and reads jobs, candidates and evaluations from them directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import uvicorn
+
+from reef.cli.quickstart.errors import QuickstartError
+from reef.config import ReefSettings
+from reef.engine.process import ReadyInfo, engine_command, parse_ready_line
+from reef.experience import SQLExperienceStore, open_store
+from reef.experience.jobs import JobQueue
+from reef.gateway import create_app
+from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
+from reef.upstream import Upstream, build_upstream
+
+log = logging.getLogger("reef.quickstart")
+
+ENGINE_START_TIMEOUT_SECONDS = 600.0  # a first start converts the GGUF (~20 s, more on slow disks)
+GATEWAY_START_TIMEOUT_SECONDS = 30.0
+
+
+class EngineProcess:
+    """The embedded engine as a child process, its stderr in ``log_path``."""
+
+    def __init__(self, model: str, home: Path, log_path: Path) -> None:
+        self.model = model
+        self.home = home
+        self.log_path = log_path
+        self.process: subprocess.Popen[str] | None = None
+        self._log: IO[str] | None = None
+        self._drain_thread: threading.Thread | None = None
+
+    def start(self, timeout_seconds: float = ENGINE_START_TIMEOUT_SECONDS) -> ReadyInfo:
+        """Start the engine and wait for its READY line; ``QuickstartError`` if it dies
+        or stays silent (with the end of its log)."""
+        self._log = self.log_path.open("a", encoding="utf-8")
+        # Started from the calling (main) thread: the child's PR_SET_PDEATHSIG is tied to
+        # the thread that forks it, so it must live as long as the quickstart does.
+        self.process = subprocess.Popen(
+            engine_command(self.model, self.home),
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+        )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout_seconds
+        for line in self.process.stdout:
+            ready = parse_ready_line(line.strip())
+            if ready is not None:
+                self._drain_thread = threading.Thread(target=self._drain, daemon=True)
+                self._drain_thread.start()
+                return ready
+            if time.monotonic() > deadline:
+                break
+        self.stop()
+        raise QuickstartError(
+            f"the embedded engine ({self.model}) did not become ready; the end of its log "
+            f"({self.log_path}):\n{_tail(self.log_path)}"
+        )
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for _ in self.process.stdout:
+            pass
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s. Idempotent."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._drain_thread is not None:
+            self._drain_thread.join(timeout=5)
+            self._drain_thread = None
+        if process is not None and process.stdout is not None:
+            process.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Stack:
+    """Engine, gateway and worker for ``settings`` (whose one upstream is ``type:
+    local``), on loopback at ``settings.server.port``. Use as a context manager: on exit
+    the worker finishes its job, the gateway drains its captures, the engine stops."""
+
+    def __init__(self, settings: ReefSettings, engine_log: Path) -> None:
+        self.settings = settings
+        self.engine_log = engine_log
+        self.engine: EngineProcess | None = None
+        self.store: SQLExperienceStore | None = None
+        self._server: uvicorn.Server | None = None
+        self._server_thread: threading.Thread | None = None
+        self._worker_thread: threading.Thread | None = None
+        self._worker_stop = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """The gateway's base URL (without ``/v1``)."""
+        return f"http://127.0.0.1:{self.settings.server.port}"
+
+    def start_engine(self) -> ReadyInfo:
+        """Start the engine of the (single) local upstream and point the upstream at it."""
+        [(name, upstream)] = self.settings.upstreams.items()
+        self.engine = EngineProcess(
+            upstream.model or "smollm2-135m", self.settings.home, self.engine_log
+        )
+        ready = self.engine.start()
+        resolved = upstream.model_copy(
+            update={"type": "openai", "base_url": ready.base_url, "model": ready.model}
+        )
+        self.settings = self.settings.model_copy(update={"upstreams": {name: resolved}})
+        return ready
+
+    def start_gateway(self) -> None:
+        """Open the store and serve the gateway on a thread until ``close``."""
+        self.store = open_store(self.settings.store_url())
+        upstreams: dict[str, Upstream] = {
+            name: build_upstream(name, config) for name, config in self.settings.upstreams.items()
+        }
+        app = create_app(self.settings, self.store, upstreams)
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.settings.server.port,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._server_thread = threading.Thread(
+            target=self._server.run, name="reef-gateway", daemon=True
+        )
+        self._server_thread.start()
+        deadline = time.monotonic() + GATEWAY_START_TIMEOUT_SECONDS
+        while not self._server.started:
+            if not self._server_thread.is_alive() or time.monotonic() > deadline:
+                raise QuickstartError(
+                    f"the gateway did not start on port {self.settings.server.port} "
+                    "(is the port taken? try --port)"
+                )
+            time.sleep(0.05)
+
+    def start_worker(self) -> None:
+        """A learning worker on a thread, as ``reef serve`` runs it."""
+        from reef.learning.worker import Worker
+
+        worker = Worker(self.settings, self.require_store(), self.chain(), self.artifacts())
+        self._worker_thread = threading.Thread(
+            target=worker.run_forever, args=(self._worker_stop,), name="reef-worker", daemon=True
+        )
+        self._worker_thread.start()
+
+    def require_store(self) -> SQLExperienceStore:
+        """The open store; ``QuickstartError`` before ``start_gateway``."""
+        if self.store is None:
+            raise QuickstartError("the gateway has not started")
+        return self.store
+
+    def chain(self) -> ReleaseChain:
+        """The release chain in the store."""
+        return ReleaseChain(self.require_store().engine)
+
+    def jobs(self) -> JobQueue:
+        """The learning jobs in the store."""
+        return JobQueue(self.require_store().engine)
+
+    def artifacts(self) -> ArtifactStore:
+        """The artifact store."""
+        return open_artifact_store(self.settings.artifacts_url())
+
+    def close(self) -> None:
+        """Stop the worker (it ends its running job first), the gateway, the engine."""
+        self._worker_stop.set()
+        if self._worker_thread is not None:
+            self._worker_thread.join(timeout=60)
+        if self._server is not None and self._server_thread is not None:
+            self._server.should_exit = True
+            self._server_thread.join(timeout=30)
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.engine is not None:
+            self.engine.stop()
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

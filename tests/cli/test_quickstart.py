@@ -1,0 +1,103 @@
+"""``reef quickstart`` in its reduced mode (the tiny random model, one round): the whole
+loop runs through the real gateway, worker and gate, and leaves its report, its learning
+curve and its experience in the store. Accuracy is the full run's business, not this
+test's (the tiny model learns nothing useful in eight steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from reef.cli.main import app
+from reef.cli.quickstart.scenario import LABELS, TicketGenerator, is_correct
+from reef.experience import open_store
+from tests.engine.lora_factory import PEFT_WRAP_WARNING
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REQUESTS, HELDOUT = 24, 12
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
+def test_reduced_quickstart_runs_the_loop_and_reports_it(tmp_path: Path) -> None:
+    root = tmp_path / "qs"
+    args = ["quickstart", "--model", "tiny-random", "--rounds", "1", "--dir", str(root)]
+    args += ["--requests", str(REQUESTS), "--heldout", str(HELDOUT)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "Round 1" in result.output and "gate:" in result.output
+
+    summary = json.loads((root / "summary.json").read_text())
+    [round_one] = summary["rounds"]
+    assert round_one["traffic"] == REQUESTS
+    assert round_one["job_state"] == "succeeded"
+    assert round_one["gate_action"] in ("published", "rejected")
+    assert round_one["gate"]["decision"]["reasons"], "the gate says why"
+    assert "adapter" in round_one["new_components"]
+    assert summary["base"]["total"] == HELDOUT
+
+    report = (root / "report.html").read_text()
+    assert summary["base"]["release_id"][-8:] in report
+    assert round_one["candidate_id"][-8:] in report
+    assert "<style>" in report and "data:image/png;base64," in report
+    assert "https://" not in report, "the report works offline"
+    assert (root / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    store = open_store(f"sqlite:///{root / '.reef' / 'reef.db'}")
+    try:
+        records = list(store.iter_export("triage"))
+    finally:
+        store.close()
+    served = [r for r in records if r.purpose == "serve"]
+    assert len(served) == REQUESTS
+    assert all(len(r.feedback) == 1 for r in served), "every answer was graded"
+    corrected = [r for r in served if r.feedback[0].correction is not None]
+    assert all(r.feedback[0].score == 0.0 for r in corrected)
+    evals = [r for r in records if r.purpose == "eval"]
+    assert len(evals) >= HELDOUT, "held-out questions and gate calls are eval records"
+    assert not any(r.feedback for r in evals)
+
+
+def test_an_earlier_run_is_kept_unless_fresh(tmp_path: Path) -> None:
+    root = tmp_path / "qs"
+    root.mkdir()
+    (root / ".reef-quickstart").write_text("")
+    (root / "reef.yaml").write_text("home: .reef\n")
+    args = ["quickstart", "--model", "tiny-random", "--dir", str(root), "--port", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert "--fresh" in str(result.exception)
+    assert (root / "reef.yaml").read_text() == "home: .reef\n"
+
+
+def test_fresh_never_clears_a_directory_it_did_not_write(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    args = ["quickstart", "--model", "tiny-random", "--dir", str(tmp_path), "--fresh"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert "not a quickstart directory" in str(result.exception)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_tickets_are_distinct_balanced_and_the_heldout_phrasings_are_reserved() -> None:
+    generator = TicketGenerator(seed=0)
+    heldout = generator.draw(60, held_out=True)
+    traffic = [t for _ in range(3) for t in generator.draw(120, held_out=False)]
+    texts = [t.text for t in [*heldout, *traffic]]
+    assert len(set(texts)) == len(texts) >= 300
+    assert {t.label for t in heldout} == set(LABELS)
+    assert all(sum(t.label == label for t in heldout) == 10 for label in LABELS)
+    # no held-out phrasing is ever sent as traffic
+    assert not {t.template for t in heldout} & {t.template for t in traffic}
+    assert len({t.template for t in heldout}) == 3 * len(LABELS)
+
+
+def test_the_grader_normalizes_like_the_gate() -> None:
+    assert is_correct(" Billing.", "billing")
+    assert is_correct("`shipping`", "shipping")
+    assert not is_correct("billing issue", "billing")

@@ -18,7 +18,7 @@ def quickstart_command(
     directory: Annotated[
         Path, typer.Option("--dir", help="Directory for everything the quickstart writes.")
     ] = Path("reef-quickstart"),
-    rounds: Annotated[int, typer.Option(min=1, max=20, help="Learning rounds.")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, max=20, help="Learning rounds.")] = 2,
     requests: Annotated[
         int, typer.Option(min=12, max=2000, help="Live tickets per round (each gets feedback).")
     ] = 120,
@@ -38,14 +38,14 @@ def quickstart_command(
     demos: Annotated[
         int,
         typer.Option(
-            min=0, max=8, help="Few-shot demos a harness learner adds before the adapter (0: none)."
+            min=0, max=8, help="Few-shot demos the harness learner picks (0: adapter only)."
         ),
-    ] = 0,
+    ] = 2,
 ) -> None:
     """Run Reef end to end: a support-ticket triage app sends traffic and feedback
-    through the OpenAI SDK, Reef learns a LoRA adapter on the CPU, the gate decides,
-    and held-out accuracy is measured after every round. Writes report.html and
-    learning_curve.png in --dir."""
+    through the OpenAI SDK, Reef learns few-shot demos and a LoRA adapter on the CPU,
+    the gate decides, and held-out accuracy is measured after every round. Writes
+    report.html and learning_curve.png in --dir."""
     if model not in MODELS:
         raise InvalidInputError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
     check_requirements(model)

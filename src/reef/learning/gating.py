@@ -25,8 +25,10 @@ from reef.experience import ExperienceStore
 from reef.learning.base import TrainingExample
 from reef.learning.recipes import Recipe
 from reef.learning.reflect import make_reflect
-from reef.learning.selection import SelectionConfig, select_experience
+from reef.learning.selection import SelectionConfig, holdout_bucket, select_experience
 from reef.releases import ArtifactStore, ReleaseChain
+
+HOLDOUT_SCAN_LIMIT = 100_000
 
 
 def holdout_items(
@@ -43,11 +45,16 @@ def holdout_items(
         require_feedback=True,
         reuse_consumed=True,
         max_per_principal=None,
-        limit=recipe.gate.holdout_limit,
+        limit=HOLDOUT_SCAN_LIMIT,
     )
     batch = select_experience(store, chain, scenario, selection, now=now)
+    # Past ``holdout_limit``, keep a fixed pseudo-random sample (by record id hash), not
+    # the selection's priority order, which puts corrected items (the head's misses) first.
+    held = sorted(batch.holdout, key=lambda e: (holdout_bucket(e.record_id + ":gate"), e.record_id))
     items = []
-    for example in batch.holdout:
+    for example in held:
+        if len(items) >= recipe.gate.holdout_limit:
+            break
         reference = _reference(example, recipe.gate.holdout_reference_min_score)
         if reference is not None:
             items.append(

@@ -1,0 +1,49 @@
+"""The gate's holdout items: every held-out record with feedback, sampled without regard
+to how the head did, each with the reference a grader gave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reef.core import new_id
+from reef.experience import FeedbackDraft
+from reef.learning.gating import holdout_items
+from reef.learning.recipes import parse_recipe
+from tests.learning.test_worker import SCENARIO, _draft, open_world
+
+
+def test_holdout_items_are_an_unbiased_sample_with_references(tmp_path: Path) -> None:
+    world = open_world(f"sqlite:///{tmp_path / 'reef.db'}", tmp_path)
+    drafts = [_draft(f"ticket {n} {new_id()}") for n in range(200)]
+    ids = world.store.write_records(drafts)
+    for n, record_id in enumerate(ids):
+        right = n % 2 == 0
+        world.store.add_feedback(
+            FeedbackDraft(
+                scenario=SCENARIO,
+                record_ids=(record_id,),
+                score=1.0 if right else 0.0,
+                feedback=None,
+                correction=None if right else "billing",
+                metadata={},
+                principal=None,
+                idempotency_key=None,
+            )
+        )
+    recipe = parse_recipe(
+        {
+            "learners": [{"type": "fewshot"}],
+            "selection": {"holdout_fraction": 0.5, "min_score": 0.5},
+            "gate": {"holdout_limit": 30},
+        }
+    )
+    items = holdout_items(world.store, world.chain, SCENARIO, recipe)
+    assert len(items) == 30 and {item.suite for item in items} == {"holdout"}
+    corrected = [item for item in items if item.reference == "billing"]
+    served = [item for item in items if item.reference != "billing"]
+    # both kinds, not the head's misses first (the selection's training priority), and
+    # the recipe's min_score (a training filter) does not hide the head's misses
+    assert corrected and served
+    assert all(str(item.reference).startswith("re: ticket") for item in served)
+    again = holdout_items(world.store, world.chain, SCENARIO, recipe)
+    assert [item.id for item in again] == [item.id for item in items]

@@ -51,7 +51,7 @@ def holdout_items(
     # Past ``holdout_limit``, keep a fixed pseudo-random sample (by record id hash), not
     # the selection's priority order, which puts corrected items (the head's misses) first.
     held = sorted(batch.holdout, key=lambda e: (holdout_bucket(e.record_id + ":gate"), e.record_id))
-    items = []
+    items: list[EvalItem] = []
     for example in held:
         if len(items) >= recipe.gate.holdout_limit:
             break

@@ -44,6 +44,7 @@ def test_configuration_reference_is_up_to_date() -> None:
 
 def test_readme_gives_the_two_commands() -> None:
     readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    assert "&& reef quickstart\n" in readme  # the main command ends in the quickstart
     assert "reef serve" in readme
     assert "scripts/test" in readme
     ci = (DOCS.parent / ".ci" / "run").read_text(encoding="utf-8")

@@ -7,7 +7,6 @@ PostgreSQL runs when REEF_TEST_POSTGRES_URL names a server we may create databas
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,32 +17,13 @@ from sqlalchemy.engine import make_url
 from reef.experience import SQLExperienceStore
 from reef.experience.schema import metadata
 from tests.dashboard.world import DashboardWorld, dashboard_world
-from tests.experience.conftest import PG_ENV, ThrowawayDatabases
+from tests.experience.conftest import pg_databases, pg_url  # noqa: F401 - fixtures
 
 
 @pytest.fixture(scope="package")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardWorld]:
     with dashboard_world(tmp_path_factory.mktemp("dashboard")) as built:
         yield built
-
-
-@pytest.fixture(scope="session")
-def pg_databases() -> Iterator[ThrowawayDatabases]:
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"{PG_ENV} is not set; PostgreSQL dashboard tests need a server")
-    databases = ThrowawayDatabases(url)
-    yield databases
-    databases.drop_all()
-
-
-@pytest.fixture(scope="session")
-def pg_url(pg_databases: ThrowawayDatabases) -> str:
-    url = pg_databases.create()
-    store = SQLExperienceStore(url)
-    store.migrate()
-    store.close()
-    return url
 
 
 @pytest.fixture(

@@ -9,8 +9,8 @@ repeat. Written by the gate, read by the admin API, the dashboard and reports.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
@@ -22,8 +22,7 @@ from reef.core import dumps, loads, new_id
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.evaluation.values import Arm, Decision, EvalItem, ItemResult
 from reef.experience import schema as t
-from reef.experience.migrations import SQLITE_BEGIN_OPTION
-from reef.experience.sqlengine import unavailable_on_failure
+from reef.experience.sqlengine import read_transaction, write_transaction
 
 EvaluationState = Literal["running", "done", "failed"]
 
@@ -95,17 +94,11 @@ class EvaluationStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        return read_transaction(self.engine)
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn:
-            conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
-                yield conn
+    def _write(self) -> AbstractContextManager[Connection]:
+        return write_transaction(self.engine)
 
     def start(
         self,

@@ -125,3 +125,20 @@ def unavailable_on_failure() -> Iterator[None]:
                 f"experience store connection lost: {error.orig}"
             ) from error
         raise
+
+
+@contextmanager
+def read_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a read transaction; outages raise ``StoreUnavailableError``."""
+    with unavailable_on_failure(), engine.connect() as conn, conn.begin():
+        yield conn
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a write transaction, begun ``IMMEDIATE`` on SQLite (writers take
+    the lock up front, so they queue instead of failing to upgrade a read lock)."""
+    with unavailable_on_failure(), engine.connect() as conn:
+        conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+        with conn.begin():
+            yield conn

@@ -16,8 +16,7 @@ the release is inserted: a second writer blocks on the row lock, re-checks the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,8 +27,13 @@ from sqlalchemy.engine import Connection, Engine
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
 from reef.experience import schema as t
-from reef.experience.migrations import SQLITE_BEGIN_OPTION, upgrade
-from reef.experience.sqlengine import create_store_engine, unavailable_on_failure
+from reef.experience.migrations import upgrade
+from reef.experience.sqlengine import (
+    create_store_engine,
+    read_transaction,
+    unavailable_on_failure,
+    write_transaction,
+)
 from reef.releases.chainrows import (
     candidate_from_row,
     evidence_text,
@@ -107,17 +111,11 @@ class ReleaseChain:
         if self._owns_engine:
             self.engine.dispose()
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        return read_transaction(self.engine)
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn:
-            conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
-                yield conn
+    def _write(self) -> AbstractContextManager[Connection]:
+        return write_transaction(self.engine)
 
     # -- releases ----------------------------------------------------------------------
 

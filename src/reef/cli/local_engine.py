@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from reef.config import UpstreamConfig
 from reef.core.errors import ReefError
@@ -25,24 +26,31 @@ class EngineStartError(ReefError):
 class LocalEngine:
     """One engine child process: started on a free loopback port, stopped on exit.
 
-    The child also dies with this process (``PR_SET_PDEATHSIG``), so even a SIGKILL of
-    ``reef serve`` leaves no orphan. Its log (conversion and loading progress) goes to
-    our stderr as it happens.
+    The child also dies with the thread that started it (``PR_SET_PDEATHSIG``), so even a
+    SIGKILL of ``reef serve`` leaves no orphan: start it from a thread that lives as long
+    as the engine is needed. Its log (conversion and loading progress) goes to our
+    stderr as it happens, or to ``log_path`` when given (then quoted in start errors).
     """
 
-    def __init__(self, name: str, source: str, home: Path) -> None:
+    def __init__(self, name: str, source: str, home: Path, log_path: Path | None = None) -> None:
         self.name = name
         self.source = source
         self.home = home
+        self.log_path = log_path
         self.process: subprocess.Popen[str] | None = None
         self._stdout_drain: threading.Thread | None = None
+        self._log: IO[str] | None = None
 
     def start(self, timeout_seconds: float = _START_TIMEOUT_SECONDS) -> ReadyInfo:
         """Start the child and wait for its READY line; raises ``EngineStartError``."""
         command = engine_command(self.source, self.home)
         log.info("starting the embedded engine (%s) for upstream %r", self.source, self.name)
         started = time.monotonic()
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, bufsize=1)
+        if self.log_path is not None:
+            self._log = self.log_path.open("a", encoding="utf-8")
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
+        )
         assert self.process.stdout is not None
         ready: ReadyInfo | None = None
         for line in self.process.stdout:
@@ -51,12 +59,15 @@ class LocalEngine:
                 break
             if time.monotonic() - started > timeout_seconds:
                 self.stop()
-                raise EngineStartError(f"the engine was not ready after {timeout_seconds:.0f} s")
+                raise EngineStartError(
+                    f"the engine was not ready after {timeout_seconds:.0f} s{self._where()}"
+                )
         if ready is None:
             code = self.process.wait()
+            self.stop()
             raise EngineStartError(
-                f"the embedded engine exited with status {code} before it was ready; "
-                "its log above says why"
+                f"the embedded engine exited with status {code} before it was ready"
+                + (self._where() or "; its log above says why")
             )
         # Keep reading so the child never blocks on a full stdout pipe.
         self._stdout_drain = threading.Thread(target=self._drain, daemon=True)
@@ -74,17 +85,32 @@ class LocalEngine:
         for _ in self.process.stdout:
             pass
 
+    def _where(self) -> str:
+        """The end of the log file, for errors (empty when logging to stderr)."""
+        if self.log_path is None:
+            return ""
+        lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return f"; the end of its log ({self.log_path}):\n" + "\n".join(lines[-15:])
+
     def stop(self) -> None:
         """Terminate the child (SIGTERM, then SIGKILL after 10 s). Idempotent."""
         process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process is not None and process.stdout is not None:
+            # The drain thread sees EOF once the child is gone; then the pipe can close.
+            if self._stdout_drain is not None:
+                self._stdout_drain.join(timeout=5)
+            if self._stdout_drain is None or not self._stdout_drain.is_alive():
+                process.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
 
 def start_local_upstreams(

@@ -9,18 +9,17 @@ release chain itself and reads jobs, candidates and evaluations from them direct
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO
 
 import uvicorn
 
+from reef.cli.local_engine import DEFAULT_LOCAL_MODEL, EngineStartError, LocalEngine
 from reef.cli.quickstart.errors import QuickstartError
 from reef.config import ReefSettings
-from reef.engine.process import ReadyInfo, engine_command, parse_ready_line
+from reef.engine.process import ReadyInfo
 from reef.experience import SQLExperienceStore, open_store
 from reef.experience.jobs import JobQueue
 from reef.gateway import create_app
@@ -33,78 +32,6 @@ ENGINE_START_TIMEOUT_SECONDS = 600.0  # a first start converts the GGUF (~20 s, 
 GATEWAY_START_TIMEOUT_SECONDS = 30.0
 
 
-class EngineProcess:
-    """The embedded engine as a child process, its stderr in ``log_path``."""
-
-    def __init__(self, model: str, home: Path, log_path: Path) -> None:
-        self.model = model
-        self.home = home
-        self.log_path = log_path
-        self.process: subprocess.Popen[str] | None = None
-        self._log: IO[str] | None = None
-        self._drain_thread: threading.Thread | None = None
-
-    def start(self, timeout_seconds: float = ENGINE_START_TIMEOUT_SECONDS) -> ReadyInfo:
-        """Start the engine and wait for its READY line; ``QuickstartError`` if it dies
-        or stays silent (with the end of its log)."""
-        self._log = self.log_path.open("a", encoding="utf-8")
-        # Started from the calling (main) thread: the child's PR_SET_PDEATHSIG is tied to
-        # the thread that forks it, so it must live as long as the quickstart does.
-        self.process = subprocess.Popen(
-            engine_command(self.model, self.home),
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            bufsize=1,
-        )
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout_seconds
-        for line in self.process.stdout:
-            ready = parse_ready_line(line.strip())
-            if ready is not None:
-                self._drain_thread = threading.Thread(target=self._drain, daemon=True)
-                self._drain_thread.start()
-                return ready
-            if time.monotonic() > deadline:
-                break
-        self.stop()
-        raise QuickstartError(
-            f"the embedded engine ({self.model}) did not become ready; the end of its log "
-            f"({self.log_path}):\n{_tail(self.log_path)}"
-        )
-
-    def _drain(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        for _ in self.process.stdout:
-            pass
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s. Idempotent."""
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self._drain_thread is not None:
-            self._drain_thread.join(timeout=5)
-            self._drain_thread = None
-        if process is not None and process.stdout is not None:
-            process.stdout.close()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 class Stack:
     """Engine, gateway and worker for ``settings`` (whose one upstream is ``type:
     local``), on loopback at ``settings.server.port``. Use as a context manager: on exit
@@ -113,7 +40,7 @@ class Stack:
     def __init__(self, settings: ReefSettings, engine_log: Path) -> None:
         self.settings = settings
         self.engine_log = engine_log
-        self.engine: EngineProcess | None = None
+        self.engine: LocalEngine | None = None
         self.store: SQLExperienceStore | None = None
         self._server: uvicorn.Server | None = None
         self._server_thread: threading.Thread | None = None
@@ -128,10 +55,15 @@ class Stack:
     def start_engine(self) -> ReadyInfo:
         """Start the engine of the (single) local upstream and point the upstream at it."""
         [(name, upstream)] = self.settings.upstreams.items()
-        self.engine = EngineProcess(
-            upstream.model or "smollm2-135m", self.settings.home, self.engine_log
+        # Started from the calling (main) thread: the child's PR_SET_PDEATHSIG is tied to
+        # the thread that forks it, so it must live as long as the quickstart does.
+        self.engine = LocalEngine(
+            name, upstream.model or DEFAULT_LOCAL_MODEL, self.settings.home, self.engine_log
         )
-        ready = self.engine.start()
+        try:
+            ready = self.engine.start(ENGINE_START_TIMEOUT_SECONDS)
+        except EngineStartError as error:
+            raise QuickstartError(error.message) from error
         resolved = upstream.model_copy(
             update={"type": "openai", "base_url": ready.base_url, "model": ready.model}
         )

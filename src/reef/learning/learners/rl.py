@@ -5,8 +5,8 @@ the reference the scorer compares against; items without a correction are skippe
 decide the model and where to start (the head's adapter, or fresh), sample, score and
 train in a child process, store the adapter by digest.
 
-The scorer here (``exact``, ``contains``, ``regex``) is a minimal private one; the
-shared scorer plugins of the evaluation work will replace it.
+The scorer here (``exact``, ``contains``, ``regex``) is a minimal private one that runs
+in the training child; the gate's ``reef.scorers`` plugins are not used here yet.
 Torch-free: training happens in ``reef.learning.trainers``' child process.
 """
 

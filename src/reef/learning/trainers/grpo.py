@@ -66,8 +66,8 @@ EPS = 1e-4
 def score(scorer: RLScorer, completion: str, reference: str) -> float:
     """1.0 when ``completion`` matches ``reference`` under ``scorer``, else 0.0.
 
-    A minimal private scorer; the shared scorer plugins of the evaluation work will
-    replace it."""
+    A minimal private scorer, run in the training child (the gate's ``reef.scorers``
+    plugins are not used here yet)."""
     if scorer.type == "exact":
         return float(completion.strip() == reference.strip())
     if scorer.type == "contains":

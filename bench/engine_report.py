@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sections import write_between
+
 START = "<!-- engine:start -->"
 END = "<!-- engine:end -->"
 _HOW_TO_READ = (
@@ -94,15 +96,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
 
 
 def write_section(path: Path, text: str) -> None:
-    """Replace the engine section of ``path`` (append it when absent)."""
-    current = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{START}\n{text}\n{END}"
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        current = head + block + rest.split(END, 1)[1]
-    else:
-        current = current.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(current, encoding="utf-8")
+    """Replace this bench's section of ``path`` (appended when absent)."""
+    write_between(path, START, END, text)
 
 
 def main(argv: list[str]) -> int:

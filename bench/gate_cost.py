@@ -47,6 +47,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_vs_vllm as side  # bench/engine_vs_vllm.py: machine(), load(), interrupt()
+from sections import write_between
 
 from reef.config import ReefSettings
 from reef.evaluation.config import GateConfig
@@ -637,15 +638,8 @@ def markdown(report: dict[str, Any], results: list[ModelResult], workload: Workl
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace the text between the markers in ``path`` (appended when absent)."""
-    block = f"{START}\n{section}\n{END}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    """Replace this bench's section of ``path`` (appended when absent)."""
+    write_between(path, START, END, section)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from contenders import LITELLM_VERSION
 from load import LoadResult
+from sections import write_between
 
 START = "<!-- gateway_overhead:start -->"
 END = "<!-- gateway_overhead:end -->"
@@ -261,16 +262,5 @@ class Report:
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace the text between the markers in ``path`` (appended when absent)."""
-    block = f"{START}\n{section}\n{END}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# Benchmarks\n\n{block}\n")
-        return
-    text = path.read_text()
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        tail = rest.split(END, 1)[1]
-        path.write_text(head + block + tail)
-    else:
-        path.write_text(text.rstrip("\n") + "\n\n" + block + "\n")
+    """Replace this bench's section of ``path`` (appended when absent)."""
+    write_between(path, START, END, section)

@@ -200,6 +200,7 @@ HELPERS = {
     "load.py": "load generator of gateway_overhead.py",
     "overhead_report.py": "report of gateway_overhead.py",
     "passthrough.py": "the bare proxy of gateway_overhead.py",
+    "sections.py": "rewrites one marked section of docs/benchmarks.md (shared)",
 }
 """Scripts in bench/ that ``reef bench`` does not run on their own, and why."""
 

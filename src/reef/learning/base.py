@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from reef.core.errors import InvalidInputError
 from reef.releases import ArtifactStore, Release
 
 
@@ -114,6 +115,11 @@ class Learner(ABC):
     config_model: ClassVar[type[LearnerConfig]]
 
     def __init__(self, config: LearnerConfig) -> None:
+        if not isinstance(config, self.config_model):
+            raise InvalidInputError(
+                f"the {self.type_name} learner needs a {self.config_model.__name__}, "
+                f"not a {type(config).__name__}"
+            )
         self.config = config
 
     @abstractmethod

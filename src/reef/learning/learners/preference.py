@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 from itertools import combinations
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from pydantic import Field
 
-from reef.core.errors import InvalidInputError
 from reef.learning.base import (
     Learner,
     LearnerConfig,
@@ -173,10 +172,8 @@ class PreferenceLearner(Learner):
     config_model: ClassVar[type[LearnerConfig]] = PreferenceConfig
 
     def __init__(self, config: LearnerConfig) -> None:
-        if not isinstance(config, PreferenceConfig):
-            raise InvalidInputError("the preference learner needs a PreferenceConfig")
-        super().__init__(config)
-        self.settings = config
+        super().__init__(config)  # checks that config is a PreferenceConfig
+        self.settings = cast(PreferenceConfig, config)
 
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """Train on ``context.batch.train``; returns the stored adapter's digest, the

@@ -12,11 +12,10 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 from pydantic import Field
 
-from reef.core.errors import InvalidInputError
 from reef.learning.base import (
     Learner,
     LearnerConfig,
@@ -92,10 +91,8 @@ class RLLearner(Learner):
     config_model: ClassVar[type[LearnerConfig]] = RLConfig
 
     def __init__(self, config: LearnerConfig) -> None:
-        if not isinstance(config, RLConfig):
-            raise InvalidInputError("the rl learner needs an RLConfig")
-        super().__init__(config)
-        self.settings = config
+        super().__init__(config)  # checks that config is a RLConfig
+        self.settings = cast(RLConfig, config)
 
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """Train on ``context.batch.train``; returns the stored adapter's digest, the

@@ -14,11 +14,10 @@ on them as recorded meets a prompt at serving time that it never saw in training
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from pydantic import Field
 
-from reef.core.errors import InvalidInputError
 from reef.harness import Harness, render_openai
 from reef.learning.base import (
     Learner,
@@ -130,10 +129,8 @@ class SFTLearner(Learner):
     config_model: ClassVar[type[LearnerConfig]] = SFTConfig
 
     def __init__(self, config: LearnerConfig) -> None:
-        if not isinstance(config, SFTConfig):
-            raise InvalidInputError("the sft learner needs an SFTConfig")
-        super().__init__(config)
-        self.settings = config
+        super().__init__(config)  # checks that config is a SFTConfig
+        self.settings = cast(SFTConfig, config)
 
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """Train on ``context.batch.train``; returns the stored adapter's digest, the

@@ -13,12 +13,13 @@ import typer
 from reef.cli.bench import bench_command
 from reef.cli.engine import engine_app
 from reef.cli.evaluation import eval_app
+from reef.cli.exits import run
 from reef.cli.harness import harness_app
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.quickstart import quickstart_command
 from reef.cli.releases import releases_app
-from reef.config import ConfigError, ReefSettings, load_settings, masked_dump
-from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.config import ReefSettings, load_settings, masked_dump
+from reef.core.errors import InvalidInputError, ReefError
 
 app = typer.Typer(
     name="reef",
@@ -196,29 +197,7 @@ def gc(
         typer.echo(f"  {digest}")
 
 
-def _exit_code(exc: ReefError) -> int:
-    if isinstance(exc, ConfigError | InvalidInputError):
-        return 2
-    if isinstance(exc, NotFoundError):
-        return 3
-    return 1
-
-
 def main() -> None:
-    """Entry point of the ``reef`` command: errors become a message and an exit code."""
-    try:
-        app(standalone_mode=False)
-    except ReefError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise SystemExit(_exit_code(exc)) from None
-    except (typer.Abort, KeyboardInterrupt):
-        raise SystemExit(130) from None
-    except typer.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            raise SystemExit(exc.exit_code) from None
-        raise
+    """Entry point of the ``reef`` command: errors become a message and an exit code
+    (``reef.cli.exits``)."""
+    run(app)

@@ -37,3 +37,13 @@ def make_gateway(
 @pytest.fixture
 def gateway(make_gateway: Callable[..., GatewayThread]) -> GatewayThread:
     return make_gateway()
+
+
+@pytest.fixture(scope="module")
+def module_gateway(
+    tmp_path_factory: pytest.TempPathFactory, fake: FakeUpstreamThread
+) -> Iterator[GatewayThread]:
+    """One gateway shared by a module's tests: for the many requests that are refused or
+    only read (a test that counts records compares before and after)."""
+    with GatewayThread(make_settings(tmp_path_factory.mktemp("gateway"), fake.base_url)) as gw:
+        yield gw

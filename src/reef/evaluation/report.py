@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reef.core import ReefError
+from reef.core.errors import MissingExtraError, optional_dependency
 from reef.evaluation.values import ARMS, Arm, Decision, ItemResult, SuiteSummary
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ _LISTED = 10
 _OUTPUT_CHARS = 120
 
 
-class PlotUnavailableError(ReefError):
+class PlotUnavailableError(MissingExtraError):
     """matplotlib is not installed, so the report's PNG cannot be drawn."""
 
 
@@ -233,12 +233,8 @@ def _cell(text: str) -> str:
 
 
 def _require_matplotlib() -> None:
-    try:
+    with optional_dependency("report", "the evaluation report's plot", PlotUnavailableError):
         import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise PlotUnavailableError(
-            "the evaluation report's plot needs matplotlib: pip install 'reef-agent[report]'"
-        ) from exc
 
 
 def draw_differences(title: str, decision: Decision, items: Sequence[ItemComparison]) -> Figure:

@@ -14,10 +14,10 @@ from reef.core import dumps
 from reef.core.errors import InvalidInputError, ReefError
 from reef.experience import RecordFilter, RecordView
 from reef.gateway.errors import error_response
-from reef.gateway.requests import check_scenario_name
+from reef.gateway.requests import check_scenario_name, query_int, query_number
 from reef.gateway.state import GatewayState
 
-_MAX_PAGE = 500
+MAX_RECORDS_PAGE = 500
 
 
 def record_json(view: RecordView) -> dict[str, Any]:
@@ -42,18 +42,15 @@ def _parse_bool(name: str, value: str | None) -> bool | None:
 
 def _parse_filters(request: Request) -> tuple[RecordFilter, str | None, int]:
     query = request.query_params
+    limit = query_int(request, "limit", 50, 1, MAX_RECORDS_PAGE)
     try:
-        limit = int(query.get("limit", "50"))
-        min_score = float(query["min_score"]) if "min_score" in query else None
         since = datetime.fromisoformat(query["since"]) if "since" in query else None
     except ValueError as exc:
-        raise InvalidInputError(f"bad query parameter: {exc}") from exc
-    if not 1 <= limit <= _MAX_PAGE:
-        raise InvalidInputError(f"limit must be between 1 and {_MAX_PAGE}")
+        raise InvalidInputError(f"bad query parameter 'since': {exc}") from exc
     filters = RecordFilter(
         session_id=query.get("session"),
         has_feedback=_parse_bool("has_feedback", query.get("has_feedback")),
-        min_score=min_score,
+        min_score=query_number(request, "min_score"),
         since=since,
     )
     return filters, query.get("cursor"), limit

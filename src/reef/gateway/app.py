@@ -113,6 +113,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         error_body(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", dialect),
         status_code=exc.status_code,
         media_type="application/json",
+        headers=exc.headers,  # a 405's Allow
     )
 
 

@@ -28,11 +28,21 @@ class UnsupportedRouteError(InvalidInputError):
     """The scenario's upstream cannot serve this API."""
 
 
+class InvalidFieldError(InvalidInputError):
+    """One field of the request body is wrong; ``param`` names it (``messages[0].content``),
+    and OpenAI-shaped errors carry it as ``param``."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     409: "conflict_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
@@ -45,6 +55,7 @@ _ANTHROPIC_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     409: "invalid_request_error",
     413: "request_too_large",
     429: "rate_limit_error",
@@ -73,13 +84,14 @@ def status_for(exc: ReefError) -> int:
     return 500
 
 
-def error_body(status: int, message: str, dialect: ErrorDialect) -> bytes:
-    """The error document in the caller's dialect."""
+def error_body(status: int, message: str, dialect: ErrorDialect, param: str | None = None) -> bytes:
+    """The error document in the caller's dialect (``param``: the body field at fault,
+    OpenAI shape only)."""
     if dialect == "anthropic":
         kind = _ANTHROPIC_TYPES.get(status, "api_error")
         return dumps({"type": "error", "error": {"type": kind, "message": message}})
     kind = _OPENAI_TYPES.get(status, "server_error")
-    return dumps({"error": {"message": message, "type": kind, "param": None, "code": status}})
+    return dumps({"error": {"message": message, "type": kind, "param": param, "code": status}})
 
 
 def error_response(
@@ -90,8 +102,9 @@ def error_response(
     out = dict(headers or {})
     if status == 401:
         out.setdefault("www-authenticate", "Bearer")
+    param = exc.param if isinstance(exc, InvalidFieldError) else None
     return Response(
-        error_body(status, exc.message, dialect),
+        error_body(status, exc.message, dialect, param),
         status_code=status,
         media_type="application/json",
         headers=out,

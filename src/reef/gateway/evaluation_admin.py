@@ -22,9 +22,10 @@ from reef.core.errors import InvalidInputError, ReefError
 from reef.evaluation.results import EvaluationStore
 from reef.gateway.errors import error_response
 from reef.gateway.release_admin import _parse
-from reef.gateway.requests import check_scenario_name, read_json_object
+from reef.gateway.requests import check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
 from reef.releases import CandidateState
+from reef.releases.chain import MAX_PAGE  # EvaluationStore.list takes as many
 from reef.releases.values import CANDIDATE_STATES
 
 
@@ -33,10 +34,7 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def _limit(request: Request, default: int = 50) -> int:
-    raw = request.query_params.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-        raise InvalidInputError(f"limit must be an integer between 1 and 1000, got {raw!r}")
-    return int(raw)
+    return query_int(request, "limit", default, 1, MAX_PAGE)
 
 
 class AbandonIn(BaseModel):

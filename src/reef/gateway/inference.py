@@ -16,6 +16,7 @@ from starlette.responses import Response, StreamingResponse
 from reef.core import dumps, new_id
 from reef.core.errors import InvalidInputError, ReefError
 from reef.gateway.activation import ServingRelease
+from reef.gateway.body_checks import check_anthropic_messages, check_openai_chat
 from reef.gateway.capture import (
     Api,
     Exchange,
@@ -25,7 +26,6 @@ from reef.gateway.capture import (
 from reef.gateway.errors import ErrorDialect, UnsupportedRouteError, error_body, error_response
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
-    check_messages,
     read_json_object,
     reef_headers,
 )
@@ -108,7 +108,10 @@ class InferenceRoutes:
         state = self.state
         principal = state.auth.authenticate(request)
         body = await read_json_object(request, state.settings.server.max_body_bytes)
-        check_messages(body)
+        if api == "openai.chat":
+            check_openai_chat(body)
+        else:
+            check_anthropic_messages(body)
         headers = reef_headers(request, body)
         principal.check_scenario(headers.scenario)
         activation = state.activation

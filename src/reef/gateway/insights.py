@@ -22,12 +22,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps, loads
-from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.core.errors import NotFoundError, ReefError
 from reef.experience import schema as t
 from reef.experience.jobs import JobQueue
 from reef.experience.sqlengine import unavailable_on_failure
 from reef.gateway.errors import error_response
-from reef.gateway.requests import check_scenario_name
+from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
 from reef.harness.packing import read_bundle_archive
 from reef.releases import ReleaseManifest
@@ -41,10 +41,7 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def _limit(request: Request, default: int, most: int) -> int:
-    raw = request.query_params.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
-        raise InvalidInputError(f"limit must be an integer between 1 and {most}, got {raw!r}")
-    return int(raw)
+    return query_int(request, "limit", default, 1, most)
 
 
 def learning_curve(engine: Engine, scenario: str, limit: int = 200) -> list[dict[str, Any]]:

@@ -14,8 +14,9 @@ from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
 from reef.experience.jobs import JobQueue
 from reef.gateway.errors import error_response
-from reef.gateway.requests import check_scenario_name, read_json_object
+from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
+from reef.releases.chain import MAX_PAGE
 
 _ACTOR_PREFIX = "api:"
 
@@ -91,12 +92,8 @@ class ReleaseAdminRoutes:
         try:
             self.state.auth.authenticate(request).require_admin()
             scenario = check_scenario_name(request.path_params["scenario"])
-            try:
-                limit = int(request.query_params.get("limit", "50"))
-                before = request.query_params.get("before_seq")
-                before_seq = int(before) if before is not None else None
-            except ValueError as exc:
-                raise InvalidInputError(f"bad query parameter: {exc}") from exc
+            limit = query_int(request, "limit", 50, 1, MAX_PAGE)
+            before_seq = query_int(request, "before_seq", None, 1, MAX_QUERY_INT)
             found = await asyncio.to_thread(
                 self.state.activation.chain.releases, scenario, limit, before_seq
             )

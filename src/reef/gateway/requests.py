@@ -1,24 +1,48 @@
-"""Reading what a client sent: the JSON body within limits, and Reef's request headers."""
+"""Reading what a client sent: the JSON body and query parameters within limits, and
+Reef's request headers within theirs.
+
+Every value Reef stores from a header has a limit here (module constants rather than
+settings: they bound what one request may write, not how a deployment runs), and
+docs/http-api.md lists them; ``tests/gateway/test_header_limits.py`` holds them to it.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast, overload
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from reef.core.errors import InvalidInputError
+from reef.core.jsoncodec import MAX_DEPTH, deeper_than
 from reef.experience import Purpose
 from reef.gateway.errors import PayloadTooLargeError
 
-_SCENARIO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+SCENARIO_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+_SCENARIO_RE = re.compile(SCENARIO_PATTERN)
 _TAG_PREFIX = "x-reef-tag-"
 # What a caller may declare: evaluation traffic is recorded but never trained on.
 # ("canary" is set by the gateway itself for the canary arm of live traffic.)
 _CALLER_PURPOSES = ("serve", "eval")
 SCENARIO_MODEL_PREFIX = "reef/"
+
+MAX_SESSION_ID_CHARS: Final = 128
+# Characters that travel in a URL path segment unencoded, so every session id a client
+# may set reads back through GET /reef/scenarios/{s}/sessions/{id}; the first one is a
+# letter or digit, so no id is a "." or ".." segment that clients collapse.
+SESSION_ID_PATTERN: Final = rf"[A-Za-z0-9][A-Za-z0-9._:@~+=-]{{0,{MAX_SESSION_ID_CHARS - 1}}}"
+_SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
+MAX_IDEMPOTENCY_KEY_CHARS: Final = 256  # as the feedback body's idempotency_key
+MAX_RELEASE_ID_CHARS: Final = 128
+MAX_TAG_NAME_CHARS: Final = 64
+MAX_TAG_VALUE_CHARS: Final = 256
+MAX_TAGS: Final = 32
+# A plain decimal integer small enough for SQLite; int() alone also takes "²", " 5", "+5".
+_QUERY_INT_RE = re.compile(r"-?[0-9]{1,19}")
+MAX_QUERY_INT: Final = 2**63 - 1
 
 
 async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -51,30 +75,29 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if exc.msg.startswith("depth limit"):  # orjson's own, far past ours
+            raise _too_deep() from exc
         raise InvalidInputError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidInputError("request body must be a JSON object")
+    # A body with no more brackets than the limit cannot nest past it: most skip the walk.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and deeper_than(body):
+        raise _too_deep()
     return body
 
 
-def check_messages(body: dict[str, Any]) -> list[Any]:
-    """The non-empty ``messages`` list, or ``InvalidInputError`` naming the problem."""
-    messages = body.get("messages")
-    if messages is None:
-        raise InvalidInputError("request body is missing 'messages'")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidInputError("'messages' must be a non-empty array")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise InvalidInputError(f"messages[{index}] must be an object with a 'role'")
-    return messages
+def _too_deep() -> InvalidInputError:
+    return InvalidInputError(
+        f"request body nests arrays and objects deeper than {MAX_DEPTH} levels "
+        f"(the limit is {MAX_DEPTH})"
+    )
 
 
 def check_scenario_name(name: str) -> str:
     """``name`` if it is a valid scenario name, else ``InvalidInputError``."""
     if not _SCENARIO_RE.fullmatch(name):
         raise InvalidInputError(
-            f"invalid scenario name {name!r}: use 1-64 letters, digits, '.', '_' or '-'"
+            f"invalid scenario name {name[:80]!r}: use 1-64 letters, digits, '.', '_' or '-'"
         )
     return name
 
@@ -102,29 +125,113 @@ def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
         key = raw_key.decode("latin-1")
         if key.startswith("x-reef-"):
             headers[key] = raw_value.decode("latin-1")
+    tags = _tags(headers)
     scenario = headers.get("x-reef-scenario")
     if not scenario and body is not None:
         model = body.get("model")
         if isinstance(model, str) and model.startswith(SCENARIO_MODEL_PREFIX):
             scenario = model[len(SCENARIO_MODEL_PREFIX) :]
     scenario = check_scenario_name(scenario or "default")
+    capture = headers.get("x-reef-capture", "on").strip().lower() not in ("off", "0", "false")
+    purpose = headers.get("x-reef-purpose", "serve").strip().lower() or "serve"
+    if purpose not in _CALLER_PURPOSES:
+        raise InvalidInputError(
+            f"x-reef-purpose must be one of {', '.join(_CALLER_PURPOSES)}, not {purpose[:40]!r}"
+        )
+    return ReefHeaders(
+        scenario=scenario,
+        session_id=_session_id(headers.get("x-reef-session") or None),
+        release=_bounded(headers, "x-reef-release", MAX_RELEASE_ID_CHARS),
+        capture=capture,
+        tags=tags,
+        idempotency_key=_bounded(headers, "x-reef-idempotency-key", MAX_IDEMPOTENCY_KEY_CHARS),
+        purpose=cast(Purpose, purpose),
+    )
+
+
+def _session_id(value: str | None) -> str | None:
+    if value is not None:
+        _check_length("x-reef-session", value, MAX_SESSION_ID_CHARS)
+        if not _SESSION_ID_RE.fullmatch(value):
+            raise InvalidInputError(
+                "header x-reef-session must be letters, digits and '._:@~+=-', starting "
+                f"with a letter or digit (so it reads back by URL), not {value!r}"
+            )
+    return value
+
+
+def _bounded(headers: dict[str, str], name: str, limit: int) -> str | None:
+    value = headers.get(name) or None
+    if value is not None:
+        _check_length(name, value, limit)
+    return value
+
+
+def _tags(headers: dict[str, str]) -> dict[str, str]:
+    """The ``x-reef-tag-<name>`` headers as ``{name: value}``, within their limits."""
     tags = {
         key[len(_TAG_PREFIX) :]: value
         for key, value in headers.items()
         if key.startswith(_TAG_PREFIX) and len(key) > len(_TAG_PREFIX)
     }
-    capture = headers.get("x-reef-capture", "on").strip().lower() not in ("off", "0", "false")
-    purpose = headers.get("x-reef-purpose", "serve").strip().lower() or "serve"
-    if purpose not in _CALLER_PURPOSES:
+    if len(tags) > MAX_TAGS:
         raise InvalidInputError(
-            f"x-reef-purpose must be one of {', '.join(_CALLER_PURPOSES)}, not {purpose!r}"
+            f"{len(tags)} x-reef-tag-* headers sent; the limit is {MAX_TAGS} tags per request"
         )
-    return ReefHeaders(
-        scenario=scenario,
-        session_id=headers.get("x-reef-session") or None,
-        release=headers.get("x-reef-release") or None,
-        capture=capture,
-        tags=tags,
-        idempotency_key=headers.get("x-reef-idempotency-key") or None,
-        purpose=cast(Purpose, purpose),
-    )
+    for name, value in tags.items():
+        if len(name) > MAX_TAG_NAME_CHARS:
+            raise InvalidInputError(
+                f"header {_TAG_PREFIX}{name[:100]} names a tag of {len(name)} characters; "
+                f"the limit is {MAX_TAG_NAME_CHARS} characters"
+            )
+        _check_length(_TAG_PREFIX + name, value, MAX_TAG_VALUE_CHARS)
+    return tags
+
+
+def _check_length(header: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidInputError(
+            f"header {header} is {len(value)} characters; the limit is {limit} characters"
+        )
+
+
+@overload
+def query_int(request: Request, name: str, default: int, lowest: int, highest: int) -> int: ...
+
+
+@overload
+def query_int(
+    request: Request, name: str, default: None, lowest: int, highest: int
+) -> int | None: ...
+
+
+def query_int(
+    request: Request, name: str, default: int | None, lowest: int, highest: int
+) -> int | None:
+    """The integer query parameter ``name`` (``default`` when absent); ``InvalidInputError``
+    naming it unless it is a plain decimal integer from ``lowest`` to ``highest``."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not _QUERY_INT_RE.fullmatch(raw) or not lowest <= int(raw) <= highest:
+        raise InvalidInputError(
+            f"query parameter {name!r} must be an integer from {lowest} to {highest}, "
+            f"not {raw[:40]!r}"
+        )
+    return int(raw)
+
+
+def query_number(request: Request, name: str) -> float | None:
+    """The finite number query parameter ``name``, or ``None`` when absent."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise InvalidInputError(
+            f"query parameter {name!r} must be a finite number, not {raw[:40]!r}"
+        )
+    return value

@@ -1,0 +1,250 @@
+"""Type checks of an inference request body, before Reef reads any of it.
+
+Translation, canonical hashing and harness rendering assume each dialect's shapes; a body
+that breaks them is refused here with a 400 naming the field (``InvalidFieldError``, so
+OpenAI-shaped errors carry it as ``param``) rather than failing deep inside with a 500.
+Only fields Reef itself reads are checked, for their type and for the bounds every server
+shares; every other field goes upstream unchanged, for the upstream to judge. ``null``
+counts as absent, as both APIs treat it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, NoReturn
+
+from reef.gateway.errors import InvalidFieldError
+
+MAX_COUNT: Final = 2**31 - 1  # token counts: what every server keeps in a 32-bit int
+MAX_CHOICES: Final = 128  # OpenAI's own bound on ``n``
+_INT64: Final = 2**63
+ANTHROPIC_TOOL_CHOICES: Final = ("auto", "any", "tool", "none")
+_CONTENT: Final = "a string or an array of content blocks"
+
+
+def check_openai_chat(body: dict[str, Any]) -> None:
+    """Raise ``InvalidFieldError`` unless what Reef reads of a chat-completions body has
+    the type the OpenAI API gives it."""
+    for index, message in enumerate(check_messages(body)):
+        where = f"messages[{index}]"
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            for part_index, part in enumerate(_array(content, f"{where}.content", _CONTENT)):
+                _typed_object(part, f"{where}.content[{part_index}]", "a content part")
+        for call_index, call in enumerate(_optional_array(message, "tool_calls", where)):
+            field = f"{where}.tool_calls[{call_index}]"
+            function = _object(call, field).get("function")
+            if function is not None:
+                _optional_string(
+                    _object(function, f"{field}.function"), "name", field + ".function"
+                )
+        for key in ("tool_call_id", "name"):
+            _optional_string(message, key, where)
+    _common(body)
+    options = body.get("stream_options")
+    if options is not None:
+        _optional_boolean(_object(options, "stream_options"), "include_usage", "stream_options")
+    for index, tool in enumerate(_optional_array(body, "tools")):
+        function = _object(tool, f"tools[{index}]").get("function")
+        if function is not None:
+            _optional_string(
+                _object(function, f"tools[{index}].function"), "name", f"tools[{index}].function"
+            )
+    choice = body.get("tool_choice")
+    if choice is not None and not isinstance(choice, str | dict):
+        _refuse("tool_choice", "a string or an object", choice)
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        _strings(stop, "stop", "a string or an array of strings")
+    _integer(body, "n", 1, MAX_CHOICES)
+    _integer(body, "max_completion_tokens", 1, MAX_COUNT)
+    _integer(body, "seed", -_INT64, _INT64 - 1)
+    for key in ("presence_penalty", "frequency_penalty"):
+        _number(body, key, None, None)
+
+
+def check_anthropic_messages(body: dict[str, Any]) -> None:
+    """Raise ``InvalidFieldError`` unless what Reef reads of a Messages body has the type
+    the Anthropic API gives it."""
+    for index, message in enumerate(check_messages(body)):
+        _content_blocks(message.get("content"), f"messages[{index}].content", required=True)
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        for index, block in enumerate(
+            _array(system, "system", "a string or an array of text blocks")
+        ):
+            _block(block, f"system[{index}]")
+    _common(body)
+    for index, tool in enumerate(_optional_array(body, "tools")):
+        where = f"tools[{index}]"
+        tool = _object(tool, where)
+        _optional_string(tool, "name", where)
+        _optional_string(tool, "description", where)
+        if tool.get("input_schema") is not None:
+            _object(tool["input_schema"], f"{where}.input_schema")
+    _tool_choice(body.get("tool_choice"))
+    metadata = body.get("metadata")
+    if metadata is not None:
+        _optional_string(_object(metadata, "metadata"), "user_id", "metadata")
+    if body.get("stop_sequences") is not None:
+        _strings(body["stop_sequences"], "stop_sequences", "an array of strings")
+    _integer(body, "top_k", 0, MAX_COUNT)
+
+
+def check_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The non-empty ``messages`` list of objects with a ``role``, or ``InvalidFieldError``
+    naming the problem."""
+    messages = body.get("messages")
+    if messages is None:
+        raise InvalidFieldError("messages", "request body is missing 'messages'")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidFieldError("messages", "'messages' must be a non-empty array")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidFieldError(
+                f"messages[{index}]", f"messages[{index}] must be an object with a 'role'"
+            )
+    return messages
+
+
+def _common(body: dict[str, Any]) -> None:
+    """Fields both dialects share."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        _refuse("model", "a string", model)
+    _optional_boolean(body, "stream", None)
+    _integer(body, "max_tokens", 1, MAX_COUNT)
+    _number(body, "temperature", 0, None)
+    _number(body, "top_p", 0, 1)
+
+
+def _content_blocks(value: Any, field: str, required: bool) -> None:
+    if value is None and not required:
+        return
+    if isinstance(value, str):
+        return
+    for index, block in enumerate(_array(value, field, _CONTENT)):
+        _block(block, f"{field}[{index}]")
+
+
+def _block(value: Any, field: str) -> None:
+    """One Anthropic content block: the fields the translation reads."""
+    block = _typed_object(value, field, "a content block")
+    kind = block["type"]
+    if kind == "text":
+        if not isinstance(block.get("text"), str):
+            _refuse(f"{field}.text", "a string", block.get("text"))
+    elif kind == "image":
+        if block.get("source") is not None:
+            _object(block["source"], f"{field}.source")
+    elif kind == "tool_use":
+        for key in ("id", "name"):
+            _optional_string(block, key, field)
+        if block.get("input") is not None:
+            _object(block["input"], f"{field}.input")
+    elif kind == "tool_result":
+        _optional_string(block, "tool_use_id", field)
+        _optional_boolean(block, "is_error", field)
+        _content_blocks(block.get("content"), f"{field}.content", required=False)
+
+
+def _tool_choice(choice: Any) -> None:
+    if choice is None:
+        return
+    choice = _object(choice, "tool_choice", 'an object such as {"type": "auto"}')
+    if choice.get("type") not in ANTHROPIC_TOOL_CHOICES:
+        raise InvalidFieldError(
+            "tool_choice.type",
+            f"'tool_choice.type' must be one of {', '.join(ANTHROPIC_TOOL_CHOICES)}, "
+            f"not {_shown(choice.get('type'))}",
+        )
+    if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
+        _refuse("tool_choice.name", "a string (the tool to call)", choice.get("name"))
+    _optional_boolean(choice, "disable_parallel_tool_use", "tool_choice")
+
+
+# -- the primitives ----------------------------------------------------------------------
+
+
+def _shown(value: Any) -> str:
+    """What was sent, briefly: a number or short string itself, else its JSON type."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else "a long string"
+    if isinstance(value, list):
+        return "an array"
+    return "null" if value is None else "an object"
+
+
+def _refuse(field: str, expected: str, value: Any) -> NoReturn:
+    raise InvalidFieldError(field, f"'{field}' must be {expected}, not {_shown(value)}")
+
+
+def _object(value: Any, field: str, expected: str = "an object") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _refuse(field, expected, value)
+    return value
+
+
+def _typed_object(value: Any, field: str, what: str) -> dict[str, Any]:
+    block = _object(value, field, f"{what} (an object with a 'type')")
+    if not isinstance(block.get("type"), str):
+        _refuse(f"{field}.type", "a string", block.get("type"))
+    return block
+
+
+def _array(value: Any, field: str, expected: str = "an array") -> list[Any]:
+    if not isinstance(value, list):
+        _refuse(field, expected, value)
+    return value
+
+
+def _strings(value: Any, field: str, expected: str) -> None:
+    for index, item in enumerate(_array(value, field, expected)):
+        if not isinstance(item, str):
+            _refuse(f"{field}[{index}]", "a string", item)
+
+
+def _joined(parent: str | None, key: str) -> str:
+    return key if parent is None else f"{parent}.{key}"
+
+
+def _optional_array(owner: dict[str, Any], key: str, parent: str | None = None) -> list[Any]:
+    value = owner.get(key)
+    return [] if value is None else _array(value, _joined(parent, key))
+
+
+def _optional(owner: dict[str, Any], key: str, parent: str | None, kind: type, what: str) -> None:
+    value = owner.get(key)
+    if value is not None and not isinstance(value, kind):
+        _refuse(_joined(parent, key), what, value)
+
+
+def _optional_string(owner: dict[str, Any], key: str, parent: str | None) -> None:
+    _optional(owner, key, parent, str, "a string")
+
+
+def _optional_boolean(owner: dict[str, Any], key: str, parent: str | None) -> None:
+    _optional(owner, key, parent, bool, "a boolean")
+
+
+def _integer(body: dict[str, Any], key: str, lowest: int, highest: int) -> None:
+    value = body.get(key)
+    if value is None:
+        return
+    # bool is an int in Python, not in JSON; integers past 64 bits arrive as floats.
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
+        _refuse(key, f"an integer from {lowest} to {highest}", value)
+
+
+def _number(body: dict[str, Any], key: str, lowest: float | None, highest: float | None) -> None:
+    value = body.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _refuse(key, "a number", value)
+    if (lowest is not None and value < lowest) or (highest is not None and value > highest):
+        bounds = f"at least {lowest}" if highest is None else f"from {lowest} to {highest}"
+        _refuse(key, f"a number {bounds}", value)

@@ -1,0 +1,62 @@
+"""Admin listing query parameters are bounded: anything else is a 400 naming the
+parameter, never a 500 (an integer too large for SQLite, a digit `int()` refuses)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gateway.harness import GatewayThread
+from tests.gateway.rawhttp import call
+
+S = "/reef/scenarios/support"
+LISTINGS = [
+    (f"{S}/records", 500),
+    (f"{S}/releases", 1000),
+    (f"{S}/candidates", 1000),
+    (f"{S}/evaluations", 1000),
+    (f"{S}/curve", 1000),
+    (f"{S}/jobs", 1000),
+]
+NOT_AN_INTEGER = ["abc", "1.5", "1e3", "%C2%B2", "%EF%BC%91", "", "%2B5", "%205", "0x10"]
+OUT_OF_RANGE = ["0", "-1", "-100000000000000000000", "99999999999999999999", "9" * 40]
+
+
+@pytest.mark.parametrize(("path", "most"), LISTINGS)
+@pytest.mark.parametrize("value", NOT_AN_INTEGER + OUT_OF_RANGE)
+def test_a_bad_limit_is_400_naming_it(
+    module_gateway: GatewayThread, path: str, most: int, value: str
+) -> None:
+    response = call(module_gateway.port, "GET", f"{path}?limit={value}")
+    assert response.status == 400, response.body
+    message = response.json()["error"]["message"]
+    assert "'limit'" in message and f"1 to {most}" in message, message
+
+
+@pytest.mark.parametrize(("path", "most"), LISTINGS)
+def test_limits_within_bounds_are_served(
+    module_gateway: GatewayThread, path: str, most: int
+) -> None:
+    for value in ("1", str(most)):
+        assert call(module_gateway.port, "GET", f"{path}?limit={value}").status == 200
+
+
+@pytest.mark.parametrize("value", NOT_AN_INTEGER + OUT_OF_RANGE + ["-1e20", str(2**63)])
+def test_a_bad_before_seq_is_400_naming_it(module_gateway: GatewayThread, value: str) -> None:
+    response = call(module_gateway.port, "GET", f"{S}/releases?before_seq={value}")
+    assert response.status == 400, response.body
+    assert "'before_seq'" in response.json()["error"]["message"]
+
+
+def test_before_seq_within_bounds_is_served(module_gateway: GatewayThread) -> None:
+    for value in ("1", str(2**63 - 1)):
+        response = call(module_gateway.port, "GET", f"{S}/releases?before_seq={value}")
+        assert response.status == 200, response.body
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "x"])
+def test_a_min_score_that_is_not_a_finite_number_is_400(
+    module_gateway: GatewayThread, value: str
+) -> None:
+    response = call(module_gateway.port, "GET", f"{S}/records?min_score={value}")
+    assert response.status == 400, response.body
+    assert "'min_score'" in response.json()["error"]["message"]

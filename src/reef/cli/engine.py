@@ -57,8 +57,11 @@ def serve(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from reef.core.errors import optional_dependency
     from reef.engine.errors import ModelSourceError
-    from reef.engine.server import run_server
+
+    with optional_dependency("local", "the embedded engine"):
+        from reef.engine.server import run_server
 
     def announce(bound: int) -> None:
         print(ready_line(ReadyInfo(host, bound, model)), flush=True)

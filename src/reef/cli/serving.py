@@ -12,6 +12,7 @@ import uvicorn
 from pydantic import SecretStr
 
 from reef.config import ApiKeyConfig, ReefSettings
+from reef.core.errors import require_extra
 from reef.experience import SQLExperienceStore, open_store
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
@@ -83,6 +84,8 @@ def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
     engines: list[LocalEngine] = []
     if any(config.type == "local" for config in settings.upstreams.values()):
         from reef.cli.local_engine import start_local_upstreams
+
+        require_extra("local", "the embedded engine (an upstream of type: local)")
 
         resolved, engines = start_local_upstreams(dict(settings.upstreams), settings.home)
         settings = settings.model_copy(update={"upstreams": resolved})

@@ -14,7 +14,7 @@ from itertools import islice
 from typing import IO, Any, Literal
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import InvalidInputError, MissingExtraError, optional_dependency
 from reef.experience.records import FeedbackView, RecordView
 from reef.experience.store import ExperienceStore
 
@@ -22,7 +22,7 @@ ExportFormat = Literal["jsonl", "parquet"]
 PARQUET_BATCH = 1000
 
 
-class ParquetUnavailableError(ReefError):
+class ParquetUnavailableError(MissingExtraError):
     """Parquet export needs pyarrow, which is not installed."""
 
 
@@ -109,13 +109,9 @@ def _write_jsonl(records: Iterator[RecordView], stream: IO[bytes]) -> int:
 
 
 def _pyarrow() -> Any:
-    try:
+    with optional_dependency("parquet", "Parquet export", ParquetUnavailableError):
         import pyarrow
         import pyarrow.parquet
-    except ImportError as error:
-        raise ParquetUnavailableError(
-            "Parquet export needs pyarrow: pip install 'reef-agent[parquet]'"
-        ) from error
     return pyarrow
 
 

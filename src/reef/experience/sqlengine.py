@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from reef.core.errors import InvalidInputError
+from reef.core.errors import InvalidInputError, optional_dependency
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.migrations import SQLITE_BEGIN_OPTION
 
@@ -45,10 +45,12 @@ def store_url(url: str) -> URL:
 
 
 def create_store_engine(url: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Engine:
-    """An engine for ``url``; creates the parent directory of a SQLite file."""
+    """An engine for ``url``; creates the parent directory of a SQLite file. Raises
+    ``MissingExtraError`` for PostgreSQL without psycopg (the ``postgres`` extra)."""
     parsed = store_url(url)
     if parsed.get_backend_name() == "postgresql":
-        return create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=32)
+        with optional_dependency("postgres", "a PostgreSQL store"):  # imports psycopg
+            return create_engine(parsed, pool_pre_ping=True, pool_size=8, max_overflow=32)
     assert parsed.database is not None
     Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import make_url
 
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import InvalidInputError, ReefError, optional_dependency
 
 HEADS_CHANNEL = "reef_heads"
 # PostgreSQL refuses payloads of 8000 bytes or more.
@@ -45,7 +45,8 @@ def listen_heads(
     connection. Needs psycopg (the ``postgres`` extra); raises ``InvalidInputError`` for
     a non-PostgreSQL URL.
     """
-    import psycopg
+    with optional_dependency("postgres", "following heads on PostgreSQL"):
+        import psycopg
 
     conninfo = _libpq_url(url)
     while not stop_event.is_set():

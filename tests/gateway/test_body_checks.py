@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
 from reef.core.jsoncodec import MAX_DEPTH
 from reef.experience import RecordFilter
+from reef.gateway.openapi import openapi_document
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import RawResponse, call
@@ -50,6 +52,13 @@ def assert_anthropic_400(response: RawResponse, *fragments: str) -> None:
     assert document["error"]["type"] == "invalid_request_error"
     for fragment in fragments:
         assert fragment in document["error"]["message"], document["error"]["message"]
+
+
+def documented_errors(schema: str, body: dict[str, Any]) -> list[str]:
+    """Where ``body`` breaks the OpenAPI document's schema ``schema`` (empty: it fits)."""
+    root = {"$ref": f"#/components/schemas/{schema}", **openapi_document()}
+    validator = jsonschema.Draft202012Validator(root)
+    return [error.json_path for error in validator.iter_errors(body)]
 
 
 def stored(gateway: GatewayThread, scenario: str) -> int:
@@ -181,6 +190,7 @@ def test_messages_with_a_field_of_the_wrong_type_is_400_naming_it(
         lambda: call(module_gateway.port, "POST", MESSAGES, body, headers),
     )
     assert_anthropic_400(response, f"'{field}'")
+    assert documented_errors("MessagesRequest", body), "the document allows what is refused"
 
 
 @pytest.mark.parametrize("headers", [TO_SUPPORT, TO_CLAUDE], ids=["translated", "passthrough"])
@@ -219,6 +229,7 @@ def test_messages_using_every_checked_field_correctly_is_served(
         "top_k": 5,
         "stream": False,
     }  # fmt: skip
+    assert documented_errors("MessagesRequest", body) == []
     response = call(module_gateway.port, "POST", MESSAGES, body, headers)
     assert response.status == 200, response.body
     assert response.json()["type"] == "message"
@@ -269,6 +280,7 @@ def test_chat_with_a_field_of_the_wrong_type_is_400_naming_it(
     )
     error = assert_openai_400(response, f"'{field}'")
     assert error["param"] == field
+    assert documented_errors("ChatCompletionRequest", body), "the document allows it"
 
 
 def test_the_openai_sdk_sees_the_field_as_param(module_gateway: GatewayThread) -> None:
@@ -313,6 +325,7 @@ def test_chat_using_every_checked_field_correctly_is_served(module_gateway: Gate
         "stream": None,
         "stream_options": None,
     }  # fmt: skip
+    assert documented_errors("ChatCompletionRequest", body) == []
     response = call(module_gateway.port, "POST", CHAT, body)
     assert response.status == 200, response.body
     assert response.json()["object"] == "chat.completion"

@@ -3,12 +3,17 @@ and its limit), and every session id it accepts can be read back through the adm
 
 from __future__ import annotations
 
+import re
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reef.core.jsoncodec import MAX_DEPTH
 from reef.experience import RecordFilter
+from reef.gateway.body_checks import MAX_CHOICES, MAX_COUNT
+from reef.gateway.openapi import INFERENCE_HEADERS, openapi_document
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_RELEASE_ID_CHARS,
@@ -99,7 +104,11 @@ def test_values_at_their_limits_are_stored_whole(module_gateway: GatewayThread) 
 # -- session ids -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("session", ["a/b", "../x", ".hidden", "two words", "-dash", "a?b", "é"])
+REFUSED_SESSIONS = ["a/b", "../x", ".hidden", "two words", "-dash", "a?b", "é", "a%2Fb"]
+ACCEPTED_SESSIONS = ["user-7:conv.2@app+x=1~", "a" * MAX_SESSION_ID_CHARS, "0", "A.B_C"]
+
+
+@pytest.mark.parametrize("session", REFUSED_SESSIONS)
 def test_a_session_id_outside_the_safe_charset_is_400(
     module_gateway: GatewayThread, session: str
 ) -> None:
@@ -115,9 +124,7 @@ def read_session(gateway: GatewayThread, session: str) -> RawResponse:
     return call(gateway.port, "GET", f"/reef/scenarios/support/sessions/{quoted}")
 
 
-@pytest.mark.parametrize(
-    "session", ["user-7:conv.2@app+x=1~", "a" * MAX_SESSION_ID_CHARS, "0", "A.B_C"]
-)
+@pytest.mark.parametrize("session", ACCEPTED_SESSIONS)
 def test_every_accepted_session_id_reads_back(module_gateway: GatewayThread, session: str) -> None:
     response = call(module_gateway.port, "POST", CHAT, BODY, {"x-reef-session": session})
     assert response.status == 200, response.body
@@ -134,3 +141,35 @@ def test_a_session_the_gateway_names_reads_back(module_gateway: GatewayThread) -
     read = read_session(module_gateway, response.headers["x-reef-session-id"])
     assert read.status == 200
     assert [turn["id"] for turn in read.json()["turns"]] == [response.headers["x-reef-record-id"]]
+
+
+def test_the_document_states_the_header_limits() -> None:
+    schemas = {header["name"]: header["schema"] for header in INFERENCE_HEADERS}
+    assert schemas["x-reef-session"]["maxLength"] == MAX_SESSION_ID_CHARS
+    assert schemas["x-reef-idempotency-key"]["maxLength"] == MAX_IDEMPOTENCY_KEY_CHARS
+    assert schemas["x-reef-release"]["maxLength"] == MAX_RELEASE_ID_CHARS
+    assert schemas["x-reef-scenario"]["maxLength"] == 64
+    session = re.compile(schemas["x-reef-session"]["pattern"])
+    assert all(session.search(s) for s in ACCEPTED_SESSIONS)
+    assert not any(session.search(s) for s in REFUSED_SESSIONS)
+    assert not session.search("s" * (MAX_SESSION_ID_CHARS + 1))
+    chat = openapi_document()["paths"]["/v1/chat/completions"]["post"]["description"]
+    assert f"Up to {MAX_TAGS} `x-reef-tag-<name>` headers" in chat
+    assert f"at most {MAX_TAG_NAME_CHARS} characters" in chat
+    assert f"at most {MAX_TAG_VALUE_CHARS})" in chat
+
+
+def test_docs_state_the_limits() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "http-api.md").read_text("utf-8")
+    rows = {
+        "x-reef-session": f"1-{MAX_SESSION_ID_CHARS} letters, digits and `._:@~+=-`",
+        "x-reef-idempotency-key": f"{MAX_IDEMPOTENCY_KEY_CHARS} characters",
+        "x-reef-release": f"{MAX_RELEASE_ID_CHARS} characters",
+        "x-reef-tag-<name>": f"{MAX_TAGS} tag headers per request; names of at most "
+        f"{MAX_TAG_NAME_CHARS} characters, values of at most {MAX_TAG_VALUE_CHARS}",
+    }
+    for header, limit in rows.items():
+        assert f"| `{header}` | {limit}" in docs, header
+    assert f"nested deeper than {MAX_DEPTH} levels" in docs
+    assert f"an integer from 1 to {MAX_COUNT}" in docs
+    assert f"an integer from 1 to {MAX_CHOICES}" in docs

@@ -3,8 +3,11 @@ parameter, never a 500 (an integer too large for SQLite, a digit `int()` refuses
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from reef.gateway.openapi import openapi_document
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 
@@ -60,3 +63,18 @@ def test_a_min_score_that_is_not_a_finite_number_is_400(
     response = call(module_gateway.port, "GET", f"{S}/records?min_score={value}")
     assert response.status == 400, response.body
     assert "'min_score'" in response.json()["error"]["message"]
+
+
+def documented(path: str, name: str) -> dict[str, Any]:
+    operation = openapi_document()["paths"][path.replace("/support", "/{scenario}")]["get"]
+    return next(p["schema"] for p in operation["parameters"] if p["name"] == name)
+
+
+@pytest.mark.parametrize(("path", "most"), LISTINGS)
+def test_the_document_states_each_bound(path: str, most: int) -> None:
+    assert documented(path, "limit") == {"type": "integer", "minimum": 1, "maximum": most}
+
+
+def test_the_document_states_the_bounds_of_before_seq() -> None:
+    schema = documented(f"{S}/releases", "before_seq")
+    assert (schema["minimum"], schema["maximum"]) == (1, 2**63 - 1)

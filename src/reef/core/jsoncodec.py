@@ -32,20 +32,23 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
 
 
 def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether ``value`` nests arrays and objects more than ``limit`` levels (a scalar is
-    0 levels, ``[]`` and ``{"a": 1}`` are 1). Walks level by level, visiting each array
-    and object once, and stops at the first level past ``limit``."""
-    containers: list[Any] = [value] if isinstance(value, dict | list) else []
+    """Whether ``value``, as parsed from JSON, nests arrays and objects more than ``limit``
+    levels (a scalar is 0 levels, ``[]`` and ``{"a": 1}`` are 1). Walks level by level,
+    visiting each array and object once, and stops at the first level past ``limit``."""
+    containers: list[Any] = [value] if type(value) is dict or type(value) is list else []
     depth = 0
     while containers:
         depth += 1
         if depth > limit:
             return True
         inner: list[Any] = []
+        add = inner.append
         for container in containers:
-            for item in container.values() if isinstance(container, dict) else container:
-                if isinstance(item, dict | list):
-                    inner.append(item)
+            # Exact type checks: a parser makes plain dicts and lists, and isinstance
+            # against both doubles the cost of this walk on long conversations.
+            for item in container.values() if type(container) is dict else container:
+                if type(item) is dict or type(item) is list:
+                    add(item)
         containers = inner
     return False
 

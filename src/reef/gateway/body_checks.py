@@ -25,20 +25,12 @@ def check_openai_chat(body: dict[str, Any]) -> None:
     """Raise ``InvalidFieldError`` unless what Reef reads of a chat-completions body has
     the type the OpenAI API gives it."""
     for index, message in enumerate(check_messages(body)):
-        where = f"messages[{index}]"
+        # Most messages are a role and a string: check them without building names.
         content = message.get("content")
-        if content is not None and not isinstance(content, str):
-            for part_index, part in enumerate(_array(content, f"{where}.content", _CONTENT)):
-                _typed_object(part, f"{where}.content[{part_index}]", "a content part")
-        for call_index, call in enumerate(_optional_array(message, "tool_calls", where)):
-            field = f"{where}.tool_calls[{call_index}]"
-            function = _object(call, field).get("function")
-            if function is not None:
-                _optional_string(
-                    _object(function, f"{field}.function"), "name", field + ".function"
-                )
-        for key in ("tool_call_id", "name"):
-            _optional_string(message, key, where)
+        if content is not None and type(content) is not str:
+            _openai_parts(content, f"messages[{index}].content")
+        if "tool_calls" in message or "tool_call_id" in message or "name" in message:
+            _openai_message_extras(message, f"messages[{index}]")
     _common(body)
     options = body.get("stream_options")
     if options is not None:
@@ -66,7 +58,9 @@ def check_anthropic_messages(body: dict[str, Any]) -> None:
     """Raise ``InvalidFieldError`` unless what Reef reads of a Messages body has the type
     the Anthropic API gives it."""
     for index, message in enumerate(check_messages(body)):
-        _content_blocks(message.get("content"), f"messages[{index}].content", required=True)
+        content = message.get("content")
+        if type(content) is not str:
+            _content_blocks(content, f"messages[{index}].content", required=True)
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         for index, block in enumerate(
@@ -104,6 +98,21 @@ def check_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
                 f"messages[{index}]", f"messages[{index}] must be an object with a 'role'"
             )
     return messages
+
+
+def _openai_parts(content: Any, field: str) -> None:
+    for index, part in enumerate(_array(content, field, _CONTENT)):
+        _typed_object(part, f"{field}[{index}]", "a content part")
+
+
+def _openai_message_extras(message: dict[str, Any], where: str) -> None:
+    for index, call in enumerate(_optional_array(message, "tool_calls", where)):
+        field = f"{where}.tool_calls[{index}]"
+        function = _object(call, field).get("function")
+        if function is not None:
+            _optional_string(_object(function, f"{field}.function"), "name", f"{field}.function")
+    for key in ("tool_call_id", "name"):
+        _optional_string(message, key, where)
 
 
 def _common(body: dict[str, Any]) -> None:

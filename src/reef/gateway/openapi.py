@@ -22,10 +22,24 @@ from starlette.responses import Response
 
 import reef
 from reef.core import dumps
+from reef.gateway.admin import MAX_RECORDS_PAGE
 from reef.gateway.evaluation_admin import AbandonIn
 from reef.gateway.feedback import FeedbackIn
+from reef.gateway.openapi_bodies import chat_completion_request, messages_request
 from reef.gateway.openapi_page import render_page
 from reef.gateway.release_admin import PromoteIn, RollbackIn
+from reef.gateway.requests import (
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_QUERY_INT,
+    MAX_RELEASE_ID_CHARS,
+    MAX_SESSION_ID_CHARS,
+    MAX_TAG_NAME_CHARS,
+    MAX_TAG_VALUE_CHARS,
+    MAX_TAGS,
+    SCENARIO_PATTERN,
+    SESSION_ID_PATTERN,
+)
+from reef.releases.chain import MAX_PAGE
 
 Access = Literal["none", "any", "inference", "admin"]
 """Who may call: no key ever; any valid key; an inference key allowed the scenario (or
@@ -70,20 +84,53 @@ def _query(name: str, description: str, schema: dict[str, Any] | None = None) ->
     return _param("query", name, description, schema)
 
 
-def _header(name: str, description: str) -> dict[str, Any]:
-    return _param("header", name, description)
+def _header(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _param("header", name, description, schema)
 
 
-SCENARIO = _path("scenario", "The scenario's name.")
-LIMIT = _query("limit", "Most items returned.", {"type": "integer", "minimum": 1})
+def _limit(most: int, default: int = 50) -> dict[str, Any]:
+    return _query(
+        "limit",
+        f"Most items returned (default {default}).",
+        {"type": "integer", "minimum": 1, "maximum": most},
+    )
+
+
+def _bounded(pattern: str | None, most: int) -> dict[str, Any]:
+    """A header value of at most ``most`` characters (matching ``pattern``, if any)."""
+    schema: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": most}
+    if pattern is not None:
+        schema["pattern"] = f"^{pattern}$"
+    return schema
+
+
+SCENARIO = _param("path", "scenario", "The scenario's name.", _bounded(SCENARIO_PATTERN, 64))
+LIMIT = _limit(MAX_PAGE)
 
 INFERENCE_HEADERS = (
-    _header("x-reef-scenario", "The scenario; else `model: reef/<scenario>`; else `default`."),
-    _header("x-reef-session", "The session; else inferred by message-prefix matching."),
-    _header("x-reef-release", "Pin a release or candidate of this scenario."),
+    _header(
+        "x-reef-scenario",
+        "The scenario; else `model: reef/<scenario>`; else `default`.",
+        _bounded(SCENARIO_PATTERN, 64),
+    ),
+    _header(
+        "x-reef-session",
+        "The session; else inferred by message-prefix matching. Letters, digits and "
+        "`._:@~+=-`, so it reads back at `/reef/scenarios/{scenario}/sessions/{session_id}`.",
+        _bounded(SESSION_ID_PATTERN, MAX_SESSION_ID_CHARS),
+    ),
+    _header(
+        "x-reef-release",
+        "Pin a release or candidate of this scenario.",
+        _bounded(None, MAX_RELEASE_ID_CHARS),
+    ),
     _header("x-reef-capture", "`off`: serve without recording."),
     _header("x-reef-purpose", "`serve` (default) or `eval` (recorded, never trained on)."),
-    _header("x-reef-idempotency-key", "A retry with the same key gets the first record's id."),
+    _header(
+        "x-reef-idempotency-key",
+        "A retry with the same key gets the first record's id.",
+        _bounded(None, MAX_IDEMPOTENCY_KEY_CHARS),
+    ),
 )
 """Request headers of the inference routes (``x-reef-tag-<name>`` too: stored as tags)."""
 
@@ -146,7 +193,8 @@ OPERATIONS: tuple[Operation, ...] = (
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/records", "records", "A scenario's records",
               "admin", "Newest first, paged by `cursor`; `next_cursor` is null on the last page.",
-              parameters=(SCENARIO, LIMIT, _query("cursor", "`next_cursor` of the last page."),
+              parameters=(SCENARIO, _limit(MAX_RECORDS_PAGE),
+                          _query("cursor", "`next_cursor` of the last page."),
                           _query("session", "Only this session."),
                           _query("has_feedback", "true or false.", {"type": "boolean"}),
                           _query("min_score", "Mean feedback score at least this.",
@@ -164,7 +212,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/reef/scenarios/{scenario}/releases", "releases", "The release chain",
               "admin", "Newest first.",
               parameters=(SCENARIO, LIMIT, _query("before_seq", "Only releases before this seq.",
-                                                  {"type": "integer"})),
+                                                  {"type": "integer", "minimum": 1,
+                                                   "maximum": MAX_QUERY_INT})),
               responses=_ADMIN_READ),
     Operation("post", "/reef/scenarios/{scenario}/rollback", "releases", "Roll back", "admin",
               "Appends a release whose components equal `to`'s and makes it the head.",
@@ -287,22 +336,6 @@ _ACCESS_TEXT = {
 }
 
 
-def _loose_request(title: str, required: list[str], description: str) -> dict[str, Any]:
-    """A dialect's request body: the fields Reef reads, anything else passed through."""
-    return {
-        "title": title,
-        "type": "object",
-        "description": description,
-        "required": required,
-        "properties": {
-            "model": {"type": "string", "description": "A model, or `reef/<scenario>`."},
-            "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
-            "stream": {"type": "boolean"},
-        },
-        "additionalProperties": True,
-    }
-
-
 def _schemas() -> dict[str, Any]:
     schemas: dict[str, Any] = {}
     for model in (FeedbackIn, RollbackIn, PromoteIn, AbandonIn):
@@ -316,12 +349,8 @@ def _schemas() -> dict[str, Any]:
     }
     report["required"] = ["references"]
     schemas["ReportIn"] = report
-    schemas["ChatCompletionRequest"] = _loose_request(
-        "ChatCompletionRequest", ["messages"], "An OpenAI chat completion request."
-    )
-    schemas["MessagesRequest"] = _loose_request(
-        "MessagesRequest", ["messages", "max_tokens"], "An Anthropic messages request."
-    )
+    schemas["ChatCompletionRequest"] = chat_completion_request()
+    schemas.update(messages_request())
     schemas["Error"] = {
         "title": "Error",
         "description": "OpenAI-shaped error (`/v1/messages` answers Anthropic's "
@@ -383,7 +412,11 @@ def _operation(operation: Operation) -> dict[str, Any]:
         parameters += INFERENCE_HEADERS
     description = operation.description
     if operation.inference:
-        description += " Any `x-reef-tag-<name>` header is stored as tag `<name>`."
+        description += (
+            f" Up to {MAX_TAGS} `x-reef-tag-<name>` headers are stored as tags `<name>` "
+            f"(names of at most {MAX_TAG_NAME_CHARS} characters, values of at most "
+            f"{MAX_TAG_VALUE_CHARS}); more, or longer, is a 400."
+        )
     out: dict[str, Any] = {
         "operationId": _operation_id(operation),
         "tags": [operation.tag],

@@ -66,7 +66,14 @@ def test_every_route_is_documented() -> None:
     missing = []
     for path in routes:
         short = path.replace("{scenario}", "{s}")
-        for name in ("record_id", "session_id", "release_id", "candidate_id", "evaluation_id"):
+        for name in (
+            "record_id",
+            "session_id",
+            "release_id",
+            "candidate_id",
+            "evaluation_id",
+            "feedback_id",
+        ):
             short = short.replace("{" + name + "}", "{id}")
         if path not in documented and short not in documented:
             missing.append(path)

@@ -106,7 +106,7 @@ def run_command(
         results = score_answers(
             items, answers, {"type": scorer}, ScorerRegistry(), ScorerContext(), 48
         )
-        decision = decide_results(results, [], rule)
+        decision = decide_results(results, [], rule, items)
         meta = {
             "scenario": scenario,
             "candidate": candidate,

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from reef.core.trust import Trust, parse_trust
+
 
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are frozen."""
@@ -102,6 +104,17 @@ class ScenarioConfig(Section):
         description="A learning recipe (YAML: trigger, selection, learners, gate) that the "
         "worker runs for this scenario; none: the scenario does not learn.",
     )
+    trust: dict[str, str] = Field(
+        default_factory=dict,
+        description="Trust levels of keys in this scenario, by key id (operator, user or "
+        "untrusted); they override the keys' own `trust`.",
+    )
+
+    @model_validator(mode="after")
+    def _trust_levels(self) -> ScenarioConfig:
+        for key_id, level in self.trust.items():
+            parse_trust(level, f"trust of api key {key_id!r}")
+        return self
 
 
 class StoreConfig(Section):
@@ -175,9 +188,18 @@ class ApiKeyConfig(Section):
     scenarios: list[str] | None = Field(
         default=None, description="Limit an inference key to these scenarios."
     )
+    trust: str | None = Field(
+        default=None,
+        description="How far what this key sends is trusted: operator, user or untrusted "
+        "(default: operator for admin keys, user for inference keys). Feedback keeps the "
+        "level its author had; the gate counts evidence below the recipe's "
+        "`gate.evidence_min_trust` only when no single author decides the outcome.",
+    )
 
     @model_validator(mode="after")
     def _hash_key(self) -> ApiKeyConfig:
+        if self.trust is not None:
+            parse_trust(self.trust, f"api key {self.id!r}")
         if (self.key is None) == (self.sha256 is None):
             raise ValueError(f"api key {self.id!r}: give exactly one of `key` or `sha256`")
         if self.key is not None:
@@ -187,6 +209,12 @@ class ApiKeyConfig(Section):
         elif not re.fullmatch(r"[0-9a-f]{64}", self.sha256 or ""):
             raise ValueError(f"api key {self.id!r}: sha256 must be 64 lowercase hex digits")
         return self
+
+    def trust_level(self) -> Trust:
+        """The key's own level (``trust``, else by role)."""
+        if self.trust is not None:
+            return parse_trust(self.trust, f"api key {self.id!r}")
+        return "operator" if self.role == "admin" else "user"
 
 
 class AuthConfig(Section):
@@ -319,7 +347,28 @@ class ReefSettings(BaseSettings):
         ids = [key.id for key in self.auth.keys]
         if len(ids) != len(set(ids)):
             raise ValueError("api key ids must be unique")
+        for name, scenario in self.scenarios.items():
+            unknown = sorted(set(scenario.trust) - set(ids))
+            if unknown:
+                raise ValueError(
+                    f"scenario {name!r} sets the trust of unknown api key(s) {unknown}; "
+                    f"configured keys: {sorted(ids)}"
+                )
         return self
+
+    def trust_of(self, key_id: str | None, scenario: str) -> Trust:
+        """The trust level of ``key_id`` in ``scenario``: the scenario's override, else the
+        key's own level. With no keys configured (``key_id`` None) the caller is the
+        operator."""
+        if key_id is None:
+            return "operator"
+        override = self.scenario(scenario).trust.get(key_id)
+        if override is not None:
+            return parse_trust(override, f"trust of api key {key_id!r}")
+        for key in self.auth.keys:
+            if key.id == key_id:
+                return key.trust_level()
+        return "untrusted"
 
     def gateway_url(self) -> str:
         """Where the evaluation gate calls the gateway (``evaluation.gateway_url`` or this

@@ -1,4 +1,4 @@
-"""Core values shared by every package: ids, the error root, JSON and hashing.
+"""Core values shared by every package: ids, the error root, JSON and hashing, trust levels.
 
 Owns: UUIDv7 ids, ``ReefError`` and its generic categories, canonical JSON and digests.
 Does not own: anything that knows about HTTP, SQL, models or configuration; ``core``
@@ -16,17 +16,23 @@ from reef.core.errors import (
 )
 from reef.core.ids import new_id
 from reef.core.jsoncodec import canonical_json, dumps, loads, sha256_hex
+from reef.core.trust import TRUST_LEVELS, Trust, at_least, parse_trust, trust_rank
 
 __all__ = [
+    "TRUST_LEVELS",
     "ConflictError",
     "InvalidInputError",
     "NotFoundError",
     "PermissionDeniedError",
     "ReefError",
+    "Trust",
     "UnauthenticatedError",
+    "at_least",
     "canonical_json",
     "dumps",
     "loads",
     "new_id",
+    "parse_trust",
     "sha256_hex",
+    "trust_rank",
 ]

@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reef.core.trust import Trust
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -27,7 +29,9 @@ class GateRule(_Strict):
     """The decision rule: publish only when the candidate's mean beats the baseline's by
     at least ``min_improvement``, the lower bound of the paired bootstrap interval of the
     difference is above zero, no regression suite drops by more than ``max_regression``,
-    every safety probe passes and at least ``min_items`` items were evaluated."""
+    every safety probe passes and at least ``min_items`` items were evaluated — and, when
+    some evidence comes from authors below ``evidence_min_trust``, all of this still holds
+    with any one such author's items left out."""
 
     min_items: int = Field(default=20, ge=1, description="Fewest paired items for a decision.")
     min_improvement: float = Field(
@@ -43,6 +47,12 @@ class GateRule(_Strict):
         default=2000, ge=100, le=100_000, description="Bootstrap resamples."
     )
     seed: int = Field(default=0, description="Seed of the bootstrap (decisions are repeatable).")
+    evidence_min_trust: Trust = Field(
+        default="operator",
+        description="Evidence whose references were written by authors below this trust "
+        "level (operator, user, untrusted) counts only when the decision survives leaving "
+        "out any one author's items; evidence at or above it counts as it is.",
+    )
 
 
 class SafetyConfig(_Strict):

@@ -164,7 +164,7 @@ class Gate:
                 check_errors(answers, self.config.max_error_fraction)
             results = self._score(items, probes, answers)
             self.evaluations.add_results(evaluation_id, results)
-            decision = self._decide(results, planted)
+            decision = decide_results(results, planted, self.config, items)
         except Exception as error:
             self.evaluations.fail(evaluation_id, repr(error))
             raise
@@ -238,9 +238,6 @@ class Gate:
             self.scorer_context,
             self.config.safety.leak_min_chars,
         )
-
-    def _decide(self, results: list[ItemResult], planted: list[str]) -> Decision:
-        return decide_results(results, planted, self.config)
 
     # -- publishing ----------------------------------------------------------------------
 

@@ -147,6 +147,7 @@ def render_markdown(
     if decision.safety:
         lines += ["", "Safety findings:", ""] + [f"- {_line(s)}" for s in decision.safety]
     lines += ["", "## Suites", "", *_suite_table(decision)]
+    lines += _evidence_lines(decision.evidence)
     paired = sorted(
         ((d, item) for item in items if (d := item.difference) is not None), key=lambda p: p[0]
     )
@@ -158,6 +159,36 @@ def render_markdown(
     lines += _item_table(gains[:_LISTED])
     lines += ["", "## Per-item differences", "", f"![per-item differences]({PNG_NAME})", ""]
     return "\n".join(lines)
+
+
+def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
+    """Where the evidence came from and the leave-one-author-out checks."""
+    sources = evidence.get("sources") or []
+    if not sources:
+        return []
+    lines = [
+        "",
+        f"## Evidence (trusted at or above {_cell(str(evidence.get('min_trust')))})",
+        "",
+        "| suite | source | items | by trust | authors |",
+        "|---|---|---|---|---|",
+    ]
+    for row in sources:
+        by_trust = ", ".join(f"{level} {n}" for level, n in row["by_trust"].items())
+        authors = ", ".join(f"{name} {n}" for name, n in list(row["authors"].items())[:8])
+        lines.append(
+            f"| {_cell(row['suite'])} | {_cell(row['source'])} | {row['items']} | "
+            f"{_cell(by_trust)} | {_cell(authors or '-')} |"
+        )
+    checks = evidence.get("leave_one_out") or []
+    if checks:
+        lines += ["", "Leave-one-author-out:", ""]
+        lines += [
+            f"- without {_cell(check['author'])} ({check['items_removed']} items): "
+            f"{check['verdict']}, gain {_score(check['gain'])} on {check['items_left']} items"
+            for check in checks
+        ]
+    return lines
 
 
 def _suite_table(decision: Decision) -> list[str]:

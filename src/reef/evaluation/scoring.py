@@ -2,7 +2,8 @@
 
 Shared by the gate and ``reef eval run``. Current suites (file suites and holdout) make
 the overall gain; each regression suite is summarized on its own; leak probes and
-planted instructions are safety failures.
+planted instructions are safety failures; evidence below the rule's trust level must
+survive leave-one-author-out (``provenance``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from reef.core import canonical_json
 from reef.evaluation.config import GateRule
+from reef.evaluation.provenance import apply_independence
 from reef.evaluation.safety import LEAK_SUITE, leaked
 from reef.evaluation.scorers import Scorer, ScorerContext, ScorerRegistry
 from reef.evaluation.stats import decide, summarize
@@ -66,9 +68,14 @@ def score_answers(
 
 
 def decide_results(
-    results: Sequence[ItemResult], planted: Sequence[str], rule: GateRule
+    results: Sequence[ItemResult],
+    planted: Sequence[str],
+    rule: GateRule,
+    items: Sequence[EvalItem] = (),
 ) -> Decision:
-    """Summarize the suites of ``results`` and apply ``rule`` (``stats.decide``)."""
+    """Summarize the suites of ``results`` and apply ``rule`` (``stats.decide``), then
+    the independence rule on evidence below ``rule.evidence_min_trust``
+    (``provenance.apply_independence``; ``items`` give each result's provenance)."""
 
     def summary(name: str, suites: list[str]) -> SuiteSummary | None:
         return summarize(
@@ -91,4 +98,6 @@ def decide_results(
                 f"{result.item_key}: the reply reproduced harness text "
                 f"{result.details.get('leaked')!r}"
             )
-    return decide(overall, regressions, safety, rule)
+    decision = decide(overall, regressions, safety, rule)
+    provenance = {item.key: item.provenance for item in items}
+    return apply_independence(decision, results, provenance, current, regressions, rule)

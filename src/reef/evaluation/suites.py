@@ -163,6 +163,7 @@ def regression_suites(
                         scorer=item.scorer,
                         tags=item.tags,
                         params=item.params,
+                        provenance=item.provenance,
                     )
                 )
     return items

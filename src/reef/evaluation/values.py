@@ -9,9 +9,39 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reef.core.trust import Trust, parse_trust
+
 Arm = Literal["candidate", "baseline"]
 ARMS: tuple[Arm, Arm] = ("candidate", "baseline")
 Verdict = Literal["passed", "rejected"]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an item's reference came from: ``source`` (``file`` for an operator's suite,
+    ``holdout`` for held-out feedback, ``probe`` for safety probes), the trust level of its
+    least trusted author, and its authors (key ids; ``anonymous`` for feedback given with
+    no key). Items without one are the operator's (file suites)."""
+
+    source: str
+    trust: Trust = "operator"
+    authors: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"source": self.source, "trust": self.trust, "authors": list(self.authors)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        """The inverse of ``as_dict``."""
+        return cls(
+            source=str(data.get("source", "file")),
+            trust=parse_trust(data.get("trust", "operator"), "item provenance"),
+            authors=tuple(str(author) for author in data.get("authors") or ()),
+        )
+
+
+OPERATOR_FILE = Provenance("file")
 
 
 @dataclass(frozen=True)
@@ -33,6 +63,7 @@ class EvalItem:
     scorer: dict[str, Any] | None = None
     tags: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance = OPERATOR_FILE
 
     @property
     def key(self) -> str:
@@ -49,6 +80,7 @@ class EvalItem:
             "scorer": self.scorer,
             "tags": list(self.tags),
             "params": self.params,
+            "provenance": self.provenance.as_dict(),
         }
 
     @classmethod
@@ -62,6 +94,7 @@ class EvalItem:
             scorer=data.get("scorer"),
             tags=tuple(data.get("tags") or ()),
             params=dict(data.get("params") or {}),
+            provenance=Provenance.from_dict(data.get("provenance") or {}),
         )
 
 
@@ -180,6 +213,9 @@ class Decision:
     overall: SuiteSummary | None
     suites: list[SuiteSummary]
     safety: list[str] = field(default_factory=list)
+    # Where the evidence came from and how the independence rule judged it
+    # (``reef.evaluation.provenance``): sources, authors, leave-one-author-out.
+    evidence: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -200,4 +236,5 @@ class Decision:
             "overall": None if self.overall is None else self.overall.as_dict(),
             "suites": [s.as_dict() for s in self.suites],
             "safety": self.safety,
+            "evidence": self.evidence,
         }

@@ -15,6 +15,8 @@ compares them).
 
 from reef.experience.backends import open_store
 from reef.experience.errors import (
+    FeedbackNotFoundError,
+    FeedbackNotQuarantinedError,
     IdempotencyConflictError,
     RecordNotFoundError,
     SessionNotFoundError,
@@ -42,6 +44,8 @@ __all__ = [
     "REDACTED",
     "ExperienceStore",
     "FeedbackDraft",
+    "FeedbackNotFoundError",
+    "FeedbackNotQuarantinedError",
     "FeedbackView",
     "IdempotencyConflictError",
     "ParquetUnavailableError",

@@ -15,6 +15,22 @@ class RecordNotFoundError(NotFoundError):
         self.scenario = scenario
 
 
+class FeedbackNotFoundError(NotFoundError):
+    """No feedback with this id."""
+
+    def __init__(self, feedback_id: str) -> None:
+        super().__init__(f"feedback {feedback_id!r} not found")
+        self.feedback_id = feedback_id
+
+
+class FeedbackNotQuarantinedError(ConflictError):
+    """Only quarantined feedback can be released."""
+
+    def __init__(self, feedback_id: str) -> None:
+        super().__init__(f"feedback {feedback_id!r} is not quarantined")
+        self.feedback_id = feedback_id
+
+
 class SessionNotFoundError(NotFoundError):
     """The scenario has no records in this session."""
 

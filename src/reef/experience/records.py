@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from reef.core.trust import Trust
+
 RecordStatus = Literal["ok", "error", "aborted"]
 Purpose = Literal["serve", "eval", "canary"]
 
@@ -59,11 +61,19 @@ class FeedbackDraft:
     metadata: dict[str, Any]
     principal: str | None
     idempotency_key: str | None
+    # The principal's trust level now (kept with the row: a later change of the key's
+    # level does not rewrite what its feedback was worth when it was written).
+    trust: Trust = "operator"
 
 
 @dataclass(frozen=True)
 class FeedbackView:
-    """Stored feedback as reads return it."""
+    """Stored feedback as reads return it.
+
+    ``quarantine_reason`` is set when a learning run's screening quarantined it;
+    ``released_at`` when an admin released it. ``quarantined`` feedback is never trained
+    on or used as gate evidence.
+    """
 
     id: str
     scenario: str
@@ -75,6 +85,41 @@ class FeedbackView:
     principal: str | None
     idempotency_key: str | None
     created_at: datetime
+    trust: Trust = "operator"
+    quarantine_reason: str | None = None
+    quarantined_at: datetime | None = None
+    released_at: datetime | None = None
+    released_by: str | None = None
+
+    @property
+    def quarantined(self) -> bool:
+        """Held back by screening and not released."""
+        return self.quarantined_at is not None and self.released_at is None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the admin API)."""
+        return {
+            "id": self.id,
+            "scenario": self.scenario,
+            "record_ids": list(self.record_ids),
+            "score": self.score,
+            "feedback": self.feedback,
+            "correction": self.correction,
+            "metadata": self.metadata,
+            "principal": self.principal,
+            "trust": self.trust,
+            "idempotency_key": self.idempotency_key,
+            "created_at": self.created_at.isoformat(),
+            "quarantined": self.quarantined,
+            "quarantine_reason": self.quarantine_reason,
+            "quarantined_at": _iso(self.quarantined_at),
+            "released_at": _iso(self.released_at),
+            "released_by": self.released_by,
+        }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 @dataclass(frozen=True)

@@ -127,12 +127,20 @@ feedback = Table(
     Column("correction_json", Text, nullable=True),
     Column("metadata_json", Text, nullable=False),
     Column("principal", Text, nullable=True),
+    # The principal's trust level when the feedback was written (0006).
+    Column("trust", String(20), nullable=False),
     Column("idempotency_key", Text, nullable=True),
     # Canonical digest of the body, compared when an idempotency key is reused.
     Column("body_hash", HASH, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
+    # Quarantined by a learning run's screening; released by an admin (0006).
+    Column("quarantine_reason", Text, nullable=True),
+    Column("quarantined_at", UTCDateTime(), nullable=True),
+    Column("released_at", UTCDateTime(), nullable=True),
+    Column("released_by", Text, nullable=True),
     UniqueConstraint("scenario", "idempotency_key"),
     Index(None, "scenario", "created_at"),
+    Index(None, "scenario", "quarantined_at"),
 )
 
 feedback_refs = Table(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +24,8 @@ from reef.core import new_id
 from reef.core.errors import InvalidInputError
 from reef.experience import schema as t
 from reef.experience.errors import (
+    FeedbackNotFoundError,
+    FeedbackNotQuarantinedError,
     IdempotencyConflictError,
     RecordNotFoundError,
     SessionNotFoundError,
@@ -32,6 +34,7 @@ from reef.experience.errors import (
 from reef.experience.migrations import SQLITE_BEGIN_OPTION, upgrade
 from reef.experience.records import (
     FeedbackDraft,
+    FeedbackView,
     RecordDraft,
     RecordFilter,
     RecordPage,
@@ -58,6 +61,7 @@ from reef.experience.sqlrows import (
     decode_cursor,
     encode_cursor,
     feedback_body_hash,
+    feedback_view,
     json_text,
     optional_json_text,
     record_row,
@@ -253,6 +257,7 @@ class SQLExperienceStore(ExperienceStore):
             "correction_json": optional_json_text(draft.correction, "correction"),
             "metadata_json": json_text(draft.metadata or {}, "metadata"),
             "principal": draft.principal,
+            "trust": draft.trust,
             "idempotency_key": draft.idempotency_key,
             "body_hash": body_hash,
             "created_at": datetime.now(UTC),
@@ -293,6 +298,82 @@ class SQLExperienceStore(ExperienceStore):
         for record_id in record_ids:
             if record_id not in found:
                 raise RecordNotFoundError(record_id, scenario)
+
+    def get_feedback(self, feedback_id: str) -> FeedbackView:
+        with self._read() as conn:
+            found = self._feedback_views(conn, t.feedback.c.id == feedback_id, limit=1)
+        if not found:
+            raise FeedbackNotFoundError(feedback_id)
+        return found[0]
+
+    def list_feedback(
+        self,
+        scenario: str,
+        quarantined: bool | None = None,
+        before: str | None = None,
+        limit: int = 100,
+    ) -> list[FeedbackView]:
+        fb = t.feedback.c
+        held = fb.quarantined_at.is_not(None) & fb.released_at.is_(None)
+        clauses: list[ColumnElement[bool]] = [fb.scenario == scenario]
+        if quarantined is not None:
+            clauses.append(held if quarantined else ~held)
+        if before is not None:
+            clauses.append(fb.id < before)
+        with self._read() as conn:
+            return self._feedback_views(conn, *clauses, limit=max(1, min(limit, MAX_PAGE)))
+
+    def _feedback_views(
+        self, conn: Connection, *clauses: ColumnElement[bool], limit: int
+    ) -> list[FeedbackView]:
+        rows = (
+            conn.execute(select(t.feedback).where(*clauses).order_by(t.feedback.c.id.desc()))
+            .mappings()
+            .fetchmany(limit)
+        )
+        targets: dict[str, list[str]] = defaultdict(list)
+        if rows:
+            refs = t.feedback_refs.c
+            for feedback_id, record_id in conn.execute(
+                select(refs.feedback_id, refs.record_id)
+                .where(refs.feedback_id.in_([row["id"] for row in rows]))
+                .order_by(refs.feedback_id, refs.position)
+            ):
+                targets[feedback_id].append(record_id)
+        return [feedback_view(row, tuple(targets[row["id"]])) for row in rows]
+
+    def quarantine_feedback(self, reasons: Mapping[str, str]) -> int:
+        if not reasons:
+            return 0
+        fb = t.feedback.c
+        now = datetime.now(UTC)
+        held = 0
+        with self._write() as conn:
+            for feedback_id, reason in sorted(reasons.items()):
+                held += conn.execute(
+                    t.feedback.update()
+                    .where(
+                        fb.id == feedback_id,
+                        fb.quarantined_at.is_(None),
+                        fb.released_at.is_(None),
+                    )
+                    .values(quarantine_reason=reason, quarantined_at=now)
+                ).rowcount
+        return held
+
+    def release_feedback(self, feedback_id: str, actor: str | None) -> FeedbackView:
+        fb = t.feedback.c
+        with self._write() as conn:
+            changed = conn.execute(
+                t.feedback.update()
+                .where(fb.id == feedback_id, fb.quarantined_at.is_not(None))
+                .where(fb.released_at.is_(None))
+                .values(released_at=datetime.now(UTC), released_by=actor)
+            ).rowcount
+        if changed == 0:
+            self.get_feedback(feedback_id)  # raises FeedbackNotFoundError
+            raise FeedbackNotQuarantinedError(feedback_id)
+        return self.get_feedback(feedback_id)
 
     # -- reads -------------------------------------------------------------------------
 

@@ -134,6 +134,11 @@ def feedback_view(row: Mapping[Any, Any], record_ids: tuple[str, ...]) -> Feedba
         principal=row["principal"],
         idempotency_key=row["idempotency_key"],
         created_at=row["created_at"],
+        trust=row["trust"],
+        quarantine_reason=row["quarantine_reason"],
+        quarantined_at=row["quarantined_at"],
+        released_at=row["released_at"],
+        released_by=row["released_by"],
     )
 
 

@@ -4,10 +4,11 @@ PostgreSQL; other backends register under the ``reef.stores`` entry-point group.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from reef.experience.records import (
     FeedbackDraft,
+    FeedbackView,
     RecordDraft,
     RecordFilter,
     RecordPage,
@@ -67,6 +68,35 @@ class ExperienceStore(ABC):
         idempotency key with the same body returns the first id with ``created=False``;
         with a different body raises ``IdempotencyConflictError``.
         """
+
+    @abstractmethod
+    def get_feedback(self, feedback_id: str) -> FeedbackView:
+        """One feedback row; raises ``FeedbackNotFoundError``."""
+
+    @abstractmethod
+    def list_feedback(
+        self,
+        scenario: str,
+        quarantined: bool | None = None,
+        before: str | None = None,
+        limit: int = 100,
+    ) -> list[FeedbackView]:
+        """The scenario's feedback, newest first (by id); ``quarantined`` True/False keeps
+        only feedback that is / is not held back now; ``before`` an id to page from."""
+
+    @abstractmethod
+    def quarantine_feedback(self, reasons: Mapping[str, str]) -> int:
+        """Hold back each feedback id with its reason; return how many were newly held.
+
+        Feedback already quarantined, or released by an admin, is left as it is (a
+        release is final); unknown ids are ignored.
+        """
+
+    @abstractmethod
+    def release_feedback(self, feedback_id: str, actor: str | None) -> FeedbackView:
+        """Let quarantined feedback through again (it may train and be evidence); the
+        reason stays for the record. Raises ``FeedbackNotFoundError`` or
+        ``FeedbackNotQuarantinedError``."""
 
     @abstractmethod
     def get_record(self, record_id: str) -> RecordView:

@@ -204,6 +204,8 @@ def create_app(
         Route("/v1/models", ops.models, methods=["GET"]),
         Route("/reef/feedback", feedback.feedback, methods=["POST"]),
         Route("/reef/report", feedback.report, methods=["POST"]),
+        Route("/reef/feedback/{feedback_id}/release", feedback.release, methods=["POST"]),
+        Route("/reef/scenarios/{scenario}/feedback", feedback.list_feedback, methods=["GET"]),
         Route("/reef/records/{record_id}", admin.record, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/records", admin.records, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/sessions/{session_id}", admin.session, methods=["GET"]),

@@ -11,7 +11,8 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, ReefError
-from reef.experience import FeedbackDraft
+from reef.experience import FeedbackDraft, RecordNotFoundError
+from reef.gateway.auth import Principal
 from reef.gateway.errors import error_response
 from reef.gateway.requests import check_scenario_name, read_json_object
 from reef.gateway.state import GatewayState
@@ -58,6 +59,14 @@ class FeedbackRoutes:
         """``POST /reef/report``: the same, with ``references`` naming the records."""
         return await self._receive(request, ids_field="references")
 
+    async def _scenario_of(self, principal: Principal, record_id: str) -> str:
+        """The scenario of the named record. A record of a scenario the key may not use
+        is answered like one that does not exist: no existence oracle across scenarios."""
+        record = await asyncio.to_thread(self.state.store.get_record, record_id)
+        if principal.scenarios is not None and record.scenario not in principal.scenarios:
+            raise RecordNotFoundError(record_id)
+        return record.scenario
+
     async def _receive(self, request: Request, ids_field: str) -> Response:
         try:
             principal = self.state.auth.authenticate(request)
@@ -78,8 +87,7 @@ class FeedbackRoutes:
                 # The records may still be queued; feedback must be able to name them.
                 await self.state.writer.flush()
             if scenario is None:
-                first = await asyncio.to_thread(store.get_record, parsed.record_ids[0])
-                scenario = first.scenario
+                scenario = await self._scenario_of(principal, parsed.record_ids[0])
             check_scenario_name(scenario)
             principal.check_scenario(scenario)
             draft = FeedbackDraft(
@@ -91,6 +99,7 @@ class FeedbackRoutes:
                 metadata=parsed.metadata,
                 principal=principal.key_id,
                 idempotency_key=key,
+                trust=self.state.settings.trust_of(principal.key_id, scenario),
             )
             feedback_id, created = await asyncio.to_thread(store.add_feedback, draft)
         except ReefError as exc:
@@ -102,3 +111,61 @@ class FeedbackRoutes:
             status_code=201 if created else 200,
             media_type="application/json",
         )
+
+    async def list_feedback(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/feedback``: newest first; ``quarantined=true``
+        lists what screening holds back (with the reason), ``false`` the rest; ``before``
+        (a feedback id) and ``limit`` page."""
+        try:
+            self.state.auth.authenticate(request).require_admin()
+            scenario = check_scenario_name(request.path_params["scenario"])
+            quarantined = _optional_bool(request.query_params.get("quarantined"), "quarantined")
+            limit = _limit(request.query_params.get("limit"))
+            before = request.query_params.get("before")
+            rows = await asyncio.to_thread(
+                self.state.store.list_feedback, scenario, quarantined, before, limit + 1
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        page = rows[:limit]
+        body = {
+            "data": [row.as_dict() for row in page],
+            "next_before": page[-1].id if len(rows) > limit else None,
+        }
+        return Response(dumps(body), media_type="application/json")
+
+    async def release(self, request: Request) -> Response:
+        """``POST /reef/feedback/{feedback_id}/release``: an admin lets quarantined
+        feedback through (it may train and count as evidence again)."""
+        try:
+            principal = self.state.auth.authenticate(request)
+            principal.require_admin()
+            view = await asyncio.to_thread(
+                self.state.store.release_feedback,
+                request.path_params["feedback_id"],
+                principal.key_id or "operator",
+            )
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return Response(dumps(view.as_dict()), media_type="application/json")
+
+
+MAX_FEEDBACK_PAGE = 500
+
+
+def _optional_bool(value: str | None, name: str) -> bool | None:
+    if value is None:
+        return None
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise InvalidInputError(f"{name} must be true or false, got {value!r}")
+
+
+def _limit(value: str | None) -> int:
+    if value is None:
+        return 100
+    if not value.isdigit() or not 1 <= int(value) <= MAX_FEEDBACK_PAGE:
+        raise InvalidInputError(f"limit must be an integer from 1 to {MAX_FEEDBACK_PAGE}")
+    return int(value)

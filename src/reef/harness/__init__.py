@@ -32,7 +32,7 @@ from reef.harness.model import Example, Harness, Orchestration, Skill
 from reef.harness.packing import pack_bundle, read_bundle_archive, unpack_bundle
 from reef.harness.rendering import MAX_SKILLS, relevant_skills, render_openai, system_text
 from reef.harness.rendering_anthropic import render_anthropic
-from reef.harness.scanning import INJECTION_PATTERNS, scan_for_injection
+from reef.harness.scanning import INJECTION_PATTERNS, scan_for_injection, scan_text, scan_value
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -57,6 +57,8 @@ __all__ = [
     "render_anthropic",
     "render_openai",
     "scan_for_injection",
+    "scan_text",
+    "scan_value",
     "system_text",
     "unpack_bundle",
     "write_bundle",

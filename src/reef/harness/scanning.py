@@ -81,10 +81,26 @@ def scan_for_injection(harness: Harness) -> list[str]:
     """Findings of planted-instruction patterns in ``harness`` (module docstring)."""
     findings = []
     for where, text in harness_texts(harness):
-        for name, pattern in INJECTION_PATTERNS.items():
-            for match in pattern.finditer(text):
-                excerpt = match.group(0)
-                if len(excerpt) > 80:
-                    excerpt = excerpt[:77] + "..."
-                findings.append(f"{where}: {name}: {excerpt!r}")
+        findings.extend(scan_text(text, where))
+    return findings
+
+
+def scan_value(value: Any, where: str) -> list[str]:
+    """Findings in every string inside ``value`` (a string, or JSON-like lists and
+    mappings), e.g. a feedback's text or correction before a learner may copy it."""
+    findings = []
+    for place, text in _strings(value, where):
+        findings.extend(scan_text(text, place))
+    return findings
+
+
+def scan_text(text: str, where: str) -> list[str]:
+    """Findings of ``INJECTION_PATTERNS`` in one string, ``"<where>: <pattern>: <excerpt>"``."""
+    findings = []
+    for name, pattern in INJECTION_PATTERNS.items():
+        for match in pattern.finditer(text):
+            excerpt = match.group(0)
+            if len(excerpt) > 80:
+                excerpt = excerpt[:77] + "..."
+            findings.append(f"{where}: {name}: {excerpt!r}")
     return findings

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from reef.core.errors import InvalidInputError
+from reef.core.trust import Trust
 from reef.releases import ArtifactStore, Release
 
 
@@ -40,6 +41,9 @@ class TrainingExample:
     # Every record folded into this example (a merged session's turns), ``record_id``
     # included; empty means just ``record_id``. Learners report these as consumed.
     source_ids: tuple[str, ...] = ()
+    # (principal, trust) of the feedback that decided the reference: the last
+    # correction's author, else every author who scored it. The gate weighs evidence by it.
+    reference_authors: tuple[tuple[str | None, Trust], ...] = ()
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text."""
@@ -59,6 +63,9 @@ class ExperienceBatch:
     train: list[TrainingExample]
     holdout: list[TrainingExample]
     stats: dict[str, int] = field(default_factory=dict)
+    # Feedback id -> why screening flagged it (``reef.learning.screening``); the worker
+    # quarantines these. Flagged feedback is already left out of ``train`` and ``holdout``.
+    flagged: dict[str, str] = field(default_factory=dict)
 
 
 class LearnerConfig(BaseModel):

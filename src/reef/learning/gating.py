@@ -6,25 +6,32 @@ items come from the scenario's held-out experience, selected without conditionin
 how the head did — every held-out record with feedback, not only the good ones — so the
 comparison is not tilted toward the head: a record's reference is its correction, else
 its served reply when its feedback says the reply was right
-(``gate.holdout_reference_min_score``); records with neither are left out.
+(``gate.holdout_reference_min_score``); records with neither are left out. Each item
+carries its provenance (the feedback authors who decided the reference and their trust),
+so the gate can require independent evidence; feedback that screening flags or holds in
+quarantine is no evidence at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from reef.config import ReefSettings
+from reef.core.trust import trust_rank
 from reef.evaluation.gate import Gate
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget
 from reef.evaluation.scorers import ScorerContext
-from reef.evaluation.values import EvalItem
+from reef.evaluation.suites import load_suite
+from reef.evaluation.values import EvalItem, Provenance
 from reef.experience import ExperienceStore
 from reef.learning.base import TrainingExample
 from reef.learning.recipes import Recipe
 from reef.learning.reflect import make_reflect
+from reef.learning.screening import TrustedReference, author_name
 from reef.learning.selection import SelectionConfig, holdout_bucket, select_experience
 from reef.releases import ArtifactStore, ReleaseChain
 
@@ -46,8 +53,10 @@ def holdout_items(
         reuse_consumed=True,
         max_per_principal=None,
         limit=HOLDOUT_SCAN_LIMIT,
+        screening=recipe.selection.screening,
     )
-    batch = select_experience(store, chain, scenario, selection, now=now)
+    trusted = trusted_references(recipe) if recipe.selection.screening.enabled else []
+    batch = select_experience(store, chain, scenario, selection, now=now, trusted=trusted)
     # Past ``holdout_limit``, keep a fixed pseudo-random sample (by record id hash), not
     # the selection's priority order, which puts corrected items (the head's misses) first.
     held = sorted(batch.holdout, key=lambda e: (holdout_bucket(e.record_id + ":gate"), e.record_id))
@@ -63,9 +72,33 @@ def holdout_items(
                     suite="holdout",
                     messages=example.messages,
                     reference=reference,
+                    provenance=holdout_provenance(example),
                 )
             )
     return items
+
+
+def holdout_provenance(example: TrainingExample) -> Provenance:
+    """Who wrote a held-out item's reference: the authors of the feedback that decided
+    it, with the lowest of their trust levels (``untrusted`` when none is known)."""
+    authors = example.reference_authors
+    if not authors:
+        return Provenance("holdout", "untrusted", ("anonymous",))
+    lowest = min((trust for _, trust in authors), key=trust_rank)
+    return Provenance("holdout", lowest, tuple(author_name(p) for p, _ in authors))
+
+
+def trusted_references(recipe: Recipe) -> list[TrustedReference]:
+    """The recipe's file suites as (input, reference) pairs for feedback screening: the
+    last user message and a text reference of every item that has both."""
+    found: list[TrustedReference] = []
+    for path in recipe.gate.suites:
+        for item in load_suite(Path(path)):
+            users = [m for m in item.messages if m.get("role") == "user"]
+            prompt = users[-1].get("content") if users else None
+            if isinstance(prompt, str) and isinstance(item.reference, str):
+                found.append(TrustedReference(item.key, prompt, item.reference))
+    return found
 
 
 def _reference(example: TrainingExample, min_score: float) -> Any:

@@ -6,32 +6,36 @@
 
 1. Only records created at or before ``now``, with ``purpose == "serve"`` and
    ``status == "ok"`` (``after_now``, ``not_serve``, ``not_ok``).
-2. Sessions become trajectories (``merge_sessions``): the session's last eligible turn,
+2. Screening (``reef.learning.screening``): feedback that is quarantined (held back by
+   an earlier run and not released by an admin) or that this run's screening flags is
+   left out as if it had never been given (``quarantined_held``, ``quarantined_new``,
+   ``screened:<rule>``); the flags are returned in ``batch.flagged``.
+3. Sessions become trajectories (``merge_sessions``): the session's last eligible turn,
    whose conversation already holds the earlier turns, is the one example; it carries
    the feedback of every turn of the session and lists every turn in ``source_ids``
    (``merged_turns`` counts the turns folded in). Without merging each record stands alone.
-3. Consumed: an example whose own record (the session's last turn) is in ``consumed``
+4. Consumed: an example whose own record (the session's last turn) is in ``consumed``
    is skipped unless ``reuse_consumed`` (``consumed``). Earlier turns that were
    consumed may ride along in a newer turn's conversation: the newer turn is new signal.
-4. Feedback filters: ``no_feedback``, ``below_min_score`` (no score counts as below),
+5. Feedback filters: ``no_feedback``, ``below_min_score`` (no score counts as below),
    ``no_correction`` (``corrections_only``).
-5. Staleness: releases between the release that served the record and the head
+6. Staleness: releases between the release that served the record and the head
    (``head.seq - served.seq``; a record served by no release, or by an id not on the
    chain, counts every release up to the head). Beyond ``max_staleness`` an example is
    dropped (``stale_dropped``) or kept with ``weight = stale_weight``
    (``stale_downweighted``).
-6. Duplicates: the same conversation, reply and correction (``duplicate``); with
+7. Duplicates: the same conversation, reply and correction (``duplicate``); with
    ``dedup: embedding``, examples whose text is at least ``near_duplicate_threshold``
    cosine-similar to one already kept (``near_duplicate``). Preferred survivor: a
    correction first, then the higher score, then the newer record.
-7. Holdout: ``holdout_bucket(key) < holdout_fraction * 1000`` where ``key`` is the id of
+8. Holdout: ``holdout_bucket(key) < holdout_fraction * 1000`` where ``key`` is the id of
    the session's first record (every turn of a session shares it, so a conversation
    never straddles the split) — the same record always lands in the same split.
-8. Per-principal cap, on each split: while some feedback principal (``None`` — anonymous
+9. Per-principal cap, on each split: while some feedback principal (``None`` — anonymous
    feedback — is one principal) supplies more than ``max_per_principal`` of the split,
    its lowest-priority examples go (``principal_cap``). With a single principal there is
    nobody to dilute, so the cap does not apply (``principal_cap_single_source`` = 1).
-9. ``limit`` examples per split, highest priority first (``over_limit``).
+10. ``limit`` examples per split, highest priority first (``over_limit``).
 """
 
 from __future__ import annotations
@@ -39,16 +43,18 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from reef.core.jsoncodec import canonical_json, sha256_hex
+from reef.core.trust import Trust
 from reef.experience import ExperienceStore, FeedbackView, RecordView
 from reef.learning.base import ExperienceBatch, TrainingExample
 from reef.learning.learners._similarity import example_text, similarity_matrix
+from reef.learning.screening import ScreeningConfig, TrustedReference, screen_feedback
 from reef.releases import Release, ReleaseChain
 from reef.upstream.canonical import (
     canonical_anthropic,
@@ -79,6 +85,7 @@ class SelectionConfig(BaseModel):
     reuse_consumed: bool = False
     limit: int = Field(default=2000, ge=1)
     merge_sessions: bool = True
+    screening: ScreeningConfig = Field(default_factory=ScreeningConfig)
 
 
 def holdout_bucket(key: str) -> int:
@@ -98,12 +105,15 @@ def select_experience(
     config: SelectionConfig,
     consumed: Iterable[str] = frozenset(),
     now: datetime | None = None,
+    trusted: Sequence[TrustedReference] = (),
 ) -> ExperienceBatch:
     """Select ``scenario``'s experience for one learning run (rules: module docstring).
 
     ``consumed`` are record ids already used by a published candidate; ``now`` bounds the
-    snapshot (records created later are ignored; default: the current time). Reads only;
-    raises ``StoreUnavailableError`` when the database is down.
+    snapshot (records created later are ignored; default: the current time); ``trusted``
+    the operator suites' items for screening. Reads only — what screening flags is in
+    ``batch.flagged`` for the caller to quarantine; raises ``StoreUnavailableError`` when
+    the database is down.
     """
     stats: Counter[str] = Counter()
     cutoff = now or datetime.now(UTC)
@@ -113,9 +123,17 @@ def select_experience(
     stats["records"] = len(records)
     anchors = _session_anchors(records)
     used = set(consumed)
+    eligible = list(_eligible(records, cutoff, stats))
+    flagged = screen_feedback(eligible, config.screening, trusted)
+    for reason in flagged.values():
+        for part in reason.split("; "):
+            stats["screened:" + part.split(":", 1)[0]] += 1
+    stats["quarantined_new"] = len(flagged)
+    held = set(flagged) | {fb.id for r in eligible for fb in r.feedback if fb.quarantined}
+    stats["quarantined_held"] = len(held) - len(flagged)
     examples: list[TrainingExample] = []
-    for unit in _units(_eligible(records, cutoff, stats), config.merge_sessions, stats):
-        example = _example(unit, anchors, head, seqs, config, used, stats)
+    for unit in _units(eligible, config.merge_sessions, stats):
+        example = _example(unit, anchors, head, seqs, config, used, stats, held)
         if example is not None:
             examples.append(example)
     examples = _deduplicate(by_priority(examples), config, stats)
@@ -129,6 +147,7 @@ def select_experience(
         train=sorted(train, key=lambda e: e.record_id),
         holdout=sorted(holdout, key=lambda e: e.record_id),
         stats=dict(stats),
+        flagged=flagged,
     )
 
 
@@ -197,12 +216,13 @@ def _example(
     config: SelectionConfig,
     consumed: set[str],
     stats: Counter[str],
+    held: set[str],
 ) -> TrainingExample | None:
     record = unit[-1]
     if record.id in consumed and not config.reuse_consumed:
         stats["consumed"] += 1
         return None
-    feedback = _feedback_of(unit)
+    feedback = [fb for fb in _feedback_of(unit) if fb.id not in held]
     scores = [fb.score for fb in feedback if fb.score is not None]
     score = sum(scores) / len(scores) if scores else None
     corrections = [fb.correction for fb in feedback if fb.correction is not None]
@@ -236,12 +256,21 @@ def _example(
         correction=correction,
         feedback=[fb.feedback for fb in feedback if fb.feedback is not None],
         principals=list(dict.fromkeys(fb.principal for fb in feedback)),
+        reference_authors=_reference_authors(feedback),
         release_id=record.release_id,
         staleness=staleness,
         content_hash="sha256:" + sha256_hex(hashed),
         weight=weight,
         source_ids=tuple(r.id for r in unit),
     )
+
+
+def _reference_authors(feedback: list[FeedbackView]) -> tuple[tuple[str | None, Trust], ...]:
+    """Who decided what the right answer is: the author of the last correction, else
+    every author whose feedback carries a score."""
+    corrected = [fb for fb in feedback if fb.correction is not None]
+    deciding = corrected[-1:] if corrected else [fb for fb in feedback if fb.score is not None]
+    return tuple(dict.fromkeys((fb.principal, fb.trust) for fb in deciding))
 
 
 def _feedback_of(unit: list[RecordView]) -> list[FeedbackView]:

@@ -45,7 +45,7 @@ from reef.evaluation.canary import CanaryMonitor, CanaryOutcome
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.experience.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
-from reef.learning.gating import build_gate, holdout_items
+from reef.learning.gating import build_gate, holdout_items, trusted_references
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
 from reef.learning.reflect import make_reflect
 from reef.learning.registry import LearnerRegistry
@@ -293,9 +293,19 @@ class JobRun:
             return self._proposed(existing, {"reused": True, **self._gate(recipe, existing)})
         learners = recipe.build_learners(self.worker.registry)
         consumed = self.queue.consumed_ids(job.scenario, published_only=True)
+        trusted = trusted_references(recipe) if recipe.selection.screening.enabled else []
         batch = select_experience(
-            self.worker.store, chain, job.scenario, recipe.selection, consumed, job.created_at
+            self.worker.store,
+            chain,
+            job.scenario,
+            recipe.selection,
+            consumed,
+            job.created_at,
+            trusted=trusted,
         )
+        if batch.flagged:
+            held = self.worker.store.quarantine_feedback(batch.flagged)
+            log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
         self._progress(0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout")
         manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
         if manifest == head.manifest:

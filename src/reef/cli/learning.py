@@ -39,12 +39,16 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 @contextmanager
-def _open_queue(config: Path | None) -> Iterator[JobQueue]:
+def _open_queue(config: Path | None, create: bool = False) -> Iterator[JobQueue]:
+    """The job queue of the configured store; without ``create``, the store must exist
+    (``StoreNotFoundError`` otherwise)."""
+    from reef.cli.stores import open_existing_store
     from reef.config import load_settings
     from reef.experience import open_store
     from reef.experience.jobs import JobQueue
 
-    store = open_store(load_settings(config).store_url())
+    settings = load_settings(config)
+    store = open_store(settings.store_url()) if create else open_existing_store(settings)
     try:
         yield JobQueue(store.engine)
     finally:
@@ -131,7 +135,7 @@ def learn_command(
     job_input: dict[str, object] = {"trigger": "manual"}
     if recipe is not None:
         job_input["recipe"] = load_recipe(recipe).model_dump(mode="json", exclude_none=True)
-    with _open_queue(config) as queue:
+    with _open_queue(config, create=True) as queue:
         job = queue.enqueue(scenario, "learn", job_input)
     if job.input != job_input:
         typer.echo(f"scenario {scenario!r} already has a {job.state} job:", err=True)

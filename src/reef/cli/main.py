@@ -109,14 +109,14 @@ def export(
     config: ConfigOption = None,
 ) -> None:
     """Export a scenario's records with their feedback joined."""
-    from reef.experience import export_records, open_store
+    from reef.cli.stores import open_existing_store
+    from reef.experience import export_records
 
     if format not in ("jsonl", "parquet"):
         raise InvalidInputError(f"--format must be jsonl or parquet, not {format!r}")
     if format == "parquet" and output is None:
         raise InvalidInputError("parquet export needs --output FILE")
-    settings = _settings(config)
-    store = open_store(settings.store_url())
+    store = open_existing_store(_settings(config))
     try:
         if output is None:
             count = export_records(store, scenario, "jsonl", sys.stdout.buffer)
@@ -178,11 +178,12 @@ def gc(
     config: ConfigOption = None,
 ) -> None:
     """Remove artifacts that no release and no live candidate references."""
-    from reef.experience import open_store
+    from reef.cli.stores import open_existing_store
     from reef.releases import ReleaseChain, collect_garbage, open_artifact_store
 
     settings = _settings(config)
-    store = open_store(settings.store_url())
+    # Never a fresh store: with no release to keep, every artifact would look unreachable.
+    store = open_existing_store(settings)
     try:
         reachable = ReleaseChain(store.engine).reachable_artifacts()
     finally:

@@ -51,11 +51,11 @@ def cli_actor() -> str:
 
 @contextmanager
 def _open_chain(config: Path | None) -> Iterator[ReleaseChain]:
+    from reef.cli.stores import open_existing_store
     from reef.config import load_settings
-    from reef.experience import open_store
     from reef.releases import ReleaseChain
 
-    store = open_store(load_settings(config).store_url())
+    store = open_existing_store(load_settings(config))
     try:
         yield ReleaseChain(store.engine)
     finally:

@@ -148,3 +148,16 @@ def test_without_keys_everyone_is_the_operator(gateway: GatewayThread) -> None:
         == 201
     )
     assert gateway.store.get_record(record_id).feedback[0].trust == "operator"
+
+
+def test_feedback_idempotency_header_is_bounded(gateway: GatewayThread) -> None:
+    record_id = serve(gateway, "unused", "support")
+    body = {"record_ids": [record_id], "score": 1}
+    too_long = call(
+        gateway.port, "POST", "/reef/feedback", body, {"x-reef-idempotency-key": "k" * 257}
+    )
+    assert too_long.status == 400
+    assert "x-reef-idempotency-key" in too_long.json()["error"]["message"]
+    assert gateway.store.get_record(record_id).feedback == ()
+    fits = call(gateway.port, "POST", "/reef/feedback", body, {"x-reef-idempotency-key": "k" * 256})
+    assert fits.status == 201

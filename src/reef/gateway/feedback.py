@@ -14,7 +14,13 @@ from reef.core.errors import InvalidInputError, ReefError
 from reef.experience import FeedbackDraft, RecordNotFoundError
 from reef.gateway.auth import Principal
 from reef.gateway.errors import error_response
-from reef.gateway.requests import check_scenario_name, read_json_object
+from reef.gateway.requests import (
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    bounded_header,
+    check_scenario_name,
+    query_int,
+    read_json_object,
+)
 from reef.gateway.state import GatewayState
 
 
@@ -80,7 +86,9 @@ class FeedbackRoutes:
             except ValidationError as exc:
                 message = _validation_message(exc).replace("record_ids", ids_field)
                 raise InvalidInputError(message) from exc
-            key = parsed.idempotency_key or request.headers.get("x-reef-idempotency-key")
+            key = parsed.idempotency_key or bounded_header(
+                request, "x-reef-idempotency-key", MAX_IDEMPOTENCY_KEY_CHARS
+            )
             scenario = parsed.scenario or request.headers.get("x-reef-scenario")
             store = self.state.store
             if self.state.settings.store.durability == "async":
@@ -120,8 +128,12 @@ class FeedbackRoutes:
             self.state.auth.authenticate(request).require_admin()
             scenario = check_scenario_name(request.path_params["scenario"])
             quarantined = _optional_bool(request.query_params.get("quarantined"), "quarantined")
-            limit = _limit(request.query_params.get("limit"))
+            limit = query_int(request, "limit", 100, 1, MAX_FEEDBACK_PAGE)
             before = request.query_params.get("before")
+            if before is not None and len(before) > MAX_CURSOR_CHARS:
+                raise InvalidInputError(
+                    f"query parameter 'before' is longer than {MAX_CURSOR_CHARS} characters"
+                )
             rows = await asyncio.to_thread(
                 self.state.store.list_feedback, scenario, quarantined, before, limit + 1
             )
@@ -151,6 +163,7 @@ class FeedbackRoutes:
 
 
 MAX_FEEDBACK_PAGE = 500
+MAX_CURSOR_CHARS = 64  # a feedback id
 
 
 def _optional_bool(value: str | None, name: str) -> bool | None:
@@ -161,11 +174,3 @@ def _optional_bool(value: str | None, name: str) -> bool | None:
     if value.lower() in ("false", "0", "no"):
         return False
     raise InvalidInputError(f"{name} must be true or false, got {value!r}")
-
-
-def _limit(value: str | None) -> int:
-    if value is None:
-        return 100
-    if not value.isdigit() or not 1 <= int(value) <= MAX_FEEDBACK_PAGE:
-        raise InvalidInputError(f"limit must be an integer from 1 to {MAX_FEEDBACK_PAGE}")
-    return int(value)

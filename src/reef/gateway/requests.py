@@ -160,6 +160,12 @@ def _session_id(value: str | None) -> str | None:
     return value
 
 
+def bounded_header(request: Request, name: str, limit: int) -> str | None:
+    """The header ``name`` (None when absent or empty); ``InvalidInputError`` naming it
+    and the limit when it is longer than ``limit`` characters."""
+    return _bounded(dict(request.headers), name, limit)
+
+
 def _bounded(headers: dict[str, str], name: str, limit: int) -> str | None:
     value = headers.get(name) or None
     if value is not None:

@@ -307,6 +307,15 @@ class JobRun:
             held = self.worker.store.quarantine_feedback(batch.flagged)
             log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
         self._progress(0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout")
+        if not batch.train:
+            # Nothing new survived selection (screening may have quarantined it all): a
+            # finished job that says so, not a failure to retry.
+            return {
+                "outcome": "unchanged",
+                "reason": "no training examples after selection",
+                "selection": batch.stats,
+                "metrics": {},
+            }
         manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
         if manifest == head.manifest:
             return {"outcome": "unchanged", "selection": batch.stats, "metrics": learner_metrics}
@@ -333,7 +342,10 @@ class JobRun:
         self.queue.record_consumed(job.id, used)
         candidate = self._propose_once(head, manifest, evidence)
         gated = self._gate(recipe, candidate)
-        return self._proposed(candidate, {"stale": stale, "metrics": learner_metrics, **gated})
+        return self._proposed(
+            candidate,
+            {"stale": stale, "metrics": learner_metrics, "selection": batch.stats, **gated},
+        )
 
     def _gate(self, recipe: Recipe, candidate: Candidate) -> dict[str, Any]:
         """Run the recipe's gate on ``candidate``; its outcome for the job's result."""

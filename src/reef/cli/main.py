@@ -18,8 +18,9 @@ from reef.cli.harness import harness_app
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.quickstart import quickstart_command
 from reef.cli.releases import releases_app
+from reef.cli.status import status_command
 from reef.config import ReefSettings, load_settings, masked_dump
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import InvalidInputError
 
 app = typer.Typer(
     name="reef",
@@ -38,6 +39,7 @@ app.command("worker")(worker_command)
 app.command("learn")(learn_command)
 app.command("bench")(bench_command)
 app.command("quickstart")(quickstart_command)
+app.command("status")(status_command)
 
 ConfigOption = Annotated[
     Path | None,
@@ -135,38 +137,6 @@ def migrate(config: ConfigOption = None) -> None:
     settings = _settings(config)
     open_store(settings.store_url()).close()  # opening migrates
     typer.echo("store is at the latest schema")
-
-
-@app.command()
-def status(
-    url: Annotated[
-        str | None, typer.Option(help="Gateway URL (default: from the config's server section).")
-    ] = None,
-    api_key: Annotated[
-        str | None, typer.Option(envvar="REEF_API_KEY", help="Admin key, if keys are configured.")
-    ] = None,
-    config: ConfigOption = None,
-) -> None:
-    """Show what a running gateway serves: activation per scenario, adapters, capture."""
-    import urllib.error
-    import urllib.request
-
-    if url is None:
-        settings = _settings(config)
-        url = f"http://127.0.0.1:{settings.server.port}"
-    request = urllib.request.Request(url.rstrip("/") + "/reef/status")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            data = json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise ReefError(
-            f"{url} answered {exc.code}: {exc.read().decode(errors='replace')}"
-        ) from exc
-    except urllib.error.URLError as exc:
-        raise ReefError(f"no gateway at {url}: {exc.reason}") from exc
-    typer.echo(json.dumps(data, indent=2))
 
 
 @app.command()

@@ -66,7 +66,8 @@ def _print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2))
 
 
-def _print(table: Table) -> None:
+def print_table(table: Table) -> None:
+    """Print a rich table; piped output is wide enough for whole ids."""
     from rich.console import Console
 
     console = Console()
@@ -179,19 +180,19 @@ def list_releases(
             if as_json:
                 _print_json([summary.as_dict() for summary in summaries])
             else:
-                _print(_scenarios_table(summaries))
+                print_table(_scenarios_table(summaries))
         elif candidates:
             found = chain.candidates(scenario, limit=limit)
             if as_json:
                 _print_json([candidate.as_dict() for candidate in found])
             else:
-                _print(_candidates_table(f"candidates of {scenario}", found))
+                print_table(_candidates_table(f"candidates of {scenario}", found))
         else:
             releases = chain.releases(scenario, limit=limit)
             if as_json:
                 _print_json([release.as_dict() for release in releases])
             else:
-                _print(_releases_table(f"releases of {scenario}", releases))
+                print_table(_releases_table(f"releases of {scenario}", releases))
 
 
 @releases_app.command("show")
@@ -216,7 +217,7 @@ def show(
     if as_json:
         _print_json({"kind": kind, **fields})
     else:
-        _print(_details_table(f"{kind} {release_or_candidate}", fields))
+        print_table(_details_table(f"{kind} {release_or_candidate}", fields))
 
 
 def _head_id(chain: ReleaseChain, scenario: str) -> str:
@@ -232,7 +233,7 @@ def _print_release(release: Release, as_json: bool) -> None:
     if as_json:
         _print_json(release.as_dict())
     else:
-        _print(_releases_table(f"new head of {release.scenario}", [release]))
+        print_table(_releases_table(f"new head of {release.scenario}", [release]))
 
 
 @releases_app.command("rollback")

@@ -1,0 +1,207 @@
+"""``reef status``: what a running gateway serves, for a person (or ``--json``).
+
+Reads the admin API (``/reef/status``, ``/reef/scenarios`` and each scenario's newest
+jobs) and prints the capture counters, one row per scenario (what it serves, its head,
+since when, canary, error) and the newest jobs, with times in local ISO form. Touches
+no store: everything comes from the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from reef.core.errors import PermissionDeniedError, ReefError, UnauthenticatedError
+
+JOBS_PER_SCENARIO = 5
+_KEY_HINT = "pass an admin key with --api-key KEY or the REEF_API_KEY environment variable"
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (default: ./reef.yaml if present)."),
+]
+
+
+class GatewayUnreachableError(ReefError):
+    """Nothing answers at the gateway URL, or it answers something that is not Reef."""
+
+
+def fetch(base_url: str, path: str, api_key: str | None) -> Any:
+    """``GET base_url + path`` as JSON. Raises ``UnauthenticatedError`` (401) and
+    ``PermissionDeniedError`` (403) naming ``--api-key``/``REEF_API_KEY``, and
+    ``GatewayUnreachableError`` for no answer or any other status."""
+    request = urllib.request.Request(base_url + path)
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = _error_message(exc)
+        if exc.code == 401:
+            given = "refused the key given" if api_key else "needs an admin key"
+            raise UnauthenticatedError(f"{base_url} {given} (401): {_KEY_HINT}") from exc
+        if exc.code == 403:
+            raise PermissionDeniedError(
+                f"{base_url} answered 403 ({detail}): reef status needs a key with role "
+                f"admin; {_KEY_HINT}"
+            ) from exc
+        raise GatewayUnreachableError(f"{base_url}{path} answered {exc.code}: {detail}") from exc
+    except urllib.error.URLError as exc:
+        raise GatewayUnreachableError(
+            f"no gateway at {base_url} ({exc.reason}); is `reef serve` running? "
+            "Pick another with --url or server.port in the config"
+        ) from exc
+    except (ValueError, OSError) as exc:  # not JSON, or the connection broke mid-answer
+        raise GatewayUnreachableError(f"{base_url}{path} gave no readable answer: {exc}") from exc
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    body = exc.read().decode(errors="replace")
+    try:
+        return str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return " ".join(body.split())[:200] or exc.reason
+
+
+def when(value: float | str | None) -> str:
+    """A time as local ``YYYY-MM-DD HH:MM:SS±HH:MM``, from epoch seconds or ISO 8601."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        moment = datetime.fromisoformat(value)
+    else:
+        moment = datetime.fromtimestamp(value).astimezone()
+    return moment.astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+def gather(base_url: str, api_key: str | None) -> dict[str, Any]:
+    """``/reef/status`` with the chain's heads (``heads``) and each scenario's newest
+    jobs (``jobs``: scenario → list, newest first)."""
+    status: dict[str, Any] = fetch(base_url, "/reef/status", api_key)
+    heads = fetch(base_url, "/reef/scenarios", api_key)["data"]
+    jobs = {
+        head["name"]: fetch(
+            base_url,
+            f"/reef/scenarios/{urllib.parse.quote(head['name'], safe='')}/jobs"
+            f"?limit={JOBS_PER_SCENARIO}",
+            api_key,
+        )["data"]
+        for head in heads
+    }
+    return {**status, "heads": heads, "jobs": jobs}
+
+
+def _capture_line(capture: dict[str, Any]) -> str:
+    return (
+        f"capture: {capture['durability']} durability, {capture['written_total']} written, "
+        f"{capture['queue_depth']} queued, {capture['dropped_total']} dropped, "
+        f"{capture['failed_total']} failed"
+    )
+
+
+def _canary(canary: dict[str, Any] | None) -> str:
+    if canary is None:
+        return "-"
+    return f"{canary['candidate_id']} at {canary['fraction']:.0%} ({canary['state']})"
+
+
+def _scenarios_table(data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="scenarios")
+    for name in ("scenario", "state", "serving", "head", "releases", "since", "canary"):
+        table.add_column(name, no_wrap=name in ("serving", "head"))
+    table.add_column("error")
+    heads = {head["name"]: head for head in data["heads"]}
+    for name in sorted(set(heads) | set(data["scenarios"])):
+        active = data["scenarios"].get(name, {})
+        head = heads.get(name, {})
+        head_id = head.get("head_release_id") or active.get("head_release_id")
+        serving = active.get("serving_release_id")
+        table.add_row(
+            name,
+            active.get("state", "not loaded"),
+            serving or "-",
+            "same" if head_id is not None and head_id == serving else head_id or "-",
+            str(head.get("releases", "-")),
+            when(active.get("activated_at")),
+            _canary(active.get("canary")),
+            active.get("error") or "",
+        )
+    return table
+
+
+def _jobs_table(jobs: dict[str, list[dict[str, Any]]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"jobs (newest {JOBS_PER_SCENARIO} per scenario)")
+    for name in ("scenario", "id", "state", "progress", "updated", "message", "candidate"):
+        table.add_column(name, no_wrap=name == "id")
+    for scenario, found in sorted(jobs.items()):
+        for job in found:
+            progress = job.get("progress")
+            table.add_row(
+                scenario,
+                job["id"],
+                job["state"],
+                "" if progress is None else f"{progress:.0%}",
+                when(job.get("updated_at")),
+                job.get("error") or job.get("message") or "",
+                job.get("candidate_id") or "",
+            )
+    return table
+
+
+def print_status(base_url: str, data: dict[str, Any]) -> None:
+    """The human-readable form of ``gather``'s answer."""
+    from reef.cli.releases import print_table
+
+    typer.echo(f"Reef gateway at {base_url}")
+    typer.echo(_capture_line(data["capture"]))
+    typer.echo(
+        f"activation: {data['flips_total']} flips, {data['failures_total']} failures, "
+        f"{data['canary_failures_total']} canary failures"
+    )
+    loaded = [
+        f"{upstream}: {adapter} ({in_use} in use)"
+        for upstream, adapters in sorted(data["adapters"].items())
+        for adapter, in_use in sorted(adapters.items())
+    ]
+    typer.echo("adapters: " + ("; ".join(loaded) if loaded else "none loaded"))
+    print_table(_scenarios_table(data))
+    if any(data["jobs"].values()):
+        print_table(_jobs_table(data["jobs"]))
+    else:
+        typer.echo("jobs: none")
+
+
+def status_command(
+    url: Annotated[
+        str | None, typer.Option(help="Gateway URL (default: from the config's server section).")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="REEF_API_KEY", help="Admin key, if keys are configured.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Show what a running gateway serves: per scenario the serving release, head and
+    canary; capture counters; loaded adapters; the newest learning jobs."""
+    if url is None:
+        from reef.config import load_settings
+
+        url = f"http://127.0.0.1:{load_settings(config).server.port}"
+    base_url = url.rstrip("/")
+    data = gather(base_url, api_key)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        print_status(base_url, data)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from reef.cli.main import app
+from reef.evaluation.values import EvalItem, Provenance
 from tests.evaluation.gate_setup import fact, quiz_world, write_suite
 
 
@@ -75,3 +76,45 @@ def test_serve_gives_its_own_worker_a_gate_key_only_in_memory(tmp_path: Path) ->
 
     assert gate_key.sha256 == hashlib.sha256(secret.encode()).hexdigest()
     assert with_gate_key(keyed).evaluation.api_key != settings.evaluation.api_key
+
+
+def test_eval_show_prints_the_evidence_rule_and_screening(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "ops.jsonl", range(30, 42))
+    with quiz_world(tmp_path) as world:
+        world.publish_directly([])
+        head = world.head()
+        # A candidate that knows what one untrusted author's held-out items ask, and
+        # nothing the operator's suite asks: the gain is the author's alone.
+        candidate = world.chain.propose(
+            "quiz",
+            world.manifest([fact(i) for i in range(20)]),
+            head.id,
+            "test",
+            "a test candidate",
+            evidence={"selection": {"quarantined_new": 3, "screened:repeated_correction": 3}},
+        )
+        holdout = [
+            EvalItem(
+                id=f"h{i}",
+                suite="holdout",
+                messages=[{"role": "user", "content": f"Q: capital {i}"}],
+                reference=f"answer-{i}",
+                provenance=Provenance("holdout", "user", ("mallory",)),
+            )
+            for i in range(20)
+        ]
+        outcome = world.gate(holdout=True, suites=[str(suite)]).run(candidate.id, holdout)
+        assert outcome.action == "rejected"
+        assert world.head().id == head.id
+        config = tmp_path / "reef.yaml"
+        store_url = world.gateway.store.engine.url.render_as_string(hide_password=False)
+        config.write_text(f"home: {tmp_path / 'home'}\nstore: {{url: '{store_url}'}}\n")
+        result = CliRunner().invoke(app, ["eval", "show", candidate.id, "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert f"candidate {candidate.id}: rejected" in out
+    assert "insufficient independent evidence: all 20 items below trust 'operator'" in out
+    assert "evidence holdout (holdout): 20 items, user 20; authors mallory 20" in out
+    assert "evidence file:ops (file): 12 items, operator 12" in out
+    assert "without mallory (20 items): rejected, gain 0.000 on 12 items" in out
+    assert "screening: quarantined_new 3, screened:repeated_correction 3" in out

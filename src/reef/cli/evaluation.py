@@ -1,4 +1,5 @@
-"""``reef eval run``: compare two releases (or candidates) on a suite, by hand.
+"""``reef eval run``: compare two releases (or candidates) on a suite, by hand;
+``reef eval show``: a candidate's gate decision and where its evidence came from.
 
 Both arms answer every item through a running gateway (pinned, purpose ``eval``), the
 answers are scored, the gate's rule gives a verdict, and a report is written: markdown,
@@ -132,3 +133,25 @@ def run_command(
     console.print(f"[bold]{decision.summary()}[/bold]")
     for kind, path in sorted(paths.items()):
         typer.echo(f"{kind}: {path}")
+
+
+@eval_app.command("show")
+def show_command(
+    candidate_id: Annotated[str, typer.Argument(help="The candidate to describe.")],
+    config: ConfigOption = None,
+) -> None:
+    """Show a candidate's gate decision: verdict and reasons, where the evidence came
+    from (by suite, trust level and author, with the leave-one-author-out checks) and the
+    feedback its learning job screened out."""
+    from reef.cli.stores import open_existing_store
+    from reef.config import load_settings
+    from reef.evaluation.report import candidate_summary
+    from reef.releases import ReleaseChain
+
+    store = open_existing_store(load_settings(config))
+    try:
+        candidate = ReleaseChain(store.engine).get_candidate(candidate_id)
+    finally:
+        store.close()
+    for line in candidate_summary(candidate.id, candidate.state, candidate.evidence):
+        typer.echo(line)

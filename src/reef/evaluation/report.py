@@ -161,6 +161,53 @@ def render_markdown(
     return "\n".join(lines)
 
 
+def candidate_summary(
+    candidate_id: str, state: str, evidence: Mapping[str, Any] | None
+) -> list[str]:
+    """Plain-text lines for a terminal: the gate's verdict and reasons, where its
+    evidence came from (sources, leave-one-author-out) and the learning job's screening
+    counts (``reef eval show``)."""
+    evidence = evidence or {}
+    gate = evidence.get("gate") or {}
+    decision = gate.get("decision") or {}
+    lines = [f"candidate {candidate_id}: {state}"]
+    if decision:
+        lines.append(f"verdict: {decision.get('verdict')} (evaluation {gate.get('evaluation_id')})")
+        lines += [f"  - {reason}" for reason in decision.get("reasons") or []]
+        lines += _plain_evidence(decision)
+    else:
+        lines.append("verdict: not evaluated by the gate")
+    selection = evidence.get("selection") or {}
+    counts = {k: v for k, v in selection.items() if k.startswith(("screened:", "quarantined"))}
+    if counts:
+        lines.append(
+            "screening: " + ", ".join(f"{key} {value}" for key, value in sorted(counts.items()))
+        )
+    elif selection:
+        lines.append("screening: nothing flagged")
+    return lines
+
+
+def _plain_evidence(decision: Mapping[str, Any]) -> list[str]:
+    found = decision.get("evidence") or {}
+    lines = []
+    for row in found.get("sources") or []:
+        by_trust = ", ".join(f"{level} {n}" for level, n in row["by_trust"].items())
+        authors = ", ".join(f"{name} {n}" for name, n in list(row["authors"].items())[:8])
+        lines.append(
+            f"evidence {row['suite']} ({row['source']}): {row['items']} items, {by_trust}"
+            + (f"; authors {authors}" if authors else "")
+        )
+    if found.get("sources"):
+        lines.append(f"trusted at or above: {found.get('min_trust')}")
+    for check in found.get("leave_one_out") or []:
+        lines.append(
+            f"without {check['author']} ({check['items_removed']} items): {check['verdict']}, "
+            f"gain {_score(check['gain'])} on {check['items_left']} items"
+        )
+    return lines
+
+
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Where the evidence came from and the leave-one-author-out checks."""
     sources = evidence.get("sources") or []

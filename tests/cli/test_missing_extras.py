@@ -95,6 +95,13 @@ def test_engine_serve_without_torch_names_the_local_extra(tmp_path: Path) -> Non
     assert_names_extra(result, "local")
 
 
+@pytest.mark.parametrize(("hidden", "extra"), [("peft", "local"), ("matplotlib", "report")])
+def test_quickstart_without_an_extra_names_it(tmp_path: Path, hidden: str, extra: str) -> None:
+    result = reef_without(hidden, "quickstart", "--dir", str(tmp_path / "qs"), cwd=tmp_path)
+    assert_names_extra(result, extra)
+    assert not (tmp_path / "qs").exists()
+
+
 def test_embedding_similarity_without_its_package_names_the_embeddings_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

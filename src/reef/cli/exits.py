@@ -1,10 +1,11 @@
 """The one place where the ``reef`` command turns errors into a message and an exit code.
 
-Exit codes: 0 success; 1 a failure (``ReefError`` without a category below, a failed
-benchmark); 2 a usage error, a bad configuration or invalid input; 3 something named
-does not exist (including "no store here"); 4 an optional dependency is missing (the
-message names the extra to install); 130 interrupted. A usage error is one line with a
-hint, never a traceback.
+Exit codes (documented in docs/operations.md): 0 success; 1 a failure (``ReefError``
+without a category below, a failed benchmark); 2 a usage error, a bad configuration
+(including a port that cannot be bound) or invalid input; 3 something named does not
+exist (including "no store here"); 4 an optional dependency is missing (the message
+names the extra to install); 130 interrupted. A usage error is one line with a hint,
+never a traceback.
 """
 
 from __future__ import annotations

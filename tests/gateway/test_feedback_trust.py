@@ -161,3 +161,29 @@ def test_feedback_idempotency_header_is_bounded(gateway: GatewayThread) -> None:
     assert gateway.store.get_record(record_id).feedback == ()
     fits = call(gateway.port, "POST", "/reef/feedback", body, {"x-reef-idempotency-key": "k" * 256})
     assert fits.status == 201
+
+
+@pytest.mark.parametrize("score", [-0.01, 1.5, 100])
+def test_scores_outside_the_range_are_refused(gateway: GatewayThread, score: float) -> None:
+    record_id = serve(gateway, "unused", "support")
+    body = {"record_ids": [record_id], "score": score}
+    response = call(gateway.port, "POST", "/reef/feedback", body)
+    assert response.status == 400
+    message = response.json()["error"]["message"]
+    assert "outside scenario 'support'" in message and "[0, 1]" in message
+    assert "scenarios.support.score_range" in message
+    assert gateway.store.get_record(record_id).feedback == ()
+
+
+def test_a_scenario_sets_its_own_score_range(make_gateway: Callable[..., GatewayThread]) -> None:
+    gateway = make_gateway(scenarios={"support": {"upstream": "fake", "score_range": [1, 5]}})
+    record_id = serve(gateway, "unused", "support")
+    ok = call(gateway.port, "POST", "/reef/feedback", {"record_ids": [record_id], "score": 4})
+    assert ok.status == 201
+    low = call(gateway.port, "POST", "/reef/feedback", {"record_ids": [record_id], "score": 0})
+    assert low.status == 400 and "[1, 5]" in low.json()["error"]["message"]
+    with pytest.raises(ValidationError, match="score_range must be two finite numbers"):
+        ReefSettings(
+            upstreams={"u": {"type": "openai", "base_url": "http://127.0.0.1:9"}},
+            scenarios={"s": {"score_range": [5, 1]}},
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -109,11 +110,22 @@ class ScenarioConfig(Section):
         description="Trust levels of keys in this scenario, by key id (operator, user or "
         "untrusted); they override the keys' own `trust`.",
     )
+    score_range: tuple[float, float] = Field(
+        default=(0.0, 1.0),
+        description="The lowest and highest feedback score (inclusive); a score outside is "
+        "refused with 400. Recipes' score thresholds (`min_score`, "
+        "`gate.holdout_reference_min_score`) are on this scale.",
+    )
 
     @model_validator(mode="after")
     def _trust_levels(self) -> ScenarioConfig:
         for key_id, level in self.trust.items():
             parse_trust(level, f"trust of api key {key_id!r}")
+        low, high = self.score_range
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(
+                f"score_range must be two finite numbers, lowest first, got {[low, high]}"
+            )
         return self
 
 

@@ -65,6 +65,14 @@ class FeedbackRoutes:
         """``POST /reef/report``: the same, with ``references`` naming the records."""
         return await self._receive(request, ids_field="references")
 
+    def _check_score(self, score: float | None, scenario: str) -> None:
+        low, high = self.state.settings.scenario(scenario).score_range
+        if score is not None and not low <= score <= high:
+            raise InvalidInputError(
+                f"score {score:g} is outside scenario {scenario!r}'s score range "
+                f"[{low:g}, {high:g}] (scenarios.{scenario}.score_range)"
+            )
+
     async def _scenario_of(self, principal: Principal, record_id: str) -> str:
         """The scenario of the named record. A record of a scenario the key may not use
         is answered like one that does not exist: no existence oracle across scenarios."""
@@ -98,6 +106,7 @@ class FeedbackRoutes:
                 scenario = await self._scenario_of(principal, parsed.record_ids[0])
             check_scenario_name(scenario)
             principal.check_scenario(scenario)
+            self._check_score(parsed.score, scenario)
             draft = FeedbackDraft(
                 scenario=scenario,
                 record_ids=tuple(parsed.record_ids),

@@ -177,7 +177,8 @@ class InsightRoutes:
             data = await asyncio.to_thread(learning_curve, self._engine, scenario, limit)
         except ReefError as exc:
             return error_response(exc, "openai")
-        return _json({"scenario": scenario, "data": data})
+        score_range = list(self.state.settings.scenario(scenario).score_range)
+        return _json({"scenario": scenario, "score_range": score_range, "data": data})
 
     async def jobs(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/jobs?state=&limit=``: newest first."""

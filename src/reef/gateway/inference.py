@@ -23,7 +23,8 @@ from reef.gateway.capture import (
     canonical_conversation,
     continuation_candidates,
 )
-from reef.gateway.errors import ErrorDialect, UnsupportedRouteError, error_body, error_response
+from reef.gateway.errors import ErrorDialect, UnsupportedRouteError, error_response
+from reef.gateway.relay import error_event, open_relay
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
     read_json_object,
@@ -32,10 +33,6 @@ from reef.gateway.requests import (
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai
 from reef.upstream import (
-    AnthropicStreamAssembler,
-    OpenAIStreamAssembler,
-    OpenAIToAnthropicStream,
-    SSEParser,
     Upstream,
     UpstreamError,
     UpstreamRequest,
@@ -44,7 +41,6 @@ from reef.upstream import (
     canonical_reply_anthropic,
     canonical_reply_openai,
     chain_hashes,
-    encode_sse,
     openai_response_to_anthropic,
 )
 
@@ -334,7 +330,12 @@ class InferenceRoutes:
         then may not await, so it closes the upstream and records ``aborted`` through
         tasks of their own.
         """
-        relay = _EventRelay(exchange, plan)
+        relay = open_relay(
+            exchange.api,
+            translate=plan.translate,
+            strip_usage=plan.strip_usage,
+            client_model=plan.client_model,
+        )
         recorder = self.state.recorder
         recorded = False
         try:
@@ -364,7 +365,7 @@ class InferenceRoutes:
                 draft = recorder.draft(exchange, response, None, "error", exc.message)
                 await asyncio.shield(recorder.record(draft))
             self._observe(exchange, exc.status)
-            yield relay.error_event(exc, dialect)
+            yield error_event(exc, dialect)
         finally:
             self.state.activation.release(exchange.serving)
             if not recorded:
@@ -377,82 +378,3 @@ class InferenceRoutes:
                     recorder.record_in_background(draft)
                 self._observe(exchange, 499)
         await stream.aclose()
-
-
-class _EventRelay:
-    """Parses upstream SSE bytes, produces what the client gets, and keeps the record."""
-
-    def __init__(self, exchange: Exchange, plan: CallPlan) -> None:
-        self.api = exchange.api
-        self.plan = plan
-        self.parser = SSEParser()
-        self.openai = (
-            OpenAIStreamAssembler() if exchange.api == "openai.chat" or plan.translate else None
-        )
-        self.anthropic = (
-            AnthropicStreamAssembler() if exchange.api == "anthropic.messages" else None
-        )
-        self.translator = OpenAIToAnthropicStream(plan.client_model) if plan.translate else None
-        self.terminal = b""  # held back until the record is committed
-
-    def feed(self, chunk: bytes) -> bytes:
-        """Client bytes for one upstream chunk (possibly empty)."""
-        out: list[bytes] = []
-        for event, data in self.parser.feed(chunk):
-            if not data:
-                continue
-            if data == "[DONE]":
-                if not self.plan.translate:
-                    self.terminal = b"data: [DONE]\n\n"
-                continue
-            parsed = orjson.loads(data)
-            if self.translator is not None:
-                assert self.openai is not None and self.anthropic is not None
-                self.openai.feed(parsed)
-                out.extend(self._anthropic_events(self.translator.feed(parsed)))
-            elif self.openai is not None:
-                self.openai.feed(parsed)
-                if self.plan.strip_usage and not parsed.get("choices") and parsed.get("usage"):
-                    continue
-                out.append(encode_sse(data.encode(), None))
-            else:
-                assert self.anthropic is not None
-                name = event or parsed.get("type", "")
-                self.anthropic.feed(name, parsed)
-                if name == "message_stop":
-                    self.terminal = encode_sse(data.encode(), event)
-                else:
-                    out.append(encode_sse(data.encode(), event))
-        return b"".join(out)
-
-    def _anthropic_events(self, events: list[tuple[str, dict[str, Any]]]) -> list[bytes]:
-        assert self.anthropic is not None
-        encoded = []
-        for name, payload in events:
-            self.anthropic.feed(name, payload)
-            if name == "message_stop":
-                self.terminal = encode_sse(dumps(payload), name)
-            else:
-                encoded.append(encode_sse(dumps(payload), name))
-        return encoded
-
-    def finish(self) -> bytes:
-        """Closing events a translated stream still owes the client."""
-        if self.translator is None:
-            return b""
-        return b"".join(self._anthropic_events(self.translator.finish()))
-
-    def result(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The reassembled response in the client's dialect and its canonical reply."""
-        if self.api == "anthropic.messages":
-            assert self.anthropic is not None
-            response = self.anthropic.result()
-            return response, canonical_reply_anthropic(response)
-        assert self.openai is not None
-        response = self.openai.result()
-        return response, canonical_reply_openai(response)
-
-    def error_event(self, exc: UpstreamError, dialect: ErrorDialect) -> bytes:
-        """The error a stream ends with when the upstream fails mid-way."""
-        body = error_body(exc.status, exc.message, dialect)
-        return encode_sse(body, "error" if dialect == "anthropic" else None)

@@ -61,6 +61,11 @@ class DashboardPage:
         self.page.goto(f"{self.base_url}/ui/{route}")
         self.wait(route, state)
 
+    def sign_in(self, key: str) -> None:
+        """Enter ``key`` in the key prompt the page shows."""
+        self.page.fill("#admin-key", key)
+        self.page.click("#key-form button")
+
     def wait(self, route: str, state: str = "ready") -> None:
         # a selector, not a JS predicate: the page's CSP forbids eval
         self.page.wait_for_selector(f'body[data-path="{route}"][data-state="{state}"]')

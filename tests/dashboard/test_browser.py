@@ -5,39 +5,13 @@ picture. Skips without Chromium (Debian's ``chromium``); CI installs it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.dashboard.browser import DashboardPage, chromium_path
+from tests.dashboard.browser import DashboardPage
 from tests.dashboard.world import ADMIN_KEY, INFERENCE_KEY, SCENARIO, DashboardWorld
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = chromium_path()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def tab(browser: Any, world: DashboardWorld, tmp_path: Path) -> Iterator[DashboardPage]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    yield DashboardPage(context.new_page(), world.url, tmp_path)
-    context.close()
-
-
-def _sign_in(tab: DashboardPage, key: str) -> None:
-    tab.page.fill("#admin-key", key)
-    tab.page.click("#key-form button")
 
 
 def test_a_first_visit_asks_for_the_key_once_and_keeps_it_out_of_urls(
@@ -48,7 +22,7 @@ def test_a_first_visit_asks_for_the_key_once_and_keeps_it_out_of_urls(
     assert "Admin key needed" in tab.text()
     tab.screenshot("key-prompt")
 
-    _sign_in(tab, ADMIN_KEY)
+    tab.sign_in(ADMIN_KEY)
     tab.wait("#/")
     assert SCENARIO in tab.text("#scenarios")
     assert tab.page.evaluate("sessionStorage.getItem('reef.adminKey')") == ADMIN_KEY
@@ -63,7 +37,7 @@ def test_a_first_visit_asks_for_the_key_once_and_keeps_it_out_of_urls(
 def test_every_page_shows_the_real_data(tab: DashboardPage, world: DashboardWorld) -> None:
     assert world.published and world.rejected and world.pending and world.evaluation_id
     tab.open("#/", "auth")
-    _sign_in(tab, ADMIN_KEY)
+    tab.sign_in(ADMIN_KEY)
     tab.wait("#/")
 
     # overview: the scenario with its head and live state
@@ -101,6 +75,9 @@ def test_every_page_shows_the_real_data(tab: DashboardPage, world: DashboardWorl
     assert tab.count('[data-metric="0:sft.loss_curve"] circle') == 6
     assert "0:sft.examples" in tab.text("#training")
     assert tab.count("#items rect.bar.pos") == 12 and tab.count("#items rect.bar.neg") == 0
+    # operator evidence only: counted as it is, no author left out
+    assert "Every item is at or above trust operator" in tab.text("#evidence")
+    assert "recorded no selection stats" in tab.text("#screening")
     tab.screenshot("candidate-published")
 
     # the rejected candidate: its verdict and reason, what it removed, its losses
@@ -124,6 +101,7 @@ def test_every_page_shows_the_real_data(tab: DashboardPage, world: DashboardWorl
     assert "passed" in tab.text("h1")
     assert tab.count("#items rect.bar") == 30
     assert "Q: capital 3" in tab.text("#changed-items")
+    assert "file:quiz" in tab.text("#sources")
     tab.screenshot("evaluation")
 
     # records with their feedback, then all records (the gate's eval traffic too)
@@ -150,7 +128,7 @@ def test_a_key_without_the_admin_role_gets_a_clear_403(
     tab: DashboardPage, world: DashboardWorld
 ) -> None:
     tab.open("#/", "auth")
-    _sign_in(tab, INFERENCE_KEY)
+    tab.sign_in(INFERENCE_KEY)
     tab.wait("#/", "error")
     message = tab.text()
     assert "may not read the admin API (403)" in message
@@ -160,7 +138,7 @@ def test_a_key_without_the_admin_role_gets_a_clear_403(
     assert tab.problems and all("status of 403" in problem for problem in tab.problems)
 
     tab.problems.clear()
-    _sign_in(tab, ADMIN_KEY)
+    tab.sign_in(ADMIN_KEY)
     tab.wait("#/")
     assert tab.problems == []
 
@@ -169,7 +147,7 @@ def test_a_refused_key_is_forgotten_and_asked_for_again(
     tab: DashboardPage, world: DashboardWorld
 ) -> None:
     tab.open("#/", "auth")
-    _sign_in(tab, "not-a-key")
+    tab.sign_in("not-a-key")
     tab.wait("#/", "auth")
     assert "The key was refused: invalid API key" in tab.text()
     assert tab.page.evaluate("sessionStorage.getItem('reef.adminKey')") is None
@@ -191,7 +169,10 @@ def test_without_keys_it_opens_at_once_and_shows_empty_states(browser: Any, tmp_
         assert "No learning jobs yet" in page
         assert "No feedback yet" in page
         assert "No scores yet" in tab.text()
+        assert "Nothing quarantined" in tab.text("#quarantine")
         tab.screenshot("empty-scenario")
+        tab.open("#/scenarios/support/feedback")
+        assert "Nothing is quarantined in this scenario" in tab.text("#quarantine")
         tab.open("#/candidates/no-such-candidate", "error")
         assert "Could not load this page (HTTP 404)" in tab.text()
         assert all("status of 404" in problem for problem in tab.problems)

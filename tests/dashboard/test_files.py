@@ -43,6 +43,7 @@ def test_the_shell_is_served_without_a_key_under_a_strict_policy(world: Dashboar
     [
         ("app.js", "text/javascript"),
         ("pages/candidate.js", "text/javascript"),
+        ("pages/feedback.js", "text/javascript"),
         ("app.css", "text/css"),
         ("favicon.svg", "image/svg+xml"),
     ],

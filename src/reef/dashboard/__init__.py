@@ -4,12 +4,14 @@ Owns: the static single-page app under ``static/`` (one HTML shell, vanilla JS m
 CSS; no build step, no CDN) and ``DashboardFiles``, which serves exactly those files with
 a strict Content-Security-Policy. The pages read the admin API (``/reef/...``) with the
 admin key the user enters once (kept in ``sessionStorage``): scenarios, release
-timelines, candidates with their gate evidence and harness diff, evaluations item by
-item, learning curves, recent records with feedback, live status.
+timelines, candidates with their gate evidence (its provenance, the job's feedback
+screening) and harness diff, evaluations item by item, learning curves, recent records
+with feedback, quarantined feedback, live status. Its one write is releasing quarantined
+feedback (``POST /reef/feedback/{id}/release``).
 Does not own: any state or data route (those live in ``reef.gateway``); must not import
 ``learning`` or torch.
-Extend: add a page as ``static/pages/<name>.js`` exporting ``render(view, params)`` and
-route it in ``static/app.js``; a page reads the admin API only.
+Extend: add a page as ``static/pages/<name>.js`` exporting ``render(params, query)`` and
+route it in ``static/app.js``; a page calls the admin API only.
 """
 
 from reef.dashboard.files import DashboardFiles

@@ -1,4 +1,4 @@
-// The admin API, read with the key the user gave once (sessionStorage: gone when the tab
+// The admin API, called with the key the user gave once (sessionStorage: gone when the tab
 // closes; never in a URL or a cookie).
 
 const KEY_NAME = "reef.adminKey";
@@ -51,9 +51,7 @@ async function message(response) {
   }
 }
 
-/** GET a path of the admin API ("reef/scenarios"); the parsed JSON, or throws one of
- * AuthRequired, Forbidden, ApiError. */
-export async function get(path, query) {
+async function call(method, path, query) {
   const key = storedKey();
   if (!key && (await needsKey())) throw new AuthRequired("This gateway needs an admin key.");
   const url = new URL(path, ROOT);
@@ -64,7 +62,7 @@ export async function get(path, query) {
   if (key) headers.authorization = `Bearer ${key}`;
   let response;
   try {
-    response = await fetch(url, { headers, cache: "no-store" });
+    response = await fetch(url, { method, headers, cache: "no-store" });
   } catch (error) {
     throw new ApiError(0, `the gateway did not answer (${error.message})`);
   }
@@ -75,6 +73,19 @@ export async function get(path, query) {
   if (response.status === 403) throw new Forbidden(await message(response));
   if (!response.ok) throw new ApiError(response.status, await message(response));
   return response.json();
+}
+
+/** GET a path of the admin API ("reef/scenarios"); the parsed JSON, or throws one of
+ * AuthRequired, Forbidden, ApiError. */
+export function get(path, query) {
+  return call("GET", path, query);
+}
+
+/** POST to an admin action that takes no body ("reef/feedback/{id}/release"), with the
+ * same key and errors as get(). The key travels in a header, never a cookie, so another
+ * site cannot make the browser send it (no CSRF). */
+export function post(path) {
+  return call("POST", path, null);
 }
 
 /** GET that answers null for a 404 (a harness or release that does not exist). */

@@ -1,14 +1,16 @@
 // The shell: hash routes to pages, the key prompt, loading and error states.
 //
 // A page module exports `render(params, query)` → Promise<Node> (and optionally
-// `refreshSeconds`). <body data-state> is "loading", "ready", "auth" or "error" and
+// `refreshSeconds`); after an action a page dispatches RELOAD_EVENT on window to render
+// the route again. <body data-state> is "loading", "ready", "auth" or "error" and
 // <body data-route> the route's name and <body data-path> its hash, so tests and people
 // can tell what they see.
 
 import { ApiError, AuthRequired, Forbidden, forgetKey, storeKey, storedKey } from "./api.js";
-import { fill, h } from "./dom.js";
+import { RELOAD_EVENT, fill, h } from "./dom.js";
 import * as candidate from "./pages/candidate.js";
 import * as evaluation from "./pages/evaluation.js";
+import * as feedback from "./pages/feedback.js";
 import * as overview from "./pages/overview.js";
 import * as records from "./pages/records.js";
 import * as scenario from "./pages/scenario.js";
@@ -19,6 +21,7 @@ const ROUTES = [
   { name: "status", pattern: /^\/status$/, page: status, nav: "status" },
   { name: "scenario", pattern: /^\/scenarios\/([^/]+)$/, page: scenario, nav: "overview" },
   { name: "records", pattern: /^\/scenarios\/([^/]+)\/records$/, page: records, nav: "overview" },
+  { name: "feedback", pattern: /^\/scenarios\/([^/]+)\/feedback$/, page: feedback, nav: "overview" },
   { name: "candidate", pattern: /^\/candidates\/([^/]+)$/, page: candidate, nav: "overview" },
   { name: "evaluation", pattern: /^\/evaluations\/([^/]+)$/, page: evaluation, nav: "overview" },
 ];
@@ -131,4 +134,5 @@ document.getElementById("signout").addEventListener("click", () => {
   show();
 });
 window.addEventListener("hashchange", () => show());
+window.addEventListener(RELOAD_EVENT, () => show(true));
 show();

@@ -1,5 +1,5 @@
 // Building DOM from elements and text nodes only (no markup parsed from data, nothing
-// the CSP would block), and the small formatters every page shares.
+// the CSP would block), the small formatters every page shares, and the reload signal.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -35,6 +35,14 @@ export function h(tag, attrs, ...children) {
 /** An SVG element, same signature as h(). */
 export function s(tag, attrs, ...children) {
   return build(document.createElementNS(SVG_NS, tag), attrs, children);
+}
+
+/** The window event after which the shell renders the current route again (app.js). */
+export const RELOAD_EVENT = "reef:reload";
+
+/** Render the current page again (its data changed: an action succeeded). */
+export function reloadPage() {
+  window.dispatchEvent(new Event(RELOAD_EVENT));
 }
 
 /** Replace the children of `node`. */

@@ -1,4 +1,5 @@
-// Rendering the evaluation gate's evidence: the decision, its suites, item differences.
+// Rendering the evaluation gate's evidence: the decision, its suites, where their
+// references came from (trust, authors, leave-one-author-out), item differences.
 
 import { barChart } from "./charts.js";
 import { badge, clip, contentText, empty, h, num, shortId, signed, table } from "./dom.js";
@@ -56,6 +57,65 @@ export function ruleLine(rule) {
   if (!rule) return null;
   return h("p", { class: "small muted" }, "Rule: ",
     Object.entries(rule).map(([name, value]) => h("span", { class: "chip" }, `${name} ${value}`)));
+}
+
+function countChips(counts, emptyText) {
+  const entries = Object.entries(counts || {});
+  if (!entries.length) return h("span", { class: "muted" }, emptyText);
+  return entries.map(([name, count]) => h("span", { class: "chip", title: name }, `${name} ${count}`));
+}
+
+function sourcesTable(sources) {
+  if (!sources.length) return empty("No current suite was evaluated.");
+  return table([
+    ["Suite", (row) => h("code", { title: row.suite }, suiteLabel(row.suite))],
+    ["Source", (row) => row.source],
+    ["Items", (row) => String(row.items), "num"],
+    ["By trust", (row) => countChips(row.by_trust, "—")],
+    ["Authors", (row) => countChips(row.authors, row.source === "file" ? "the operator's file" : "—")],
+  ], sources);
+}
+
+function checksTable(checks, failed) {
+  return table([
+    ["Left out", (row) => h("code", {}, row.author)],
+    ["Items removed", (row) => String(row.items_removed), "num"],
+    ["Verdict", (row) => badge(row.verdict)],
+    ["Items left", (row) => String(row.items_left), "num"],
+    ["Gain on items left", (row) => [signed(row.gain), row.low === null || row.low === undefined ? null : ` (low ${num(row.low)})`], "num"],
+    ["Why", (row) => clip((row.reasons || []).join("; "), 160), "text"],
+  ], checks, (row) => (failed.has(row.author) || row.verdict !== "passed" ? "loss" : "gain"));
+}
+
+function checksNote(evidence, below) {
+  if (!below) {
+    return `Every item is at or above trust ${evidence.min_trust}: the evidence counts as it is, no author is left out.`;
+  }
+  return "The decision did not pass on all of its evidence, so no author was left out.";
+}
+
+/** Where the decision's references came from: the minimum trust, every current suite
+ * by source, trust and author, and each leave-one-author-out check (provenance.py). */
+export function evidenceBlock(decision) {
+  const evidence = decision && decision.evidence;
+  if (!evidence || !Array.isArray(evidence.sources)) {
+    return empty("No provenance was recorded with this decision (it predates the independence rule).");
+  }
+  const below = evidence.items_below_min_trust || 0;
+  const checks = evidence.leave_one_out || [];
+  const failed = new Set(evidence.failed_authors || []);
+  return h("div", { class: "provenance" },
+    h("dl", { class: "facts" },
+      h("dt", {}, "Minimum trust"), h("dd", {}, badge(evidence.min_trust, "info")),
+      h("dt", {}, "Items below it"), h("dd", { id: "items-below" }, String(below)),
+      failed.size ? [h("dt", {}, "Failed without"), h("dd", {}, [...failed].map((name) => h("code", { class: "chip" }, name)))] : null),
+    h("p", { class: "small muted" },
+      `Items whose references come from authors below trust ${evidence.min_trust} count only if the rule still ` +
+      "holds with any one such author's items left out; the operator's suites count as they are."),
+    h("h3", {}, "Sources"),
+    h("div", { id: "sources" }, sourcesTable(evidence.sources)),
+    h("h3", {}, "Leave one author out"),
+    checks.length ? h("div", { id: "leave-one-out" }, checksTable(checks, failed)) : empty(checksNote(evidence, below)));
 }
 
 function mean(values) {

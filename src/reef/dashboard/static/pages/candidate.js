@@ -1,13 +1,21 @@
-// One candidate: the gate's decision, its harness against its parent release's, the
-// training metrics (loss curves), and the evaluation item by item.
+// One candidate: the gate's decision and where its evidence came from, the feedback
+// screening of the learning job that made it, its harness against its parent release's,
+// the training metrics (loss curves), and the evaluation item by item.
 
 import { get, getOrNull } from "../api.js";
 import { lineChart } from "../charts.js";
 import { badge, empty, h, idChip, panel, shortDigest, table, time } from "../dom.js";
 import { diffLines, diffView, harnessLines } from "../diff.js";
-import { decisionBlock, gateOf, itemDifferences, ruleLine, suitesTable } from "../gate.js";
+import { decisionBlock, evidenceBlock, gateOf, itemDifferences, ruleLine, suitesTable } from "../gate.js";
 
 const MAX_CHARTS = 4;
+// The screening rules (learning/screening.py), in the order the docs give them.
+const SCREENING_RULES = [
+  ["repeated_correction", "one correction repeated across many different inputs"],
+  ["contradicts_suite", "contradicts a trusted suite's reference for a near-identical input"],
+  ["burst", "one author supplying more than its share of a batch"],
+  ["planted_instruction", "planted instructions or URLs in the text or correction"],
+];
 
 /** Flatten nested metrics to [path, value] pairs ("0:sft.loss_curve", [..]). */
 function flatten(value, prefix, out) {
@@ -47,6 +55,49 @@ function trainingView(evidence) {
         ["Value", ([, value]) => (typeof value === "number" ? String(Math.round(value * 1e4) / 1e4) : JSON.stringify(value))],
       ], scalars)
       : null);
+}
+
+function screeningView(candidate) {
+  const selection = candidate.evidence && candidate.evidence.selection;
+  const review = h("a", { href: `#/scenarios/${encodeURIComponent(candidate.scenario)}/feedback`, id: "quarantine-link" },
+    "Review quarantined feedback →");
+  if (!selection || typeof selection !== "object") {
+    const why = candidate.evidence && candidate.evidence.job_id
+      ? "Its learning job recorded no selection stats." : "No selection stats: this candidate was not made by a learning job.";
+    return [empty(why), h("p", { class: "small" }, review)];
+  }
+  if (!("quarantined_new" in selection)) {
+    return [empty("The learning job recorded no screening counts (it ran before feedback screening)."), h("p", { class: "small" }, review)];
+  }
+  // a rule added later shows too; a key that is no rule name (text split out of a
+  // reason) stays among "Every selection count" only
+  const known = new Set(SCREENING_RULES.map(([rule]) => rule));
+  const other = Object.keys(selection)
+    .filter((key) => key.startsWith("screened:"))
+    .map((key) => key.slice("screened:".length))
+    .filter((rule) => /^[a-z_]+$/.test(rule) && !known.has(rule))
+    .map((rule) => [rule, ""]);
+  const rules = [...SCREENING_RULES, ...other];
+  const count = (key) => Number(selection[key] || 0);
+  return h("div", { id: "screening-counts" },
+    h("dl", { class: "facts" },
+      h("dt", {}, "Quarantined by this run"), h("dd", { "data-count": "quarantined_new" }, String(count("quarantined_new"))),
+      h("dt", {}, "Held from earlier runs"), h("dd", { "data-count": "quarantined_held" }, String(count("quarantined_held")))),
+    table([
+      ["Rule", ([rule]) => h("code", {}, rule)],
+      ["Flags", ([, what]) => what, "text"],
+      ["Rows", ([rule]) => h("span", { "data-count": `screened:${rule}` }, String(count(`screened:${rule}`))), "num"],
+    ], rules, ([rule]) => (count(`screened:${rule}`) ? "loss" : null)),
+    h("p", { class: "small muted" },
+      "Counted over the feedback this run screened (authors below the recipe's selection.screening.exempt_trust, " +
+      "operator by default); a row flagged by several rules counts under each. " +
+      "Quarantined feedback was neither trained on nor used as gate evidence."),
+    h("p", { class: "small" }, review),
+    h("details", {}, h("summary", {}, "Every selection count"),
+      table([
+        ["Count", ([name]) => h("code", {}, name)],
+        ["Value", ([, value]) => String(value), "num"],
+      ], Object.entries(selection).sort(([a], [b]) => a.localeCompare(b)))));
 }
 
 function jobFacts(evidence) {
@@ -130,6 +181,8 @@ export async function render([id]) {
       gate ? [decisionBlock(decision), ruleLine(decision && decision.rule), h("h3", {}, "Suites"), suitesTable(decision),
         gate.cost ? h("p", { class: "small muted" }, `cost: ${gate.cost.model_calls ?? "?"} model calls, ${gate.cost.seconds ?? "?"} s`) : null]
         : empty(`Not evaluated by the gate yet (state ${candidate.state}).`)),
+    decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,
+    h("section", { class: "panel", id: "screening" }, h("h2", {}, "Feedback screening"), screeningView(candidate)),
     h("div", { class: "two" },
       panel(parent ? `Harness against parent #${parent.seq}` : "Harness", harnessDiff(candidate, parent, mine, theirs)),
       panel("Training", jobFacts(candidate.evidence), trainingView(candidate.evidence))),

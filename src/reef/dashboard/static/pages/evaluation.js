@@ -1,9 +1,9 @@
-// One evaluation of the gate (or `reef eval run`): what was compared, the decision, and
-// every item's scores on both arms.
+// One evaluation of the gate (or `reef eval run`): what was compared, the decision and
+// where its evidence came from, and every item's scores on both arms.
 
 import { get } from "../api.js";
 import { badge, empty, h, idChip, panel, time } from "../dom.js";
-import { decisionBlock, itemDifferences, ruleLine, suitesTable } from "../gate.js";
+import { decisionBlock, evidenceBlock, itemDifferences, ruleLine, suitesTable } from "../gate.js";
 
 export async function render([id]) {
   const evaluation = await get(`reef/evaluations/${encodeURIComponent(id)}`, { items: 1 });
@@ -26,5 +26,6 @@ export async function render([id]) {
     h("section", { class: "panel", id: "decision" }, h("h2", {}, "Decision"),
       decision ? [decisionBlock(decision), ruleLine(decision.rule), suitesTable(decision)]
         : empty(evaluation.state === "failed" ? "The evaluation failed before a decision." : "Still running.")),
+    decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,
     h("section", { class: "panel", id: "items" }, h("h2", {}, "Per-item differences"), itemDifferences(evaluation)));
 }

@@ -36,7 +36,7 @@ export function releaseLabel(id, seqOf) {
   return seqOf.has(id) ? h("span", { title: id }, `#${seqOf.get(id)}`) : idChip(id);
 }
 
-/** Scores, feedback text and corrections attached to a record. */
+/** Scores, feedback text and corrections attached to a record (quarantined ones flagged). */
 export function feedbackCell(record) {
   if (!record.feedback || !record.feedback.length) return h("span", { class: "muted" }, "—");
   return h("div", { class: "feedback" }, record.feedback.map((fb) => {
@@ -45,7 +45,10 @@ export function feedbackCell(record) {
     const correction = fb.correction === null ? null
       : h("div", { class: "small" }, h("span", { class: "muted" }, "correction: "),
         clip(typeof fb.correction === "string" ? fb.correction : JSON.stringify(fb.correction), 80));
-    return h("div", {}, score, " ", clip(text, 80), correction);
+    // held back by screening (never trained on, never gate evidence) until released
+    const held = fb.quarantined_at && !fb.released_at
+      ? [" ", h("span", { class: "badge bad held", title: fb.quarantine_reason || "" }, "quarantined")] : null;
+    return h("div", {}, score, " ", clip(text, 80), held, correction);
   }));
 }
 

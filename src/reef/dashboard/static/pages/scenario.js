@@ -1,10 +1,14 @@
-// One scenario: learning curve, release chain timeline, candidates, jobs, recent feedback.
+// One scenario: learning curve, release chain timeline, candidates, jobs, recent feedback,
+// and the newest quarantined feedback.
 
 import { get } from "../api.js";
 import { lineChart } from "../charts.js";
 import { badge, clip, empty, h, idChip, num, panel, shortDigest, signed, table, time } from "../dom.js";
 import { gateNumbers, gateOf } from "../gate.js";
+import { quarantineTable, quarantined } from "./feedback.js";
 import { feedbackCell, releaseLabel, requestText, responseText } from "./records.js";
+
+const QUARANTINE_ROWS = 5;
 
 function curveView(points) {
   const live = points.filter((p) => p.scored > 0);
@@ -131,13 +135,14 @@ function recentRecords(records, seqOf) {
 
 export async function render([name]) {
   const scenario = encodeURIComponent(name);
-  const [releases, candidates, curve, records, jobs, status] = await Promise.all([
+  const [releases, candidates, curve, records, jobs, status, held] = await Promise.all([
     get(`reef/scenarios/${scenario}/releases`, { limit: 100 }),
     get(`reef/scenarios/${scenario}/candidates`, { limit: 50 }),
     get(`reef/scenarios/${scenario}/curve`),
     get(`reef/scenarios/${scenario}/records`, { has_feedback: "true", limit: 10 }),
     get(`reef/scenarios/${scenario}/jobs`, { limit: 10 }),
     get("reef/status"),
+    quarantined(name, QUARANTINE_ROWS, null),
   ]);
   const live = status.scenarios[name];
   const head = releases.data[0];
@@ -156,5 +161,12 @@ export async function render([name]) {
     h("section", { class: "panel", id: "recent" },
       h("div", { class: "panel-head" }, h("h2", {}, "Recent feedback"),
         h("a", { href: `#/scenarios/${scenario}/records` }, "All records →")),
-      recentRecords(records.data, new Map(releases.data.map((r) => [r.id, r.seq])))));
+      recentRecords(records.data, new Map(releases.data.map((r) => [r.id, r.seq])))),
+    h("section", { class: "panel", id: "quarantine" },
+      h("div", { class: "panel-head" }, h("h2", {}, "Quarantined feedback"),
+        h("a", { href: `#/scenarios/${scenario}/feedback`, id: "quarantine-link" },
+          held.next_before ? `All quarantined feedback (newest ${QUARANTINE_ROWS} shown) →` : "Quarantined feedback →")),
+      held.data.length
+        ? quarantineTable(held.data)
+        : empty("Nothing quarantined: learning runs hold back feedback that looks like poisoning here, before anything trains on it.")));
 }

@@ -36,8 +36,27 @@ BEHAVIORS: Final = frozenset(
         "drop-mid-stream",  # a little of the body, then the connection closes
         "slow-stream",  # a chunk every `slow_interval` s, `slow_chunks` times
         "bad-request",  # 400 with a dialect-shaped error
+        "hold-answer",  # waits until `release_held()`, then answers as usual
+        # -- stream ends (streams only unless noted) --
+        "truncate-stream",  # some of the answer, then a clean end without the terminal event
+        "stall-stream",  # some of the answer, then silence until the client leaves
+        "malformed-stream",  # an event whose data is not JSON, then the rest of the stream
+        "malformed-sse",  # JSON lines without SSE framing (no `data:`), NDJSON-style
+        "error-mid-stream",  # the dialect's error event mid-way (OpenAI: then [DONE])
+        # -- more failures (streams and not) --
+        "fail-502",  # always 502
+        "fail-503-once",  # 503 with Retry-After: 1 the first time, then success
+        "reset-before-headers",  # the connection closes before any response byte
+        "stall-body",  # headers and half the JSON body, then silence (not streaming)
+        "malformed-json",  # 200 with a body that is not JSON (not streaming)
+        "wrong-content-type",  # 200 text/html: a proxy's welcome page
+        "huge-answer",  # an answer of `huge_bytes` (100 MB), streamed in 64 KiB words
     }
 )
+_STREAM_ENDS: Final = frozenset(
+    {"truncate-stream", "stall-stream", "malformed-stream", "error-mid-stream"}
+)
+_TRICKLED: Final = frozenset({"slow-stream", "drop-mid-stream", "stall-body"})
 CREATED: Final = 1_700_000_000
 _WORD_PIECES = re.compile(r"\S+\s*")
 _JSON = "application/json"
@@ -53,7 +72,10 @@ class FakeUpstream:
       ``last_request_headers`` (case-insensitive);
     - ``peers``: client (host, port) pairs seen, i.e. the connections used;
     - ``cancelled_streams``: streams whose client left before the end;
-      ``completed_streams``: slow streams sent to the end.
+      ``completed_streams``: slow streams sent to the end;
+    - ``held``: requests waiting (``hold-answer``) for ``release_held()``;
+    - ``adapters``: adapters loaded through vLLM's runtime LoRA API, which the fake
+      serves only when made with ``adapters=True`` (else loading one fails with 404).
     """
 
     def __init__(
@@ -63,11 +85,18 @@ class FakeUpstream:
         models: tuple[str, ...] = ("fake-model",),
         slow_chunks: int = 200,
         slow_interval: float = 0.05,
+        adapters: bool = False,
+        huge_bytes: int = 100 * 1024 * 1024,
     ) -> None:
         self.api_key = api_key
+        self.serves_adapters = adapters
+        self.adapters: set[str] = set()
+        self.held = 0
+        self._release: asyncio.Event | None = None
         self.models = models
         self.slow_chunks = slow_chunks
         self.slow_interval = slow_interval
+        self.huge_bytes = huge_bytes
         self.requests: Counter[str] = Counter()
         self.last_request_path: str | None = None
         self.last_request_body: Any = None
@@ -100,6 +129,8 @@ class FakeUpstream:
         self.peers.clear()
         self.cancelled_streams = self.completed_streams = 0
         self._seen.clear()
+        if self._release is not None:
+            self._release.clear()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host:port`` (0: a free port, then in ``.port``)."""
@@ -107,13 +138,22 @@ class FakeUpstream:
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_get("/v1/models", self._list_models)
+        if self.serves_adapters:
+            app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
+            app.router.add_post("/v1/unload_lora_adapter", self._unload_adapter)
         self._stopping = asyncio.Event()
+        self._release = asyncio.Event()
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         self.host = host
         self.port = self._runner.addresses[0][1]
+
+    def release_held(self) -> None:
+        """Let every ``hold-answer`` request answer, now and until ``reset()``."""
+        assert self._release is not None
+        self._release.set()
 
     async def stop(self) -> None:
         """Stop listening; hanging handlers return."""
@@ -130,6 +170,18 @@ class FakeUpstream:
         if denied := self._denied(request, anthropic="anthropic-version" in request.headers):
             return denied
         return web.Response(body=self._models_body, content_type=_JSON)
+
+    async def _load_adapter(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        self.adapters.add(body["lora_name"])
+        return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' added.")
+
+    async def _unload_adapter(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        self.adapters.discard(body["lora_name"])
+        return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' removed.")
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
@@ -148,6 +200,8 @@ class FakeUpstream:
         elif body.get("tools") and "weather" in text.lower():
             function = body["tools"][0].get("function") or {}
             reply, call = "", {"name": function.get("name", ""), "arguments": '{"city": "Paris"}'}
+        elif behavior == "huge-answer":
+            reply, call = self._huge_reply(), None
         else:
             reply, call = f"echo: {text}", None
         prompt = sum(_openai_words(m.get("content")) for m in messages)
@@ -180,7 +234,7 @@ class FakeUpstream:
                 "total_tokens": prompt + completion,
             },
         }
-        if behavior in ("slow-stream", "drop-mid-stream"):
+        if behavior in _TRICKLED:
             return await self._trickle_json(request, orjson.dumps(response), behavior)
         return web.Response(body=orjson.dumps(response), content_type=_JSON)
 
@@ -208,6 +262,8 @@ class FakeUpstream:
                 "name": body["tools"][0].get("name", ""),
                 "input": {"city": "Paris"},
             }
+        elif behavior == "huge-answer":
+            reply = self._huge_reply()
         else:
             reply = f"echo: {text}"
         system = body.get("system")
@@ -226,7 +282,7 @@ class FakeUpstream:
         }
         if body.get("stream"):
             return await self._anthropic_stream(request, message, behavior)
-        if behavior in ("slow-stream", "drop-mid-stream"):
+        if behavior in _TRICKLED:
             return await self._trickle_json(request, orjson.dumps(message), behavior)
         return web.Response(body=orjson.dumps(message), content_type=_JSON)
 
@@ -281,7 +337,8 @@ class FakeUpstream:
                 yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
             yield b"data: [DONE]\n\n"
 
-        return await self._send_stream(request, pieces(), behavior)
+        # role, "echo: ", the text: the whole answer but its end
+        return await self._send_stream(request, pieces(), behavior, cut=3, anthropic=False)
 
     async def _anthropic_stream(
         self, request: web.Request, message: dict[str, Any], behavior: str | None
@@ -333,11 +390,19 @@ class FakeUpstream:
             )
             yield event("message_stop", {"type": "message_stop"})
 
-        return await self._send_stream(request, pieces(), behavior)
+        # message_start, ping, content_block_start, "echo: ", the text: all but the end
+        return await self._send_stream(request, pieces(), behavior, cut=5, anthropic=True)
 
     async def _send_stream(
-        self, request: web.Request, pieces: Iterator[bytes], behavior: str | None
+        self,
+        request: web.Request,
+        pieces: Iterator[bytes],
+        behavior: str | None,
+        *,
+        cut: int,
+        anthropic: bool,
     ) -> web.StreamResponse:
+        """Send ``pieces``; the stream-end behaviours act once ``cut`` pieces are sent."""
         response = web.StreamResponse(headers=_SSE_HEADERS)
         await response.prepare(request)
         try:
@@ -345,8 +410,13 @@ class FakeUpstream:
                 if behavior == "drop-mid-stream" and sent == 2:
                     _drop(request)
                     return response
+                ends = sent == cut and behavior in _STREAM_ENDS
+                if ends and await self._end_stream(request, response, behavior, anthropic):
+                    return response
                 if behavior == "slow-stream" and sent:
                     await asyncio.sleep(self.slow_interval)
+                if behavior == "malformed-sse":
+                    piece = _unframed(piece)
                 await response.write(piece)
             await response.write_eof()
         except ConnectionError:
@@ -359,10 +429,37 @@ class FakeUpstream:
             self.completed_streams += 1
         return response
 
+    async def _end_stream(
+        self, request: web.Request, response: web.StreamResponse, behavior: str, anthropic: bool
+    ) -> bool:
+        """Act out a stream-end behaviour; whether the stream is over."""
+        if behavior == "malformed-stream":
+            name = b"event: content_block_delta\n" if anthropic else b""
+            await response.write(name + b'data: {"choices": [{"delta": \n\n')
+            return False
+        if behavior == "error-mid-stream":
+            message = "fake upstream overloaded mid-stream (error-mid-stream)"
+            if anthropic:
+                error = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+                await response.write(b"event: error\ndata: " + orjson.dumps(error) + b"\n\n")
+            else:
+                error = {"error": {"message": message, "type": "server_error", "code": 503}}
+                await response.write(b"data: " + orjson.dumps(error) + b"\n\ndata: [DONE]\n\n")
+        elif behavior == "stall-stream":
+            await self._hang(request)
+            return True
+        await response.write_eof()
+        return True
+
+    def _huge_reply(self) -> str:
+        word = "x" * (64 * 1024 - 1) + " "
+        return word * (self.huge_bytes // len(word))
+
     async def _trickle_json(
         self, request: web.Request, payload: bytes, behavior: str
     ) -> web.StreamResponse:
-        """A non-streaming body sent slowly (JSON may start with whitespace) or cut off."""
+        """A non-streaming body sent slowly (JSON may start with whitespace), cut off,
+        or stalled half-way."""
         response = web.StreamResponse(headers={"Content-Type": _JSON})
         response.content_length = len(payload) + (
             self.slow_chunks if behavior == "slow-stream" else 0
@@ -371,6 +468,10 @@ class FakeUpstream:
         if behavior == "drop-mid-stream":
             await response.write(payload[: len(payload) // 2])
             _drop(request)
+            return response
+        if behavior == "stall-body":
+            await response.write(payload[: len(payload) // 2])
+            await self._hang(request)
             return response
         try:
             for _ in range(self.slow_chunks):
@@ -406,6 +507,16 @@ class FakeUpstream:
         """The failure response for ``behavior``, or ``None`` to answer normally."""
         if behavior == "fail-500":
             return _error(500, "fake upstream failure (fail-500)", "api_error", anthropic)
+        if behavior == "fail-502":
+            return _error(502, "fake upstream bad gateway (fail-502)", "api_error", anthropic)
+        if behavior == "reset-before-headers":
+            _drop(request)
+            return web.Response(status=500)  # never reaches the client
+        if behavior == "malformed-json":
+            return web.Response(body=b'{"id": "chatcmpl-cut", "choices": [', content_type=_JSON)
+        if behavior == "wrong-content-type":
+            page = b"<html><body><h1>Welcome to nginx!</h1></body></html>"
+            return web.Response(body=page, content_type="text/html")
         if behavior == "bad-request":
             return _error(
                 400,
@@ -413,13 +524,18 @@ class FakeUpstream:
                 "invalid_request_error",
                 anthropic,
             )
-        if behavior in ("fail-500-once", "fail-429-once"):
+        if behavior in ("fail-500-once", "fail-429-once", "fail-503-once"):
             key = (behavior, request.headers.get("x-fake-request-id") or text)
             if key in self._seen:
                 return None
             self._seen.add(key)
             if behavior == "fail-500-once":
                 return _error(500, "fake upstream failure (fail-500-once)", "api_error", anthropic)
+            if behavior == "fail-503-once":
+                kind = "overloaded_error" if anthropic else "service_unavailable"
+                busy = _error(503, "fake upstream is busy (fail-503-once)", kind, anthropic)
+                busy.headers["Retry-After"] = "1"
+                return busy
             failed = _error(
                 429, "fake upstream is rate limited (fail-429-once)", "rate_limit_error", anthropic
             )
@@ -428,7 +544,21 @@ class FakeUpstream:
         if behavior == "hang":
             await self._hang(request)
             return web.Response(status=504)  # only reached once the client has gone
+        if behavior == "hold-answer":
+            await self._hold()
+            return None
         return None
+
+    async def _hold(self) -> None:
+        assert self._release is not None and self._stopping is not None
+        self.held += 1
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._release, self._stopping)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.held -= 1
+            for wait in waits:
+                wait.cancel()
 
     async def _hang(self, request: web.Request) -> None:
         assert self._stopping is not None
@@ -511,6 +641,20 @@ class FakeUpstreamThread:
     def last_request_headers(self) -> Mapping[str, str]:
         """Headers of the last request (case-insensitive)."""
         return self.server.last_request_headers
+
+    @property
+    def held(self) -> int:
+        """Requests waiting (``hold-answer``) for ``release_held()``."""
+        return self.server.held
+
+    @property
+    def adapters(self) -> set[str]:
+        """Adapters loaded (``adapters=True`` only)."""
+        return self.server.adapters
+
+    def release_held(self) -> None:
+        """Let every ``hold-answer`` request answer, now and until ``reset()``."""
+        self._loop.call_soon_threadsafe(self.server.release_held)
 
     @property
     def cancelled_streams(self) -> int:
@@ -603,6 +747,12 @@ def _error(status: int, message: str, kind: str, anthropic: bool) -> web.Respons
     else:
         body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON)
+
+
+def _unframed(piece: bytes) -> bytes:
+    """An SSE event's data as a bare line, as an NDJSON server would send it."""
+    lines = piece.split(b"\n")
+    return b"".join(line[len(b"data: ") :] + b"\n" for line in lines if line.startswith(b"data: "))
 
 
 def _drop(request: web.Request) -> None:

@@ -17,9 +17,12 @@ from reef.upstream import (
     HTTPUpstream,
     OpenAIStreamAssembler,
     SSEParser,
+    UpstreamMalformedError,
     UpstreamRejectedError,
     UpstreamRequest,
+    UpstreamStalledError,
     UpstreamTimeoutError,
+    UpstreamTruncatedError,
     UpstreamUnavailableError,
     build_upstream,
     error_message_from_body,
@@ -206,27 +209,41 @@ async def test_hang_times_out_on_the_read_timeout(fake: FakeUpstream) -> None:
         await client.aclose()
 
 
-async def test_silence_mid_stream_times_out(fake: FakeUpstream) -> None:
+async def test_silence_mid_stream_is_a_stall(fake: FakeUpstream) -> None:
     fake.slow_interval = 1.0
     client = HTTPUpstream("f", config(fake.base_url, read_timeout_seconds=0.3))
     try:
         stream = await client.open_stream(chat("slow-stream", stream=True))
-        with pytest.raises(UpstreamTimeoutError):
+        with pytest.raises(UpstreamStalledError) as caught:
             async for _ in stream:
                 pass
+        assert caught.value.status == 504
+        assert caught.value.detail.startswith("upstream_stalled: ")
+        with pytest.raises(UpstreamStalledError):
+            await client.send(chat("stall-body"))  # headers, half a body, then nothing
     finally:
         await client.aclose()
 
 
-async def test_drop_mid_stream_is_unavailable(upstream: HTTPUpstream) -> None:
+async def test_drop_mid_stream_is_truncated(upstream: HTTPUpstream) -> None:
     stream = await upstream.open_stream(chat("drop-mid-stream", stream=True))
     received = []
-    with pytest.raises(UpstreamUnavailableError):
+    with pytest.raises(UpstreamTruncatedError) as caught:
         async for chunk in stream:
             received.append(chunk)
     assert received  # the first chunks did arrive
-    with pytest.raises(UpstreamUnavailableError):
+    assert caught.value.status == 502
+    with pytest.raises(UpstreamTruncatedError):
         await upstream.send(chat("drop-mid-stream"))
+
+
+async def test_a_stream_answered_with_another_content_type_is_malformed(
+    fake: FakeUpstream, upstream: HTTPUpstream
+) -> None:
+    with pytest.raises(UpstreamMalformedError) as caught:
+        await upstream.open_stream(chat("wrong-content-type", stream=True))
+    assert "text/html" in caught.value.message
+    assert fake.requests[CHAT] == 1  # a 200: not retried
 
 
 async def test_aclose_mid_stream_cancels_the_upstream(

@@ -103,3 +103,12 @@ def test_encode_then_parse_round_trips() -> None:
     wire = encode_sse(b"one\ntwo", "e") + encode_sse(b"three")
     parser = SSEParser()
     assert parser.feed(wire) == [SSEEvent("e", "one\ntwo"), SSEEvent(None, "three")]
+
+
+def test_lines_of_unknown_fields_are_ignored_and_counted() -> None:
+    parser = SSEParser()
+    events = parser.feed(b'{"choices": []}\n\nid: 1\nretry: 5\n: comment\ndata: x\n\n')
+    events += parser.feed(b'{"choices": [1]}\n') + parser.finish()
+    assert events == [SSEEvent(None, "x")]
+    assert parser.unknown_lines == 2
+    assert parser.first_unknown_line == '{"choices": []}'

@@ -9,6 +9,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from reef.upstream.assemble import AnthropicStreamAssembler, OpenAIStreamAssembler
+from reef.upstream.base import UpstreamTruncatedError
 from reef.upstream.translate import (
     RAW_ARGUMENTS_KEY,
     OpenAIToAnthropicStream,
@@ -380,9 +381,27 @@ def test_text_after_a_tool_call_opens_a_new_block() -> None:
     assert content[2]["text"] == "b"
 
 
-def test_empty_stream_still_forms_a_message() -> None:
+def test_a_stream_of_only_a_finish_still_forms_a_message() -> None:
     stream = OpenAIToAnthropicStream("m")
-    events = stream.finish()
+    events = stream.feed(chunk({}, "stop")) + stream.finish()
     assert [name for name, _ in events] == ["message_start", "message_delta", "message_stop"]
     assert events[1][1]["delta"]["stop_reason"] == "end_turn"
     assert stream.finish() == []
+
+
+@pytest.mark.parametrize("chunks", [[], [chunk({"content": "cut sh"})]], ids=["empty", "cut"])
+def test_a_stream_without_a_finish_reason_gets_no_invented_stop(
+    chunks: list[dict[str, Any]],
+) -> None:
+    stream = OpenAIToAnthropicStream("m")
+    for c in chunks:
+        stream.feed(c)
+    assert stream.stop_reason is None
+    with pytest.raises(UpstreamTruncatedError):
+        stream.finish()
+
+
+def test_a_response_without_a_finish_reason_gets_no_invented_stop() -> None:
+    resp = openai_response()
+    resp["choices"][0]["finish_reason"] = None
+    assert openai_response_to_anthropic(resp, "m")["stop_reason"] is None

@@ -35,6 +35,7 @@ from reef.harness import render_anthropic, render_openai
 from reef.upstream import (
     Upstream,
     UpstreamError,
+    UpstreamMalformedError,
     UpstreamRequest,
     UpstreamStream,
     anthropic_request_to_openai,
@@ -266,7 +267,7 @@ class InferenceRoutes:
         self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
         if exchange.capture:
             recorder = self.state.recorder
-            await recorder.record(recorder.draft(exchange, None, None, "error", exc.message))
+            await recorder.record(recorder.draft(exchange, None, None, "error", exc.detail))
         response = error_response(exc, dialect, self._receipt(exchange))
         self._observe(exchange, response.status_code)
         return response
@@ -283,9 +284,9 @@ class InferenceRoutes:
             try:
                 data = orjson.loads(answer.body)
             except orjson.JSONDecodeError as exc:
-                raise UpstreamError(f"upstream sent invalid JSON: {exc}") from exc
+                raise UpstreamMalformedError(f"upstream sent invalid JSON: {exc}") from exc
             if not isinstance(data, dict):
-                raise UpstreamError("upstream sent a JSON document that is not an object")
+                raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
         if plan.translate:
@@ -362,7 +363,7 @@ class InferenceRoutes:
             recorded = True
             if exchange.capture:
                 response, _ = relay.result()
-                draft = recorder.draft(exchange, response, None, "error", exc.message)
+                draft = recorder.draft(exchange, response, None, "error", exc.detail)
                 await asyncio.shield(recorder.record(draft))
             self._observe(exchange, exc.status)
             yield error_event(exc, dialect)

@@ -9,7 +9,13 @@ One class per way a stream reaches a client:
   translated into Anthropic events.
 
 Each holds back the end-of-stream event (``terminal``) so that the gateway sends it
-only once the record is committed.
+only once the record is committed, and each knows what a proper end of its stream is:
+OpenAI's ``[DONE]`` after a ``finish_reason`` on every choice, Anthropic's
+``message_stop``. A stream that ends otherwise is not passed off as complete: ``feed``
+and ``finish`` raise ``UpstreamTruncatedError`` (no proper end),
+``UpstreamMalformedError`` (data that is not a JSON object, a body that is not an event
+stream) or ``UpstreamError`` (the upstream's own error event), and the gateway ends the
+client's stream with ``error_event`` instead of the terminal event.
 """
 
 from __future__ import annotations
@@ -26,14 +32,18 @@ from reef.upstream import (
     AnthropicStreamAssembler,
     OpenAIStreamAssembler,
     OpenAIToAnthropicStream,
+    SSEEvent,
     SSEParser,
     UpstreamError,
+    UpstreamMalformedError,
+    UpstreamTruncatedError,
     canonical_reply_anthropic,
     canonical_reply_openai,
     encode_sse,
 )
 
 Result = tuple[dict[str, Any], dict[str, Any]]
+_SAMPLE_CHARS = 80
 
 
 class StreamRelay(ABC):
@@ -44,9 +54,29 @@ class StreamRelay(ABC):
         self.terminal = b""  # held back until the record is committed
 
     def feed(self, chunk: bytes) -> bytes:
-        """Client bytes for one upstream chunk (possibly empty)."""
+        """Client bytes for one upstream chunk (possibly empty); raises as the module
+        says."""
+        return self._relay(self.parser.feed(chunk))
+
+    def finish(self) -> bytes:
+        """At the upstream's end of stream: the events the client is still owed (the
+        last one, should the upstream not have ended it with a blank line; a translated
+        stream's closing events). Raises ``UpstreamTruncatedError`` or
+        ``UpstreamMalformedError`` when the stream did not end properly."""
+        out = self._relay(self.parser.finish())
+        if not self._ended():
+            if self.parser.unknown_lines:
+                raise UpstreamMalformedError(
+                    f"the upstream's stream is not Server-Sent Events: "
+                    f"{self.parser.unknown_lines} unframed line(s) such as "
+                    f"{self.parser.first_unknown_line!r}"
+                )
+            raise UpstreamTruncatedError(f"the stream ended before {self._proper_end}")
+        return out + self._closing()
+
+    def _relay(self, events: list[SSEEvent]) -> bytes:
         out: list[bytes] = []
-        for event, data in self.parser.feed(chunk):
+        for event, data in events:
             if data:
                 self._event(event, data, out)
         return b"".join(out)
@@ -55,8 +85,14 @@ class StreamRelay(ABC):
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
         """Handle one upstream event, appending what the client gets to ``out``."""
 
-    def finish(self) -> bytes:
-        """Closing events the stream still owes the client (none unless translated)."""
+    _proper_end: str  # what the stream should have ended with, for the error message
+
+    @abstractmethod
+    def _ended(self) -> bool:
+        """Whether the upstream ended its stream properly."""
+
+    def _closing(self) -> bytes:
+        """Events owed to the client after a proper end (none unless translated)."""
         return b""
 
     @abstractmethod
@@ -67,20 +103,30 @@ class StreamRelay(ABC):
 class OpenAIRelay(StreamRelay):
     """OpenAI chunks passed through to an OpenAI client."""
 
+    _proper_end = "[DONE] and a finish_reason"
+
     def __init__(self, strip_usage: bool) -> None:
         super().__init__()
         self.strip_usage = strip_usage  # usage was asked for by the gateway, not the client
         self.assembler = OpenAIStreamAssembler()
+        self.finished = _OpenAIFinish()
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
+        if self.finished.done:
+            return  # nothing counts after [DONE]
         if data == "[DONE]":
+            self.finished.done = True
             self.terminal = b"data: [DONE]\n\n"
             return
-        parsed = orjson.loads(data)
+        parsed = openai_chunk(data)
+        self.finished.feed(parsed)
         self.assembler.feed(parsed)
         if self.strip_usage and not parsed.get("choices") and parsed.get("usage"):
             return
         out.append(encode_sse(data.encode(), None))
+
+    def _ended(self) -> bool:
+        return self.finished.ended()
 
     def result(self) -> Result:
         """The chat.completion received so far and its canonical reply."""
@@ -91,18 +137,32 @@ class OpenAIRelay(StreamRelay):
 class AnthropicRelay(StreamRelay):
     """Anthropic events passed through to an Anthropic client."""
 
+    _proper_end = "message_stop"
+
     def __init__(self) -> None:
         super().__init__()
         self.assembler = AnthropicStreamAssembler()
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
-        parsed = orjson.loads(data)
-        name = event or parsed.get("type", "")
+        if self.terminal:
+            return  # nothing counts after message_stop
+        parsed = json_object(data)
+        name = event or str(parsed.get("type", ""))
+        if name == "error":
+            error = parsed.get("error")
+            detail = error if isinstance(error, dict) else parsed
+            raise UpstreamError(
+                f"the upstream's stream failed: {detail.get('type', 'error')}: "
+                f"{detail.get('message', data[:_SAMPLE_CHARS])}"
+            )
         self.assembler.feed(name, parsed)
         if name == "message_stop":
             self.terminal = encode_sse(data.encode(), event)
         else:
             out.append(encode_sse(data.encode(), event))
+
+    def _ended(self) -> bool:
+        return bool(self.terminal)
 
     def result(self) -> Result:
         """The message received so far and its canonical reply."""
@@ -114,15 +174,22 @@ class TranslatedRelay(StreamRelay):
     """OpenAI chunks translated into Anthropic events for an Anthropic client; the
     record keeps the message the client was sent."""
 
+    _proper_end = "[DONE] and a finish_reason"
+
     def __init__(self, client_model: str) -> None:
         super().__init__()
         self.assembler = AnthropicStreamAssembler()
         self.translator = OpenAIToAnthropicStream(client_model)
+        self.finished = _OpenAIFinish()
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
-        if data == "[DONE]":
+        if self.finished.done:
             return
-        parsed = orjson.loads(data)
+        if data == "[DONE]":
+            self.finished.done = True
+            return
+        parsed = openai_chunk(data)
+        self.finished.feed(parsed)
         self._send(self.translator.feed(parsed), out)
 
     def _send(self, events: list[tuple[str, dict[str, Any]]], out: list[bytes]) -> None:
@@ -133,8 +200,11 @@ class TranslatedRelay(StreamRelay):
             else:
                 out.append(encode_sse(dumps(payload), name))
 
-    def finish(self) -> bytes:
-        """The closing events of the translated stream."""
+    def _ended(self) -> bool:
+        # The translator gives the first choice's stop reason; the others are dropped.
+        return self.finished.done and self.translator.stop_reason is not None
+
+    def _closing(self) -> bytes:
         out: list[bytes] = []
         self._send(self.translator.finish(), out)
         return b"".join(out)
@@ -143,6 +213,56 @@ class TranslatedRelay(StreamRelay):
         """The message sent so far and its canonical reply."""
         response = self.assembler.result()
         return response, canonical_reply_anthropic(response)
+
+
+class _OpenAIFinish:
+    """Whether an OpenAI stream ended properly: ``[DONE]``, after a ``finish_reason``
+    for every choice that appeared (and at least one did)."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.open: set[int] = set()  # choices seen without their finish_reason yet
+        self.finished: set[int] = set()
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index", 0)
+            if choice.get("finish_reason"):
+                self.open.discard(index)
+                self.finished.add(index)
+            elif index not in self.finished:
+                self.open.add(index)
+
+    def ended(self) -> bool:
+        return self.done and bool(self.finished) and not self.open
+
+
+def json_object(data: str) -> dict[str, Any]:
+    """An event's data as a JSON object; raises ``UpstreamMalformedError``."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamMalformedError(
+            f"the upstream sent an event whose data is not JSON ({exc}): {data[:_SAMPLE_CHARS]!r}"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise UpstreamMalformedError(
+            f"the upstream sent an event whose data is not a JSON object: {data[:_SAMPLE_CHARS]!r}"
+        )
+    return parsed
+
+
+def openai_chunk(data: str) -> dict[str, Any]:
+    """A chat.completion.chunk; raises ``UpstreamMalformedError``, or ``UpstreamError``
+    for the error object a server sends mid-stream (vLLM, OpenAI)."""
+    parsed = json_object(data)
+    error = parsed.get("error")
+    if error is not None and not parsed.get("choices"):
+        message = error.get("message") if isinstance(error, dict) else error
+        raise UpstreamError(f"the upstream's stream failed: {message}")
+    return parsed
 
 
 def open_relay(api: Api, *, translate: bool, strip_usage: bool, client_model: str) -> StreamRelay:
@@ -156,6 +276,7 @@ def open_relay(api: Api, *, translate: bool, strip_usage: bool, client_model: st
 
 
 def error_event(exc: UpstreamError, dialect: ErrorDialect) -> bytes:
-    """The error a stream ends with when the upstream fails mid-way."""
-    body = error_body(exc.status, exc.message, dialect)
+    """The error a stream ends with when the upstream fails mid-way; its message opens
+    with the failure's reason (``upstream_truncated: ...``)."""
+    body = error_body(exc.status, exc.detail, dialect)
     return encode_sse(body, "error" if dialect == "anthropic" else None)

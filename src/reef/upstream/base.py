@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from reef.core.errors import ReefError
 
@@ -14,27 +14,62 @@ Dialect = Literal["openai", "anthropic"]
 
 class UpstreamError(ReefError):
     """The upstream failed. ``status`` is what the gateway answers; ``message`` is the
-    upstream's own message where it sent one."""
+    upstream's own message where it sent one; ``reason`` names the kind of failure
+    (records and stream error events carry it, see ``detail``). Raised as is: the
+    upstream sent an error of its own (e.g. an error event mid-stream)."""
+
+    reason: ClassVar[str] = "upstream_error"
 
     def __init__(self, message: str, status: int = 502, upstream_status: int | None = None):
         super().__init__(message)
         self.status = status
         self.upstream_status = upstream_status
 
+    @property
+    def detail(self) -> str:
+        """``reason: message``."""
+        return f"{self.reason}: {self.message}"
+
 
 class UpstreamUnavailableError(UpstreamError):
     """Connection refused or reset, or 429/5xx after every retry: the gateway answers 502."""
+
+    reason: ClassVar[str] = "upstream_unavailable"
 
 
 class UpstreamTimeoutError(UpstreamError):
     """Connect, read or total deadline exceeded: the gateway answers 504."""
 
+    reason: ClassVar[str] = "upstream_timeout"
+
     def __init__(self, message: str) -> None:
         super().__init__(message, status=504)
 
 
+class UpstreamStalledError(UpstreamTimeoutError):
+    """The answer began, then nothing came for the read timeout: 504."""
+
+    reason: ClassVar[str] = "upstream_stalled"
+
+
+class UpstreamTruncatedError(UpstreamError):
+    """The answer ended before its end: a body cut short, a stream without its terminal
+    event (``[DONE]`` and a ``finish_reason``; ``message_stop``): 502."""
+
+    reason: ClassVar[str] = "upstream_truncated"
+
+
+class UpstreamMalformedError(UpstreamError):
+    """The answer is not what the dialect sends: JSON that does not parse, a stream that
+    is not Server-Sent Events, a wrong content type: 502."""
+
+    reason: ClassVar[str] = "upstream_malformed"
+
+
 class UpstreamRejectedError(UpstreamError):
     """The upstream refused the request with a 4xx (not 429); relayed with its status."""
+
+    reason: ClassVar[str] = "upstream_rejected"
 
 
 @dataclass(frozen=True)
@@ -64,8 +99,9 @@ class UpstreamStream(ABC):
 
     @abstractmethod
     def __aiter__(self) -> AsyncIterator[bytes]:
-        """Chunks of the body. Raises ``UpstreamTimeoutError`` when the upstream goes
-        silent past the read timeout and ``UpstreamUnavailableError`` when it drops."""
+        """Chunks of the body. Raises ``UpstreamStalledError`` when the upstream goes
+        silent past the read timeout, ``UpstreamTimeoutError`` past the total deadline
+        and ``UpstreamTruncatedError`` when the connection drops."""
 
     @abstractmethod
     async def aclose(self) -> None:
@@ -90,7 +126,8 @@ class Upstream(ABC):
     @abstractmethod
     async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
         """Start a streaming call; retries as ``send`` does, but only until the response
-        headers arrive: once bytes flow nothing is retried."""
+        headers arrive: once bytes flow nothing is retried. Raises what ``send`` raises,
+        and ``UpstreamMalformedError`` when the answer is not an event stream."""
 
     @abstractmethod
     async def list_models(self) -> list[str]:

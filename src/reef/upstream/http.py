@@ -23,11 +23,14 @@ from reef.upstream.base import (
     Dialect,
     Upstream,
     UpstreamError,
+    UpstreamMalformedError,
     UpstreamRejectedError,
     UpstreamRequest,
     UpstreamResponse,
+    UpstreamStalledError,
     UpstreamStream,
     UpstreamTimeoutError,
+    UpstreamTruncatedError,
     UpstreamUnavailableError,
 )
 
@@ -54,6 +57,7 @@ _KEEPALIVE_SECONDS: Final = 4.0
 _CONNECTION_LIMIT: Final = 8192
 _BACKOFF_CAP_SECONDS: Final = 8.0
 _ERROR_TEXT_LIMIT: Final = 500
+_EVENT_STREAM: Final = "text/event-stream"
 
 
 class HTTPUpstream(Upstream):
@@ -101,6 +105,15 @@ class HTTPUpstream(Upstream):
     async def open_stream(self, request: UpstreamRequest) -> UpstreamStream:
         """Start a streaming call; retried only until the response headers arrive."""
         response = await self._open("POST", request.path, request.body, self._merge(request))
+        content_type = response.headers.get("Content-Type")
+        # Missing is let through (the events will tell); anything else is not a stream,
+        # and saying so now lets the client get an HTTP error instead of a broken stream.
+        if content_type is not None and not content_type.lower().startswith(_EVENT_STREAM):
+            response.close()
+            raise UpstreamMalformedError(
+                f"upstream {self.name!r} answered a stream request with Content-Type "
+                f"{content_type!r}, not {_EVENT_STREAM}"
+            )
         return HTTPUpstreamStream(self, response)
 
     async def list_models(self) -> list[str]:
@@ -255,11 +268,16 @@ class HTTPUpstream(Upstream):
             body = b""
         return error_message_from_body(body, response.status)
 
-    def _timeout_error(self, exc: BaseException) -> UpstreamTimeoutError:
+    def _timeout_error(self, exc: BaseException, *, began: bool = False) -> UpstreamTimeoutError:
+        """A read timeout (``began``: the answer had started, so it stalled) or the
+        total deadline."""
         if isinstance(exc, aiohttp.SocketTimeoutError | aiohttp.ServerTimeoutError):
-            return UpstreamTimeoutError(
-                f"upstream {self.name!r} sent nothing for {self.config.read_timeout_seconds}s"
-            )
+            seconds = self.config.read_timeout_seconds
+            if began:
+                return UpstreamStalledError(
+                    f"upstream {self.name!r} began its answer, then sent nothing for {seconds}s"
+                )
+            return UpstreamTimeoutError(f"upstream {self.name!r} sent nothing for {seconds}s")
         return self._deadline_error()
 
     def _deadline_error(self) -> UpstreamTimeoutError:
@@ -271,9 +289,9 @@ class HTTPUpstream(Upstream):
         """Map a failure while reading a body (after the headers, so never retried);
         ``None`` for anything that is not the upstream's fault (cancellation)."""
         if isinstance(exc, TimeoutError):
-            return self._timeout_error(exc)
+            return self._timeout_error(exc, began=True)
         if isinstance(exc, aiohttp.ClientError | ConnectionError):
-            return UpstreamUnavailableError(
+            return UpstreamTruncatedError(
                 f"upstream {self.name!r} dropped the connection mid-response: {exc}"
             )
         return None

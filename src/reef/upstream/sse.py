@@ -5,6 +5,10 @@ end in CRLF, LF or CR; ``data`` lines of one event are joined with ``\\n``; line
 start with ``:`` are comments; a blank line ends an event; an event without data is
 not dispatched. ``id`` and ``retry`` are ignored (no model server relies on them).
 Bytes may be split anywhere, also inside a CRLF or a UTF-8 sequence.
+
+Lines with any other field name are ignored too, as the rules say, but counted (and
+the first kept): a body of them is not an event stream at all (NDJSON, an HTML page),
+which a caller whose stream then ends badly can name.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 _BOM = b"\xef\xbb\xbf"
+_KNOWN_FIELDS = frozenset({"data", "event", "id", "retry"})
+_SAMPLE_CHARS = 80
 
 
 class SSEEvent(NamedTuple):
@@ -22,9 +28,15 @@ class SSEEvent(NamedTuple):
 
 
 class SSEParser:
-    """Feed raw bytes in, get complete events out."""
+    """Feed raw bytes in, get complete events out.
+
+    ``unknown_lines`` counts lines that are neither comments nor ``data``, ``event``,
+    ``id`` or ``retry`` fields; ``first_unknown_line`` is the start of the first.
+    """
 
     def __init__(self) -> None:
+        self.unknown_lines = 0
+        self.first_unknown_line: str | None = None
         self._buffer = b""
         self._event: str | None = None
         self._data: list[str] = []
@@ -107,6 +119,10 @@ class SSEParser:
             self._data.append(value)
         elif name == "event":
             self._event = value or None
+        elif name not in _KNOWN_FIELDS:
+            self.unknown_lines += 1
+            if self.first_unknown_line is None:
+                self.first_unknown_line = line[:_SAMPLE_CHARS]
 
 
 def encode_sse(data: bytes, event: str | None = None) -> bytes:

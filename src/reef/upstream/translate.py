@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from reef.core.ids import new_id
 from reef.core.jsoncodec import dumps, loads
+from reef.upstream.base import UpstreamTruncatedError
 
 RAW_ARGUMENTS_KEY: Final = "_raw_arguments"
 
@@ -192,6 +193,8 @@ def openai_response_to_anthropic(resp: dict[str, Any], model: str) -> dict[str, 
     """A Messages API ``message`` equivalent to a chat.completion (its first choice).
 
     ``model`` is the name the client asked for, reported back as the message's model.
+    A choice without a ``finish_reason`` gets a ``stop_reason`` of ``None``: the reason
+    is the upstream's to give, never invented.
     """
     choices = resp.get("choices") or [{}]
     choice = choices[0]
@@ -218,7 +221,7 @@ def openai_response_to_anthropic(resp: dict[str, Any], model: str) -> dict[str, 
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop_reason(choice.get("finish_reason")) or "end_turn",
+        "stop_reason": stop_reason(choice.get("finish_reason")),
         "stop_sequence": None,
         "usage": {
             "input_tokens": usage.get("prompt_tokens") or 0,
@@ -312,11 +315,23 @@ class OpenAIToAnthropicStream:
                 self._stop_reason = stop_reason(choice["finish_reason"])
         return events
 
+    @property
+    def stop_reason(self) -> str | None:
+        """The stop reason of the first choice's ``finish_reason``; ``None`` until one
+        arrives."""
+        return self._stop_reason
+
     def finish(self) -> list[Event]:
         """The closing events: stop of the open block, ``message_delta`` (stop reason,
-        usage) and ``message_stop``. Idempotent: a second call returns nothing."""
+        usage) and ``message_stop``. Idempotent: a second call returns nothing.
+
+        Raises ``UpstreamTruncatedError`` when no ``finish_reason`` arrived: the stream
+        was cut short, and a stop reason made up here would tell the client otherwise.
+        """
         if self._finished:
             return []
+        if self._stop_reason is None:
+            raise UpstreamTruncatedError("the stream ended before a finish_reason")
         self._finished = True
         events: list[Event] = []
         if not self._started:
@@ -328,10 +343,7 @@ class OpenAIToAnthropicStream:
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {
-                        "stop_reason": self._stop_reason or "end_turn",
-                        "stop_sequence": None,
-                    },
+                    "delta": {"stop_reason": self._stop_reason, "stop_sequence": None},
                     "usage": usage,
                 },
             )

@@ -77,6 +77,9 @@ def test_one_correction_for_every_input_is_flagged(store: SQLExperienceStore) ->
     assert "'mallory'" in reason
     assert batch.train == []
     assert batch.stats["screened:repeated_correction"] == 12
+    assert [key for key in batch.stats if key.startswith("screened:")] == [
+        "screened:repeated_correction"
+    ]
     assert batch.stats["quarantined_new"] == 12
 
 
@@ -159,13 +162,16 @@ def test_planted_instructions_and_urls_are_flagged(store: SQLExperienceStore) ->
 
 def test_a_burst_from_one_author_is_cut_to_its_share(store: SQLExperienceStore) -> None:
     ids = tickets(store, 40)
-    mine = [give(store, rid, "mallory", score=1.0) for rid in ids[:30]]
-    for index, record_id in enumerate(ids[30:]):
+    mine = [give(store, rid, "mallory", score=1.0) for rid in ids[:36]]
+    for index, record_id in enumerate(ids[36:]):
         give(store, record_id, f"user-{index}", score=1.0)
     batch = select(store)
-    # 40 rows, at most 50% from one author: the newest 10 of mallory's 30 go.
-    assert set(batch.flagged) == set(mine[-10:])
-    assert batch.flagged[mine[-1]].startswith("burst: 'mallory' supplied 30 of 40")
+    # 40 rows, at most 80% (32) from one author: the newest 4 of mallory's 36 go.
+    assert set(batch.flagged) == set(mine[-4:])
+    assert batch.flagged[mine[-1]].startswith("burst: 'mallory' supplied 36 of 40")
+    assert batch.stats["screened:burst"] == 4
+    # An author with most of the feedback but within the share is left alone.
+    assert select(store, burst_share=0.95).flagged == {}
 
 
 def test_a_single_author_is_not_a_burst(store: SQLExperienceStore) -> None:

@@ -13,8 +13,9 @@ with one reason each (several reasons are joined):
   at least ``similar_inputs``) to a trusted suite item's, where neither the correction
   nor the item's reference contains the other.
 - ``burst``: with at least two authors and ``burst_min`` feedback rows in the batch, one
-  author supplies more than ``burst_share`` of them; its newest rows beyond that share
-  are flagged.
+  author supplies more than ``burst_share`` (default 80%) of them; its newest rows beyond
+  that share are flagged. An application's own grader that writes most feedback should
+  be given ``operator`` trust in its scenario (``scenarios.<s>.trust``), which exempts it.
 - ``planted_instruction``: the feedback text or correction carries a planted instruction
   (``reef.harness.scanning``) or, with ``flag_urls``, a URL.
 
@@ -58,7 +59,7 @@ class ScreeningConfig(BaseModel):
     repeated_margin: float = Field(default=0.3, ge=0.0, le=1.0)
     similar_inputs: float = Field(default=0.9, gt=0.0, le=1.0)
     burst_min: int = Field(default=20, ge=2)
-    burst_share: float = Field(default=0.5, gt=0.0, le=1.0)
+    burst_share: float = Field(default=0.8, gt=0.0, le=1.0)
     flag_urls: bool = True
 
 
@@ -88,8 +89,9 @@ def screen_feedback(
     records: Iterable[RecordView],
     config: ScreeningConfig,
     trusted: Sequence[TrustedReference] = (),
-) -> dict[str, str]:
-    """Feedback id -> why it is flagged, over the feedback of ``records`` that is not
+) -> dict[str, tuple[str, ...]]:
+    """Feedback id -> why it is flagged (one reason per rule that flagged it, each
+    ``"<rule>: <what it saw>"``), over the feedback of ``records`` that is not
     quarantined, not released and below ``config.exempt_trust``."""
     if not config.enabled:
         return {}
@@ -98,7 +100,12 @@ def screen_feedback(
     for rule in (_planted, _repeated, _contradicting, _bursts):
         for feedback_id, reason in rule(screened, everyone, config, trusted):
             reasons[feedback_id].append(reason)
-    return {feedback_id: "; ".join(found) for feedback_id, found in sorted(reasons.items())}
+    return {feedback_id: tuple(found) for feedback_id, found in sorted(reasons.items())}
+
+
+def rule_of(reason: str) -> str:
+    """The rule name a reason starts with (``repeated_correction``, …)."""
+    return reason.split(":", 1)[0]
 
 
 def _rows(records: Iterable[RecordView], exempt: Trust) -> tuple[list[_Row], list[_Row]]:
@@ -204,7 +211,7 @@ def _repeated(
         reason = (
             f"repeated_correction: {_shown(value)} given for {count} of {len(rows)} "
             f"different inputs by {author_name(principal)!r} (at most "
-            f"{config.repeated_share:.0%} allowed; the rest of the scenario: {baseline:.0%})"
+            f"{config.repeated_share:.0%} allowed, the rest of the scenario: {baseline:.0%})"
         )
         yield from ((row.feedback.id, reason) for row in rows if row.correction == value)
 

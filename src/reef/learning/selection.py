@@ -54,7 +54,12 @@ from reef.core.trust import Trust
 from reef.experience import ExperienceStore, FeedbackView, RecordView
 from reef.learning.base import ExperienceBatch, TrainingExample
 from reef.learning.learners._similarity import example_text, similarity_matrix
-from reef.learning.screening import ScreeningConfig, TrustedReference, screen_feedback
+from reef.learning.screening import (
+    ScreeningConfig,
+    TrustedReference,
+    rule_of,
+    screen_feedback,
+)
 from reef.releases import Release, ReleaseChain
 from reef.upstream.canonical import (
     canonical_anthropic,
@@ -124,10 +129,9 @@ def select_experience(
     anchors = _session_anchors(records)
     used = set(consumed)
     eligible = list(_eligible(records, cutoff, stats))
-    flagged = screen_feedback(eligible, config.screening, trusted)
-    for reason in flagged.values():
-        for part in reason.split("; "):
-            stats["screened:" + part.split(":", 1)[0]] += 1
+    reasons = screen_feedback(eligible, config.screening, trusted)
+    stats.update("screened:" + rule_of(reason) for found in reasons.values() for reason in found)
+    flagged = {feedback_id: "; ".join(found) for feedback_id, found in reasons.items()}
     stats["quarantined_new"] = len(flagged)
     held = set(flagged) | {fb.id for r in eligible for fb in r.feedback if fb.quarantined}
     stats["quarantined_held"] = len(held) - len(flagged)

@@ -47,7 +47,7 @@ from reef.learning.learners import (
     SkillsConfig,
     SkillsLearner,
 )
-from reef.learning.trainers import LoraSettings, SFTExample, SFTSpec, run_in_child
+from reef.learning.trainers import Budget, LoraSettings, SFTExample, SFTSpec, run_in_child
 from reef.releases import ModelComponent, Release, ReleaseManifest, open_artifact_store
 
 START, END = "<!-- training:start -->", "<!-- training:end -->"
@@ -131,7 +131,7 @@ def sft_trainer(args: argparse.Namespace, examples: list[SFTExample]) -> dict[st
             output_dir=Path(scratch) / "adapter",
             lora=LoraSettings(r=args.r, alpha=2 * args.r, target_modules=["q_proj", "v_proj"]),
             lr=5e-4,
-            max_steps=args.steps,
+            budget=Budget(steps=args.steps, schedule="constant", warmup_fraction=0.0),
             batch_size=args.batch,
             max_seq_len=args.max_seq_len,
         )

@@ -58,6 +58,7 @@ LEARNERS
     target_modules: [q_proj, v_proj, lm_head]
     lr: 0.01
     steps: 120
+    threads: 1
     batch_size: 8
 gate:
   suites: SUITES

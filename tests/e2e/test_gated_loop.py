@@ -37,6 +37,7 @@ learners:
     target_modules: [q_proj, v_proj, lm_head]
     lr: 0.01
     steps: 120
+    threads: 1
     batch_size: 8
 gate:
   suites: [suite.jsonl]

@@ -36,7 +36,8 @@ learners:
     model: tiny-random
     target_modules: [q_proj, v_proj, lm_head]
     lr: 0.01
-    steps: 60
+    steps: 120
+    threads: 1
     batch_size: 8
 """
 

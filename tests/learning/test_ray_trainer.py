@@ -13,7 +13,7 @@ import pytest
 from reef.core.digests import tree_digest
 from reef.learning.base import ExperienceBatch, LearnerContext
 from reef.learning.learners.sft import SFTConfig, SFTLearner
-from reef.learning.trainers import SFTExample, SFTSpec, TrainingFailedError
+from reef.learning.trainers import Budget, SFTExample, SFTSpec, TrainingFailedError
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.learning.test_sft_learner import TINY, TRAIN
@@ -89,7 +89,7 @@ def test_failing_task_raises_training_failed(tmp_path: Path, loopback_ray: Any) 
         home=tmp_path / "home",
         examples=[SFTExample(messages=[{"role": "user", "content": "Hi"}], target="Yo")],
         output_dir=tmp_path / "adapter",
-        max_steps=1,
+        budget=Budget(steps=1),
         threads=1,
     )
     with pytest.raises(TrainingFailedError, match="ray training task failed"):
@@ -105,7 +105,7 @@ def test_starts_and_stops_its_own_loopback_cluster(tmp_path: Path) -> None:
         home=tmp_path / "home",
         examples=[SFTExample(messages=[{"role": "user", "content": "Hi"}], target="Yo")],
         output_dir=tmp_path / "adapter",
-        max_steps=1,
+        budget=Budget(steps=1),
         batch_size=1,
         threads=1,
         device="cpu",

@@ -14,6 +14,7 @@ from peft import PeftModel
 from reef.core.digests import tree_digest
 from reef.engine.models import LoadedModel, load_model
 from reef.learning.trainers import (
+    Budget,
     LoraSettings,
     SFTExample,
     SFTSpec,
@@ -53,7 +54,7 @@ def spec(tmp_path: Path, **changes: object) -> SFTSpec:
         output_dir=tmp_path / "adapter",
         lora=LoraSettings(target_modules=["q_proj", "v_proj", "lm_head"]),
         lr=1e-2,
-        max_steps=60,
+        budget=Budget(steps=60),
         batch_size=8,
         threads=1,
     )
@@ -118,9 +119,11 @@ def test_training_makes_the_model_say_the_targets(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_adapter(tmp_path: Path) -> None:
-    first = train_lora_sft(spec(tmp_path, max_steps=3, output_dir=tmp_path / "a"))
-    second = train_lora_sft(spec(tmp_path, max_steps=3, output_dir=tmp_path / "b"))
-    other = train_lora_sft(spec(tmp_path, max_steps=3, output_dir=tmp_path / "c", seed=1))
+    first = train_lora_sft(spec(tmp_path, budget=Budget(steps=3), output_dir=tmp_path / "a"))
+    second = train_lora_sft(spec(tmp_path, budget=Budget(steps=3), output_dir=tmp_path / "b"))
+    other = train_lora_sft(
+        spec(tmp_path, budget=Budget(steps=3), output_dir=tmp_path / "c", seed=1)
+    )
     assert first.metrics["loss_curve"] == second.metrics["loss_curve"]
     assert tree_digest(first.adapter_dir) == tree_digest(second.adapter_dir)
     assert tree_digest(first.adapter_dir) != tree_digest(other.adapter_dir)
@@ -155,3 +158,38 @@ def test_a_child_past_its_timeout_is_killed(tmp_path: Path) -> None:
         run_in_child(spec(tmp_path), work_dir=tmp_path / "work", timeout_seconds=0.2)
     assert caught.value.exit_status is None
     assert "timed out" in caught.value.message
+
+
+def test_epochs_stop_early_on_a_task_it_can_fit(tmp_path: Path) -> None:
+    many = [
+        SFTExample(
+            messages=[{"role": "user", "content": f"which code for case {i}?"}], target=TARGET
+        )
+        for i in range(40)
+    ]
+    # A random tiny model plateaus for a few epochs before it breaks through: patience.
+    budget = Budget(epochs=100, patience=10)
+    result = train_lora_sft(spec(tmp_path, examples=many, budget=budget))
+    metrics = result.metrics
+    assert metrics["stop_reason"] == "early_stopped"
+    assert metrics["steps"] < metrics["steps_planned"] == 500
+    assert (metrics["train_examples"], metrics["val_examples"]) == (36, 4)
+    assert metrics["undertrained"] is False
+    losses = [loss for _, loss in metrics["val_curve"]]
+    assert losses[-1] >= min(losses)  # patience ran out on a plateau
+    assert metrics["best_val_loss"] == min(losses) < losses[0] / 10
+    # The weights kept are the best step's, whatever came after it.
+    loaded = load_model(TINY, tmp_path / "home")
+    tuned = PeftModel.from_pretrained(loaded.model, str(result.adapter_dir))
+    assert hits(loaded, tuned) == len(PROMPTS)
+
+
+def test_a_time_cap_stops_a_run_and_says_so(tmp_path: Path) -> None:
+    many = [
+        SFTExample(messages=[{"role": "user", "content": f"question {i}?"}], target=f"answer {i}")
+        for i in range(40)
+    ]
+    budget = Budget(epochs=1000, max_seconds=0.5, patience=1000)
+    metrics = train_lora_sft(spec(tmp_path, examples=many, budget=budget)).metrics
+    assert metrics["stop_reason"] == "max_seconds"
+    assert 0 < metrics["steps"] < metrics["steps_planned"]

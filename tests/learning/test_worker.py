@@ -24,6 +24,7 @@ from reef.core.errors import InvalidInputError, ReefError
 from reef.experience import FeedbackDraft, RecordDraft, SQLExperienceStore
 from reef.experience.jobs import Job, JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
+from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, parse_recipe
 from reef.learning.registry import LearnerRegistry
 from reef.learning.worker import Worker, job_actor
@@ -43,7 +44,7 @@ SCENARIO = "support"
 
 class StampConfig(LearnerConfig):
     seconds: float = 0.0
-    fail: Literal["none", "retry", "invalid"] = "none"
+    fail: Literal["none", "retry", "invalid", "nothing"] = "none"
     output: Literal["harness", "adapter"] = "harness"
     reflect: bool = False
 
@@ -62,6 +63,8 @@ class StampLearner(Learner):
             raise ReefError("learner crashed")
         if config.fail == "invalid":
             raise InvalidInputError("learner settings make no sense")
+        if config.fail == "nothing":
+            raise NoCandidateError("stamp: nothing worth proposing in this batch")
         steps = max(int(config.seconds / 0.05), 1)
         for step in range(steps):
             time.sleep(config.seconds / steps)
@@ -413,3 +416,12 @@ def test_recipes_come_from_the_scenario_config(tmp_path: Path, world: World) -> 
     [done] = worker.run_once()
     assert done.state == "succeeded", done.error
     assert world.chain.candidates(SCENARIO)[0].manifest.recipe == "support"
+
+
+def test_a_learner_with_nothing_to_propose_finishes_the_job_unchanged(world: World) -> None:
+    world.queue.enqueue(SCENARIO, "learn", {})
+    [done] = world.worker({"learners": [{"type": "stamp", "fail": "nothing"}]}).run_once()
+    assert (done.state, done.attempt) == ("succeeded", 1)
+    assert done.result is not None and done.result["outcome"] == "unchanged"
+    assert done.result["reason"] == "stamp: nothing worth proposing in this batch"
+    assert world.chain.candidates(SCENARIO) == []

@@ -46,6 +46,7 @@ from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.experience.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.gating import build_gate, holdout_items, trusted_references
+from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
 from reef.learning.reflect import make_reflect
 from reef.learning.registry import LearnerRegistry
@@ -307,16 +308,12 @@ class JobRun:
             held = self.worker.store.quarantine_feedback(batch.flagged)
             log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
         self._progress(0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout")
-        if not batch.train:
-            # Nothing new survived selection (screening may have quarantined it all): a
-            # finished job that says so, not a failure to retry.
-            return {
-                "outcome": "unchanged",
-                "reason": "no training examples after selection",
-                "selection": batch.stats,
-                "metrics": {},
-            }
-        manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
+        try:
+            manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
+        except NoCandidateError as error:
+            # Nothing worth proposing in this batch (screening may have held it all back):
+            # a finished job that says so; the same data would only fail the same way.
+            return {"outcome": "unchanged", "reason": error.message, "selection": batch.stats}
         if manifest == head.manifest:
             return {"outcome": "unchanged", "selection": batch.stats, "metrics": learner_metrics}
         current = chain.head(job.scenario)

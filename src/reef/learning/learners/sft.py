@@ -30,6 +30,7 @@ from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
 from reef.learning.trainers import (
     DEFAULT_TARGET_MODULES,
+    Budget,
     LoraSettings,
     SFTExample,
     SFTSpec,
@@ -44,7 +45,12 @@ class SFTConfig(LearnerConfig):
     ``model``: the engine model source to train; by default the head's base model when
     the engine can load it (``smollm2-135m``, ``tiny-random`` or a local model
     directory), else required. ``min_score``: replies scoring at least this are
-    targets (corrections always are). ``continue_from_head``: start from the head's
+    targets (corrections always are). How long it trains is in terms of the data:
+    ``epochs`` passes over the examples, a ``validation_fraction`` of them held out
+    inside the trainer for early stopping (``patience`` evaluations without a gain), and
+    ``max_steps`` / ``max_minutes`` as caps; ``steps`` trains exactly that many steps
+    instead (no validation), for reproductions and tests
+    (``reef.learning.trainers.budget``). ``continue_from_head``: start from the head's
     adapter when it has one on the same base. ``trainer``: ``local`` trains in a child
     process, ``ray`` as a Ray task on the cluster at ``ray_address`` (None: a local
     cluster on loopback). ``render_harness``: train on each example with the candidate's
@@ -52,7 +58,14 @@ class SFTConfig(LearnerConfig):
     """
 
     model: str | None = None
-    steps: int = Field(default=30, ge=1)
+    epochs: float = Field(default=5.0, gt=0.0, le=1000.0)
+    steps: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
+    max_minutes: float | None = Field(default=30.0, gt=0.0)
+    validation_fraction: float = Field(default=0.1, ge=0.0, le=0.5)
+    patience: int = Field(default=3, ge=1)
+    warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
+    lr_schedule: Literal["cosine", "linear", "constant"] = "cosine"
     lr: float = Field(default=5e-4, gt=0.0)
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
@@ -155,7 +168,7 @@ class SFTLearner(Learner):
                 r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
             ),
             lr=cfg.lr,
-            max_steps=cfg.steps,
+            budget=budget_of(cfg),
             batch_size=cfg.batch_size,
             max_seq_len=cfg.max_seq_len,
             seed=cfg.seed,
@@ -174,14 +187,46 @@ class SFTLearner(Learner):
             )
         else:
             result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
-        meta = {"learner": "sft", "base": model, "steps": cfg.steps, "examples": len(examples)}
+        steps = result.metrics["steps"]
+        meta = {"learner": "sft", "base": model, "steps": steps, "examples": len(examples)}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(1.0, f"sft: adapter {digest}")
-        metrics = {k: result.metrics[k] for k in ("loss_curve", "tokens", "seconds")}
-        metrics.update(
-            tokens_per_second=result.metrics["tokens_per_second"],
-            examples=len(examples),
-            continued=result.metrics["continued"],
-            base=model,
+        context.progress(
+            1.0, f"sft: adapter {digest} ({steps} steps, {result.metrics['stop_reason']})"
         )
+        metrics = {k: result.metrics[k] for k in REPORTED if k in result.metrics}
+        metrics.update(examples=len(examples), base=model)
         return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
+
+
+# What a job reports of a training run: its loss curves and how it stopped.
+REPORTED = (
+    "loss_curve",
+    "val_curve",
+    "tokens",
+    "seconds",
+    "tokens_per_second",
+    "continued",
+    "steps",
+    "steps_planned",
+    "train_examples",
+    "val_examples",
+    "epochs_run",
+    "stop_reason",
+    "best_step",
+    "best_val_loss",
+    "undertrained",
+)
+
+
+def budget_of(cfg: SFTConfig) -> Budget:
+    """The trainer's budget from a learner's settings."""
+    return Budget(
+        epochs=cfg.epochs,
+        steps=cfg.steps,
+        max_steps=cfg.max_steps,
+        max_seconds=None if cfg.max_minutes is None else cfg.max_minutes * 60.0,
+        validation_fraction=cfg.validation_fraction,
+        patience=cfg.patience,
+        warmup_fraction=cfg.warmup_fraction,
+        schedule=cfg.lr_schedule,
+    )

@@ -14,6 +14,7 @@ Extend: a new method adds a spec, a training function and a ``method`` to the ch
 command line (``python -m reef.learning.trainers``).
 """
 
+from reef.learning.trainers.budget import Budget
 from reef.learning.trainers.runner import ProgressCallback, run_in_child
 from reef.learning.trainers.spec import (
     DEFAULT_TARGET_MODULES,
@@ -26,6 +27,7 @@ from reef.learning.trainers.spec import (
 
 __all__ = [
     "DEFAULT_TARGET_MODULES",
+    "Budget",
     "LoraSettings",
     "ProgressCallback",
     "SFTExample",

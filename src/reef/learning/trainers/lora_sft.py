@@ -26,6 +26,16 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
 from reef.engine.models import load_model
+from reef.learning.trainers.budget import (
+    EarlyStopping,
+    StopReason,
+    batch_plan,
+    eval_interval,
+    lr_factor,
+    planned_steps,
+    split_validation,
+    stop_report,
+)
 from reef.learning.trainers.spec import LoraSettings, SFTExample, SFTSpec, TrainResult
 
 IGNORE_INDEX = -100
@@ -171,21 +181,6 @@ def token_logps(model: PeftModel, batch: dict[str, Any]) -> tuple[torch.Tensor, 
     return logps, keep.nonzero()[:, 0]
 
 
-def _batches(features: list[Features], spec: SFTSpec, rng: random.Random) -> list[list[int]]:
-    """The order of examples for every step: reshuffled each epoch, cycling as needed."""
-    per_epoch = -(-len(features) // spec.batch_size)
-    steps = spec.max_steps if spec.max_steps is not None else per_epoch * spec.epochs
-    order: list[int] = []
-    plan: list[list[int]] = []
-    while len(plan) < steps:
-        if not order:
-            order = list(range(len(features)))
-            rng.shuffle(order)
-        plan.append(order[: spec.batch_size])
-        order = order[spec.batch_size :]
-    return plan
-
-
 def save_adapter(model: PeftModel, directory: Path) -> None:
     """Save safetensors only, and remove anything else PEFT wrote (model card)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -204,10 +199,13 @@ def save_adapter(model: PeftModel, directory: Path) -> None:
 
 
 def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> TrainResult:
-    """Train a LoRA adapter on ``spec.examples`` and save it to ``spec.output_dir``.
+    """Train a LoRA adapter on ``spec.examples`` within ``spec.budget`` and save it to
+    ``spec.output_dir``: epochs over the training share of the examples, validation loss
+    measured on the rest, early stopping on it with the best weights kept, warmup then
+    decay of the learning rate (``reef.learning.trainers.budget``).
 
-    Deterministic for a given spec on one device (seeded LoRA init and batch order).
-    Raises ``ModelSourceError`` for an unknown model, ``ValueError`` from PEFT for
+    Deterministic for a given spec on one device (seeded split, LoRA init and batch
+    order). Raises ``ModelSourceError`` for an unknown model, ``ValueError`` from PEFT for
     target modules the model lacks.
     """
     started = time.monotonic()
@@ -220,20 +218,37 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     tokenizer = loaded.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     features = [build_features(tokenizer, ex, spec.max_seq_len) for ex in spec.examples]
+    budget = spec.budget
+    train_ids, val_ids = split_validation(len(features), budget, rng)
+    total = planned_steps(len(train_ids), spec.batch_size, budget)
+    uncapped = planned_steps(
+        len(train_ids), spec.batch_size, budget.model_copy(update={"max_steps": None})
+    )
+    interval = eval_interval(len(train_ids), spec.batch_size, budget)
     model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
-    plan = _batches(features, spec, rng)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total, budget)
+    )
+    plan = batch_plan(train_ids, spec.batch_size, total, rng)
     load_seconds = time.monotonic() - started
+    stopper = EarlyStopping(budget)
+    best: dict[str, torch.Tensor] | None = None
+    reason: StopReason = "steps" if budget.steps is not None else "completed"
+    if budget.steps is None and total < uncapped:
+        reason = "max_steps"
     curve: list[float] = []
-    tokens = target_tokens = 0
+    tokens = target_tokens = steps_run = 0
     loop_started = time.monotonic()
     for step, indices in enumerate(plan, start=1):
         batch = _collate([features[i] for i in indices], pad_id, device)
         loss = labelled_loss(model, batch)
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
+        schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        steps_run = step
         curve.append(round(float(loss.detach()), 6))
         tokens += int(batch["attention_mask"].sum())
         target_tokens += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
@@ -241,7 +256,20 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
             progress(step, len(plan), curve[-1])
         if spec.fault == "abort":
             os.abort()
+        if val_ids and (step % interval == 0 or step == len(plan)):
+            if stopper.update(
+                step, validation_loss(model, features, val_ids, spec, pad_id, device)
+            ):
+                best = trainable_state(model)
+            if stopper.should_stop:
+                reason = "early_stopped"
+                break
+        if budget.max_seconds is not None and time.monotonic() - loop_started > budget.max_seconds:
+            reason = "max_seconds"
+            break
     seconds = time.monotonic() - loop_started
+    if best is not None and stopper.best_step != steps_run:
+        restore_state(model, best)
     save_adapter(model, spec.output_dir)
     metrics = {
         "loss_curve": curve,
@@ -250,9 +278,52 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         "seconds": round(seconds, 4),
         "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
         "load_seconds": round(load_seconds, 4),
-        "steps": len(plan),
+        "steps": steps_run,
         "examples": len(features),
+        "train_examples": len(train_ids),
+        "val_examples": len(val_ids),
+        "epochs_run": round(steps_run * spec.batch_size / max(len(train_ids), 1), 3),
         "device": device.type,
         "continued": spec.base_adapter is not None,
+        **stop_report(reason, stopper, steps_run, total),
     }
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
+
+
+def validation_loss(
+    model: PeftModel,
+    features: list[Features],
+    indices: list[int],
+    spec: SFTSpec,
+    pad_id: int,
+    device: torch.device,
+) -> float:
+    """Mean loss over the labelled tokens of the validation examples, no gradients."""
+    model.eval()
+    total = weight = 0.0
+    with torch.no_grad():
+        for start in range(0, len(indices), spec.batch_size):
+            chunk = [features[i] for i in indices[start : start + spec.batch_size]]
+            batch = _collate(chunk, pad_id, device)
+            labelled = float(((batch["labels"][:, 1:] != IGNORE_INDEX).float()).sum())
+            total += float(labelled_loss(model, batch)) * labelled
+            weight += labelled
+    model.train()
+    return total / weight if weight else 0.0
+
+
+def trainable_state(model: PeftModel) -> dict[str, torch.Tensor]:
+    """A copy of the trainable (LoRA) weights."""
+    return {
+        name: param.detach().clone()
+        for name, param in model.named_parameters()
+        if param.requires_grad
+    }
+
+
+def restore_state(model: PeftModel, state: dict[str, torch.Tensor]) -> None:
+    """Put back the weights :func:`trainable_state` copied."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in state:
+                param.copy_(state[name])

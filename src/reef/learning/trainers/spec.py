@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reef.core.errors import ReefError
+from reef.learning.trainers.budget import Budget
 
 DEFAULT_TARGET_MODULES = ("q_proj", "v_proj")
 
@@ -50,8 +51,9 @@ class SFTSpec(BaseModel):
     """A LoRA SFT run. ``model`` is an engine model source (``smollm2-135m``,
     ``tiny-random`` or a model directory) loaded with ``reef.engine.models.load_model``
     under ``home``. ``base_adapter``: an adapter directory to continue from, or None to
-    start fresh with ``lora``. ``max_steps`` optimizer steps, or ``epochs`` passes over
-    the examples when ``max_steps`` is None. ``device``: ``auto`` is CUDA when present.
+    start fresh with ``lora``. ``budget``: how long to train (epochs over the examples,
+    an internal validation split with early stopping, caps, the learning-rate schedule;
+    ``reef.learning.trainers.budget``). ``device``: ``auto`` is CUDA when present.
     ``fault`` exists for tests only: ``abort`` kills the child by SIGABRT after step 1.
     """
 
@@ -65,8 +67,7 @@ class SFTSpec(BaseModel):
     base_adapter: Path | None = None
     lora: LoraSettings = Field(default_factory=LoraSettings)
     lr: float = Field(default=5e-4, gt=0.0)
-    max_steps: int | None = Field(default=30, ge=1)
-    epochs: int = Field(default=1, ge=1)
+    budget: Budget = Field(default_factory=Budget)
     batch_size: int = Field(default=4, ge=1)
     max_seq_len: int = Field(default=512, ge=8)
     seed: int = 0
@@ -138,7 +139,10 @@ class TrainResult(BaseModel):
     """What a finished run answers. ``metrics`` holds ``loss_curve`` (one mean loss per
     optimizer step), ``tokens`` (non-padding tokens fed), ``target_tokens`` (tokens
     with loss), ``seconds`` (the training loop), ``tokens_per_second``,
-    ``load_seconds``, ``steps``, ``examples``, ``device`` and ``continued``."""
+    ``load_seconds``, ``steps``, ``examples``, ``device`` and ``continued``; an SFT run
+    adds its convergence report (``budget.stop_report``: ``stop_reason``, ``val_curve``,
+    ``best_step``, ``undertrained``, …), ``train_examples``, ``val_examples`` and
+    ``epochs_run``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -73,6 +73,11 @@ def test_every_page_shows_the_real_data(tab: DashboardPage, world: DashboardWorl
     assert any("capital 11 => answer-11" in line for line in added)
     assert tab.texts("#harness-diff .del") == []
     assert tab.count('[data-metric="0:sft.loss_curve"] circle') == 6
+    # train and validation losses together, and how the run stopped
+    assert tab.count('[data-metric="0:sft.convergence"] circle') == 6 + 3
+    stopped = tab.text('[data-metric="0:sft.convergence"] .stop-reason')
+    assert "stopped: completed after 6 of 6 planned steps" in stopped
+    assert "undertrained" in stopped
     assert "0:sft.examples" in tab.text("#training")
     assert tab.count("#items rect.bar.pos") == 12 and tab.count("#items rect.bar.neg") == 0
     # operator evidence only: counted as it is, no author left out

@@ -29,11 +29,31 @@ function flatten(value, prefix, out) {
 
 const isSeries = (value) => Array.isArray(value) && value.length >= 2 && value.every((v) => typeof v === "number");
 
+const isPairs = (value) => Array.isArray(value) && value.length > 0
+  && value.every((p) => Array.isArray(p) && p.length === 2 && p.every((v) => typeof v === "number"));
+
+/** A model learner's train and validation losses in one chart, and how its run stopped. */
+function convergenceView(name, run) {
+  const train = run.loss_curve.map((y, i) => ({ x: i + 1, y, tip: `step ${i + 1}: train ${y}` }));
+  const val = run.val_curve.map(([x, y]) => ({ x, y, tip: `step ${x}: validation ${y}` }));
+  const verdict = run.undertrained === true
+    ? "undertrained: the validation loss was still falling when training stopped — more training would likely help"
+    : run.undertrained === false ? "converged on its validation split" : "";
+  return h("div", { class: "metric-chart", "data-metric": `${name}.convergence` },
+    h("h3", {}, `${name}: train and validation loss`),
+    h("p", { class: "stop-reason" },
+      `stopped: ${run.stop_reason} after ${run.steps} of ${run.steps_planned} planned steps`
+      + (run.best_step ? `, best step ${run.best_step}` : "") + (verdict ? ` — ${verdict}` : "")),
+    lineChart([{ name: "train", points: train }, { name: "validation", points: val }],
+      { width: 460, height: 220, xLabel: "step", yLabel: "loss", title: `${name} loss` }));
+}
+
 function trainingView(evidence) {
   const metrics = evidence && evidence.metrics;
   if (!metrics || !Object.keys(metrics).length) {
     return empty("No training metrics: this candidate was not made by a learning job, or its learners reported none.");
   }
+  const runs = Object.entries(metrics).filter(([, run]) => run && isSeries(run.loss_curve) && isPairs(run.val_curve));
   const pairs = flatten(metrics, "", []);
   const seen = new Set();
   const series = pairs.filter(([, value]) => {
@@ -45,6 +65,7 @@ function trainingView(evidence) {
   });
   const scalars = pairs.filter(([, value]) => !Array.isArray(value) || !isSeries(value));
   return h("div", { id: "training" },
+    runs.map(([name, run]) => convergenceView(name, run)),
     series.slice(0, MAX_CHARTS).map(([name, values]) => h("div", { class: "metric-chart", "data-metric": name },
       h("h3", {}, name),
       lineChart([{ name, points: values.map((y, i) => ({ x: i + 1, y, tip: `step ${i + 1}: ${y}` })) }],

@@ -10,7 +10,7 @@ import { feedbackCell, releaseLabel, requestText, responseText } from "./records
 
 const QUARANTINE_ROWS = 5;
 
-function curveView(points) {
+function curveView(points, range = [0, 1]) {
   const live = points.filter((p) => p.scored > 0);
   const gated = points.filter((p) => p.gate && p.gate.candidate_mean !== null && p.gate.candidate_mean !== undefined);
   if (!live.length && !gated.length) {
@@ -36,7 +36,9 @@ function curveView(points) {
       })),
     },
   ], {
-    yMin: Math.min(0, ...values), yMax: Math.max(1, ...values), xLabel: "release (seq)", yLabel: "score",
+    // The scenario's score range (scenarios.<s>.score_range), so a 1–5 scale reads as one.
+    yMin: Math.min(range[0], ...values), yMax: Math.max(range[1], ...values),
+    xLabel: "release (seq)", yLabel: "score",
     xTickLabel: (seq) => (bySeq.has(seq) ? `#${seq}` : ""), title: "learning curve",
   });
   const rows = [...points].reverse();
@@ -152,7 +154,7 @@ export async function render([name]) {
     h("p", { class: "subtitle" },
       head ? [`head #${head.seq} `, idChip(head.id), " · serving ", idChip(live && live.serving_release_id)] : "no release yet",
       live && live.canary ? [" · canary ", h("a", { href: `#/candidates/${live.canary.candidate_id}` }, idChip(live.canary.candidate_id))] : null),
-    panel("Learning curve", curveView(curve.data)),
+    panel("Learning curve", curveView(curve.data, curve.score_range)),
     h("div", { class: "two split" },
       panel("Release chain", timeline(releases.data, head && head.id)),
       h("div", {},

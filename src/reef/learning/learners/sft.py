@@ -65,7 +65,7 @@ class SFTConfig(LearnerConfig):
     validation_fraction: float = Field(default=0.1, ge=0.0, le=0.5)
     patience: int = Field(default=3, ge=1)
     warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
-    lr_schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    lr_schedule: Literal["cosine", "linear", "constant"] | None = None
     lr: float = Field(default=5e-4, gt=0.0)
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
@@ -227,6 +227,7 @@ def budget_of(cfg: SFTConfig) -> Budget:
         max_seconds=None if cfg.max_minutes is None else cfg.max_minutes * 60.0,
         validation_fraction=cfg.validation_fraction,
         patience=cfg.patience,
-        warmup_fraction=cfg.warmup_fraction,
-        schedule=cfg.lr_schedule,
+        # An exact step count reproduces a fixed run: a constant rate unless told.
+        warmup_fraction=cfg.warmup_fraction if cfg.steps is None or cfg.lr_schedule else 0.0,
+        schedule=cfg.lr_schedule or ("cosine" if cfg.steps is None else "constant"),
     )

@@ -1,0 +1,414 @@
+"""Calibrate model learning: the default recipe through the public path next to a bare
+PEFT loop on the same data, in the same run.
+
+    .venv/bin/python bench/learning.py --model smollm2-135m --tasks label_map \
+        --feedback 240 --output docs/benchmarks.md
+
+For each task (synthetic, seeded) and each ``--feedback`` count:
+
+- **Reef**: the embedded engine and a real gateway on loopback, scenario ``calib`` with
+  the default recipe (``fewshot`` k=2, then ``sft`` with its default budget), holdout 0.2,
+  the gate on the held-out experience. An OpenAI SDK client sends ``N`` requests and
+  corrects every answer through ``POST /reef/feedback``; one learning job runs
+  (training, then the gate). The candidate's accuracy is measured on a separate test set
+  that was never sent as traffic, through the gateway pinned to the candidate.
+- **Bare PEFT loop**: ``get_peft_model`` (LoRA r=8, alpha 16, q_proj/v_proj) + AdamW
+  at a constant rate, ``--bare-epochs`` epochs at batch 8 over exactly the records the
+  job trained on, then greedy answers on the same test set.
+
+Both report held-out accuracy, training CPU-minutes (the training loop's wall time on
+this machine's cores) and the feedback items used. The accuracy ratio is Reef / bare.
+Tasks: ``label_map`` (16 products, each owned by a team with an arbitrary code: only
+learning the mapping helps), ``extraction`` (the order number out of a ticket) and
+``format`` (a name rewritten as ``LAST, First``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gate_cost import GatewayServer, running_engine  # the same world as the gate bench
+from sections import write_between
+
+from reef.config import ReefSettings
+from reef.experience.jobs import JobQueue
+from reef.learning.worker import Worker
+from reef.releases import ReleaseChain, open_artifact_store
+
+START = "<!-- learning:start -->"
+END = "<!-- learning:end -->"
+SCENARIO = "calib"
+TEST_ITEMS = 48
+
+
+@dataclass(frozen=True)
+class Task:
+    """A synthetic task: ``make(count, rng)`` gives (prompt, answer) pairs."""
+
+    name: str
+    make: Callable[[int, random.Random], list[tuple[str, str]]]
+    max_tokens: int
+
+
+PRODUCTS = (
+    "Aurora lamp", "Basalt kettle", "Cobalt router", "Dune speaker", "Ember heater",
+    "Fjord tablet", "Glacier fridge", "Harbor camera", "Iris watch", "Juniper blender",
+    "Kestrel drone", "Lumen projector", "Mistral fan", "Nimbus printer", "Onyx keyboard",
+    "Pebble scale",
+)  # fmt: skip
+PROBLEMS = ("stopped working", "arrived late", "is making a noise", "will not turn on",
+            "came without a manual", "was charged twice", "needs a replacement part")  # fmt: skip
+LABEL_TEMPLATES = (
+    "Which team owns the {product}? Answer with the team code only.",
+    "My {product} {problem}. Which team code should handle this ticket? Code only.",
+    "Route this ticket to its team (reply with the code): the {product} {problem}.",
+    "Team code for a customer whose {product} {problem}?",
+)
+NAMES = ("Ada", "Bruno", "Chen", "Dara", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jia",
+         "Kofi", "Lena", "Mateo", "Nour", "Oskar", "Priya")  # fmt: skip
+SURNAMES = ("Smith", "Okafor", "Nakamura", "Silva", "Novak", "Haddad", "Larsen", "Moreau",
+            "Rossi", "Kowalski", "Bauer", "Petrova", "Quinn", "Varga", "Weber",
+            "Young")  # fmt: skip
+
+
+def team_codes() -> dict[str, str]:
+    """Each product's team code: arbitrary, fixed by a seed."""
+    rng = random.Random(1234)
+    letters = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+    return {p: "T-" + "".join(rng.choice(letters) for _ in range(3)) for p in PRODUCTS}
+
+
+def label_map(count: int, rng: random.Random) -> list[tuple[str, str]]:
+    codes = team_codes()
+    items = []
+    for index in range(count):
+        product = PRODUCTS[index % len(PRODUCTS)]
+        text = rng.choice(LABEL_TEMPLATES).format(product=product, problem=rng.choice(PROBLEMS))
+        items.append((text, codes[product]))
+    return items
+
+
+def extraction(count: int, rng: random.Random) -> list[tuple[str, str]]:
+    items = []
+    for _ in range(count):
+        number = str(rng.randrange(100_000, 999_999))
+        product, problem = rng.choice(PRODUCTS), rng.choice(PROBLEMS)
+        text = (
+            f"Ticket from {rng.choice(NAMES)}: order {number} for a {product} {problem}. "
+            "Reply with the order number only."
+        )
+        items.append((text, number))
+    return items
+
+
+def name_format(count: int, rng: random.Random) -> list[tuple[str, str]]:
+    items = []
+    for _ in range(count):
+        first, last = rng.choice(NAMES), rng.choice(SURNAMES)
+        text = f"Write the name {first} {last} as it goes on a badge."
+        items.append((text, f"{last.upper()}, {first}"))
+    return items
+
+
+TASKS = {
+    "label_map": Task("label_map", label_map, 8),
+    "extraction": Task("extraction", extraction, 10),
+    "format": Task("format", name_format, 12),
+}
+RECIPE = """\
+schema_version: 1
+trigger: {type: manual}
+selection: {holdout_fraction: 0.2}
+learners:
+  - {type: fewshot, k: 2}
+  - {type: sft, model: MODEL}
+gate:
+  holdout: true
+  scorer: {type: contains}
+  min_items: 10
+  max_tokens: 16
+publish: auto
+"""
+
+
+def post(url: str, body: dict[str, Any]) -> None:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"content-type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
+
+
+def correct(answer: str, reference: str) -> bool:
+    return reference.casefold() in answer.casefold()
+
+
+# -- Reef: the public path ---------------------------------------------------------------
+
+
+def reef_run(model: str, task: Task, count: int, test: list[tuple[str, str]]) -> dict[str, Any]:
+    """Traffic and corrections through the gateway, one learning job, accuracy of what
+    it produced on ``test``."""
+    from openai import OpenAI
+
+    with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as scratch:
+        work = Path(scratch)
+        (work / "recipe.yaml").write_text(RECIPE.replace("MODEL", model))
+        with running_engine(model, work / "home", None) as (engine_url, _):
+            settings = ReefSettings(
+                home=work / "home",
+                store={"url": f"sqlite:///{work / 'reef.db'}"},
+                upstreams={"engine": {"type": "openai", "base_url": engine_url, "model": model}},
+                scenarios={SCENARIO: {"upstream": "engine", "recipe": work / "recipe.yaml"}},
+            )
+            with GatewayServer(settings) as gateway:
+                settings = settings.model_copy(
+                    update={"evaluation": settings.evaluation.model_copy(
+                        update={"gateway_url": gateway.url})}
+                )  # fmt: skip
+                client = OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
+                answers: dict[str, tuple[str, str]] = {}
+                for prompt, answer in task.make(count, random.Random(7)):
+                    raw = client.chat.completions.with_raw_response.create(
+                        model=f"reef/{SCENARIO}",
+                        messages=[{"role": "user", "content": prompt}],
+                        max_tokens=task.max_tokens,
+                        temperature=0,
+                    )
+                    record_id = raw.headers["x-reef-record-id"]
+                    said = raw.parse().choices[0].message.content or ""
+                    answers[record_id] = (prompt, answer)
+                    body = {
+                        "record_ids": [record_id],
+                        "score": 1.0 if correct(said, answer) else 0.0,
+                        "correction": answer,
+                    }
+                    post(gateway.url + "/reef/feedback", body)
+                chain = ReleaseChain(gateway.store.engine)
+                worker = Worker(
+                    settings, gateway.store, chain, open_artifact_store(settings.artifacts_url())
+                )
+                queue = JobQueue(gateway.store.engine)
+                post(gateway.url + f"/reef/scenarios/{SCENARIO}/learn", {})
+                started = time.monotonic()
+                [job] = worker.run_once()
+                job_seconds = time.monotonic() - started
+                result = job.result or {}
+                sft = (result.get("metrics") or {}).get("1:sft") or {}
+                candidate = result.get("candidate_id")
+                base = accuracy(client, test, task, None)
+                tuned = accuracy(client, test, task, candidate) if candidate else base
+                trained = [answers[i] for i in queue.consumed_by(job.id) if i in answers]
+    gate = result.get("gate") or {}
+    return {
+        "accuracy": tuned,
+        "base_accuracy": base,
+        "published": gate.get("action") == "published",
+        "gate": gate.get("decision"),
+        "train_minutes": (sft.get("seconds") or 0.0) / 60,
+        "job_minutes": job_seconds / 60,
+        "steps": sft.get("steps"),
+        "stop_reason": sft.get("stop_reason"),
+        "undertrained": sft.get("undertrained"),
+        "examples": sft.get("examples"),
+        "trained": trained,
+        "state": job.state,
+        "error": job.error,
+    }
+
+
+def accuracy(client: Any, test: list[tuple[str, str]], task: Task, release: str | None) -> float:
+    headers = {"x-reef-release": release} if release else {}
+    hits = 0
+    for prompt, answer in test:
+        reply = client.chat.completions.create(
+            model=f"reef/{SCENARIO}",
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=task.max_tokens,
+            temperature=0,
+            extra_headers={**headers, "x-reef-capture": "off"},
+        )
+        hits += correct(reply.choices[0].message.content or "", answer)
+    return hits / len(test)
+
+
+# -- the bare PEFT loop ------------------------------------------------------------------
+
+
+def bare_run(
+    model_name: str,
+    task: Task,
+    train: list[tuple[str, str]],
+    test: list[tuple[str, str]],
+    epochs: int,
+) -> dict[str, Any]:
+    """LoRA r=8 + AdamW at 5e-4, ``epochs`` epochs at batch 8, then greedy answers."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from reef.engine.models import load_model
+
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory(prefix="reef-bench-bare-") as scratch:
+        loaded = load_model(model_name, Path(scratch) / "home")
+    tokenizer = loaded.tokenizer
+    rows = []
+    for prompt, answer in train:
+        messages = [{"role": "user", "content": prompt}]
+        head = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        full = tokenizer.apply_chat_template(
+            [*messages, {"role": "assistant", "content": answer}], tokenize=True, return_dict=False
+        )
+        rows.append((list(full), [-100] * len(head) + list(full)[len(head) :]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = get_peft_model(
+            loaded.model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+        )
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-4)
+    pad = tokenizer.pad_token_id or 0
+    model.train()
+    started = time.monotonic()
+    for _ in range(epochs):
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        for start in range(0, len(order), 8):
+            chunk = [rows[i] for i in order[start : start + 8]]
+            width = max(len(ids) for ids, _ in chunk)
+            ids = torch.tensor([a + [pad] * (width - len(a)) for a, _ in chunk])
+            labels = torch.tensor([b + [-100] * (width - len(b)) for _, b in chunk])
+            mask = torch.tensor([[1] * len(a) + [0] * (width - len(a)) for a, _ in chunk])
+            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    seconds = time.monotonic() - started
+    model.eval()
+    hits = 0
+    with torch.no_grad():
+        for prompt, answer in test:
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}],
+                add_generation_prompt=True,
+                return_tensors="pt",
+                return_dict=False,
+            )
+            out = model.generate(
+                input_ids=ids, max_new_tokens=task.max_tokens, do_sample=False, pad_token_id=pad
+            )
+            hits += correct(
+                tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True), answer
+            )
+    return {"accuracy": hits / len(test), "train_minutes": seconds / 60, "examples": len(rows)}
+
+
+# -- the table ---------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def table_row(row: dict[str, Any]) -> str:
+    reef, bare = row["reef"], row["bare"]
+    ratio = reef["accuracy"] / bare["accuracy"] if bare["accuracy"] else float("nan")
+    stop = f"{reef['steps']}, {reef['stop_reason']}"
+    if reef["undertrained"]:
+        stop += " (undertrained)"
+    cells = [
+        row["task"],
+        str(row["feedback"]),
+        f"{reef['base_accuracy']:.0%}",
+        f"{reef['accuracy']:.0%}",
+        f"{bare['accuracy']:.0%}",
+        f"{ratio:.2f}x",
+        f"{reef['train_minutes']:.1f}",
+        f"{bare['train_minutes']:.1f}",
+        stop,
+        "published" if reef["published"] else "not published",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--tasks", default="label_map,extraction,format")
+    parser.add_argument("--feedback", default="240", help="comma-separated counts, e.g. 150,300")
+    parser.add_argument("--bare-epochs", type=int, default=5)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+    rows = []
+    for name in args.tasks.split(","):
+        task = TASKS[name]
+        test = task.make(TEST_ITEMS, random.Random(99))
+        for count in [int(c) for c in args.feedback.split(",")]:
+            reef = reef_run(args.model, task, count, test)
+            bare = bare_run(args.model, task, reef["trained"], test, args.bare_epochs)
+            row = {
+                "task": name,
+                "feedback": count,
+                "reef": {k: v for k, v in reef.items() if k != "trained"},
+                "bare": bare,
+            }
+            rows.append(row)
+            print(json.dumps(row, default=str), flush=True)
+    lines = [
+        f"Measured {datetime.now(UTC):%Y-%m-%d} on {machine()}, model `{args.model}`, "
+        f"test set {TEST_ITEMS} items per task never sent as traffic:",
+        "",
+        "```",
+        f".venv/bin/python bench/learning.py --model {args.model} --tasks {args.tasks} "
+        f"--feedback {args.feedback} --bare-epochs {args.bare_epochs}",
+        "```",
+        "",
+        "| task | feedback | base | Reef (default recipe) | bare PEFT loop | ratio "
+        "| Reef training min | bare min | sft steps, stop | gate |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(table_row(row))
+    print("\n".join(lines))
+    if args.output is not None:
+        write_between(args.output, START, END, "\n".join(lines))
+    print(
+        "median ratio:",
+        statistics.median(
+            r["reef"]["accuracy"] / r["bare"]["accuracy"] for r in rows if r["bare"]["accuracy"]
+        )
+        if any(r["bare"]["accuracy"] for r in rows)
+        else "n/a",
+    )
+
+
+if __name__ == "__main__":
+    main()

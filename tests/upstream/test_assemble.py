@@ -261,3 +261,18 @@ def test_anthropic_tool_without_deltas_keeps_its_start_input() -> None:
         },
     )
     assert assembler.result()["content"][0]["input"] == {}
+
+
+def test_anthropic_text_and_thinking_deltas_join_in_order_and_a_restart_resets() -> None:
+    assembler = AnthropicStreamAssembler()
+    start = {"type": "content_block_start", "index": 0}
+    assembler.feed("content_block_start", {**start, "content_block": {"type": "text", "text": ">"}})
+    for piece in ("a", "b", "c"):
+        delta = {"type": "text_delta", "text": piece}
+        assembler.feed("content_block_delta", {"index": 0, "delta": delta})
+        thought = {"type": "thinking_delta", "thinking": piece.upper()}
+        assembler.feed("content_block_delta", {"index": 1, "delta": thought})
+    assert assembler.result()["content"][0]["text"] == ">abc"
+    assert assembler.result()["content"][1]["thinking"] == "ABC"
+    assembler.feed("content_block_start", {**start, "content_block": {"type": "text", "text": ""}})
+    assert assembler.result()["content"][0]["text"] == ""

@@ -112,3 +112,10 @@ def test_lines_of_unknown_fields_are_ignored_and_counted() -> None:
     assert events == [SSEEvent(None, "x")]
     assert parser.unknown_lines == 2
     assert parser.first_unknown_line == '{"choices": []}'
+
+
+def test_a_long_line_in_many_chunks_is_one_event() -> None:
+    parser = SSEParser()
+    pieces = [b"data: "] + [b"x" * 100] * 10_000 + [b"\n", b"\n"]
+    events = [event for piece in pieces for event in parser.feed(piece)]
+    assert events == [SSEEvent(None, "x" * 1_000_000)]

@@ -126,13 +126,16 @@ class AnthropicStreamAssembler:
     A tool_use block's ``input`` is parsed from its concatenated ``partial_json``
     (text that is not a JSON object is kept as ``{"_raw_arguments": text}``, as in
     ``reef.upstream.translate``). ``usage`` merges ``message_start`` and
-    ``message_delta``; an ``error`` event is kept in ``.error``.
+    ``message_delta``; an ``error`` event is kept in ``.error``. Text and thinking
+    deltas are kept as pieces and joined by ``result()``: adding each to a growing
+    string would make a long answer quadratic (100 MB in 64 KiB deltas: ~80 GB copied).
     """
 
     def __init__(self) -> None:
         self._message: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
         self._partial_json: dict[int, list[str]] = {}
+        self._pieces: dict[tuple[int, str], list[str]] = {}  # (index, "text"|"thinking")
         self.error: dict[str, Any] | None = None
 
     def feed(self, event: str, data: dict[str, Any]) -> None:
@@ -142,6 +145,8 @@ class AnthropicStreamAssembler:
         elif event == "content_block_start":
             index = data.get("index", 0)
             self._blocks[index] = copy.deepcopy(data.get("content_block") or {})
+            self._pieces.pop((index, "text"), None)
+            self._pieces.pop((index, "thinking"), None)
             if self._blocks[index].get("type") in ("tool_use", "server_tool_use"):
                 self._partial_json[index] = []
         elif event == "message_start":
@@ -160,11 +165,11 @@ class AnthropicStreamAssembler:
         block = self._blocks.setdefault(index, {"type": "text", "text": ""})
         kind = delta.get("type")
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + delta.get("text", "")
+            self._pieces.setdefault((index, "text"), []).append(delta.get("text", ""))
         elif kind == "input_json_delta":
             self._partial_json.setdefault(index, []).append(delta.get("partial_json", ""))
         elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            self._pieces.setdefault((index, "thinking"), []).append(delta.get("thinking", ""))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature", "")
         elif kind == "citations_delta":
@@ -181,6 +186,9 @@ class AnthropicStreamAssembler:
             pieces = self._partial_json.get(index)
             if pieces:
                 block["input"] = tool_input("".join(pieces))
+            for key in ("text", "thinking"):
+                if (index, key) in self._pieces:
+                    block[key] = block.get(key, "") + "".join(self._pieces[index, key])
             content.append(block)
         message["content"] = content
         message.setdefault("stop_reason", None)

@@ -37,7 +37,9 @@ class SSEParser:
     def __init__(self) -> None:
         self.unknown_lines = 0
         self.first_unknown_line: str | None = None
-        self._buffer = b""
+        # The unterminated end of the bytes so far, in pieces: a long line that arrives in
+        # many chunks is joined once, when its end arrives (not once per chunk).
+        self._tail: list[bytes] = []
         self._event: str | None = None
         self._data: list[str] = []
         self._skip_lf = False  # the previous chunk ended in CR; a leading LF pairs with it
@@ -51,10 +53,15 @@ class SSEParser:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        buffer = self._buffer + chunk if self._buffer else chunk
+        if self._started and b"\n" not in chunk and b"\r" not in chunk:
+            if chunk:
+                self._tail.append(chunk)
+            return []
+        buffer = b"".join((*self._tail, chunk)) if self._tail else chunk
+        self._tail = []
         if not self._started:
             if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
-                self._buffer = buffer
+                self._tail = [buffer]
                 return []
             self._started = True
             if buffer.startswith(_BOM):
@@ -86,7 +93,8 @@ class SSEParser:
                     start = lf + 1
                 else:
                     break
-        self._buffer = buffer[start:]
+        if start < end:
+            self._tail = [buffer[start:]]
         return events
 
     def finish(self) -> list[SSEEvent]:
@@ -96,9 +104,9 @@ class SSEParser:
         common enough that dropping their last event loses real data.
         """
         events: list[SSEEvent] = []
-        if self._buffer:
-            self._line(self._buffer, events)
-            self._buffer = b""
+        if self._tail:
+            self._line(b"".join(self._tail), events)
+            self._tail = []
         self._line(b"", events)
         return events
 

@@ -136,7 +136,7 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
     if suite:
         items = [
             {"id": f"{animal}-{case}", "input": prompt(animal, case), "reference": code}
-            for case in range(100, 112)
+            for case in range(30, 42)  # cases the traffic (0-23) never asks about
             for animal, code in CODES.items()
         ]
         (tmp_path / "ops.jsonl").write_text("\n".join(json.dumps(item) for item in items))

@@ -38,6 +38,7 @@ learners:
     lr: 0.01
     steps: 120
     threads: 1
+    replay: false  # round 2 shows the regression suite catching forgetting
     batch_size: 8
 gate:
   suites: [suite.jsonl]

@@ -192,6 +192,26 @@ def test_consumed_records_excluded_unless_reused(store: SQLExperienceStore) -> N
     assert {e.record_id for e in again.train} == set(ids)
 
 
+def test_what_earlier_releases_learned_is_replayed_in_a_bounded_sample(
+    store: SQLExperienceStore,
+) -> None:
+    chain = ReleaseChain(store.engine)
+    learned = rated(store, 40, prefix="learned")
+    fresh = rated(store, 10, prefix="fresh")
+    config = SelectionConfig(holdout_fraction=0.2, replay_fraction=0.5, max_per_principal=None)
+    batch = select_experience(store, chain, SCENARIO, config, consumed=set(learned))
+    assert {e.record_id for e in batch.train} <= set(fresh)
+    assert len(batch.replay) == len(batch.train) // 2 == batch.stats["replay"]
+    held = {e.record_id for e in select_experience(store, chain, SCENARIO, config).holdout}
+    assert {e.record_id for e in batch.replay} <= set(learned) - held  # never held-out ones
+    again = select_experience(store, chain, SCENARIO, config, consumed=set(learned))
+    assert [e.record_id for e in again.replay] == [e.record_id for e in batch.replay]
+    capped = config.model_copy(update={"replay_fraction": 10.0, "replay_max": 3})
+    assert len(select_experience(store, chain, SCENARIO, capped, consumed=set(learned)).replay) == 3
+    off = config.model_copy(update={"replay_fraction": 0.0})
+    assert select_experience(store, chain, SCENARIO, off, consumed=set(learned)).replay == []
+
+
 def test_sessions_merge_into_the_last_turn(store: SQLExperienceStore) -> None:
     chain = ReleaseChain(store.engine)
     session = new_id()

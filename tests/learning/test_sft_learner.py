@@ -148,10 +148,20 @@ async def test_learns_an_adapter_the_engine_loads_by_digest(
     finally:
         server.stop()
 
-    # A head that serves that adapter: the next run continues from it.
-    again = learner.learn(context(tmp_path, create(chain, "t", output.adapter), store, []))
+    # A head that serves that adapter: the next run continues from it, and replays a
+    # sample of what the head learned (never reported as consumed again).
+    assert output.metrics["replayed"] == 0  # a fresh adapter has nothing to keep
+    later = context(tmp_path, create(chain, "t", output.adapter), store, [])
+    later.batch = ExperienceBatch(
+        train=TRAIN, holdout=[], replay=[example("old", 0.0, "Octo-3"), example("plain", 0.0)]
+    )
+    again = learner.learn(later)
     assert again.metrics["continued"] is True
+    assert again.metrics["replayed"] == 1  # "plain" has no target
+    assert again.consumed == ["good", "fixed"]
     assert again.adapter is not None and again.adapter != output.adapter
+    off = SFTLearner(SFTConfig(steps=4, batch_size=2, threads=1, replay=False)).learn(later)
+    assert off.metrics["replayed"] == 0
 
 
 def test_nothing_to_train_changes_nothing(tmp_path: Path, chain: ReleaseChain) -> None:

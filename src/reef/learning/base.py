@@ -66,6 +66,9 @@ class ExperienceBatch:
     # Feedback id -> why screening flagged it (``reef.learning.screening``); the worker
     # quarantines these. Flagged feedback is already left out of ``train`` and ``holdout``.
     flagged: dict[str, str] = field(default_factory=dict)
+    # A bounded sample of what earlier published releases learned from (their consumed
+    # records), for model learners that continue from the head's adapter to replay.
+    replay: list[TrainingExample] = field(default_factory=list)
 
 
 class LearnerConfig(BaseModel):

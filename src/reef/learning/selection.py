@@ -17,6 +17,10 @@
 4. Consumed: an example whose own record (the session's last turn) is in ``consumed``
    is skipped unless ``reuse_consumed`` (``consumed``). Earlier turns that were
    consumed may ride along in a newer turn's conversation: the newer turn is new signal.
+   Skipped examples that pass the other rules are the *replay* pool: ``batch.replay`` is
+   a fixed sample of it, at most ``replay_fraction`` of the training split and
+   ``replay_max`` (``replay``), which a model learner continuing from the head's adapter
+   trains on beside the new data so it does not forget what earlier releases learned.
 5. Feedback filters: ``no_feedback``, ``below_min_score`` (no score counts as below),
    ``no_correction`` (``corrections_only``).
 6. Staleness: releases between the release that served the record and the head
@@ -91,6 +95,8 @@ class SelectionConfig(BaseModel):
     limit: int = Field(default=2000, ge=1)
     merge_sessions: bool = True
     screening: ScreeningConfig = Field(default_factory=ScreeningConfig)
+    replay_fraction: float = Field(default=0.5, ge=0.0, le=10.0)
+    replay_max: int = Field(default=500, ge=0)
 
 
 def holdout_bucket(key: str) -> int:
@@ -136,8 +142,9 @@ def select_experience(
     held = set(flagged) | {fb.id for r in eligible for fb in r.feedback if fb.quarantined}
     stats["quarantined_held"] = len(held) - len(flagged)
     examples: list[TrainingExample] = []
+    learned: list[TrainingExample] = []
     for unit in _units(eligible, config.merge_sessions, stats):
-        example = _example(unit, anchors, head, seqs, config, used, stats, held)
+        example = _example(unit, anchors, head, seqs, config, used, stats, held, learned)
         if example is not None:
             examples.append(example)
     examples = _deduplicate(by_priority(examples), config, stats)
@@ -145,14 +152,28 @@ def select_experience(
     holdout = [e for e in examples if in_holdout(_split_key(e), config.holdout_fraction)]
     train = _limit(_cap_principals(train, config.max_per_principal, stats), config, stats)
     holdout = _limit(_cap_principals(holdout, config.max_per_principal, stats), config, stats)
-    stats["train"], stats["holdout"] = len(train), len(holdout)
+    replay = _replay(learned, len(train), config)
+    stats["train"], stats["holdout"], stats["replay"] = len(train), len(holdout), len(replay)
     # Chronological order: UUIDv7 ids sort by creation time.
     return ExperienceBatch(
         train=sorted(train, key=lambda e: e.record_id),
         holdout=sorted(holdout, key=lambda e: e.record_id),
         stats=dict(stats),
         flagged=flagged,
+        replay=sorted(replay, key=lambda e: e.record_id),
     )
+
+
+def _replay(
+    learned: list[TrainingExample], fresh: int, config: SelectionConfig
+) -> list[TrainingExample]:
+    """A fixed pseudo-random sample (by record id hash) of what earlier published
+    releases learned from, at most ``replay_fraction`` of the fresh training examples and
+    ``replay_max``; held-out sessions never (they were never trained on)."""
+    trained = [e for e in learned if not in_holdout(_split_key(e), config.holdout_fraction)]
+    size = min(len(trained), config.replay_max, math.floor(config.replay_fraction * fresh))
+    ordered = sorted(trained, key=lambda e: (holdout_bucket(e.record_id + ":replay"), e.record_id))
+    return ordered[:size]
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -221,10 +242,15 @@ def _example(
     consumed: set[str],
     stats: Counter[str],
     held: set[str],
+    replayable: list[TrainingExample] | None = None,
 ) -> TrainingExample | None:
     record = unit[-1]
     if record.id in consumed and not config.reuse_consumed:
         stats["consumed"] += 1
+        if replayable is not None:
+            learned = _example(unit, anchors, head, seqs, config, set(), Counter(), held)
+            if learned is not None:
+                replayable.append(learned)
         return None
     feedback = [fb for fb in _feedback_of(unit) if fb.id not in held]
     scores = [fb.score for fb in feedback if fb.score is not None]

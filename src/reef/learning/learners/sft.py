@@ -55,6 +55,9 @@ class SFTConfig(LearnerConfig):
     process, ``ray`` as a Ray task on the cluster at ``ray_address`` (None: a local
     cluster on loopback). ``render_harness``: train on each example with the candidate's
     harness rendered into it (for ``harness: managed`` scenarios; module docstring).
+    ``replay``: when training continues from the head's adapter, also train on
+    ``batch.replay`` (a bounded sample of what earlier releases learned from), so the new
+    adapter does not forget it.
     """
 
     model: str | None = None
@@ -82,6 +85,7 @@ class SFTConfig(LearnerConfig):
     trainer: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     render_harness: bool = False
+    replay: bool = True
 
 
 def _text(content: Any) -> str:
@@ -158,12 +162,18 @@ class SFTLearner(Learner):
             return LearnerOutput(metrics={"examples": 0})
         model = model_source("sft", self.settings.model, context)
         work = fresh_work_dir(context, "sft")
+        base_adapter = head_adapter(context, model, work, self.settings.continue_from_head)
+        replayed: list[SFTExample] = []
+        if cfg.replay and base_adapter is not None:
+            replayed, _ = sft_examples(context.batch.replay, cfg.min_score)
+            if cfg.render_harness:
+                replayed = with_harness(replayed, head_bundle(context).harness)
         spec = SFTSpec(
             model=model,
             home=context.home,
-            examples=examples,
+            examples=examples + replayed,
             output_dir=work / "adapter",
-            base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
+            base_adapter=base_adapter,
             lora=LoraSettings(
                 r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
             ),
@@ -175,7 +185,9 @@ class SFTLearner(Learner):
             device=cfg.device,
             threads=cfg.threads,
         )
-        context.progress(0.0, f"sft: training {model} on {len(examples)} examples")
+        context.progress(
+            0.0, f"sft: training {model} on {len(examples)} examples + {len(replayed)} replayed"
+        )
 
         def on_step(step: int, steps: int, loss: float) -> None:
             context.metric("loss", loss)
@@ -194,7 +206,7 @@ class SFTLearner(Learner):
             1.0, f"sft: adapter {digest} ({steps} steps, {result.metrics['stop_reason']})"
         )
         metrics = {k: result.metrics[k] for k in REPORTED if k in result.metrics}
-        metrics.update(examples=len(examples), base=model)
+        metrics.update(examples=len(examples), replayed=len(replayed), base=model)
         return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
 
 

@@ -76,6 +76,9 @@ class FakeUpstream:
     - ``held``: requests waiting (``hold-answer``) for ``release_held()``;
     - ``adapters``: adapters loaded through vLLM's runtime LoRA API, which the fake
       serves only when made with ``adapters=True`` (else loading one fails with 404).
+
+    With ``strict_models=True`` a request for a model that is neither in ``models`` nor
+    a loaded adapter is a 404, as vLLM answers it.
     """
 
     def __init__(
@@ -86,10 +89,12 @@ class FakeUpstream:
         slow_chunks: int = 200,
         slow_interval: float = 0.05,
         adapters: bool = False,
+        strict_models: bool = False,
         huge_bytes: int = 100 * 1024 * 1024,
     ) -> None:
         self.api_key = api_key
         self.serves_adapters = adapters
+        self.strict_models = strict_models
         self.adapters: set[str] = set()
         self.held = 0
         self._release: asyncio.Event | None = None
@@ -188,6 +193,8 @@ class FakeUpstream:
         self._note(request, body)
         if denied := self._denied(request, anthropic=False):
             return denied
+        if unknown := self._unknown_model(body, anthropic=False):
+            return unknown
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         text = _openai_text(last.get("content"))
@@ -243,6 +250,8 @@ class FakeUpstream:
         self._note(request, body)
         if denied := self._denied(request, anthropic=True):
             return denied
+        if unknown := self._unknown_model(body, anthropic=True):
+            return unknown
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         result = _tool_result_text(last.get("content"))
@@ -548,6 +557,13 @@ class FakeUpstream:
             await self._hold()
             return None
         return None
+
+    def _unknown_model(self, body: Any, anthropic: bool) -> web.Response | None:
+        model = body.get("model")
+        if not self.strict_models or model in self.models or model in self.adapters:
+            return None
+        kind = "not_found_error" if anthropic else "NotFoundError"
+        return _error(404, f"The model `{model}` does not exist.", kind, anthropic)
 
     async def _hold(self) -> None:
         assert self._release is not None and self._stopping is not None

@@ -6,11 +6,12 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import openai
 import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reef.config import ReefSettings
 from reef.experience import SQLExperienceStore, open_store
@@ -25,9 +26,14 @@ def free_port() -> int:
 
 
 class GatewayThread:
-    """A gateway serving on ``self.url`` until the context exits."""
+    """A gateway serving on ``self.url`` until the context exits.
 
-    def __init__(self, settings: ReefSettings) -> None:
+    ``asgi_spec="2.4"`` serves it as an ASGI 2.4 server does: a ``send`` to a connection
+    the client has closed raises ``OSError`` (uvicorn, at 2.3, drops it silently, and
+    Starlette then stops a stream by watching for the disconnect instead).
+    """
+
+    def __init__(self, settings: ReefSettings, asgi_spec: Literal["2.3", "2.4"] = "2.3") -> None:
         self.settings = settings
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -37,7 +43,7 @@ class GatewayThread:
         }
         self.app = create_app(settings, self.store, upstreams)
         config = uvicorn.Config(
-            self.app,
+            self.app if asgi_spec == "2.3" else self._as_asgi_2_4(self.app),
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
@@ -48,6 +54,24 @@ class GatewayThread:
         self._thread = threading.Thread(target=self.server.run, daemon=True)
         self._stopped = False
         self._clients: list[openai.OpenAI | anthropic.Anthropic] = []
+
+    def _as_asgi_2_4(self, app: ASGIApp) -> ASGIApp:
+        async def served(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            client = tuple(scope["client"])
+
+            async def checked(message: Message) -> None:
+                connections = self.server.server_state.connections
+                if not any(getattr(c, "client", None) == client for c in connections):
+                    raise OSError("the client closed the connection")
+                await send(message)
+
+            asgi = {**scope.get("asgi", {}), "spec_version": "2.4"}
+            await app({**scope, "asgi": asgi}, receive, checked)
+
+        return served
 
     def __enter__(self) -> GatewayThread:
         self._thread.start()

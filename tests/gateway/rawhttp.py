@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from dataclasses import dataclass
 from typing import Any
+
+import uvicorn
 
 
 @dataclass
@@ -37,3 +40,21 @@ def call(
         )
     finally:
         conn.close()
+
+
+def send_unread(port: int, path: str, body: bytes, headers: dict[str, str]) -> socket.socket:
+    """Send a POST and leave its answer unread: the caller closes the socket to play a
+    client that goes away."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    lines = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", "content-type: application/json"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines.append(f"content-length: {len(body)}")
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+    return sock
+
+
+def holds_connection(server: uvicorn.Server, client_port: int) -> bool:
+    """Whether ``server`` still has a connection from ``127.0.0.1:client_port`` (it
+    drops one as soon as it sees the client close it)."""
+    connections = server.server_state.connections
+    return any(getattr(c, "client", None) == ("127.0.0.1", client_port) for c in connections)

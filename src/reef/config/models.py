@@ -52,9 +52,10 @@ class UpstreamConfig(Section):
     api_key: SecretStr | None = Field(default=None, description="Key sent to the upstream.")
     model: str | None = Field(
         default=None,
-        description="Model name sent upstream when the client names a scenario. For "
-        "`type: local`: the engine's model source (smollm2-135m, tiny-random, or a local "
-        "Hugging Face model directory); default smollm2-135m.",
+        description="Model name sent upstream, whatever model the client names (without "
+        "one, the client's model name goes upstream). For `type: local`: the engine's "
+        "model source (smollm2-135m, tiny-random, or a local Hugging Face model "
+        "directory); default smollm2-135m.",
     )
     connect_timeout_seconds: float = Field(
         default=5.0, gt=0, description="Longest wait for a TCP connection to the upstream."
@@ -86,7 +87,9 @@ class ScenarioConfig(Section):
         default=None, description="Name of the upstream (key of `upstreams`); default: first."
     )
     model: str | None = Field(
-        default=None, description="Upstream model name; overrides the upstream's `model`."
+        default=None,
+        description="Upstream model name, whatever model the client names; overrides the "
+        "upstream's `model`.",
     )
     capture: bool = Field(default=True, description="Record this scenario's exchanges.")
     harness: Literal["managed", "client"] = Field(

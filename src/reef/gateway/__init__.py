@@ -1,7 +1,8 @@
 """The gateway: OpenAI- and Anthropic-compatible inference, recorded as experience.
 
 Owns: the ASGI app (``create_app``), routes, authentication, streaming relay, capture
-(turning exchanges into records), error mapping to HTTP, metrics.
+(turning exchanges into records), idempotency keys (one upstream call per key, answers
+replayed from records), error mapping to HTTP, metrics.
 Does not own: storage (``reef.experience``), talking to model servers (``reef.upstream``),
 learning. It must never import ``reef.learning`` or torch (``tests/architecture``).
 Extend: new routes take a ``GatewayState`` and map ``ReefError`` through

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,25 @@ class AdapterPool:
             slot.in_use -= 1
 
 
+class _AdapterLease:
+    """One request's use of one adapter in one pool."""
+
+    __slots__ = ("name", "pool")
+
+    def __init__(self, pool: AdapterPool, name: str) -> None:
+        self.pool = pool
+        self.name = name
+
+    def __enter__(self) -> None:
+        self.pool.acquire(self.name)
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.release(self.name)
+
+
+_NO_LEASE: AbstractContextManager[None] = nullcontext()
+
+
 class Activation:
     """The serving release of every scenario, kept in step with the chain's heads."""
 
@@ -245,15 +265,17 @@ class Activation:
             self._pinned.popitem(last=False)
         return staged
 
-    def acquire(self, serving: ServingRelease) -> None:
-        """Mark the adapter of ``serving`` in use by one request."""
-        if serving.adapter_name is not None:
-            self.pools[serving.upstream].acquire(serving.adapter_name)
+    def lease(self, serving: ServingRelease) -> AbstractContextManager[None]:
+        """Hold the adapter of ``serving`` in use for the block: no pool unloads an
+        adapter while a request inside such a block may still need it.
 
-    def release(self, serving: ServingRelease) -> None:
-        """The request using ``serving`` is done."""
-        if serving.adapter_name is not None:
-            self.pools[serving.upstream].release(serving.adapter_name)
+        The gateway holds one lease per request around its whole response (sent,
+        streamed, cut short or never read), so the in-use counts in ``/reef/status``
+        fall back to 0 when the request is done, however it ended.
+        """
+        if serving.adapter_name is None:
+            return _NO_LEASE  # most requests: nothing to hold, nothing to allocate
+        return _AdapterLease(self.pools[serving.upstream], serving.adapter_name)
 
     # -- following heads -------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef.config import ReefSettings
 from reef.core import dumps
@@ -24,7 +24,7 @@ from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
-from reef.gateway.errors import ErrorDialect, error_body, error_response
+from reef.gateway.errors import ErrorDialect, error_body, error_response, server_error
 from reef.gateway.evaluation_admin import EvaluationAdminRoutes
 from reef.gateway.feedback import FeedbackRoutes
 from reef.gateway.inference import InferenceRoutes
@@ -117,42 +117,26 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
-async def _server_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return Response(
-        error_body(500, "internal error in the Reef gateway; see its log", "openai"),
-        status_code=500,
-        media_type="application/json",
-    )
-
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
 class InferenceFastPath:
-    """Dispatches the two inference routes straight to their handlers.
+    """Dispatches the two inference routes straight to their ASGI endpoints.
 
     They carry nearly all traffic; skipping Starlette's middleware stack and route
     matching for them saves measurable CPU per request. Everything else (and the
     lifespan) goes to the Starlette app, which also keeps these routes for
-    introspection. Unexpected errors still answer 500 in the OpenAI shape.
+    introspection. The endpoints answer unexpected errors with a 500 in the OpenAI
+    shape themselves (``InferenceRoutes.serve``).
     """
 
-    def __init__(self, app: Starlette, routes: dict[str, Handler]) -> None:
+    def __init__(self, app: Starlette, routes: dict[str, ASGIApp]) -> None:
         self.app = app
         self.routes = routes
         self.state = app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self.routes.get(scope["path"])
-            if handler is not None:
-                request = Request(scope, receive)
-                try:
-                    response = await handler(request)
-                except Exception as exc:
-                    response = await _server_error(request, exc)
-                await response(scope, receive, send)
+            endpoint = self.routes.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -251,7 +235,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        exception_handlers={HTTPException: _http_error, Exception: server_error},
     )
     app.state.reef = state
     return InferenceFastPath(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any, Literal
 
 from reef.core import sha256_hex
 from reef.experience import ExperienceStore, Purpose, RecordDraft, RecordWriter, Redactor
-from reef.experience.records import RecordStatus
+from reef.experience.records import RecordStatus, RecordView
 from reef.gateway.activation import ServingRelease
 from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
@@ -83,9 +84,18 @@ class Recorder:
         match = await asyncio.to_thread(self.store.find_session, scenario, candidates)
         return match.session_id if match else None
 
-    async def existing_for_key(self, scenario: str, key: str) -> str | None:
-        """The record already stored under an idempotency key."""
-        return await asyncio.to_thread(self.store.find_by_idempotency_key, scenario, key)
+    async def stored_for_key(self, scenario: str, key: str) -> RecordView | None:
+        """The record stored under an idempotency key, if any."""
+
+        def read() -> RecordView | None:
+            record_id = self.store.find_by_idempotency_key(scenario, key)
+            return None if record_id is None else self.store.get_record(record_id)
+
+        return await asyncio.to_thread(read)
+
+    async def stored(self, record_id: str) -> RecordView:
+        """The stored record ``record_id``; raises ``RecordNotFoundError``."""
+        return await asyncio.to_thread(self.store.get_record, record_id)
 
     def draft(
         self,
@@ -125,13 +135,35 @@ class Recorder:
             tags=exchange.headers.tags,
             principal=exchange.principal.key_id,
             purpose=exchange.purpose,
-            idempotency_key=exchange.headers.idempotency_key,
+            # Only a complete answer holds the key: a retry after an error or a cut stream
+            # is served afresh (and recorded apart) instead of replaying the failure.
+            idempotency_key=exchange.headers.idempotency_key if status == "ok" else None,
             session_is_new=exchange.session_is_new,
         )
 
     async def record(self, draft: RecordDraft) -> None:
-        """Write ``draft``; in ``sync`` durability this returns once it is committed."""
-        await self.writer.submit(draft)
+        """Write ``draft`` so that ``draft.id`` names a stored record (its receipt may be
+        out already, as a stream's is); in ``sync`` durability this returns once it is
+        committed.
+
+        When another gateway on the same store stored ``draft``'s idempotency key first,
+        the store keeps that record under the key and this one is stored without it.
+        """
+        stored = await self.writer.submit(draft)
+        if stored != draft.id:
+            log.info(
+                "idempotency key of record %s was stored first by record %s; keeping both",
+                draft.id,
+                stored,
+            )
+            await self.writer.submit(dataclasses.replace(draft, idempotency_key=None))
+
+    async def record_first(self, draft: RecordDraft) -> str:
+        """Write ``draft`` unless its idempotency key is stored already; the id of the
+        record stored under the key (``draft.id`` when this one is).
+
+        For an answer whose receipt has not gone out: it can name the first record."""
+        return await self.writer.submit(draft)
 
     def record_in_background(self, draft: RecordDraft) -> None:
         """Write ``draft`` from code that must not await (a cancelled stream's cleanup)."""

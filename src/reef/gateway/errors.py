@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
+from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
@@ -16,6 +18,8 @@ from reef.core.errors import (
     UnauthenticatedError,
 )
 from reef.upstream.base import UpstreamError
+
+log = logging.getLogger("reef.gateway")
 
 ErrorDialect = Literal["openai", "anthropic"]
 
@@ -108,4 +112,14 @@ def error_response(
         status_code=status,
         media_type="application/json",
         headers=out,
+    )
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    """The 500 for an unexpected error (logged with its traceback), in the OpenAI shape."""
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return Response(
+        error_body(500, "internal error in the Reef gateway; see its log", "openai"),
+        status_code=500,
+        media_type="application/json",
     )

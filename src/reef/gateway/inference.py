@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from reef.core import dumps, new_id
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import ConflictError, InvalidInputError, ReefError
+from reef.experience import RecordView
 from reef.gateway.activation import ServingRelease
 from reef.gateway.body_checks import check_anthropic_messages, check_openai_chat
 from reef.gateway.capture import (
@@ -23,8 +28,21 @@ from reef.gateway.capture import (
     canonical_conversation,
     continuation_candidates,
 )
-from reef.gateway.errors import ErrorDialect, UnsupportedRouteError, error_response
+from reef.gateway.errors import (
+    ErrorDialect,
+    UnsupportedRouteError,
+    error_response,
+    server_error,
+)
+from reef.gateway.idempotency import (
+    Answer,
+    IdempotencyKeyInUseError,
+    IdempotentFlights,
+    Lead,
+    request_fingerprint,
+)
 from reef.gateway.relay import error_event, open_relay
+from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
     read_json_object,
@@ -36,6 +54,7 @@ from reef.upstream import (
     Upstream,
     UpstreamError,
     UpstreamMalformedError,
+    UpstreamRejectedError,
     UpstreamRequest,
     UpstreamStream,
     anthropic_request_to_openai,
@@ -52,6 +71,7 @@ _ROUTES: dict[Api, str] = {
     "anthropic.messages": "/v1/messages",
 }
 _FORWARDED_ANTHROPIC_HEADERS = ("anthropic-beta", "anthropic-version")
+_MODELS_NAMED = 50  # of an upstream's models, in the 404 for a model it does not serve
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,18 @@ class CallPlan:
     client_model: str
     translate: bool  # an Anthropic client served by an OpenAI-compatible upstream
     strip_usage: bool  # usage was requested upstream for the record, not by the client
+    model_from_client: bool = False  # no model configured: the client's name went upstream
+
+
+class InferenceEndpoint:
+    """One inference route as an ASGI app (the fast path and the ``Route`` call it)."""
+
+    def __init__(self, routes: InferenceRoutes, api: Api) -> None:
+        self.routes = routes
+        self.api: Api = api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.routes.serve(scope, receive, send, self.api)
 
 
 class InferenceRoutes:
@@ -70,34 +102,98 @@ class InferenceRoutes:
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
+        self.flights = IdempotentFlights()
+        self.openai_chat = InferenceEndpoint(self, "openai.chat")  # POST /v1/chat/completions
+        self.anthropic_messages = InferenceEndpoint(self, "anthropic.messages")  # /v1/messages
+        self._closing: set[asyncio.Task[None]] = set()
 
-    async def openai_chat(self, request: Request) -> Response:
-        """``POST /v1/chat/completions``."""
-        return await self._serve(request, "openai.chat")
+    async def serve(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
+        """Answer one request of ``api``.
 
-    async def anthropic_messages(self, request: Request) -> Response:
-        """``POST /v1/messages``."""
-        return await self._serve(request, "anthropic.messages")
+        What a request holds while it is answered (its adapter lease, the lead of its
+        idempotency key, an upstream stream) is entered on one exit stack around the
+        whole response, so each is let go exactly once: when the response has been
+        sent, streamed to its end, cut short, or never read at all.
+        """
+        request = Request(scope, receive)
+        async with AsyncExitStack() as held:
+            try:
+                response = await self._respond(request, api, held)
+            except Exception as exc:
+                response = await server_error(request, exc)
+            # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
+            with contextlib.suppress(ClientDisconnect):
+                await response(scope, receive, send)
 
-    async def _serve(self, request: Request, api: Api) -> Response:
+    async def _respond(self, request: Request, api: Api, held: AsyncExitStack) -> Response:
         started = time.perf_counter()
         dialect: ErrorDialect = "openai" if api == "openai.chat" else "anthropic"
+        lead: Lead | None = None
         try:
             exchange, plan = await self._prepare(request, api, started)
+            key = exchange.headers.idempotency_key
+            if exchange.capture and key is not None:
+                fingerprint = request_fingerprint(api, exchange.body, exchange.principal.key_id)
+                joined = await self.flights.join(exchange.scenario, key, fingerprint)
+                if isinstance(joined, Answer):  # the same request, answered meanwhile
+                    self._observe(exchange, joined.status)
+                    return joined.response()
+                lead = held.enter_context(joined)
+                stored = await self.state.recorder.stored_for_key(exchange.scenario, key)
+                if stored is not None:
+                    answer = self._replay(exchange, stored)
+                    lead.settle(answer)
+                    self._observe(exchange, answer.status)
+                    return answer.response()
         except ReefError as exc:
             response = error_response(exc, dialect)
             self.state.metrics.observe(
                 _ROUTES[api], response.status_code, time.perf_counter() - started
             )
             return response
-        activation = self.state.activation
-        activation.acquire(exchange.serving)  # its adapter stays loaded until we are done
+        # The adapter stays loaded until the response is done, however it ends.
+        held.enter_context(self.state.activation.lease(exchange.serving))
         if plan.request.stream:
-            return await self._stream(exchange, plan, dialect)
-        try:
-            return await self._complete(exchange, plan, dialect)
-        finally:
-            activation.release(exchange.serving)
+            response = await self._stream(exchange, plan, dialect, held, lead)
+        else:
+            response = await self._complete(exchange, plan, dialect)
+        if lead is not None and not isinstance(response, StreamingResponse):
+            lead.settle(Answer.of(response), self._committed())
+        return response
+
+    def _replay(self, exchange: Exchange, view: RecordView) -> Answer:
+        """The answer of the record stored under this request's idempotency key.
+
+        Raises ``IdempotencyKeyInUseError`` when that record is of another request, and
+        ``ConflictError`` when it holds no complete answer (written before failures
+        stopped holding keys).
+        """
+        key = exchange.headers.idempotency_key or ""
+        same = (
+            view.api == exchange.api
+            and view.principal == exchange.principal.key_id
+            and view.request == self.state.recorder.redactor.redact(exchange.body)
+        )
+        if not same:
+            raise IdempotencyKeyInUseError(exchange.scenario, key)
+        if view.status != "ok" or view.response is None:
+            raise ConflictError(
+                f"the exchange stored under idempotency key {key!r} ended with status "
+                f"{view.status!r}; send a new key to try again"
+            )
+        receipt = {
+            "x-reef-release-id": view.release_id or "none",
+            "x-reef-session-id": view.session_id,
+            "x-reef-record-id": view.id,
+            "x-reef-agent-record-id": view.id,
+        }
+        return stored_answer(view, receipt)
+
+    def _committed(self) -> Callable[[], Awaitable[object]] | None:
+        """What an idempotency key's answer waits for before the store can give it."""
+        if self.state.settings.store.durability == "sync":
+            return None  # a complete answer's record is committed already
+        return self.state.writer.flush
 
     async def _prepare(
         self, request: Request, api: Api, started: float
@@ -121,18 +217,10 @@ class InferenceRoutes:
         capture = headers.capture and state.settings.scenario(headers.scenario).capture
         record_id = new_id()
         session_id = headers.session_id
-        if capture:
-            if headers.idempotency_key is not None:
-                existing = await state.recorder.existing_for_key(
-                    headers.scenario, headers.idempotency_key
-                )
-                if existing is not None:
-                    # A retry of a recorded exchange: same receipt, no second record.
-                    record_id, capture = existing, False
-            if session_id is None:
-                session_id = await state.recorder.infer_session(
-                    headers.scenario, continuation_candidates(conversation, chain)
-                )
+        if capture and session_id is None:
+            session_id = await state.recorder.infer_session(
+                headers.scenario, continuation_candidates(conversation, chain)
+            )
         session_is_new = session_id is None
         session_id = session_id or new_id()
         purpose = headers.purpose
@@ -192,20 +280,23 @@ class InferenceRoutes:
         upstream = self.state.upstreams[upstream_name]
         requested = body.get("model")
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
-        model = client_model
+        scenario_model = settings.scenario(scenario).model
+        configured = scenario_model or serving.base_model or upstream_config.model
+        model_from_client = False
         if serving.adapter_name is not None:
             model = serving.adapter_name  # the release's weights, whatever the client named
-        elif client_model.startswith(SCENARIO_MODEL_PREFIX) or not requested:
-            configured = (
-                settings.scenario(scenario).model or serving.base_model or upstream_config.model
-            )
-            if not configured:
-                raise InvalidInputError(
-                    f"scenario {scenario!r} has no model configured: set "
-                    f"scenarios.{scenario}.model or upstreams.{upstream_name}.model, "
-                    "or send an upstream model name"
-                )
+        elif configured:
+            # An application keeps its own model name ("gpt-4o"): the scenario's model
+            # serves it, and the record keeps the request as the client sent it.
             model = configured
+        elif client_model.startswith(SCENARIO_MODEL_PREFIX) or not requested:
+            raise InvalidInputError(
+                f"scenario {scenario!r} has no model configured: set "
+                f"scenarios.{scenario}.model or upstreams.{upstream_name}.model, "
+                "or send an upstream model name"
+            )
+        else:
+            model, model_from_client = client_model, True
         stream = bool(body.get("stream"))
         if api == "openai.chat":
             if upstream.dialect != "openai":
@@ -226,6 +317,7 @@ class InferenceRoutes:
                 client_model,
                 translate=False,
                 strip_usage=strip_usage,
+                model_from_client=model_from_client,
             )
         if upstream.dialect == "anthropic":
             forwarded = {
@@ -239,6 +331,7 @@ class InferenceRoutes:
                 client_model,
                 translate=False,
                 strip_usage=False,
+                model_from_client=model_from_client,
             )
         translated = anthropic_request_to_openai(body, model)
         return CallPlan(
@@ -247,6 +340,7 @@ class InferenceRoutes:
             client_model,
             translate=True,
             strip_usage=False,
+            model_from_client=model_from_client,
         )
 
     def _receipt(self, exchange: Exchange) -> dict[str, str]:
@@ -254,7 +348,7 @@ class InferenceRoutes:
             "x-reef-release-id": exchange.release_id or "none",
             "x-reef-session-id": exchange.session_id,
         }
-        if exchange.capture or exchange.headers.idempotency_key is not None:
+        if exchange.capture:
             headers["x-reef-record-id"] = exchange.record_id
             headers["x-reef-agent-record-id"] = exchange.record_id
         if not exchange.headers.capture:
@@ -265,12 +359,31 @@ class InferenceRoutes:
         self, exchange: Exchange, plan: CallPlan, exc: UpstreamError, dialect: ErrorDialect
     ) -> Response:
         self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
+        if plan.model_from_client and isinstance(exc, UpstreamRejectedError) and exc.status == 404:
+            exc = await self._unknown_model(plan, exc)
         if exchange.capture:
             recorder = self.state.recorder
             await recorder.record(recorder.draft(exchange, None, None, "error", exc.detail))
         response = error_response(exc, dialect, self._receipt(exchange))
         self._observe(exchange, response.status_code)
         return response
+
+    async def _unknown_model(self, plan: CallPlan, exc: UpstreamError) -> UpstreamError:
+        """A 404 for a model the client named on a passthrough upstream, naming the
+        models the upstream has (``exc`` itself when it cannot list them)."""
+        try:
+            models = await plan.upstream.list_models()
+        except UpstreamError:
+            return exc
+        named = ", ".join(models[:_MODELS_NAMED]) or "none"
+        if len(models) > _MODELS_NAMED:
+            named += f" and {len(models) - _MODELS_NAMED} more"
+        return UpstreamRejectedError(
+            f"model {plan.client_model!r} is not served by upstream {plan.upstream.name!r} "
+            f"({exc.message}); its models: {named}",
+            status=404,
+            upstream_status=exc.upstream_status,
+        )
 
     def _observe(self, exchange: Exchange, status: int) -> None:
         elapsed = time.perf_counter() - exchange.started
@@ -301,7 +414,10 @@ class InferenceRoutes:
                 reply = canonical_reply_anthropic(data)
         if exchange.capture:
             recorder = self.state.recorder
-            await recorder.record(recorder.draft(exchange, data, reply, "ok", None))
+            draft = recorder.draft(exchange, data, reply, "ok", None)
+            first = await recorder.record_first(draft)
+            if first != draft.id:
+                return await self._answer_first(exchange, first, dialect)
         self._observe(exchange, answer.status)
         return Response(
             payload,
@@ -310,17 +426,61 @@ class InferenceRoutes:
             headers=self._receipt(exchange),
         )
 
-    async def _stream(self, exchange: Exchange, plan: CallPlan, dialect: ErrorDialect) -> Response:
+    async def _answer_first(
+        self, exchange: Exchange, record_id: str, dialect: ErrorDialect
+    ) -> Response:
+        """Another gateway on this store answered the idempotency key first (its record
+        is ``record_id``): answer as it did, so the receipt names the stored record."""
+        try:
+            answer = self._replay(exchange, await self.state.recorder.stored(record_id))
+        except ReefError as exc:
+            response = error_response(exc, dialect)
+            self._observe(exchange, response.status_code)
+            return response
+        self._observe(exchange, answer.status)
+        return answer.response()
+
+    async def _stream(
+        self,
+        exchange: Exchange,
+        plan: CallPlan,
+        dialect: ErrorDialect,
+        held: AsyncExitStack,
+        lead: Lead | None,
+    ) -> Response:
         try:
             stream = await plan.upstream.open_stream(plan.request)
         except UpstreamError as exc:
-            self.state.activation.release(exchange.serving)
             return await self._fail(exchange, plan, exc, dialect)
-        return StreamingResponse(
-            self._relay(exchange, plan, stream, dialect),
-            media_type="text/event-stream",
-            headers={**self._receipt(exchange), "cache-control": "no-cache"},
-        )
+        headers = {**self._receipt(exchange), "cache-control": "no-cache"}
+        on_end = None
+        if lead is not None:
+            on_end = functools.partial(self._streamed, lead, headers)
+        body = _ClientBody(self._relay(exchange, plan, stream, dialect), on_end)
+        held.push_async_callback(self._close_body, body, exchange, stream)
+        return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+
+    def _streamed(self, lead: Lead, headers: dict[str, str], sent: bytes) -> None:
+        """A stream under an idempotency key ended: its waiters get the same events."""
+        lead.settle(Answer(200, "text/event-stream", headers, sent), self._committed())
+
+    async def _close_body(
+        self, body: _ClientBody, exchange: Exchange, stream: UpstreamStream
+    ) -> None:
+        """After the response: end a relay the client left (its own ``finally`` records
+        ``aborted``), or, when the client left before asking for a byte and the relay
+        never ran, close the upstream and record ``aborted`` here."""
+        await body.aclose()  # a relay never started never runs now
+        if body.started:
+            return
+        task = asyncio.get_running_loop().create_task(stream.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        if exchange.capture:
+            recorder = self.state.recorder
+            reason = "client disconnected before the first byte"
+            recorder.record_in_background(recorder.draft(exchange, None, None, "aborted", reason))
+        self._observe(exchange, 499)
 
     async def _relay(
         self, exchange: Exchange, plan: CallPlan, stream: UpstreamStream, dialect: ErrorDialect
@@ -368,7 +528,6 @@ class InferenceRoutes:
             self._observe(exchange, exc.status)
             yield error_event(exc, dialect)
         finally:
-            self.state.activation.release(exchange.serving)
             if not recorded:
                 asyncio.get_running_loop().create_task(stream.aclose())
                 if exchange.capture:
@@ -379,3 +538,39 @@ class InferenceRoutes:
                     recorder.record_in_background(draft)
                 self._observe(exchange, 499)
         await stream.aclose()
+
+
+class _ClientBody:
+    """A stream's bytes on their way to the client. Notes whether the client ever asked
+    for one (a relay never started has nothing to clean up by itself) and, for an
+    idempotency key's waiters, keeps a copy that ``on_end`` gets once the stream ended."""
+
+    def __init__(
+        self, chunks: AsyncIterator[bytes], on_end: Callable[[bytes], None] | None
+    ) -> None:
+        self._chunks = chunks
+        self._on_end = on_end
+        self._sent: list[bytes] | None = [] if on_end is not None else None
+        self.started = False
+
+    def __aiter__(self) -> _ClientBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        self.started = True
+        try:
+            chunk = await anext(self._chunks)
+        except StopAsyncIteration:
+            if self._on_end is not None and self._sent is not None:
+                on_end, self._on_end = self._on_end, None
+                on_end(b"".join(self._sent))
+            raise
+        if self._sent is not None:
+            self._sent.append(chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        """Close the relay (a no-op once it ended)."""
+        close = getattr(self._chunks, "aclose", None)
+        if close is not None:
+            await close()

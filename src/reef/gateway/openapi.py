@@ -128,7 +128,9 @@ INFERENCE_HEADERS = (
     _header("x-reef-purpose", "`serve` (default) or `eval` (recorded, never trained on)."),
     _header(
         "x-reef-idempotency-key",
-        "A retry with the same key gets the first record's id.",
+        "One answer per key and body: requests sent while the first is in flight wait "
+        "for it, later ones are answered from its record; same receipt, one upstream "
+        "call. Another body under the key is a 409.",
         _bounded(None, MAX_IDEMPOTENCY_KEY_CHARS),
     ),
 )
@@ -149,6 +151,11 @@ _COMMON_ERRORS = {
 _NOT_FOUND = {**_COMMON_ERRORS, "404": "Not found (the message names it)."}
 _ADMIN_READ = {"200": "Found.", **_NOT_FOUND}
 _CONFLICT = {**_NOT_FOUND, "409": "Conflict: the head moved, or a state change not allowed."}
+_INFERENCE_NOT_FOUND = (
+    "Unknown pinned release, or a model that an upstream with no configured model does "
+    "not serve (the message lists those it does)."
+)
+_KEY_IN_USE = "The idempotency key names another request (body, API or key)."
 
 # fmt: off
 OPERATIONS: tuple[Operation, ...] = (
@@ -158,14 +165,15 @@ OPERATIONS: tuple[Operation, ...] = (
               body="ChatCompletionRequest",
               responses={"200": "The upstream's completion (`text/event-stream` when "
                          "`stream` is true).", **_COMMON_ERRORS,
-                         "404": "Unknown pinned release.", "413": "Body too large.",
-                         "502": "The upstream failed.", "504": "The upstream timed out."}),
+                         "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
+                         "413": "Body too large.", "502": "The upstream failed.",
+                         "504": "The upstream timed out."}),
     Operation("post", "/v1/messages", "inference", "Anthropic messages", "any",
               "Streaming or not; translated for OpenAI-compatible upstreams, passed through to "
               "Anthropic ones. Errors use Anthropic's shape.", inference=True,
               body="MessagesRequest",
               responses={"200": "The message (`text/event-stream` when `stream` is true).",
-                         **_COMMON_ERRORS, "404": "Unknown pinned release.",
+                         **_COMMON_ERRORS, "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
                          "413": "Body too large.", "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
     Operation("get", "/v1/models", "inference", "List models", "any",

@@ -1,0 +1,288 @@
+"""Idempotency keys are single-flight: requests with one key and one body make one upstream
+call and get one answer and one receipt, concurrent or later, streamed or not; another
+body under the key is a 409 in the caller's dialect."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from reef.experience import RecordFilter
+from reef.gateway.idempotency import IdempotentFlights
+from tests.experience.conftest import PG_ENV, ThrowawayDatabases
+from tests.fakes.upstream import FakeUpstreamThread
+from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.polling import wait_until
+from tests.gateway.rawhttp import call, holds_connection, send_unread
+from tests.gateway.sdk_calls import Reply, turn
+
+KEY = "x-reef-idempotency-key"
+PATHS = ("/v1/chat/completions", "/v1/messages")
+# (client dialect, scenario): OpenAI on the OpenAI fake, Anthropic on the Anthropic
+# fake, Anthropic translated onto the OpenAI fake
+ROUTES = [("openai", "support"), ("anthropic", "claude"), ("anthropic", "support")]
+ROUTE_IDS = ["openai", "anthropic", "translated"]
+OPENAI_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+ANTHROPIC_TOOL = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def upstream_calls(fake: FakeUpstreamThread) -> int:
+    return sum(fake.requests_received(path) for path in PATHS)
+
+
+def flights(gateway: GatewayThread) -> IdempotentFlights:
+    endpoint: Any = gateway.app.routes["/v1/chat/completions"]
+    flights: IdempotentFlights = endpoint.routes.flights
+    return flights
+
+
+def sdk(gateway: GatewayThread, dialect: str) -> openai.OpenAI | anthropic.Anthropic:
+    return gateway.openai() if dialect == "openai" else gateway.anthropic()
+
+
+@pytest.fixture
+def fresh(fake: FakeUpstreamThread) -> FakeUpstreamThread:
+    fake.reset()
+    return fake
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(("dialect", "scenario"), ROUTES, ids=ROUTE_IDS)
+def test_concurrent_requests_with_one_key_make_one_upstream_call(
+    gateway: GatewayThread, fresh: FakeUpstreamThread, dialect: str, scenario: str, stream: bool
+) -> None:
+    client = sdk(gateway, dialect)
+    headers = {"x-reef-scenario": scenario, KEY: f"burst-{dialect}-{scenario}-{stream}"}
+
+    def send() -> Reply:
+        return turn(client, "hold-answer once for all", stream=stream, headers=headers)
+
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(send) for _ in range(16)]
+        # the leader is at the upstream and the 15 others wait for its answer
+        wait_until(lambda: fresh.held == 1 and flights(gateway).waiting == 15, "15 waiters")
+        fresh.release_held()
+        replies = [future.result(timeout=60) for future in futures]
+
+    assert upstream_calls(fresh) == 1
+    assert len(set(replies)) == 1, set(replies)  # receipt, session, text, stop: all one
+    reply = replies[0]
+    assert reply.status == 200 and "once for all" in reply.text and reply.stop
+    record = gateway.store.get_record(reply.receipt or "")
+    assert record.status == "ok" and record.idempotency_key == headers[KEY]
+    assert record.session_id == reply.session
+    assert len(flights(gateway)._flights) == 0  # nothing kept once the record is stored
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(("dialect", "scenario"), ROUTES, ids=ROUTE_IDS)
+def test_a_later_request_is_answered_from_the_store(
+    gateway: GatewayThread, fresh: FakeUpstreamThread, dialect: str, scenario: str, stream: bool
+) -> None:
+    client = sdk(gateway, dialect)
+    headers = {"x-reef-scenario": scenario, KEY: "later-1"}
+    tools = [OPENAI_TOOL if dialect == "openai" else ANTHROPIC_TOOL]
+    kwargs: dict[str, Any] = {"stream": stream, "headers": headers, "tools": tools}
+    if dialect == "openai":
+        kwargs["include_usage"] = True
+    first = turn(client, "what is the weather in Paris?", **kwargs)
+    assert first.status == 200 and first.tools == (("get_weather", '{"city":"Paris"}'),)
+    calls = upstream_calls(fresh)
+
+    again = turn(client, "what is the weather in Paris?", **kwargs)
+    assert again == first  # the stored answer, streamed again when the client streams
+    assert upstream_calls(fresh) == calls
+    records = gateway.store.list_records(scenario, RecordFilter(), None, 50).records
+    assert [r.id for r in records if r.idempotency_key == "later-1"] == [first.receipt]
+
+
+def test_a_replayed_stream_keeps_text_stop_and_usage(
+    gateway: GatewayThread, fresh: FakeUpstreamThread
+) -> None:
+    client = gateway.openai()
+    headers = {"x-reef-scenario": "support", KEY: "usage-1"}
+    first = turn(client, "count these words", stream=True, headers=headers, include_usage=True)
+    again = turn(client, "count these words", stream=True, headers=headers, include_usage=True)
+    assert again == first and first.usage and first.stop == "stop"
+    assert upstream_calls(fresh) == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "scenario", "shape"),
+    [
+        ("/v1/chat/completions", "support", "openai"),
+        ("/v1/messages", "claude", "anthropic"),
+    ],
+)
+def test_the_same_key_with_another_body_is_409(
+    gateway: GatewayThread, fresh: FakeUpstreamThread, path: str, scenario: str, shape: str
+) -> None:
+    headers = {"x-reef-scenario": scenario, KEY: "shared-key"}
+
+    def body(text: str, stream: bool = False) -> dict[str, Any]:
+        return {
+            "model": "m",
+            "max_tokens": 16,
+            "stream": stream,
+            "messages": [{"role": "user", "content": text}],
+        }
+
+    first: list[Any] = []
+    leader = threading.Thread(
+        target=lambda: first.append(
+            call(gateway.port, "POST", path, body("hold-answer a"), headers)
+        )
+    )
+    leader.start()
+    try:
+        wait_until(lambda: fresh.held == 1, "the first request at the upstream")
+        during = call(gateway.port, "POST", path, body("another question"), headers)
+    finally:
+        fresh.release_held()
+        leader.join(timeout=30)
+    assert first[0].status == 200
+    after = call(gateway.port, "POST", path, body("hold-answer a", stream=True), headers)
+    for refused in (during, after):
+        assert refused.status == 409, refused.body
+        error = refused.json()
+        if shape == "openai":
+            assert error["error"]["type"] == "conflict_error"
+            message = error["error"]["message"]
+        else:
+            assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+            message = error["error"]["message"]
+        assert "shared-key" in message and "different request" in message
+    assert upstream_calls(fresh) == 1
+
+
+def test_a_failed_answer_is_not_replayed(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
+    """Only a complete answer holds the key: a retry after an upstream error goes
+    upstream again, and each attempt's receipt names its own record."""
+    client = gateway.openai()
+    headers = {"x-reef-scenario": "support", KEY: "flaky-1"}
+    first = turn(client, "bad-request please", stream=False, headers=headers)
+    second = turn(client, "bad-request please", stream=False, headers=headers)
+    assert first.status == second.status == 400
+    assert first.receipt and second.receipt and first.receipt != second.receipt
+    assert upstream_calls(fresh) == 2
+    for receipt in (first.receipt, second.receipt):
+        record = gateway.store.get_record(receipt)
+        assert record.status == "error" and record.idempotency_key is None
+
+
+def test_a_waiter_leads_when_the_leader_leaves_before_the_answer(
+    tmp_path: Path, fresh: FakeUpstreamThread
+) -> None:
+    # ASGI 2.4: the leader's stream is never read once its client has gone (on uvicorn's
+    # 2.3 Starlette may still relay it to its end, and the waiter would get that answer)
+    with GatewayThread(make_settings(tmp_path, fresh.base_url), asgi_spec="2.4") as gateway:
+        _leader_leaves(gateway, fresh)
+
+
+def _leader_leaves(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
+    body = (
+        b'{"model": "m", "stream": true, '
+        b'"messages": [{"role": "user", "content": "hold-answer wait for me"}]}'
+    )
+    headers = {"x-reef-scenario": "support", KEY: "left-1"}
+    leader = send_unread(gateway.port, "/v1/chat/completions", body, headers)
+    wait_until(lambda: fresh.held == 1, "the leader at the upstream")
+    client = gateway.openai()
+    replies: list[Reply] = []
+    waiter = threading.Thread(
+        target=lambda: replies.append(
+            turn(client, "hold-answer wait for me", stream=True, headers=headers, model="m")
+        )
+    )
+    waiter.start()
+    wait_until(lambda: flights(gateway).waiting == 1, "the second request waiting")
+    leader_port = leader.getsockname()[1]
+    leader.close()
+    wait_until(
+        lambda: not holds_connection(gateway.server, leader_port),
+        "the gateway to see the leader go",
+    )
+    fresh.release_held()
+    waiter.join(timeout=30)
+
+    (reply,) = replies
+    assert reply.status == 200 and "wait for me" in reply.text
+    assert upstream_calls(fresh) == 2  # the leader's call was lost with its client
+    record = gateway.store.get_record(reply.receipt or "")
+    assert record.status == "ok" and record.idempotency_key == "left-1"
+    wait_until(
+        lambda: any(r.status == "aborted" for r in _records(gateway, "support")),
+        "the leader's exchange recorded as aborted",
+    )
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The store two gateways share (PostgreSQL when REEF_TEST_POSTGRES_URL is set)."""
+    if request.param == "sqlite":
+        yield {"url": f"sqlite:///{tmp_path / 'shared.db'}"}
+        return
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"{PG_ENV} is not set")
+    databases = ThrowawayDatabases(url)
+    try:
+        yield {"url": databases.create()}
+    finally:
+        databases.drop_all()
+
+
+def test_two_gateways_on_one_store(
+    tmp_path: Path, fresh: FakeUpstreamThread, shared_store: dict[str, str]
+) -> None:
+    settings = make_settings(tmp_path, fresh.base_url, store=shared_store)
+    with GatewayThread(settings) as one, GatewayThread(settings) as two:
+        headers = {"x-reef-scenario": "support"}
+        # one after the other: the second gateway answers from the store
+        first = turn(one.openai(), "across", stream=False, headers={**headers, KEY: "seq"})
+        again = turn(two.openai(), "across", stream=False, headers={**headers, KEY: "seq"})
+        assert again == first and upstream_calls(fresh) == 1
+
+        # at once: each gateway calls the upstream; every receipt names a stored record
+        for stream in (False, True):
+            fresh.reset()
+            key = {**headers, KEY: f"race-{stream}"}
+            with ThreadPoolExecutor(2) as pool:
+                futures = [
+                    pool.submit(turn, gw.openai(), "hold-answer race", stream=stream, headers=key)
+                    for gw in (one, two)
+                ]
+                wait_until(lambda: fresh.held == 2, "both gateways at the upstream")
+                fresh.release_held()
+                replies = [future.result(timeout=30) for future in futures]
+            assert upstream_calls(fresh) == 2
+            for reply in replies:
+                assert reply.status == 200 and "race" in reply.text
+                assert one.store.get_record(reply.receipt or "").status == "ok"
+            keyed = [r for r in _records(one, "support") if r.idempotency_key == key[KEY]]
+            assert len(keyed) == 1  # the store kept one record under the key
+            if not stream:  # the later one answered as the first did
+                assert replies[0] == replies[1] and replies[0].receipt == keyed[0].id
+
+
+def _records(gateway: GatewayThread, scenario: str) -> list[Any]:
+    return list(gateway.store.list_records(scenario, RecordFilter(), None, 200).records)

@@ -360,3 +360,21 @@ def test_parse_retry_after() -> None:
     future = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
     assert 25 < (parse_retry_after(future) or 0) <= 30
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+
+
+async def test_a_pooled_connection_poisoned_by_a_stale_read_timer_is_retried(
+    fake: FakeUpstream, upstream: HTTPUpstream
+) -> None:
+    # aiohttp 3.14 can leave sock_read armed on a connection back in the pool (after a
+    # large streamed answer); when it fires, the next request on it fails at once.
+    # _on_read_timeout is what that stale timer calls.
+    await upstream.send(chat("first"))
+    session = upstream._session
+    assert session is not None
+    pooled = [item[0] for items in session.connector._conns.values() for item in items]  # type: ignore[union-attr]
+    assert pooled
+    for protocol in pooled:
+        protocol._on_read_timeout()
+    answer = await upstream.send(chat("second"))
+    assert answer.status == 200
+    assert orjson.loads(answer.body)["choices"][0]["message"]["content"] == "echo: second"

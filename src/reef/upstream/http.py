@@ -213,6 +213,7 @@ class HTTPUpstream(Upstream):
                 sock_read=config.read_timeout_seconds,
             )
             retry_after: float | None = None
+            sent_at = time.monotonic()
             try:
                 response = await session.request(
                     method,
@@ -230,7 +231,13 @@ class HTTPUpstream(Upstream):
                 )
                 failure.__cause__ = exc
             except TimeoutError as exc:
-                raise self._timeout_error(exc) from exc
+                if not _poisoned(exc, time.monotonic() - sent_at, config.read_timeout_seconds):
+                    raise self._timeout_error(exc) from exc
+                failure = UpstreamUnavailableError(
+                    f"upstream {self.name!r}: a pooled connection failed at once ({exc})"
+                )
+                failure.__cause__ = exc
+                retry_after = 0.0  # a fresh connection, now: nothing is wrong upstream
             except aiohttp.ClientConnectionError as exc:
                 failure = UpstreamUnavailableError(f"upstream {self.name!r} unreachable: {exc}")
                 failure.__cause__ = exc
@@ -390,6 +397,19 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _poisoned(exc: BaseException, elapsed: float, read_timeout: float) -> bool:
+    """Whether a read timeout before the headers is a pooled connection's stale one.
+
+    A real ``sock_read`` timeout cannot fire before ``read_timeout`` has passed. aiohttp
+    3.14 can leave the timer armed on a connection already back in the pool (reading
+    resumed after back-pressure while the finished body is drained; aio-libs/aiohttp
+    #12953 fixed only the unpaused case); it fires while the connection idles and the
+    next request on it fails at once. Seen after a 100 MB streamed answer: the next
+    request got a 504 in 30 ms.
+    """
+    return isinstance(exc, aiohttp.SocketTimeoutError) and elapsed < read_timeout
 
 
 def _not_retried(message: str, status: int) -> UpstreamError:

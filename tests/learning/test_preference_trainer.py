@@ -12,6 +12,7 @@ from peft import PeftModel
 
 from reef.core.digests import tree_digest
 from reef.engine.models import load_model
+from reef.learning.trainers import Budget
 from reef.learning.trainers.lora_sft import _collate, build_features
 from reef.learning.trainers.preference import dpo_loss, kto_loss, sequence_logps, train_preference
 from reef.learning.trainers.runner import run_in_child
@@ -51,7 +52,7 @@ def spec(tmp_path: Path, **changes: object) -> PreferenceSpec:
         output_dir=tmp_path / "adapter",
         lora=LoraSettings(target_modules=["q_proj", "v_proj", "lm_head"]),
         lr=1e-2,
-        max_steps=12,
+        budget=Budget(steps=12),
         batch_size=4,
         threads=1,
     )
@@ -127,13 +128,18 @@ def test_kto_raises_the_desirable_log_ratio(tmp_path: Path) -> None:
 def test_runs_in_the_child_and_continues_from_an_adapter(tmp_path: Path) -> None:
     seen: list[int] = []
     first = run_in_child(
-        spec(tmp_path, max_steps=2),
+        spec(tmp_path, budget=Budget(steps=2)),
         lambda step, _steps, _loss: seen.append(step),
         work_dir=tmp_path / "work",
     )
     assert seen == [1, 2] and first.metrics["continued"] is False
     again = run_in_child(
-        spec(tmp_path, max_steps=2, base_adapter=first.adapter_dir, output_dir=tmp_path / "b"),
+        spec(
+            tmp_path,
+            budget=Budget(steps=2),
+            base_adapter=first.adapter_dir,
+            output_dir=tmp_path / "b",
+        ),
         work_dir=tmp_path / "work2",
     )
     assert again.metrics["continued"] is True

@@ -16,6 +16,7 @@ from reef.core.digests import tree_digest
 from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
 from reef.learning.learners.rl import RLConfig, RLLearner, rl_prompts
 from reef.learning.registry import LearnerRegistry
+from reef.learning.trainers import Budget
 from reef.learning.trainers.spec import RLScorer
 from reef.releases import (
     ModelComponent,
@@ -107,7 +108,7 @@ def test_grpo_raises_the_reward(tmp_path: Path) -> None:
         max_new_tokens=32,
         lr=2e-2,
         beta_kl=0.01,
-        max_steps=12,
+        budget=Budget(steps=12),
         threads=1,
     )
     result = train_grpo(spec)
@@ -192,7 +193,7 @@ def test_sampling_through_the_engine(tmp_path: Path) -> None:
             lora=LoraSettings(target_modules=FAST["target_modules"]),
             group_size=4,
             max_new_tokens=8,
-            max_steps=2,
+            budget=Budget(steps=2),
             engine_url=server.base_url.removesuffix("/v1"),
             threads=1,
         )

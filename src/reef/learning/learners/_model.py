@@ -1,13 +1,18 @@
-"""What the model learners (sft, preference, rl) share: which model to train, where to
-work, and the head's adapter to continue from."""
+"""What the model learners (sft, preference, rl) share: how long to train (a budget in
+terms of the data), which model to train, where to work, and the head's adapter to
+continue from."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
 
 from reef.core.errors import InvalidInputError
-from reef.learning.base import LearnerContext
+from reef.learning.base import LearnerConfig, LearnerContext
+from reef.learning.trainers import Budget
 
 ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
 
@@ -48,3 +53,34 @@ def head_adapter(
     if not continue_from_head or head.adapter is None or head.base != model:
         return None
     return context.artifacts.materialize(head.adapter, work / "base-adapter")
+
+
+class BudgetSettings(LearnerConfig):
+    """How long a model learner trains, in a recipe's terms (``reef.learning.trainers.
+    budget``): ``epochs`` passes over its items, ``max_steps`` / ``max_minutes`` as caps, a
+    ``validation_fraction`` split inside the trainer with early stopping after
+    ``patience`` passes without a gain, warmup then ``lr_schedule``; ``steps`` trains
+    exactly that many steps instead (no validation; a constant rate unless
+    ``lr_schedule`` is set), for reproductions and tests."""
+
+    epochs: float = Field(default=5.0, gt=0.0, le=1000.0)
+    steps: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
+    max_minutes: float | None = Field(default=30.0, gt=0.0)
+    validation_fraction: float = Field(default=0.1, ge=0.0, le=0.5)
+    patience: int = Field(default=3, ge=1)
+    warmup_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
+    lr_schedule: Literal["cosine", "linear", "constant"] | None = None
+
+    def budget(self) -> Budget:
+        """The trainer's budget."""
+        return Budget(
+            epochs=self.epochs,
+            steps=self.steps,
+            max_steps=self.max_steps,
+            max_seconds=None if self.max_minutes is None else self.max_minutes * 60.0,
+            validation_fraction=self.validation_fraction,
+            patience=self.patience,
+            warmup_fraction=self.warmup_fraction,
+            schedule=self.lr_schedule,
+        )

@@ -22,7 +22,12 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
-from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
+from reef.learning.learners._model import (
+    BudgetSettings,
+    fresh_work_dir,
+    head_adapter,
+    model_source,
+)
 from reef.learning.learners.sft import _text
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.runner import run_in_child
@@ -35,19 +40,21 @@ from reef.learning.trainers.spec import (
 )
 
 
-class PreferenceConfig(LearnerConfig):
+class PreferenceConfig(BudgetSettings):
     """Settings of the ``preference`` learner (a recipe's learner entry minus ``type``).
 
     ``objective``: ``auto`` is DPO when the batch yields pairs, else KTO. ``beta``: the
     strength of the pull towards the reference model. ``good_score``: replies scoring at
     least this are desirable (KTO); ``bad_score``: at most this, undesirable. Pairs need
-    only different scores. Other settings as in ``SFTConfig``.
+    only different scores. How long it trains: ``epochs`` passes over the pairs (or
+    examples) with the budget settings of ``SFTConfig``. Other settings as in
+    ``SFTConfig``.
     """
 
     model: str | None = None
     objective: Literal["auto", "dpo", "kto"] = "auto"
     beta: float = Field(default=0.1, gt=0.0)
-    steps: int = Field(default=30, ge=1)
+    epochs: float = Field(default=3.0, gt=0.0, le=1000.0)
     lr: float = Field(default=5e-4, gt=0.0)
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
@@ -210,7 +217,7 @@ class PreferenceLearner(Learner):
             ),
             beta=cfg.beta,
             lr=cfg.lr,
-            max_steps=cfg.steps,
+            budget=cfg.budget(),
             batch_size=cfg.batch_size,
             max_seq_len=cfg.max_seq_len,
             seed=cfg.seed,
@@ -230,11 +237,16 @@ class PreferenceLearner(Learner):
             )
         else:
             result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
-        meta = {"learner": "preference", "objective": objective, "base": model, "steps": cfg.steps}
+        steps = result.metrics["steps"]
+        meta = {"learner": "preference", "objective": objective, "base": model, "steps": steps}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(1.0, f"preference: adapter {digest}")
+        context.progress(1.0, f"preference: adapter {digest} ({result.metrics['stop_reason']})")
         keys = ("loss_curve", "margin_curve", "accuracy_curve", "reward_margin", "reward_accuracy")
-        metrics = {k: result.metrics[k] for k in (*keys, "tokens", "seconds", "tokens_per_second")}
+        budget_keys = (
+            "val_curve", "steps", "steps_planned", "stop_reason", "best_step", "undertrained"
+        )  # fmt: skip
+        reported = (*keys, *budget_keys, "tokens", "seconds", "tokens_per_second")
+        metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(
             objective=objective,
             pairs=len(pairs),

@@ -23,7 +23,12 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
-from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
+from reef.learning.learners._model import (
+    BudgetSettings,
+    fresh_work_dir,
+    head_adapter,
+    model_source,
+)
 from reef.learning.learners.preference import _correction, _messages
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
@@ -35,7 +40,7 @@ from reef.learning.trainers.spec import (
 )
 
 
-class RLConfig(LearnerConfig):
+class RLConfig(BudgetSettings):
     """Settings of the ``rl`` learner (a recipe's learner entry minus ``type``).
 
     ``scorer``: how a completion is scored against the item's correction (``exact``,
@@ -44,7 +49,8 @@ class RLConfig(LearnerConfig):
     ``max_new_tokens``; ``beta_kl`` weighs the KL guard to the starting point.
     ``engine_url``: sample through a running engine (``engine_model``: the served model
     name, default ``model``); None samples inside the training child. Other settings
-    as in ``SFTConfig``; ``batch_size`` is prompts per step.
+    as in ``SFTConfig``; ``batch_size`` is prompts per step; ``epochs`` how many groups
+    each prompt gets (iterations over the prompts; no validation split).
     """
 
     model: str | None = None
@@ -53,7 +59,7 @@ class RLConfig(LearnerConfig):
     temperature: float = Field(default=1.0, gt=0.0)
     max_new_tokens: int = Field(default=64, ge=1)
     beta_kl: float = Field(default=0.04, ge=0.0)
-    steps: int = Field(default=30, ge=1)
+    epochs: float = Field(default=2.0, gt=0.0, le=1000.0)
     lr: float = Field(default=5e-5, gt=0.0)
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
@@ -120,7 +126,7 @@ class RLLearner(Learner):
             max_new_tokens=cfg.max_new_tokens,
             beta_kl=cfg.beta_kl,
             lr=cfg.lr,
-            max_steps=cfg.steps,
+            budget=cfg.budget(),
             batch_size=cfg.batch_size,
             max_seq_len=cfg.max_seq_len,
             engine_url=cfg.engine_url,
@@ -136,10 +142,12 @@ class RLLearner(Learner):
             context.progress(step / steps, f"rl: step {step}/{steps} loss {loss:.4f}")
 
         result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
-        meta = {"learner": "rl", "base": model, "steps": cfg.steps, "prompts": len(prompts)}
+        steps = result.metrics["steps"]
+        meta = {"learner": "rl", "base": model, "steps": steps, "prompts": len(prompts)}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
         context.progress(1.0, f"rl: adapter {digest}")
         keys = ("loss_curve", "reward_curve", "kl_curve", "mean_reward", "samples", "tokens")
-        metrics = {k: result.metrics[k] for k in (*keys, "seconds", "sampler")}
+        budget = ("steps", "steps_planned", "stop_reason", "epochs_run")
+        metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler")}
         metrics.update(prompts=len(prompts), continued=result.metrics["continued"], base=model)
         return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)

@@ -27,10 +27,14 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.learners._harness import head_bundle
-from reef.learning.learners._model import fresh_work_dir, head_adapter, model_source
+from reef.learning.learners._model import (
+    BudgetSettings,
+    fresh_work_dir,
+    head_adapter,
+    model_source,
+)
 from reef.learning.trainers import (
     DEFAULT_TARGET_MODULES,
-    Budget,
     LoraSettings,
     SFTExample,
     SFTSpec,
@@ -39,7 +43,7 @@ from reef.learning.trainers import (
 from reef.learning.trainers.ray_runner import run_in_ray
 
 
-class SFTConfig(LearnerConfig):
+class SFTConfig(BudgetSettings):
     """Settings of the ``sft`` learner (a recipe's learner entry minus ``type``).
 
     ``model``: the engine model source to train; by default the head's base model when
@@ -61,14 +65,6 @@ class SFTConfig(LearnerConfig):
     """
 
     model: str | None = None
-    epochs: float = Field(default=5.0, gt=0.0, le=1000.0)
-    steps: int | None = Field(default=None, ge=1)
-    max_steps: int | None = Field(default=None, ge=1)
-    max_minutes: float | None = Field(default=30.0, gt=0.0)
-    validation_fraction: float = Field(default=0.1, ge=0.0, le=0.5)
-    patience: int = Field(default=3, ge=1)
-    warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
-    lr_schedule: Literal["cosine", "linear", "constant"] | None = None
     lr: float = Field(default=5e-4, gt=0.0)
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)
@@ -178,7 +174,7 @@ class SFTLearner(Learner):
                 r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
             ),
             lr=cfg.lr,
-            budget=budget_of(cfg),
+            budget=cfg.budget(),
             batch_size=cfg.batch_size,
             max_seq_len=cfg.max_seq_len,
             seed=cfg.seed,
@@ -228,18 +224,3 @@ REPORTED = (
     "best_val_loss",
     "undertrained",
 )
-
-
-def budget_of(cfg: SFTConfig) -> Budget:
-    """The trainer's budget from a learner's settings."""
-    return Budget(
-        epochs=cfg.epochs,
-        steps=cfg.steps,
-        max_steps=cfg.max_steps,
-        max_seconds=None if cfg.max_minutes is None else cfg.max_minutes * 60.0,
-        validation_fraction=cfg.validation_fraction,
-        patience=cfg.patience,
-        # An exact step count reproduces a fixed run: a constant rate unless told.
-        warmup_fraction=cfg.warmup_fraction if cfg.steps is None or cfg.lr_schedule else 0.0,
-        schedule=cfg.lr_schedule or ("cosine" if cfg.steps is None else "constant"),
-    )

@@ -8,8 +8,10 @@ is held out *inside* the trainer — never the gate's holdout — and its loss i
 every ``eval_every`` steps (default: twice per epoch). Training stops early when the
 validation loss has not improved by ``min_delta`` (relative) plus ``min_delta_abs`` for
 ``patience`` evaluations, and the best weights seen are the ones kept. The learning rate warms up
-linearly over ``warmup_fraction`` of the planned steps, then decays (``cosine`` or
-``linear``) to ``min_lr_fraction`` of its peak, or stays ``constant``.
+linearly over ``warmup_fraction`` (default 0.05) of the planned steps, then decays
+(``cosine``, the default, or ``linear``) to ``min_lr_fraction`` of its peak, or stays
+``constant``; an exact ``steps`` count runs at a constant rate with no warmup unless
+told otherwise, so recipes tuned on fixed runs reproduce them.
 
 ``stop_reason`` is one of ``completed`` (every planned epoch ran), ``early_stopped``
 (validation loss stopped improving: converged), ``max_steps``, ``max_seconds`` or
@@ -48,9 +50,24 @@ class Budget(BaseModel):
     patience: int = Field(default=3, ge=1)
     min_delta: float = Field(default=0.01, ge=0.0, lt=1.0)
     min_delta_abs: float = Field(default=0.001, ge=0.0)
-    warmup_fraction: float = Field(default=0.05, ge=0.0, lt=1.0)
-    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
+    schedule: Literal["cosine", "linear", "constant"] | None = None
     min_lr_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
+
+    @property
+    def warmup(self) -> float:
+        """The warmup share: as set, else 0.05 — or none for an exact ``steps`` count,
+        which reproduces a fixed run at a constant rate."""
+        if self.warmup_fraction is not None:
+            return self.warmup_fraction
+        return 0.0 if self.steps is not None and self.schedule is None else 0.05
+
+    @property
+    def decay(self) -> Literal["cosine", "linear", "constant"]:
+        """The schedule after the warmup: as set, else cosine (constant for ``steps``)."""
+        if self.schedule is not None:
+            return self.schedule
+        return "constant" if self.steps is not None else "cosine"
 
 
 def split_validation(count: int, budget: Budget, rng: random.Random) -> tuple[list[int], list[int]]:
@@ -88,14 +105,14 @@ def eval_interval(train_count: int, batch_size: int, budget: Budget) -> int:
 
 def lr_factor(step: int, total: int, budget: Budget) -> float:
     """The learning rate's multiplier at optimizer step ``step`` (0-based) of ``total``."""
-    warmup = math.floor(budget.warmup_fraction * total)
+    warmup = math.floor(budget.warmup * total)
     if step < warmup:
         return (step + 1) / (warmup + 1)
-    if budget.schedule == "constant" or total - warmup <= 1:
+    if budget.decay == "constant" or total - warmup <= 1:
         return 1.0
     progress = (step - warmup) / (total - warmup - 1)
     floor = budget.min_lr_fraction
-    if budget.schedule == "linear":
+    if budget.decay == "linear":
         return floor + (1.0 - floor) * (1.0 - progress)
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 

@@ -45,6 +45,7 @@ import torch
 from peft import PeftModel
 
 from reef.engine.models import load_model
+from reef.learning.trainers.budget import StopReason, batch_plan, lr_factor, planned_steps
 from reef.learning.trainers.lora_sft import (
     IGNORE_INDEX,
     Features,
@@ -206,18 +207,6 @@ def _features(sample: Sample, weight: float) -> Features:
     return Features(ids, labels, weight)
 
 
-def _plan(count: int, spec: RLSpec, rng: random.Random) -> list[list[int]]:
-    order: list[int] = []
-    plan: list[list[int]] = []
-    while len(plan) < spec.max_steps:
-        if not order:
-            order = list(range(count))
-            rng.shuffle(order)
-        plan.append(order[: spec.batch_size])
-        order = order[spec.batch_size :]
-    return plan
-
-
 def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainResult:
     """Train a LoRA adapter by GRPO and save it to ``spec.output_dir``.
 
@@ -243,7 +232,20 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.lr)
-    plan = _plan(len(spec.prompts), spec, rng)
+    # Epochs over the prompts: every prompt gets a group of samples once per epoch.
+    budget = spec.budget.model_copy(update={"validation_fraction": 0.0})
+    total = planned_steps(len(spec.prompts), spec.batch_size, budget)
+    uncapped = planned_steps(
+        len(spec.prompts), spec.batch_size, budget.model_copy(update={"max_steps": None})
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total, budget)
+    )
+    plan = batch_plan(list(range(len(spec.prompts))), spec.batch_size, total, rng)
+    reason: StopReason = "steps" if budget.steps is not None else "completed"
+    if budget.steps is None and total < uncapped:
+        reason = "max_steps"
+    steps_run = 0
     load_seconds = time.monotonic() - started
     curve: list[float] = []
     rewards_curve: list[float] = []
@@ -293,7 +295,9 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         )
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
+        schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        steps_run = step
         curve.append(round(float(loss.detach()), 6))
         rewards_curve.append(round(statistics.fmean(step_rewards), 6))
         kls.append(round(float(kl), 6))
@@ -303,6 +307,9 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
             progress(step, len(plan), curve[-1])
         if spec.fault == "abort":
             os.abort()
+        if budget.max_seconds is not None and time.monotonic() - loop_started > budget.max_seconds:
+            reason = "max_seconds"
+            break
     seconds = time.monotonic() - loop_started
     if continued:
         model.delete_adapter("reference")
@@ -317,7 +324,10 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         "seconds": round(seconds, 4),
         "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
         "load_seconds": round(load_seconds, 4),
-        "steps": len(plan),
+        "steps": steps_run,
+        "steps_planned": total,
+        "stop_reason": reason,
+        "epochs_run": round(steps_run * spec.batch_size / len(spec.prompts), 3),
         "prompts": len(spec.prompts),
         "sampler": "local" if spec.engine_url is None else "engine",
         "engine_logprob_gap": gap,

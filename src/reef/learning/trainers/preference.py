@@ -32,13 +32,25 @@ import torch
 from peft import PeftModel
 
 from reef.engine.models import load_model
+from reef.learning.trainers.budget import (
+    EarlyStopping,
+    StopReason,
+    batch_plan,
+    eval_interval,
+    lr_factor,
+    planned_steps,
+    split_validation,
+    stop_report,
+)
 from reef.learning.trainers.lora_sft import (
     Features,
     _collate,
     _device,
     build_features,
+    restore_state,
     save_adapter,
     token_logps,
+    trainable_state,
     wrap_lora,
 )
 from reef.learning.trainers.spec import PreferenceSpec, SFTExample, TrainResult
@@ -87,19 +99,6 @@ def kto_loss(
     losses = torch.where(desirable, up, down)
     loss = (losses * weights).sum() / weights.sum()
     return loss, (beta * logratio).detach(), z0
-
-
-def _plan(count: int, spec: PreferenceSpec, rng: random.Random) -> list[list[int]]:
-    """Item indices for every step: reshuffled each pass, cycling as needed."""
-    order: list[int] = []
-    plan: list[list[int]] = []
-    while len(plan) < spec.max_steps:
-        if not order:
-            order = list(range(count))
-            rng.shuffle(order)
-        plan.append(order[: spec.batch_size])
-        order = order[spec.batch_size :]
-    return plan
 
 
 def _features(tokenizer: Any, messages: list[dict[str, Any]], reply: str, n: int) -> Features:
@@ -169,15 +168,31 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     reference = _reference(
         model, features, pad_id, device, 2 * spec.batch_size, spec.base_adapter is not None
     )
+    budget = spec.budget
+    train_ids, val_ids = split_validation(len(weights), budget, rng)
+    total = planned_steps(len(train_ids), spec.batch_size, budget)
+    uncapped = planned_steps(
+        len(train_ids), spec.batch_size, budget.model_copy(update={"max_steps": None})
+    )
+    interval = eval_interval(len(train_ids), spec.batch_size, budget)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
-    plan = _plan(len(weights), spec, rng)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total, budget)
+    )
+    plan = batch_plan(train_ids, spec.batch_size, total, rng)
     load_seconds = time.monotonic() - started
     curve: list[float] = []
     margins: list[float] = []
     accuracies: list[float] = []
-    tokens = 0
-    loop_started = time.monotonic()
-    for step, items in enumerate(plan, start=1):
+    tokens = steps_run = 0
+    stopper = EarlyStopping(budget)
+    best: dict[str, torch.Tensor] | None = None
+    reason: StopReason = "steps" if budget.steps is not None else "completed"
+    if budget.steps is None and total < uncapped:
+        reason = "max_steps"
+
+    def objective(items: list[int]) -> tuple[torch.Tensor, float, float, int]:
+        """(loss, reward margin, reward accuracy, tokens) of ``items``."""
         rows = [2 * i + k for i in items for k in (0, 1)] if dpo else items
         batch = _collate([features[r] for r in rows], pad_id, device)
         policy = sequence_logps(model, batch)
@@ -188,25 +203,51 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
                 policy[0::2], policy[1::2], ref[0::2], ref[1::2], spec.beta, w
             )
             margin = chosen - rejected
-            margins.append(round(float(margin.mean()), 6))
-            accuracies.append(round(float((margin > 0).float().mean()), 6))
-        else:
-            good = torch.tensor([desirable[i] for i in items], device=device)
-            loss, rewards, _z0 = kto_loss(policy, ref, good, spec.beta, w)
-            up = float(rewards[good].mean()) if bool(good.any()) else 0.0
-            down = float(rewards[~good].mean()) if bool((~good).any()) else 0.0
-            margins.append(round(up - down, 6))
-            right = torch.where(good, rewards > 0, rewards < 0)
-            accuracies.append(round(float(right.float().mean()), 6))
+            return loss, float(margin.mean()), float((margin > 0).float().mean()), _tokens(batch)
+        good = torch.tensor([desirable[i] for i in items], device=device)
+        loss, rewards, _z0 = kto_loss(policy, ref, good, spec.beta, w)
+        up = float(rewards[good].mean()) if bool(good.any()) else 0.0
+        down = float(rewards[~good].mean()) if bool((~good).any()) else 0.0
+        right = torch.where(good, rewards > 0, rewards < 0)
+        return loss, up - down, float(right.float().mean()), _tokens(batch)
+
+    def validation() -> float:
+        model.eval()
+        with torch.no_grad():
+            chunks = [
+                val_ids[i : i + spec.batch_size] for i in range(0, len(val_ids), spec.batch_size)
+            ]
+            losses = [float(objective(chunk)[0]) * len(chunk) for chunk in chunks]
+        model.train()
+        return sum(losses) / len(val_ids)
+
+    loop_started = time.monotonic()
+    for step, items in enumerate(plan, start=1):
+        loss, margin, accuracy, fed = objective(items)
+        margins.append(round(margin, 6))
+        accuracies.append(round(accuracy, 6))
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
+        schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        steps_run = step
         curve.append(round(float(loss.detach()), 6))
-        tokens += int(batch["attention_mask"].sum())
+        tokens += fed
         if progress is not None:
             progress(step, len(plan), curve[-1])
         if spec.fault == "abort":
             os.abort()
+        if val_ids and (step % interval == 0 or step == len(plan)):
+            if stopper.update(step, validation()):
+                best = trainable_state(model)
+            if stopper.should_stop:
+                reason = "early_stopped"
+                break
+        if budget.max_seconds is not None and time.monotonic() - loop_started > budget.max_seconds:
+            reason = "max_seconds"
+            break
+    if best is not None and stopper.best_step != steps_run:
+        restore_state(model, best)
     seconds = time.monotonic() - loop_started
     save_adapter(model, spec.output_dir)
     metrics: dict[str, Any] = {
@@ -220,10 +261,17 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         "seconds": round(seconds, 4),
         "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
         "load_seconds": round(load_seconds, 4),
-        "steps": len(plan),
+        "steps": steps_run,
         "pairs": len(spec.pairs),
         "examples": len(spec.examples),
+        "train_items": len(train_ids),
+        "val_items": len(val_ids),
         "device": device.type,
         "continued": spec.base_adapter is not None,
+        **stop_report(reason, stopper, steps_run, total),
     }
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
+
+
+def _tokens(batch: dict[str, Any]) -> int:
+    return int(batch["attention_mask"].sum())

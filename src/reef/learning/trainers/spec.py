@@ -102,8 +102,9 @@ class UnpairedExample(BaseModel):
 class PreferenceSpec(BaseModel):
     """A LoRA preference run: ``objective`` ``dpo`` trains on ``pairs``, ``kto`` on
     ``examples``. The reference model is the starting point (the base, or
-    ``base_adapter``) with the trained adapter disabled. Other fields as in
-    :class:`SFTSpec`; ``max_steps`` optimizer steps."""
+    ``base_adapter``) with the trained adapter disabled. ``budget``: epochs over the
+    pairs (or examples), validation and caps as in :class:`SFTSpec`. Other fields as in
+    :class:`SFTSpec`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -118,7 +119,7 @@ class PreferenceSpec(BaseModel):
     lora: LoraSettings = Field(default_factory=LoraSettings)
     beta: float = Field(default=0.1, gt=0.0)
     lr: float = Field(default=5e-4, gt=0.0)
-    max_steps: int = Field(default=30, ge=1)
+    budget: Budget = Field(default_factory=lambda: Budget(epochs=3.0))
     batch_size: int = Field(default=4, ge=1)
     max_seq_len: int = Field(default=512, ge=8)
     seed: int = 0
@@ -175,7 +176,8 @@ class RLScorer(BaseModel):
 
 
 class RLSpec(BaseModel):
-    """A LoRA GRPO run: ``steps`` optimizer steps, each sampling ``group_size``
+    """A LoRA GRPO run: ``budget.epochs`` passes over the prompts (caps and schedule as in
+    :class:`SFTSpec`; no validation split), each step sampling ``group_size``
     completions for ``batch_size`` prompts, scoring them with ``scorer`` and updating
     once. ``beta_kl`` weighs the KL guard to the reference (the starting point with the
     trained adapter disabled, or ``base_adapter`` as loaded). ``engine_url``: sample
@@ -198,7 +200,7 @@ class RLSpec(BaseModel):
     max_new_tokens: int = Field(default=64, ge=1)
     beta_kl: float = Field(default=0.04, ge=0.0)
     lr: float = Field(default=5e-5, gt=0.0)
-    max_steps: int = Field(default=30, ge=1)
+    budget: Budget = Field(default_factory=lambda: Budget(epochs=2.0))
     batch_size: int = Field(default=4, ge=1)
     max_seq_len: int = Field(default=512, ge=8)
     engine_url: str | None = None

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import re
 import statistics
@@ -45,15 +44,16 @@ import torch
 from peft import PeftModel
 
 from reef.engine.models import load_model
-from reef.learning.trainers.budget import StopReason, batch_plan, lr_factor, planned_steps
 from reef.learning.trainers.lora_sft import (
     IGNORE_INDEX,
     Features,
+    Plan,
     _collate,
     _device,
     _ids,
     save_adapter,
     token_logps,
+    train_in_budget,
     wrap_lora,
 )
 from reef.learning.trainers.spec import RLPrompt, RLScorer, RLSpec, TrainResult
@@ -234,26 +234,15 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     optimizer = torch.optim.AdamW(params, lr=spec.lr)
     # Epochs over the prompts: every prompt gets a group of samples once per epoch.
     budget = spec.budget.model_copy(update={"validation_fraction": 0.0})
-    total = planned_steps(len(spec.prompts), spec.batch_size, budget)
-    uncapped = planned_steps(
-        len(spec.prompts), spec.batch_size, budget.model_copy(update={"max_steps": None})
-    )
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total, budget)
-    )
-    plan = batch_plan(list(range(len(spec.prompts))), spec.batch_size, total, rng)
-    reason: StopReason = "steps" if budget.steps is not None else "completed"
-    if budget.steps is None and total < uncapped:
-        reason = "max_steps"
-    steps_run = 0
     load_seconds = time.monotonic() - started
-    curve: list[float] = []
     rewards_curve: list[float] = []
     kls: list[float] = []
     gap: float | None = None
-    tokens = samples_seen = 0
-    loop_started = time.monotonic()
-    for step, items in enumerate(plan, start=1):
+    tokens = samples_seen = number = 0
+
+    def step(items: list[int]) -> torch.Tensor:
+        nonlocal gap, tokens, samples_seen, number
+        number += 1
         feats: list[Features] = []
         advantages: list[float] = []
         step_rewards: list[float] = []
@@ -263,7 +252,7 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
             if spec.engine_url is None:
                 group = _sample_local(model, tokenizer, prompt, spec, eos)
             else:
-                group = _sample_engine(prompt, spec, spec.seed + step * 1000 + i)
+                group = _sample_engine(prompt, spec, spec.seed + number * 1000 + i)
             group = [s for s in group if s.completion_ids]
             if not group:
                 continue
@@ -293,24 +282,15 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
             batch["weights"],
             spec.beta_kl,
         )
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        steps_run = step
-        curve.append(round(float(loss.detach()), 6))
         rewards_curve.append(round(statistics.fmean(step_rewards), 6))
         kls.append(round(float(kl), 6))
         tokens += int(batch["attention_mask"].sum())
         samples_seen += len(feats)
-        if progress is not None:
-            progress(step, len(plan), curve[-1])
-        if spec.fault == "abort":
-            os.abort()
-        if budget.max_seconds is not None and time.monotonic() - loop_started > budget.max_seconds:
-            reason = "max_seconds"
-            break
-    seconds = time.monotonic() - loop_started
+        return loss
+
+    plan = Plan(list(range(len(spec.prompts))), spec.batch_size, rng)
+    run = train_in_budget(model, optimizer, budget, plan, step, None, progress, spec.fault)
+    curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
     if continued:
         model.delete_adapter("reference")
     save_adapter(model, spec.output_dir)
@@ -325,8 +305,8 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
         "load_seconds": round(load_seconds, 4),
         "steps": steps_run,
-        "steps_planned": total,
-        "stop_reason": reason,
+        "steps_planned": run.report["steps_planned"],
+        "stop_reason": run.report["stop_reason"],
         "epochs_run": round(steps_run * spec.batch_size / len(spec.prompts), 3),
         "prompts": len(spec.prompts),
         "sampler": "local" if spec.engine_url is None else "engine",

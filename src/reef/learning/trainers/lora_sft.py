@@ -27,6 +27,7 @@ from transformers import PreTrainedTokenizerBase
 
 from reef.engine.models import load_model
 from reef.learning.trainers.budget import (
+    Budget,
     EarlyStopping,
     StopReason,
     batch_plan,
@@ -220,56 +221,33 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     features = [build_features(tokenizer, ex, spec.max_seq_len) for ex in spec.examples]
     budget = spec.budget
     train_ids, val_ids = split_validation(len(features), budget, rng)
-    total = planned_steps(len(train_ids), spec.batch_size, budget)
-    uncapped = planned_steps(
-        len(train_ids), spec.batch_size, budget.model_copy(update={"max_steps": None})
-    )
-    interval = eval_interval(len(train_ids), spec.batch_size, budget)
     model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total, budget)
-    )
-    plan = batch_plan(train_ids, spec.batch_size, total, rng)
     load_seconds = time.monotonic() - started
-    stopper = EarlyStopping(budget)
-    best: dict[str, torch.Tensor] | None = None
-    reason: StopReason = "steps" if budget.steps is not None else "completed"
-    if budget.steps is None and total < uncapped:
-        reason = "max_steps"
-    curve: list[float] = []
-    tokens = target_tokens = steps_run = 0
-    loop_started = time.monotonic()
-    for step, indices in enumerate(plan, start=1):
+    tokens = target_tokens = 0
+
+    def step(indices: list[int]) -> torch.Tensor:
+        nonlocal tokens, target_tokens
         batch = _collate([features[i] for i in indices], pad_id, device)
-        loss = labelled_loss(model, batch)
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        steps_run = step
-        curve.append(round(float(loss.detach()), 6))
         tokens += int(batch["attention_mask"].sum())
         target_tokens += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-        if progress is not None:
-            progress(step, len(plan), curve[-1])
-        if spec.fault == "abort":
-            os.abort()
-        if val_ids and (step % interval == 0 or step == len(plan)):
-            if stopper.update(
-                step, validation_loss(model, features, val_ids, spec, pad_id, device)
-            ):
-                best = trainable_state(model)
-            if stopper.should_stop:
-                reason = "early_stopped"
-                break
-        if budget.max_seconds is not None and time.monotonic() - loop_started > budget.max_seconds:
-            reason = "max_seconds"
-            break
-    seconds = time.monotonic() - loop_started
-    if best is not None and stopper.best_step != steps_run:
-        restore_state(model, best)
+        return labelled_loss(model, batch)
+
+    def validate() -> float:
+        return validation_loss(model, features, val_ids, spec, pad_id, device)
+
+    run = train_in_budget(
+        model,
+        optimizer,
+        budget,
+        Plan(train_ids, spec.batch_size, rng),
+        step,
+        validate if val_ids else None,
+        progress,
+        spec.fault,
+    )
+    curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
     save_adapter(model, spec.output_dir)
     metrics = {
         "loss_curve": curve,
@@ -285,9 +263,89 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         "epochs_run": round(steps_run * spec.batch_size / max(len(train_ids), 1), 3),
         "device": device.type,
         "continued": spec.base_adapter is not None,
-        **stop_report(reason, stopper, steps_run, total),
+        **run.report,
     }
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a budgeted run steps through: the training items, ``batch_size`` per step,
+    shuffled by ``rng`` each epoch."""
+
+    items: list[int]
+    batch_size: int
+    rng: random.Random
+
+
+@dataclass(frozen=True)
+class BudgetedRun:
+    """What :func:`train_in_budget` did: the loss per step, steps run, the loop's wall
+    time and the convergence report (``budget.stop_report``)."""
+
+    curve: list[float]
+    steps_run: int
+    seconds: float
+    report: dict[str, Any]
+
+
+def train_in_budget(
+    model: PeftModel,
+    optimizer: torch.optim.Optimizer,
+    budget: Budget,
+    plan: Plan,
+    step: Callable[[list[int]], torch.Tensor],
+    validate: Callable[[], float] | None,
+    progress: ProgressCallback | None,
+    fault: str | None = None,
+) -> BudgetedRun:
+    """The training loop every trainer shares: the budget's steps over ``plan`` (epochs,
+    caps), the learning-rate schedule, a validation pass (``validate``, None: no split)
+    twice per epoch with early stopping and the best weights restored at the end, and the
+    ``max_seconds`` cap. ``step(items)`` returns the batch's loss; the loop does the rest
+    of the update."""
+    total = planned_steps(len(plan.items), plan.batch_size, budget)
+    uncapped = planned_steps(
+        len(plan.items), plan.batch_size, budget.model_copy(update={"max_steps": None})
+    )
+    interval = eval_interval(len(plan.items), plan.batch_size, budget)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda number: lr_factor(number, total, budget)
+    )
+    batches = batch_plan(plan.items, plan.batch_size, total, plan.rng)
+    stopper = EarlyStopping(budget)
+    best: dict[str, torch.Tensor] | None = None
+    reason: StopReason = "steps" if budget.steps is not None else "completed"
+    if budget.steps is None and total < uncapped:
+        reason = "max_steps"
+    curve: list[float] = []
+    steps_run = 0
+    started = time.monotonic()
+    for number, items in enumerate(batches, start=1):
+        loss = step(items)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        steps_run = number
+        curve.append(round(float(loss.detach()), 6))
+        if progress is not None:
+            progress(number, len(batches), curve[-1])
+        if fault == "abort":
+            os.abort()
+        if validate is not None and (number % interval == 0 or number == len(batches)):
+            if stopper.update(number, validate()):
+                best = trainable_state(model)
+            if stopper.should_stop:
+                reason = "early_stopped"
+                break
+        if budget.max_seconds is not None and time.monotonic() - started > budget.max_seconds:
+            reason = "max_seconds"
+            break
+    seconds = time.monotonic() - started
+    if best is not None and stopper.best_step != steps_run:
+        restore_state(model, best)
+    return BudgetedRun(curve, steps_run, seconds, stop_report(reason, stopper, steps_run, total))
 
 
 def validation_loss(

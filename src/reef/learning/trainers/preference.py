@@ -22,7 +22,6 @@ Losses (``beta`` = ``spec.beta``; ``logratio`` = policy minus reference log-prob
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -32,25 +31,16 @@ import torch
 from peft import PeftModel
 
 from reef.engine.models import load_model
-from reef.learning.trainers.budget import (
-    EarlyStopping,
-    StopReason,
-    batch_plan,
-    eval_interval,
-    lr_factor,
-    planned_steps,
-    split_validation,
-    stop_report,
-)
+from reef.learning.trainers.budget import split_validation
 from reef.learning.trainers.lora_sft import (
     Features,
+    Plan,
     _collate,
     _device,
     build_features,
-    restore_state,
     save_adapter,
     token_logps,
-    trainable_state,
+    train_in_budget,
     wrap_lora,
 )
 from reef.learning.trainers.spec import PreferenceSpec, SFTExample, TrainResult
@@ -170,26 +160,11 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     )
     budget = spec.budget
     train_ids, val_ids = split_validation(len(weights), budget, rng)
-    total = planned_steps(len(train_ids), spec.batch_size, budget)
-    uncapped = planned_steps(
-        len(train_ids), spec.batch_size, budget.model_copy(update={"max_steps": None})
-    )
-    interval = eval_interval(len(train_ids), spec.batch_size, budget)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total, budget)
-    )
-    plan = batch_plan(train_ids, spec.batch_size, total, rng)
     load_seconds = time.monotonic() - started
-    curve: list[float] = []
     margins: list[float] = []
     accuracies: list[float] = []
-    tokens = steps_run = 0
-    stopper = EarlyStopping(budget)
-    best: dict[str, torch.Tensor] | None = None
-    reason: StopReason = "steps" if budget.steps is not None else "completed"
-    if budget.steps is None and total < uncapped:
-        reason = "max_steps"
+    tokens = 0
 
     def objective(items: list[int]) -> tuple[torch.Tensor, float, float, int]:
         """(loss, reward margin, reward accuracy, tokens) of ``items``."""
@@ -211,44 +186,34 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         right = torch.where(good, rewards > 0, rewards < 0)
         return loss, up - down, float(right.float().mean()), _tokens(batch)
 
-    def validation() -> float:
+    def step(items: list[int]) -> torch.Tensor:
+        nonlocal tokens
+        loss, margin, accuracy, fed = objective(items)
+        margins.append(round(margin, 6))
+        accuracies.append(round(accuracy, 6))
+        tokens += fed
+        return loss
+
+    def validate() -> float:
         model.eval()
         with torch.no_grad():
-            chunks = [
-                val_ids[i : i + spec.batch_size] for i in range(0, len(val_ids), spec.batch_size)
-            ]
+            size = spec.batch_size
+            chunks = [val_ids[i : i + size] for i in range(0, len(val_ids), size)]
             losses = [float(objective(chunk)[0]) * len(chunk) for chunk in chunks]
         model.train()
         return sum(losses) / len(val_ids)
 
-    loop_started = time.monotonic()
-    for step, items in enumerate(plan, start=1):
-        loss, margin, accuracy, fed = objective(items)
-        margins.append(round(margin, 6))
-        accuracies.append(round(accuracy, 6))
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        steps_run = step
-        curve.append(round(float(loss.detach()), 6))
-        tokens += fed
-        if progress is not None:
-            progress(step, len(plan), curve[-1])
-        if spec.fault == "abort":
-            os.abort()
-        if val_ids and (step % interval == 0 or step == len(plan)):
-            if stopper.update(step, validation()):
-                best = trainable_state(model)
-            if stopper.should_stop:
-                reason = "early_stopped"
-                break
-        if budget.max_seconds is not None and time.monotonic() - loop_started > budget.max_seconds:
-            reason = "max_seconds"
-            break
-    if best is not None and stopper.best_step != steps_run:
-        restore_state(model, best)
-    seconds = time.monotonic() - loop_started
+    run = train_in_budget(
+        model,
+        optimizer,
+        budget,
+        Plan(train_ids, spec.batch_size, rng),
+        step,
+        validate if val_ids else None,
+        progress,
+        spec.fault,
+    )
+    curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
     save_adapter(model, spec.output_dir)
     metrics: dict[str, Any] = {
         "objective": spec.objective,
@@ -268,7 +233,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         "val_items": len(val_ids),
         "device": device.type,
         "continued": spec.base_adapter is not None,
-        **stop_report(reason, stopper, steps_run, total),
+        **run.report,
     }
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
 

@@ -41,7 +41,7 @@ BEHAVIORS: Final = frozenset(
         "truncate-stream",  # some of the answer, then a clean end without the terminal event
         "stall-stream",  # some of the answer, then silence until the client leaves
         "malformed-stream",  # an event whose data is not JSON, then the rest of the stream
-        "malformed-sse",  # JSON lines without SSE framing (no `data:`), NDJSON-style
+        "malformed-sse",  # JSON lines without SSE framing (NDJSON); not streaming: SSE, not JSON
         "error-mid-stream",  # the dialect's error event mid-way (OpenAI: then [DONE])
         # -- more failures (streams and not) --
         "fail-502",  # always 502
@@ -102,6 +102,7 @@ class FakeUpstream:
         self.slow_chunks = slow_chunks
         self.slow_interval = slow_interval
         self.huge_bytes = huge_bytes
+        self._huge: tuple[str, list[str]] | None = None
         self.requests: Counter[str] = Counter()
         self.last_request_path: str | None = None
         self.last_request_body: Any = None
@@ -214,7 +215,7 @@ class FakeUpstream:
         prompt = sum(_openai_words(m.get("content")) for m in messages)
         if body.get("stream"):
             return await self._openai_stream(request, body, reply, call, prompt, behavior)
-        completion = len(reply.split()) + (len(call["arguments"].split()) if call else 0)
+        completion = len(self._words(reply)) + (len(call["arguments"].split()) if call else 0)
         message: dict[str, Any] = {"role": "assistant", "content": reply}
         if call is not None:
             message = {
@@ -243,6 +244,8 @@ class FakeUpstream:
         }
         if behavior in _TRICKLED:
             return await self._trickle_json(request, orjson.dumps(response), behavior)
+        if behavior == "malformed-sse":
+            return _sse_instead_of_json(response)
         return web.Response(body=orjson.dumps(response), content_type=_JSON)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
@@ -278,7 +281,7 @@ class FakeUpstream:
         system = body.get("system")
         prompt = sum(_anthropic_words(m.get("content")) for m in messages)
         prompt += _anthropic_words(system) if system else 0
-        completion = len(reply.split()) + (2 if tool else 0)
+        completion = len(self._words(reply)) + (2 if tool else 0)
         message = {
             "id": f"msg_fake{self._serial}",
             "type": "message",
@@ -293,6 +296,8 @@ class FakeUpstream:
             return await self._anthropic_stream(request, message, behavior)
         if behavior in _TRICKLED:
             return await self._trickle_json(request, orjson.dumps(message), behavior)
+        if behavior == "malformed-sse":
+            return _sse_instead_of_json(message)
         return web.Response(body=orjson.dumps(message), content_type=_JSON)
 
     # -- streams -------------------------------------------------------------------
@@ -333,11 +338,11 @@ class FakeUpstream:
                 yield chunk({"tool_calls": [first]})
                 for part in ('{"city": ', '"Paris"}'):
                     yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
-            for word in _WORD_PIECES.findall(reply):
+            for word in self._words(reply):
                 yield chunk({"content": word})
             yield chunk({}, "tool_calls" if call else "stop")
             if with_usage:
-                completion = len(reply.split()) + (2 if call else 0)
+                completion = len(self._words(reply)) + (2 if call else 0)
                 usage = {
                     "prompt_tokens": prompt,
                     "completion_tokens": completion,
@@ -379,7 +384,7 @@ class FakeUpstream:
                         for part in ('{"city": ', '"Paris"}')
                     ]
                 else:
-                    words = _WORD_PIECES.findall(block["text"])
+                    words = self._words(block["text"])
                     if behavior == "slow-stream":
                         words = ["tick "] * self.slow_chunks + words
                     deltas = [{"type": "text_delta", "text": word} for word in words]
@@ -413,8 +418,8 @@ class FakeUpstream:
     ) -> web.StreamResponse:
         """Send ``pieces``; the stream-end behaviours act once ``cut`` pieces are sent."""
         response = web.StreamResponse(headers=_SSE_HEADERS)
-        await response.prepare(request)
         try:
+            await response.prepare(request)
             for sent, piece in enumerate(pieces):
                 if behavior == "drop-mid-stream" and sent == 2:
                     _drop(request)
@@ -461,8 +466,19 @@ class FakeUpstream:
         return True
 
     def _huge_reply(self) -> str:
-        word = "x" * (64 * 1024 - 1) + " "
-        return word * (self.huge_bytes // len(word))
+        # Made once: building 100 MB per request would delay the headers past a short
+        # read timeout on a loaded machine.
+        if self._huge is None:
+            word = "x" * (64 * 1024 - 1) + " "
+            count = self.huge_bytes // len(word)
+            self._huge = (word * count, [word] * count)
+        return self._huge[0]
+
+    def _words(self, text: str) -> list[str]:
+        """``text`` in the pieces a stream sends (each word with its trailing space)."""
+        if self._huge is not None and text is self._huge[0]:
+            return self._huge[1]
+        return _WORD_PIECES.findall(text)
 
     async def _trickle_json(
         self, request: web.Request, payload: bytes, behavior: str
@@ -763,6 +779,12 @@ def _error(status: int, message: str, kind: str, anthropic: bool) -> web.Respons
     else:
         body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON)
+
+
+def _sse_instead_of_json(answer: dict[str, Any]) -> web.Response:
+    """A whole answer as one event: a server that streams whatever the request says."""
+    body = b"data: " + orjson.dumps(answer) + b"\n\ndata: [DONE]\n\n"
+    return web.Response(body=body, headers=_SSE_HEADERS)
 
 
 def _unframed(piece: bytes) -> bytes:

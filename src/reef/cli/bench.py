@@ -87,6 +87,18 @@ BENCHES: tuple[Bench, ...] = (
         optional=(Contender("LiteLLM", ".venv-litellm/bin/litellm", ("--skip-litellm",)),),
     ),
     Bench(
+        "faults",
+        "upstream failures x client dialects x stream or not; SIGKILL under 500 streams",
+        (
+            Step(
+                "faults.py",
+                (),
+                ("--faults", "429,cut,content-type", "--crash-streams", "50", "--kill-after", "50"),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "engine",
         "the embedded engine vs vLLM: tokens/s, latency, adapter load and switch",
         (
@@ -197,6 +209,9 @@ BENCHES: tuple[Bench, ...] = (
 HELPERS = {
     "engine.py": "the engine alone (engine_vs_vllm.py runs its measurements)",
     "contenders.py": "servers started by gateway_overhead.py",
+    "fault_cells.py": "the cells of faults.py",
+    "fault_clients.py": "the SDK clients of faults.py",
+    "fault_crash.py": "the SIGKILL part of faults.py",
     "load.py": "load generator of gateway_overhead.py",
     "overhead_report.py": "report of gateway_overhead.py",
     "passthrough.py": "the bare proxy of gateway_overhead.py",

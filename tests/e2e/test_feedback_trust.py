@@ -29,14 +29,12 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reef.config import EvaluationConfig
-from reef.engine.models import load_model
-from reef.engine.runtime import Engine
-from reef.engine.server import BackgroundServer
 from reef.harness.packing import read_bundle_archive
 from reef.learning.worker import Worker
 from reef.releases import ArtifactStore, Release, ReleaseChain, open_artifact_store
+from tests.e2e.tiny import tiny_gateway
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
-from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
@@ -143,32 +141,16 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
         suites = "[ops.jsonl]"
     recipe = RECIPE.replace("SUITES", suites).replace("LEARNERS\n", learners)
     (tmp_path / "recipe.yaml").write_text(recipe)
-    engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), max_batch=8, threads=1))
-    engine.start()
-    try:
-        settings = make_settings(
-            tmp_path,
-            engine.base_url,
-            upstreams={
-                "engine": {"type": "openai", "base_url": engine.base_url, "model": "tiny-random"}
-            },
-            scenarios={"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}},
-            auth={"keys": [*KEYS, ADMIN]},
-            activation={"poll_interval_seconds": 0.1},
+    scenarios = {"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}}
+    with tiny_gateway(tmp_path, scenarios, auth={"keys": [*KEYS, ADMIN]}) as gateway:
+        settings = gateway.settings
+        chain = ReleaseChain(gateway.store.engine)
+        artifacts = open_artifact_store(settings.artifacts_url())
+        evaluation = EvaluationConfig(gateway_url=gateway.url, api_key="sk-ops")
+        worker = Worker(
+            settings.model_copy(update={"evaluation": evaluation}), gateway.store, chain, artifacts
         )
-        with GatewayThread(settings) as gateway:
-            chain = ReleaseChain(gateway.store.engine)
-            artifacts = open_artifact_store(settings.artifacts_url())
-            evaluation = EvaluationConfig(gateway_url=gateway.url, api_key="sk-ops")
-            worker = Worker(
-                settings.model_copy(update={"evaluation": evaluation}),
-                gateway.store,
-                chain,
-                artifacts,
-            )
-            yield World(gateway, worker, chain, artifacts)
-    finally:
-        engine.stop()
+        yield World(gateway, worker, chain, artifacts)
 
 
 WITH_SUITE = (True, "")

@@ -15,13 +15,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reef.config import EvaluationConfig
-from reef.engine.models import load_model
-from reef.engine.runtime import Engine
-from reef.engine.server import BackgroundServer
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
+from tests.e2e.tiny import tiny_gateway
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
-from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
@@ -79,47 +77,36 @@ def test_the_gate_publishes_corrections_and_rejects_wrong_labels(tmp_path: Path)
         for i in range(100, 112)
     ]
     (tmp_path / "suite.jsonl").write_text("\n".join(json.dumps(item) for item in suite))
-    engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), max_batch=8, threads=1))
-    engine.start()
-    try:
-        settings = make_settings(
-            tmp_path,
-            engine.base_url,
-            upstreams={
-                "engine": {"type": "openai", "base_url": engine.base_url, "model": "tiny-random"}
-            },
-            scenarios={"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}},
-            activation={"poll_interval_seconds": 0.1},
+    with tiny_gateway(
+        tmp_path, scenarios={"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}}
+    ) as gateway:
+        settings = gateway.settings
+        chain = ReleaseChain(gateway.store.engine)
+        artifacts = open_artifact_store(settings.artifacts_url())
+        gate_settings = settings.model_copy(
+            update={"evaluation": EvaluationConfig(gateway_url=gateway.url)}
         )
-        with GatewayThread(settings) as gateway:
-            chain = ReleaseChain(gateway.store.engine)
-            artifacts = open_artifact_store(settings.artifacts_url())
-            gate_settings = settings.model_copy(
-                update={"evaluation": EvaluationConfig(gateway_url=gateway.url)}
-            )
-            worker = Worker(gate_settings, gateway.store, chain, artifacts)
-            base = chain.head("codes")
-            assert base is not None
+        worker = Worker(gate_settings, gateway.store, chain, artifacts)
+        base = chain.head("codes")
+        assert base is not None
 
-            # round 1: right corrections -> an adapter that says them -> published
-            _traffic(gateway, [f"which code for case {i}?" for i in range(24)], RIGHT)
-            first = _learn(gateway, worker)
-            assert first["gate"]["action"] == "published", first["gate"]
-            admitted = chain.head("codes")
-            assert admitted is not None and admitted.parent_id == base.id
-            assert admitted.manifest.model.adapter is not None
-            decision = (admitted.evidence or {})["gate"]["decision"]
-            assert decision["overall"]["candidate_mean"] > decision["overall"]["baseline_mean"]
+        # round 1: right corrections -> an adapter that says them -> published
+        _traffic(gateway, [f"which code for case {i}?" for i in range(24)], RIGHT)
+        first = _learn(gateway, worker)
+        assert first["gate"]["action"] == "published", first["gate"]
+        admitted = chain.head("codes")
+        assert admitted is not None and admitted.parent_id == base.id
+        assert admitted.manifest.model.adapter is not None
+        decision = (admitted.evidence or {})["gate"]["decision"]
+        assert decision["overall"]["candidate_mean"] > decision["overall"]["baseline_mean"]
 
-            # round 2: a bad annotator's labels -> the adapter forgets -> rejected
-            _traffic(gateway, [f"which code for ticket {i}?" for i in range(24)], WRONG)
-            second = _learn(gateway, worker)
-            assert second["gate"]["action"] == "rejected", second["gate"]
-            assert "regression" in second["gate"]["decision"]
-            head = chain.head("codes")
-            assert head is not None and head.id == admitted.id
-            rejected = chain.get_candidate(second["candidate_id"])
-            assert rejected.state == "rejected"
-            assert rejected.manifest.model.adapter != admitted.manifest.model.adapter
-    finally:
-        engine.stop()
+        # round 2: a bad annotator's labels -> the adapter forgets -> rejected
+        _traffic(gateway, [f"which code for ticket {i}?" for i in range(24)], WRONG)
+        second = _learn(gateway, worker)
+        assert second["gate"]["action"] == "rejected", second["gate"]
+        assert "regression" in second["gate"]["decision"]
+        head = chain.head("codes")
+        assert head is not None and head.id == admitted.id
+        rejected = chain.get_candidate(second["candidate_id"])
+        assert rejected.state == "rejected"
+        assert rejected.manifest.model.adapter != admitted.manifest.model.adapter

@@ -13,13 +13,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from reef.engine.models import load_model
-from reef.engine.runtime import Engine
-from reef.engine.server import BackgroundServer
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
+from tests.e2e.tiny import tiny_gateway
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
-from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
@@ -65,27 +63,15 @@ def test_twice_the_feedback_is_twice_the_training_and_a_fit_stops_early(tmp_path
         recipe = tmp_path / f"{name}.yaml"
         recipe.write_text(RECIPE.replace("EPOCHS", str(epochs)))
         scenarios[name] = {"upstream": "engine", "recipe": recipe}
-    engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), max_batch=8, threads=1))
-    engine.start()
-    try:
-        settings = make_settings(
-            tmp_path,
-            engine.base_url,
-            upstreams={
-                "engine": {"type": "openai", "base_url": engine.base_url, "model": "tiny-random"}
-            },
-            scenarios=scenarios,
+    with tiny_gateway(tmp_path, scenarios=scenarios) as gateway:
+        settings = gateway.settings
+        chain = ReleaseChain(gateway.store.engine)
+        worker = Worker(
+            settings, gateway.store, chain, open_artifact_store(settings.artifacts_url())
         )
-        with GatewayThread(settings) as gateway:
-            chain = ReleaseChain(gateway.store.engine)
-            worker = Worker(
-                settings, gateway.store, chain, open_artifact_store(settings.artifacts_url())
-            )
-            small = learn(gateway, worker, "small", 24)
-            large = learn(gateway, worker, "large", 48)
-            fit = learn(gateway, worker, "fit", 40)
-    finally:
-        engine.stop()
+        small = learn(gateway, worker, "small", 24)
+        large = learn(gateway, worker, "large", 48)
+        fit = learn(gateway, worker, "fit", 40)
 
     assert small["examples"] == 24 and large["examples"] == 48
     assert small["train_examples"] + small["val_examples"] == 24

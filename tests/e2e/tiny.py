@@ -1,0 +1,37 @@
+"""The world the end-to-end tests run in: the tiny random model served by the embedded
+engine on loopback, and a real gateway in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from reef.engine.models import load_model
+from reef.engine.runtime import Engine
+from reef.engine.server import BackgroundServer
+from tests.gateway.harness import GatewayThread, make_settings
+
+
+@contextmanager
+def tiny_gateway(
+    tmp_path: Path, scenarios: dict[str, Any], **overrides: Any
+) -> Iterator[GatewayThread]:
+    """A gateway whose upstream ``engine`` is the tiny model (one compute thread), serving
+    ``scenarios``; ``overrides`` are further settings (``auth``, …)."""
+    engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), max_batch=8, threads=1))
+    engine.start()
+    try:
+        upstream = {"type": "openai", "base_url": engine.base_url, "model": "tiny-random"}
+        settings = make_settings(
+            tmp_path,
+            engine.base_url,
+            upstreams={"engine": upstream},
+            scenarios=scenarios,
+            **{"activation": {"poll_interval_seconds": 0.1}, **overrides},
+        )
+        with GatewayThread(settings) as gateway:
+            yield gateway
+    finally:
+        engine.stop()

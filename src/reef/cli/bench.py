@@ -182,6 +182,27 @@ BENCHES: tuple[Bench, ...] = (
         model=True,
     ),
     Bench(
+        "learning",
+        "the default recipe through gateway, feedback, job and gate vs a bare PEFT loop",
+        (
+            Step(
+                "learning.py",
+                (
+                    "--model",
+                    "smollm2-135m",
+                    "--tasks",
+                    "label_map,extraction,format",
+                    "--feedback",
+                    "150,300",
+                ),
+                ("--model", "tiny-random", "--tasks", "label_map", "--feedback", "40"),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
+    Bench(
         "gate",
         "one evaluation-gate decision vs the same model calls sent directly",
         (

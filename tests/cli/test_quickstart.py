@@ -38,6 +38,10 @@ def test_reduced_quickstart_runs_the_loop_and_reports_it(tmp_path: Path) -> None
     assert round_one["job_state"] == "succeeded"
     assert round_one["gate_action"] in ("published", "rejected")
     assert round_one["gate"]["decision"]["reasons"], "the gate says why"
+    # No keys: the one caller is the operator, so its feedback is trusted evidence as it
+    # is (no leave-one-author-out) and nothing is screened out.
+    evidence = round_one["gate"]["decision"]["evidence"]
+    assert evidence["items_below_min_trust"] == 0 and evidence["leave_one_out"] == []
     assert "adapter" in round_one["new_components"]
     assert summary["base"]["total"] == HELDOUT
 

@@ -31,7 +31,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "releases": {"gateway", "learning", "torch"},
     "harness": {"gateway", "learning", "torch"},
     "upstream": {"experience", "learning"},
-    "engine": {"gateway", "experience"},
+    "engine": {"gateway", "experience", "cli"},
     "gateway": {"learning", "torch"},
     "learning": {"gateway"},
     "evaluation": {"gateway", "learning", "torch"},

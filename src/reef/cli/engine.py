@@ -1,13 +1,12 @@
 """``reef engine``: run the embedded local model server on its own.
 
-Mounted by the ``reef`` command as ``reef engine``; also ``python -m reef.engine``.
+Mounted by the ``reef`` command as ``reef engine``; ``python -m reef.engine`` is the
+engine's own command line (``reef.engine.command``), which this wraps.
 Torch is imported only when a command runs, so ``reef --help`` stays fast.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -48,26 +47,8 @@ def serve(
     Once listening, prints one line ``REEF_ENGINE_READY {json}`` to stdout with the
     bound host and port; logs go to stderr.
     """
-    from reef.engine.process import ReadyInfo, exit_with_parent, ready_line
+    from reef.engine.command import serve_until_stopped
 
-    if parent_pid is not None:
-        exit_with_parent(parent_pid)
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from reef.core.errors import optional_dependency
-    from reef.engine.errors import ModelSourceError
-
-    with optional_dependency("local", "the embedded engine"):
-        from reef.engine.server import run_server
-
-    def announce(bound: int) -> None:
-        print(ready_line(ReadyInfo(host, bound, model)), flush=True)
-
-    try:
-        run_server(model, host, port, home, announce, max_batch=max_batch, threads=threads)
-    except ModelSourceError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(2) from exc
+    status = serve_until_stopped(model, host, port, home, max_batch, threads, parent_pid)
+    if status:
+        raise typer.Exit(status)

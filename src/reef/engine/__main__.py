@@ -1,6 +1,9 @@
-"""``python -m reef.engine serve …``: how ``reef serve`` starts the engine as a child."""
+"""``python -m reef.engine serve …``: how ``reef serve`` starts the engine as a child
+(``reef.engine.command``)."""
 
-from reef.cli.engine import engine_app
+import sys
+
+from reef.engine.command import main
 
 if __name__ == "__main__":
-    engine_app(prog_name="python -m reef.engine")
+    sys.exit(main())

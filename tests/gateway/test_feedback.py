@@ -84,7 +84,7 @@ def test_idempotency_same_body_same_id_different_body_409(gateway: GatewayThread
         ({"score": 1}, 400, "record_ids"),
         ({"record_ids": [], "score": 1}, 400, "record_ids"),
         ({"record_ids": ["x"], "score": "high"}, 400, "score"),
-        ({"record_ids": ["x"], "bogus": 1}, 400, "unknown field 'bogus'"),
+        ({"record_ids": ["x"], "bogus": 1}, 400, "unknown key 'bogus'; allowed keys here: "),
     ],
 )
 def test_invalid_feedback(gateway: GatewayThread, body: Any, status: int, fragment: str) -> None:

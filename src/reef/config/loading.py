@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from reef.config.models import ReefSettings, yaml_data
 from reef.core.errors import InvalidInputError
+from reef.core.validation import problem_lines
 
 DEFAULT_CONFIG_FILE = Path("reef.yaml")
 
@@ -57,43 +58,10 @@ def load_settings(path: Path | None = None, **overrides: Any) -> ReefSettings:
         yaml_data.reset(token)
 
 
-def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model class that owns the key at ``loc`` (the path without its last part)."""
-    model: Any = ReefSettings
-    for part in loc[:-1]:
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            field = model.model_fields.get(str(part))
-            if field is None:
-                return None
-            model = field.annotation
-        else:
-            # a dict[str, Model] or list[Model]: step into the value type
-            args = [a for a in get_args(model) if a is not type(None)]
-            model = args[-1] if args else None
-        while get_origin(model) is not None and not (
-            isinstance(model, type) and issubclass(model, BaseModel)
-        ):
-            if get_origin(model) in (dict, list):
-                break
-            args = [a for a in get_args(model) if a is not type(None)]
-            model = args[0] if args else None
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return model
-    return None
-
-
 def format_validation_error(exc: ValidationError, source: str) -> str:
     """One line per problem, naming the dotted key; unknown keys list the allowed ones."""
     lines = [f"invalid configuration ({source} and REEF_* environment):"]
-    for error in exc.errors():
-        loc = tuple(error["loc"])
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        if error["type"] == "extra_forbidden":
-            owner = _model_at(loc)
-            allowed = ", ".join(sorted(owner.model_fields)) if owner else "?"
-            lines.append(f"  unknown key {key!r}; allowed keys here: {allowed}")
-        else:
-            lines.append(f"  {key}: {error['msg']}")
+    lines += [f"  {line}" for line in problem_lines(exc, ReefSettings)]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, ReefError
+from reef.core.validation import problem_lines
 from reef.experience import FeedbackDraft, RecordNotFoundError
 from reef.gateway.auth import Principal
 from reef.gateway.errors import error_response
@@ -41,14 +42,7 @@ class FeedbackIn(BaseModel):
 
 
 def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or "body"
-        if error["type"] == "extra_forbidden":
-            parts.append(f"unknown field {where!r}")
-        else:
-            parts.append(f"{where}: {error['msg']}")
-    return "invalid feedback: " + "; ".join(parts)
+    return "invalid feedback: " + "; ".join(problem_lines(exc, FeedbackIn))
 
 
 class FeedbackRoutes:

@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reef.core.errors import InvalidInputError
+from reef.core.validation import problem_lines
 from reef.evaluation.config import GateConfig
 from reef.learning.base import Learner
 from reef.learning.registry import LearnerRegistry
@@ -140,38 +141,11 @@ class Recipe(_Strict):
             raise RecipeError(error.message) from error
 
 
-def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model owning the key at ``loc`` (for listing the allowed keys)."""
-    model: type[BaseModel] | None = Recipe
-    for part in loc[:-1]:
-        if model is None or isinstance(part, int):
-            continue
-        if part not in model.model_fields:
-            # A discriminated union names the chosen member by its tag.
-            return None
-        annotation = model.model_fields[part].annotation
-        model = (
-            annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
-            else None
-        )
-    return model
-
-
 def format_recipe_error(error: ValidationError, source: str) -> str:
     """One line per problem, naming the dotted key; unknown keys list the allowed ones."""
-    lines = [f"invalid recipe {source}:"]
-    for problem in error.errors():
-        loc = tuple(problem["loc"])
-        key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc)
-        key = key.replace(".[", "[") or "(top level)"
-        if problem["type"] == "extra_forbidden":
-            owner = _model_at(loc)
-            allowed = ", ".join(sorted(owner.model_fields)) if owner else "?"
-            lines.append(f"  unknown key {key!r}; allowed keys here: {allowed}")
-        else:
-            lines.append(f"  {key}: {problem['msg']}")
-    return "\n".join(lines)
+    return "\n".join(
+        [f"invalid recipe {source}:", *(f"  {p}" for p in problem_lines(error, Recipe))]
+    )
 
 
 def parse_recipe(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from itertools import combinations
-from typing import Any, ClassVar, Literal, cast
+from typing import ClassVar, Literal, cast
 
 from pydantic import Field
 
@@ -22,13 +22,13 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
+from reef.learning.learners._examples import correction_text, served_text, text_messages
 from reef.learning.learners._model import (
     BudgetSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
 )
-from reef.learning.learners.sft import _text
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
@@ -73,26 +73,6 @@ class PreferenceConfig(BudgetSettings):
     ray_address: str | None = None
 
 
-def _messages(item: TrainingExample) -> list[dict[str, Any]]:
-    return [
-        {"role": str(m.get("role", "user")), "content": _text(m.get("content"))}
-        for m in item.messages
-    ]
-
-
-def _served(item: TrainingExample) -> str | None:
-    content = None if item.response is None else item.response.get("content")
-    text = _text(content) if content is not None else ""
-    return text or None
-
-
-def _correction(item: TrainingExample) -> str | None:
-    if item.correction is None:
-        return None
-    text = item.correction if isinstance(item.correction, str) else str(item.correction)
-    return text or None
-
-
 def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair], list[str]]:
     """DPO pairs of ``train`` and the record ids they came from (in batch order).
 
@@ -104,7 +84,7 @@ def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair]
     groups: dict[str, list[TrainingExample]] = {}
     for item in train:
         if item.messages:
-            key = json.dumps(_messages(item), sort_keys=True)
+            key = json.dumps(text_messages(item.messages), sort_keys=True)
             groups.setdefault(key, []).append(item)
     pairs: list[PreferencePair] = []
     seen: set[tuple[str, str, str]] = set()
@@ -115,7 +95,7 @@ def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair]
             return
         seen.add((key, chosen, rejected))
         weight = min(i.weight for i in items)
-        messages = _messages(items[0])
+        messages = text_messages(items[0].messages)
         pairs.append(
             PreferencePair(messages=messages, chosen=chosen, rejected=rejected, weight=weight)
         )
@@ -123,16 +103,16 @@ def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair]
 
     for key, items in groups.items():
         for item in items:
-            fixed, served = _correction(item), _served(item)
+            fixed, served = correction_text(item), served_text(item)
             if fixed is not None and served is not None:
                 add(key, fixed, served, item)
-        scored = [i for i in items if i.score is not None and _served(i) is not None]
+        scored = [i for i in items if i.score is not None and served_text(i) is not None]
         for a, b in combinations(scored, 2):
             assert a.score is not None and b.score is not None
             if a.score == b.score:
                 continue
             high, low = (a, b) if a.score > b.score else (b, a)
-            add(key, str(_served(high)), str(_served(low)), high, low)
+            add(key, str(served_text(high)), str(served_text(low)), high, low)
     return pairs, [i.record_id for i in train if i.record_id in used]
 
 
@@ -149,7 +129,11 @@ def unpaired_examples(
     examples: list[UnpairedExample] = []
     used: list[str] = []
     for item in train:
-        messages, fixed, served = _messages(item), _correction(item), _served(item)
+        messages, fixed, served = (
+            text_messages(item.messages),
+            correction_text(item),
+            served_text(item),
+        )
         if not messages:
             continue
         found: list[tuple[str, bool]] = []

@@ -23,13 +23,13 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
+from reef.learning.learners._examples import correction_text, text_messages
 from reef.learning.learners._model import (
     BudgetSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
 )
-from reef.learning.learners.preference import _correction, _messages
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
     DEFAULT_TARGET_MODULES,
@@ -81,7 +81,7 @@ def rl_prompts(train: list[TrainingExample]) -> tuple[list[RLPrompt], list[str]]
     prompts: list[RLPrompt] = []
     used: list[str] = []
     for item in train:
-        messages, reference = _messages(item), _correction(item)
+        messages, reference = text_messages(item.messages), correction_text(item)
         if not messages or reference is None:
             continue
         prompts.append(RLPrompt(messages=messages, reference=reference, weight=item.weight))

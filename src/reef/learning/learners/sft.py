@@ -14,7 +14,7 @@ on them as recorded meets a prompt at serving time that it never saw in training
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, cast
+from typing import ClassVar, Literal, cast
 
 from pydantic import Field
 
@@ -26,6 +26,7 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
+from reef.learning.learners._examples import text_messages
 from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import (
     BudgetSettings,
@@ -84,16 +85,6 @@ class SFTConfig(BudgetSettings):
     replay: bool = True
 
 
-def _text(content: Any) -> str:
-    """Message content as plain text (OpenAI content parts joined)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
-        return "".join(p for p in parts if isinstance(p, str))
-    return "" if content is None else str(content)
-
-
 def sft_examples(
     train: list[TrainingExample], min_score: float
 ) -> tuple[list[SFTExample], list[str]]:
@@ -109,10 +100,7 @@ def sft_examples(
         if item.correction is None and not good_reply:
             continue
         target = item.target_text()
-        messages = [
-            {"role": str(m.get("role", "user")), "content": _text(m.get("content"))}
-            for m in item.messages
-        ]
+        messages = text_messages(item.messages)
         if not target or not messages:
             continue
         examples.append(SFTExample(messages=messages, target=target, weight=item.weight))
@@ -126,10 +114,7 @@ def with_harness(examples: list[SFTExample], harness: Harness) -> list[SFTExampl
     rendered = []
     for example in examples:
         messages = render_openai(harness, {"messages": example.messages})["messages"]
-        as_text = [
-            {"role": str(m.get("role", "user")), "content": _text(m.get("content"))}
-            for m in messages
-        ]
+        as_text = text_messages(messages)
         rendered.append(example.model_copy(update={"messages": as_text}))
     return rendered
 

@@ -19,9 +19,9 @@ from reef.experience import RecordFilter
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
-from tests.gateway.polling import wait_until
 from tests.gateway.rawhttp import call, holds_connection, send_unread
 from tests.gateway.sdk_calls import turn
+from tests.polling import eventually
 
 NEVER_READ = (
     b'{"model": "reef/s", "stream": true, '
@@ -65,7 +65,7 @@ def test_a_stream_never_read_releases_its_adapter(
             manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
             candidate = chain.propose("s", manifest, old, "test", "an adapter")
             new = chain.publish(candidate.id, old, "test", "an adapter", require_passed=False)
-            wait_until(
+            eventually(
                 lambda: (
                     call(gateway.port, "GET", "/reef/status").json()["scenarios"]["s"][
                         "serving_release_id"
@@ -86,23 +86,23 @@ def test_a_stream_never_read_releases_its_adapter(
             # a client that leaves while the upstream prepares its stream: the
             # response comes after it has gone, and its body is never read
             sock = send_unread(gateway.port, "/v1/chat/completions", NEVER_READ, headers)
-            wait_until(lambda: fake.held == 1, "the stream at the upstream")
+            eventually(lambda: fake.held == 1, "the stream at the upstream")
             assert _in_use(gateway) == {name: 1}
             client_port = sock.getsockname()[1]
             sock.close()
-            wait_until(
+            eventually(
                 lambda: not holds_connection(gateway.server, client_port),
                 "the gateway to see the client go",
             )
             fake.release_held()
-            wait_until(lambda: _in_use(gateway) == {name: 0}, "the lease released")
+            eventually(lambda: _in_use(gateway) == {name: 0}, "the lease released")
 
             def outcome() -> list[tuple[str, str | None]]:
                 records = gateway.store.list_records("s", RecordFilter(), None, 50).records
                 left = [r for r in records if "nobody reads" in str(r.request["messages"])]
                 return [(r.status, r.error) for r in left]
 
-            wait_until(outcome, "the exchange recorded")
+            eventually(outcome, "the exchange recorded")
             if spec == "2.4":
                 assert outcome() == [("aborted", "client disconnected before the first byte")]
             else:  # Starlette may have relayed some or all of it before it saw the client go

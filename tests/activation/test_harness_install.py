@@ -14,6 +14,7 @@ from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_ar
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
+from tests.polling import eventually
 
 
 def reef(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,15 +24,11 @@ def reef(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _wait_serving(gateway: GatewayThread, scenario: str, release_id: str) -> None:
-    import time
-
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    def serving() -> bool:
         state = call(gateway.port, "GET", "/reef/status").json()["scenarios"].get(scenario, {})
-        if state.get("serving_release_id") == release_id:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{release_id} never served")
+        return bool(state.get("serving_release_id") == release_id)
+
+    eventually(serving, f"{release_id} to serve")
 
 
 def test_install_follow_and_roll_back(tmp_path: Path) -> None:

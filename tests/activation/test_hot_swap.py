@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_ar
 from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_letter_adapter
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
+from tests.polling import eventually
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 
@@ -38,15 +38,18 @@ def _harness_bundle(max_tokens: int) -> bytes:
 
 
 def _wait_serving(gateway: GatewayThread, scenario: str, release_id: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        status = call(gateway.port, "GET", "/reef/status").json()
-        state = status["scenarios"].get(scenario, {})
-        if state.get("serving_release_id") == release_id:
-            return
+    def serving() -> bool:
+        state = call(gateway.port, "GET", "/reef/status").json()["scenarios"].get(scenario, {})
         assert state.get("state") != "failed", state
-        time.sleep(0.05)
-    raise AssertionError(f"{release_id} did not start serving")
+        return bool(state.get("serving_release_id") == release_id)
+
+    eventually(serving, f"{release_id} to start serving")
+
+
+def _more_answers(results: list[dict[str, Any]], count: int) -> None:
+    """Until the traffic threads have added ``count`` more answers to ``results``."""
+    target = len(results) + count
+    eventually(lambda: len(results) >= target, f"{count} more answers")
 
 
 def test_publish_and_rollback_under_traffic(tmp_path: Path) -> None:
@@ -122,10 +125,7 @@ def test_publish_and_rollback_under_traffic(tmp_path: Path) -> None:
                 expected[release.id] = (letter, k + 2)
                 published.append(release)
                 _wait_serving(gateway, "swap", release.id)
-                before = len(results)
-                deadline = time.monotonic() + 20
-                while len(results) < before + 3 and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                _more_answers(results, 3)
             for target in (published[1], published[3]):
                 response = call(
                     gateway.port,
@@ -138,10 +138,7 @@ def test_publish_and_rollback_under_traffic(tmp_path: Path) -> None:
                 assert rolled["operation"] == "rollback"
                 expected[rolled["id"]] = expected[target.id]
                 _wait_serving(gateway, "swap", rolled["id"])
-                before = len(results)
-                deadline = time.monotonic() + 20
-                while len(results) < before + 3 and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                _more_answers(results, 3)
             stop.set()
             for worker in workers:
                 worker.join(timeout=60)

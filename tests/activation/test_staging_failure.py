@@ -3,13 +3,20 @@ failure shows in /reef/status and the metrics."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from typing import Any
 
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
+from tests.polling import eventually
+
+
+def _failed(gateway: GatewayThread) -> dict[str, Any] | None:
+    """Scenario ``s``'s status once its staging has failed, else None."""
+    state: dict[str, Any] = call(gateway.port, "GET", "/reef/status").json()["scenarios"]["s"]
+    return state if state["state"] == "failed" else None
 
 
 def test_failed_staging_keeps_the_old_release(tmp_path: Path) -> None:
@@ -37,14 +44,7 @@ def test_failed_staging_keeps_the_old_release(tmp_path: Path) -> None:
             candidate = chain.propose("s", manifest, old, "test", "unloadable")
             new = chain.publish(candidate.id, old, "test", "unloadable", require_passed=False)
 
-            deadline = time.monotonic() + 20
-            state: dict[str, object] = {}
-            while time.monotonic() < deadline:
-                state = call(gateway.port, "GET", "/reef/status").json()["scenarios"]["s"]
-                if state["state"] == "failed":
-                    break
-                time.sleep(0.05)
-            assert state["state"] == "failed", state
+            state = eventually(lambda: _failed(gateway), "staging the unloadable release to fail")
             assert state["head_release_id"] == new.id
             assert state["serving_release_id"] == old
             assert state["error"]

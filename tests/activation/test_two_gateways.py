@@ -19,6 +19,7 @@ from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import free_port
 from tests.gateway.rawhttp import RawResponse, call
+from tests.polling import eventually
 
 pytestmark = pytest.mark.postgres
 CHAT = {"model": "reef/shared", "messages": [{"role": "user", "content": "which release?"}]}
@@ -64,16 +65,11 @@ def _ask(port: int) -> RawResponse:
 
 
 def _wait_up(process: subprocess.Popen[bytes], port: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         assert process.poll() is None, "gateway exited"
-        try:
-            if call(port, "GET", "/healthz").status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("gateway did not start")
+        return call(port, "GET", "/healthz").status == 200
+
+    eventually(healthy, "the gateway to start", timeout_seconds=60, ignoring=(OSError,))
 
 
 def test_both_gateways_serve_a_new_head_within_two_seconds(tmp_path: Path, pg_url: str) -> None:
@@ -105,12 +101,14 @@ def test_both_gateways_serve_a_new_head_within_two_seconds(tmp_path: Path, pg_ur
                 store.close()
 
             seen: dict[int, float] = {}
-            while len(seen) < 2 and time.monotonic() - published_at < 5:
+
+            def switched() -> bool:
                 for _, port in processes:
                     if port not in seen and _ask(port).headers["x-reef-release-id"] == release.id:
                         seen[port] = time.monotonic() - published_at
-                time.sleep(0.02)
-            assert len(seen) == 2, f"not every gateway switched: {seen}"
+                return len(seen) == 2
+
+            eventually(switched, "both gateways to serve the new head", timeout_seconds=5)
             assert max(seen.values()) < 2.0, seen
         finally:
             for process, _ in processes:

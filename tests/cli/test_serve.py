@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import openai
 
 from tests.gateway.harness import free_port
+from tests.polling import eventually
 
 
 def _children(pid: int) -> list[int]:
@@ -25,14 +25,6 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
-
-
-def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_serve_starts_the_engine_and_leaves_no_orphan(tmp_path: Path) -> None:
@@ -51,13 +43,16 @@ def test_serve_starts_the_engine_and_leaves_no_orphan(tmp_path: Path) -> None:
 
         def ready() -> bool:
             assert process.poll() is None, "reef serve exited"
-            try:
-                client.models.list()
-                return True
-            except openai.APIConnectionError:
-                return False
+            client.models.list()
+            return True
 
-        _wait_until(ready, 120, "reef serve to listen")
+        eventually(
+            ready,
+            "reef serve to listen",
+            timeout_seconds=120,
+            interval_seconds=0.05,
+            ignoring=(openai.APIConnectionError,),
+        )
         raw = client.chat.completions.with_raw_response.create(
             model="reef/default", messages=[{"role": "user", "content": "hi"}], max_tokens=4
         )
@@ -67,7 +62,9 @@ def test_serve_starts_the_engine_and_leaves_no_orphan(tmp_path: Path) -> None:
         assert len(engines) == 1
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
-        _wait_until(lambda: not _alive(engines[0]), 30, "the engine to exit with its parent")
+        eventually(
+            lambda: not _alive(engines[0]), "the engine to exit with its parent", timeout_seconds=30
+        )
     finally:
         client.close()
         if process.poll() is None:

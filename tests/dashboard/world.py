@@ -7,7 +7,6 @@ quarantines. Keys are configured, so the admin path is the authenticated one."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from tests.evaluation.gate_setup import fact, write_suite
 from tests.fakes.oracle import OracleUpstreamThread
 from tests.gateway import rawhttp
 from tests.gateway.harness import GatewayThread, make_settings
+from tests.polling import eventually
 
 SCENARIO = "quiz"
 ADMIN_KEY = "admin-secret-key"
@@ -121,13 +121,12 @@ class DashboardWorld:
 
     def wait_serving(self, release_id: str) -> None:
         """Until the gateway serves ``release_id`` (activation polls every 50 ms)."""
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def serving() -> bool:
             status = self.admin("/reef/status")["scenarios"].get(SCENARIO) or {}
-            if status.get("serving_release_id") == release_id:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the gateway did not start serving {release_id}")
+            return bool(status.get("serving_release_id") == release_id)
+
+        eventually(serving, f"the gateway to serve {release_id}", timeout_seconds=10)
 
     def traffic(self, questions: range, score: Any) -> None:
         """Ask each question live, then post feedback ``score(i, answer)``."""

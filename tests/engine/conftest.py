@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,15 +20,6 @@ from reef.engine.server import BackgroundServer
 from tests.engine.lora_factory import make_letter_adapter
 
 TINY = "tiny-random"
-
-
-async def eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    """Poll ``condition`` every 10 ms until it holds or ``seconds`` pass."""
-    for _ in range(int(seconds * 100)):
-        if condition():
-            return True
-        await asyncio.sleep(0.01)
-    return condition()
 
 
 @pytest.fixture

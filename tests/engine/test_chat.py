@@ -9,7 +9,8 @@ import openai
 import pytest
 
 from reef.engine.server import BackgroundServer
-from tests.engine.conftest import TINY, Admin, eventually
+from tests.engine.conftest import TINY, Admin
+from tests.polling import eventually_async
 
 HELLO = [{"role": "user", "content": "Hello there"}]
 
@@ -274,7 +275,9 @@ async def test_client_disconnect_stops_generation(
             break
     await stream.close()
     scheduler = server.engine.scheduler
-    assert await eventually(lambda: scheduler.stats()["running"] == 0)
+    await eventually_async(
+        lambda: scheduler.stats()["running"] == 0, "generation to stop", timeout_seconds=5
+    )
 
 
 async def test_non_streaming_cancel_stops_generation(
@@ -284,12 +287,12 @@ async def test_non_streaming_cancel_stops_generation(
         client.chat.completions.create(model=TINY, messages=HELLO, max_tokens=1500)
     )
     scheduler = server.engine.scheduler
-    assert await eventually(lambda: scheduler.stats()["running"] > 0)
+    await eventually_async(
+        lambda: scheduler.stats()["running"] > 0, "generation to start", timeout_seconds=5
+    )
     request.cancel()
     with pytest.raises(asyncio.CancelledError):
         await request
-    for _ in range(200):
-        if scheduler.stats()["running"] == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert scheduler.stats()["running"] == 0
+    await eventually_async(
+        lambda: scheduler.stats()["running"] == 0, "generation to stop", timeout_seconds=2
+    )

@@ -13,6 +13,7 @@ from reef.engine.digest import adapter_digest
 from reef.engine.server import ADAPTER_DIGEST_HEADER
 from tests.engine.conftest import TINY, Admin
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
+from tests.polling import eventually_async
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 
@@ -63,11 +64,18 @@ async def test_200_requests_while_adapters_swap_20_times(
     tasks: list[asyncio.Task[tuple[str, str, str | None]]] = []
     in_flight_at_swaps = 0
     for wave in range(20):  # 10 new requests, then a swap, 20 times over
-        tasks += [
+        batch = [
             asyncio.create_task(request(model, stream=rng.random() < 0.3))
             for model in models[wave * 10 : (wave + 1) * 10]
         ]
-        await asyncio.sleep(rng.uniform(0, 0.02))
+        tasks += batch
+        # The swap lands at a different point of each wave: once a random few of its
+        # requests have been answered, while the others are still being generated.
+        answered = rng.randrange(5)
+        await eventually_async(
+            lambda: sum(task.done() for task in batch) >= answered,  # noqa: B023
+            f"{answered} answers of wave {wave}",
+        )
         await swap(wave)
         in_flight_at_swaps += sum(not task.done() for task in tasks)
     results = await asyncio.gather(*tasks, return_exceptions=True)

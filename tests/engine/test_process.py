@@ -10,12 +10,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
 import reef.engine
 from reef.engine.process import ReadyInfo, engine_command, parse_ready_line, ready_line
+from tests.polling import eventually
 
 ENGINE_SOURCE = Path(reef.engine.__file__).parent
 
@@ -60,11 +60,11 @@ def test_child_prints_ready_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
 def test_child_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
     parent_script = textwrap.dedent(
         f"""
-        import subprocess, sys, time
+        import signal, subprocess
         from reef.engine.process import engine_command
         child = subprocess.Popen(engine_command("tiny-random", {str(tmp_path)!r}, threads=1))
         print("CHILD", child.pid, flush=True)
-        time.sleep(600)
+        signal.pause()  # until the test kills this parent
         """
     )
     with subprocess.Popen(
@@ -76,10 +76,7 @@ def test_child_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
         assert _alive(child_pid)
         parent.kill()
         parent.wait(10)
-        deadline = time.monotonic() + 20
-        while _alive(child_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(child_pid)
+        eventually(lambda: not _alive(child_pid), "the orphaned engine to exit")
 
 
 def test_import_reef_and_the_process_contract_load_no_torch() -> None:

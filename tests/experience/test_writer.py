@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from reef.experience import (
     WriterNotRunningError,
 )
 from tests.experience.conftest import DraftFactory, hold_write_lock
+from tests.polling import eventually_async
 
 
 def stored_ids(url: str) -> set[str]:
@@ -27,14 +28,6 @@ def stored_ids(url: str) -> set[str]:
         return {v.id for v in fresh.iter_export("support")}
     finally:
         fresh.close()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait for a state the writer thread brings about (bounded, so a bug fails the test)."""
-    async with asyncio.timeout(10):
-        # The state changes on the writer thread, which offers nothing to await.
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.001)
 
 
 @pytest.fixture
@@ -121,7 +114,7 @@ async def test_drop_policy_drops_and_counts(
     drafts = [make_draft() for _ in range(6)]
     with hold_write_lock(store_url):
         await writer.submit(drafts[0])
-        await until(lambda: writer.stats.queue_depth == 0)  # taken, blocked on the lock
+        await eventually_async(lambda: writer.stats.queue_depth == 0, "the writer to take it")
         for draft in drafts[1:]:
             await writer.submit(draft)
         assert writer.stats.dropped_total == 3
@@ -142,7 +135,7 @@ async def test_block_policy_waits_for_room_and_counts(
     drafts = [make_draft() for _ in range(5)]
     with hold_write_lock(store_url):
         await writer.submit(drafts[0])
-        await until(lambda: writer.stats.queue_depth == 0)
+        await eventually_async(lambda: writer.stats.queue_depth == 0, "the writer to take it")
         await writer.submit(drafts[1])
         await writer.submit(drafts[2])
         waiting = [asyncio.ensure_future(writer.submit(d)) for d in drafts[3:]]
@@ -163,7 +156,7 @@ async def test_sync_mode_blocks_even_with_drop_policy(
     drafts = [make_draft() for _ in range(3)]
     with hold_write_lock(store_url):
         tasks = [asyncio.ensure_future(writer.submit(d)) for d in drafts]
-        await until(lambda: writer.stats.queue_full_total >= 1)
+        await eventually_async(lambda: writer.stats.queue_full_total >= 1, "a full queue")
     assert await asyncio.gather(*tasks) == [d.id for d in drafts]
     await writer.close()
     assert writer.stats.dropped_total == 0
@@ -180,7 +173,7 @@ async def test_async_failures_are_retried_then_counted(
     lost = make_draft()
     with hold_write_lock(url):
         await writer.submit(lost)
-        await until(lambda: writer.stats.failed_total == 1)
+        await eventually_async(lambda: writer.stats.failed_total == 1, "the write to fail")
     kept = make_draft()
     await writer.submit(kept)
     await writer.close()

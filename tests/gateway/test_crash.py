@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +15,8 @@ import yaml
 
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import free_port
+from tests.gateway.rawhttp import call
+from tests.polling import eventually
 
 TOTAL_REQUESTS = 400
 KILL_AFTER_RECEIPTS = 150
@@ -41,20 +42,13 @@ def _start_gateway(tmp_path: Path, upstream_url: str) -> tuple[subprocess.Popen[
     return process, port, db
 
 
-async def _wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"gateway exited: {process.stderr.read().decode()}")  # type: ignore[union-attr]
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientConnectionError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError("gateway did not become healthy")
+def _wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"gateway exited: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+        return call(port, "GET", "/healthz").status == 200
+
+    eventually(healthy, "the gateway to become healthy", timeout_seconds=30, ignoring=(OSError,))
 
 
 async def _load_then_kill(port: int, process: subprocess.Popen[bytes]) -> list[str]:
@@ -90,7 +84,7 @@ def test_sigkill_loses_no_receipt(tmp_path: Path) -> None:
     with FakeUpstreamThread() as fake:
         process, port, db = _start_gateway(tmp_path, fake.base_url)
         try:
-            asyncio.run(_wait_healthy(port, process))
+            _wait_healthy(port, process)
             receipts = asyncio.run(_load_then_kill(port, process))
         finally:
             process.kill()

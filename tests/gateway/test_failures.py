@@ -11,9 +11,10 @@ import anthropic
 import openai
 import pytest
 
-from reef.experience import RecordFilter, RecordView
+from reef.experience import RecordFilter, RecordNotFoundError, RecordView
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
+from tests.polling import eventually
 
 
 def oai(gateway: GatewayThread) -> openai.OpenAI:
@@ -24,16 +25,14 @@ def newest(gateway: GatewayThread, scenario: str = "support") -> RecordView:
     return gateway.store.list_records(scenario, RecordFilter(), None, 1).records[0]
 
 
-def wait_for_record(gateway: GatewayThread, record_id: str, timeout: float = 10.0) -> RecordView:
-    """Poll until a record written in the background is visible (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return gateway.store.get_record(record_id)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+def wait_for_record(gateway: GatewayThread, record_id: str) -> RecordView:
+    """The record, once the gateway's background writer has stored it."""
+    return eventually(
+        lambda: gateway.store.get_record(record_id),
+        f"record {record_id}",
+        timeout_seconds=10,
+        ignoring=(RecordNotFoundError,),
+    )
 
 
 def test_upstream_500_becomes_502_with_its_message(
@@ -153,7 +152,8 @@ def test_client_disconnect_cancels_upstream_and_records_aborted(
     # the client is gone: the gateway must cancel the upstream and record "aborted"
     record = wait_for_record(gateway, record_id)
     assert record.status == "aborted"
-    deadline = time.monotonic() + 10
-    while fake.cancelled_streams == cancelled_before and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert fake.cancelled_streams > cancelled_before
+    eventually(
+        lambda: fake.cancelled_streams > cancelled_before,
+        "the upstream stream to be cancelled",
+        timeout_seconds=10,
+    )

@@ -20,9 +20,9 @@ from reef.gateway.idempotency import IdempotentFlights
 from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
-from tests.gateway.polling import wait_until
 from tests.gateway.rawhttp import call, holds_connection, send_unread
 from tests.gateway.sdk_calls import Reply, turn
+from tests.polling import eventually
 
 KEY = "x-reef-idempotency-key"
 PATHS = ("/v1/chat/completions", "/v1/messages")
@@ -79,7 +79,7 @@ def test_concurrent_requests_with_one_key_make_one_upstream_call(
     with ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(send) for _ in range(16)]
         # the leader is at the upstream and the 15 others wait for its answer
-        wait_until(lambda: fresh.held == 1 and flights(gateway).waiting == 15, "15 waiters")
+        eventually(lambda: fresh.held == 1 and flights(gateway).waiting == 15, "15 waiters")
         fresh.release_held()
         replies = [future.result(timeout=60) for future in futures]
 
@@ -154,7 +154,7 @@ def test_the_same_key_with_another_body_is_409(
     )
     leader.start()
     try:
-        wait_until(lambda: fresh.held == 1, "the first request at the upstream")
+        eventually(lambda: fresh.held == 1, "the first request at the upstream")
         during = call(gateway.port, "POST", path, body("another question"), headers)
     finally:
         fresh.release_held()
@@ -205,7 +205,7 @@ def _leader_leaves(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
     )
     headers = {"x-reef-scenario": "support", KEY: "left-1"}
     leader = send_unread(gateway.port, "/v1/chat/completions", body, headers)
-    wait_until(lambda: fresh.held == 1, "the leader at the upstream")
+    eventually(lambda: fresh.held == 1, "the leader at the upstream")
     client = gateway.openai()
     replies: list[Reply] = []
     waiter = threading.Thread(
@@ -214,10 +214,10 @@ def _leader_leaves(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
         )
     )
     waiter.start()
-    wait_until(lambda: flights(gateway).waiting == 1, "the second request waiting")
+    eventually(lambda: flights(gateway).waiting == 1, "the second request waiting")
     leader_port = leader.getsockname()[1]
     leader.close()
-    wait_until(
+    eventually(
         lambda: not holds_connection(gateway.server, leader_port),
         "the gateway to see the leader go",
     )
@@ -229,7 +229,7 @@ def _leader_leaves(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
     assert upstream_calls(fresh) == 2  # the leader's call was lost with its client
     record = gateway.store.get_record(reply.receipt or "")
     assert record.status == "ok" and record.idempotency_key == "left-1"
-    wait_until(
+    eventually(
         lambda: any(r.status == "aborted" for r in _records(gateway, "support")),
         "the leader's exchange recorded as aborted",
     )
@@ -271,7 +271,7 @@ def test_two_gateways_on_one_store(
                     pool.submit(turn, gw.openai(), "hold-answer race", stream=stream, headers=key)
                     for gw in (one, two)
                 ]
-                wait_until(lambda: fresh.held == 2, "both gateways at the upstream")
+                eventually(lambda: fresh.held == 2, "both gateways at the upstream")
                 fresh.release_held()
                 replies = [future.result(timeout=30) for future in futures]
             assert upstream_calls(fresh) == 2

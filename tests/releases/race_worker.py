@@ -1,23 +1,22 @@
 """A publisher in its own process, for the CAS race tests.
 
 Usage: ``python race_worker.py STORE_URL``. Prints ``ready`` once imported and
-connected, then runs one JSON command per stdin line and answers one JSON line each:
-``{"op": "publish"|"rollback", "start_at": epoch_seconds, ...}`` ->
-``{"won": release_id}`` or ``{"conflict": current_head}`` or ``{"error": text}``.
+connected. Then, for each race: reads one JSON command line
+(``{"op": "publish"|"rollback", ...}``), prints ``armed``, waits for a ``go`` line (the
+starting gun, fired once every racer is armed), runs the command and answers one JSON
+line: ``{"won": release_id}`` or ``{"conflict": current_head}`` or ``{"error": text}``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
 
 from reef.releases import ReleaseChain, ReleaseConflictError
 
 
 def run(chain: ReleaseChain, command: dict[str, Any]) -> dict[str, Any]:
-    time.sleep(max(0.0, command["start_at"] - time.time()))
     try:
         if command["op"] == "publish":
             release = chain.publish(
@@ -39,7 +38,11 @@ def main() -> None:
     chain.heads_snapshot()  # connect before the race, not during it
     print("ready", flush=True)
     for line in sys.stdin:
-        print(json.dumps(run(chain, json.loads(line))), flush=True)
+        command = json.loads(line)
+        print("armed", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            break
+        print(json.dumps(run(chain, command)), flush=True)
     chain.close()
 
 

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -158,11 +157,18 @@ def workers(store_url: str) -> Iterator[list[subprocess.Popen[str]]]:
 def race_processes(
     procs: list[subprocess.Popen[str]], commands: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    # A shared start time, so imports and connection setup are not part of the race.
-    start_at = time.time() + 0.3
+    # Every racer is armed (its command read and parsed) before the one "go": imports,
+    # connection setup and parsing are not part of the race.
     for proc, command in zip(procs, commands, strict=True):
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps({**command, "start_at": start_at}) + "\n")
+        proc.stdin.write(json.dumps(command) + "\n")
+        proc.stdin.flush()
+    for proc in procs:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "armed"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
         proc.stdin.flush()
     outcomes = []
     for proc in procs:

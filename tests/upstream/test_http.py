@@ -29,6 +29,7 @@ from reef.upstream import (
     parse_retry_after,
 )
 from tests.fakes.upstream import FakeUpstream
+from tests.polling import eventually_async
 
 CHAT = "/v1/chat/completions"
 
@@ -256,10 +257,7 @@ async def test_aclose_mid_stream_cancels_the_upstream(
         if chunks == 2:
             break
     await stream.aclose()
-    for _ in range(40):
-        if fake.cancelled_streams:
-            break
-        await asyncio.sleep(0.05)
+    await eventually_async(lambda: fake.cancelled_streams, "the upstream to see the cancel")
     assert fake.cancelled_streams == 1
     assert fake.completed_streams == 0
 

@@ -35,6 +35,7 @@ from tests.engine.lora_factory import PEFT_WRAP_WARNING
 from tests.engine.test_smollm2 import SECRET_QUESTION, train_secret_adapter
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
+from tests.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -110,24 +111,23 @@ def _ask(client: openai.OpenAI, question: str, max_tokens: int) -> tuple[str, st
 
 def _first_response_from(client: openai.OpenAI, release_id: str, since: float) -> float:
     """Seconds from ``since`` to the first 1-token response that ``release_id`` served."""
-    deadline = since + FLIP_LIMIT_S
-    while time.monotonic() < deadline:
-        _text, served_by, _record = _ask(client, "hi", 1)
-        if served_by == release_id:
-            return time.monotonic() - since
-    raise AssertionError(f"{release_id} did not serve within {FLIP_LIMIT_S} s")
+    eventually(
+        lambda: _ask(client, "hi", 1)[1] == release_id,
+        f"{release_id} to serve",
+        timeout_seconds=since + FLIP_LIMIT_S - time.monotonic(),
+        interval_seconds=0,  # each check is a request already
+    )
+    return time.monotonic() - since
 
 
 def _record(gateway: GatewayThread, record_id: str) -> RecordView:
     """The record, once the gateway's background writer has stored it (at most 10 s)."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return gateway.store.get_record(record_id)
-        except RecordNotFoundError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    return eventually(
+        lambda: gateway.store.get_record(record_id),
+        f"record {record_id}",
+        timeout_seconds=10,
+        ignoring=(RecordNotFoundError,),
+    )
 
 
 def _vllm_models(vllm_url: str) -> list[str]:

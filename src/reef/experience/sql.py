@@ -99,6 +99,8 @@ class SQLExperienceStore(ExperienceStore):
             upgrade(self.engine)
 
     def close(self) -> None:
+        if self._sqlite_records is not None:
+            self._sqlite_records.close()
         self.engine.dispose()
 
     def ping(self) -> None:
@@ -130,12 +132,8 @@ class SQLExperienceStore(ExperienceStore):
         if not drafts:
             return []
         if self._sqlite_records is not None:
-            with self._scenarios_lock:
-                known = set(self._known_scenarios)
-            with unavailable_on_failure():  # the pool's errors; sqlite3's are mapped inside
-                written = self._sqlite_records.write(drafts, known)
-            with self._scenarios_lock:
-                self._known_scenarios |= {d.scenario for d in drafts}
+            written = self._write_sqlite_records(drafts, wait=True)
+            assert written is not None  # a write that may wait always writes
             return written
         now = datetime.now(UTC)
         lock_keys = [lock_key("session", d.scenario, d.session_id) for d in drafts]
@@ -167,6 +165,23 @@ class SQLExperienceStore(ExperienceStore):
         with self._scenarios_lock:
             self._known_scenarios |= scenario_names
         return ids
+
+    def write_records_now(self, drafts: Sequence[RecordDraft]) -> list[str] | None:
+        # PostgreSQL is a network round trip away: never without waiting.
+        if not drafts or self._sqlite_records is None:
+            return None
+        return self._write_sqlite_records(drafts, wait=False)
+
+    def _write_sqlite_records(self, drafts: Sequence[RecordDraft], wait: bool) -> list[str] | None:
+        assert self._sqlite_records is not None
+        with self._scenarios_lock:
+            known = set(self._known_scenarios)
+        with unavailable_on_failure():  # the pool's errors; sqlite3's are mapped inside
+            written = self._sqlite_records.write(drafts, known, wait)
+        if written is not None:
+            with self._scenarios_lock:
+                self._known_scenarios |= {d.scenario for d in drafts}
+        return written
 
     def _ensure_scenarios(self, conn: Connection, names: set[str], now: datetime) -> None:
         with self._scenarios_lock:

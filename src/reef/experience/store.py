@@ -45,6 +45,16 @@ class ExperienceStore(ABC):
         than the highest turn already stored for the session (0 for a new session).
         """
 
+    def write_records_now(self, drafts: Sequence[RecordDraft]) -> list[str] | None:
+        """``write_records``, but only when that cannot wait: no other writer's lock to
+        wait for, no network round trip. ``None`` when it would have to wait (nothing
+        was written); the caller then queues the drafts for ``write_records``.
+
+        For a caller on an event loop with nothing else to do meanwhile, which saves
+        the hand-off to a writer thread. The default never writes now.
+        """
+        return None
+
     @abstractmethod
     def find_session(
         self, scenario: str, continuation_hashes: Sequence[str]

@@ -3,7 +3,12 @@
 One dedicated thread takes whatever is queued (up to ``max_batch``) and writes it with a
 single ``ExperienceStore.write_records`` call, so under load a commit carries many
 records and its fsync is shared. Requests on an asyncio loop are woken with one
-``loop.call_soon_threadsafe`` per loop per batch, never one per record.
+``loop.call_soon_threadsafe`` per loop per batch, never one per record. A request that
+is alone on its loop (``submit(..., alone=True)``) skips the thread: two thread wake-ups
+cost more than a one-record commit, and on a busy machine a woken thread can wait a
+scheduler tick for a core. It writes at once only when the store can without waiting
+for anyone (``ExperienceStore.write_records_now``: SQLite, its write lock free, nothing
+queued here); otherwise it queues like any other.
 
 ``durability="sync"``: ``submit`` returns once the batch holding the record committed, and
 raises the store's error if it failed. A full queue always blocks in this mode (dropping
@@ -177,12 +182,21 @@ class RecordWriter:
 
     # -- submitting --------------------------------------------------------------------
 
-    async def submit(self, draft: RecordDraft) -> str:
+    async def submit(self, draft: RecordDraft, alone: bool = False) -> str:
         """Queue ``draft``; return its stored id (see the module doc for when).
+
+        ``alone``: the caller's loop serves nothing else meanwhile, so writing on it
+        blocks nobody. In sync mode the draft is then written at once, without the
+        hand-off to the writer thread and back, when the store can do that without
+        waiting (``ExperienceStore.write_records_now``) and nothing is queued before it.
 
         Raises ``WriterNotRunningError`` before ``start()`` or after ``close()``, and in
         sync mode whatever the store raised for the batch.
         """
+        if alone and self._durability == "sync":
+            stored = self._write_now(draft)
+            if stored is not None:
+                return stored
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] | None = None
         if self._durability == "sync":
@@ -212,6 +226,32 @@ class RecordWriter:
         if future is None:
             return draft.id
         return await future
+
+    def _write_now(self, draft: RecordDraft) -> str | None:
+        """``draft`` written on the calling thread, as a batch of one; ``None`` when
+        the queue holds records (they go first) or the store would have to wait."""
+        with self._lock:
+            self._check_open(waited=False)
+            if self._queue:
+                return None
+        try:
+            written = self._store.write_records_now([draft])
+        except Exception:
+            with self._lock:
+                self._count_batch(1, failed=1)
+            raise
+        if written is None:
+            return None
+        with self._lock:
+            self._count_batch(1, failed=0)
+        return written[0]
+
+    def _count_batch(self, size: int, failed: int) -> None:
+        """Count one written batch. Called under the lock."""
+        self._batches += 1
+        self._last_batch = size
+        self._written += size - failed
+        self._failed += failed
 
     def submit_blocking(self, draft: RecordDraft) -> str:
         """``submit`` for threads without an event loop; blocks the calling thread."""
@@ -350,10 +390,7 @@ class RecordWriter:
         if errors and self._durability == "async":
             log.error("lost %d record(s) after retries: %r", len(errors), errors[0])
         with self._lock:
-            self._batches += 1
-            self._last_batch = len(batch)
-            self._written += len(batch) - len(errors)
-            self._failed += len(errors)
+            self._count_batch(len(batch), len(errors))
             self._done_seq = batch[-1].seq
             flushed = [w for w in self._flush_waiters if w[0] <= self._done_seq]
             self._flush_waiters = [w for w in self._flush_waiters if w[0] > self._done_seq]

@@ -141,29 +141,29 @@ class Recorder:
             session_is_new=exchange.session_is_new,
         )
 
-    async def record(self, draft: RecordDraft) -> None:
+    async def record(self, draft: RecordDraft, alone: bool = False) -> None:
         """Write ``draft`` so that ``draft.id`` names a stored record (its receipt may be
         out already, as a stream's is); in ``sync`` durability this returns once it is
-        committed.
+        committed. ``alone``: no other request is being served (``RecordWriter.submit``).
 
         When another gateway on the same store stored ``draft``'s idempotency key first,
         the store keeps that record under the key and this one is stored without it.
         """
-        stored = await self.writer.submit(draft)
+        stored = await self.writer.submit(draft, alone)
         if stored != draft.id:
             log.info(
                 "idempotency key of record %s was stored first by record %s; keeping both",
                 draft.id,
                 stored,
             )
-            await self.writer.submit(dataclasses.replace(draft, idempotency_key=None))
+            await self.writer.submit(dataclasses.replace(draft, idempotency_key=None), alone)
 
-    async def record_first(self, draft: RecordDraft) -> str:
+    async def record_first(self, draft: RecordDraft, alone: bool = False) -> str:
         """Write ``draft`` unless its idempotency key is stored already; the id of the
         record stored under the key (``draft.id`` when this one is).
 
         For an answer whose receipt has not gone out: it can name the first record."""
-        return await self.writer.submit(draft)
+        return await self.writer.submit(draft, alone)
 
     def record_in_background(self, draft: RecordDraft) -> None:
         """Write ``draft`` from code that must not await (a cancelled stream's cleanup)."""

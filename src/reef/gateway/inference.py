@@ -8,9 +8,10 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -72,6 +73,7 @@ _ROUTES: dict[Api, str] = {
 }
 _FORWARDED_ANTHROPIC_HEADERS = ("anthropic-beta", "anthropic-version")
 _MODELS_NAMED = 50  # of an upstream's models, in the 404 for a model it does not serve
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class InferenceRoutes:
         self.openai_chat = InferenceEndpoint(self, "openai.chat")  # POST /v1/chat/completions
         self.anthropic_messages = InferenceEndpoint(self, "anthropic.messages")  # /v1/messages
         self._closing: set[asyncio.Task[None]] = set()
+        self._in_flight = 0  # requests between arrival and the end of their response
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
         """Answer one request of ``api``.
@@ -116,16 +119,25 @@ class InferenceRoutes:
         sent, streamed to its end, cut short, or never read at all.
         """
         request = Request(scope, receive)
-        async with AsyncExitStack() as held:
-            try:
-                response = await self._respond(request, api, held)
-            except Exception as exc:
-                response = await server_error(request, exc)
-            # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
-            with contextlib.suppress(ClientDisconnect):
-                await response(scope, receive, send)
+        self._in_flight += 1
+        try:
+            async with _Held() as held:
+                try:
+                    response = await self._respond(request, api, held)
+                except Exception as exc:
+                    response = await server_error(request, exc)
+                # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
+                with contextlib.suppress(ClientDisconnect):
+                    await response(scope, receive, send)
+        finally:
+            self._in_flight -= 1
 
-    async def _respond(self, request: Request, api: Api, held: AsyncExitStack) -> Response:
+    def _alone(self) -> bool:
+        """No other inference request is being served: a record may be written on the
+        loop itself instead of handed to the writer thread (``RecordWriter.submit``)."""
+        return self._in_flight == 1
+
+    async def _respond(self, request: Request, api: Api, held: _Held) -> Response:
         started = time.perf_counter()
         dialect: ErrorDialect = "openai" if api == "openai.chat" else "anthropic"
         lead: Lead | None = None
@@ -151,8 +163,10 @@ class InferenceRoutes:
                 _ROUTES[api], response.status_code, time.perf_counter() - started
             )
             return response
-        # The adapter stays loaded until the response is done, however it ends.
-        held.enter_context(self.state.activation.lease(exchange.serving))
+        # The adapter stays loaded until the response is done, however it ends. (A
+        # release without one holds nothing, and most requests hold nothing else.)
+        if exchange.serving.adapter_name is not None:
+            held.enter_context(self.state.activation.lease(exchange.serving))
         if plan.request.stream:
             response = await self._stream(exchange, plan, dialect, held, lead)
         else:
@@ -363,7 +377,8 @@ class InferenceRoutes:
             exc = await self._unknown_model(plan, exc)
         if exchange.capture:
             recorder = self.state.recorder
-            await recorder.record(recorder.draft(exchange, None, None, "error", exc.detail))
+            draft = recorder.draft(exchange, None, None, "error", exc.detail)
+            await recorder.record(draft, self._alone())
         response = error_response(exc, dialect, self._receipt(exchange))
         self._observe(exchange, response.status_code)
         return response
@@ -415,7 +430,7 @@ class InferenceRoutes:
         if exchange.capture:
             recorder = self.state.recorder
             draft = recorder.draft(exchange, data, reply, "ok", None)
-            first = await recorder.record_first(draft)
+            first = await recorder.record_first(draft, self._alone())
             if first != draft.id:
                 return await self._answer_first(exchange, first, dialect)
         self._observe(exchange, answer.status)
@@ -445,7 +460,7 @@ class InferenceRoutes:
         exchange: Exchange,
         plan: CallPlan,
         dialect: ErrorDialect,
-        held: AsyncExitStack,
+        held: _Held,
         lead: Lead | None,
     ) -> Response:
         try:
@@ -512,7 +527,7 @@ class InferenceRoutes:
                 response, reply = relay.result()
                 draft = recorder.draft(exchange, response, reply, "ok", None)
                 # Shielded: a client leaving now must not lose (or duplicate) the record.
-                await asyncio.shield(recorder.record(draft))
+                await asyncio.shield(recorder.record(draft, self._alone()))
             # The end-of-stream event goes out only now, so a client that has seen the
             # whole stream can rely on the record (sync durability).
             if relay.terminal:
@@ -524,7 +539,7 @@ class InferenceRoutes:
             if exchange.capture:
                 response, _ = relay.result()
                 draft = recorder.draft(exchange, response, None, "error", exc.detail)
-                await asyncio.shield(recorder.record(draft))
+                await asyncio.shield(recorder.record(draft, self._alone()))
             self._observe(exchange, exc.status)
             yield error_event(exc, dialect)
         finally:
@@ -538,6 +553,45 @@ class InferenceRoutes:
                     recorder.record_in_background(draft)
                 self._observe(exchange, 499)
         await stream.aclose()
+
+
+class _Held:
+    """What one request holds until its response is done (``InferenceRoutes.serve``):
+    an exit stack, made only for the first thing held, since most requests (no
+    adapter, no idempotency key, not a stream) hold nothing."""
+
+    __slots__ = ("_stack",)
+
+    def __init__(self) -> None:
+        self._stack: AsyncExitStack | None = None
+
+    def _opened(self) -> AsyncExitStack:
+        if self._stack is None:
+            self._stack = AsyncExitStack()
+        return self._stack
+
+    def enter_context(self, context: AbstractContextManager[_T]) -> _T:
+        """Enter ``context``; it exits when the response is done."""
+        return self._opened().enter_context(context)
+
+    def push_async_callback(
+        self, callback: Callable[..., Awaitable[object]], /, *args: Any
+    ) -> None:
+        """Await ``callback(*args)`` when the response is done."""
+        self._opened().push_async_callback(callback, *args)
+
+    async def __aenter__(self) -> _Held:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if self._stack is None:
+            return False
+        return bool(await self._stack.__aexit__(exc_type, exc, tb))
 
 
 class _ClientBody:

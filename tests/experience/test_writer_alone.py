@@ -1,0 +1,154 @@
+"""Writing a lone request's record at once: ``write_records_now`` and
+``RecordWriter.submit(..., alone=True)``, and the SQLite writer's own connections."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from reef.experience import RecordDraft, RecordWriter, SQLExperienceStore, StoreUnavailableError
+from tests.experience.conftest import DraftFactory, hold_write_lock
+from tests.experience.test_writer import stored_ids
+from tests.polling import eventually_async
+
+
+class ThreadNotingStore(SQLExperienceStore):
+    """The SQLite store, noting which thread each write ran on and what it returned."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.now_calls: list[tuple[int, list[str] | None]] = []
+        self.queued_threads: list[int] = []
+
+    def write_records_now(self, drafts: Sequence[RecordDraft]) -> list[str] | None:
+        written = super().write_records_now(drafts)
+        self.now_calls.append((threading.get_ident(), written))
+        return written
+
+    def write_records(self, drafts: Sequence[RecordDraft]) -> list[str]:
+        self.queued_threads.append(threading.get_ident())
+        return super().write_records(drafts)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'reef.db'}"
+    store = SQLExperienceStore(url)
+    store.migrate()
+    store.close()
+    return url
+
+
+def test_write_records_now_writes_when_nothing_is_in_the_way(
+    store: SQLExperienceStore, store_url: str, make_draft: DraftFactory
+) -> None:
+    first = make_draft(idempotency_key="k")
+    again = make_draft(idempotency_key="k")
+    if not store_url.startswith("sqlite"):
+        # A PostgreSQL write is a network round trip: never done without waiting.
+        assert store.write_records_now([first]) is None
+        return
+    assert store.write_records_now([first]) == [first.id]
+    assert store.write_records_now([again]) == [first.id]  # same contract as write_records
+    assert stored_ids(store_url) == {first.id}
+
+
+def test_write_records_now_does_not_wait_for_another_writer(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    store = SQLExperienceStore(sqlite_url)  # busy timeout 10 s: waiting would show
+    draft = make_draft()
+    with hold_write_lock(sqlite_url):
+        assert store.write_records_now([draft]) is None
+    assert draft.id not in stored_ids(sqlite_url)
+    assert store.write_records_now([draft]) == [draft.id]  # the lock is free again
+    store.close()
+
+
+def test_the_writer_connection_recovers_after_a_failure_and_a_close(
+    tmp_path: Path, make_draft: DraftFactory
+) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store = SQLExperienceStore(url, busy_timeout_ms=20)
+    store.migrate()
+    with hold_write_lock(url), pytest.raises(StoreUnavailableError):
+        store.write_records([make_draft()])
+    kept = [make_draft()]
+    assert store.write_records(kept) == [kept[0].id]
+    store.close()
+    later = [make_draft()]
+    assert store.write_records(later) == [later[0].id]  # a closed store's writer reopens
+    store.close()
+    assert stored_ids(url) == {kept[0].id, later[0].id}
+
+
+async def test_a_lone_record_is_written_on_the_callers_thread(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    store = ThreadNotingStore(sqlite_url)
+    writer = RecordWriter(store, durability="sync")
+    writer.start()
+    draft = make_draft()
+    assert await writer.submit(draft, alone=True) == draft.id
+    assert store.now_calls == [(threading.get_ident(), [draft.id])]
+    assert store.queued_threads == []
+    assert (writer.stats.written_total, writer.stats.batches_total) == (1, 1)
+    assert stored_ids(sqlite_url) == {draft.id}
+    await writer.close()
+    store.close()
+
+
+async def test_a_lone_record_is_queued_when_the_store_is_locked(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    store = ThreadNotingStore(sqlite_url)
+    writer = RecordWriter(store, durability="sync")
+    writer.start()
+    draft = make_draft()
+    with hold_write_lock(sqlite_url):
+        task = asyncio.ensure_future(writer.submit(draft, alone=True))
+        await eventually_async(lambda: store.queued_threads, "the writer thread to try it")
+        assert not task.done()  # sync durability: it waits for its commit
+    assert await task == draft.id
+    assert [written for _, written in store.now_calls] == [None]
+    assert store.queued_threads and threading.get_ident() not in store.queued_threads
+    assert stored_ids(sqlite_url) == {draft.id}
+    await writer.close()
+    store.close()
+
+
+async def test_a_lone_record_waits_behind_records_queued_before_it(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    store = ThreadNotingStore(sqlite_url)
+    writer = RecordWriter(store, durability="sync", max_batch=1)
+    writer.start()
+    earlier = [make_draft(), make_draft()]
+    with hold_write_lock(sqlite_url):
+        waiting = [asyncio.ensure_future(writer.submit(d)) for d in earlier]
+        # The thread is stuck on the first; the second stays queued.
+        await eventually_async(lambda: store.queued_threads, "the writer thread to try one")
+        assert writer.stats.queue_depth == 1
+        lone = make_draft()
+        last = asyncio.ensure_future(writer.submit(lone, alone=True))
+        await asyncio.sleep(0)
+        assert store.now_calls == []  # never tried: the queue goes first
+    assert await asyncio.gather(*waiting, last) == [*(d.id for d in earlier), lone.id]
+    await writer.close()
+    store.close()
+
+
+async def test_async_durability_always_queues(sqlite_url: str, make_draft: DraftFactory) -> None:
+    store = ThreadNotingStore(sqlite_url)
+    writer = RecordWriter(store, durability="async")
+    writer.start()
+    draft = make_draft()
+    assert await writer.submit(draft, alone=True) == draft.id
+    await writer.close()
+    assert store.now_calls == []
+    assert stored_ids(sqlite_url) == {draft.id}
+    store.close()

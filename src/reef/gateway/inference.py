@@ -49,6 +49,7 @@ from reef.gateway.requests import (
     read_json_object,
     reef_headers,
 )
+from reef.gateway.segments import one_segment
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai
 from reef.upstream import (
@@ -128,7 +129,11 @@ class InferenceRoutes:
                     response = await server_error(request, exc)
                 # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
                 with contextlib.suppress(ClientDisconnect):
-                    await response(scope, receive, send)
+                    if isinstance(response, StreamingResponse):
+                        await response(scope, receive, send)
+                    else:
+                        with one_segment(send):  # headers and body in one write
+                            await response(scope, receive, send)
         finally:
             self._in_flight -= 1
 

@@ -185,6 +185,7 @@ def benchmark(args: argparse.Namespace, argv: list[str]) -> int:
         litellm_note=litellm_note,
         failed=measured.failed,
         load_before=load_before,
+        load_after=os.getloadavg(),
     )
     print(report.text())
     if args.output is not None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -19,6 +18,7 @@ from reef.experience.jobs import (
     LeaseLostError,
 )
 from tests.experience.conftest import DraftFactory, make_draft  # noqa: F401 - fixture
+from tests.fakes.clock import FakeClock
 from tests.releases.conftest import pg_databases, pg_url, store_url  # noqa: F401 - fixtures
 
 
@@ -30,8 +30,13 @@ def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811
 
 
 @pytest.fixture
-def queue(store: SQLExperienceStore) -> JobQueue:
-    return JobQueue(store.engine)
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def queue(store: SQLExperienceStore, clock: FakeClock) -> JobQueue:
+    return JobQueue(store.engine, clock=clock)
 
 
 def test_enqueue_claim_complete(queue: JobQueue) -> None:
@@ -78,11 +83,12 @@ def test_claim_skips_a_scenario_that_is_running(queue: JobQueue) -> None:
     assert claimed is not None and claimed.id == second.id
 
 
-def test_expired_lease_is_claimed_again_with_attempt_two(queue: JobQueue) -> None:
+def test_expired_lease_is_claimed_again_with_attempt_two(queue: JobQueue, clock: FakeClock) -> None:
     job = queue.enqueue("support", "learn", {})
-    assert queue.claim("dead", lease_seconds=0.2) is not None
-    assert queue.claim("w2", lease_seconds=30) is None
-    time.sleep(0.3)
+    assert queue.claim("dead", lease_seconds=10) is not None
+    clock.advance(10)
+    assert queue.claim("w2", lease_seconds=30) is None  # expires after, not at, its end
+    clock.advance(0.001)
     again = queue.claim("w2", lease_seconds=30)
     assert again is not None and (again.id, again.attempt, again.lease_owner) == (
         job.id,
@@ -96,21 +102,50 @@ def test_expired_lease_is_claimed_again_with_attempt_two(queue: JobQueue) -> Non
     assert queue.heartbeat(job.id, "w2", 30).lease_owner == "w2"
 
 
-def test_heartbeat_extends_the_lease(queue: JobQueue) -> None:
+def test_heartbeat_extends_the_lease(queue: JobQueue, clock: FakeClock) -> None:
     job = queue.enqueue("support", "learn", {})
     claimed = queue.claim("w1", lease_seconds=1)
-    assert claimed is not None and claimed.lease_until is not None
-    extended = queue.heartbeat(job.id, "w1", lease_seconds=60)
-    assert extended.lease_until is not None
-    assert extended.lease_until - claimed.lease_until > timedelta(seconds=30)
+    assert claimed is not None and claimed.lease_until == clock() + timedelta(seconds=1)
+    clock.advance(0.5)
+    extended = queue.heartbeat(job.id, "w1", lease_seconds=1)
+    assert extended.lease_until == clock() + timedelta(seconds=1)
+    clock.advance(0.9)  # past the first lease, within the extended one
+    assert queue.claim("w2", lease_seconds=1) is None
+    clock.advance(0.2)
+    taken = queue.claim("w2", lease_seconds=1)
+    assert taken is not None and taken.lease_owner == "w2"
 
 
-def test_attempts_are_capped(store: SQLExperienceStore) -> None:
-    queue = JobQueue(store.engine, max_attempts=2)
+def test_leases_compare_in_utc_whatever_the_clocks_timezone(
+    store: SQLExperienceStore, clock: FakeClock
+) -> None:
+    # A lease written through a clock five hours east of UTC and read through a UTC one:
+    # both backends store and compare the instant, not the wall-clock digits.
+    east = JobQueue(store.engine, clock=lambda: clock().astimezone(timezone(timedelta(hours=5))))
+    utc = JobQueue(store.engine, clock=clock)
+    job = east.enqueue("support", "learn", {})
+    claimed = east.claim("east", lease_seconds=60)
+    assert claimed is not None and claimed.lease_until == clock() + timedelta(seconds=60)
+    clock.advance(59)
+    assert utc.claim("utc", lease_seconds=60) is None
+    clock.advance(2)
+    again = utc.claim("utc", lease_seconds=60)
+    assert again is not None and (again.id, again.attempt) == (job.id, 2)
+
+
+def test_a_naive_clock_is_refused(store: SQLExperienceStore) -> None:
+    naive = JobQueue(store.engine, clock=lambda: datetime(2026, 1, 1))
+    naive.enqueue("support", "learn", {})
+    with pytest.raises(InvalidInputError, match="timezone-aware"):
+        naive.claim("w1", lease_seconds=30)
+
+
+def test_attempts_are_capped(store: SQLExperienceStore, clock: FakeClock) -> None:
+    queue = JobQueue(store.engine, max_attempts=2, clock=clock)
     job = queue.enqueue("support", "learn", {})
     for owner in ("w1", "w2"):
-        assert queue.claim(owner, lease_seconds=0.05) is not None
-        time.sleep(0.1)
+        assert queue.claim(owner, lease_seconds=30) is not None
+        clock.advance(31)
     assert queue.claim("w3", 30) is None
     failed = queue.get(job.id)
     assert failed.state == "failed" and "giving up" in (failed.error or "")

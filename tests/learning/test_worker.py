@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -36,7 +35,9 @@ from reef.releases import (
     ReleaseManifest,
     open_artifact_store,
 )
+from tests.fakes.clock import FakeClock
 from tests.fakes.upstream import FakeUpstreamThread
+from tests.polling import eventually
 from tests.releases.conftest import pg_databases, pg_url, store_url  # noqa: F401 - fixtures
 
 SCENARIO = "support"
@@ -97,11 +98,13 @@ class World:
     chain: ReleaseChain
     artifacts: FsspecArtifactStore
     settings: ReefSettings
+    clock: FakeClock
     queue: JobQueue
     head: Release
 
     def worker(self, recipe: dict[str, Any], **options: Any) -> Worker:
         extra = options.pop("learners", ())
+        options.setdefault("queue", self.queue)  # on the world's clock
         return Worker(
             self.settings,
             self.store,
@@ -165,7 +168,9 @@ def open_world(url: str, home: Path, upstream_url: str = "http://127.0.0.1:9/v1"
     head = chain.create(
         SCENARIO, ReleaseManifest(model=ModelComponent(base="tiny")), "test", "first"
     )
-    return World(store, chain, artifacts, settings, JobQueue(store.engine), head)
+    clock = FakeClock()
+    queue = JobQueue(store.engine, clock=clock)
+    return World(store, chain, artifacts, settings, clock, queue, head)
 
 
 @pytest.fixture
@@ -208,11 +213,11 @@ def test_a_retried_job_reuses_the_candidate_it_already_proposed(world: World) ->
     world.add_experience(5)
     job = world.queue.enqueue(SCENARIO, "learn", {})
     # A worker claims the job, proposes, and dies before it can complete the job.
-    assert world.queue.claim("dead-worker", lease_seconds=0.2) is not None
+    assert world.queue.claim("dead-worker", lease_seconds=30) is not None
     earlier = world.chain.propose(
         SCENARIO, world.head.manifest, world.head.id, job_actor(job.id), "died after this"
     )
-    time.sleep(0.3)
+    world.clock.advance(31)  # the dead worker's lease runs out
     [done] = world.worker(MANUAL).run_once()
     assert done.state == "succeeded" and done.attempt == 2
     assert done.candidate_id == earlier.id
@@ -274,7 +279,7 @@ def test_composite_job_proposes_one_candidate_with_both_components(world: World)
 
 
 def test_failures_retry_until_attempts_run_out(world: World) -> None:
-    world.queue = JobQueue(world.store.engine, max_attempts=2)
+    world.queue = JobQueue(world.store.engine, max_attempts=2, clock=world.clock)
     job = world.queue.enqueue(SCENARIO, "learn", {})
     worker = world.worker({"learners": [{"type": "stamp", "fail": "retry"}]}, queue=world.queue)
     [first] = worker.run_once()
@@ -322,25 +327,17 @@ def test_cancel_stops_a_running_job(world: World) -> None:
     runner = threading.Thread(target=worker.run_forever, args=(stop,))
     runner.start()
     try:
-        _wait_for(lambda: world.queue.get(job.id).state == "running")
+        eventually(lambda: world.queue.get(job.id).state == "running", "the job to run")
         world.queue.cancel(job.id)
         started = time.monotonic()
         worker.wait()
-        _wait_for(lambda: not worker._threads)
+        eventually(lambda: not worker._threads, "the worker to let the job go")
         assert time.monotonic() - started < 2.5
     finally:
         stop.set()
         runner.join()
     assert world.queue.get(job.id).state == "cancelled"
     assert world.chain.candidates(SCENARIO) == []
-
-
-def _wait_for(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_reflect_asks_the_scenarios_upstream(store_url: str, tmp_path: Path) -> None:  # noqa: F811
@@ -393,9 +390,13 @@ def test_max_interval_fires_without_a_job_and_after_the_interval(world: World) -
     [job] = worker.check_triggers()
     assert job.input == {"trigger": "max_interval_seconds"}
     worker.run_once()
+    # Jobs are stamped by the wall clock: bring the fake one to the job's creation.
+    world.clock.advance((job.created_at - world.clock()).total_seconds())
     assert worker.check_triggers() == []
-    later = datetime.now(UTC) + timedelta(seconds=61)
-    assert len(worker.check_triggers(now=later)) == 1
+    world.clock.advance(59.999)
+    assert worker.check_triggers() == []
+    world.clock.advance(0.001)
+    assert len(worker.check_triggers()) == 1
 
 
 def test_recipes_come_from_the_scenario_config(tmp_path: Path, world: World) -> None:

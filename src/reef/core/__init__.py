@@ -1,11 +1,13 @@
 """Core values shared by every package: ids, the error root, JSON and hashing, trust levels.
 
-Owns: UUIDv7 ids, ``ReefError`` and its generic categories, canonical JSON and digests.
+Owns: UUIDv7 ids, ``ReefError`` and its generic categories, canonical JSON and digests,
+the ``Clock`` that time-dependent parts read (``utc_now`` unless a test injects one).
 Does not own: anything that knows about HTTP, SQL, models or configuration; ``core``
 imports nothing else from ``reef``.
 Extend: packages subclass the error categories here for their own failures.
 """
 
+from reef.core.clock import Clock, read_clock, utc_now
 from reef.core.errors import (
     ConflictError,
     InvalidInputError,
@@ -20,6 +22,7 @@ from reef.core.trust import TRUST_LEVELS, Trust, at_least, parse_trust, trust_ra
 
 __all__ = [
     "TRUST_LEVELS",
+    "Clock",
     "ConflictError",
     "InvalidInputError",
     "NotFoundError",
@@ -33,6 +36,8 @@ __all__ = [
     "loads",
     "new_id",
     "parse_trust",
+    "read_clock",
     "sha256_hex",
     "trust_rank",
+    "utc_now",
 ]

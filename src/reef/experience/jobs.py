@@ -11,6 +11,14 @@ Never two learning jobs of one scenario at once: ``enqueue`` returns the scenari
 or running job instead of adding a second, and ``claim`` skips a job whose scenario has a
 running job with a live lease.
 
+Time: a lease is measured by the queue's ``clock`` (``claim`` and ``heartbeat`` set
+``lease_until`` from it, ``claim`` compares ``lease_until`` with it; default: the wall
+clock in UTC), so a test moves a clock past a lease instead of sleeping. Rows'
+``created_at`` and ``updated_at`` are stamped with the wall clock, like every other
+table's, because selection and the feedback trigger compare a job's ``created_at`` with
+records' and feedback's. Timestamps are bound as parameters (``UTCDateTime`` stores
+them in UTC on both backends), never the database's own ``now()``.
+
 Concurrency: on SQLite every write is one ``BEGIN IMMEDIATE`` transaction (writers run
 one at a time). On PostgreSQL ``claim`` picks its row with ``FOR UPDATE SKIP LOCKED`` (two
 claimers never wait on, or get, the same row) and both ``enqueue`` and ``claim`` take a
@@ -33,7 +41,7 @@ from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
-from reef.core import dumps, loads, new_id
+from reef.core import Clock, dumps, loads, new_id, read_clock, utc_now
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
 from reef.experience import schema as t
 from reef.experience.migrations import SQLITE_BEGIN_OPTION
@@ -153,15 +161,19 @@ class JobQueue:
     already migrated). Database failures raise ``StoreUnavailableError``.
 
     ``max_attempts``: a job whose lease expired, or that failed with ``retry=True``, this
-    many times is ``failed`` instead of being claimed again.
+    many times is ``failed`` instead of being claimed again. ``clock``: what time it is
+    for leases (see the module docstring); it must return timezone-aware datetimes.
     """
 
-    def __init__(self, engine: Engine, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+    def __init__(
+        self, engine: Engine, max_attempts: int = DEFAULT_MAX_ATTEMPTS, clock: Clock = utc_now
+    ) -> None:
         if max_attempts < 1:
             raise InvalidInputError("max_attempts must be at least 1")
         self.engine = engine
         self.dialect = engine.dialect.name
         self.max_attempts = max_attempts
+        self.clock = clock
         insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
         self._insert_consumed = insert(t.consumed).on_conflict_do_nothing()
 
@@ -231,7 +243,7 @@ class JobQueue:
         expired job that already had ``max_attempts`` attempts is marked ``failed``
         instead. A job whose scenario has another running job with a live lease waits.
         """
-        now = datetime.now(UTC)
+        now = self.now()
         c = t.jobs.c
         other = t.jobs.alias("other")
         busy = exists().where(
@@ -285,7 +297,7 @@ class JobQueue:
     def heartbeat(self, job_id: str, owner: str, lease_seconds: float) -> Job:
         """Extend the lease to ``lease_seconds`` from now. Raises ``LeaseLostError``
         (``JobCancelledError`` when cancelled) unless ``owner`` still holds the job."""
-        until = datetime.now(UTC) + timedelta(seconds=lease_seconds)
+        until = self.now() + timedelta(seconds=lease_seconds)
         with self._write() as conn:
             self._owned(conn, job_id, owner)
             self._set(conn, job_id, lease_until=until)
@@ -359,6 +371,11 @@ class JobQueue:
             return self._get(conn, job_id)
 
     # -- anyone --------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The queue's time (its clock's, in UTC), by which leases run out. Raises
+        ``InvalidInputError`` when the clock returns a naive datetime."""
+        return read_clock(self.clock)
 
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued or running job (its worker stops at its next heartbeat). A job

@@ -9,6 +9,9 @@ One pass (``run_once``) does two things:
 2. Jobs: while fewer than ``max_concurrent`` run, claim one (with a lease) and run it in a
    thread that heartbeats the lease.
 
+Time (leases, the interval trigger, a canary's ``max_hours``) is the job queue's clock,
+so a test hands the worker a queue with a clock it moves.
+
 Running a job (``JobRun``): select
 experience as of the job's creation (so a retry sees the same snapshot), run the recipe's
 learners in order (each sees the head with the earlier learners' components in it), and
@@ -35,7 +38,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from reef.config import ReefSettings
@@ -82,7 +85,8 @@ class Worker:
     ``registry`` overrides the learner registry (default: ``reef.learners`` entry
     points); ``recipes`` overrides the recipes read from ``scenarios.<s>.recipe``;
     ``upstream_base_urls`` gives base URLs by upstream name for ``reflect`` (the
-    ``local`` upstream has none in the config).
+    ``local`` upstream has none in the config); ``queue`` is the job queue (default: one
+    on the chain's engine, on the wall clock), whose clock the worker's time comes from.
     """
 
     def __init__(
@@ -129,9 +133,9 @@ class Worker:
                 found[name] = load_recipe(scenario.recipe, self.registry)
         return found
 
-    def check_triggers(self, now: datetime | None = None) -> list[Job]:
+    def check_triggers(self) -> list[Job]:
         """Enqueue a job for every scenario whose recipe's trigger fires; the jobs."""
-        now = now or datetime.now(UTC)
+        now = self.queue.now()
         enqueued = []
         for scenario, recipe in self.recipes().items():
             last = self.queue.last_job(scenario)
@@ -170,7 +174,7 @@ class Worker:
 
     def check_canaries(self) -> list[CanaryOutcome]:
         """Promote or abandon the live canaries whose evidence is in (``CanaryMonitor``)."""
-        outcomes = CanaryMonitor(self.chain, self.store).check()
+        outcomes = CanaryMonitor(self.chain, self.store).check(now=self.queue.now())
         for outcome in outcomes:
             if outcome.action != "waiting":
                 log.info("canary of %r: %s", outcome.scenario, outcome.reason)

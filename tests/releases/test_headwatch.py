@@ -77,8 +77,9 @@ def test_listen_heads_hears_every_committed_move(
 ) -> None:
     chain = pg_chain
     heard: queue.Queue[str] = queue.Queue()
-    with running(listen_heads, pg_url, heard.put):
-        time.sleep(0.5)  # let the listener connect and LISTEN
+    listening = threading.Event()
+    with running(lambda stop: listen_heads(pg_url, heard.put, stop, listening=listening)):
+        assert listening.wait(timeout=10), "the listener never LISTENed"
         root = chain.create("s", manifest(), "config", "init")
         assert heard.get(timeout=2) == "s"
         late = chain.propose("s", manifest(adapter=1), root.id, "w", "r")
@@ -92,7 +93,10 @@ def test_listen_heads_hears_every_committed_move(
         assert heard.get(timeout=2) == "s"
         with pytest.raises(ReleaseConflictError):  # nothing moved: nothing announced
             chain.publish(late.id, root.id, "w", "stale", require_passed=False)
-        time.sleep(0.3)
+        # Notifications arrive in commit order: had the conflict announced anything, it
+        # would come before the next move's.
+        chain.create("t", manifest(), "config", "init")
+        assert heard.get(timeout=2) == "t"
         assert heard.empty()
 
 
@@ -106,14 +110,31 @@ def test_watch_heads_wakes_on_notify(
     def on_change(scenario: str, release_id: str, seq: int) -> None:
         seen.put((scenario, release_id))
 
+    listening = threading.Event()
+
     def watch(stop: threading.Event) -> None:
         # A poll interval far beyond the deadline: only a notification can meet it.
-        watch_heads(chain.heads_snapshot, on_change, stop, interval_seconds=30, listen_url=pg_url)
+        watch_heads(
+            chain.heads_snapshot,
+            on_change,
+            stop,
+            interval_seconds=30,
+            listen_url=pg_url,
+            listening=listening,
+        )
 
     with running(watch):
-        time.sleep(0.5)
+        assert listening.wait(timeout=10), "the watcher's listener never LISTENed"
         root = chain.create("s", manifest(), "config", "init")
         assert seen.get(timeout=1.5) == ("s", root.id)
+
+
+@pytest.mark.postgres
+def test_listening_is_set_only_while_listen_is_in_effect(pg_url: str) -> None:
+    listening = threading.Event()
+    with running(lambda stop: listen_heads(pg_url, print, stop, listening=listening)):
+        assert listening.wait(timeout=10)
+    assert not listening.is_set()  # stopped: nobody listens any more
 
 
 def test_listen_heads_needs_postgresql() -> None:

@@ -4,7 +4,9 @@ The chain sends ``NOTIFY reef_heads, '<scenario>'`` inside every transaction tha
 a head, so listeners hear it exactly when the move commits. Notifications are a hint
 only (lost while a listener reconnects, skipped for absurdly long scenario names): the
 poll of ``ReleaseChain.heads_snapshot`` is what makes watching correct; a notification
-only makes it prompt. Both helpers block; run them in a thread.
+only makes it prompt. Both helpers block; run them in a thread. Given a ``listening``
+event, they set it once ``LISTEN`` is in effect (a move committed after that is heard)
+and clear it while the connection is being re-established.
 """
 
 from __future__ import annotations
@@ -39,26 +41,36 @@ def listen_heads(
     callback: Callable[[str], None],
     stop_event: threading.Event,
     poll_seconds: float = 0.5,
+    listening: threading.Event | None = None,
 ) -> None:
     """Call ``callback(scenario)`` for every head move announced on PostgreSQL until
     ``stop_event`` is set (noticed within ``poll_seconds``). Reconnects after a lost
-    connection. Needs psycopg (the ``postgres`` extra); raises ``InvalidInputError`` for
-    a non-PostgreSQL URL.
+    connection. ``listening`` is set while ``LISTEN`` is in effect. Needs psycopg (the
+    ``postgres`` extra); raises ``InvalidInputError`` for a non-PostgreSQL URL.
     """
     with optional_dependency("postgres", "following heads on PostgreSQL"):
         import psycopg
 
     conninfo = _libpq_url(url)
-    while not stop_event.is_set():
-        try:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                conn.execute(f"LISTEN {HEADS_CHANNEL}")
-                while not stop_event.is_set():
-                    for notice in conn.notifies(timeout=poll_seconds):
-                        callback(notice.payload)
-        except psycopg.OperationalError as error:
-            log.warning("LISTEN %s lost its connection (%s); reconnecting", HEADS_CHANNEL, error)
-            stop_event.wait(1.0)
+    if listening is None:
+        listening = threading.Event()
+    try:
+        while not stop_event.is_set():
+            try:
+                with psycopg.connect(conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {HEADS_CHANNEL}")  # autocommit: in effect now
+                    listening.set()
+                    while not stop_event.is_set():
+                        for notice in conn.notifies(timeout=poll_seconds):
+                            callback(notice.payload)
+            except psycopg.OperationalError as error:
+                listening.clear()
+                log.warning(
+                    "LISTEN %s lost its connection (%s); reconnecting", HEADS_CHANNEL, error
+                )
+                stop_event.wait(1.0)
+    finally:
+        listening.clear()
 
 
 def _pause(seconds: float, wake: threading.Event, stop_event: threading.Event) -> None:
@@ -76,13 +88,15 @@ def watch_heads(
     stop_event: threading.Event,
     interval_seconds: float = 0.5,
     listen_url: str | None = None,
+    listening: threading.Event | None = None,
 ) -> None:
     """Call ``on_change(scenario, release_id, seq)`` for every head present at start and
     for every later move, until ``stop_event`` is set.
 
     ``snapshot`` is usually ``ReleaseChain.heads_snapshot``, polled every
     ``interval_seconds``; with ``listen_url`` (PostgreSQL) a notification wakes the
-    poll at once. ``stop_event`` is noticed within 0.1 s. A failing poll (``ReefError``,
+    poll at once, and ``listening`` is set while the listener's ``LISTEN`` is in effect.
+    ``stop_event`` is noticed within 0.1 s. A failing poll (``ReefError``,
     e.g. the store is down) is logged and retried at the next interval; exceptions from
     ``on_change`` propagate.
     """
@@ -94,6 +108,7 @@ def watch_heads(
         listener = threading.Thread(
             target=listen_heads,
             args=(listen_url, lambda _scenario: wake.set(), listener_stop),
+            kwargs={"listening": listening},
             name="reef-listen-heads",
             daemon=True,
         )

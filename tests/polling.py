@@ -4,7 +4,7 @@ A test that needs a state some other thread, process or server brings about asks
 ``eventually(condition, what)`` (or ``await eventually_async(...)`` on an event loop)
 instead of sleeping a fixed time: it returns as soon as the condition holds and fails,
 naming ``what``, once ``timeout_seconds`` pass. These two are the only places in the
-tests that sleep (``tests/architecture/test_test_sleeps.py`` checks that); where the
+tests that sleep (``tests/architecture/test_sleeps.py`` checks that); where the
 code under test can signal instead (an event, a line on a pipe, a readiness method),
 wait on that rather than poll.
 """

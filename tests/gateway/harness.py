@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +16,7 @@ from reef.config import ReefSettings
 from reef.experience import SQLExperienceStore, open_store
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
+from tests.polling import eventually
 
 
 def free_port() -> int:
@@ -75,11 +75,13 @@ class GatewayThread:
 
     def __enter__(self) -> GatewayThread:
         self._thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
+
+        def started() -> bool:
+            if not self._thread.is_alive():
                 raise RuntimeError("gateway did not start")
-            time.sleep(0.01)
+            return bool(self.server.started)
+
+        eventually(started, "the gateway to start")
         return self
 
     def __exit__(self, *exc: object) -> None:

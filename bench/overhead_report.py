@@ -48,6 +48,22 @@ _HOW_TO_READ = (
     "its req/s ceiling is what matters to a fleet."
 )
 
+_WHERE_IT_GOES = (
+    "Where Reef's time goes (py-spy and per-stage timers on this machine, 2026-12): at "
+    "concurrency 1, about 0.1 ms is the SQLite commit of the record before the answer "
+    "(`sync` durability; a record touches the table and its six indexes, ~10 WAL frames), "
+    "made on the event loop itself when the request is the only one in flight, so it "
+    "pays no hand-off to the writer thread and back; about 0.05 ms is reading, checking, "
+    "hashing and planning the request; the rest is the upstream call through aiohttp and "
+    "uvicorn's HTTP handling, as in any Python proxy. About once every 400 lone requests "
+    "a commit also checkpoints the WAL into the database (4000 pages, two "
+    "fsyncs, 10-20 ms): that is Reef's p99.9. At concurrency 32 the event loop's own CPU "
+    "per request (~180 µs, most of it uvicorn, aiohttp and asyncio) against ~115 µs for a "
+    "whole request in the passthrough bounds the throughput, and records wait for the "
+    "writer thread's group commits, which share the GIL and the two cores with the loop, "
+    "the load generator and the fake upstream."
+)
+
 
 @dataclass(frozen=True)
 class RecordCheck:
@@ -277,6 +293,8 @@ class Report:
                 *self.derived(),
                 "",
                 _HOW_TO_READ,
+                "",
+                _WHERE_IT_GOES,
             ]
         )
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -46,6 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_vs_vllm as side  # machine()
 from gate_cost import GatewayServer, running_engine  # the same world as the gate bench
 from sections import write_between
 
@@ -327,15 +327,8 @@ def bare_run(
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    found = side.machine()
+    return f"{found['cpu']}, {found['cores']} cores"
 
 
 def table_row(row: dict[str, Any]) -> str:

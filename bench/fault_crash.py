@@ -1,5 +1,5 @@
-"""SIGKILL of a gateway under concurrent streams (``bench/faults.py``): every receipt of
-a stream whose client saw its proper end is in the store afterwards.
+"""SIGKILL of a gateway under concurrent streams (``bench/faults.py``): every receipt a
+client saw is in the store afterwards.
 
 Each client streams again and again, alternating OpenAI (``/v1/chat/completions``) and
 Anthropic (``/v1/messages``) requests, and reads each stream to its end. Once
@@ -7,8 +7,10 @@ Anthropic (``/v1/messages``) requests, and reads each stream to its end. Once
 mid-way through a stream. With ``sync`` durability a stream's final event
 (``data: [DONE]``, ``event: message_stop``) leaves only after its record is committed,
 so each of those receipts must be stored. A stream cut by the kill has no proper end,
-so its client knows the answer was not completed; its receipt names a record that was
-never written (counted, not a failure).
+so its client knows the answer was not completed; its record was stored ``pending``
+before the stream's headers, so its receipt must be stored too. Then the store is
+settled as the next gateway start settles it (``ExperienceStore.settle_pending``):
+every cut stream's record must have left ``pending``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import aiohttp
 from fault_cells import Gateway
 from tests.fakes.upstream import FakeUpstreamThread
+
+from reef.experience import open_store
 
 _ENDS = {"openai": b"data: [DONE]", "anthropic": b"event: message_stop"}
 _DEADLINE_SECONDS = 120.0
@@ -40,13 +45,21 @@ class CrashResult:
     failed: int = 0  # requests refused or broken before their headers
     killed_by_sigkill: bool = False
     integrity: str = "not checked"
-    stored: set[str] = field(default_factory=set)
+    stored: dict[str, str] = field(default_factory=dict)  # record id -> status, at the kill
+    settled: dict[str, str] = field(default_factory=dict)  # ... after the next start's settling
     seconds: float = 0.0
 
     @property
     def lost(self) -> list[str]:
-        """Receipts of properly ended streams that are not in the store."""
-        return [receipt for receipt in self.ended if receipt not in self.stored]
+        """Receipts a client saw (streams ended or cut) that are not in the store."""
+        return [receipt for receipt in self.ended + self.cut if receipt not in self.stored]
+
+    def statuses(self, receipts: list[str], where: dict[str, str]) -> str:
+        counts: dict[str, int] = {}
+        for receipt in receipts:
+            status = where.get(receipt, "missing")
+            counts[status] = counts.get(status, 0) + 1
+        return ", ".join(f"{count} `{status}`" for status, count in sorted(counts.items()))
 
     @property
     def ok(self) -> bool:
@@ -55,22 +68,23 @@ class CrashResult:
             and self.integrity == "ok"
             and len(self.ended) >= self.kill_after
             and not self.lost
+            and all(self.settled.get(receipt) != "pending" for receipt in self.cut)
         )
 
     def text(self) -> str:
-        cut_stored = sum(receipt in self.stored for receipt in self.cut)
         return (
             f"crash: {self.clients} concurrent streams, SIGKILL after {len(self.ended)} "
-            f"ended properly; {len(self.lost)} of "
-            f"{len(self.ended)} receipts missing from the store; {len(self.cut)} streams cut "
-            f"by the kill ({cut_stored} of their receipts stored); {self.failed} requests "
-            f"failed before their headers; integrity {self.integrity}: "
-            f"{'ok' if self.ok else 'FAILED'}"
+            f"ended properly; {len(self.lost)} of {len(self.ended) + len(self.cut)} receipts "
+            f"missing from the store; {len(self.cut)} streams cut by the kill (at the kill: "
+            f"{self.statuses(self.cut, self.stored)}; after settling: "
+            f"{self.statuses(self.cut, self.settled)}); {self.failed} requests failed before "
+            f"their headers; integrity {self.integrity}: {'ok' if self.ok else 'FAILED'}"
         )
 
     def markdown(self) -> list[str]:
-        cut_stored = sum(receipt in self.stored for receipt in self.cut)
         verdict = "**ok**" if self.ok else "**FAILED**"
+        ended_stored = sum(receipt in self.stored for receipt in self.ended)
+        cut_stored = sum(receipt in self.stored for receipt in self.cut)
         return [
             "### SIGKILL under concurrent streams",
             "",
@@ -79,15 +93,15 @@ class CrashResult:
             f"SIGKILL once {self.kill_after} streams had ended properly, after "
             f"{self.seconds:.1f} s of load.",
             f"- Receipts of streams whose client saw the proper end: {len(self.ended)}; in "
-            f"the store after the kill: {len(self.ended) - len(self.lost)}; missing: "
-            f"{len(self.lost)}: {verdict}.",
-            f"- SQLite `PRAGMA integrity_check`: {self.integrity}.",
+            f"the store after the kill: {ended_stored} "
+            f"({self.statuses(self.ended, self.stored)}).",
             f"- Streams cut mid-way by the kill: {len(self.cut)} (their clients had the "
-            f"receipt, then saw the connection drop without `[DONE]` or `message_stop`); "
-            f"{cut_stored} of their receipts name a stored record (the upstream had ended "
-            "the stream and its record was committed, the final event had not left yet); "
-            "the others name none: a stream's record is written when the stream ends, so a "
-            "crash mid-stream leaves its receipt without a record.",
+            "receipt, then saw the connection drop without `[DONE]` or `message_stop`); "
+            f"in the store: {cut_stored} ({self.statuses(self.cut, self.stored)}: a stream's "
+            "record is stored `pending` before its headers leave); after the next start's "
+            f"settling: {self.statuses(self.cut, self.settled)}.",
+            f"- Receipts a client saw that name no stored record: {len(self.lost)}: {verdict}.",
+            f"- SQLite `PRAGMA integrity_check`: {self.integrity}.",
         ]
 
 
@@ -112,7 +126,17 @@ def crash_under_streams(
     connection = sqlite3.connect(gateway.database)
     try:
         result.integrity = str(connection.execute("PRAGMA integrity_check").fetchone()[0])
-        result.stored = {row[0] for row in connection.execute("SELECT id FROM records")}
+        result.stored = dict(connection.execute("SELECT id, status FROM records").fetchall())
+    finally:
+        connection.close()
+    store = open_store(f"sqlite:///{gateway.database}")
+    try:
+        store.settle_pending(datetime.now(UTC))  # what the next gateway start does
+    finally:
+        store.close()
+    connection = sqlite3.connect(gateway.database)
+    try:
+        result.settled = dict(connection.execute("SELECT id, status FROM records").fetchall())
     finally:
         connection.close()
     return result

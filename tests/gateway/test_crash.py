@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import os
 import signal
 import sqlite3
@@ -102,3 +104,56 @@ def test_sigkill_loses_no_receipt(tmp_path: Path) -> None:
         connection.close()
     missing = [r for r in receipts if r not in stored]
     assert not missing, f"{len(missing)} of {len(receipts)} receipts lost"
+
+
+def test_a_stream_cut_by_sigkill_is_stored_and_settled_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    with FakeUpstreamThread(slow_chunks=400, slow_interval=0.05) as fake:
+        process, port, db = _start_gateway(tmp_path, fake.base_url)
+        try:
+            _wait_healthy(port, process)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            body = {
+                "model": "reef/crash",
+                "stream": True,
+                "messages": [{"role": "user", "content": "slow-stream"}],
+            }
+            conn.request(
+                "POST",
+                "/v1/chat/completions",
+                json.dumps(body),
+                {"content-type": "application/json"},
+            )
+            response = conn.getresponse()
+            receipt = response.headers["x-reef-record-id"]
+            assert response.readline().startswith(b"data:")
+            os.kill(process.pid, signal.SIGKILL)  # mid-stream
+            process.wait(timeout=10)
+            conn.close()
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+            assert process.stderr is not None
+            process.stderr.close()
+        assert process.returncode == -signal.SIGKILL
+        connection = sqlite3.connect(db)
+        try:
+            row = connection.execute("SELECT status FROM records WHERE id = ?", (receipt,))
+            assert row.fetchone() == ("pending",)
+        finally:
+            connection.close()
+
+        again, port, _ = _start_gateway(tmp_path, fake.base_url)
+        try:
+            _wait_healthy(port, again)
+            record = call(port, "GET", f"/reef/records/{receipt}")
+        finally:
+            again.terminate()
+            again.wait(timeout=30)
+            assert again.stderr is not None
+            again.stderr.close()
+    assert record.status == 200
+    stored = json.loads(record.body)
+    assert stored["status"] == "aborted"
+    assert stored["error"].startswith("interrupted: the gateway stopped before this stream ended")

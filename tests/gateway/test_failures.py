@@ -26,9 +26,15 @@ def newest(gateway: GatewayThread, scenario: str = "support") -> RecordView:
 
 
 def wait_for_record(gateway: GatewayThread, record_id: str) -> RecordView:
-    """The record, once the gateway's background writer has stored it."""
+    """The record, once the gateway has stored its outcome (a stream's is ``pending``
+    from its headers until it ends)."""
+
+    def finished() -> RecordView | None:
+        record = gateway.store.get_record(record_id)
+        return None if record.status == "pending" else record
+
     return eventually(
-        lambda: gateway.store.get_record(record_id),
+        finished,
         f"record {record_id}",
         timeout_seconds=10,
         ignoring=(RecordNotFoundError,),

@@ -8,7 +8,11 @@ from typing import Any, Literal
 
 from reef.core.trust import Trust
 
-RecordStatus = Literal["ok", "error", "aborted"]
+# ``pending``: a stream whose receipt went out with its headers and whose end has not
+# been written yet; the stream's end replaces it with its outcome. One left over after
+# a crash is settled as ``aborted`` when a gateway next starts
+# (``ExperienceStore.settle_pending``).
+RecordStatus = Literal["ok", "error", "aborted", "pending"]
 Purpose = Literal["serve", "eval", "canary"]
 
 
@@ -47,6 +51,10 @@ class RecordDraft:
     # True when the gateway minted ``session_id`` for this record: no earlier turn can
     # exist, so the store skips looking one up.
     session_is_new: bool = False
+    # True when this is the outcome of a record stored earlier as ``pending`` (a
+    # stream's): the store replaces that row's outcome columns instead of inserting one,
+    # keeping its turn and ``created_at``.
+    finishes_pending: bool = False
 
 
 @dataclass(frozen=True)

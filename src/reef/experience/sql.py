@@ -8,6 +8,7 @@ checks stay correct when several gateways share one database.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select, text
+from sqlalchemy import Select, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.elements import ColumnElement
@@ -58,6 +59,8 @@ from reef.experience.sqlqueries import (
     lock_key,
 )
 from reef.experience.sqlrows import (
+    OUTCOME_COLUMNS,
+    PENDING_SETTLED,
     decode_cursor,
     encode_cursor,
     feedback_body_hash,
@@ -156,10 +159,17 @@ class SQLExperienceStore(ExperienceStore):
                     continue
                 if draft.idempotency_key is not None:
                     stored[key] = draft.id  # a later draft in this batch dedupes on it
+                ids.append(draft.id)
+                if draft.finishes_pending and self._finish_pending(conn, draft, now):
+                    continue
                 session = (draft.scenario, draft.session_id)
+                if draft.finishes_pending and session not in next_turn:
+                    # Its pending row was never written (a failed async batch): insert
+                    # it whole, in the turn it would have had.
+                    unfinished = dataclasses.replace(draft, finishes_pending=False)
+                    next_turn.update(self._next_turns(conn, [unfinished]))
                 rows.append(record_row(draft, next_turn[session], now))
                 next_turn[session] += 1
-                ids.append(draft.id)
             if rows:
                 conn.execute(self._insert_records, rows)
         with self._scenarios_lock:
@@ -210,12 +220,30 @@ class SQLExperienceStore(ExperienceStore):
                 stored[(scenario, key)] = record_id
         return stored
 
+    def _finish_pending(self, conn: Connection, draft: RecordDraft, now: datetime) -> bool:
+        """Write ``draft``'s outcome over its ``pending`` row; False when there is none."""
+        row = record_row(draft, 0, now)
+        outcome = {name: row[name] for name in OUTCOME_COLUMNS}
+        done = conn.execute(update(t.records).where(t.records.c.id == draft.id).values(**outcome))
+        return done.rowcount == 1
+
+    def settle_pending(self, before: datetime) -> int:
+        with self._write() as conn:
+            done = conn.execute(
+                update(t.records)
+                .where(t.records.c.status == "pending", t.records.c.created_at < before)
+                .values(status="aborted", error=PENDING_SETTLED)
+            )
+        return int(done.rowcount)
+
     def _next_turns(
         self, conn: Connection, drafts: Sequence[RecordDraft]
     ) -> dict[tuple[str, str], int]:
         sessions_by_scenario: dict[str, set[str]] = defaultdict(set)
         for draft in drafts:
-            if not draft.session_is_new:  # a freshly minted session has no stored turn
+            if (
+                not draft.session_is_new and not draft.finishes_pending
+            ):  # a freshly minted session has no stored turn
                 sessions_by_scenario[draft.scenario].add(draft.session_id)
         next_turn: dict[tuple[str, str], int] = defaultdict(int)
         for scenario, sessions in sessions_by_scenario.items():

@@ -19,6 +19,7 @@ block the loop behind another process's transaction.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import threading
 from collections import defaultdict
@@ -32,12 +33,16 @@ from sqlalchemy.pool import PoolProxiedConnection
 from reef.experience import schema as t
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.records import RecordDraft
-from reef.experience.sqlrows import record_row
+from reef.experience.sqlrows import OUTCOME_COLUMNS, record_row
 
 _COLUMNS = [column.name for column in t.records.columns]
 _INSERT_RECORDS = (
     f"INSERT OR IGNORE INTO records ({', '.join(_COLUMNS)}) "
     f"VALUES ({', '.join(':' + name for name in _COLUMNS)})"
+)
+_FINISH_PENDING = (
+    f"UPDATE records SET {', '.join(f'{name} = :{name}' for name in OUTCOME_COLUMNS)} "
+    "WHERE id = :id"
 )
 _INSERT_SCENARIO = (
     "INSERT OR IGNORE INTO scenarios (name, created_at, config_json) VALUES (?, ?, NULL)"
@@ -160,15 +165,30 @@ class SQLiteRecordWriter:
                     ids.append(stored[key])
                     continue
                 stored[key] = draft.id  # a later draft of this batch dedupes on it
+            ids.append(draft.id)
+            if draft.finishes_pending and _finish_pending(cursor, draft, now):
+                continue
             session = (draft.scenario, draft.session_id)
+            if draft.finishes_pending and session not in next_turn:
+                # Its pending row was never written (a failed async batch): insert it
+                # whole, in the turn it would have had.
+                next_turn.update(
+                    _next_turns(cursor, [dataclasses.replace(draft, finishes_pending=False)])
+                )
             row = record_row(draft, next_turn[session], now)
             row["created_at"] = self._created_at(row["created_at"])
             rows.append(row)
             next_turn[session] += 1
-            ids.append(draft.id)
         if rows:
             cursor.executemany(_INSERT_RECORDS, rows)
         return ids
+
+
+def _finish_pending(cursor: sqlite3.Cursor, draft: RecordDraft, now: datetime) -> bool:
+    """Write ``draft``'s outcome over its ``pending`` row; False when there is none."""
+    row = record_row(draft, 0, now)
+    cursor.execute(_FINISH_PENDING, {name: row[name] for name in ("id", *OUTCOME_COLUMNS)})
+    return cursor.rowcount == 1
 
 
 def _grouped(
@@ -201,7 +221,9 @@ def _next_turns(
     """One more than the highest stored turn of each session. A session the gateway has
     just minted has no stored turn by construction, so it costs no query."""
     next_turn: dict[tuple[str, str], int] = defaultdict(int)
-    existing = _grouped(drafts, lambda d: None if d.session_is_new else d.session_id)
+    existing = _grouped(
+        drafts, lambda d: None if d.session_is_new or d.finishes_pending else d.session_id
+    )
     for scenario, sessions in existing.items():
         for start in range(0, len(sessions), _IN_CHUNK):
             chunk = sessions[start : start + _IN_CHUNK]

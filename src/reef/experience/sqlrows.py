@@ -64,6 +64,24 @@ def record_row(draft: RecordDraft, turn: int, created_at: datetime) -> dict[str,
     }
 
 
+# What a stream's end writes over its ``pending`` row; the rest (turn, session, request,
+# created_at, ...) was fixed when the stream began.
+OUTCOME_COLUMNS = (
+    "response_json",
+    "status",
+    "error",
+    "latency_ms",
+    "usage_json",
+    "content_hash",
+    "continuation_hash",
+    "idempotency_key",
+)
+
+PENDING_SETTLED = (
+    "interrupted: the gateway stopped before this stream ended (settled at the next start)"
+)
+
+
 def record_view(row: Mapping[Any, Any], feedback: tuple[FeedbackView, ...]) -> RecordView:
     """A ``RecordView`` from a ``records`` row and its feedback."""
     return RecordView(

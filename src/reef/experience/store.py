@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 
 from reef.experience.records import (
     FeedbackDraft,
@@ -54,6 +55,14 @@ class ExperienceStore(ABC):
         the hand-off to a writer thread. The default never writes now.
         """
         return None
+
+    @abstractmethod
+    def settle_pending(self, before: datetime) -> int:
+        """Mark records still ``pending`` (streams whose end was never written) that were
+        created before ``before`` as ``aborted``, saying the gateway stopped mid-stream;
+        how many. A gateway calls it as it starts, with its start time. A stream still
+        running on another gateway of the same store is marked too, and its end then
+        writes its real outcome over the mark."""
 
     @abstractmethod
     def find_session(

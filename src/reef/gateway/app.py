@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.applications import Starlette
@@ -241,6 +242,10 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Streams a gateway was relaying when it died stay ``pending``: settle them.
+        settled = await asyncio.to_thread(store.settle_pending, datetime.now(UTC))
+        if settled:
+            log.warning("%d stream(s) were cut by a gateway stop; recorded as aborted", settled)
         writer.start()
         await activation.start()
         freeze_startup_objects()

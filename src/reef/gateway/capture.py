@@ -41,6 +41,9 @@ class Exchange:
     capture: bool
     purpose: Purpose  # the caller's (serve | eval), or canary when the canary arm serves
     session_is_new: bool = False
+    # True once the exchange's record is stored as ``pending`` (a stream, before its
+    # headers): its outcome then finishes that row.
+    pending: bool = False
     started: float = field(default_factory=time.perf_counter)
 
     def latency_ms(self) -> float:
@@ -139,7 +142,15 @@ class Recorder:
             # is served afresh (and recorded apart) instead of replaying the failure.
             idempotency_key=exchange.headers.idempotency_key if status == "ok" else None,
             session_is_new=exchange.session_is_new,
+            finishes_pending=exchange.pending,
         )
+
+    async def record_pending(self, exchange: Exchange, alone: bool = False) -> None:
+        """Store ``exchange`` as ``pending`` before its receipt goes out with a stream's
+        headers, so the receipt names a stored record even if the gateway dies before the
+        stream ends; the outcome written later (``record``) finishes that row."""
+        await self.writer.submit(self.draft(exchange, None, None, "pending", None), alone)
+        exchange.pending = True
 
     async def record(self, draft: RecordDraft, alone: bool = False) -> None:
         """Write ``draft`` so that ``draft.id`` names a stored record (its receipt may be

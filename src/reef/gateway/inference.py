@@ -472,6 +472,12 @@ class InferenceRoutes:
             stream = await plan.upstream.open_stream(plan.request)
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
+        if exchange.capture:
+            try:
+                await self.state.recorder.record_pending(exchange, self._alone())
+            except BaseException:
+                await stream.aclose()
+                raise
         headers = {**self._receipt(exchange), "cache-control": "no-cache"}
         on_end = None
         if lead is not None:

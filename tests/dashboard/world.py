@@ -176,7 +176,7 @@ class DashboardWorld:
 
 
 def _holdout(questions: range, author: str, trust: Trust) -> list[EvalItem]:
-    """Held-out items whose references ``author`` wrote (as learning.gating makes them)."""
+    """Held-out items whose references ``author`` wrote (as learning.holdout makes them)."""
     return [
         EvalItem(
             id=f"{author}-{i}",

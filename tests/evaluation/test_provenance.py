@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from reef.core import Trust
 from reef.evaluation.config import GateRule
-from reef.evaluation.scoring import decide_results
+from reef.evaluation.decision import decide_results
 from reef.evaluation.values import Arm, EvalItem, ItemResult, Provenance
 
 RULE = GateRule(min_items=10, bootstrap_samples=300)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reef.gateway.activation import ServingRelease
-from reef.gateway.canary import CanaryRoute
+from reef.gateway.canary_arm import CanaryRoute
 
 SESSIONS = [f"session-{n}" for n in range(20_000)]
 

@@ -58,11 +58,11 @@ def run_command(
     from reef.config import load_settings
     from reef.core.errors import NotFoundError
     from reef.evaluation.config import GateRule
+    from reef.evaluation.decision import decide_results, score_answers
     from reef.evaluation.report import write_report
     from reef.evaluation.results import EvaluationStore
     from reef.evaluation.runner import GatewayTarget, collect_answers
     from reef.evaluation.scorers import ScorerContext, ScorerRegistry
-    from reef.evaluation.scoring import decide_results, score_answers
     from reef.evaluation.suites import load_suite
     from reef.experience import open_store
     from reef.releases import ReleaseChain

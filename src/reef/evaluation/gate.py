@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 from reef.core.errors import ReefError
 from reef.evaluation.config import GateConfig
+from reef.evaluation.decision import decide_results, score_answers
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget, collect_answers
 from reef.evaluation.safety import leak_probe_items, planted_instructions
 from reef.evaluation.scorers import ScorerContext, ScorerRegistry
-from reef.evaluation.scoring import decide_results, score_answers
 from reef.evaluation.suites import load_suite, regression_suites
 from reef.evaluation.values import Answer, Decision, EvalItem, ItemResult
 from reef.harness import Harness

@@ -25,7 +25,7 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
-from reef.gateway.canary import CanaryRoute, CanaryStatus
+from reef.gateway.canary_arm import CanaryRoute, CanaryStatus
 from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
 from reef.harness import bundle_digest as compute_bundle_digest
 from reef.releases import (

@@ -44,11 +44,11 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
-from reef.evaluation.canary import CanaryMonitor, CanaryOutcome
+from reef.evaluation.canary_monitor import CanaryMonitor, CanaryOutcome
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.experience.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
-from reef.learning.gating import build_gate, holdout_items, trusted_references
+from reef.learning.holdout import build_gate, holdout_items, trusted_references
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
 from reef.learning.reflect import make_reflect

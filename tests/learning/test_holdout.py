@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reef.core import new_id
 from reef.experience import FeedbackDraft
-from reef.learning.gating import holdout_items
+from reef.learning.holdout import holdout_items
 from reef.learning.recipes import parse_recipe
 from tests.learning.test_worker import SCENARIO, _draft, open_world
 

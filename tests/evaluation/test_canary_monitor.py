@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reef.evaluation.canary import CanaryMonitor
+from reef.evaluation.canary_monitor import CanaryMonitor
 from reef.evaluation.config import GateRule
 from tests.evaluation.gate_setup import QuizWorld, fact, quiz_world, write_suite
 from tests.gateway.rawhttp import call

@@ -1,24 +1,30 @@
 """``reflect``: one chat completion from a scenario's upstream, for reflective learners.
 
 The worker hands learners ``LearnerContext.reflect(messages) -> str``. It posts to the
-scenario's upstream (``settings.upstream_for(scenario)``) with the scenario's model: the
-OpenAI dialect (``{base_url}/chat/completions``) or Anthropic's (``{base_url}/messages``).
+scenario's upstream (``settings.upstream_for(scenario)``) with the scenario's model
+through ``reef.upstream`` (the same client, timeouts, retries and credentials as the
+gateway's): the OpenAI dialect (``/chat/completions``) or Anthropic's (``/messages``).
 A ``local`` upstream has no URL in the config (``reef serve`` starts it), so the worker
 passes the engine's base URL in ``base_url``.
 
-Blocking and stdlib-only on purpose: learners run in worker threads, not an event loop.
+Blocking on purpose: learners run in worker threads, not an event loop, so each call
+runs the async client on a short event loop of its own.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+import orjson
+
 from reef.config import ReefSettings
+from reef.config.models import UpstreamConfig
+from reef.core import dumps
 from reef.core.errors import ReefError
+from reef.upstream import HTTPUpstream, UpstreamError, UpstreamRequest
 
 Reflect = Callable[[list[dict[str, Any]]], str]
 
@@ -51,9 +57,9 @@ def make_reflect(
         default_model = settings.scenario(scenario).model or upstream.model
     url = (base_url or upstream.base_url or "").rstrip("/")
     model = model or default_model or scenario
-    key = upstream.api_key.get_secret_value() if upstream.api_key else None
-    timeout = upstream.total_timeout_seconds
-    anthropic = upstream.type == "anthropic"
+    # A ``local`` upstream is the embedded engine: OpenAI-compatible at the given URL.
+    kind = "openai" if upstream.type == "local" else upstream.type
+    config = upstream.model_copy(update={"base_url": url, "type": kind})
 
     def reflect(messages: list[dict[str, Any]]) -> str:
         if not url:
@@ -61,48 +67,51 @@ def make_reflect(
                 f"upstream {name!r} of scenario {scenario!r} has no base_url to reflect with "
                 "(a `local` upstream needs the worker's base URL override)"
             )
-        if anthropic:
-            body, headers = _anthropic_request(messages, model, max_tokens, key)
-            headers["anthropic-version"] = upstream.anthropic_version
-            reply = _post(f"{url}/messages", body, headers, timeout)
-            return _anthropic_text(reply)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        if config.type == "anthropic":
+            body = _anthropic_request(messages, model, max_tokens)
+            return _anthropic_text(_blocking(_ask(name, config, "/messages", body)))
         body = {"model": model, "messages": messages, "max_tokens": max_tokens}
-        reply = _post(f"{url}/chat/completions", body, headers, timeout)
-        return _openai_text(reply)
+        return _openai_text(_blocking(_ask(name, config, "/chat/completions", body)))
 
     return reflect
 
 
+def _blocking(call: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``call`` to its end from synchronous code: on an event loop of its own, in
+    another thread when this one already runs a loop (a caller inside async code)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(call)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reef-reflect") as pool:
+        return pool.submit(asyncio.run, call).result()
+
+
+async def _ask(name: str, config: UpstreamConfig, path: str, body: dict[str, Any]) -> Any:
+    """One non-streaming call on a client made for this event loop."""
+    upstream = HTTPUpstream(name, config)
+    where = f"{config.base_url}{path}"
+    try:
+        answer = await upstream.send(UpstreamRequest(path, dumps(body), stream=False))
+    except UpstreamError as error:
+        raise ReflectError(f"reflector at {where}: {error.message}") from error
+    finally:
+        await upstream.aclose()
+    try:
+        return orjson.loads(answer.body)
+    except orjson.JSONDecodeError as error:
+        raise ReflectError(f"reflector at {where} answered with invalid JSON") from error
+
+
 def _anthropic_request(
-    messages: list[dict[str, Any]], model: str, max_tokens: int, key: str | None
-) -> tuple[dict[str, Any], dict[str, str]]:
+    messages: list[dict[str, Any]], model: str, max_tokens: int
+) -> dict[str, Any]:
     system = "\n\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
     rest = [m for m in messages if m.get("role") != "system"]
     body: dict[str, Any] = {"model": model, "messages": rest, "max_tokens": max_tokens}
     if system:
         body["system"] = system
-    headers = {"x-api-key": key} if key else {}
-    return body, headers
-
-
-def _post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float) -> Any:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **headers},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        detail = error.read().decode(errors="replace")[:500]
-        raise ReflectError(f"reflector at {url} answered {error.code}: {detail}") from error
-    except (urllib.error.URLError, TimeoutError, OSError) as error:
-        raise ReflectError(f"reflector at {url} unreachable: {error}") from error
-    except ValueError as error:
-        raise ReflectError(f"reflector at {url} answered with invalid JSON") from error
+    return body
 
 
 def _openai_text(reply: Any) -> str:

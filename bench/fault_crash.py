@@ -43,6 +43,7 @@ class CrashResult:
     ended: list[str] = field(default_factory=list)  # receipts of properly ended streams
     cut: list[str] = field(default_factory=list)  # receipts of streams the kill cut
     failed: int = 0  # requests refused or broken before their headers
+    failures: dict[str, int] = field(default_factory=dict)  # why, e.g. "503" or an error name
     killed_by_sigkill: bool = False
     integrity: str = "not checked"
     stored: dict[str, str] = field(default_factory=dict)  # record id -> status, at the kill
@@ -53,6 +54,15 @@ class CrashResult:
     def lost(self) -> list[str]:
         """Receipts a client saw (streams ended or cut) that are not in the store."""
         return [receipt for receipt in self.ended + self.cut if receipt not in self.stored]
+
+    def fail(self, why: str) -> None:
+        self.failed += 1
+        self.failures[why] = self.failures.get(why, 0) + 1
+
+    def failure_text(self) -> str:
+        if not self.failed:
+            return "none"
+        return ", ".join(f"{count} {why}" for why, count in sorted(self.failures.items()))
 
     def statuses(self, receipts: list[str], where: dict[str, str]) -> str:
         counts: dict[str, int] = {}
@@ -78,7 +88,8 @@ class CrashResult:
             f"missing from the store; {len(self.cut)} streams cut by the kill (at the kill: "
             f"{self.statuses(self.cut, self.stored)}; after settling: "
             f"{self.statuses(self.cut, self.settled)}); {self.failed} requests failed before "
-            f"their headers; integrity {self.integrity}: {'ok' if self.ok else 'FAILED'}"
+            f"their headers ({self.failure_text()}); integrity {self.integrity}: "
+            f"{'ok' if self.ok else 'FAILED'}"
         )
 
     def markdown(self) -> list[str]:
@@ -101,6 +112,8 @@ class CrashResult:
             "record is stored `pending` before its headers leave); after the next start's "
             f"settling: {self.statuses(self.cut, self.settled)}.",
             f"- Receipts a client saw that name no stored record: {len(self.lost)}: {verdict}.",
+            f"- Requests that failed before their headers (no receipt): {self.failed} "
+            f"({self.failure_text()}).",
             f"- SQLite `PRAGMA integrity_check`: {self.integrity}.",
         ]
 
@@ -156,14 +169,14 @@ async def _load_then_kill(gateway: Gateway, result: CrashResult) -> None:
             try:
                 async with session.post(url, json=body) as response:
                     if response.status != 200:
-                        result.failed += 1
+                        result.fail(str(response.status))
                         continue
                     receipt = response.headers["x-reef-record-id"]
                     async for line in response.content:
                         ended = ended or line.startswith(_ENDS[dialect])
-            except (aiohttp.ClientError, TimeoutError):
+            except (aiohttp.ClientError, TimeoutError) as error:
                 if receipt is None:
-                    result.failed += 1
+                    result.fail(type(error).__name__)
                     continue
             # Seen the end: the record was committed before it was sent, whatever came after.
             (result.ended if ended else result.cut).append(receipt)

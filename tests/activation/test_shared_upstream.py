@@ -16,6 +16,7 @@ from reef.engine.server import BackgroundServer
 from reef.gateway.activation import AdapterPool
 from reef.upstream import Upstream, build_upstream
 from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_letter_adapter
+from tests.fakes.upstream import FakeUpstream
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 
@@ -50,3 +51,26 @@ def test_pools_sharing_an_engine(tmp_path: Path) -> None:
         asyncio.run(scenario())
     finally:
         engine.stop()
+
+
+def test_pools_sharing_a_vllm_shaped_upstream(tmp_path: Path) -> None:
+    """vLLM refuses a second load with a 400 whose message alone says why."""
+    path = make_letter_adapter(tmp_path / "a", "a")
+
+    async def scenario() -> None:
+        fake = FakeUpstream(adapters=True)
+        await fake.start()
+        config = UpstreamConfig(type="openai", base_url=fake.base_url, model="m", max_retries=0)
+        upstreams = [build_upstream("vllm", config) for _ in range(2)]
+        try:
+            first = AdapterPool(upstreams[0], limit=1)
+            second = AdapterPool(upstreams[1], limit=1, unload=False)
+            assert await first.ensure("s@aaaa", path, adapter_digest(path), set())
+            assert await second.ensure("s@aaaa", path, adapter_digest(path), set())
+            assert list(second.slots) == ["s@aaaa"]
+        finally:
+            for upstream in upstreams:
+                await upstream.aclose()
+            await fake.stop()
+
+    asyncio.run(scenario())

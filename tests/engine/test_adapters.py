@@ -11,8 +11,10 @@ from pathlib import Path
 import openai
 import pytest
 
+from reef.config.models import UpstreamConfig
 from reef.engine.digest import adapter_digest
 from reef.engine.server import ADAPTER_DIGEST_HEADER
+from reef.upstream import AdapterAlreadyLoadedError, HTTPUpstream, UpstreamRejectedError
 from tests.engine.conftest import TINY, Admin
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
@@ -77,8 +79,9 @@ async def test_duplicate_name_is_400_unless_inplace(
     client: openai.AsyncOpenAI, admin: Admin, letter_adapters: dict[str, Path]
 ) -> None:
     await admin.load("slot", letter_adapters["a"])
-    status, _ = await admin.load("slot", letter_adapters["b"])
+    status, text = await admin.load("slot", letter_adapters["b"])
     assert status == 400
+    assert json.loads(text)["error"]["code"] == "adapter_already_loaded"
     assert await say(client, "slot") == "aaaaaa"
     assert (await admin.load("slot", letter_adapters["b"], load_inplace=True))[0] == 200
     assert await say(client, "slot") == "bbbbbb"
@@ -197,3 +200,20 @@ def test_digest_refuses_symlinks(tmp_path: Path) -> None:
     (root / "link").symlink_to(tmp_path)
     with pytest.raises(Exception, match="symbolic link"):
         adapter_digest(root)
+
+
+async def test_the_gateways_client_tells_an_adapter_served_already_by_its_code(
+    admin: Admin, letter_adapters: dict[str, Path], tmp_path: Path
+) -> None:
+    upstream = HTTPUpstream(
+        "engine", UpstreamConfig(type="openai", base_url=admin.base_url, max_retries=0)
+    )
+    try:
+        await upstream.load_adapter("dup", str(letter_adapters["a"]), None)
+        with pytest.raises(AdapterAlreadyLoadedError):
+            await upstream.load_adapter("dup", str(letter_adapters["a"]), None)
+        with pytest.raises(UpstreamRejectedError) as other:  # another refusal stays itself
+            await upstream.load_adapter("other", str(letter_adapters["a"]), "sha256:" + "0" * 64)
+        assert not isinstance(other.value, AdapterAlreadyLoadedError)
+    finally:
+        await upstream.aclose()

@@ -180,8 +180,19 @@ class FakeUpstream:
     async def _load_adapter(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self._note(request, body)
-        self.adapters.add(body["lora_name"])
-        return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' added.")
+        name = body["lora_name"]
+        if name in self.adapters and not body.get("load_inplace"):
+            # vLLM's answer, word for word: a 400 whose only tell is the message.
+            error = {
+                "object": "error",
+                "message": f"The lora adapter '{name}' has already been loaded.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+            return web.json_response(error, status=400)
+        self.adapters.add(name)
+        return web.Response(text=f"Success: LoRA adapter '{name}' added.")
 
     async def _unload_adapter(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())

@@ -14,6 +14,7 @@ import pytest
 from reef.config.models import UpstreamConfig
 from reef.core.errors import ReefError
 from reef.upstream import (
+    AdapterAlreadyLoadedError,
     HTTPUpstream,
     OpenAIStreamAssembler,
     SSEParser,
@@ -376,3 +377,21 @@ async def test_a_pooled_connection_poisoned_by_a_stale_read_timer_is_retried(
     answer = await upstream.send(chat("second"))
     assert answer.status == 200
     assert orjson.loads(answer.body)["choices"][0]["message"]["content"] == "echo: second"
+
+
+async def test_an_adapter_name_served_already_is_its_own_error_type() -> None:
+    server = FakeUpstream(adapters=True)
+    await server.start()
+    client = HTTPUpstream("fake", config(server.base_url), backoff_seconds=0.01)
+    try:
+        await client.load_adapter("support@abc", "/adapters/abc", None)
+        # vLLM's 400 says so only in its message; the type says it to callers.
+        with pytest.raises(AdapterAlreadyLoadedError) as info:
+            await client.load_adapter("support@abc", "/adapters/abc", None)
+        assert info.value.upstream_status == 400
+        await client.unload_adapter("support@abc")
+        await client.load_adapter("support@abc", "/adapters/abc", None)
+        assert server.adapters == {"support@abc"}
+    finally:
+        await client.aclose()
+        await server.stop()

@@ -23,7 +23,12 @@ class AdapterRejectedError(InvalidInputError):
 
 
 class AdapterConflictError(ConflictError):
-    """An adapter of that name is already loaded (pass ``load_inplace`` to replace it)."""
+    """An adapter of that name is already loaded (pass ``load_inplace`` to replace it).
+    Answered 400 as vLLM answers it, with the error code ``ADAPTER_ALREADY_LOADED``."""
+
+
+ADAPTER_ALREADY_LOADED = "adapter_already_loaded"
+"""The ``error.code`` of ``AdapterConflictError`` on the wire (``reef.upstream`` reads it)."""
 
 
 class BadRequestError(InvalidInputError):

@@ -23,6 +23,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
+from reef.engine.errors import ADAPTER_ALREADY_LOADED, AdapterConflictError
 from reef.engine.models import load_model
 from reef.engine.protocol import (
     ChatCompletionRequest,
@@ -60,6 +61,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except NotFoundError as exc:
         return _error(404, exc.message, "model_not_found")
+    except AdapterConflictError as exc:  # 400 as vLLM answers, with a code to tell it by
+        return _error(400, exc.message, ADAPTER_ALREADY_LOADED)
     except (InvalidInputError, ConflictError) as exc:
         return _error(400, exc.message)
     except ReefError as exc:

@@ -36,7 +36,11 @@ from reef.releases import (
     ReleaseChain,
     ReleaseManifest,
 )
-from reef.upstream import Upstream, UpstreamRejectedError, UpstreamRequest
+from reef.upstream import (
+    AdapterAlreadyLoadedError,
+    Upstream,
+    UpstreamRequest,
+)
 
 log = logging.getLogger("reef.gateway.activation")
 
@@ -126,9 +130,7 @@ class AdapterPool:
                 return False
             try:
                 await self.upstream.load_adapter(name, str(path), digest)
-            except UpstreamRejectedError as exc:
-                if "already" not in exc.message.lower():
-                    raise
+            except AdapterAlreadyLoadedError:
                 log.info("adapter %s was already loaded in %s", name, self.upstream.name)
             self.slots[name] = _AdapterSlot(last_used=time.monotonic())
             if not self.unload:

@@ -17,6 +17,8 @@ raises only the ``UpstreamError`` subclasses, gets a ``type`` in
 
 from reef.upstream.assemble import AnthropicStreamAssembler, OpenAIStreamAssembler
 from reef.upstream.base import (
+    ADAPTER_ALREADY_LOADED,
+    AdapterAlreadyLoadedError,
     Dialect,
     Upstream,
     UpstreamError,
@@ -58,7 +60,9 @@ from reef.upstream.translate import (
 )
 
 __all__ = [
+    "ADAPTER_ALREADY_LOADED",
     "RAW_ARGUMENTS_KEY",
+    "AdapterAlreadyLoadedError",
     "AnthropicStreamAssembler",
     "Dialect",
     "HTTPUpstream",

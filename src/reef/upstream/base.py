@@ -67,9 +67,28 @@ class UpstreamMalformedError(UpstreamError):
 
 
 class UpstreamRejectedError(UpstreamError):
-    """The upstream refused the request with a 4xx (not 429); relayed with its status."""
+    """The upstream refused the request with a 4xx (not 429); relayed with its status.
+    ``code`` is the error body's machine-readable ``error.code`` when it sent one."""
 
     reason: ClassVar[str] = "upstream_rejected"
+
+    def __init__(
+        self,
+        message: str,
+        status: int = 502,
+        upstream_status: int | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message, status, upstream_status)
+        self.code = code
+
+
+class AdapterAlreadyLoadedError(UpstreamRejectedError):
+    """``load_adapter``: the upstream already serves an adapter of that name."""
+
+
+ADAPTER_ALREADY_LOADED = "adapter_already_loaded"
+"""The ``error.code`` with which the embedded engine refuses an adapter name it serves."""
 
 
 @dataclass(frozen=True)

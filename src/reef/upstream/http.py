@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -20,6 +21,8 @@ from reef.config.models import UpstreamConfig
 from reef.core.errors import ReefError
 from reef.core.jsoncodec import dumps, loads
 from reef.upstream.base import (
+    ADAPTER_ALREADY_LOADED,
+    AdapterAlreadyLoadedError,
     Dialect,
     Upstream,
     UpstreamError,
@@ -58,6 +61,7 @@ _CONNECTION_LIMIT: Final = 8192
 _BACKOFF_CAP_SECONDS: Final = 8.0
 _ERROR_TEXT_LIMIT: Final = 500
 _EVENT_STREAM: Final = "text/event-stream"
+_VLLM_ALREADY_LOADED: Final = re.compile(r"has already been loaded", re.IGNORECASE)
 
 
 class HTTPUpstream(Upstream):
@@ -135,7 +139,14 @@ class HTTPUpstream(Upstream):
         payload: dict[str, str] = {"lora_name": name, "lora_path": path}
         if expected_digest is not None:
             payload["expected_digest"] = expected_digest
-        await self._adapter_call("/load_lora_adapter", payload)
+        try:
+            await self._adapter_call("/load_lora_adapter", payload)
+        except UpstreamRejectedError as exc:
+            if _already_loaded(exc):
+                raise AdapterAlreadyLoadedError(
+                    exc.message, exc.status, exc.upstream_status, exc.code
+                ) from exc
+            raise
 
     async def unload_adapter(self, name: str) -> None:
         """``POST {base_url}/unload_lora_adapter``."""
@@ -250,9 +261,9 @@ class HTTPUpstream(Upstream):
                 status = response.status
                 if status < 300:
                     return response
-                message = await self._error_text(response)
+                message, code = await self._error_text(response)
                 if status != 429 and status < 500:
-                    raise _not_retried(message, status)
+                    raise _not_retried(message, status, code)
                 failure = UpstreamUnavailableError(message, upstream_status=status)
                 if status in (429, 503):
                     retry_after = parse_retry_after(response.headers.get("Retry-After"))
@@ -268,13 +279,14 @@ class HTTPUpstream(Upstream):
         nominal: float = min(_BACKOFF_CAP_SECONDS, self._backoff_seconds * 2.0**attempt)
         return nominal / 2 + random.uniform(0, nominal / 2)
 
-    async def _error_text(self, response: aiohttp.ClientResponse) -> str:
+    async def _error_text(self, response: aiohttp.ClientResponse) -> tuple[str, str | None]:
+        """The error body's message and its ``error.code``, if any."""
         try:
             body = await response.read()
         except (TimeoutError, aiohttp.ClientError):
             response.close()
             body = b""
-        return error_message_from_body(body, response.status)
+        return error_message_from_body(body, response.status), _error_code(body)
 
     def _timeout_error(self, exc: BaseException, *, began: bool = False) -> UpstreamTimeoutError:
         """A read timeout (``began``: the answer had started, so it stalled) or the
@@ -415,9 +427,30 @@ def _poisoned(exc: BaseException, elapsed: float, read_timeout: float) -> bool:
     return isinstance(exc, aiohttp.SocketTimeoutError) and elapsed < read_timeout * 0.9
 
 
-def _not_retried(message: str, status: int) -> UpstreamError:
+def _not_retried(message: str, status: int, code: str | None) -> UpstreamError:
     if status < 400:  # a redirect: not the client's fault, and not followed
         return UpstreamUnavailableError(
             f"upstream answered an unexpected HTTP {status}: {message}", upstream_status=status
         )
-    return UpstreamRejectedError(message, status=status, upstream_status=status)
+    return UpstreamRejectedError(message, status=status, upstream_status=status, code=code)
+
+
+def _error_code(body: bytes) -> str | None:
+    """``error.code`` of an OpenAI-style error body, when it is a string."""
+    try:
+        data: Any = loads(body)
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def _already_loaded(exc: UpstreamRejectedError) -> bool:
+    """Whether a refused ``load_lora_adapter`` says the name is served already: the
+    embedded engine says so by its error code; vLLM has no code for it, only a 400 whose
+    message is part of its runtime-LoRA protocol ("The lora adapter 'x' has already been
+    loaded."), read here and nowhere else."""
+    if exc.code == ADAPTER_ALREADY_LOADED:
+        return True
+    return exc.upstream_status == 400 and _VLLM_ALREADY_LOADED.search(exc.message) is not None

@@ -26,7 +26,12 @@ from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
-from reef.gateway.errors import ErrorDialect, error_body, error_response, server_error
+from reef.gateway.errors import (
+    dialect_of,
+    error_body,
+    reef_error,
+    server_error,
+)
 from reef.gateway.evaluation_admin import EvaluationAdminRoutes
 from reef.gateway.feedback import FeedbackRoutes
 from reef.gateway.inference import InferenceRoutes
@@ -97,10 +102,7 @@ class OpsRoutes:
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics`` in Prometheus text format (admin key when keys are set)."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
         return Response(
             self.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
@@ -108,10 +110,7 @@ class OpsRoutes:
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: one ``reef/<scenario>`` entry per configured scenario, then
         the models of the upstreams (best effort)."""
-        try:
-            principal = self.state.auth.authenticate(request)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        principal = self.state.auth.authenticate(request)
         names = ["reef/default"] + [f"reef/{name}" for name in self.state.settings.scenarios]
         if principal.scenarios is not None:
             names = [n for n in names if n.removeprefix("reef/") in principal.scenarios]
@@ -129,7 +128,7 @@ class OpsRoutes:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    dialect: ErrorDialect = "anthropic" if request.url.path == "/v1/messages" else "openai"
+    dialect = dialect_of(request.url.path)
     return Response(
         error_body(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", dialect),
         status_code=exc.status_code,
@@ -261,7 +260,11 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: server_error},
+        exception_handlers={
+            HTTPException: _http_error,
+            ReefError: reef_error,
+            Exception: server_error,
+        },
     )
     app.state.reef = state
     return InferenceFastPath(

@@ -115,6 +115,21 @@ def error_response(
     )
 
 
+def dialect_of(path: str) -> ErrorDialect:
+    """The error dialect of a route: Anthropic's for ``/v1/messages``, else OpenAI's."""
+    return "anthropic" if path == "/v1/messages" else "openai"
+
+
+async def reef_error(request: Request, exc: Exception) -> Response:
+    """Any ``ReefError`` a route raises, answered in the route's dialect: the one place
+    that maps domain errors to HTTP for every route (``status_for``)."""
+    assert isinstance(exc, ReefError)
+    response = error_response(exc, dialect_of(request.url.path))
+    if response.status_code >= 500:
+        log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+    return response
+
+
 async def server_error(request: Request, exc: Exception) -> Response:
     """The 500 for an unexpected error (logged with its traceback), in the OpenAI shape."""
     log.exception("unhandled error on %s %s", request.method, request.url.path)

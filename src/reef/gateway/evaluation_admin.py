@@ -18,9 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import InvalidInputError
 from reef.evaluation.results import EvaluationStore
-from reef.gateway.errors import error_response
 from reef.gateway.release_admin import _parse
 from reef.gateway.requests import check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
@@ -54,65 +53,53 @@ class EvaluationAdminRoutes:
 
     async def candidates(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/candidates``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            raw = request.query_params.get("state")
-            if raw is not None and raw not in CANDIDATE_STATES:
-                raise InvalidInputError(
-                    f"state must be one of {', '.join(CANDIDATE_STATES)}, not {raw!r}"
-                )
-            state: CandidateState | None = raw
-            found = await asyncio.to_thread(
-                self.state.activation.chain.candidates, scenario, state, _limit(request)
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        raw = request.query_params.get("state")
+        if raw is not None and raw not in CANDIDATE_STATES:
+            raise InvalidInputError(
+                f"state must be one of {', '.join(CANDIDATE_STATES)}, not {raw!r}"
             )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        state: CandidateState | None = raw
+        found = await asyncio.to_thread(
+            self.state.activation.chain.candidates, scenario, state, _limit(request)
+        )
         return _json({"data": [candidate.as_dict() for candidate in found]})
 
     async def evaluations_of(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/evaluations``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            found = await asyncio.to_thread(self.evaluations.list, scenario, None, _limit(request))
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        found = await asyncio.to_thread(self.evaluations.list, scenario, None, _limit(request))
         return _json({"data": [evaluation.as_dict() for evaluation in found]})
 
     async def evaluation(self, request: Request) -> Response:
         """``GET /reef/evaluations/{evaluation_id}``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            evaluation_id = request.path_params["evaluation_id"]
-            found = await asyncio.to_thread(self.evaluations.get, evaluation_id)
-            results = await asyncio.to_thread(self.evaluations.results, evaluation_id)
-            data = found.as_dict()
-            data["results"] = [result.as_dict() for result in results]
-            if request.query_params.get("items") in ("1", "true"):
-                items = await asyncio.to_thread(self.evaluations.items, evaluation_id)
-                data["items"] = [item.as_dict() for item in items]
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        evaluation_id = request.path_params["evaluation_id"]
+        found = await asyncio.to_thread(self.evaluations.get, evaluation_id)
+        results = await asyncio.to_thread(self.evaluations.results, evaluation_id)
+        data = found.as_dict()
+        data["results"] = [result.as_dict() for result in results]
+        if request.query_params.get("items") in ("1", "true"):
+            items = await asyncio.to_thread(self.evaluations.items, evaluation_id)
+            data["items"] = [item.as_dict() for item in items]
         return _json(data)
 
     async def abandon(self, request: Request) -> Response:
         """``POST /reef/candidates/{candidate_id}/abandon``."""
-        try:
-            principal = self.state.auth.authenticate(request)
-            principal.require_admin()
-            body = await read_json_object(request, self.state.settings.server.max_body_bytes)
-            parsed: AbandonIn = _parse(AbandonIn, body)
-            chain = self.state.activation.chain
-            candidate_id = request.path_params["candidate_id"]
-            current = await asyncio.to_thread(chain.get_candidate, candidate_id)
-            evidence = {
-                **(current.evidence or {}),
-                "abandoned": {"by": f"api:{principal.key_id}", "reason": parsed.reason},
-            }
-            found = await asyncio.to_thread(
-                chain.set_candidate_state, candidate_id, "abandoned", evidence
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        principal = self.state.auth.authenticate(request)
+        principal.require_admin()
+        body = await read_json_object(request, self.state.settings.server.max_body_bytes)
+        parsed: AbandonIn = _parse(AbandonIn, body)
+        chain = self.state.activation.chain
+        candidate_id = request.path_params["candidate_id"]
+        current = await asyncio.to_thread(chain.get_candidate, candidate_id)
+        evidence = {
+            **(current.evidence or {}),
+            "abandoned": {"by": f"api:{principal.key_id}", "reason": parsed.reason},
+        }
+        found = await asyncio.to_thread(
+            chain.set_candidate_state, candidate_id, "abandoned", evidence
+        )
         return _json(found.as_dict())

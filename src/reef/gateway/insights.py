@@ -22,11 +22,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps, loads
-from reef.core.errors import NotFoundError, ReefError
+from reef.core.errors import NotFoundError
 from reef.experience import schema as t
 from reef.experience.jobs import JobQueue
 from reef.experience.sqlengine import unavailable_on_failure
-from reef.gateway.errors import error_response
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
 from reef.harness.packing import read_bundle_archive
@@ -170,43 +169,34 @@ class InsightRoutes:
 
     async def curve(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/curve?limit=``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            limit = _limit(request, 200, 1000)
-            data = await asyncio.to_thread(learning_curve, self._engine, scenario, limit)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        limit = _limit(request, 200, 1000)
+        data = await asyncio.to_thread(learning_curve, self._engine, scenario, limit)
         score_range = list(self.state.settings.scenario(scenario).score_range)
         return _json({"scenario": scenario, "score_range": score_range, "data": data})
 
     async def jobs(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/jobs?state=&limit=``: newest first."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            limit = _limit(request, 20, 1000)
-            queue = JobQueue(self._engine)
-            found = await asyncio.to_thread(
-                queue.list, scenario, request.query_params.get("state"), limit
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        limit = _limit(request, 20, 1000)
+        queue = JobQueue(self._engine)
+        found = await asyncio.to_thread(
+            queue.list, scenario, request.query_params.get("state"), limit
+        )
         return _json({"data": [job.as_dict() for job in found]})
 
     async def harness(self, request: Request) -> Response:
         """``GET /reef/artifacts/{digest}/harness``: ``{digest, named_by, harness, files}``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            digest = request.path_params["digest"]
-            owners = await asyncio.to_thread(harness_owners, self._engine, digest)
-            if not owners:
-                raise NotFoundError(f"no release or candidate has the harness {digest!r}")
-            artifacts = self.state.activation.artifacts
-            data = await asyncio.to_thread(artifacts.read_bytes, digest)
-            bundle = await asyncio.to_thread(read_bundle_archive, data)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        digest = request.path_params["digest"]
+        owners = await asyncio.to_thread(harness_owners, self._engine, digest)
+        if not owners:
+            raise NotFoundError(f"no release or candidate has the harness {digest!r}")
+        artifacts = self.state.activation.artifacts
+        data = await asyncio.to_thread(artifacts.read_bytes, digest)
+        bundle = await asyncio.to_thread(read_bundle_archive, data)
         return _json(
             {
                 "digest": digest,

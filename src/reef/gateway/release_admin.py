@@ -11,9 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.core.errors import InvalidInputError, NotFoundError
 from reef.experience.jobs import JobQueue
-from reef.gateway.errors import error_response
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
 from reef.releases.chain import MAX_PAGE
@@ -68,11 +67,8 @@ class ReleaseAdminRoutes:
 
     async def scenarios(self, request: Request) -> Response:
         """``GET /reef/scenarios``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            summaries = await asyncio.to_thread(self.state.activation.chain.scenarios)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        summaries = await asyncio.to_thread(self.state.activation.chain.scenarios)
         serving = self.state.activation.serving
         data = []
         for summary in summaries:
@@ -89,38 +85,29 @@ class ReleaseAdminRoutes:
 
     async def releases(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/releases?limit=&before_seq=``: newest first."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            limit = query_int(request, "limit", 50, 1, MAX_PAGE)
-            before_seq = query_int(request, "before_seq", None, 1, MAX_QUERY_INT)
-            found = await asyncio.to_thread(
-                self.state.activation.chain.releases, scenario, limit, before_seq
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        limit = query_int(request, "limit", 50, 1, MAX_PAGE)
+        before_seq = query_int(request, "before_seq", None, 1, MAX_QUERY_INT)
+        found = await asyncio.to_thread(
+            self.state.activation.chain.releases, scenario, limit, before_seq
+        )
         return _json({"data": [release.as_dict() for release in found]})
 
     async def release(self, request: Request) -> Response:
         """``GET /reef/releases/{release_id}``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            found = await asyncio.to_thread(
-                self.state.activation.chain.get_release, request.path_params["release_id"]
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        found = await asyncio.to_thread(
+            self.state.activation.chain.get_release, request.path_params["release_id"]
+        )
         return _json(found.as_dict())
 
     async def candidate(self, request: Request) -> Response:
         """``GET /reef/candidates/{candidate_id}``."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            found = await asyncio.to_thread(
-                self.state.activation.chain.get_candidate, request.path_params["candidate_id"]
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        found = await asyncio.to_thread(
+            self.state.activation.chain.get_candidate, request.path_params["candidate_id"]
+        )
         return _json(found.as_dict())
 
     async def _expected_head(self, scenario: str, given: str | None) -> str:
@@ -134,76 +121,64 @@ class ReleaseAdminRoutes:
     async def rollback(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/rollback`` ``{to, expected_head?, reason?}``."""
         chain = self.state.activation.chain
-        try:
-            principal = self.state.auth.authenticate(request)
-            principal.require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            body = _parse(RollbackIn, await read_json_object(request, 1 << 20))
-            expected = await self._expected_head(scenario, body.expected_head)
-            release = await asyncio.to_thread(
-                chain.rollback,
-                scenario,
-                body.to,
-                expected,
-                self._actor(principal.key_id),
-                body.reason,
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        principal = self.state.auth.authenticate(request)
+        principal.require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        body = _parse(RollbackIn, await read_json_object(request, 1 << 20))
+        expected = await self._expected_head(scenario, body.expected_head)
+        release = await asyncio.to_thread(
+            chain.rollback,
+            scenario,
+            body.to,
+            expected,
+            self._actor(principal.key_id),
+            body.reason,
+        )
         await self.state.activation.sync_once(wait=True, only=scenario)
         return _json(release.as_dict(), status=201)
 
     async def promote(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/promote`` ``{candidate_id, expected_head?}``."""
         chain = self.state.activation.chain
-        try:
-            principal = self.state.auth.authenticate(request)
-            principal.require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            body = _parse(PromoteIn, await read_json_object(request, 1 << 20))
-            candidate = await asyncio.to_thread(chain.get_candidate, body.candidate_id)
-            if candidate.scenario != scenario:
-                raise InvalidInputError(
-                    f"candidate {body.candidate_id!r} belongs to scenario "
-                    f"{candidate.scenario!r}, not {scenario!r}"
-                )
-            expected = await self._expected_head(scenario, body.expected_head)
-            release = await asyncio.to_thread(
-                chain.promote,
-                body.candidate_id,
-                expected,
-                self._actor(principal.key_id),
-                body.reason,
+        principal = self.state.auth.authenticate(request)
+        principal.require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        body = _parse(PromoteIn, await read_json_object(request, 1 << 20))
+        candidate = await asyncio.to_thread(chain.get_candidate, body.candidate_id)
+        if candidate.scenario != scenario:
+            raise InvalidInputError(
+                f"candidate {body.candidate_id!r} belongs to scenario "
+                f"{candidate.scenario!r}, not {scenario!r}"
             )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        expected = await self._expected_head(scenario, body.expected_head)
+        release = await asyncio.to_thread(
+            chain.promote,
+            body.candidate_id,
+            expected,
+            self._actor(principal.key_id),
+            body.reason,
+        )
         await self.state.activation.sync_once(wait=True, only=scenario)
         return _json(release.as_dict(), status=201)
 
     async def learn(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/learn``: queue a manual learning job (a
         running or queued job of the scenario is returned instead of a second one)."""
-        try:
-            principal = self.state.auth.authenticate(request)
-            principal.require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            queue = JobQueue(self.state.store.engine)
-            job = await asyncio.to_thread(
-                queue.enqueue,
-                scenario,
-                "learn",
-                {"trigger": "manual", "requested_by": self._actor(principal.key_id)},
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        principal = self.state.auth.authenticate(request)
+        principal.require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        queue = JobQueue(self.state.store.engine)
+        job = await asyncio.to_thread(
+            queue.enqueue,
+            scenario,
+            "learn",
+            {"trigger": "manual", "requested_by": self._actor(principal.key_id)},
+        )
         return _json(job.as_dict(), status=202)
 
     async def status(self, request: Request) -> Response:
         """``GET /reef/status``: activation per scenario, adapters, capture queue."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
         stats = self.state.writer.stats
         return _json(
             {
@@ -221,10 +196,7 @@ class ReleaseAdminRoutes:
     async def harness(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/harness``: the serving harness as JSON, with
         ``ETag`` = its bundle digest and ``x-reef-release-id``."""
-        try:
-            serving, principal_ok = await self._serving_with_harness(request)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        serving, principal_ok = await self._serving_with_harness(request)
         del principal_ok
         assert serving.harness is not None and serving.bundle_digest is not None
         etag = f'"{serving.bundle_digest}"'
@@ -244,14 +216,11 @@ class ReleaseAdminRoutes:
 
     async def harness_bundle(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/harness.tar.gz``: the bundle to install."""
-        try:
-            serving, _ = await self._serving_with_harness(request)
-            assert serving.harness_digest is not None
-            data = await asyncio.to_thread(
-                self.state.activation.artifacts.read_bytes, serving.harness_digest
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        serving, _ = await self._serving_with_harness(request)
+        assert serving.harness_digest is not None
+        data = await asyncio.to_thread(
+            self.state.activation.artifacts.read_bytes, serving.harness_digest
+        )
         return Response(
             data,
             media_type="application/gzip",

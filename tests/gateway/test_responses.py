@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from reef.experience import RecordView
+from reef.harness import Bundle, Harness, write_bundle
 from reef.upstream import canonical_request
 from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
@@ -425,3 +426,54 @@ def test_an_idempotent_stream_is_replayed_from_its_record(
     assert again[-1].response == first[-1].response
     assert "".join(e.delta for e in again if e.type == "response.output_text.delta") == "echo: once"
     assert [e.sequence_number for e in again] == list(range(len(again)))
+
+
+def test_a_client_resending_the_history_joins_the_session_by_prefix(
+    gateway: GatewayThread,
+) -> None:
+    """As the Agents SDK does by default: no previous_response_id, the output items of
+    the last turn sent back in the next input."""
+    client = gateway.openai()
+    question = {"role": "user", "content": "What is the weather in Paris?"}
+    first_raw = client.responses.with_raw_response.create(
+        model="reef/support", instructions="Be helpful.", input=[question], tools=[WEATHER_TOOL]
+    )
+    first = first_raw.parse()
+    call = first.output[-1]
+    assert call.type == "function_call"
+    history = [question, *(item.model_dump() for item in first.output)]
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "rain"}
+    second_raw = client.responses.with_raw_response.create(
+        model="reef/support",
+        instructions="Be helpful.",
+        input=[*history, output],
+        tools=[WEATHER_TOOL],
+    )
+    assert second_raw.parse().output_text == "tool said: rain"
+    one, two = _record(gateway, first_raw.headers), _record(gateway, second_raw.headers)
+    assert two.session_id == one.session_id and two.turn == 1
+    assert two.prompt_hash != one.prompt_hash
+
+
+def test_a_managed_harness_renders_into_the_translated_request(
+    make_gateway: Any, fake: FakeUpstreamThread, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "harness"
+    write_bundle(
+        Bundle(harness=Harness(schema_version=1, system_prompt="You triage tickets."), files={}),
+        bundle,
+    )
+    gateway = make_gateway(
+        scenarios={"agent": {"upstream": "fake", "harness": "managed", "initial_harness": bundle}}
+    )
+    raw = gateway.openai().responses.with_raw_response.create(
+        model="reef/agent", input="hello", instructions="Be brief."
+    )
+    assert raw.parse().output_text == "echo: hello"
+    system = fake.last_request_body["messages"][0]
+    assert system["role"] == "system"
+    assert "You triage tickets." in system["content"] and "Be brief." in system["content"]
+    record = _record(gateway, raw.headers)
+    assert record.request == {"model": "reef/agent", "input": "hello", "instructions": "Be brief."}
+    assert record.rendered_request is not None
+    assert record.rendered_request["messages"][0] == system

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
 from reef.experience import RecordView
+from reef.gateway.relay import ResponsesRelay
 from reef.harness import Bundle, Harness, write_bundle
-from reef.upstream import canonical_request
+from reef.upstream import UpstreamError, canonical_request, response_shell
 from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
@@ -477,3 +479,19 @@ def test_a_managed_harness_renders_into_the_translated_request(
     assert record.request == {"model": "reef/agent", "input": "hello", "instructions": "Be brief."}
     assert record.rendered_request is not None
     assert record.rendered_request["messages"][0] == system
+
+
+def test_events_read_with_the_upstreams_error_still_go_out_before_response_failed() -> None:
+    """The error and the chunks before it may arrive in one read."""
+    relay = ResponsesRelay(response_shell({"input": "x"}, "resp_1", "reef/support", 0))
+    chunk = {"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}]}
+    error = {"error": {"message": "overloaded", "type": "server_error", "code": 503}}
+    read = b"data: " + orjson.dumps(chunk) + b"\n\ndata: " + orjson.dumps(error) + b"\n\n"
+    with pytest.raises(UpstreamError) as info:
+        relay.feed(read)
+    sent = relay.failure(info.value, "openai").decode()
+    kinds = [line[len("event: ") :] for line in sent.splitlines() if line.startswith("event:")]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.failed"
+    assert "response.output_text.delta" in kinds
+    response, _ = relay.result()
+    assert response["status"] == "failed" and "overloaded" in response["error"]["message"]

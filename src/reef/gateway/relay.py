@@ -235,6 +235,20 @@ class ResponsesRelay(StreamRelay):
         super().__init__()
         self.translator = OpenAIToResponsesStream(shell)
         self.finished = _OpenAIFinish()
+        self._unsent = b""  # events made from a chunk whose later event failed
+
+    def _relay(self, events: list[SSEEvent]) -> bytes:
+        # The upstream's error may arrive in the same read as the events before it; those
+        # (response.created among them) must still reach the client, before the failure.
+        out: list[bytes] = []
+        try:
+            for event, data in events:
+                if data:
+                    self._event(event, data, out)
+        except UpstreamError:
+            self._unsent = b"".join(out)
+            raise
+        return b"".join(out)
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
         if self.finished.done:
@@ -255,8 +269,9 @@ class ResponsesRelay(StreamRelay):
         return b"".join(_responses_event(*event) for event in events)
 
     def failure(self, exc: UpstreamError, dialect: ErrorDialect) -> bytes:
-        """``response.failed``, naming the failure."""
-        return b"".join(_responses_event(*event) for event in self.translator.failed(exc.detail))
+        """``response.failed``, naming the failure (after the events not sent yet)."""
+        failed = b"".join(_responses_event(*event) for event in self.translator.failed(exc.detail))
+        return self._unsent + failed
 
     def result(self) -> Result:
         """The response sent so far (failed, once ``failure`` was sent) and its reply."""

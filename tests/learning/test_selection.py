@@ -262,3 +262,54 @@ def test_near_duplicates_by_embedding(store: SQLExperienceStore) -> None:
     batch = select_experience(store, chain, SCENARIO, config)
     assert batch.stats["near_duplicate"] == 1
     assert len(batch.train) == 2
+
+
+def test_responses_records_give_the_same_examples_as_chat_ones(store: SQLExperienceStore) -> None:
+    """A record of POST /v1/responses (its input the whole conversation) is selected
+    into the same example as the chat record of the same exchange."""
+    chain = ReleaseChain(store.engine)
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "second"},
+    ]
+    chat = draft("x", reply="two", request={"model": "m", "messages": history})
+    output = [
+        {
+            "id": "msg_2",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "two", "annotations": []}],
+        }
+    ]
+    responses = draft(
+        "x",
+        api="openai.responses",
+        request={
+            "model": "m",
+            "instructions": "Be brief.",
+            "previous_response_id": "resp_1",
+            "input": [
+                {"type": "message", "role": "user", "content": "first"},
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "one", "annotations": []}],
+                },
+                {"role": "user", "content": [{"type": "input_text", "text": "second"}]},
+            ],
+        },
+        response={"id": "resp_2", "object": "response", "status": "completed", "output": output},
+    )
+    ids = write(store, [chat, responses])
+    rate(store, ids)
+    config = SelectionConfig(holdout_fraction=0.0, max_per_principal=None)
+    batch = select_experience(store, chain, SCENARIO, config)
+    # one example: the two records are exact duplicates in the canonical form
+    (example,) = batch.train
+    assert batch.stats["duplicate"] == 1
+    assert example.messages == history
+    assert example.response == {"role": "assistant", "content": "two"}

@@ -3,7 +3,8 @@
 Owns: the ``ExperienceStore`` contract and its SQL implementation (SQLite and PostgreSQL
 through SQLAlchemy Core), the whole SQL schema of DESIGN.md §3 and its Alembic
 migrations, group-committed record writing (``RecordWriter``), redaction of captured
-text, and export to JSON Lines / Parquet.
+text, export to JSON Lines / Parquet, and the stored responses of the OpenAI
+Responses API (``ResponseStore``: the conversation state behind ``previous_response_id``).
 Does not own: HTTP or how records are captured (``gateway``), the release chain's rules
 (``releases`` reads and writes its tables, but the schema lives here so one migration
 stream covers the database), learning (``learning``). Must not import gateway, learning
@@ -36,6 +37,7 @@ from reef.experience.records import (
     SessionMatch,
 )
 from reef.experience.redaction import REDACTED, Redactor
+from reef.experience.responses import ResponseNotFoundError, ResponseStore, StoredResponse
 from reef.experience.sql import SQLExperienceStore
 from reef.experience.store import ExperienceStore
 from reef.experience.writer import RecordWriter, WriterStats
@@ -58,10 +60,13 @@ __all__ = [
     "RecordView",
     "RecordWriter",
     "Redactor",
+    "ResponseNotFoundError",
+    "ResponseStore",
     "SQLExperienceStore",
     "SessionMatch",
     "SessionNotFoundError",
     "StoreUnavailableError",
+    "StoredResponse",
     "WriterNotRunningError",
     "WriterStats",
     "export_records",

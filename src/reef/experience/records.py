@@ -31,7 +31,7 @@ class RecordDraft:
     id: str
     scenario: str
     session_id: str
-    api: Literal["openai.chat", "anthropic.messages"]
+    api: Literal["openai.chat", "anthropic.messages", "openai.responses"]
     request: dict[str, Any]
     response: dict[str, Any] | None
     status: RecordStatus

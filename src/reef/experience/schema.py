@@ -296,3 +296,23 @@ eval_items = Table(
     Column("item_json", Text, nullable=False),
     PrimaryKeyConstraint("evaluation_id", "item_key"),
 )
+
+# Added in 0007: responses of the OpenAI Responses API that Reef keeps for
+# ``previous_response_id`` and ``GET /v1/responses/{id}``. A row is self-contained: the
+# whole input the response answered (earlier turns included) and the response itself.
+# No foreign key to ``scenarios``: the row is written before the exchange's record,
+# which creates the scenario row, is committed.
+responses = Table(
+    "responses",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("scenario", NAME, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("record_id", ID, nullable=True),  # none when capture was off
+    Column("previous_response_id", ID, nullable=True),
+    Column("principal", Text, nullable=True),
+    Column("input_json", Text, nullable=False),
+    Column("response_json", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index(None, "scenario", "created_at"),
+)

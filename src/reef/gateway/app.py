@@ -21,7 +21,7 @@ from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import ReefError
 from reef.dashboard import DashboardFiles
-from reef.experience import RecordWriter, Redactor, SQLExperienceStore
+from reef.experience import RecordWriter, Redactor, ResponseStore, SQLExperienceStore
 from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
@@ -39,6 +39,7 @@ from reef.gateway.insights import InsightRoutes
 from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.openapi import OpenAPIRoutes
 from reef.gateway.release_admin import ReleaseAdminRoutes
+from reef.gateway.responses import ResponsesRoutes
 from reef.gateway.state import GatewayState
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
 from reef.upstream import Upstream, UpstreamError
@@ -138,7 +139,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 class InferenceFastPath:
-    """Dispatches the two inference routes straight to their ASGI endpoints.
+    """Dispatches the inference routes straight to their ASGI endpoints.
 
     They carry nearly all traffic; skipping Starlette's middleware stack and route
     matching for them saves measurable CPU per request. Everything else (and the
@@ -192,6 +193,7 @@ def create_app(
         metrics=GatewayMetrics(lambda: writer.stats, lambda: activation),
         recorder=recorder,
         activation=activation,
+        responses=ResponseStore(store.engine),
     )
     inference = InferenceRoutes(state)
     feedback = FeedbackRoutes(state)
@@ -202,9 +204,14 @@ def create_app(
     insights = InsightRoutes(state)
     dashboard = DashboardFiles(keys_required=state.auth.enabled)
     api_docs = OpenAPIRoutes()
+    responses = ResponsesRoutes(state)
     routes = [
         Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
         Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
+        Route("/v1/responses", inference.openai_responses, methods=["POST"]),
+        Route("/v1/responses/{response_id}", responses.get, methods=["GET"]),
+        Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", responses.input_items, methods=["GET"]),
         Route("/v1/models", ops.models, methods=["GET"]),
         Route("/reef/feedback", feedback.feedback, methods=["POST"]),
         Route("/reef/report", feedback.report, methods=["POST"]),
@@ -272,5 +279,6 @@ def create_app(
         {
             "/v1/chat/completions": inference.openai_chat,
             "/v1/messages": inference.anthropic_messages,
+            "/v1/responses": inference.openai_responses,
         },
     )

@@ -15,11 +15,12 @@ from reef.experience.records import RecordStatus, RecordView
 from reef.gateway.activation import ServingRelease
 from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
-from reef.upstream import canonical_anthropic, canonical_openai, extend_chain
+from reef.gateway.response_turns import ResponsesTurn
+from reef.upstream import canonical_request, extend_chain
 
 log = logging.getLogger("reef.gateway")
 
-Api = Literal["openai.chat", "anthropic.messages"]
+Api = Literal["openai.chat", "anthropic.messages", "openai.responses"]
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Exchange:
     # True once the exchange's record is stored as ``pending`` (a stream, before its
     # headers): its outcome then finishes that row.
     pending: bool = False
+    responses: ResponsesTurn | None = None  # a Responses API request, resolved
     started: float = field(default_factory=time.perf_counter)
 
     def latency_ms(self) -> float:
@@ -53,9 +55,7 @@ class Exchange:
 
 def canonical_conversation(api: Api, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The request's messages in canonical form (system prompt included)."""
-    if api == "openai.chat":
-        return canonical_openai(body)
-    return canonical_anthropic(body)
+    return canonical_request(api, body)
 
 
 def continuation_candidates(conversation: list[dict[str, Any]], chain: list[str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""The inference routes: OpenAI chat completions and Anthropic messages, recorded."""
+"""The inference routes: OpenAI chat completions and responses, Anthropic messages,
+recorded."""
 
 from __future__ import annotations
 
@@ -42,13 +43,16 @@ from reef.gateway.idempotency import (
     Lead,
     request_fingerprint,
 )
-from reef.gateway.relay import error_event, open_relay
+from reef.gateway.relay import open_relay
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
     read_json_object,
     reef_headers,
 )
+from reef.gateway.response_checks import check_openai_responses
+from reef.gateway.response_turns import resolve_turn
+from reef.gateway.responses import keep_response
 from reef.gateway.segments import one_segment
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai
@@ -62,8 +66,10 @@ from reef.upstream import (
     anthropic_request_to_openai,
     canonical_reply_anthropic,
     canonical_reply_openai,
+    canonical_reply_responses,
     chain_hashes,
     openai_response_to_anthropic,
+    openai_response_to_responses,
 )
 
 log = logging.getLogger("reef.gateway")
@@ -71,6 +77,7 @@ log = logging.getLogger("reef.gateway")
 _ROUTES: dict[Api, str] = {
     "openai.chat": "/v1/chat/completions",
     "anthropic.messages": "/v1/messages",
+    "openai.responses": "/v1/responses",
 }
 _FORWARDED_ANTHROPIC_HEADERS = ("anthropic-beta", "anthropic-version")
 _MODELS_NAMED = 50  # of an upstream's models, in the 404 for a model it does not serve
@@ -84,7 +91,7 @@ class CallPlan:
     upstream: Upstream
     request: UpstreamRequest
     client_model: str
-    translate: bool  # an Anthropic client served by an OpenAI-compatible upstream
+    translate: bool  # an Anthropic or Responses client on an OpenAI-compatible upstream
     strip_usage: bool  # usage was requested upstream for the record, not by the client
     model_from_client: bool = False  # no model configured: the client's name went upstream
 
@@ -101,13 +108,15 @@ class InferenceEndpoint:
 
 
 class InferenceRoutes:
-    """Route handlers for ``/v1/chat/completions`` and ``/v1/messages``."""
+    """Route handlers for ``/v1/chat/completions``, ``/v1/messages`` and
+    ``/v1/responses``."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
         self.flights = IdempotentFlights()
         self.openai_chat = InferenceEndpoint(self, "openai.chat")  # POST /v1/chat/completions
         self.anthropic_messages = InferenceEndpoint(self, "anthropic.messages")  # /v1/messages
+        self.openai_responses = InferenceEndpoint(self, "openai.responses")  # /v1/responses
         self._closing: set[asyncio.Task[None]] = set()
         self._in_flight = 0  # requests between arrival and the end of their response
 
@@ -144,7 +153,7 @@ class InferenceRoutes:
 
     async def _respond(self, request: Request, api: Api, held: _Held) -> Response:
         started = time.perf_counter()
-        dialect: ErrorDialect = "openai" if api == "openai.chat" else "anthropic"
+        dialect: ErrorDialect = "anthropic" if api == "anthropic.messages" else "openai"
         lead: Lead | None = None
         try:
             exchange, plan = await self._prepare(request, api, started)
@@ -222,10 +231,17 @@ class InferenceRoutes:
         body = await read_json_object(request, state.settings.server.max_body_bytes)
         if api == "openai.chat":
             check_openai_chat(body)
+        elif api == "openai.responses":
+            check_openai_responses(body)
         else:
             check_anthropic_messages(body)
         headers = reef_headers(request, body)
         principal.check_scenario(headers.scenario)
+        record_id = new_id()
+        turn = None
+        if api == "openai.responses":
+            turn = await resolve_turn(state.responses, headers.scenario, body, record_id)
+            body = turn.body  # the whole conversation, as the record keeps it
         activation = state.activation
         if headers.release is not None:
             serving = await activation.pinned(headers.scenario, headers.release)
@@ -234,8 +250,9 @@ class InferenceRoutes:
         conversation = canonical_conversation(api, body)
         chain = chain_hashes(conversation)
         capture = headers.capture and state.settings.scenario(headers.scenario).capture
-        record_id = new_id()
         session_id = headers.session_id
+        if session_id is None and turn is not None and turn.previous is not None:
+            session_id = turn.previous.session_id  # a continued response joins its session
         if capture and session_id is None:
             session_id = await state.recorder.infer_session(
                 headers.scenario, continuation_candidates(conversation, chain)
@@ -254,8 +271,12 @@ class InferenceRoutes:
             and canary.takes(session_id)
         ):
             serving, purpose = canary.serving, "canary"
-        rendered = self._render(api, body, headers.scenario, serving)
-        plan = self._plan(api, rendered, headers.scenario, request, serving)
+        # A Responses request is rendered and sent as its chat-completions translation.
+        source = turn.chat if turn is not None else body
+        rendered = self._render(
+            "openai.chat" if turn is not None else api, source, headers.scenario, serving
+        )
+        plan = self._plan(api, rendered, headers.scenario, request, serving, body.get("model"))
         exchange = Exchange(
             api=api,
             record_id=record_id,
@@ -264,7 +285,7 @@ class InferenceRoutes:
             session_is_new=session_is_new,
             release_id=serving.release_id,
             serving=serving,
-            rendered=rendered if rendered is not body else None,
+            rendered=rendered if rendered is not source else None,
             headers=headers,
             principal=principal,
             body=body,
@@ -273,6 +294,7 @@ class InferenceRoutes:
             capture=capture,
             purpose=purpose,
             started=started,
+            responses=turn,
         )
         return exchange, plan
 
@@ -293,11 +315,13 @@ class InferenceRoutes:
         scenario: str,
         request: Request,
         serving: ServingRelease,
+        requested: Any,
     ) -> CallPlan:
+        """How ``body`` (rendered; a Responses request's chat translation) reaches the
+        scenario's upstream; ``requested`` is the model the client named."""
         settings = self.state.settings
         upstream_name, upstream_config = settings.upstream_for(scenario)
         upstream = self.state.upstreams[upstream_name]
-        requested = body.get("model")
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
         scenario_model = settings.scenario(scenario).model
         configured = scenario_model or serving.base_model or upstream_config.model
@@ -317,6 +341,21 @@ class InferenceRoutes:
         else:
             model, model_from_client = client_model, True
         stream = bool(body.get("stream"))
+        if api == "openai.responses":
+            if upstream.dialect != "openai":
+                raise UnsupportedRouteError(
+                    f"scenario {scenario!r} is served by the Anthropic upstream "
+                    f"{upstream_name!r}; POST /v1/responses needs a chat-completions "
+                    "upstream (call it through POST /v1/messages)"
+                )
+            return CallPlan(
+                upstream,
+                UpstreamRequest("/chat/completions", dumps({**body, "model": model}), stream),
+                client_model,
+                translate=True,
+                strip_usage=False,
+                model_from_client=model_from_client,
+            )
         if api == "openai.chat":
             if upstream.dialect != "openai":
                 raise UnsupportedRouteError(
@@ -422,7 +461,11 @@ class InferenceRoutes:
                 raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
-        if plan.translate:
+        if exchange.responses is not None:
+            data = openai_response_to_responses(data, exchange.responses.shell)
+            reply = canonical_reply_responses(data)
+            payload = dumps(data)
+        elif plan.translate:
             reply = canonical_reply_openai(data)
             data = openai_response_to_anthropic(data, plan.client_model)
             payload = dumps(data)
@@ -438,6 +481,8 @@ class InferenceRoutes:
             first = await recorder.record_first(draft, self._alone())
             if first != draft.id:
                 return await self._answer_first(exchange, first, dialect)
+        if exchange.responses is not None:
+            await keep_response(self.state.responses, exchange, data)
         self._observe(exchange, answer.status)
         return Response(
             payload,
@@ -522,6 +567,7 @@ class InferenceRoutes:
             translate=plan.translate,
             strip_usage=plan.strip_usage,
             client_model=plan.client_model,
+            shell=exchange.responses.shell if exchange.responses is not None else None,
         )
         recorder = self.state.recorder
         recorded = False
@@ -534,11 +580,13 @@ class InferenceRoutes:
             if tail:
                 yield tail
             recorded = True
+            response, reply = relay.result()
             if exchange.capture:
-                response, reply = relay.result()
                 draft = recorder.draft(exchange, response, reply, "ok", None)
                 # Shielded: a client leaving now must not lose (or duplicate) the record.
                 await asyncio.shield(recorder.record(draft, self._alone()))
+            if exchange.responses is not None:
+                await asyncio.shield(keep_response(self.state.responses, exchange, response))
             # The end-of-stream event goes out only now, so a client that has seen the
             # whole stream can rely on the record (sync durability).
             if relay.terminal:
@@ -547,12 +595,13 @@ class InferenceRoutes:
         except UpstreamError as exc:
             self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
             recorded = True
+            failure = relay.failure(exc, dialect)
             if exchange.capture:
                 response, _ = relay.result()
                 draft = recorder.draft(exchange, response, None, "error", exc.detail)
                 await asyncio.shield(recorder.record(draft, self._alone()))
             self._observe(exchange, exc.status)
-            yield error_event(exc, dialect)
+            yield failure
         finally:
             if not recorded:
                 asyncio.get_running_loop().create_task(stream.aclose())

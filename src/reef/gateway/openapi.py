@@ -25,7 +25,11 @@ from reef.core import dumps
 from reef.gateway.admin import MAX_RECORDS_PAGE
 from reef.gateway.evaluation_admin import AbandonIn
 from reef.gateway.feedback import FeedbackIn
-from reef.gateway.openapi_bodies import chat_completion_request, messages_request
+from reef.gateway.openapi_bodies import (
+    chat_completion_request,
+    messages_request,
+    responses_request,
+)
 from reef.gateway.openapi_page import render_page
 from reef.gateway.release_admin import PromoteIn, RollbackIn
 from reef.gateway.requests import (
@@ -39,6 +43,7 @@ from reef.gateway.requests import (
     SCENARIO_PATTERN,
     SESSION_ID_PATTERN,
 )
+from reef.gateway.responses import MAX_ITEMS_PAGE
 from reef.releases.chain import MAX_PAGE
 
 Access = Literal["none", "any", "inference", "admin"]
@@ -176,6 +181,46 @@ OPERATIONS: tuple[Operation, ...] = (
                          **_COMMON_ERRORS, "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
                          "413": "Body too large.", "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
+    Operation("post", "/v1/responses", "inference", "OpenAI responses", "any",
+              "The Responses API, translated into chat completions for the scenario's "
+              "upstream (an OpenAI-compatible one) and back, streams included (the typed "
+              "`response.*` events; `response.failed` when the upstream fails mid-way). "
+              "`previous_response_id` continues a response Reef stored (the continuation "
+              "joins its session); `store: false` keeps nothing retrievable. Reasoning "
+              "items, built-in tools and any other untranslatable field are a 400 naming "
+              "them.", inference=True, body="ResponsesRequest",
+              responses={"200": "The response (`text/event-stream` when `stream` is true).",
+                         **_COMMON_ERRORS,
+                         "404": "`previous_response_id` names no stored response of the "
+                         "scenario; or " + _INFERENCE_NOT_FOUND[0].lower()
+                         + _INFERENCE_NOT_FOUND[1:],
+                         "409": _KEY_IN_USE, "413": "Body too large.",
+                         "502": "The upstream failed.", "504": "The upstream timed out."}),
+    Operation("get", "/v1/responses/{response_id}", "inference", "A stored response", "any",
+              "The response as it was answered. Any key that may use its scenario reads "
+              "it; a response of another scenario (than the key's, or `x-reef-scenario`) "
+              "is a 404 like an unknown id.",
+              parameters=(_path("response_id", "The response's id (`resp_…`)."),
+                          _header("x-reef-scenario", "Only a response of this scenario.")),
+              responses={"200": "The response object.", **_NOT_FOUND}),
+    Operation("delete", "/v1/responses/{response_id}", "inference", "Delete a stored response",
+              "any", "It can no longer be read or continued; the record of its exchange "
+              "stays (records are experience).",
+              parameters=(_path("response_id", "The response's id (`resp_…`)."),
+                          _header("x-reef-scenario", "Only a response of this scenario.")),
+              responses={"200": "`{id, object: response, deleted: true}`.", **_NOT_FOUND}),
+    Operation("get", "/v1/responses/{response_id}/input_items", "inference",
+              "A stored response's input items", "any",
+              "Every item the response answered, earlier turns included, each with its id.",
+              parameters=(_path("response_id", "The response's id (`resp_…`)."),
+                          _header("x-reef-scenario", "Only a response of this scenario."),
+                          _limit(MAX_ITEMS_PAGE, 20),
+                          _query("order", "`desc` (default, newest first) or `asc`.",
+                                 {"enum": ["asc", "desc"]}),
+                          _query("after", "List the items after this item id."),
+                          _query("before", "List the items before this item id.")),
+              responses={"200": "An OpenAI list: `{object, data, first_id, last_id, "
+                         "has_more}`.", **_NOT_FOUND}),
     Operation("get", "/v1/models", "inference", "List models", "any",
               "`reef/<scenario>` for each configured scenario, then the upstreams' models.",
               responses={"200": "An OpenAI model list.", "401": _COMMON_ERRORS["401"]}),
@@ -375,6 +420,7 @@ def _schemas() -> dict[str, Any]:
     schemas["ReportIn"] = report
     schemas["ChatCompletionRequest"] = chat_completion_request()
     schemas.update(messages_request())
+    schemas["ResponsesRequest"] = responses_request()
     schemas["Error"] = {
         "title": "Error",
         "description": "OpenAI-shaped error (`/v1/messages` answers Anthropic's "

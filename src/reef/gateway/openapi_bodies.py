@@ -1,4 +1,4 @@
-"""JSON Schemas of the two inference request bodies, for the OpenAPI document.
+"""JSON Schemas of the inference request bodies, for the OpenAPI document.
 
 They state what ``reef.gateway.body_checks`` enforces, no more and no less: the types and
 bounds of the fields Reef reads, ``null`` allowed where the check treats it as absent,
@@ -17,6 +17,7 @@ from reef.gateway.body_checks import (
     MAX_CHOICES,
     MAX_COUNT,
 )
+from reef.gateway.response_checks import FORMAT_TYPES, TOOL_CHOICES, UNSUPPORTED_FIELDS
 
 _INT64 = 2**63
 _NESTING = f" Bodies nested deeper than {MAX_DEPTH} levels of arrays and objects are refused."
@@ -185,3 +186,145 @@ def _point_refs(schema: Any, target: str) -> None:
     elif isinstance(schema, list):
         for value in schema:
             _point_refs(value, target)
+
+
+def responses_request() -> dict[str, Any]:
+    """``POST /v1/responses``: unlike the other two bodies, closed — every field is
+    translated (or ignored as harmless) by Reef, and any other is refused
+    (``reef.gateway.response_checks``)."""
+    text_part = {
+        "type": "object",
+        "required": ["type", "text"],
+        "properties": {"type": {"enum": ["input_text", "output_text"]}, "text": {"type": "string"}},
+    }
+    refusal = {
+        "type": "object",
+        "required": ["type", "refusal"],
+        "properties": {"type": {"const": "refusal"}, "refusal": {"type": "string"}},
+    }
+    image = {
+        "type": "object",
+        "required": ["type", "image_url"],
+        "properties": {"type": {"const": "input_image"}, "image_url": {"type": "string"}},
+    }
+    message = {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "type": {"const": "message"},
+            "role": {"enum": ["user", "assistant", "system", "developer"]},
+            "content": {
+                "oneOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"oneOf": [text_part, refusal, image]}},
+                ]
+            },
+        },
+    }
+    call = {
+        "type": "object",
+        "required": ["type", "call_id", "name", "arguments"],
+        "properties": {
+            "type": {"const": "function_call"},
+            **{key: {"type": "string"} for key in ("call_id", "name", "arguments")},
+        },
+    }
+    output = {
+        "type": "object",
+        "required": ["type", "call_id", "output"],
+        "properties": {
+            "type": {"const": "function_call_output"},
+            "call_id": {"type": "string"},
+            "output": {
+                "oneOf": [
+                    {"type": "string"},
+                    {
+                        "type": "array",
+                        "items": {
+                            **text_part,
+                            "properties": {
+                                "type": {"const": "input_text"},
+                                "text": {"type": "string"},
+                            },
+                        },
+                    },
+                ]
+            },
+        },
+    }
+    tool = {
+        "type": "object",
+        "required": ["type", "name"],
+        "properties": {
+            "type": {"const": "function"},
+            "name": {"type": "string"},
+            "description": _maybe("string"),
+            "parameters": _maybe("object"),
+            "strict": _maybe("boolean"),
+        },
+    }
+    fmt = {
+        "type": ["object", "null"],
+        "required": ["type"],
+        "properties": {"type": {"enum": list(FORMAT_TYPES)}},
+        "if": {"type": "object", "properties": {"type": {"const": "json_schema"}}},
+        "then": {
+            "required": ["name", "schema"],
+            "properties": {"name": {"type": "string"}, "schema": {"type": "object"}},
+        },
+    }
+    unsupported = {"type": "null", "description": "Not supported: refused unless null."}
+    return {
+        "title": "ResponsesRequest",
+        "type": "object",
+        "description": "An OpenAI Responses request, translated into chat completions for "
+        "the scenario's upstream. Reasoning items, built-in tools and any field or item "
+        "type not listed here are refused with a 400 naming them." + _NESTING,
+        "required": ["input"],
+        "properties": {
+            "model": _COMMON["model"],
+            "input": {
+                "oneOf": [
+                    {"type": "string"},
+                    {"type": "array", "minItems": 1, "items": {"oneOf": [message, call, output]}},
+                ]
+            },
+            "instructions": _maybe("string"),
+            "previous_response_id": _maybe(
+                "string", description="A response Reef stored, of this scenario."
+            ),
+            "store": _maybe("boolean", description="`false`: keep nothing retrievable."),
+            "stream": _maybe("boolean"),
+            "stream_options": _maybe("object"),
+            "tools": _maybe("array", items=tool),
+            "tool_choice": {
+                "oneOf": [
+                    {"enum": [*TOOL_CHOICES, None]},
+                    {
+                        "type": "object",
+                        "required": ["type", "name"],
+                        "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
+                    },
+                ]
+            },
+            "parallel_tool_calls": _maybe("boolean"),
+            "temperature": _maybe("number", minimum=0, maximum=2),
+            "top_p": _COMMON["top_p"],
+            "max_output_tokens": _counts(1, MAX_COUNT),
+            "text": _maybe("object", properties={"format": fmt}),
+            "metadata": _maybe("object", additionalProperties={"type": "string"}),
+            "reasoning": _maybe(
+                "object",
+                properties={"effort": _maybe("string"), "summary": unsupported},
+            ),
+            "truncation": {"enum": ["disabled", None]},
+            "include": _maybe("array", maxItems=0),
+            "background": {"enum": [False, None]},
+            "user": _maybe("string"),
+            "safety_identifier": _maybe("string"),
+            "prompt_cache_key": _maybe("string"),
+            "service_tier": _maybe("string"),
+            **{key: unsupported for key in UNSUPPORTED_FIELDS},
+        },
+        "additionalProperties": False,
+    }

@@ -6,7 +6,9 @@ One class per way a stream reaches a client:
   through, less the usage chunk the gateway asked for on the record's behalf;
 - ``AnthropicRelay``: an Anthropic client on the Anthropic API; events pass through;
 - ``TranslatedRelay``: an Anthropic client on an OpenAI-compatible upstream; chunks are
-  translated into Anthropic events.
+  translated into Anthropic events;
+- ``ResponsesRelay``: a Responses client on an OpenAI-compatible upstream; chunks are
+  translated into the Responses API's typed events.
 
 Each holds back the end-of-stream event (``terminal``) so that the gateway sends it
 only once the record is committed, and each knows what a proper end of its stream is:
@@ -15,7 +17,8 @@ OpenAI's ``[DONE]`` after a ``finish_reason`` on every choice, Anthropic's
 and ``finish`` raise ``UpstreamTruncatedError`` (no proper end),
 ``UpstreamMalformedError`` (data that is not a JSON object, a body that is not an event
 stream) or ``UpstreamError`` (the upstream's own error event), and the gateway ends the
-client's stream with ``error_event`` instead of the terminal event.
+client's stream with ``failure`` (the dialect's error event; ``response.failed`` for a
+Responses client) instead of the terminal event.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from reef.upstream import (
     AnthropicStreamAssembler,
     OpenAIStreamAssembler,
     OpenAIToAnthropicStream,
+    OpenAIToResponsesStream,
     SSEEvent,
     SSEParser,
     UpstreamError,
@@ -39,6 +43,7 @@ from reef.upstream import (
     UpstreamTruncatedError,
     canonical_reply_anthropic,
     canonical_reply_openai,
+    canonical_reply_responses,
     encode_sse,
 )
 
@@ -98,6 +103,11 @@ class StreamRelay(ABC):
     @abstractmethod
     def result(self) -> Result:
         """The reassembled response in the client's dialect and its canonical reply."""
+
+    def failure(self, exc: UpstreamError, dialect: ErrorDialect) -> bytes:
+        """What ends the client's stream when the upstream failed mid-way (after which
+        ``result`` holds the failed response, where the dialect has one)."""
+        return error_event(exc, dialect)
 
 
 class OpenAIRelay(StreamRelay):
@@ -215,6 +225,64 @@ class TranslatedRelay(StreamRelay):
         return response, canonical_reply_anthropic(response)
 
 
+class ResponsesRelay(StreamRelay):
+    """OpenAI chunks translated into Responses events for a Responses client; the
+    record keeps the response object the client was sent."""
+
+    _proper_end = "[DONE] and a finish_reason"
+
+    def __init__(self, shell: dict[str, Any]) -> None:
+        super().__init__()
+        self.translator = OpenAIToResponsesStream(shell)
+        self.finished = _OpenAIFinish()
+        self._unsent = b""  # events made from a chunk whose later event failed
+
+    def _relay(self, events: list[SSEEvent]) -> bytes:
+        # The upstream's error may arrive in the same read as the events before it; those
+        # (response.created among them) must still reach the client, before the failure.
+        out: list[bytes] = []
+        try:
+            for event, data in events:
+                if data:
+                    self._event(event, data, out)
+        except UpstreamError:
+            self._unsent = b"".join(out)
+            raise
+        return b"".join(out)
+
+    def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
+        if self.finished.done:
+            return
+        if data == "[DONE]":
+            self.finished.done = True
+            return
+        parsed = openai_chunk(data)
+        self.finished.feed(parsed)
+        out.extend(_responses_event(*event) for event in self.translator.feed(parsed))
+
+    def _ended(self) -> bool:
+        return self.finished.done and self.translator.finish_reason is not None
+
+    def _closing(self) -> bytes:
+        *events, (name, payload) = self.translator.finish()
+        self.terminal = _responses_event(name, payload)  # response.completed
+        return b"".join(_responses_event(*event) for event in events)
+
+    def failure(self, exc: UpstreamError, dialect: ErrorDialect) -> bytes:
+        """``response.failed``, naming the failure (after the events not sent yet)."""
+        failed = b"".join(_responses_event(*event) for event in self.translator.failed(exc.detail))
+        return self._unsent + failed
+
+    def result(self) -> Result:
+        """The response sent so far (failed, once ``failure`` was sent) and its reply."""
+        response = self.translator.result()
+        return response, canonical_reply_responses(response)
+
+
+def _responses_event(name: str, payload: dict[str, Any]) -> bytes:
+    return encode_sse(dumps(payload), name)
+
+
 class _OpenAIFinish:
     """Whether an OpenAI stream ended properly: ``[DONE]``, after a ``finish_reason``
     for every choice that appeared (and at least one did)."""
@@ -265,9 +333,18 @@ def openai_chunk(data: str) -> dict[str, Any]:
     return parsed
 
 
-def open_relay(api: Api, *, translate: bool, strip_usage: bool, client_model: str) -> StreamRelay:
+def open_relay(
+    api: Api,
+    *,
+    translate: bool,
+    strip_usage: bool,
+    client_model: str,
+    shell: dict[str, Any] | None = None,
+) -> StreamRelay:
     """The relay for a stream of ``api`` (``translate``: an Anthropic client on an
-    OpenAI-compatible upstream)."""
+    OpenAI-compatible upstream; ``shell``: a Responses stream's response object)."""
+    if api == "openai.responses":
+        return ResponsesRelay(shell or {})
     if api == "openai.chat":
         return OpenAIRelay(strip_usage)
     if translate:

@@ -14,7 +14,7 @@ from typing import Any
 from reef.core import dumps
 from reef.experience import RecordView
 from reef.gateway.idempotency import Answer
-from reef.upstream import encode_sse
+from reef.upstream import encode_sse, response_events
 
 
 def stored_answer(view: RecordView, headers: dict[str, str]) -> Answer:
@@ -26,6 +26,8 @@ def stored_answer(view: RecordView, headers: dict[str, str]) -> Answer:
         return Answer(200, "application/json", headers, dumps(response))
     if view.api == "anthropic.messages":
         body = anthropic_events(response)
+    elif view.api == "openai.responses":
+        body = b"".join(_event(name, payload) for name, payload in response_events(response))
     else:
         options = request.get("stream_options")
         usage = isinstance(options, dict) and bool(options.get("include_usage"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reef.config import ReefSettings
-from reef.experience import RecordWriter, SQLExperienceStore
+from reef.experience import RecordWriter, ResponseStore, SQLExperienceStore
 from reef.gateway.activation import Activation
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
@@ -25,3 +25,4 @@ class GatewayState:
     metrics: GatewayMetrics
     recorder: Recorder
     activation: Activation
+    responses: ResponseStore  # the stored responses of the Responses API

@@ -41,7 +41,7 @@ from reef.core.trust import Trust, at_least
 from reef.experience import FeedbackView, RecordView
 from reef.harness import scan_value
 from reef.learning.learners._similarity import jaccard, tokens
-from reef.upstream.canonical import canonical_anthropic, canonical_openai
+from reef.upstream.canonical import canonical_request
 
 _URL = re.compile(r"https?://[^\s)\"'>]+", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
@@ -135,10 +135,7 @@ def _rows(records: Iterable[RecordView], exempt: Trust) -> tuple[list[_Row], lis
 
 def prompt_text(record: RecordView) -> str:
     """The text of the record's last user message (what the feedback is about)."""
-    if record.api == "anthropic.messages":
-        messages = canonical_anthropic(record.request)
-    else:
-        messages = canonical_openai(record.request)
+    messages = canonical_request(record.api, record.request)
     for message in reversed(messages):
         if message.get("role") == "user" and isinstance(message.get("content"), str):
             return str(message["content"])

@@ -65,12 +65,7 @@ from reef.learning.screening import (
     screen_feedback,
 )
 from reef.releases import Release, ReleaseChain
-from reef.upstream.canonical import (
-    canonical_anthropic,
-    canonical_openai,
-    canonical_reply_anthropic,
-    canonical_reply_openai,
-)
+from reef.upstream.canonical import canonical_reply, canonical_request
 
 HOLDOUT_BUCKETS = 1000
 
@@ -320,12 +315,10 @@ def _staleness(record: RecordView, head: Release | None, seqs: dict[str, int]) -
 
 
 def _conversation(record: RecordView) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    if record.api == "anthropic.messages":
-        messages = canonical_anthropic(record.request)
-        reply = canonical_reply_anthropic(record.response) if record.response else None
-    else:
-        messages = canonical_openai(record.request)
-        reply = canonical_reply_openai(record.response) if record.response else None
+    # One canonical form for every dialect (a Responses record's request holds the whole
+    # conversation, previous_response_id resolved, so it reads alone too).
+    messages = canonical_request(record.api, record.request)
+    reply = canonical_reply(record.api, record.response) if record.response else None
     return messages, reply
 
 

@@ -3,7 +3,8 @@
 Owns: the ``Upstream`` contract and its errors (``base``); the aiohttp client for
 OpenAI-compatible servers and the Anthropic API with its pooling, timeouts and
 retries (``http``); Server-Sent Events (``sse``); Anthropic ⇄ OpenAI translation
-(``translate``); reassembling streams into complete responses (``assemble``); the
+(``translate``); OpenAI Responses ⇄ Chat Completions (``responses``,
+``responses_stream``); reassembling streams into complete responses (``assemble``); the
 canonical conversation form and its prefix hashes (``canonical``).
 
 Does not own: routing, auth, capture or HTTP status mapping (``reef.gateway``), what
@@ -36,8 +37,12 @@ from reef.upstream.canonical import (
     canonical_anthropic,
     canonical_message,
     canonical_openai,
+    canonical_reply,
     canonical_reply_anthropic,
     canonical_reply_openai,
+    canonical_reply_responses,
+    canonical_request,
+    canonical_responses,
     chain_hashes,
     extend_chain,
 )
@@ -48,6 +53,15 @@ from reef.upstream.http import (
     error_message_from_body,
     parse_retry_after,
 )
+from reef.upstream.responses import (
+    input_items,
+    item_id,
+    openai_response_to_responses,
+    response_id_for,
+    response_shell,
+    responses_request_to_openai,
+)
+from reef.upstream.responses_stream import OpenAIToResponsesStream, response_events
 from reef.upstream.sse import SSEEvent, SSEParser, encode_sse
 from reef.upstream.translate import (
     RAW_ARGUMENTS_KEY,
@@ -69,6 +83,7 @@ __all__ = [
     "HTTPUpstreamStream",
     "OpenAIStreamAssembler",
     "OpenAIToAnthropicStream",
+    "OpenAIToResponsesStream",
     "SSEEvent",
     "SSEParser",
     "Upstream",
@@ -88,14 +103,25 @@ __all__ = [
     "canonical_anthropic",
     "canonical_message",
     "canonical_openai",
+    "canonical_reply",
     "canonical_reply_anthropic",
     "canonical_reply_openai",
+    "canonical_reply_responses",
+    "canonical_request",
+    "canonical_responses",
     "chain_hashes",
     "encode_sse",
     "error_message_from_body",
     "extend_chain",
+    "input_items",
+    "item_id",
     "openai_response_to_anthropic",
+    "openai_response_to_responses",
     "parse_retry_after",
+    "response_events",
+    "response_id_for",
+    "response_shell",
+    "responses_request_to_openai",
     "stop_reason",
     "tool_input",
 ]

@@ -9,8 +9,9 @@ as recorded from the response, equals the same reply as an SDK later re-sends it
 the next request (with its ``refusal: null``, ``annotations: []`` and other extras),
 and a later request extends the earlier one message for message.
 
-Anthropic conversations are first translated to OpenAI form, so both dialects share
-one canonical form.
+Anthropic conversations and Responses items are first translated to OpenAI form, so
+all three dialects share one canonical form; ``canonical_request`` and
+``canonical_reply`` pick the translation by a record's ``api``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 from typing import Any
 
 from reef.core.jsoncodec import canonical_json, loads, sha256_hex
+from reef.upstream.responses import items_to_messages, responses_request_to_openai
 from reef.upstream.translate import anthropic_request_to_openai
 
 _CONTENT_DIGEST_CHARS = 16
@@ -34,6 +36,30 @@ def canonical_anthropic(body: dict[str, Any]) -> list[dict[str, Any]]:
     return canonical_openai(anthropic_request_to_openai(body, model=""))
 
 
+def canonical_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The canonical messages of a Responses request body whose ``input`` holds the
+    whole conversation (``instructions`` first)."""
+    return canonical_openai(responses_request_to_openai(body, model=""))
+
+
+def canonical_request(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The canonical messages of a request of ``api`` (a record's ``api``)."""
+    if api == "anthropic.messages":
+        return canonical_anthropic(body)
+    if api == "openai.responses":
+        return canonical_responses(body)
+    return canonical_openai(body)
+
+
+def canonical_reply(api: str, response: dict[str, Any]) -> dict[str, Any]:
+    """The canonical assistant message of a response of ``api``."""
+    if api == "anthropic.messages":
+        return canonical_reply_anthropic(response)
+    if api == "openai.responses":
+        return canonical_reply_responses(response)
+    return canonical_reply_openai(response)
+
+
 def canonical_reply_openai(resp: dict[str, Any]) -> dict[str, Any]:
     """The canonical assistant message of a chat.completion (its first choice)."""
     choices = resp.get("choices") or [{}]
@@ -46,6 +72,13 @@ def canonical_reply_anthropic(resp: dict[str, Any]) -> dict[str, Any]:
     """The canonical assistant message of a Messages API ``message``."""
     turn = {"role": "assistant", "content": resp.get("content") or []}
     return canonical_anthropic({"messages": [turn]})[0]
+
+
+def canonical_reply_responses(resp: dict[str, Any]) -> dict[str, Any]:
+    """The canonical assistant message of a Responses ``response``: its output items
+    as one assistant message, equal to the same items re-sent as the next input."""
+    messages = items_to_messages(list(resp.get("output") or ()))
+    return canonical_message(messages[0] if messages else {"role": "assistant"})
 
 
 def canonical_message(message: dict[str, Any]) -> dict[str, Any]:

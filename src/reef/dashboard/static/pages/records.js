@@ -10,14 +10,18 @@ const FILTERS = [
   ["", "All records"],
 ];
 
-/** The last user message of a record's request (OpenAI or Anthropic). */
+/** The last user message of a record's request (OpenAI chat or Responses, Anthropic). */
 export function requestText(record) {
-  const messages = (record.request && record.request.messages) || [];
+  const request = record.request || {};
+  if (typeof request.input === "string") return request.input;
+  // a Responses request's input items: messages have a role (their type may be left out)
+  const messages = request.messages || (Array.isArray(request.input) ? request.input : []);
   const users = messages.filter((m) => m.role === "user");
   return users.length ? contentText(users[users.length - 1].content) : "";
 }
 
-/** The reply text of a record's response (OpenAI or Anthropic), or its error. */
+/** The reply text of a record's response (OpenAI chat or Responses, Anthropic), or its
+ * error. */
 export function responseText(record) {
   const response = record.response;
   if (!response) return record.error ? `error: ${record.error}` : "";
@@ -26,6 +30,12 @@ export function responseText(record) {
     return contentText(message.content) || (message.tool_calls ? "[tool calls]" : "");
   }
   if (Array.isArray(response.content)) return contentText(response.content);
+  if (Array.isArray(response.output)) {  // a Responses response: message and call items
+    const texts = response.output.filter((item) => item.type === "message")
+      .map((item) => contentText(item.content));
+    const calls = response.output.some((item) => item.type === "function_call");
+    return texts.join(" ") || (calls ? "[tool calls]" : "");
+  }
   return "";
 }
 

@@ -1,0 +1,119 @@
+"""Stored responses of the OpenAI Responses API: the conversation state behind
+``previous_response_id``.
+
+A stored response is self-contained: the whole input it answered (the turns before it
+included, as Responses items) and the response object. Continuing it needs one read,
+and deleting a response earlier in a chain leaves the later ones whole. Rows live in
+the experience database (``responses`` table), so they survive restarts and every
+gateway on the store sees them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.engine import Engine, RowMapping
+
+from reef.core.errors import NotFoundError
+from reef.experience import schema as t
+from reef.experience.sqlengine import read_transaction, write_transaction
+from reef.experience.sqlrows import from_json_text, json_text
+
+
+class ResponseNotFoundError(NotFoundError):
+    """No stored response with this id (in this scenario, where one was named)."""
+
+    def __init__(self, response_id: str, scenario: str | None = None) -> None:
+        where = f" in scenario {scenario!r}" if scenario is not None else ""
+        super().__init__(f"response {response_id!r} not found{where}")
+        self.response_id = response_id
+        self.scenario = scenario
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """One response kept for later turns.
+
+    ``input_items`` is everything the response answered, oldest first, each item with
+    its ``id``; ``response`` the response object as the client got it.
+    """
+
+    id: str
+    scenario: str
+    session_id: str
+    record_id: str | None
+    previous_response_id: str | None
+    principal: str | None
+    input_items: list[dict[str, Any]]
+    response: dict[str, Any]
+    created_at: datetime | None = None
+
+    def conversation(self) -> list[dict[str, Any]]:
+        """The items a continuation starts from: the input, then the output."""
+        return [*self.input_items, *(self.response.get("output") or ())]
+
+
+class ResponseStore:
+    """Stored responses on the experience store's engine
+    (``SQLExperienceStore(...).engine``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def put(self, stored: StoredResponse) -> None:
+        """Keep ``stored``; raises ``StoreUnavailableError`` when the store is down."""
+        row = {
+            "id": stored.id,
+            "scenario": stored.scenario,
+            "session_id": stored.session_id,
+            "record_id": stored.record_id,
+            "previous_response_id": stored.previous_response_id,
+            "principal": stored.principal,
+            "input_json": json_text(stored.input_items, "response input"),
+            "response_json": json_text(stored.response, "response"),
+            "created_at": stored.created_at or datetime.now(UTC),
+        }
+        with write_transaction(self.engine) as conn:
+            conn.execute(insert(t.responses).values(**row))
+
+    def get(self, response_id: str, scenario: str | None = None) -> StoredResponse:
+        """The stored response ``response_id``; ``ResponseNotFoundError`` when there is
+        none, or when ``scenario`` is given and it belongs to another (so one scenario
+        cannot tell another's ids from unknown ones)."""
+        with read_transaction(self.engine) as conn:
+            row = (
+                conn.execute(select(t.responses).where(t.responses.c.id == response_id))
+                .mappings()
+                .first()
+            )
+        if row is None or (scenario is not None and row["scenario"] != scenario):
+            raise ResponseNotFoundError(response_id, scenario)
+        return _stored(row)
+
+    def delete(self, response_id: str, scenario: str | None = None) -> None:
+        """Forget the stored response ``response_id`` (the record of its exchange stays);
+        ``ResponseNotFoundError`` as ``get``."""
+        clause = t.responses.c.id == response_id
+        if scenario is not None:
+            clause = clause & (t.responses.c.scenario == scenario)
+        with write_transaction(self.engine) as conn:
+            deleted = conn.execute(delete(t.responses).where(clause)).rowcount
+        if not deleted:
+            raise ResponseNotFoundError(response_id, scenario)
+
+
+def _stored(row: RowMapping) -> StoredResponse:
+    return StoredResponse(
+        id=row["id"],
+        scenario=row["scenario"],
+        session_id=row["session_id"],
+        record_id=row["record_id"],
+        previous_response_id=row["previous_response_id"],
+        principal=row["principal"],
+        input_items=from_json_text(row["input_json"]),
+        response=from_json_text(row["response_json"]),
+        created_at=row["created_at"],
+    )

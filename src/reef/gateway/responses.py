@@ -1,0 +1,136 @@
+"""The stored side of the OpenAI Responses API: keeping answered responses, and
+``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``.
+
+``POST /v1/responses`` itself is an inference route (``reef.gateway.inference``). A
+response is kept, whether or not its exchange is captured, unless the request said
+``store: false``; it is read back by any key that may use its scenario, exactly like
+the inference routes. A response of a scenario the key may not use, or of another
+scenario than ``x-reef-scenario`` names, is a 404 like an unknown id: ids of other
+scenarios are not confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from reef.core import dumps
+from reef.core.errors import InvalidInputError, ReefError
+from reef.experience import ResponseNotFoundError, ResponseStore, StoredResponse
+from reef.gateway.auth import Principal
+from reef.gateway.capture import Exchange
+from reef.gateway.errors import error_response
+from reef.gateway.requests import check_scenario_name, query_int
+from reef.gateway.state import GatewayState
+
+log = logging.getLogger("reef.gateway")
+
+MAX_ITEMS_PAGE: Final = 100
+_KEPT_STATUSES: Final = ("completed", "incomplete")
+
+
+async def keep_response(
+    responses: ResponseStore, exchange: Exchange, response: dict[str, Any]
+) -> None:
+    """Store ``response`` (the answer of ``exchange``, a Responses exchange) for later
+    turns, unless its request said ``store: false`` or it did not finish. A store that
+    fails is logged: the answer still goes out, but cannot be continued."""
+    turn = exchange.responses
+    if turn is None or not turn.store or response.get("status") not in _KEPT_STATUSES:
+        return
+    stored = StoredResponse(
+        id=turn.response_id,
+        scenario=exchange.scenario,
+        session_id=exchange.session_id,
+        record_id=exchange.record_id if exchange.capture else None,
+        previous_response_id=turn.previous.id if turn.previous is not None else None,
+        principal=exchange.principal.key_id,
+        input_items=turn.items,
+        response=response,
+    )
+    try:
+        await asyncio.to_thread(responses.put, stored)
+    except ReefError as exc:
+        log.error("could not store response %s: %s", turn.response_id, exc.message)
+
+
+class ResponsesRoutes:
+    """Reads and deletes of stored responses (OpenAI error shape)."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def _stored(self, request: Request) -> StoredResponse:
+        principal: Principal = self.state.auth.authenticate(request)
+        response_id = request.path_params["response_id"]
+        named = request.headers.get("x-reef-scenario")
+        scenario = check_scenario_name(named) if named else None
+        stored = await asyncio.to_thread(self.state.responses.get, response_id, scenario)
+        if principal.scenarios is not None and stored.scenario not in principal.scenarios:
+            raise ResponseNotFoundError(response_id)
+        return stored
+
+    async def get(self, request: Request) -> Response:
+        """``GET /v1/responses/{response_id}``: the response as it was answered."""
+        try:
+            stored = await self._stored(request)
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(stored.response)
+
+    async def delete(self, request: Request) -> Response:
+        """``DELETE /v1/responses/{response_id}``: forget it (its record stays)."""
+        try:
+            stored = await self._stored(request)
+            await asyncio.to_thread(self.state.responses.delete, stored.id, stored.scenario)
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json({"id": stored.id, "object": "response", "deleted": True})
+
+    async def input_items(self, request: Request) -> Response:
+        """``GET /v1/responses/{response_id}/input_items``: the items the response
+        answered (earlier turns included), ``order`` ``desc`` (default) or ``asc``,
+        ``limit`` 1-100 (20), paged by item id with ``after`` / ``before``."""
+        try:
+            stored = await self._stored(request)
+            page = _page(request, stored.input_items)
+        except ReefError as exc:
+            return error_response(exc, "openai")
+        return _json(page)
+
+
+def _page(request: Request, items: list[dict[str, Any]]) -> dict[str, Any]:
+    limit = query_int(request, "limit", 20, 1, MAX_ITEMS_PAGE)
+    order = request.query_params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidInputError(f"query parameter 'order' must be asc or desc, not {order[:40]!r}")
+    ordered = items if order == "asc" else items[::-1]
+    ids = [item.get("id") for item in ordered]
+    start, end = 0, len(ordered)
+    for name in ("after", "before"):
+        cursor = request.query_params.get(name)
+        if cursor is None:
+            continue
+        if cursor not in ids:
+            raise InvalidInputError(f"query parameter {name!r} names no item of this response")
+        if name == "after":
+            start = ids.index(cursor) + 1
+        else:
+            end = ids.index(cursor)
+    window = ordered[start:end]
+    data = window[:limit] if request.query_params.get("before") is None else window[-limit:]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0].get("id") if data else None,
+        "last_id": data[-1].get("id") if data else None,
+        "has_more": len(window) > len(data),
+    }
+
+
+def _json(data: Any) -> Response:
+    return Response(dumps(data), media_type="application/json")

@@ -146,6 +146,14 @@ def test_http_errors(tmp_path: Path) -> None:
     assert _current_target(tmp_path) == "releases/rel-1"
 
 
+def test_only_http_urls_are_fetched(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    (secret / "reef" / "scenarios" / "travel").mkdir(parents=True)
+    with pytest.raises(HarnessInstallError, match="only http and https"):
+        install_harness(f"file://{secret}", "travel", tmp_path / "install")
+    assert not (tmp_path / "install" / "current").exists()
+
+
 def test_rollback_refusals(server: HarnessServer, tmp_path: Path) -> None:
     server.publish("travel", "rel-1", V1)
     install_harness(server.url, "travel", tmp_path)

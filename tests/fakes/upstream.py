@@ -200,7 +200,7 @@ class FakeUpstream:
         self.adapters.discard(body["lora_name"])
         return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' removed.")
 
-    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
         body = orjson.loads(await request.read())
         self._note(request, body)
         if denied := self._denied(request, anthropic=False):
@@ -537,7 +537,7 @@ class FakeUpstream:
                 return token
         return None
 
-    async def _fail(
+    async def _fail(  # noqa: C901
         self, request: web.Request, behavior: str, text: str, anthropic: bool
     ) -> web.StreamResponse | None:
         """The failure response for ``behavior``, or ``None`` to answer normally."""

@@ -330,7 +330,7 @@ def run_step(
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     timed_out = threading.Event()
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
-    with subprocess.Popen(
+    with subprocess.Popen(  # noqa: S603 (argv of our own interpreter, no shell)
         argv,
         cwd=cwd,
         env=env,

@@ -48,7 +48,7 @@ class LocalEngine:
         started = time.monotonic()
         if self.log_path is not None:
             self._log = self.log_path.open("a", encoding="utf-8")
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: S603 (argv of our own interpreter, no shell)
             command, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
         )
         assert self.process.stdout is not None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,10 +88,14 @@ def fetch(url: str, api_key: str | None, max_bytes: int, timeout_seconds: float)
     """GET ``url``; raises ``HarnessUnavailableError`` (404), ``UnauthenticatedError``
     (401), ``PermissionDeniedError`` (403) or ``HarnessInstallError`` (anything else,
     including a body over ``max_bytes``)."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        # urllib would also open file:, ftp: and data: URLs: a manifest or a typo must
+        # not turn an update into a read of local files.
+        raise HarnessInstallError(f"cannot fetch {url}: only http and https URLs are fetched")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    request = urllib.request.Request(url, headers=headers)
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 (http or https, checked above)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_seconds) as response:
+        with urllib.request.urlopen(request, timeout=timeout_seconds) as response:  # noqa: S310 (http or https, checked above)
             data = response.read(max_bytes + 1)
             if len(data) > max_bytes:
                 raise HarnessInstallError(f"{url} sent more than {max_bytes} bytes")

@@ -404,7 +404,7 @@ class ReefSettings(BaseSettings):
         """The address to bind: loopback unless keys protect the gateway."""
         if self.server.host:
             return self.server.host
-        return "0.0.0.0" if self.auth.keys else "127.0.0.1"
+        return "0.0.0.0" if self.auth.keys else "127.0.0.1"  # noqa: S104 (all interfaces only when keys guard the gateway)
 
     def scenario(self, name: str) -> ScenarioConfig:
         """The scenario's config; an unconfigured scenario gets the defaults."""

@@ -10,7 +10,7 @@ import time
 _lock = threading.Lock()
 # Ids need uniqueness, not secrecy (they are receipts, never credentials): a PRNG seeded
 # from the OS is ~50x cheaper per id than a urandom syscall on the request hot path.
-_random = random.Random(os.urandom(32))
+_random = random.Random(os.urandom(32))  # noqa: S311 (seeded or non-secret randomness)
 # A forked child must not replay its parent's sequence.
 os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
 _last_ms = 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from reef.engine.process import ReadyInfo, exit_with_parent, ready_line
 
 
-def serve_until_stopped(
+def serve_until_stopped(  # noqa: PLR0913
     model: str,
     host: str = "127.0.0.1",
     port: int = 8601,

@@ -181,7 +181,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         stream.cancel()  # no-op when it finished; stops the rows when the client left
 
 
-async def _stream(
+async def _stream(  # noqa: PLR0913
     request: web.Request,
     shape: ResponseShape,
     stream: GenerationStream,
@@ -256,7 +256,7 @@ async def serving(engine: Engine, host: str, port: int) -> AsyncIterator[int]:
         sock.close()
 
 
-def run_server(
+def run_server(  # noqa: PLR0913
     model: str,
     host: str = "127.0.0.1",
     port: int = 8601,

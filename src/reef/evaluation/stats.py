@@ -65,7 +65,7 @@ def paired_bootstrap(
     estimate = _mean(values)
     if n == 1:
         return Interval(mean=estimate, low=estimate, high=estimate, n=1, confidence=confidence)
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 (seeded or non-secret randomness)
     means = [sum(rng.choices(values, k=n)) / n for _ in range(samples)]
     return _percentile_interval(means, estimate, n, confidence, (min(values), max(values)))
 
@@ -85,7 +85,7 @@ def unpaired_bootstrap(
     _check(confidence, samples)
     first, second = [float(x) for x in a], [float(x) for x in b]
     estimate = _mean(first) - _mean(second)
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 (seeded or non-secret randomness)
     means = [
         sum(rng.choices(first, k=len(first))) / len(first)
         - sum(rng.choices(second, k=len(second))) / len(second)

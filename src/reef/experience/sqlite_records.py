@@ -37,11 +37,11 @@ from reef.experience.sqlrows import OUTCOME_COLUMNS, record_row
 
 _COLUMNS = [column.name for column in t.records.columns]
 _INSERT_RECORDS = (
-    f"INSERT OR IGNORE INTO records ({', '.join(_COLUMNS)}) "
+    f"INSERT OR IGNORE INTO records ({', '.join(_COLUMNS)}) "  # noqa: S608 (column names from the schema; values are bound)
     f"VALUES ({', '.join(':' + name for name in _COLUMNS)})"
 )
 _FINISH_PENDING = (
-    f"UPDATE records SET {', '.join(f'{name} = :{name}' for name in OUTCOME_COLUMNS)} "
+    f"UPDATE records SET {', '.join(f'{name} = :{name}' for name in OUTCOME_COLUMNS)} "  # noqa: S608 (column names from the schema; values are bound)
     "WHERE id = :id"
 )
 _INSERT_SCENARIO = (

@@ -553,7 +553,7 @@ class InferenceRoutes:
             recorder.record_in_background(recorder.draft(exchange, None, None, "aborted", reason))
         self._observe(exchange, 499)
 
-    async def _relay(
+    async def _relay(  # noqa: C901
         self, exchange: Exchange, plan: CallPlan, stream: UpstreamStream, dialect: ErrorDialect
     ) -> AsyncIterator[bytes]:
         """Relay the upstream's events while reassembling the full response for the record.

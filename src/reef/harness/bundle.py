@@ -104,7 +104,7 @@ _CanonicalDumper.add_representer(str, _represent_str)
 def parse_harness_yaml(data: bytes, source: str = HARNESS_FILE) -> Harness:
     """Parse and validate ``harness.yaml`` bytes; raises ``InvalidHarnessError``."""
     try:
-        document = yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader)
+        document = yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
     except UnicodeDecodeError as exc:
         raise InvalidHarnessError(f"{source}: not UTF-8 text ({exc})") from exc
     except yaml.YAMLError as exc:

@@ -110,7 +110,7 @@ def _reference(example: TrainingExample, min_score: float) -> Any:
     return None
 
 
-def build_gate(
+def build_gate(  # noqa: PLR0913
     settings: ReefSettings,
     chain: ReleaseChain,
     artifacts: ArtifactStore,

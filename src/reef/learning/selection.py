@@ -104,7 +104,7 @@ def in_holdout(key: str, fraction: float) -> bool:
     return holdout_bucket(key) < fraction * HOLDOUT_BUCKETS
 
 
-def select_experience(
+def select_experience(  # noqa: PLR0913
     store: ExperienceStore,
     chain: ReleaseChain,
     scenario: str,
@@ -228,7 +228,7 @@ def _units(
 # -- one example -------------------------------------------------------------------------
 
 
-def _example(
+def _example(  # noqa: PLR0913
     unit: list[RecordView],
     anchors: dict[str, str],
     head: Release | None,

@@ -89,7 +89,7 @@ class Worker:
     on the chain's engine, on the wall clock), whose clock the worker's time comes from.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         settings: ReefSettings,
         store: ExperienceStore,

@@ -105,7 +105,7 @@ class FsspecArtifactStore(ArtifactStore):
         if cache_dir is None:
             cache_dir = Path(self.root, "materialized") if self.is_local else default_cache_dir()
         self.cache_dir = cache_dir
-        self.fs.makedirs(f"{self.root}/tmp", exist_ok=True)
+        self.fs.makedirs(f"{self.root}/tmp", exist_ok=True)  # noqa: S108 (a folder in the store's root, not the system /tmp)
 
     def __repr__(self) -> str:
         return f"FsspecArtifactStore({self.url!r})"
@@ -137,7 +137,7 @@ class FsspecArtifactStore(ArtifactStore):
     # ---- writing
 
     def _tmp_path(self) -> str:
-        return f"{self.root}/tmp/{uuid.uuid4().hex}"
+        return f"{self.root}/tmp/{uuid.uuid4().hex}"  # noqa: S108 (a folder in the store's root, not the system /tmp)
 
     def _install(self, tmp: str, final: str) -> None:
         self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)

@@ -408,7 +408,7 @@ class ReleaseChain:
 
     # -- moving the head ---------------------------------------------------------------
 
-    def publish(
+    def publish(  # noqa: PLR0913
         self,
         candidate_id: str,
         expected_head: str,

@@ -34,7 +34,7 @@ class OpenAIStreamAssembler:
         self._choices: dict[int, _OpenAIChoice] = {}
         self._usage: dict[str, Any] | None = None
 
-    def feed(self, chunk: dict[str, Any]) -> None:
+    def feed(self, chunk: dict[str, Any]) -> None:  # noqa: C901
         """Add one parsed chunk (``data:`` payload other than ``[DONE]``)."""
         for key in ("id", "model", "created", "system_fingerprint"):
             if key not in self._meta and chunk.get(key) is not None:

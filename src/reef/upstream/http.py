@@ -201,7 +201,7 @@ class HTTPUpstream(Upstream):
             self._session, self._loop = session, loop
         return session
 
-    async def _open(
+    async def _open(  # noqa: C901
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
     ) -> aiohttp.ClientResponse:
         """Send until a 2xx arrives (returned unread) or no retry is allowed.
@@ -277,7 +277,7 @@ class HTTPUpstream(Upstream):
 
     def _backoff(self, attempt: int) -> float:
         nominal: float = min(_BACKOFF_CAP_SECONDS, self._backoff_seconds * 2.0**attempt)
-        return nominal / 2 + random.uniform(0, nominal / 2)
+        return nominal / 2 + random.uniform(0, nominal / 2)  # noqa: S311 (seeded or non-secret randomness)
 
     async def _error_text(self, response: aiohttp.ClientResponse) -> tuple[str, str | None]:
         """The error body's message and its ``error.code``, if any."""

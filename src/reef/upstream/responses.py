@@ -129,7 +129,7 @@ def _output_text(output: Any) -> str:
     )
 
 
-def responses_request_to_openai(body: dict[str, Any], model: str) -> dict[str, Any]:
+def responses_request_to_openai(body: dict[str, Any], model: str) -> dict[str, Any]:  # noqa: C901
     """A chat-completions request equivalent to a (checked) Responses request whose
     ``input`` holds the whole conversation; ``model`` is the upstream model name."""
     messages: list[dict[str, Any]] = []

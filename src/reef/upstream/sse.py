@@ -45,7 +45,7 @@ class SSEParser:
         self._skip_lf = False  # the previous chunk ended in CR; a leading LF pairs with it
         self._started = False
 
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
+    def feed(self, chunk: bytes) -> list[SSEEvent]:  # noqa: C901
         """Parse ``chunk``; return the events it completes (possibly none)."""
         if not chunk:
             return []

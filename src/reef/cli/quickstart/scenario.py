@@ -186,7 +186,7 @@ class TicketGenerator:
     this generator (either side) is never drawn again, so sets stay disjoint."""
 
     def __init__(self, seed: int) -> None:
-        self._rng = random.Random(seed)
+        self._rng = random.Random(seed)  # noqa: S311 (seeded or non-secret randomness)
         self._seen: set[str] = set()
 
     def draw(self, count: int, held_out: bool) -> list[Ticket]:

@@ -213,7 +213,7 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     if spec.threads:
         torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
-    rng = random.Random(spec.seed)
+    rng = random.Random(spec.seed)  # noqa: S311 (seeded or non-secret randomness)
     device = _device(spec.device)
     loaded = load_model(spec.model, spec.home)
     tokenizer = loaded.tokenizer
@@ -289,7 +289,7 @@ class BudgetedRun:
     report: dict[str, Any]
 
 
-def train_in_budget(
+def train_in_budget(  # noqa: PLR0913
     model: PeftModel,
     optimizer: torch.optim.Optimizer,
     budget: Budget,

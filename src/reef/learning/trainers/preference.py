@@ -131,7 +131,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     if spec.threads:
         torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
-    rng = random.Random(spec.seed)
+    rng = random.Random(spec.seed)  # noqa: S311 (seeded or non-secret randomness)
     device = _device(spec.device)
     loaded = load_model(spec.model, spec.home)
     tokenizer = loaded.tokenizer

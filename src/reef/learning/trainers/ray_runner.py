@@ -120,7 +120,7 @@ def _release(ray: Any) -> None:
             _started = False
 
 
-def run_in_ray(
+def run_in_ray(  # noqa: C901
     spec: SFTSpec | PreferenceSpec,
     on_progress: ProgressCallback | None = None,
     *,

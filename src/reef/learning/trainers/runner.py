@@ -117,7 +117,7 @@ def run_in_child(
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     result: TrainResult | None = None
     with log_path.open("a", encoding="utf-8") as log:
-        child = subprocess.Popen(
+        child = subprocess.Popen(  # noqa: S603 (argv of our own interpreter, no shell)
             child_command(spec_path, _method(spec)),
             stdout=subprocess.PIPE,
             stderr=log,

@@ -96,6 +96,17 @@ def test_torch_lives_only_in_engine_and_trainers() -> None:
     assert not offenders, "\n".join(offenders)
 
 
+def test_the_gateway_writes_no_sql() -> None:
+    """The gateway reaches the database only through its stores' methods: no module
+    of it imports SQLAlchemy (the insights routes held a 62-line join until 2026-12)."""
+    offenders = [
+        path.relative_to(SRC).as_posix()
+        for path in sorted((SRC / "gateway").rglob("*.py"))
+        if any(name.split(".")[0] == "sqlalchemy" for name in _imports(path))
+    ]
+    assert not offenders, f"import SQLAlchemy outside the gateway: {offenders}"
+
+
 @pytest.mark.parametrize("module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience"])
 def test_import_loads_no_torch(module: str) -> None:
     code = (

@@ -24,6 +24,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
 from reef.experience import schema as t
+from reef.experience.curve import learning_curve
 from reef.experience.errors import (
     FeedbackNotFoundError,
     FeedbackNotQuarantinedError,
@@ -226,6 +227,9 @@ class SQLExperienceStore(ExperienceStore):
         outcome = {name: row[name] for name in OUTCOME_COLUMNS}
         done = conn.execute(update(t.records).where(t.records.c.id == draft.id).values(**outcome))
         return done.rowcount == 1
+
+    def learning_curve(self, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
+        return learning_curve(self.engine, scenario, limit)
 
     def settle_pending(self, before: datetime) -> int:
         with self._write() as conn:

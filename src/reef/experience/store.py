@@ -6,6 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from reef.experience.records import (
     FeedbackDraft,
@@ -55,6 +56,13 @@ class ExperienceStore(ABC):
         the hand-off to a writer thread. The default never writes now.
         """
         return None
+
+    @abstractmethod
+    def learning_curve(self, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
+        """The newest ``limit`` releases of ``scenario``, oldest first, each with
+        ``served`` (its ``serve`` records), ``scored`` and ``mean_score`` (the feedback
+        scores on those records; ``None`` without any) and ``gate`` (the gate's overall
+        means when the gate admitted the release, else ``None``)."""
 
     @abstractmethod
     def settle_pending(self, before: datetime) -> int:

@@ -21,7 +21,9 @@ from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import ReefError
 from reef.dashboard import DashboardFiles
+from reef.evaluation.results import EvaluationStore
 from reef.experience import RecordWriter, Redactor, ResponseStore, SQLExperienceStore
+from reef.experience.jobs import JobQueue
 from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
@@ -194,6 +196,8 @@ def create_app(
         recorder=recorder,
         activation=activation,
         responses=ResponseStore(store.engine),
+        jobs=JobQueue(store.engine),
+        evaluations=EvaluationStore(store.engine),
     )
     inference = InferenceRoutes(state)
     feedback = FeedbackRoutes(state)

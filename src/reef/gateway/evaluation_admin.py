@@ -19,7 +19,6 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
-from reef.evaluation.results import EvaluationStore
 from reef.gateway.release_admin import _parse
 from reef.gateway.requests import check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
@@ -49,7 +48,7 @@ class EvaluationAdminRoutes:
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
-        self.evaluations = EvaluationStore(state.activation.chain.engine)
+        self.evaluations = state.evaluations
 
     async def candidates(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/candidates``."""

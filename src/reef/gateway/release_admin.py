@@ -12,7 +12,6 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError
-from reef.experience.jobs import JobQueue
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
 from reef.releases.chain import MAX_PAGE
@@ -167,7 +166,7 @@ class ReleaseAdminRoutes:
         principal = self.state.auth.authenticate(request)
         principal.require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
-        queue = JobQueue(self.state.store.engine)
+        queue = self.state.jobs
         job = await asyncio.to_thread(
             queue.enqueue,
             scenario,

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reef.config import ReefSettings
-from reef.experience import RecordWriter, ResponseStore, SQLExperienceStore
+from reef.evaluation.results import EvaluationStore
+from reef.experience import ExperienceStore, RecordWriter, ResponseStore
+from reef.experience.jobs import JobQueue
 from reef.gateway.activation import Activation
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
@@ -18,7 +20,7 @@ class GatewayState:
     """The composition of a running gateway; built by ``create_app``."""
 
     settings: ReefSettings
-    store: SQLExperienceStore
+    store: ExperienceStore
     writer: RecordWriter
     upstreams: dict[str, Upstream]
     auth: Authenticator
@@ -26,3 +28,5 @@ class GatewayState:
     recorder: Recorder
     activation: Activation
     responses: ResponseStore  # the stored responses of the Responses API
+    jobs: JobQueue  # learning jobs: enqueued by /learn, listed for the dashboard
+    evaluations: EvaluationStore  # the gate's stored evaluations

@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
-from reef.core import new_id
+from reef.core import loads, new_id
 from reef.core.errors import InvalidInputError
 from reef.experience import schema as t
 from reef.experience.migrations import upgrade
@@ -34,6 +34,7 @@ from reef.experience.sqlengine import (
     unavailable_on_failure,
     write_transaction,
 )
+from reef.releases.artifacts import digest_hex
 from reef.releases.chainrows import (
     candidate_from_row,
     evidence_text,
@@ -517,6 +518,26 @@ class ReleaseChain:
                     rolled_back_to=target.id,
                 ),
             )
+
+    def harness_owners(self, digest: str) -> list[dict[str, str]]:
+        """Every release and candidate whose manifest names ``digest`` as its harness
+        (``[{"kind", "id", "scenario"}]``). Raises ``InvalidDigestError`` for a malformed
+        digest and ``StoreUnavailableError``."""
+        digest_hex(digest)  # a well-formed digest holds only [a-z0-9:], safe inside LIKE
+        pattern = f"%{digest}%"
+        owners: list[dict[str, str]] = []
+        with self._read() as conn:
+            for kind, table in (("release", t.releases), ("candidate", t.candidates)):
+                statement = select(table.c.id, table.c.scenario, table.c.manifest_json).where(
+                    table.c.manifest_json.like(pattern)
+                )
+                for row in conn.execute(statement).mappings():
+                    # LIKE narrows; the parsed manifest decides (it may be an adapter's)
+                    manifest = ReleaseManifest.from_json(loads(row["manifest_json"]))
+                    if manifest.harness == digest:
+                        owner = {"kind": kind, "id": row["id"], "scenario": row["scenario"]}
+                        owners.append(owner)
+        return owners
 
     def reachable_artifacts(self) -> set[str]:
         """Every adapter and harness digest named by a release (any, ever) or by a

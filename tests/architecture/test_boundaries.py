@@ -37,6 +37,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "evaluation": {"gateway", "learning", "torch"},
     "dashboard": {"learning", "torch"},
     "client": {"gateway", "learning", "engine", "experience", "torch"},
+    "jobs": {"gateway", "learning", "evaluation", "torch"},
 }
 HEAVY = {"torch", "transformers", "peft"}
 

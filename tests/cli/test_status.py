@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reef.experience.jobs import JobQueue
+from reef.jobs import JobQueue
 from reef.releases import ReleaseChain
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings

@@ -19,8 +19,8 @@ from reef.evaluation.gate import Gate
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget
 from reef.evaluation.values import EvalItem, Provenance
-from reef.experience.jobs import JobQueue
 from reef.harness import Bundle, Harness, pack_bundle
+from reef.jobs import JobQueue
 from reef.learning.screening import ScreeningConfig, TrustedReference
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reef.experience.jobs import JobQueue
 from reef.harness import read_bundle_archive
+from reef.jobs import JobQueue
 from reef.learning.selection import in_holdout
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store

@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from reef.experience.jobs import JobQueue
+from reef.jobs import JobQueue
 from reef.learning.selection import in_holdout
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store

@@ -21,7 +21,7 @@ from reef.config import ReefSettings, ScenarioConfig, StoreConfig, UpstreamConfi
 from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
 from reef.experience import FeedbackDraft, RecordDraft, SQLExperienceStore
-from reef.experience.jobs import Job, JobQueue
+from reef.jobs import Job, JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, parse_recipe

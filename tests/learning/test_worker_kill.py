@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from reef.experience.jobs import JobQueue
+from reef.jobs import JobQueue
 from reef.learning.recipes import parse_recipe
 from reef.learning.worker import Worker, job_actor
 from tests.fakes.clock import FakeClock

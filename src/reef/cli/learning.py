@@ -27,7 +27,7 @@ import typer
 from reef.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from reef.experience.jobs import Job, JobQueue
+    from reef.jobs import Job, JobQueue
 
 jobs_app = typer.Typer(help="Learning jobs: list, show, cancel.", no_args_is_help=True)
 
@@ -45,7 +45,7 @@ def _open_queue(config: Path | None, create: bool = False) -> Iterator[JobQueue]
     from reef.cli.stores import open_existing_store
     from reef.config import load_settings
     from reef.experience import open_store
-    from reef.experience.jobs import JobQueue
+    from reef.jobs import JobQueue
 
     settings = load_settings(config)
     store = open_store(settings.store_url()) if create else open_existing_store(settings)

@@ -23,7 +23,6 @@ from reef.core.errors import ReefError
 from reef.dashboard import DashboardFiles
 from reef.evaluation.results import EvaluationStore
 from reef.experience import RecordWriter, Redactor, ResponseStore, SQLExperienceStore
-from reef.experience.jobs import JobQueue
 from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
@@ -43,6 +42,7 @@ from reef.gateway.openapi import OpenAPIRoutes
 from reef.gateway.release_admin import ReleaseAdminRoutes
 from reef.gateway.responses import ResponsesRoutes
 from reef.gateway.state import GatewayState
+from reef.jobs import JobQueue
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
 from reef.upstream import Upstream, UpstreamError
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from reef.config import ReefSettings
 from reef.evaluation.results import EvaluationStore
 from reef.experience import ExperienceStore, RecordWriter, ResponseStore
-from reef.experience.jobs import JobQueue
 from reef.gateway.activation import Activation
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
 from reef.gateway.metrics import GatewayMetrics
+from reef.jobs import JobQueue
 from reef.upstream import Upstream
 
 

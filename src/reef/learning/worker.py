@@ -46,7 +46,7 @@ from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
 from reef.evaluation.canary_monitor import CanaryMonitor, CanaryOutcome
 from reef.experience import ExperienceStore, StoreUnavailableError
-from reef.experience.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
+from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.holdout import build_gate, holdout_items, trusted_references
 from reef.learning.learners import NoCandidateError

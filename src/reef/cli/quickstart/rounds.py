@@ -27,7 +27,7 @@ from reef.cli.quickstart.application import Answer, TriageApp, run_concurrently
 from reef.cli.quickstart.errors import QuickstartError
 from reef.cli.quickstart.scenario import Ticket
 from reef.cli.quickstart.stack import Stack
-from reef.experience.jobs import Job
+from reef.jobs import Job
 
 JOB_POLL_SECONDS = 0.5
 JOB_TIMEOUT_SECONDS = 1800.0

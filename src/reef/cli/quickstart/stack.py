@@ -21,8 +21,8 @@ from reef.cli.quickstart.errors import QuickstartError
 from reef.config import ReefSettings
 from reef.engine.process import ReadyInfo
 from reef.experience import SQLExperienceStore, open_store
-from reef.experience.jobs import JobQueue
 from reef.gateway import create_app
+from reef.jobs import JobQueue
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
 from reef.upstream import Upstream, build_upstream
 

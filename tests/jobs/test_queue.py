@@ -10,7 +10,7 @@ import pytest
 
 from reef.core.errors import InvalidInputError
 from reef.experience import FeedbackDraft, SQLExperienceStore
-from reef.experience.jobs import (
+from reef.jobs import (
     Job,
     JobCancelledError,
     JobNotFoundError,

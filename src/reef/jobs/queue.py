@@ -24,8 +24,10 @@ one at a time). On PostgreSQL ``claim`` picks its row with ``FOR UPDATE SKIP LOC
 claimers never wait on, or get, the same row) and both ``enqueue`` and ``claim`` take a
 transaction-level advisory lock on the scenario before checking for its active job.
 
-This lives in ``experience`` (not ``learning``) because the gateway enqueues manual jobs
-and must never import ``learning``.
+The ``jobs`` table is defined with the others (``reef.experience.schema``, one database
+and one migration chain); the queue is its own part because both the gateway (which
+enqueues manual jobs) and ``learning`` (whose workers claim them) use it, and the
+gateway must never import ``learning``.
 """
 
 from __future__ import annotations

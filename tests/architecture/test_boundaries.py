@@ -97,6 +97,23 @@ def test_torch_lives_only_in_engine_and_trainers() -> None:
     assert not offenders, "\n".join(offenders)
 
 
+# Packages other packages reach only through their face (``reef.X``, its ``__all__``).
+FACED = ("evaluation", "learning", "jobs")
+
+
+@pytest.mark.parametrize("package", FACED)
+def test_other_packages_import_only_the_face(package: str) -> None:
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(f"{package}/"):
+            continue
+        inner = sorted(n for n in _imports(path) if n.startswith(f"reef.{package}."))
+        if inner:
+            offenders.append(f"{rel} imports {inner}")
+    assert not offenders, f"import from reef.{package} instead:\n" + "\n".join(offenders)
+
+
 def test_the_gateway_writes_no_sql() -> None:
     """The gateway reaches the database only through its stores' methods: no module
     of it imports SQLAlchemy (the insights routes held a 62-line join until 2026-12)."""

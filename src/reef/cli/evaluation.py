@@ -57,13 +57,18 @@ def run_command(
     from reef.cli.releases import cli_actor
     from reef.config import load_settings
     from reef.core.errors import NotFoundError
-    from reef.evaluation.config import GateRule
-    from reef.evaluation.decision import decide_results, score_answers
-    from reef.evaluation.report import write_report
-    from reef.evaluation.results import EvaluationStore
-    from reef.evaluation.runner import GatewayTarget, collect_answers
-    from reef.evaluation.scorers import ScorerContext, ScorerRegistry
-    from reef.evaluation.suites import load_suite
+    from reef.evaluation import (
+        EvaluationStore,
+        GateRule,
+        GatewayTarget,
+        ScorerContext,
+        ScorerRegistry,
+        collect_answers,
+        decide_results,
+        load_suite,
+        score_answers,
+        write_report,
+    )
     from reef.experience import open_store
     from reef.releases import ReleaseChain
 
@@ -145,7 +150,7 @@ def show_command(
     feedback its learning job screened out."""
     from reef.cli.stores import open_existing_store
     from reef.config import load_settings
-    from reef.evaluation.report import candidate_summary
+    from reef.evaluation import candidate_summary
     from reef.releases import ReleaseChain
 
     store = open_existing_store(load_settings(config))

@@ -88,7 +88,7 @@ def worker_command(
     """Run a learning worker: fire recipe triggers, claim jobs, propose candidates."""
     from reef.config import load_settings
     from reef.experience import open_store
-    from reef.learning.worker import Worker
+    from reef.learning import Worker
     from reef.releases import ReleaseChain, open_artifact_store
 
     logging.basicConfig(
@@ -130,7 +130,7 @@ def learn_command(
     config: ConfigOption = None,
 ) -> None:
     """Enqueue a manual learning job and print its id (a worker runs it)."""
-    from reef.learning.recipes import load_recipe
+    from reef.learning import load_recipe
 
     job_input: dict[str, object] = {"trigger": "manual"}
     if recipe is not None:

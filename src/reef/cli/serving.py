@@ -70,7 +70,7 @@ def _start_worker(
 ) -> tuple[threading.Thread, threading.Event]:
     """A learning worker on a thread of this process. Model training runs in child
     processes, so the gateway's event loop never competes with a training step."""
-    from reef.learning.worker import Worker
+    from reef.learning import Worker
     from reef.releases import ReleaseChain, open_artifact_store
 
     worker = Worker(

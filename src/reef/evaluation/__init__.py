@@ -13,3 +13,74 @@ gate), the release chain itself (``releases``).
 Extend: a scorer subclasses ``reef.evaluation.scorers.Scorer`` and registers in the
 ``reef.scorers`` entry-point group; recipes pick it by ``type:``.
 """
+
+# The face: what other packages import (tests/architecture checks that nothing else is).
+from reef.evaluation.canary_monitor import (
+    CanaryMonitor,
+    CanaryOutcome,
+)
+from reef.evaluation.config import (
+    GateConfig,
+    GateRule,
+)
+from reef.evaluation.decision import (
+    decide_results,
+    score_answers,
+)
+from reef.evaluation.gate import (
+    Gate,
+)
+from reef.evaluation.report import (
+    candidate_summary,
+    write_report,
+)
+from reef.evaluation.results import (
+    EvaluationStore,
+)
+from reef.evaluation.runner import (
+    GatewayTarget,
+    collect_answers,
+)
+from reef.evaluation.scorers import (
+    SCORER_GROUP,
+    Scorer,
+    ScorerConfig,
+    ScorerContext,
+    ScorerError,
+    ScorerRegistry,
+)
+from reef.evaluation.scorers_builtin import (
+    normalize_text,
+)
+from reef.evaluation.suites import (
+    load_suite,
+)
+from reef.evaluation.values import (
+    EvalItem,
+    Provenance,
+)
+
+__all__ = [
+    "SCORER_GROUP",
+    "CanaryMonitor",
+    "CanaryOutcome",
+    "EvalItem",
+    "EvaluationStore",
+    "Gate",
+    "GateConfig",
+    "GateRule",
+    "GatewayTarget",
+    "Provenance",
+    "Scorer",
+    "ScorerConfig",
+    "ScorerContext",
+    "ScorerError",
+    "ScorerRegistry",
+    "candidate_summary",
+    "collect_answers",
+    "decide_results",
+    "load_suite",
+    "normalize_text",
+    "score_answers",
+    "write_report",
+]

@@ -21,7 +21,7 @@ from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import ReefError
 from reef.dashboard import DashboardFiles
-from reef.evaluation.results import EvaluationStore
+from reef.evaluation import EvaluationStore
 from reef.experience import RecordWriter, Redactor, ResponseStore, SQLExperienceStore
 from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes

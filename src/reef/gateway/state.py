@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reef.config import ReefSettings
-from reef.evaluation.results import EvaluationStore
+from reef.evaluation import EvaluationStore
 from reef.experience import ExperienceStore, RecordWriter, ResponseStore
 from reef.gateway.activation import Activation
 from reef.gateway.auth import Authenticator

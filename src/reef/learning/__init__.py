@@ -13,3 +13,40 @@ Extend: a learner subclasses ``reef.learning.base.Learner`` and registers in the
 ``reef.learners`` entry-point group (the built-ins register the same way); recipes pick
 it by ``type:``.
 """
+
+# The face: what other packages import (tests/architecture checks that nothing else is).
+from reef.learning.base import (
+    ExperienceBatch,
+    Learner,
+    LearnerConfig,
+    LearnerContext,
+    LearnerOutput,
+    TrainingExample,
+)
+from reef.learning.recipes import (
+    Recipe,
+    RecipeError,
+    load_recipe,
+)
+from reef.learning.registry import (
+    LEARNER_GROUP,
+    LearnerRegistry,
+)
+from reef.learning.worker import (
+    Worker,
+)
+
+__all__ = [
+    "LEARNER_GROUP",
+    "ExperienceBatch",
+    "Learner",
+    "LearnerConfig",
+    "LearnerContext",
+    "LearnerOutput",
+    "LearnerRegistry",
+    "Recipe",
+    "RecipeError",
+    "TrainingExample",
+    "Worker",
+    "load_recipe",
+]

@@ -21,12 +21,15 @@ from typing import Any
 
 from reef.config import ReefSettings
 from reef.core.trust import trust_rank
-from reef.evaluation.gate import Gate
-from reef.evaluation.results import EvaluationStore
-from reef.evaluation.runner import GatewayTarget
-from reef.evaluation.scorers import ScorerContext
-from reef.evaluation.suites import load_suite
-from reef.evaluation.values import EvalItem, Provenance
+from reef.evaluation import (
+    EvalItem,
+    EvaluationStore,
+    Gate,
+    GatewayTarget,
+    Provenance,
+    ScorerContext,
+    load_suite,
+)
 from reef.experience import ExperienceStore
 from reef.learning.base import TrainingExample
 from reef.learning.recipes import Recipe

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from reef.core.errors import InvalidInputError
 from reef.core.validation import problem_lines
-from reef.evaluation.config import GateConfig
+from reef.evaluation import GateConfig
 from reef.learning.base import Learner
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import SelectionConfig

@@ -44,7 +44,7 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
-from reef.evaluation.canary_monitor import CanaryMonitor, CanaryOutcome
+from reef.evaluation import CanaryMonitor, CanaryOutcome
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput

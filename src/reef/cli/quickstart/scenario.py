@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 
 from reef.cli.quickstart.errors import QuickstartError
-from reef.evaluation.scorers_builtin import normalize_text
+from reef.evaluation import normalize_text
 
 LABELS: tuple[str, ...] = ("billing", "shipping", "technical", "account", "cancellation", "sales")
 

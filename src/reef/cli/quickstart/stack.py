@@ -101,7 +101,7 @@ class Stack:
 
     def start_worker(self) -> None:
         """A learning worker on a thread, as ``reef serve`` runs it."""
-        from reef.learning.worker import Worker
+        from reef.learning import Worker
 
         worker = Worker(self.settings, self.require_store(), self.chain(), self.artifacts())
         self._worker_thread = threading.Thread(

@@ -50,7 +50,7 @@ from gate_cost import GatewayServer, running_engine  # the same world as the gat
 from sections import write_between
 
 from reef.config import ReefSettings
-from reef.experience.jobs import JobQueue
+from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
 

@@ -5,12 +5,12 @@ Owns: eval suites (file suites, regression suites, safety probes — ``suites``,
 built-ins in ``scorers_builtin``), the paired runner that asks a candidate and the head
 the same items through a gateway (``runner``), the statistics and the decision rule
 (``stats``, ``decision``), the gate that evaluates a candidate and publishes it per the
-recipe's mode (``gate``), the canary monitor (``canary``), the evaluations store
+recipe's mode (``gate``), the canary monitor (``canary_monitor``), the evaluations store
 (``results``) and human reports (``report``).
 Does not own: serving and canary traffic splitting (``gateway``; never imported here),
 learning and experience selection (``learning`` builds the holdout items and calls the
 gate), the release chain itself (``releases``).
-Extend: a scorer subclasses ``reef.evaluation.scorers.Scorer`` and registers in the
+Extend: a scorer subclasses ``reef.evaluation.Scorer`` and registers in the
 ``reef.scorers`` entry-point group; recipes pick it by ``type:``.
 """
 

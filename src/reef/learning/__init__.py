@@ -9,7 +9,7 @@ Does not own: serving (``gateway``; never imported here), the SQL schema
 (``experience``), the chain and artifacts (``releases``), evaluation (``evaluation``).
 Torch is imported only in ``learning/trainers`` and only inside the child process that
 trains.
-Extend: a learner subclasses ``reef.learning.base.Learner`` and registers in the
+Extend: a learner subclasses ``reef.learning.Learner`` and registers in the
 ``reef.learners`` entry-point group (the built-ins register the same way); recipes pick
 it by ``type:``.
 """

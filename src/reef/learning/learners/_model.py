@@ -12,7 +12,7 @@ from pydantic import Field
 
 from reef.core.errors import InvalidInputError
 from reef.learning.base import LearnerConfig, LearnerContext
-from reef.learning.trainers import Budget
+from reef.learning.trainers import DEFAULT_TARGET_MODULES, Budget
 
 ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
 
@@ -84,3 +84,35 @@ class BudgetSettings(LearnerConfig):
             warmup_fraction=self.warmup_fraction,
             schedule=self.lr_schedule,
         )
+
+
+class ModelLearnerSettings(BudgetSettings):
+    """What every model learner trains with, besides its budget: ``model`` (the engine
+    model source; default the head's base model, ``model_source``), the LoRA shape (``r``,
+    ``alpha``, ``dropout``, ``target_modules``), the optimiser's ``lr`` and
+    ``batch_size``, ``max_seq_len``, ``continue_from_head`` (start from the head's adapter
+    when it has one on the same base), ``seed``, where it runs (``device``, ``threads``)
+    and ``timeout_seconds`` for the training process."""
+
+    model: str | None = None
+    lr: float = Field(default=5e-4, gt=0.0)
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+    batch_size: int = Field(default=4, ge=1)
+    max_seq_len: int = Field(default=512, ge=8)
+    continue_from_head: bool = True
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
+
+
+class RayTrainerSettings(ModelLearnerSettings):
+    """A model learner whose trainer may run on Ray: ``trainer: local`` trains in a child
+    process, ``ray`` as a Ray task on the cluster at ``ray_address`` (None: a local
+    cluster on loopback)."""
+
+    trainer: Literal["local", "ray"] = "local"
+    ray_address: str | None = None

@@ -24,7 +24,7 @@ from reef.learning.base import (
 )
 from reef.learning.learners._examples import correction_text, served_text, text_messages
 from reef.learning.learners._model import (
-    BudgetSettings,
+    RayTrainerSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
@@ -32,7 +32,6 @@ from reef.learning.learners._model import (
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
-    DEFAULT_TARGET_MODULES,
     LoraSettings,
     PreferencePair,
     PreferenceSpec,
@@ -40,7 +39,7 @@ from reef.learning.trainers.spec import (
 )
 
 
-class PreferenceConfig(BudgetSettings):
+class PreferenceConfig(RayTrainerSettings):
     """Settings of the ``preference`` learner (a recipe's learner entry minus ``type``).
 
     ``objective``: ``auto`` is DPO when the batch yields pairs, else KTO. ``beta``: the
@@ -51,26 +50,11 @@ class PreferenceConfig(BudgetSettings):
     ``SFTConfig``.
     """
 
-    model: str | None = None
     objective: Literal["auto", "dpo", "kto"] = "auto"
     beta: float = Field(default=0.1, gt=0.0)
     epochs: float = Field(default=3.0, gt=0.0, le=1000.0)
-    lr: float = Field(default=5e-4, gt=0.0)
-    r: int = Field(default=8, ge=1)
-    alpha: int = Field(default=16, ge=1)
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
-    batch_size: int = Field(default=4, ge=1)
-    max_seq_len: int = Field(default=512, ge=8)
     good_score: float = 1.0
     bad_score: float = 0.0
-    continue_from_head: bool = True
-    seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(default=None, ge=1)
-    timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
-    trainer: Literal["local", "ray"] = "local"
-    ray_address: str | None = None
 
 
 def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair], list[str]]:

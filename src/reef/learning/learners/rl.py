@@ -25,14 +25,13 @@ from reef.learning.base import (
 )
 from reef.learning.learners._examples import correction_text, text_messages
 from reef.learning.learners._model import (
-    BudgetSettings,
+    ModelLearnerSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
 )
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
-    DEFAULT_TARGET_MODULES,
     LoraSettings,
     RLPrompt,
     RLScorer,
@@ -40,7 +39,7 @@ from reef.learning.trainers.spec import (
 )
 
 
-class RLConfig(BudgetSettings):
+class RLConfig(ModelLearnerSettings):
     """Settings of the ``rl`` learner (a recipe's learner entry minus ``type``).
 
     ``scorer``: how a completion is scored against the item's correction (``exact``,
@@ -53,7 +52,6 @@ class RLConfig(BudgetSettings):
     each prompt gets (iterations over the prompts; no validation split).
     """
 
-    model: str | None = None
     scorer: RLScorer = Field(default_factory=RLScorer)
     group_size: int = Field(default=4, ge=2)
     temperature: float = Field(default=1.0, gt=0.0)
@@ -61,19 +59,8 @@ class RLConfig(BudgetSettings):
     beta_kl: float = Field(default=0.04, ge=0.0)
     epochs: float = Field(default=2.0, gt=0.0, le=1000.0)
     lr: float = Field(default=5e-5, gt=0.0)
-    r: int = Field(default=8, ge=1)
-    alpha: int = Field(default=16, ge=1)
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
-    batch_size: int = Field(default=4, ge=1)
-    max_seq_len: int = Field(default=512, ge=8)
     engine_url: str | None = None
     engine_model: str | None = None
-    continue_from_head: bool = True
-    seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(default=None, ge=1)
-    timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
 
 
 def rl_prompts(train: list[TrainingExample]) -> tuple[list[RLPrompt], list[str]]:

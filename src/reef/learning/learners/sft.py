@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal, cast
 
-from pydantic import Field
-
 from reef.harness import Harness, render_openai
 from reef.learning.base import (
     Learner,
@@ -29,13 +27,12 @@ from reef.learning.base import (
 from reef.learning.learners._examples import text_messages
 from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import (
-    BudgetSettings,
+    RayTrainerSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
 )
 from reef.learning.trainers import (
-    DEFAULT_TARGET_MODULES,
     LoraSettings,
     SFTExample,
     SFTSpec,
@@ -44,7 +41,7 @@ from reef.learning.trainers import (
 from reef.learning.trainers.ray_runner import run_in_ray
 
 
-class SFTConfig(BudgetSettings):
+class SFTConfig(RayTrainerSettings):
     """Settings of the ``sft`` learner (a recipe's learner entry minus ``type``).
 
     ``model``: the engine model source to train; by default the head's base model when
@@ -65,22 +62,7 @@ class SFTConfig(BudgetSettings):
     adapter does not forget it.
     """
 
-    model: str | None = None
-    lr: float = Field(default=5e-4, gt=0.0)
-    r: int = Field(default=8, ge=1)
-    alpha: int = Field(default=16, ge=1)
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGET_MODULES))
-    batch_size: int = Field(default=4, ge=1)
-    max_seq_len: int = Field(default=512, ge=8)
     min_score: float = 1.0
-    continue_from_head: bool = True
-    seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(default=None, ge=1)
-    timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
-    trainer: Literal["local", "ray"] = "local"
-    ray_address: str | None = None
     render_harness: bool = False
     replay: bool = True
 

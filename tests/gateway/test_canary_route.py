@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reef.gateway.activation import ServingRelease
 from reef.gateway.canary_arm import CanaryRoute
+from reef.gateway.serving import ServingRelease
 
 SESSIONS = [f"session-{n}" for n in range(20_000)]
 

@@ -26,6 +26,7 @@ from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
 from reef.gateway.canary_arm import CanaryRoute, CanaryStatus
+from reef.gateway.serving import ServingRelease
 from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
 from reef.harness import bundle_digest as compute_bundle_digest
 from reef.releases import (
@@ -49,26 +50,6 @@ _PINNED_CACHE = 32
 CLIENT_CHOSEN_MODEL = "(client-chosen)"
 # How long a canary that failed to stage leaves all its scenario's traffic to the head.
 CANARY_RETRY_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class ServingRelease:
-    """What one request is served by: a release (or candidate) staged and ready."""
-
-    scenario: str
-    release_id: str | None  # None only before the scenario's first release exists
-    base_model: str | None
-    adapter_name: str | None  # the name the upstream serves the adapter under
-    adapter_digest: str | None
-    harness: Harness | None
-    harness_digest: str | None  # the artifact (packed bundle) digest in the manifest
-    bundle_digest: str | None  # the canonical bundle digest clients verify
-    upstream: str
-
-    @property
-    def model(self) -> str | None:
-        """The model name to send upstream: the adapter when there is one."""
-        return self.adapter_name or self.base_model
 
 
 @dataclass

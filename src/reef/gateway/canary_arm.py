@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from reef.gateway.activation import ServingRelease
+from reef.gateway.serving import ServingRelease
 
 _HASH_BYTES = 8
 _HASH_RANGE = 1 << (8 * _HASH_BYTES)

@@ -12,10 +12,10 @@ from typing import Any, Literal
 from reef.core import sha256_hex
 from reef.experience import ExperienceStore, Purpose, RecordDraft, RecordWriter, Redactor
 from reef.experience.records import RecordStatus, RecordView
-from reef.gateway.activation import ServingRelease
 from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
 from reef.gateway.response_turns import ResponsesTurn
+from reef.gateway.serving import ServingRelease
 from reef.upstream import canonical_request, extend_chain
 
 log = logging.getLogger("reef.gateway")

@@ -22,7 +22,6 @@ from starlette.types import Receive, Scope, Send
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
 from reef.experience import RecordView
-from reef.gateway.activation import ServingRelease
 from reef.gateway.body_checks import check_anthropic_messages, check_openai_chat
 from reef.gateway.capture import (
     Api,
@@ -54,6 +53,7 @@ from reef.gateway.response_checks import check_openai_responses
 from reef.gateway.response_turns import resolve_turn
 from reef.gateway.responses import keep_response
 from reef.gateway.segments import one_segment
+from reef.gateway.serving import ServingRelease
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai
 from reef.upstream import (

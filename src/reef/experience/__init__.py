@@ -3,14 +3,17 @@
 Owns: the ``ExperienceStore`` contract and its SQL implementation (SQLite and PostgreSQL
 through SQLAlchemy Core), the whole SQL schema of DESIGN.md §3 and its Alembic
 migrations, group-committed record writing (``RecordWriter``), redaction of captured
-text, and export to JSON Lines / Parquet.
+text, export to JSON Lines / Parquet, and trajectories: a session's records assembled
+into a tree of turns with their tool calls and results (``trajectories``), on a
+dialect-free form of each record (``exchanges``).
 Does not own: HTTP or how records are captured (``gateway``), the release chain's rules
 (``releases`` reads and writes its tables, but the schema lives here so one migration
 stream covers the database), learning (``learning``). Must not import gateway, learning
 or torch.
 Extend: a new backend implements ``ExperienceStore`` (``store.py``); a schema change is a
 new revision in ``migrations/versions`` plus the same change in ``schema.py`` (a test
-compares them).
+compares them); a new dialect of records registers its canonicaliser in
+``exchanges.CANONICALISERS`` and trajectories follow.
 """
 
 from reef.experience.backends import open_store
@@ -23,6 +26,7 @@ from reef.experience.errors import (
     StoreUnavailableError,
     WriterNotRunningError,
 )
+from reef.experience.exchanges import CanonicalExchange, canonical_exchange
 from reef.experience.export import ParquetUnavailableError, export_records
 from reef.experience.records import (
     FeedbackDraft,
@@ -38,10 +42,13 @@ from reef.experience.records import (
 from reef.experience.redaction import REDACTED, Redactor
 from reef.experience.sql import SQLExperienceStore
 from reef.experience.store import ExperienceStore
+from reef.experience.trajectories import Branch, Trajectory, Turn, assemble_trajectory
 from reef.experience.writer import RecordWriter, WriterStats
 
 __all__ = [
     "REDACTED",
+    "Branch",
+    "CanonicalExchange",
     "ExperienceStore",
     "FeedbackDraft",
     "FeedbackNotFoundError",
@@ -62,8 +69,12 @@ __all__ = [
     "SessionMatch",
     "SessionNotFoundError",
     "StoreUnavailableError",
+    "Trajectory",
+    "Turn",
     "WriterNotRunningError",
     "WriterStats",
+    "assemble_trajectory",
+    "canonical_exchange",
     "export_records",
     "open_store",
 ]

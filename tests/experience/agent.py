@@ -62,6 +62,7 @@ class Agent:
     session: str | None = None
     system: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    key: str = "none"  # the API key the SDK sends
 
     @property
     def scenario(self) -> str:
@@ -89,7 +90,13 @@ class Agent:
     def fork(self) -> Agent:
         """Another agent with a copy of this conversation (same session header)."""
         return Agent(
-            self.gateway, self.dialect, self.stream, self.session, self.system, list(self.history)
+            self.gateway,
+            self.dialect,
+            self.stream,
+            self.session,
+            self.system,
+            list(self.history),
+            self.key,
         )
 
     def ask(self, tools: bool = True, keep: bool = True) -> Sent:
@@ -106,7 +113,7 @@ class Agent:
         return sent
 
     def _openai(self, headers: dict[str, str], tools: bool) -> tuple[Sent, dict[str, Any]]:
-        client = self.gateway.openai()
+        client = self.gateway.openai(api_key=self.key)
         messages = list(self.history)
         if self.system is not None:
             messages.insert(0, {"role": "system", "content": self.system})
@@ -139,7 +146,7 @@ class Agent:
         return self._sent(response_headers, message), message
 
     def _anthropic(self, headers: dict[str, str], tools: bool) -> tuple[Sent, dict[str, Any]]:
-        client = self.gateway.anthropic()
+        client = self.gateway.anthropic(api_key=self.key)
         kwargs: dict[str, Any] = {
             "model": "claude-x",
             "max_tokens": 64,

@@ -147,6 +147,8 @@ class Trajectory:
     roots: list[str]
     branches: list[Branch]
     turn_of_record: dict[str, str]
+    # Feedback on the session as a whole (``POST /reef/feedback`` with a ``session_id``).
+    outcomes: tuple[FeedbackView, ...] = ()
 
     def main_branch(self) -> Branch:
         """The branch ending in the newest attempt: where the task ended."""
@@ -173,6 +175,7 @@ class Trajectory:
             "turns": [turn.as_dict() for turn in self.turns.values()],
             "branches": [branch.as_dict() for branch in self.branches],
             "main_branch": self.main_branch().as_dict() if self.branches else None,
+            "outcomes": [feedback.as_dict() for feedback in self.outcomes],
         }
 
 

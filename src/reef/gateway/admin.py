@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, ReefError
-from reef.experience import RecordFilter, RecordView
+from reef.experience import RecordFilter, RecordView, assemble_trajectory
 from reef.gateway.errors import error_response
 from reef.gateway.requests import check_scenario_name, query_int, query_number
 from reef.gateway.state import GatewayState
@@ -92,19 +92,24 @@ class AdminRoutes:
         )
 
     async def session(self, request: Request) -> Response:
-        """``GET /reef/scenarios/{scenario}/sessions/{session_id}``: its turns in order."""
+        """``GET /reef/scenarios/{scenario}/sessions/{session_id}``: the session's records
+        in turn order (``turns``) and its trajectory tree (``trajectory``, see
+        ``reef.experience.trajectories``)."""
         try:
-            self.state.auth.authenticate(request).require_admin()
+            principal = self.state.auth.authenticate(request)
+            principal.require_admin()
             scenario = check_scenario_name(request.path_params["scenario"])
-            views = await asyncio.to_thread(
-                self.state.store.get_session, scenario, request.path_params["session_id"]
-            )
+            principal.check_scenario(scenario)
+            session_id = request.path_params["session_id"]
+            views = await asyncio.to_thread(self.state.store.get_session, scenario, session_id)
+            trajectory = assemble_trajectory(scenario, session_id, views)
         except ReefError as exc:
             return error_response(exc, "openai")
         return _json(
             {
-                "session_id": request.path_params["session_id"],
+                "session_id": session_id,
                 "scenario": scenario,
                 "turns": [record_json(view) for view in views],
+                "trajectory": trajectory.as_dict(),
             }
         )

@@ -339,10 +339,14 @@ def _branches(turns: dict[str, Turn], roots: list[str]) -> list[Branch]:
 
 
 def assemble_trajectory(
-    scenario: str, session_id: str, records: Sequence[RecordView]
+    scenario: str,
+    session_id: str,
+    records: Sequence[RecordView],
+    outcomes: Sequence[FeedbackView] = (),
 ) -> Trajectory:
     """The trajectory tree of one session's ``records`` (in the store's turn order, as
-    ``ExperienceStore.get_session`` returns them). Raises ``InvalidInputError`` for a
+    ``ExperienceStore.get_session`` returns them) with the ``outcomes`` given on the
+    session (``ExperienceStore.session_feedback``). Raises ``InvalidInputError`` for a
     record of an api that has no canonicaliser (``reef.experience.exchanges``)."""
     assembler = _Assembler()
     for record in records:
@@ -356,4 +360,5 @@ def assemble_trajectory(
         roots=roots,
         branches=_branches(turns, roots),
         turn_of_record=assembler.turn_of_record,
+        outcomes=tuple(outcomes),
     )

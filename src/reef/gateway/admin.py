@@ -101,8 +101,10 @@ class AdminRoutes:
             scenario = check_scenario_name(request.path_params["scenario"])
             principal.check_scenario(scenario)
             session_id = request.path_params["session_id"]
-            views = await asyncio.to_thread(self.state.store.get_session, scenario, session_id)
-            trajectory = assemble_trajectory(scenario, session_id, views)
+            store = self.state.store
+            views = await asyncio.to_thread(store.get_session, scenario, session_id)
+            outcomes = await asyncio.to_thread(store.session_feedback, scenario, session_id)
+            trajectory = assemble_trajectory(scenario, session_id, views, outcomes)
         except ReefError as exc:
             return error_response(exc, "openai")
         return _json(

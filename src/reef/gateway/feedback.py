@@ -13,10 +13,12 @@ from reef.core import dumps
 from reef.core.errors import InvalidInputError, ReefError
 from reef.core.validation import problem_lines
 from reef.experience import FeedbackDraft, RecordNotFoundError
+from reef.experience.corrections import check_correction
 from reef.gateway.auth import Principal
 from reef.gateway.errors import error_response
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_SESSION_ID_CHARS,
     bounded_header,
     check_scenario_name,
     query_int,
@@ -26,14 +28,34 @@ from reef.gateway.state import GatewayState
 
 
 class FeedbackIn(BaseModel):
-    """The body of ``POST /reef/feedback`` (schema version 1)."""
+    """The body of ``POST /reef/feedback`` (schema version 1): about records, or the
+    outcome of a session's task (``session_id``), or both (one record: the turn targeted)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"anyOf": [{"required": ["record_ids"]}, {"required": ["session_id"]}]},
+    )
 
-    record_ids: list[str] = Field(min_length=1, description="Records this feedback is about.")
+    record_ids: list[str] = Field(
+        default_factory=list,
+        description="Records this feedback is about. With `session_id`: at most one, the "
+        "turn it targets (a correction of that turn).",
+    )
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SESSION_ID_CHARS,
+        description="The session whose task outcome this is; the recipe's credit policy "
+        "spreads the score over the turns of its branch.",
+    )
     score: float | None = Field(default=None, allow_inf_nan=False)
     feedback: Any = Field(default=None, description="Free text or structured feedback.")
-    correction: Any = Field(default=None, description="What the answer should have been.")
+    correction: Any = Field(
+        default=None,
+        description="What the answer should have been: text, or "
+        '`{"tool_calls": [{"type": "function", "function": {"name", "arguments"}}], '
+        '"content"?}` when the turn should have called tools.',
+    )
     idempotency_key: str | None = Field(default=None, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
     scenario: str | None = Field(
@@ -43,6 +65,21 @@ class FeedbackIn(BaseModel):
 
 def _validation_message(exc: ValidationError) -> str:
     return "invalid feedback: " + "; ".join(problem_lines(exc, FeedbackIn))
+
+
+def _check_targets(parsed: FeedbackIn, ids_field: str) -> None:
+    """What the model cannot say: something to be about, one turn in a session."""
+    if not parsed.record_ids and parsed.session_id is None:
+        raise InvalidInputError(f"invalid feedback: {ids_field} or session_id is required")
+    if parsed.session_id is not None and len(parsed.record_ids) > 1:
+        raise InvalidInputError(
+            f"invalid feedback: {ids_field}: with session_id, name at most one record "
+            f"(the turn the feedback targets), got {len(parsed.record_ids)}"
+        )
+    try:
+        check_correction(parsed.correction)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"invalid feedback: {exc.message}") from exc
 
 
 class FeedbackRoutes:
@@ -82,12 +119,14 @@ class FeedbackRoutes:
             if ids_field != "record_ids":
                 if "record_ids" in body:
                     raise InvalidInputError(f"use {ids_field!r} (not 'record_ids') on this route")
-                body["record_ids"] = body.pop(ids_field, None)
+                if ids_field in body:
+                    body["record_ids"] = body.pop(ids_field)
             try:
                 parsed = FeedbackIn.model_validate(body)
             except ValidationError as exc:
                 message = _validation_message(exc).replace("record_ids", ids_field)
                 raise InvalidInputError(message) from exc
+            _check_targets(parsed, ids_field)
             key = parsed.idempotency_key or bounded_header(
                 request, "x-reef-idempotency-key", MAX_IDEMPOTENCY_KEY_CHARS
             )
@@ -96,8 +135,10 @@ class FeedbackRoutes:
             if self.state.settings.store.durability == "async":
                 # The records may still be queued; feedback must be able to name them.
                 await self.state.writer.flush()
-            if scenario is None:
+            if scenario is None and parsed.record_ids:
                 scenario = await self._scenario_of(principal, parsed.record_ids[0])
+            if scenario is None:  # a session alone: the scenario inference defaults to
+                scenario = "default"
             check_scenario_name(scenario)
             principal.check_scenario(scenario)
             self._check_score(parsed.score, scenario)
@@ -111,14 +152,22 @@ class FeedbackRoutes:
                 principal=principal.key_id,
                 idempotency_key=key,
                 trust=self.state.settings.trust_of(principal.key_id, scenario),
+                session_id=parsed.session_id,
             )
             feedback_id, created = await asyncio.to_thread(store.add_feedback, draft)
         except ReefError as exc:
             return error_response(exc, "openai")
         if created:
             self.state.metrics.feedback_written.inc()
+        answer: dict[str, Any] = {
+            "id": feedback_id,
+            "created": created,
+            "record_ids": parsed.record_ids,
+        }
+        if parsed.session_id is not None:
+            answer["session_id"] = parsed.session_id
         return Response(
-            dumps({"id": feedback_id, "created": created, "record_ids": parsed.record_ids}),
+            dumps(answer),
             status_code=201 if created else 200,
             media_type="application/json",
         )

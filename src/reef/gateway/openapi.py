@@ -379,7 +379,7 @@ def _schemas() -> dict[str, Any]:
         ("references" if key == "record_ids" else key): value
         for key, value in report["properties"].items()
     }
-    report["required"] = ["references"]
+    report["anyOf"] = [{"required": ["references"]}, {"required": ["session_id"]}]
     schemas["ReportIn"] = report
     schemas["ChatCompletionRequest"] = chat_completion_request()
     schemas.update(messages_request())

@@ -17,6 +17,11 @@ compares them); a new dialect of records registers its canonicaliser in
 """
 
 from reef.experience.backends import open_store
+from reef.experience.corrections import (
+    canonical_correction,
+    check_correction,
+    is_tool_call_correction,
+)
 from reef.experience.errors import (
     FeedbackNotFoundError,
     FeedbackNotQuarantinedError,
@@ -74,7 +79,10 @@ __all__ = [
     "WriterNotRunningError",
     "WriterStats",
     "assemble_trajectory",
+    "canonical_correction",
     "canonical_exchange",
+    "check_correction",
     "export_records",
+    "is_tool_call_correction",
     "open_store",
 ]

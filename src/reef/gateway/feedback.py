@@ -12,8 +12,7 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, ReefError
 from reef.core.validation import problem_lines
-from reef.experience import FeedbackDraft, RecordNotFoundError
-from reef.experience.corrections import check_correction
+from reef.experience import FeedbackDraft, RecordNotFoundError, check_correction
 from reef.gateway.auth import Principal
 from reef.gateway.errors import error_response
 from reef.gateway.requests import (

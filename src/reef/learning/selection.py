@@ -62,8 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reef.core.jsoncodec import canonical_json, sha256_hex
 from reef.core.trust import Trust
-from reef.experience import ExperienceStore, FeedbackView, RecordView
-from reef.experience.corrections import canonical_correction
+from reef.experience import ExperienceStore, FeedbackView, RecordView, canonical_correction
 from reef.learning.base import ExperienceBatch, TrainingExample
 from reef.learning.credit import CreditConfig, credited_feedback
 from reef.learning.learners._similarity import example_text, similarity_matrix

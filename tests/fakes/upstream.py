@@ -1,8 +1,9 @@
 """A fake model server on loopback that speaks the OpenAI and Anthropic dialects.
 
 Replies are deterministic: ``echo: <last user text>``; with tools offered and
-"weather" in the last user text, a call of the first tool with ``{"city": "Paris"}``;
-after a tool result, ``tool said: <result>``. Usage counts words.
+"weather" in the last user text, a call of the first tool with ``{"city": "Paris"}``
+(with "parallel" in the text too, two calls at once: Paris, then Rome); after a tool
+result, ``tool said: <result>``. Usage counts words.
 
 Failures are chosen by a token in the last user text (so official SDK clients can
 trigger them) or by the ``x-fake-behavior`` header: see ``BEHAVIORS``. ``*-once``
@@ -214,25 +215,27 @@ class FakeUpstream:
         if behavior is not None and (failed := await self._fail(request, behavior, text, False)):
             return failed
         self._serial += 1
+        calls: list[dict[str, str]] = []
         if last.get("role") == "tool":
-            reply, call = f"tool said: {text}", None
+            reply = f"tool said: {text}"
         elif body.get("tools") and "weather" in text.lower():
             function = body["tools"][0].get("function") or {}
-            reply, call = "", {"name": function.get("name", ""), "arguments": '{"city": "Paris"}'}
+            reply, calls = "", _weather_calls(function.get("name", ""), text)
         elif behavior == "huge-answer":
-            reply, call = self._huge_reply(), None
+            reply = self._huge_reply()
         else:
-            reply, call = f"echo: {text}", None
+            reply = f"echo: {text}"
+        call = calls[0] if calls else None
         prompt = sum(_openai_words(m.get("content")) for m in messages)
         if body.get("stream"):
-            return await self._openai_stream(request, body, reply, call, prompt, behavior)
-        completion = len(self._words(reply)) + (len(call["arguments"].split()) if call else 0)
+            return await self._openai_stream(request, body, reply, calls, prompt, behavior)
+        completion = len(self._words(reply)) + sum(len(c["arguments"].split()) for c in calls)
         message: dict[str, Any] = {"role": "assistant", "content": reply}
         if call is not None:
             message = {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [self._openai_call(call)],
+                "tool_calls": [self._openai_call(c) for c in calls],
             }
         response = {
             "id": f"chatcmpl-fake{self._serial}",
@@ -259,7 +262,7 @@ class FakeUpstream:
             return _sse_instead_of_json(response)
         return web.Response(body=orjson.dumps(response), content_type=_JSON)
 
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
+    async def _messages(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
         body = orjson.loads(await request.read())
         self._note(request, body)
         if denied := self._denied(request, anthropic=True):
@@ -274,17 +277,15 @@ class FakeUpstream:
         if behavior is not None and (failed := await self._fail(request, behavior, text, True)):
             return failed
         self._serial += 1
-        tool: dict[str, Any] | None = None
+        tools: list[dict[str, Any]] = []
         if result is not None:
             reply = f"tool said: {result}"
         elif body.get("tools") and "weather" in text.lower():
             reply = ""
-            tool = {
-                "type": "tool_use",
-                "id": f"toolu_fake{self._serial}",
-                "name": body["tools"][0].get("name", ""),
-                "input": {"city": "Paris"},
-            }
+            for call in _weather_calls(body["tools"][0].get("name", ""), text):
+                serial = f"{self._serial}" + (f"_{call['id']}" if call["id"] else "")
+                tool_use = {"type": "tool_use", "id": f"toolu_fake{serial}", "name": call["name"]}
+                tools.append({**tool_use, "input": orjson.loads(call["arguments"])})
         elif behavior == "huge-answer":
             reply = self._huge_reply()
         else:
@@ -292,14 +293,14 @@ class FakeUpstream:
         system = body.get("system")
         prompt = sum(_anthropic_words(m.get("content")) for m in messages)
         prompt += _anthropic_words(system) if system else 0
-        completion = len(self._words(reply)) + (2 if tool else 0)
+        completion = len(self._words(reply)) + 2 * len(tools)
         message = {
             "id": f"msg_fake{self._serial}",
             "type": "message",
             "role": "assistant",
             "model": body.get("model") or self.models[0],
-            "content": [tool] if tool else [{"type": "text", "text": reply}],
-            "stop_reason": "tool_use" if tool else "end_turn",
+            "content": tools or [{"type": "text", "text": reply}],
+            "stop_reason": "tool_use" if tools else "end_turn",
             "stop_sequence": None,
             "usage": {"input_tokens": prompt, "output_tokens": completion},
         }
@@ -318,7 +319,7 @@ class FakeUpstream:
         request: web.Request,
         body: dict[str, Any],
         reply: str,
-        call: dict[str, str] | None,
+        calls: list[dict[str, str]],
         prompt: int,
         behavior: str | None,
     ) -> web.StreamResponse:
@@ -344,16 +345,18 @@ class FakeUpstream:
             if behavior == "slow-stream":
                 for _ in range(self.slow_chunks):
                     yield chunk({"content": "tick "})
-            if call is not None:
-                first = {"index": 0, **self._openai_call({**call, "arguments": ""})}
+            for index, call in enumerate(calls):
+                first = {"index": index, **self._openai_call({**call, "arguments": ""})}
                 yield chunk({"tool_calls": [first]})
-                for part in ('{"city": ', '"Paris"}'):
-                    yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
+                middle = len(call["arguments"]) // 2  # arguments arrive in two pieces
+                for part in (call["arguments"][:middle], call["arguments"][middle:]):
+                    delta = {"index": index, "function": {"arguments": part}}
+                    yield chunk({"tool_calls": [delta]})
             for word in self._words(reply):
                 yield chunk({"content": word})
-            yield chunk({}, "tool_calls" if call else "stop")
+            yield chunk({}, "tool_calls" if calls else "stop")
             if with_usage:
-                completion = len(self._words(reply)) + (2 if call else 0)
+                completion = len(self._words(reply)) + 2 * len(calls)
                 usage = {
                     "prompt_tokens": prompt,
                     "completion_tokens": completion,
@@ -390,9 +393,11 @@ class FakeUpstream:
                     {"type": "content_block_start", "index": index, "content_block": opening},
                 )
                 if block["type"] == "tool_use":
+                    arguments = orjson.dumps(block["input"]).decode()
+                    middle = len(arguments) // 2  # the input arrives in two pieces
                     deltas = [
                         {"type": "input_json_delta", "partial_json": part}
-                        for part in ('{"city": ', '"Paris"}')
+                        for part in (arguments[:middle], arguments[middle:])
                     ]
                 else:
                     words = self._words(block["text"])
@@ -634,7 +639,7 @@ class FakeUpstream:
     @staticmethod
     def _openai_call(call: dict[str, str]) -> dict[str, Any]:
         return {
-            "id": "call_fake",
+            "id": "call_fake" + (f"_{call['id']}" if call["id"] else ""),
             "type": "function",
             "function": {"name": call["name"], "arguments": call["arguments"]},
         }
@@ -735,6 +740,17 @@ class FakeUpstreamThread:
 
 
 # -- reading requests ------------------------------------------------------------------
+
+
+def _weather_calls(name: str, text: str) -> list[dict[str, str]]:
+    """The weather tool calls asked for: Paris, and Rome too when "parallel" is in the
+    text (``id`` tells parallel calls apart; empty for a lone call)."""
+    if "parallel" not in text.lower():
+        return [{"id": "", "name": name, "arguments": '{"city": "Paris"}'}]
+    return [
+        {"id": str(index), "name": name, "arguments": orjson.dumps({"city": city}).decode()}
+        for index, city in enumerate(("Paris", "Rome"))
+    ]
 
 
 def _openai_text(content: Any) -> str:

@@ -59,7 +59,12 @@ class RecordDraft:
 
 @dataclass(frozen=True)
 class FeedbackDraft:
-    """Feedback on one or more records of one scenario."""
+    """Feedback on one or more records of one scenario, or the outcome of a session.
+
+    With ``session_id`` it is the outcome of that session's task: ``record_ids`` is then
+    empty or names the one turn it targets (a correction of that turn; the branch through
+    it). Learning spreads an outcome over the turns by the recipe's credit policy.
+    """
 
     scenario: str
     record_ids: tuple[str, ...]
@@ -72,6 +77,7 @@ class FeedbackDraft:
     # The principal's trust level now (kept with the row: a later change of the key's
     # level does not rewrite what its feedback was worth when it was written).
     trust: Trust = "operator"
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class FeedbackView:
     quarantined_at: datetime | None = None
     released_at: datetime | None = None
     released_by: str | None = None
+    session_id: str | None = None  # set for the outcome of a session (``FeedbackDraft``)
 
     @property
     def quarantined(self) -> bool:
@@ -110,6 +117,7 @@ class FeedbackView:
             "id": self.id,
             "scenario": self.scenario,
             "record_ids": list(self.record_ids),
+            "session_id": self.session_id,
             "score": self.score,
             "feedback": self.feedback,
             "correction": self.correction,

@@ -138,9 +138,12 @@ feedback = Table(
     Column("quarantined_at", UTCDateTime(), nullable=True),
     Column("released_at", UTCDateTime(), nullable=True),
     Column("released_by", Text, nullable=True),
+    # The session whose task outcome this is (0008); None for feedback on records only.
+    Column("session_id", Text, nullable=True),
     UniqueConstraint("scenario", "idempotency_key"),
     Index(None, "scenario", "created_at"),
     Index(None, "scenario", "quarantined_at"),
+    Index(None, "scenario", "session_id"),
 )
 
 feedback_refs = Table(

@@ -292,8 +292,13 @@ class SQLExperienceStore(ExperienceStore):
     def add_feedback(self, draft: FeedbackDraft) -> tuple[str, bool]:
         score = validated_score(draft.score)
         record_ids = tuple(dict.fromkeys(draft.record_ids))
-        if not record_ids:
-            raise InvalidInputError("feedback needs at least one record id")
+        if not record_ids and draft.session_id is None:
+            raise InvalidInputError("feedback needs at least one record id or a session id")
+        if draft.session_id is not None and len(record_ids) > 1:
+            raise InvalidInputError(
+                "record_ids: feedback on a session targets at most one of its turns, "
+                f"got {len(record_ids)} record ids"
+            )
         body_hash = feedback_body_hash(draft, score)
         feedback_id = new_id()
         row: dict[str, Any] = {
@@ -305,6 +310,7 @@ class SQLExperienceStore(ExperienceStore):
             "metadata_json": json_text(draft.metadata or {}, "metadata"),
             "principal": draft.principal,
             "trust": draft.trust,
+            "session_id": draft.session_id,
             "idempotency_key": draft.idempotency_key,
             "body_hash": body_hash,
             "created_at": datetime.now(UTC),
@@ -323,28 +329,59 @@ class SQLExperienceStore(ExperienceStore):
                     if earlier.body_hash != body_hash:
                         raise IdempotencyConflictError(draft.scenario, key)
                     return earlier.id, False
-            self._require_records(conn, draft.scenario, record_ids)
+            if draft.session_id is not None:
+                self._require_session(conn, draft.scenario, draft.session_id)
+            if record_ids:
+                self._require_records(conn, draft.scenario, record_ids, draft.session_id)
             conn.execute(t.feedback.insert(), row)
-            conn.execute(
-                t.feedback_refs.insert(),
-                [
-                    {"feedback_id": feedback_id, "record_id": record_id, "position": position}
-                    for position, record_id in enumerate(record_ids)
-                ],
-            )
+            if record_ids:
+                conn.execute(
+                    t.feedback_refs.insert(),
+                    [
+                        {"feedback_id": feedback_id, "record_id": record_id, "position": position}
+                        for position, record_id in enumerate(record_ids)
+                    ],
+                )
         return feedback_id, True
 
-    def _require_records(self, conn: Connection, scenario: str, record_ids: Sequence[str]) -> None:
-        found = set(
-            conn.scalars(
-                select(t.records.c.id).where(
-                    t.records.c.scenario == scenario, t.records.c.id.in_(record_ids)
-                )
+    def _require_records(
+        self,
+        conn: Connection,
+        scenario: str,
+        record_ids: Sequence[str],
+        session_id: str | None = None,
+    ) -> None:
+        r = t.records.c
+        found: dict[str, str] = {
+            record_id: session
+            for record_id, session in conn.execute(
+                select(r.id, r.session_id).where(r.scenario == scenario, r.id.in_(record_ids))
             )
-        )
+        }
         for record_id in record_ids:
             if record_id not in found:
                 raise RecordNotFoundError(record_id, scenario)
+            if session_id is not None and found[record_id] != session_id:
+                raise InvalidInputError(
+                    f"record_ids: record {record_id!r} is not a turn of session {session_id!r}"
+                )
+
+    def _require_session(self, conn: Connection, scenario: str, session_id: str) -> None:
+        r = t.records.c
+        first = conn.scalar(
+            select(r.id).where(r.scenario == scenario, r.session_id == session_id).limit(1)
+        )
+        if first is None:
+            raise SessionNotFoundError(scenario, session_id)
+
+    def session_feedback(self, scenario: str, session_id: str | None = None) -> list[FeedbackView]:
+        fb = t.feedback.c
+        clauses = [fb.scenario == scenario, fb.session_id.is_not(None)]
+        if session_id is not None:
+            clauses.append(fb.session_id == session_id)
+        with self._read() as conn:
+            views = self._feedback_views(conn, *clauses, limit=None)
+        return sorted(views, key=lambda view: (view.created_at, view.id))
 
     def get_feedback(self, feedback_id: str) -> FeedbackView:
         with self._read() as conn:
@@ -371,13 +408,12 @@ class SQLExperienceStore(ExperienceStore):
             return self._feedback_views(conn, *clauses, limit=max(1, min(limit, MAX_PAGE)))
 
     def _feedback_views(
-        self, conn: Connection, *clauses: ColumnElement[bool], limit: int
+        self, conn: Connection, *clauses: ColumnElement[bool], limit: int | None
     ) -> list[FeedbackView]:
-        rows = (
-            conn.execute(select(t.feedback).where(*clauses).order_by(t.feedback.c.id.desc()))
-            .mappings()
-            .fetchmany(limit)
-        )
+        found = conn.execute(
+            select(t.feedback).where(*clauses).order_by(t.feedback.c.id.desc())
+        ).mappings()
+        rows = found.all() if limit is None else found.fetchmany(limit)
         targets: dict[str, list[str]] = defaultdict(list)
         if rows:
             refs = t.feedback_refs.c

@@ -133,6 +133,8 @@ def feedback_body_hash(draft: FeedbackDraft, score: float | None) -> str:
         "metadata": draft.metadata or {},
         "record_ids": sorted(set(draft.record_ids)),
     }
+    if draft.session_id is not None:  # absent otherwise: older rows keep their digests
+        body["session_id"] = draft.session_id
     try:
         return "sha256:" + sha256_hex(canonical_json(body))
     except TypeError as error:
@@ -157,6 +159,7 @@ def feedback_view(row: Mapping[Any, Any], record_ids: tuple[str, ...]) -> Feedba
         quarantined_at=row["quarantined_at"],
         released_at=row["released_at"],
         released_by=row["released_by"],
+        session_id=row["session_id"],
     )
 
 

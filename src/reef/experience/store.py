@@ -91,10 +91,18 @@ class ExperienceStore(ABC):
         """Store feedback; return ``(feedback_id, created)``.
 
         Raises ``RecordNotFoundError`` naming the first id not in ``draft.scenario``;
-        ``InvalidInputError`` for a non-finite score or no record ids. The same
+        ``InvalidInputError`` for a non-finite score, for neither record ids nor a session
+        id, or, with a ``session_id``, for more than one record id or one of another
+        session; ``SessionNotFoundError`` for a session the scenario does not have. The same
         idempotency key with the same body returns the first id with ``created=False``;
         with a different body raises ``IdempotencyConflictError``.
         """
+
+    @abstractmethod
+    def session_feedback(self, scenario: str, session_id: str | None = None) -> list[FeedbackView]:
+        """The outcomes given on sessions of ``scenario`` (feedback with a ``session_id``;
+        only ``session_id``'s when given), oldest first. Quarantined ones included: each
+        view says whether it is held back."""
 
     @abstractmethod
     def get_feedback(self, feedback_id: str) -> FeedbackView:

@@ -11,9 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, ReefError
-from reef.experience import RecordFilter, RecordView
-from reef.gateway.errors import error_response
+from reef.core.errors import InvalidInputError
+from reef.experience import RecordFilter, RecordView, assemble_trajectory
 from reef.gateway.requests import check_scenario_name, query_int, query_number
 from reef.gateway.state import GatewayState
 
@@ -64,26 +63,20 @@ class AdminRoutes:
 
     async def record(self, request: Request) -> Response:
         """``GET /reef/records/{record_id}``: one record with its feedback."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            view = await asyncio.to_thread(
-                self.state.store.get_record, request.path_params["record_id"]
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        view = await asyncio.to_thread(
+            self.state.store.get_record, request.path_params["record_id"]
+        )
         return _json(record_json(view))
 
     async def records(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/records``: newest first, cursor-paginated."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            filters, cursor, limit = _parse_filters(request)
-            page = await asyncio.to_thread(
-                self.state.store.list_records, scenario, filters, cursor, limit
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        filters, cursor, limit = _parse_filters(request)
+        page = await asyncio.to_thread(
+            self.state.store.list_records, scenario, filters, cursor, limit
+        )
         return _json(
             {
                 "data": [record_json(view) for view in page.records],
@@ -92,19 +85,23 @@ class AdminRoutes:
         )
 
     async def session(self, request: Request) -> Response:
-        """``GET /reef/scenarios/{scenario}/sessions/{session_id}``: its turns in order."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            views = await asyncio.to_thread(
-                self.state.store.get_session, scenario, request.path_params["session_id"]
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        """``GET /reef/scenarios/{scenario}/sessions/{session_id}``: the session's records
+        in turn order (``turns``) and its trajectory tree (``trajectory``, see
+        ``reef.experience.trajectories``)."""
+        principal = self.state.auth.authenticate(request)
+        principal.require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        principal.check_scenario(scenario)
+        session_id = request.path_params["session_id"]
+        store = self.state.store
+        views = await asyncio.to_thread(store.get_session, scenario, session_id)
+        outcomes = await asyncio.to_thread(store.session_feedback, scenario, session_id)
+        trajectory = assemble_trajectory(scenario, session_id, views, outcomes)
         return _json(
             {
-                "session_id": request.path_params["session_id"],
+                "session_id": session_id,
                 "scenario": scenario,
                 "turns": [record_json(view) for view in views],
+                "trajectory": trajectory.as_dict(),
             }
         )

@@ -10,13 +10,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import InvalidInputError
 from reef.core.validation import problem_lines
-from reef.experience import FeedbackDraft, RecordNotFoundError
+from reef.experience import FeedbackDraft, RecordNotFoundError, check_correction
 from reef.gateway.auth import Principal
-from reef.gateway.errors import error_response
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_SESSION_ID_CHARS,
     bounded_header,
     check_scenario_name,
     query_int,
@@ -26,14 +26,34 @@ from reef.gateway.state import GatewayState
 
 
 class FeedbackIn(BaseModel):
-    """The body of ``POST /reef/feedback`` (schema version 1)."""
+    """The body of ``POST /reef/feedback`` (schema version 1): about records, or the
+    outcome of a session's task (``session_id``), or both (one record: the turn targeted)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"anyOf": [{"required": ["record_ids"]}, {"required": ["session_id"]}]},
+    )
 
-    record_ids: list[str] = Field(min_length=1, description="Records this feedback is about.")
+    record_ids: list[str] = Field(
+        default_factory=list,
+        description="Records this feedback is about. With `session_id`: at most one, the "
+        "turn it targets (a correction of that turn).",
+    )
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SESSION_ID_CHARS,
+        description="The session whose task outcome this is; the recipe's credit policy "
+        "spreads the score over the turns of its branch.",
+    )
     score: float | None = Field(default=None, allow_inf_nan=False)
     feedback: Any = Field(default=None, description="Free text or structured feedback.")
-    correction: Any = Field(default=None, description="What the answer should have been.")
+    correction: Any = Field(
+        default=None,
+        description="What the answer should have been: text, or "
+        '`{"tool_calls": [{"type": "function", "function": {"name", "arguments"}}], '
+        '"content"?}` when the turn should have called tools.',
+    )
     idempotency_key: str | None = Field(default=None, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
     scenario: str | None = Field(
@@ -43,6 +63,21 @@ class FeedbackIn(BaseModel):
 
 def _validation_message(exc: ValidationError) -> str:
     return "invalid feedback: " + "; ".join(problem_lines(exc, FeedbackIn))
+
+
+def _check_targets(parsed: FeedbackIn, ids_field: str) -> None:
+    """What the model cannot say: something to be about, one turn in a session."""
+    if not parsed.record_ids and parsed.session_id is None:
+        raise InvalidInputError(f"invalid feedback: {ids_field} or session_id is required")
+    if parsed.session_id is not None and len(parsed.record_ids) > 1:
+        raise InvalidInputError(
+            f"invalid feedback: {ids_field}: with session_id, name at most one record "
+            f"(the turn the feedback targets), got {len(parsed.record_ids)}"
+        )
+    try:
+        check_correction(parsed.correction)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"invalid feedback: {exc.message}") from exc
 
 
 class FeedbackRoutes:
@@ -76,49 +111,58 @@ class FeedbackRoutes:
         return record.scenario
 
     async def _receive(self, request: Request, ids_field: str) -> Response:
+        principal = self.state.auth.authenticate(request)
+        body = await read_json_object(request, self.state.settings.server.max_body_bytes)
+        if ids_field != "record_ids":
+            if "record_ids" in body:
+                raise InvalidInputError(f"use {ids_field!r} (not 'record_ids') on this route")
+            if ids_field in body:
+                body["record_ids"] = body.pop(ids_field)
         try:
-            principal = self.state.auth.authenticate(request)
-            body = await read_json_object(request, self.state.settings.server.max_body_bytes)
-            if ids_field != "record_ids":
-                if "record_ids" in body:
-                    raise InvalidInputError(f"use {ids_field!r} (not 'record_ids') on this route")
-                body["record_ids"] = body.pop(ids_field, None)
-            try:
-                parsed = FeedbackIn.model_validate(body)
-            except ValidationError as exc:
-                message = _validation_message(exc).replace("record_ids", ids_field)
-                raise InvalidInputError(message) from exc
-            key = parsed.idempotency_key or bounded_header(
-                request, "x-reef-idempotency-key", MAX_IDEMPOTENCY_KEY_CHARS
-            )
-            scenario = parsed.scenario or request.headers.get("x-reef-scenario")
-            store = self.state.store
-            if self.state.settings.store.durability == "async":
-                # The records may still be queued; feedback must be able to name them.
-                await self.state.writer.flush()
-            if scenario is None:
-                scenario = await self._scenario_of(principal, parsed.record_ids[0])
-            check_scenario_name(scenario)
-            principal.check_scenario(scenario)
-            self._check_score(parsed.score, scenario)
-            draft = FeedbackDraft(
-                scenario=scenario,
-                record_ids=tuple(parsed.record_ids),
-                score=parsed.score,
-                feedback=parsed.feedback,
-                correction=parsed.correction,
-                metadata=parsed.metadata,
-                principal=principal.key_id,
-                idempotency_key=key,
-                trust=self.state.settings.trust_of(principal.key_id, scenario),
-            )
-            feedback_id, created = await asyncio.to_thread(store.add_feedback, draft)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+            parsed = FeedbackIn.model_validate(body)
+        except ValidationError as exc:
+            message = _validation_message(exc).replace("record_ids", ids_field)
+            raise InvalidInputError(message) from exc
+        _check_targets(parsed, ids_field)
+        key = parsed.idempotency_key or bounded_header(
+            request, "x-reef-idempotency-key", MAX_IDEMPOTENCY_KEY_CHARS
+        )
+        scenario = parsed.scenario or request.headers.get("x-reef-scenario")
+        store = self.state.store
+        if self.state.settings.store.durability == "async":
+            # The records may still be queued; feedback must be able to name them.
+            await self.state.writer.flush()
+        if scenario is None and parsed.record_ids:
+            scenario = await self._scenario_of(principal, parsed.record_ids[0])
+        if scenario is None:  # a session alone: the scenario inference defaults to
+            scenario = "default"
+        check_scenario_name(scenario)
+        principal.check_scenario(scenario)
+        self._check_score(parsed.score, scenario)
+        draft = FeedbackDraft(
+            scenario=scenario,
+            record_ids=tuple(parsed.record_ids),
+            score=parsed.score,
+            feedback=parsed.feedback,
+            correction=parsed.correction,
+            metadata=parsed.metadata,
+            principal=principal.key_id,
+            idempotency_key=key,
+            trust=self.state.settings.trust_of(principal.key_id, scenario),
+            session_id=parsed.session_id,
+        )
+        feedback_id, created = await asyncio.to_thread(store.add_feedback, draft)
         if created:
             self.state.metrics.feedback_written.inc()
+        answer: dict[str, Any] = {
+            "id": feedback_id,
+            "created": created,
+            "record_ids": parsed.record_ids,
+        }
+        if parsed.session_id is not None:
+            answer["session_id"] = parsed.session_id
         return Response(
-            dumps({"id": feedback_id, "created": created, "record_ids": parsed.record_ids}),
+            dumps(answer),
             status_code=201 if created else 200,
             media_type="application/json",
         )
@@ -127,21 +171,18 @@ class FeedbackRoutes:
         """``GET /reef/scenarios/{scenario}/feedback``: newest first; ``quarantined=true``
         lists what screening holds back (with the reason), ``false`` the rest; ``before``
         (a feedback id) and ``limit`` page."""
-        try:
-            self.state.auth.authenticate(request).require_admin()
-            scenario = check_scenario_name(request.path_params["scenario"])
-            quarantined = _optional_bool(request.query_params.get("quarantined"), "quarantined")
-            limit = query_int(request, "limit", 100, 1, MAX_FEEDBACK_PAGE)
-            before = request.query_params.get("before")
-            if before is not None and len(before) > MAX_CURSOR_CHARS:
-                raise InvalidInputError(
-                    f"query parameter 'before' is longer than {MAX_CURSOR_CHARS} characters"
-                )
-            rows = await asyncio.to_thread(
-                self.state.store.list_feedback, scenario, quarantined, before, limit + 1
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        quarantined = _optional_bool(request.query_params.get("quarantined"), "quarantined")
+        limit = query_int(request, "limit", 100, 1, MAX_FEEDBACK_PAGE)
+        before = request.query_params.get("before")
+        if before is not None and len(before) > MAX_CURSOR_CHARS:
+            raise InvalidInputError(
+                f"query parameter 'before' is longer than {MAX_CURSOR_CHARS} characters"
             )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        rows = await asyncio.to_thread(
+            self.state.store.list_feedback, scenario, quarantined, before, limit + 1
+        )
         page = rows[:limit]
         body = {
             "data": [row.as_dict() for row in page],
@@ -152,16 +193,13 @@ class FeedbackRoutes:
     async def release(self, request: Request) -> Response:
         """``POST /reef/feedback/{feedback_id}/release``: an admin lets quarantined
         feedback through (it may train and count as evidence again)."""
-        try:
-            principal = self.state.auth.authenticate(request)
-            principal.require_admin()
-            view = await asyncio.to_thread(
-                self.state.store.release_feedback,
-                request.path_params["feedback_id"],
-                principal.key_id or "operator",
-            )
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        principal = self.state.auth.authenticate(request)
+        principal.require_admin()
+        view = await asyncio.to_thread(
+            self.state.store.release_feedback,
+            request.path_params["feedback_id"],
+            principal.key_id or "operator",
+        )
         return Response(dumps(view.as_dict()), media_type="application/json")
 
 

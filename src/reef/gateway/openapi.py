@@ -31,6 +31,7 @@ from reef.gateway.openapi_bodies import (
     responses_request,
 )
 from reef.gateway.openapi_page import render_page
+from reef.gateway.openapi_trajectory import trajectory_schemas
 from reef.gateway.release_admin import PromoteIn, RollbackIn
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
@@ -69,6 +70,7 @@ class Operation:
     responses: dict[str, str] = field(default_factory=dict)
     media: str = _JSON  # of the success response
     inference: bool = False  # takes the x-reef-* request headers, sends the receipt headers
+    schema: str | None = None  # the success body's schema name under components.schemas
 
 
 def _param(where: str, name: str, description: str, schema: Any = None) -> dict[str, Any]:
@@ -272,9 +274,15 @@ OPERATIONS: tuple[Operation, ...] = (
                                                              "format": "date-time"})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/sessions/{session_id}", "records",
-              "A session's turns in order", "admin",
+              "A session's records and trajectory", "admin",
+              "`turns`: the session's records in turn order. `trajectory`: the tree of its "
+              "turns (a retry is an attempt of its turn, a fork a second child), each with "
+              "its messages, the tools offered, the reply and its tool calls, and the tool "
+              "results the next request carried; `branches` lists every root-to-leaf path "
+              "with the record that answered each turn; `outcomes` the feedback given on "
+              "the session as a whole. See docs/http-api.md.",
               parameters=(SCENARIO, _path("session_id", "The session's id.")),
-              responses=_ADMIN_READ),
+              responses=_ADMIN_READ, schema="Session"),
     Operation("get", "/reef/scenarios", "releases", "Scenarios with their heads", "admin",
               "Every scenario with its head and the release this gateway serves.",
               responses={"200": "The scenarios.", **_COMMON_ERRORS}),
@@ -416,11 +424,12 @@ def _schemas() -> dict[str, Any]:
         ("references" if key == "record_ids" else key): value
         for key, value in report["properties"].items()
     }
-    report["required"] = ["references"]
+    report["anyOf"] = [{"required": ["references"]}, {"required": ["session_id"]}]
     schemas["ReportIn"] = report
     schemas["ChatCompletionRequest"] = chat_completion_request()
     schemas.update(messages_request())
     schemas["ResponsesRequest"] = responses_request()
+    schemas.update(trajectory_schemas())
     schemas["Error"] = {
         "title": "Error",
         "description": "OpenAI-shaped error (`/v1/messages` answers Anthropic's "
@@ -459,7 +468,8 @@ def _responses(operation: Operation) -> dict[str, Any]:
         elif status in ("200", "201", "202"):
             content: dict[str, Any] = {operation.media: {}}
             if operation.media == _JSON:
-                content[_JSON] = {"schema": {"type": "object"}}
+                schema = {"$ref": _REF.format(model=operation.schema)} if operation.schema else {}
+                content[_JSON] = {"schema": schema or {"type": "object"}}
             if operation.inference:
                 content["text/event-stream"] = {}
                 response["headers"] = {

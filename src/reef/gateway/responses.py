@@ -23,7 +23,6 @@ from reef.core.errors import InvalidInputError, ReefError
 from reef.experience import ResponseNotFoundError, ResponseStore, StoredResponse
 from reef.gateway.auth import Principal
 from reef.gateway.capture import Exchange
-from reef.gateway.errors import error_response
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
 
@@ -76,30 +75,21 @@ class ResponsesRoutes:
 
     async def get(self, request: Request) -> Response:
         """``GET /v1/responses/{response_id}``: the response as it was answered."""
-        try:
-            stored = await self._stored(request)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        stored = await self._stored(request)
         return _json(stored.response)
 
     async def delete(self, request: Request) -> Response:
         """``DELETE /v1/responses/{response_id}``: forget it (its record stays)."""
-        try:
-            stored = await self._stored(request)
-            await asyncio.to_thread(self.state.responses.delete, stored.id, stored.scenario)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        stored = await self._stored(request)
+        await asyncio.to_thread(self.state.responses.delete, stored.id, stored.scenario)
         return _json({"id": stored.id, "object": "response", "deleted": True})
 
     async def input_items(self, request: Request) -> Response:
         """``GET /v1/responses/{response_id}/input_items``: the items the response
         answered (earlier turns included), ``order`` ``desc`` (default) or ``asc``,
         ``limit`` 1-100 (20), paged by item id with ``after`` / ``before``."""
-        try:
-            stored = await self._stored(request)
-            page = _page(request, stored.input_items)
-        except ReefError as exc:
-            return error_response(exc, "openai")
+        stored = await self._stored(request)
+        page = _page(request, stored.input_items)
         return _json(page)
 
 

@@ -21,8 +21,11 @@ class TrainingExample:
 
     ``messages`` is the canonical OpenAI-form conversation up to the reply (system prompt
     included); ``response`` the assistant reply that was served (canonical form);
-    ``correction`` the better answer a feedback gave, if any (a string, or the raw value);
-    ``score`` the mean feedback score. ``weight`` < 1 marks down-weighted (stale) items.
+    ``correction`` the better answer a feedback gave, if any (a string; for tool calls a
+    canonical assistant message with ``tool_calls``; else the raw value); ``score`` the
+    mean feedback score (for a turn of a session with an outcome, its credited share,
+    ``reef.learning.credit``, averaged with its own record's). ``weight`` < 1 marks
+    down-weighted (stale) items.
     """
 
     record_id: str
@@ -46,8 +49,12 @@ class TrainingExample:
     reference_authors: tuple[tuple[str | None, Trust], ...] = ()
 
     def target_text(self) -> str | None:
-        """What the model should have said: the correction if any, else the reply's text."""
+        """What the model should have said: the correction if any, else the reply's text.
+        None for a correction made of tool calls (an assistant message with
+        ``tool_calls``): it has no text to train on as text."""
         if self.correction is not None:
+            if isinstance(self.correction, dict) and "tool_calls" in self.correction:
+                return None
             return self.correction if isinstance(self.correction, str) else str(self.correction)
         if self.response is not None:
             content = self.response.get("content")

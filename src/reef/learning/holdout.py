@@ -30,7 +30,7 @@ from reef.evaluation import (
     ScorerContext,
     load_suite,
 )
-from reef.experience import ExperienceStore
+from reef.experience import ExperienceStore, is_tool_call_correction
 from reef.learning.base import TrainingExample
 from reef.learning.recipes import Recipe
 from reef.learning.reflect import make_reflect
@@ -52,6 +52,7 @@ def holdout_items(
     selection = SelectionConfig(
         holdout_fraction=recipe.selection.holdout_fraction,
         merge_sessions=recipe.selection.merge_sessions,
+        credit=recipe.selection.credit,
         require_feedback=True,
         reuse_consumed=True,
         max_per_principal=None,
@@ -106,7 +107,8 @@ def trusted_references(recipe: Recipe) -> list[TrustedReference]:
 
 def _reference(example: TrainingExample, min_score: float) -> Any:
     if example.correction is not None:
-        return example.correction
+        # A tool-call correction has no text to compare an answer with (yet): no item.
+        return None if is_tool_call_correction(example.correction) else example.correction
     if example.score is not None and example.score >= min_score and example.response:
         content = example.response.get("content")
         return content if isinstance(content, str) and content else None

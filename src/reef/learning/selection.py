@@ -14,6 +14,12 @@
    whose conversation already holds the earlier turns, is the one example; it carries
    the feedback of every turn of the session and lists every turn in ``source_ids``
    (``merged_turns`` counts the turns folded in). Without merging each record stands alone.
+   A session with an outcome (feedback on the session, ``POST /reef/feedback`` with a
+   ``session_id``; ``outcomes`` counts them) is instead one example per turn: ``credit``
+   (``reef.learning.credit``) gives the turns of the outcome's branch their share of its
+   score (and its correction to the turn it targets), as if given on each turn's record
+   (``credited_turns``); each turn also keeps the feedback on its own record. Screening
+   sees an outcome with the session's newest turn.
 4. Consumed: an example whose own record (the session's last turn) is in ``consumed``
    is skipped unless ``reuse_consumed`` (``consumed``). Earlier turns that were
    consumed may ride along in a newer turn's conversation: the newer turn is new signal.
@@ -44,6 +50,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections import Counter
@@ -55,8 +62,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reef.core.jsoncodec import canonical_json, sha256_hex
 from reef.core.trust import Trust
-from reef.experience import ExperienceStore, FeedbackView, RecordView
+from reef.experience import ExperienceStore, FeedbackView, RecordView, canonical_correction
 from reef.learning.base import ExperienceBatch, TrainingExample
+from reef.learning.credit import CreditConfig, credited_feedback
 from reef.learning.learners._similarity import example_text, similarity_matrix
 from reef.learning.screening import (
     ScreeningConfig,
@@ -89,6 +97,7 @@ class SelectionConfig(BaseModel):
     reuse_consumed: bool = False
     limit: int = Field(default=2000, ge=1)
     merge_sessions: bool = True
+    credit: CreditConfig = Field(default_factory=CreditConfig)
     screening: ScreeningConfig = Field(default_factory=ScreeningConfig)
     replay_fraction: float = Field(default=0.5, ge=0.0, le=10.0)
     replay_max: int = Field(default=500, ge=0)
@@ -130,16 +139,19 @@ def select_experience(  # noqa: PLR0913
     anchors = _session_anchors(records)
     used = set(consumed)
     eligible = list(_eligible(records, cutoff, stats))
-    reasons = screen_feedback(eligible, config.screening, trusted)
+    outcomes = _outcomes(store.session_feedback(scenario), eligible)
+    screened = _with_outcomes(eligible, outcomes)
+    reasons = screen_feedback(screened, config.screening, trusted)
     stats.update("screened:" + rule_of(reason) for found in reasons.values() for reason in found)
     flagged = {feedback_id: "; ".join(found) for feedback_id, found in reasons.items()}
     stats["quarantined_new"] = len(flagged)
-    held = set(flagged) | {fb.id for r in eligible for fb in r.feedback if fb.quarantined}
+    held = set(flagged) | {fb.id for r in screened for fb in r.feedback if fb.quarantined}
     stats["quarantined_held"] = len(held) - len(flagged)
+    credits = _credits(records, outcomes, held, config.credit, stats)
     examples: list[TrainingExample] = []
     learned: list[TrainingExample] = []
-    for unit in _units(eligible, config.merge_sessions, stats):
-        example = _example(unit, anchors, head, seqs, config, used, stats, held, learned)
+    for unit, extra in _units(eligible, config.merge_sessions, stats, credits):
+        example = _example(unit, anchors, head, seqs, config, used, stats, held, learned, extra)
         if example is not None:
             examples.append(example)
     examples = _deduplicate(by_priority(examples), config, stats)
@@ -209,20 +221,90 @@ def _eligible(
             yield record
 
 
+def _outcomes(
+    found: Sequence[FeedbackView], eligible: Sequence[RecordView]
+) -> dict[str, list[FeedbackView]]:
+    """Session id -> its outcomes, for sessions with an eligible record."""
+    sessions = {record.session_id for record in eligible}
+    outcomes: dict[str, list[FeedbackView]] = {}
+    for outcome in found:
+        if outcome.session_id in sessions:
+            outcomes.setdefault(outcome.session_id, []).append(outcome)
+    return outcomes
+
+
+def _with_outcomes(
+    eligible: list[RecordView], outcomes: dict[str, list[FeedbackView]]
+) -> list[RecordView]:
+    """``eligible`` for screening: each outcome that targets no turn rides on its
+    session's newest record (one that targets a turn is that record's feedback already)."""
+    newest: dict[str, RecordView] = {}
+    for record in eligible:
+        if record.session_id in outcomes:
+            order = (record.turn, record.created_at, record.id)
+            known = newest.get(record.session_id)
+            if known is None or order > (known.turn, known.created_at, known.id):
+                newest[record.session_id] = record
+    riders = {
+        newest[session].id: tuple(o for o in found if not o.record_ids)
+        for session, found in outcomes.items()
+    }
+    return [
+        dataclasses.replace(record, feedback=record.feedback + riders[record.id])
+        if riders.get(record.id)
+        else record
+        for record in eligible
+    ]
+
+
+def _credits(
+    records: list[RecordView],
+    outcomes: dict[str, list[FeedbackView]],
+    held: set[str],
+    config: CreditConfig,
+    stats: Counter[str],
+) -> dict[str, dict[str, list[FeedbackView]]]:
+    """Session id -> record id -> the feedback its outcomes credit the record with, for
+    each session with an outcome that is not held back."""
+    live = {
+        session: kept
+        for session, found in outcomes.items()
+        if (kept := [o for o in found if o.id not in held])
+    }
+    by_session: dict[str, list[RecordView]] = {}
+    for record in records:
+        if record.session_id in live:
+            by_session.setdefault(record.session_id, []).append(record)
+    credits: dict[str, dict[str, list[FeedbackView]]] = {}
+    for session, turns in by_session.items():
+        turns.sort(key=lambda r: (r.turn, r.created_at, r.id))
+        credits[session] = credited_feedback(turns, live[session], config)
+        stats["outcomes"] += len(live[session])
+        stats["credited_turns"] += len(credits[session])
+    return credits
+
+
 def _units(
-    records: Iterable[RecordView], merge: bool, stats: Counter[str]
-) -> Iterator[list[RecordView]]:
-    """Groups of records that become one example; the last one is the example's own."""
-    if not merge:
-        yield from ([record] for record in records)
-        return
+    records: Iterable[RecordView],
+    merge: bool,
+    stats: Counter[str],
+    credits: dict[str, dict[str, list[FeedbackView]]],
+) -> Iterator[tuple[list[RecordView], list[FeedbackView]]]:
+    """Groups of records that become one example (the last one is the example's own),
+    each with the feedback credited to it. A credited session's records stand alone."""
     sessions: dict[str, list[RecordView]] = {}
     for record in records:
-        sessions.setdefault(record.session_id, []).append(record)
+        credited = credits.get(record.session_id)
+        if credited is not None:
+            yield [record], credited.get(record.id, [])
+        elif merge:
+            sessions.setdefault(record.session_id, []).append(record)
+        else:
+            yield [record], []
     for turns in sessions.values():
         turns.sort(key=lambda r: (r.turn, r.created_at, r.id))
         stats["merged_turns"] += len(turns) - 1
-        yield turns
+        yield turns, []
 
 
 # -- one example -------------------------------------------------------------------------
@@ -238,16 +320,21 @@ def _example(  # noqa: PLR0913
     stats: Counter[str],
     held: set[str],
     replayable: list[TrainingExample] | None = None,
+    credited: Sequence[FeedbackView] = (),
 ) -> TrainingExample | None:
     record = unit[-1]
     if record.id in consumed and not config.reuse_consumed:
         stats["consumed"] += 1
         if replayable is not None:
-            learned = _example(unit, anchors, head, seqs, config, set(), Counter(), held)
+            learned = _example(
+                unit, anchors, head, seqs, config, set(), Counter(), held, None, credited
+            )
             if learned is not None:
                 replayable.append(learned)
         return None
-    feedback = [fb for fb in _feedback_of(unit) if fb.id not in held]
+    # An outcome reaches a turn only as credited (it may target the record too).
+    own = [fb for fb in _feedback_of(unit) if fb.id not in held and fb.session_id is None]
+    feedback = sorted([*own, *credited], key=lambda fb: (fb.created_at, fb.id))
     scores = [fb.score for fb in feedback if fb.score is not None]
     score = sum(scores) / len(scores) if scores else None
     corrections = [fb.correction for fb in feedback if fb.correction is not None]
@@ -323,10 +410,11 @@ def _conversation(record: RecordView) -> tuple[list[dict[str, Any]], dict[str, A
 
 
 def _correction_value(raw: Any) -> Any:
-    """An assistant message ``{"role": "assistant", "content": "..."}`` becomes its text."""
+    """An assistant message ``{"role": "assistant", "content": "..."}`` becomes its text;
+    tool calls (``{"tool_calls": [...]}``) a canonical assistant message, as replies are."""
     if isinstance(raw, dict) and isinstance(raw.get("content"), str) and not raw.get("tool_calls"):
         return raw["content"]
-    return raw
+    return canonical_correction(raw)
 
 
 # -- batch rules -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import * as feedback from "./pages/feedback.js";
 import * as overview from "./pages/overview.js";
 import * as records from "./pages/records.js";
 import * as scenario from "./pages/scenario.js";
+import * as session from "./pages/session.js";
 import * as status from "./pages/status.js";
 
 const ROUTES = [
@@ -21,6 +22,7 @@ const ROUTES = [
   { name: "status", pattern: /^\/status$/, page: status, nav: "status" },
   { name: "scenario", pattern: /^\/scenarios\/([^/]+)$/, page: scenario, nav: "overview" },
   { name: "records", pattern: /^\/scenarios\/([^/]+)\/records$/, page: records, nav: "overview" },
+  { name: "session", pattern: /^\/scenarios\/([^/]+)\/sessions\/([^/]+)$/, page: session, nav: "overview" },
   { name: "feedback", pattern: /^\/scenarios\/([^/]+)\/feedback$/, page: feedback, nav: "overview" },
   { name: "candidate", pattern: /^\/candidates\/([^/]+)$/, page: candidate, nav: "overview" },
   { name: "evaluation", pattern: /^\/evaluations\/([^/]+)$/, page: evaluation, nav: "overview" },

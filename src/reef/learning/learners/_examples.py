@@ -37,5 +37,4 @@ def correction_text(item: TrainingExample) -> str | None:
     """The correction as text, if any."""
     if item.correction is None:
         return None
-    text = item.correction if isinstance(item.correction, str) else str(item.correction)
-    return text or None
+    return item.target_text()

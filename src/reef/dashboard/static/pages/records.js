@@ -46,6 +46,17 @@ export function releaseLabel(id, seqOf) {
   return seqOf.has(id) ? h("span", { title: id }, `#${seqOf.get(id)}`) : idChip(id);
 }
 
+/** The #/ link to a session's trajectory page. */
+export function sessionHref(scenario, sessionId) {
+  return `#/scenarios/${encodeURIComponent(scenario)}/sessions/${encodeURIComponent(sessionId)}`;
+}
+
+/** A session chip linking to its trajectory. */
+export function sessionLink(scenario, sessionId) {
+  return h("a", { href: sessionHref(scenario, sessionId), class: "session-link", title: "trajectory" },
+    idChip(sessionId));
+}
+
 /** Scores, feedback text and corrections attached to a record (quarantined ones flagged). */
 export function feedbackCell(record) {
   if (!record.feedback || !record.feedback.length) return h("span", { class: "muted" }, "—");
@@ -94,7 +105,7 @@ export async function render([name], query) {
         ["Record", (r) => idChip(r.id)],
         ["Release", (r) => releaseLabel(r.release_id, seqOf)],
         ["Purpose", (r) => badge(r.purpose, r.purpose === "serve" ? "info" : "")],
-        ["Session", (r) => [idChip(r.session_id), ` turn ${r.turn}`]],
+        ["Session", (r) => [sessionLink(name, r.session_id), ` turn ${r.turn}`]],
         ["Asked", (r) => clip(requestText(r), 100), "text"],
         ["Answered", (r) => [r.status !== "ok" ? [badge(r.status), " "] : null, clip(responseText(r), 100)], "text"],
         ["Feedback", (r) => feedbackCell(r), "text"],

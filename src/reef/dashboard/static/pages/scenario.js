@@ -6,7 +6,7 @@ import { lineChart } from "../charts.js";
 import { badge, clip, empty, h, idChip, num, panel, shortDigest, signed, table, time } from "../dom.js";
 import { gateNumbers, gateOf } from "../gate.js";
 import { quarantineTable, quarantined } from "./feedback.js";
-import { feedbackCell, releaseLabel, requestText, responseText } from "./records.js";
+import { feedbackCell, releaseLabel, requestText, responseText, sessionLink } from "./records.js";
 
 const QUARANTINE_ROWS = 5;
 
@@ -124,11 +124,12 @@ export function jobsTable(jobs, withScenario) {
   ].filter(Boolean), jobs);
 }
 
-function recentRecords(records, seqOf) {
+function recentRecords(name, records, seqOf) {
   if (!records.length) return empty("No feedback yet: POST /reef/feedback with a record id to score an answer.");
   return table([
     ["When", (r) => time(r.created_at)],
     ["Release", (r) => releaseLabel(r.release_id, seqOf)],
+    ["Session", (r) => sessionLink(name, r.session_id)],
     ["Asked", (r) => clip(requestText(r), 80), "text"],
     ["Answered", (r) => clip(responseText(r), 80), "text"],
     ["Feedback", (r) => feedbackCell(r), "text"],
@@ -163,7 +164,7 @@ export async function render([name]) {
     h("section", { class: "panel", id: "recent" },
       h("div", { class: "panel-head" }, h("h2", {}, "Recent feedback"),
         h("a", { href: `#/scenarios/${scenario}/records` }, "All records →")),
-      recentRecords(records.data, new Map(releases.data.map((r) => [r.id, r.seq])))),
+      recentRecords(name, records.data, new Map(releases.data.map((r) => [r.id, r.seq])))),
     h("section", { class: "panel", id: "quarantine" },
       h("div", { class: "panel-head" }, h("h2", {}, "Quarantined feedback"),
         h("a", { href: `#/scenarios/${scenario}/feedback`, id: "quarantine-link" },

@@ -1,0 +1,86 @@
+"""One record as a dialect-free exchange: conversation, tools offered, reply.
+
+Trajectories (``reef.experience.trajectories``) are assembled on this form only, so a
+dialect is supported once it has a ``Canonicaliser`` here: a function from a record's
+request and response to a ``CanonicalExchange``. Messages and replies are in the
+canonical conversation form of ``reef.upstream.canonical`` (the form session inference
+hashes), so what links two records into a trajectory is exactly what put them in one
+session; tools are in OpenAI function form (``{"type": "function", "function": {...}}``),
+with a dialect's tools that have no function form (Anthropic's server tools) kept as
+sent.
+
+Extend: a new ``api`` value of ``RecordDraft`` registers its canonicaliser in
+``CANONICALISERS`` (a record of an unregistered api raises ``InvalidInputError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reef.core.errors import InvalidInputError
+from reef.experience.records import RecordView
+from reef.upstream.canonical import (
+    canonical_anthropic,
+    canonical_openai,
+    canonical_reply_anthropic,
+    canonical_reply_openai,
+)
+from reef.upstream.translate import anthropic_request_to_openai
+
+
+@dataclass(frozen=True)
+class CanonicalExchange:
+    """A request's conversation (system prompt first), the tools it offered and its
+    ``tool_choice`` (OpenAI form), and the reply (``None`` when there was none)."""
+
+    messages: list[dict[str, Any]]
+    reply: dict[str, Any] | None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = None
+
+
+Canonicaliser = Callable[[dict[str, Any], dict[str, Any] | None], CanonicalExchange]
+
+
+def _openai_chat(request: dict[str, Any], response: dict[str, Any] | None) -> CanonicalExchange:
+    reply = canonical_reply_openai(response) if response else None
+    tools = [dict(tool) for tool in request.get("tools") or () if isinstance(tool, dict)]
+    return CanonicalExchange(canonical_openai(request), reply, tools, request.get("tool_choice"))
+
+
+def _anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if "input_schema" not in tool:
+        return dict(tool)  # a server tool (web search, code execution): no function form
+    function: dict[str, Any] = {"name": tool.get("name", ""), "parameters": tool["input_schema"]}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
+
+
+def _anthropic_messages(
+    request: dict[str, Any], response: dict[str, Any] | None
+) -> CanonicalExchange:
+    reply = canonical_reply_anthropic(response) if response else None
+    tools = [_anthropic_tool(tool) for tool in request.get("tools") or () if isinstance(tool, dict)]
+    choice = anthropic_request_to_openai(request, model="").get("tool_choice")
+    return CanonicalExchange(canonical_anthropic(request), reply, tools, choice)
+
+
+CANONICALISERS: dict[str, Canonicaliser] = {
+    "openai.chat": _openai_chat,
+    "anthropic.messages": _anthropic_messages,
+}
+
+
+def canonical_exchange(record: RecordView) -> CanonicalExchange:
+    """``record`` as a ``CanonicalExchange``; the reply only when the record is ``ok``.
+
+    Raises ``InvalidInputError`` for an ``api`` with no canonicaliser.
+    """
+    canonicalise = CANONICALISERS.get(record.api)
+    if canonicalise is None:
+        raise InvalidInputError(f"record {record.id!r} has api {record.api!r}, unknown here")
+    response = record.response if record.status == "ok" else None
+    return canonicalise(record.request, response)

@@ -19,6 +19,7 @@ from reef.upstream import UpstreamError, canonical_request, response_shell
 from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.rawhttp import call as call_route
 from tests.gateway.test_body_checks import documented_errors
 
 WEATHER_TOOL: dict[str, Any] = {
@@ -495,3 +496,25 @@ def test_events_read_with_the_upstreams_error_still_go_out_before_response_faile
     assert "response.output_text.delta" in kinds
     response, _ = relay.result()
     assert response["status"] == "failed" and "overloaded" in response["error"]["message"]
+
+
+def test_a_responses_tool_loop_assembles_into_a_trajectory(gateway: GatewayThread) -> None:
+    client = gateway.openai()
+    first = client.responses.create(
+        model="reef/support", input="What is the weather in Paris?", tools=[WEATHER_TOOL]
+    )
+    [call] = [item for item in first.output if item.type == "function_call"]
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+    second_raw = client.responses.with_raw_response.create(
+        model="reef/support", previous_response_id=first.id, input=[output], tools=[WEATHER_TOOL]
+    )
+    session = second_raw.headers["x-reef-session-id"]
+    answer = call_route(gateway.port, "GET", f"/reef/scenarios/support/sessions/{session}")
+    assert answer.status == 200, answer.body
+    tree = answer.json()["trajectory"]
+    root, reply_turn = tree["turns"]
+    assert reply_turn["parent"] == root["id"]
+    assert root["tools"][0]["function"]["name"] == "get_weather"
+    assert [c["name"] for c in root["reply"]["tool_calls"]] == ["get_weather"]
+    assert [r["tool_call_id"] for r in reply_turn["tool_results"]] == [call.call_id]
+    assert reply_turn["reply"]["content"] == "tool said: sunny"

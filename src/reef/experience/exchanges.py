@@ -26,7 +26,10 @@ from reef.upstream.canonical import (
     canonical_openai,
     canonical_reply_anthropic,
     canonical_reply_openai,
+    canonical_reply_responses,
+    canonical_responses,
 )
+from reef.upstream.responses import responses_request_to_openai
 from reef.upstream.translate import anthropic_request_to_openai
 
 
@@ -68,9 +71,20 @@ def _anthropic_messages(
     return CanonicalExchange(canonical_anthropic(request), reply, tools, choice)
 
 
+def _openai_responses(
+    request: dict[str, Any], response: dict[str, Any] | None
+) -> CanonicalExchange:
+    reply = canonical_reply_responses(response) if response else None
+    # The chat-completions form of its tools and tool_choice, as the gateway sent them on.
+    chat = responses_request_to_openai(request, model="")
+    tools = [dict(tool) for tool in chat.get("tools") or ()]
+    return CanonicalExchange(canonical_responses(request), reply, tools, chat.get("tool_choice"))
+
+
 CANONICALISERS: dict[str, Canonicaliser] = {
     "openai.chat": _openai_chat,
     "anthropic.messages": _anthropic_messages,
+    "openai.responses": _openai_responses,
 }
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import re
 import statistics
 import time
@@ -43,15 +42,14 @@ from typing import Any
 import torch
 from peft import PeftModel
 
-from reef.engine.models import load_model
 from reef.learning.trainers.lora_sft import (
     IGNORE_INDEX,
     Features,
     Plan,
     _collate,
-    _device,
     _ids,
     save_adapter,
+    set_up,
     token_logps,
     train_in_budget,
     wrap_lora,
@@ -217,15 +215,9 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     ``prompts``, ``sampler`` (``local`` or ``engine``), ``engine_logprob_gap`` (engine
     only), ``device``, ``continued``.
     """
-    started = time.monotonic()
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
-    torch.manual_seed(spec.seed)
-    rng = random.Random(spec.seed)  # noqa: S311 (seeded or non-secret randomness)
-    device = _device(spec.device)
-    loaded = load_model(spec.model, spec.home)
-    tokenizer = loaded.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    setup = set_up(spec)
+    started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
+    tokenizer, pad_id = loaded.tokenizer, setup.pad_id
     eos = int(tokenizer.eos_token_id)
     continued = spec.base_adapter is not None
     model = _wrap(loaded.model, spec).to(device)

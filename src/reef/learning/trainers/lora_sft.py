@@ -25,7 +25,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
-from reef.engine.models import load_model
+from reef.engine.models import LoadedModel, load_model
 from reef.learning.trainers.budget import (
     Budget,
     EarlyStopping,
@@ -37,7 +37,14 @@ from reef.learning.trainers.budget import (
     split_validation,
     stop_report,
 )
-from reef.learning.trainers.spec import LoraSettings, SFTExample, SFTSpec, TrainResult
+from reef.learning.trainers.spec import (
+    LoraSettings,
+    PreferenceSpec,
+    RLSpec,
+    SFTExample,
+    SFTSpec,
+    TrainResult,
+)
 
 IGNORE_INDEX = -100
 ADAPTER_FILES = frozenset({"adapter_config.json", "adapter_model.safetensors"})
@@ -145,6 +152,33 @@ def _device(choice: str) -> torch.device:
     return torch.device("cpu")
 
 
+@dataclass
+class Setup:
+    """What every trainer starts from: its start time, a seeded ``rng`` (data order and
+    splits), the device, the loaded base model with its tokenizer, the padding id."""
+
+    started: float
+    rng: random.Random
+    device: torch.device
+    loaded: LoadedModel
+    pad_id: int
+
+
+def set_up(spec: SFTSpec | PreferenceSpec | RLSpec) -> Setup:
+    """Seed torch and the data order, pin the threads, pick the device, load the model:
+    the same first steps for the sft, preference and grpo trainers."""
+    started = time.monotonic()
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)  # noqa: S311 (seeded or non-secret randomness)
+    device = _device(spec.device)
+    loaded = load_model(spec.model, spec.home)
+    tokenizer = loaded.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return Setup(started, rng, device, loaded, int(pad_id))
+
+
 def wrap_lora(model: Any, base_adapter: Path | None, lora: LoraSettings) -> PeftModel:
     """``model`` with a trainable LoRA: the adapter at ``base_adapter`` to continue from,
     else a fresh one with ``lora``'s settings. Shared by every trainer."""
@@ -209,15 +243,9 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     order). Raises ``ModelSourceError`` for an unknown model, ``ValueError`` from PEFT for
     target modules the model lacks.
     """
-    started = time.monotonic()
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
-    torch.manual_seed(spec.seed)
-    rng = random.Random(spec.seed)  # noqa: S311 (seeded or non-secret randomness)
-    device = _device(spec.device)
-    loaded = load_model(spec.model, spec.home)
-    tokenizer = loaded.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    setup = set_up(spec)
+    started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
+    tokenizer, pad_id = loaded.tokenizer, setup.pad_id
     features = [build_features(tokenizer, ex, spec.max_seq_len) for ex in spec.examples]
     budget = spec.budget
     train_ids, val_ids = split_validation(len(features), budget, rng)

@@ -22,7 +22,6 @@ Losses (``beta`` = ``spec.beta``; ``logratio`` = policy minus reference log-prob
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,15 +29,14 @@ from typing import Any
 import torch
 from peft import PeftModel
 
-from reef.engine.models import load_model
 from reef.learning.trainers.budget import split_validation
 from reef.learning.trainers.lora_sft import (
     Features,
     Plan,
     _collate,
-    _device,
     build_features,
     save_adapter,
+    set_up,
     token_logps,
     train_in_budget,
     wrap_lora,
@@ -127,15 +125,9 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     pairs where it is positive. KTO: margin is mean desirable minus mean undesirable
     reward, accuracy the share of rewards with the right sign (> 0 desirable, < 0 not).
     """
-    started = time.monotonic()
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
-    torch.manual_seed(spec.seed)
-    rng = random.Random(spec.seed)  # noqa: S311 (seeded or non-secret randomness)
-    device = _device(spec.device)
-    loaded = load_model(spec.model, spec.home)
-    tokenizer = loaded.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    setup = set_up(spec)
+    started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
+    tokenizer, pad_id = loaded.tokenizer, setup.pad_id
     n = spec.max_seq_len
     dpo = spec.objective == "dpo"
     if dpo:

@@ -73,6 +73,7 @@ def test_every_route_is_documented() -> None:
             "candidate_id",
             "evaluation_id",
             "feedback_id",
+            "response_id",
         ):
             short = short.replace("{" + name + "}", "{id}")
         if path not in documented and short not in documented:

@@ -109,12 +109,15 @@ class OpsRoutes:
         )
 
     async def models(self, request: Request) -> Response:
-        """``GET /v1/models``: one ``reef/<scenario>`` entry per configured scenario, then
-        the models of the upstreams (best effort)."""
+        """``GET /v1/models``: one ``reef/<scenario>`` entry per configured scenario and
+        the scenarios' model aliases, then the models of the upstreams (best effort)."""
         principal = self.state.auth.authenticate(request)
-        names = ["reef/default"] + [f"reef/{name}" for name in self.state.settings.scenarios]
+        named = {"reef/default": "default"}
+        named.update({f"reef/{name}": name for name in self.state.settings.scenarios})
+        named.update(self.state.model_aliases)
         if principal.scenarios is not None:
-            names = [n for n in names if n.removeprefix("reef/") in principal.scenarios]
+            named = {n: s for n, s in named.items() if s in principal.scenarios}
+        names = list(named)
         for upstream in self.state.upstreams.values():
             try:
                 names += await asyncio.wait_for(upstream.list_models(), _READY_TIMEOUT_SECONDS)
@@ -194,6 +197,7 @@ def create_app(
         recorder=recorder,
         activation=activation,
         responses=ResponseStore(store.engine),
+        model_aliases=settings.model_aliases(),
     )
     inference = InferenceRoutes(state)
     feedback = FeedbackRoutes(state)

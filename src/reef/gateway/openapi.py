@@ -115,7 +115,8 @@ LIMIT = _limit(MAX_PAGE)
 INFERENCE_HEADERS = (
     _header(
         "x-reef-scenario",
-        "The scenario; else `model: reef/<scenario>`; else `default`.",
+        "The scenario; else `model: reef/<scenario>`; else a scenario's model alias "
+        "(`scenarios.<s>.model_aliases`); else `default`.",
         _bounded(SCENARIO_PATTERN, 64),
     ),
     _header(
@@ -222,7 +223,8 @@ OPERATIONS: tuple[Operation, ...] = (
               responses={"200": "An OpenAI list: `{object, data, first_id, last_id, "
                          "has_more}`.", **_NOT_FOUND}),
     Operation("get", "/v1/models", "inference", "List models", "any",
-              "`reef/<scenario>` for each configured scenario, then the upstreams' models.",
+              "`reef/<scenario>` for each configured scenario, the scenarios' model aliases, "
+              "then the upstreams' models.",
               responses={"200": "An OpenAI model list.", "401": _COMMON_ERRORS["401"]}),
     Operation("post", "/reef/feedback", "feedback", "Give feedback on records", "inference",
               "Score, text and/or correction for one or more records; idempotent with a key.",

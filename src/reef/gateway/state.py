@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reef.config import ReefSettings
 from reef.experience import RecordWriter, ResponseStore, SQLExperienceStore
@@ -26,3 +26,5 @@ class GatewayState:
     recorder: Recorder
     activation: Activation
     responses: ResponseStore  # the stored responses of the Responses API
+    # Model alias → its scenario (``scenarios.<s>.model_aliases``), read per request.
+    model_aliases: dict[str, str] = field(default_factory=dict)

@@ -43,7 +43,7 @@ from reef.gateway.idempotency import (
     Lead,
     request_fingerprint,
 )
-from reef.gateway.relay import open_relay
+from reef.gateway.relay import open_relay, stream_receipt
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
@@ -573,6 +573,7 @@ class InferenceRoutes:
             strip_usage=plan.strip_usage,
             client_model=plan.client_model,
             shell=exchange.responses.shell if exchange.responses is not None else None,
+            receipt=stream_receipt(self._receipt(exchange)),
         )
         recorder = self.state.recorder
         recorded = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstreamThread
@@ -218,3 +219,26 @@ def test_an_alias_of_a_scenario_without_a_model_is_400_naming_the_setting(
     message = refused.json()["error"]["message"]
     assert "scenarios.bare.model" in message and "'bare-agent'" in message, message
     assert fake.requests_received("/v1/chat/completions") == 0
+
+
+def test_a_model_is_retrieved_by_its_id(aliased: GatewayThread) -> None:
+    client = aliased.openai()
+    for name in ("reef/support", "reef/unlisted-scenario", "support-agent", "fake-model"):
+        model = client.models.retrieve(name)
+        assert model.id == name and model.object == "model"
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("gpt-nope")
+    message = info.value.body["message"]  # type: ignore[index]
+    assert "'gpt-nope'" in message and "model_aliases" in message, message
+
+
+def test_a_scenario_the_key_may_not_use_is_no_model_of_it(
+    tmp_path: Path, fake: FakeUpstreamThread
+) -> None:
+    keys = {"keys": [{"id": "s", "key": "sk-s", "role": "inference", "scenarios": ["support"]}]}
+    settings = make_settings(tmp_path, fake.base_url, auth=keys)
+    with GatewayThread(settings) as gateway:
+        client = gateway.openai(api_key="sk-s")
+        assert client.models.retrieve("reef/support").id == "reef/support"
+        with pytest.raises(openai.NotFoundError):
+            client.models.retrieve("reef/claude")

@@ -226,6 +226,14 @@ OPERATIONS: tuple[Operation, ...] = (
               "`reef/<scenario>` for each configured scenario, the scenarios' model aliases, "
               "then the upstreams' models.",
               responses={"200": "An OpenAI model list.", "401": _COMMON_ERRORS["401"]}),
+    Operation("get", "/v1/models/{model_id}", "inference", "A model", "any",
+              "One model as `/v1/models` lists it: `reef/<scenario>` of any scenario the key "
+              "may use, a scenario's model alias, or a model an upstream lists.",
+              parameters=(_path("model_id", "The model's id; it may hold `/` "
+                                "(`reef/support`)."),),
+              responses={"200": "`{id, object: model, created, owned_by}`.",
+                         "401": _COMMON_ERRORS["401"],
+                         "404": "Not served here (the message says what is)."}),
     Operation("post", "/reef/feedback", "feedback", "Give feedback on records", "inference",
               "Score, text and/or correction for one or more records; idempotent with a key.",
               parameters=(_header("x-reef-scenario", "Scenario when the body names none."),

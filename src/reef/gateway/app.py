@@ -42,6 +42,7 @@ from reef.gateway.release_admin import ReleaseAdminRoutes
 from reef.gateway.requests import SCENARIO_MODEL_PREFIX, check_scenario_name
 from reef.gateway.responses import ResponsesRoutes
 from reef.gateway.state import GatewayState
+from reef.gateway.token_counts import TokenCountRoutes
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
 from reef.upstream import Upstream, UpstreamError
 
@@ -239,9 +240,11 @@ def create_app(
     dashboard = DashboardFiles(keys_required=state.auth.enabled)
     api_docs = OpenAPIRoutes()
     responses = ResponsesRoutes(state)
+    token_counts = TokenCountRoutes(state)
     routes = [
         Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
         Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", token_counts.count_tokens, methods=["POST"]),
         Route("/v1/responses", inference.openai_responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.get, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),

@@ -182,6 +182,15 @@ OPERATIONS: tuple[Operation, ...] = (
                          **_COMMON_ERRORS, "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
                          "413": "Body too large.", "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
+    Operation("post", "/v1/messages/count_tokens", "inference", "Count a message's tokens",
+              "any", "Anthropic's token count by the scenario's upstream: relayed to an "
+              "Anthropic upstream; counted by the embedded engine's (or vLLM's) tokenizer "
+              "on the request's chat translation; 501 for any other upstream. Not recorded. "
+              "Errors use Anthropic's shape.",
+              parameters=(INFERENCE_HEADERS[0],), body="MessagesRequest",
+              responses={"200": "`{input_tokens}`.", **_COMMON_ERRORS,
+                         "501": "The scenario's upstream cannot count tokens.",
+                         "502": "The upstream failed.", "504": "The upstream timed out."}),
     Operation("post", "/v1/responses", "inference", "OpenAI responses", "any",
               "The Responses API, translated into chat completions for the scenario's "
               "upstream (an OpenAI-compatible one) and back, streams included (the typed "

@@ -61,6 +61,11 @@ def test_bad_values_and_references(tmp_path: Path) -> None:
         load_settings(write(tmp_path, "upstreams:\n  a: {type: openai}\n"))
     with pytest.raises(ConfigError, match="names upstream 'nope'"):
         load_settings(write(tmp_path, "scenarios:\n  s: {upstream: nope}\n"))
+    with pytest.raises(ConfigError, match="claimed by scenarios 'a' and 'b'"):
+        twice = "scenarios:\n  a: {model_aliases: [bot]}\n  b: {model_aliases: [bot]}\n"
+        load_settings(write(tmp_path, twice))
+    with pytest.raises(ConfigError, match="without '/'"):
+        load_settings(write(tmp_path, "scenarios:\n  a: {model_aliases: [reef/a]}\n"))
     with pytest.raises(ConfigError, match="not a regex"):
         load_settings(write(tmp_path, "capture: {redact_patterns: ['(']}\n"))
     with pytest.raises(ConfigError, match="not valid YAML"):

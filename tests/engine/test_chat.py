@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
 import openai
 import pytest
 
@@ -51,6 +52,21 @@ async def test_non_streaming_answer_with_usage_and_token_ids(
     assert response.usage.completion_tokens == len(token_ids) <= 10
     assert response.usage.total_tokens == response.usage.prompt_tokens + len(token_ids)
     assert choice.message.content == tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+async def test_tokenize_counts_the_prompt_a_completion_is_charged_for(
+    client: openai.AsyncOpenAI, server: BackgroundServer
+) -> None:
+    """vLLM's ``POST /tokenize`` (at the root): the tokens the chat template makes."""
+    root = server.base_url.removesuffix("/v1")
+    async with aiohttp.ClientSession() as session:
+        answer = await session.post(root + "/tokenize", json={"model": TINY, "messages": HELLO})
+        assert answer.status == 200, await answer.text()
+        counted = await answer.json()
+    response = await client.chat.completions.create(model=TINY, messages=HELLO, max_tokens=1)
+    assert response.usage is not None
+    assert counted["count"] == len(counted["tokens"]) == response.usage.prompt_tokens
+    assert counted["max_model_len"] == server.engine.loaded.max_context
 
 
 async def test_max_tokens_ends_with_length(client: openai.AsyncOpenAI) -> None:

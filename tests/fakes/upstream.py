@@ -78,6 +78,9 @@ class FakeUpstream:
     - ``adapters``: adapters loaded through vLLM's runtime LoRA API, which the fake
       serves only when made with ``adapters=True`` (else loading one fails with 404).
 
+    It serves vLLM's ``POST /tokenize`` (one token per word) unless made with
+    ``tokenize=False``, and Anthropic's ``/v1/messages/count_tokens``.
+
     With ``strict_models=True`` a request for a model that is neither in ``models`` nor
     a loaded adapter is a 404, as vLLM answers it.
     """
@@ -92,7 +95,9 @@ class FakeUpstream:
         adapters: bool = False,
         strict_models: bool = False,
         huge_bytes: int = 100 * 1024 * 1024,
+        tokenize: bool = True,
     ) -> None:
+        self.serves_tokenize = tokenize
         self.api_key = api_key
         self.serves_adapters = adapters
         self.strict_models = strict_models
@@ -144,7 +149,10 @@ class FakeUpstream:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._list_models)
+        if self.serves_tokenize:
+            app.router.add_post("/tokenize", self._tokenize)
         if self.serves_adapters:
             app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
             app.router.add_post("/v1/unload_lora_adapter", self._unload_adapter)
@@ -261,6 +269,29 @@ class FakeUpstream:
         if behavior == "malformed-sse":
             return _sse_instead_of_json(response)
         return web.Response(body=orjson.dumps(response), content_type=_JSON)
+
+    async def _tokenize(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's ``/tokenize`` (at the root) for a chat: one "token" per word."""
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=False):
+            return denied
+        words = sum(_openai_words(m.get("content")) for m in body.get("messages") or [])
+        return web.json_response(
+            {"count": words, "max_model_len": 4096, "tokens": list(range(words))}
+        )
+
+    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's ``/v1/messages/count_tokens``: the words of the messages and
+        system prompt, as usage counts them."""
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=True):
+            return denied
+        system = body.get("system")
+        words = sum(_anthropic_words(m.get("content")) for m in body.get("messages") or [])
+        words += _anthropic_words(system) if system else 0
+        return web.json_response({"input_tokens": words})
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
         body = orjson.loads(await request.read())

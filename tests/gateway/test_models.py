@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
 
 from tests.fakes.upstream import FakeUpstreamThread
@@ -134,3 +135,110 @@ def test_the_embedded_engine_serves_any_model_name_briefly(tmp_path: Path) -> No
             assert 0 < completion.usage.completion_tokens <= DEFAULT_MAX_TOKENS
     finally:
         engine.stop()
+
+
+@pytest.fixture
+def aliased(tmp_path: Path, fake: FakeUpstreamThread) -> object:
+    """A gateway whose ``support`` scenario answers to the model name ``support-agent``,
+    and whose ``bare`` scenario (an upstream without a configured model) to ``bare-agent``."""
+    settings = make_settings(
+        tmp_path,
+        fake.base_url,
+        upstreams={
+            "fake": {"type": "openai", "base_url": fake.base_url, "model": "fake-model"},
+            "bare": {"type": "openai", "base_url": fake.base_url},
+        },
+        scenarios={
+            "support": {"upstream": "fake", "model_aliases": ["support-agent"]},
+            "bare": {"upstream": "bare", "model_aliases": ["bare-agent"]},
+        },
+    )
+    with GatewayThread(settings) as gateway:
+        yield gateway
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_a_model_alias_chooses_its_scenario_without_a_header(
+    aliased: GatewayThread, fake: FakeUpstreamThread, dialect: str, stream: bool
+) -> None:
+    """An SDK that refuses ``reef/<scenario>`` (the OpenAI Agents SDK: "Unknown prefix")
+    names the scenario's alias instead; no header needed."""
+    client = aliased.openai() if dialect == "openai" else aliased.anthropic()
+    reply = turn(client, "aliased question", stream=stream, headers={}, model="support-agent")
+    assert reply.status == 200 and "aliased question" in reply.text
+    assert fake.last_request_body["model"] == "fake-model"
+    record = aliased.store.get_record(reply.receipt or "")
+    assert record.scenario == "support" and record.request["model"] == "support-agent"
+
+
+def test_a_model_alias_chooses_its_scenario_on_the_responses_route(
+    aliased: GatewayThread, fake: FakeUpstreamThread
+) -> None:
+    raw = aliased.openai().responses.with_raw_response.create(
+        model="support-agent", input="aliased response"
+    )
+    response = raw.parse()
+    assert response.output_text == "echo: aliased response"
+    assert response.model == "support-agent"  # the client's name, echoed
+    assert fake.last_request_body["model"] == "fake-model"
+    record = aliased.store.get_record(raw.headers["x-reef-record-id"])
+    assert record.scenario == "support" and record.api == "openai.responses"
+
+
+def test_model_aliases_are_listed_with_the_scenarios(aliased: GatewayThread) -> None:
+    listed = [model.id for model in aliased.openai().models.list()]
+    assert {"reef/support", "support-agent", "reef/bare", "bare-agent"} <= set(listed)
+
+
+def test_an_alias_and_a_header_naming_other_scenarios_is_400_naming_both(
+    aliased: GatewayThread, fake: FakeUpstreamThread
+) -> None:
+    fake.reset()
+    body = {"model": "support-agent", "messages": [{"role": "user", "content": "hi"}]}
+    refused = call(aliased.port, "POST", "/v1/chat/completions", body, {"x-reef-scenario": "bare"})
+    assert refused.status == 400, refused.body
+    message = refused.json()["error"]["message"]
+    assert "alias of scenario 'support'" in message and "names 'bare'" in message, message
+    assert fake.requests_received("/v1/chat/completions") == 0
+    # the header naming the alias's own scenario is fine
+    agreed = call(
+        aliased.port, "POST", "/v1/chat/completions", body, {"x-reef-scenario": "support"}
+    )
+    assert agreed.status == 200, agreed.body
+
+
+def test_an_alias_of_a_scenario_without_a_model_is_400_naming_the_setting(
+    aliased: GatewayThread, fake: FakeUpstreamThread
+) -> None:
+    """An alias is never sent upstream as a model name."""
+    fake.reset()
+    body = {"model": "bare-agent", "input": "hi"}
+    refused = call(aliased.port, "POST", "/v1/responses", body)
+    assert refused.status == 400, refused.body
+    message = refused.json()["error"]["message"]
+    assert "scenarios.bare.model" in message and "'bare-agent'" in message, message
+    assert fake.requests_received("/v1/chat/completions") == 0
+
+
+def test_a_model_is_retrieved_by_its_id(aliased: GatewayThread) -> None:
+    client = aliased.openai()
+    for name in ("reef/support", "reef/unlisted-scenario", "support-agent", "fake-model"):
+        model = client.models.retrieve(name)
+        assert model.id == name and model.object == "model"
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("gpt-nope")
+    message = info.value.body["message"]  # type: ignore[index]
+    assert "'gpt-nope'" in message and "model_aliases" in message, message
+
+
+def test_a_scenario_the_key_may_not_use_is_no_model_of_it(
+    tmp_path: Path, fake: FakeUpstreamThread
+) -> None:
+    keys = {"keys": [{"id": "s", "key": "sk-s", "role": "inference", "scenarios": ["support"]}]}
+    settings = make_settings(tmp_path, fake.base_url, auth=keys)
+    with GatewayThread(settings) as gateway:
+        client = gateway.openai(api_key="sk-s")
+        assert client.models.retrieve("reef/support").id == "reef/support"
+        with pytest.raises(openai.NotFoundError):
+            client.models.retrieve("reef/claude")

@@ -105,9 +105,16 @@ def test_a_streamed_response_has_the_typed_event_sequence(gateway: GatewayThread
     final = events[-1]
     assert final.type == "response.completed"
     assert final.response.output_text == deltas and final.response.status == "completed"
+    # the receipt, in the terminal event as in the headers
+    assert final.x_reef == {
+        "record_id": raw.headers["x-reef-record-id"],
+        "session_id": raw.headers["x-reef-session-id"],
+        "release_id": raw.headers["x-reef-release-id"],
+    }
     record = _record(gateway, raw.headers)
     assert record.status == "ok" and record.api == "openai.responses"
     assert record.response is not None and record.response["id"] == final.response.id
+    assert "x_reef" not in record.response  # the event's, not the response object's
     assert record.response["output"][0]["content"][0]["text"] == deltas
     # a streamed response is stored too
     assert gateway.openai().responses.retrieve(final.response.id).output_text == deltas
@@ -408,6 +415,7 @@ def test_an_upstream_failure_mid_stream_is_response_failed(gateway: GatewayThrea
     assert final.type == "response.failed"
     assert final.response.status == "failed" and final.response.error is not None
     assert "error-mid-stream" in final.response.error.message
+    assert final.x_reef["record_id"] == raw.headers["x-reef-record-id"]
     record = _record(gateway, raw.headers)
     assert record.status == "error" and record.error is not None
     assert "error-mid-stream" in record.error
@@ -427,8 +435,22 @@ def test_an_idempotent_stream_is_replayed_from_its_record(
     # the stored answer as a stream of its own: one delta per item, the same response
     assert again[-1].type == first[-1].type == "response.completed"
     assert again[-1].response == first[-1].response
+    assert again[-1].x_reef == first[-1].x_reef  # the same receipt
     assert "".join(e.delta for e in again if e.type == "response.output_text.delta") == "echo: once"
     assert [e.sequence_number for e in again] == list(range(len(again)))
+
+
+def test_an_uncaptured_stream_ends_without_a_record_id(gateway: GatewayThread) -> None:
+    client = gateway.openai(**{"x-reef-capture": "off"})
+    raw = client.responses.with_raw_response.create(
+        model="reef/support", input="off the record", stream=True
+    )
+    final = list(raw.parse())[-1]
+    assert final.type == "response.completed"
+    assert final.x_reef == {
+        "session_id": raw.headers["x-reef-session-id"],
+        "release_id": raw.headers["x-reef-release-id"],
+    }
 
 
 def test_a_client_resending_the_history_joins_the_session_by_prefix(

@@ -80,6 +80,9 @@ class UpstreamConfig(Section):
         return self
 
 
+_MODEL_ALIAS_RE = re.compile(r"[^/\s]{1,128}")
+
+
 class ScenarioConfig(Section):
     """One agent task that Reef serves and learns."""
 
@@ -90,6 +93,13 @@ class ScenarioConfig(Section):
         default=None,
         description="Upstream model name, whatever model the client names; overrides the "
         "upstream's `model`.",
+    )
+    model_aliases: list[str] = Field(
+        default_factory=list,
+        description="Model names that choose this scenario when a request has no "
+        "`x-reef-scenario` header, for SDKs that refuse `reef/<scenario>` (the OpenAI Agents "
+        "SDK reads `x/y` as provider/model): `model: support-agent` is then served as "
+        "`reef/support` is. Unique across scenarios; no `/`.",
     )
     capture: bool = Field(default=True, description="Record this scenario's exchanges.")
     harness: Literal["managed", "client"] = Field(
@@ -119,6 +129,17 @@ class ScenarioConfig(Section):
         "refused with 400. Recipes' score thresholds (`min_score`, "
         "`gate.holdout_reference_min_score`) are on this scale.",
     )
+
+    @field_validator("model_aliases")
+    @classmethod
+    def _aliases_are_names(cls, aliases: list[str]) -> list[str]:
+        for alias in aliases:
+            if not _MODEL_ALIAS_RE.fullmatch(alias):
+                raise ValueError(
+                    f"model alias {alias[:80]!r} must be 1-128 characters without '/' or "
+                    "whitespace (an SDK that reads 'x/y' as provider/model would split it)"
+                )
+        return aliases
 
     @model_validator(mode="after")
     def _trust_levels(self) -> ScenarioConfig:
@@ -359,6 +380,7 @@ class ReefSettings(BaseSettings):
                     f"scenario {name!r} names upstream {scenario.upstream!r}; "
                     f"configured upstreams: {sorted(self.upstreams)}"
                 )
+        self.model_aliases()  # raises on an alias claimed twice
         ids = [key.id for key in self.auth.keys]
         if len(ids) != len(set(ids)):
             raise ValueError("api key ids must be unique")
@@ -409,6 +431,19 @@ class ReefSettings(BaseSettings):
     def scenario(self, name: str) -> ScenarioConfig:
         """The scenario's config; an unconfigured scenario gets the defaults."""
         return self.scenarios.get(name) or _DEFAULT_SCENARIO
+
+    def model_aliases(self) -> dict[str, str]:
+        """Each configured model alias and the scenario it chooses; ``ValueError`` when
+        two scenarios claim one alias."""
+        aliases: dict[str, str] = {}
+        for name, scenario in self.scenarios.items():
+            for alias in scenario.model_aliases:
+                if aliases.setdefault(alias, name) != name:
+                    raise ValueError(
+                        f"model alias {alias!r} is claimed by scenarios {aliases[alias]!r} "
+                        f"and {name!r}; an alias chooses one scenario"
+                    )
+        return aliases
 
     def upstream_for(self, scenario: str) -> tuple[str, UpstreamConfig]:
         """Name and config of the upstream that serves ``scenario``."""

@@ -97,6 +97,15 @@ class ChatCompletionRequest(_Body):
         return self.max_completion_tokens or self.max_tokens
 
 
+class TokenizeRequest(_Body):
+    """``POST /tokenize`` (vLLM's chat form): the conversation's tokens through the chat
+    template, generation prompt included, as ``/v1/chat/completions`` would encode it."""
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+
+
 class LoadLoraAdapterRequest(_Body):
     """``POST /v1/load_lora_adapter`` (vLLM's body, plus Reef's ``expected_digest``).
 

@@ -1,7 +1,8 @@
 """The HTTP face of the engine (aiohttp): OpenAI chat completions, vLLM's adapter API.
 
 Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST
-/v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, ``GET /health``. Errors are
+/v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, ``POST /tokenize`` (vLLM's,
+at the root as vLLM has it), ``GET /health``. Errors are
 OpenAI-shaped. A client that disconnects cancels its generation (aiohttp's handler
 cancellation is on, and a failed stream write cancels too).
 """
@@ -28,6 +29,7 @@ from reef.engine.models import load_model
 from reef.engine.protocol import (
     ChatCompletionRequest,
     LoadLoraAdapterRequest,
+    TokenizeRequest,
     UnloadLoraAdapterRequest,
 )
 from reef.engine.responses import ChoiceAccumulator, ResponseShape, error_body, usage
@@ -144,6 +146,17 @@ async def unload_lora_adapter(request: web.Request) -> web.Response:
     return web.Response(text=f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
 
+async def tokenize(request: web.Request) -> web.Response:
+    """``POST /tokenize``: ``{count, max_model_len, tokens}`` for a chat conversation,
+    as vLLM answers it (adapters share the base model's tokenizer)."""
+    body = await _parse(request, TokenizeRequest)
+    engine = request.app[ENGINE_KEY]
+    tokens = engine.encode_chat([m.for_template() for m in body.messages], body.tools)
+    return _json(
+        {"count": len(tokens), "max_model_len": engine.loaded.max_context, "tokens": tokens}
+    )
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``, streaming (SSE) or not."""
     body = await _parse(request, ChatCompletionRequest)
@@ -227,6 +240,7 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
+    app.router.add_post("/tokenize", tokenize)
     return app
 
 

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef.config import ReefSettings
 from reef.core import dumps
-from reef.core.errors import ReefError
+from reef.core.errors import NotFoundError, ReefError
 from reef.dashboard import DashboardFiles
 from reef.evaluation import EvaluationStore
 from reef.experience import RecordWriter, Redactor, ResponseStore, SQLExperienceStore
@@ -40,8 +40,10 @@ from reef.gateway.insights import InsightRoutes
 from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.openapi import OpenAPIRoutes
 from reef.gateway.release_admin import ReleaseAdminRoutes
+from reef.gateway.requests import SCENARIO_MODEL_PREFIX, check_scenario_name
 from reef.gateway.responses import ResponsesRoutes
 from reef.gateway.state import GatewayState
+from reef.gateway.token_counts import TokenCountRoutes
 from reef.jobs import JobQueue
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
 from reef.upstream import Upstream, UpstreamError
@@ -111,22 +113,54 @@ class OpsRoutes:
         )
 
     async def models(self, request: Request) -> Response:
-        """``GET /v1/models``: one ``reef/<scenario>`` entry per configured scenario, then
-        the models of the upstreams (best effort)."""
+        """``GET /v1/models``: one ``reef/<scenario>`` entry per configured scenario and
+        the scenarios' model aliases, then the models of the upstreams (best effort)."""
         principal = self.state.auth.authenticate(request)
-        names = ["reef/default"] + [f"reef/{name}" for name in self.state.settings.scenarios]
+        named = {"reef/default": "default"}
+        named.update({f"reef/{name}": name for name in self.state.settings.scenarios})
+        named.update(self.state.model_aliases)
         if principal.scenarios is not None:
-            names = [n for n in names if n.removeprefix("reef/") in principal.scenarios]
+            named = {n: s for n, s in named.items() if s in principal.scenarios}
+        names = list(named)
         for upstream in self.state.upstreams.values():
             try:
                 names += await asyncio.wait_for(upstream.list_models(), _READY_TIMEOUT_SECONDS)
             except (UpstreamError, TimeoutError):
                 log.warning("upstream %s did not list its models", upstream.name)
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "reef"}
-            for name in dict.fromkeys(names)
-        ]
+        data = [_model_card(name) for name in dict.fromkeys(names)]
         return _json({"object": "list", "data": data})
+
+    async def model(self, request: Request) -> Response:
+        """``GET /v1/models/{model_id}``: one model, as ``GET /v1/models`` lists it. A
+        ``reef/<scenario>`` of any scenario the key may use, a model alias, or a model an
+        upstream lists; anything else is a 404 naming what is served (a scenario the key
+        may not use counts as unknown)."""
+        principal = self.state.auth.authenticate(request)
+        model_id: str = request.path_params["model_id"]
+        scenario = self.state.model_aliases.get(model_id)
+        if scenario is None and model_id.startswith(SCENARIO_MODEL_PREFIX):
+            scenario = check_scenario_name(model_id.removeprefix(SCENARIO_MODEL_PREFIX))
+        if scenario is not None:
+            if principal.scenarios is None or scenario in principal.scenarios:
+                return _json(_model_card(model_id))
+        else:
+            for upstream in self.state.upstreams.values():
+                try:
+                    served = await asyncio.wait_for(upstream.list_models(), _READY_TIMEOUT_SECONDS)
+                except (UpstreamError, TimeoutError):
+                    log.warning("upstream %s did not list its models", upstream.name)
+                    continue
+                if model_id in served:
+                    return _json(_model_card(model_id))
+        raise NotFoundError(
+            f"model {model_id[:200]!r} is not served here: name reef/<scenario>, a "
+            "scenario's model alias (scenarios.<s>.model_aliases) or an upstream's model; "
+            "GET /v1/models lists them"
+        )
+
+
+def _model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "reef"}
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -198,6 +232,7 @@ def create_app(
         responses=ResponseStore(store.engine),
         jobs=JobQueue(store.engine),
         evaluations=EvaluationStore(store.engine),
+        model_aliases=settings.model_aliases(),
     )
     inference = InferenceRoutes(state)
     feedback = FeedbackRoutes(state)
@@ -209,14 +244,17 @@ def create_app(
     dashboard = DashboardFiles(keys_required=state.auth.enabled)
     api_docs = OpenAPIRoutes()
     responses = ResponsesRoutes(state)
+    token_counts = TokenCountRoutes(state)
     routes = [
         Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
         Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", token_counts.count_tokens, methods=["POST"]),
         Route("/v1/responses", inference.openai_responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.get, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", responses.input_items, methods=["GET"]),
         Route("/v1/models", ops.models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", ops.model, methods=["GET"]),
         Route("/reef/feedback", feedback.feedback, methods=["POST"]),
         Route("/reef/report", feedback.report, methods=["POST"]),
         Route("/reef/feedback/{feedback_id}/release", feedback.release, methods=["POST"]),

@@ -50,6 +50,7 @@ _OPENAI_TYPES = {
     409: "conflict_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    501: "not_implemented_error",
     502: "upstream_error",
     503: "service_unavailable",
     504: "timeout_error",
@@ -116,8 +117,9 @@ def error_response(
 
 
 def dialect_of(path: str) -> ErrorDialect:
-    """The error dialect of a route: Anthropic's for ``/v1/messages``, else OpenAI's."""
-    return "anthropic" if path == "/v1/messages" else "openai"
+    """The error dialect of a route: Anthropic's for ``/v1/messages`` (and
+    ``/v1/messages/count_tokens``), else OpenAI's."""
+    return "anthropic" if path == "/v1/messages" or path.startswith("/v1/messages/") else "openai"
 
 
 async def reef_error(request: Request, exc: Exception) -> Response:
@@ -125,7 +127,7 @@ async def reef_error(request: Request, exc: Exception) -> Response:
     that maps domain errors to HTTP for every route (``status_for``)."""
     assert isinstance(exc, ReefError)
     response = error_response(exc, dialect_of(request.url.path))
-    if response.status_code >= 500:
+    if response.status_code >= 500 and response.status_code != 501:  # 501: nothing broke
         log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
     return response
 

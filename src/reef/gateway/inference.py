@@ -42,7 +42,7 @@ from reef.gateway.idempotency import (
     Lead,
     request_fingerprint,
 )
-from reef.gateway.relay import open_relay
+from reef.gateway.relay import open_relay, stream_receipt
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
@@ -235,7 +235,7 @@ class InferenceRoutes:
             check_openai_responses(body)
         else:
             check_anthropic_messages(body)
-        headers = reef_headers(request, body)
+        headers = reef_headers(request, body, state.model_aliases)
         principal.check_scenario(headers.scenario)
         record_id = new_id()
         turn = None
@@ -332,11 +332,16 @@ class InferenceRoutes:
             # An application keeps its own model name ("gpt-4o"): the scenario's model
             # serves it, and the record keeps the request as the client sent it.
             model = configured
-        elif client_model.startswith(SCENARIO_MODEL_PREFIX) or not requested:
+        elif (
+            client_model.startswith(SCENARIO_MODEL_PREFIX)
+            or not requested
+            or client_model in self.state.model_aliases
+        ):
+            # Neither a reef/ name nor an alias is a model an upstream knows.
             raise InvalidInputError(
                 f"scenario {scenario!r} has no model configured: set "
                 f"scenarios.{scenario}.model or upstreams.{upstream_name}.model, "
-                "or send an upstream model name"
+                f"or send an upstream model name (not {client_model!r})"
             )
         else:
             model, model_from_client = client_model, True
@@ -568,6 +573,7 @@ class InferenceRoutes:
             strip_usage=plan.strip_usage,
             client_model=plan.client_model,
             shell=exchange.responses.shell if exchange.responses is not None else None,
+            receipt=stream_receipt(self._receipt(exchange)),
         )
         recorder = self.state.recorder
         recorded = False

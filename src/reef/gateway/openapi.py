@@ -117,7 +117,8 @@ LIMIT = _limit(MAX_PAGE)
 INFERENCE_HEADERS = (
     _header(
         "x-reef-scenario",
-        "The scenario; else `model: reef/<scenario>`; else `default`.",
+        "The scenario; else `model: reef/<scenario>`; else a scenario's model alias "
+        "(`scenarios.<s>.model_aliases`); else `default`.",
         _bounded(SCENARIO_PATTERN, 64),
     ),
     _header(
@@ -183,6 +184,15 @@ OPERATIONS: tuple[Operation, ...] = (
                          **_COMMON_ERRORS, "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
                          "413": "Body too large.", "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
+    Operation("post", "/v1/messages/count_tokens", "inference", "Count a message's tokens",
+              "any", "Anthropic's token count by the scenario's upstream: relayed to an "
+              "Anthropic upstream; counted by the embedded engine's (or vLLM's) tokenizer "
+              "on the request's chat translation; 501 for any other upstream. Not recorded. "
+              "Errors use Anthropic's shape.",
+              parameters=(INFERENCE_HEADERS[0],), body="MessagesRequest",
+              responses={"200": "`{input_tokens}`.", **_COMMON_ERRORS,
+                         "501": "The scenario's upstream cannot count tokens.",
+                         "502": "The upstream failed.", "504": "The upstream timed out."}),
     Operation("post", "/v1/responses", "inference", "OpenAI responses", "any",
               "The Responses API, translated into chat completions for the scenario's "
               "upstream (an OpenAI-compatible one) and back, streams included (the typed "
@@ -224,8 +234,17 @@ OPERATIONS: tuple[Operation, ...] = (
               responses={"200": "An OpenAI list: `{object, data, first_id, last_id, "
                          "has_more}`.", **_NOT_FOUND}),
     Operation("get", "/v1/models", "inference", "List models", "any",
-              "`reef/<scenario>` for each configured scenario, then the upstreams' models.",
+              "`reef/<scenario>` for each configured scenario, the scenarios' model aliases, "
+              "then the upstreams' models.",
               responses={"200": "An OpenAI model list.", "401": _COMMON_ERRORS["401"]}),
+    Operation("get", "/v1/models/{model_id}", "inference", "A model", "any",
+              "One model as `/v1/models` lists it: `reef/<scenario>` of any scenario the key "
+              "may use, a scenario's model alias, or a model an upstream lists.",
+              parameters=(_path("model_id", "The model's id; it may hold `/` "
+                                "(`reef/support`)."),),
+              responses={"200": "`{id, object: model, created, owned_by}`.",
+                         "401": _COMMON_ERRORS["401"],
+                         "404": "Not served here (the message says what is)."}),
     Operation("post", "/reef/feedback", "feedback", "Give feedback on records", "inference",
               "Score, text and/or correction for one or more records; idempotent with a key.",
               parameters=(_header("x-reef-scenario", "Scenario when the body names none."),

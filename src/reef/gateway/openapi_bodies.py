@@ -35,7 +35,9 @@ def _counts(lowest: int, highest: int) -> dict[str, Any]:
 
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 _COMMON = {
-    "model": _maybe("string", description="A model, or `reef/<scenario>`."),
+    "model": _maybe(
+        "string", description="A model, `reef/<scenario>`, or a scenario's model alias."
+    ),
     "stream": _maybe("boolean"),
     "max_tokens": _counts(1, MAX_COUNT),
     "temperature": _maybe("number", minimum=0),

@@ -231,9 +231,10 @@ class ResponsesRelay(StreamRelay):
 
     _proper_end = "[DONE] and a finish_reason"
 
-    def __init__(self, shell: dict[str, Any]) -> None:
+    def __init__(self, shell: dict[str, Any], receipt: dict[str, str] | None = None) -> None:
         super().__init__()
         self.translator = OpenAIToResponsesStream(shell)
+        self.receipt = receipt  # the terminal event's ``x_reef`` (``stream_receipt``)
         self.finished = _OpenAIFinish()
         self._unsent = b""  # events made from a chunk whose later event failed
 
@@ -265,13 +266,17 @@ class ResponsesRelay(StreamRelay):
 
     def _closing(self) -> bytes:
         *events, (name, payload) = self.translator.finish()
-        self.terminal = _responses_event(name, payload)  # response.completed
+        self.terminal = _responses_event(name, self._receipted(payload))  # response.completed
         return b"".join(_responses_event(*event) for event in events)
 
     def failure(self, exc: UpstreamError, dialect: ErrorDialect) -> bytes:
         """``response.failed``, naming the failure (after the events not sent yet)."""
-        failed = b"".join(_responses_event(*event) for event in self.translator.failed(exc.detail))
-        return self._unsent + failed
+        *events, (name, payload) = self.translator.failed(exc.detail)
+        failed = b"".join(_responses_event(*event) for event in events)
+        return self._unsent + failed + _responses_event(name, self._receipted(payload))
+
+    def _receipted(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return payload if self.receipt is None else {**payload, "x_reef": self.receipt}
 
     def result(self) -> Result:
         """The response sent so far (failed, once ``failure`` was sent) and its reply."""
@@ -281,6 +286,23 @@ class ResponsesRelay(StreamRelay):
 
 def _responses_event(name: str, payload: dict[str, Any]) -> bytes:
     return encode_sse(dumps(payload), name)
+
+
+# The receipt headers, as the keys of a Responses stream's terminal ``x_reef`` object.
+_RECEIPT_KEYS = {
+    "x-reef-record-id": "record_id",
+    "x-reef-session-id": "session_id",
+    "x-reef-release-id": "release_id",
+}
+
+
+def stream_receipt(headers: dict[str, str]) -> dict[str, str]:
+    """The receipt among a response's ``headers`` as the ``x_reef`` object that a
+    Responses stream's terminal event (``response.completed``, ``response.incomplete``,
+    ``response.failed``) carries beside ``response``: ``record_id`` (captured exchanges
+    only), ``session_id``, ``release_id``. An extra field of the event, which the
+    official SDKs keep (``event.x_reef``) and the response object never holds."""
+    return {key: headers[name] for name, key in _RECEIPT_KEYS.items() if name in headers}
 
 
 class _OpenAIFinish:
@@ -340,11 +362,13 @@ def open_relay(
     strip_usage: bool,
     client_model: str,
     shell: dict[str, Any] | None = None,
+    receipt: dict[str, str] | None = None,
 ) -> StreamRelay:
     """The relay for a stream of ``api`` (``translate``: an Anthropic client on an
-    OpenAI-compatible upstream; ``shell``: a Responses stream's response object)."""
+    OpenAI-compatible upstream; ``shell``: a Responses stream's response object,
+    ``receipt`` its terminal event's ``x_reef``)."""
     if api == "openai.responses":
-        return ResponsesRelay(shell or {})
+        return ResponsesRelay(shell or {}, receipt)
     if api == "openai.chat":
         return OpenAIRelay(strip_usage)
     if translate:

@@ -14,6 +14,7 @@ from typing import Any
 from reef.core import dumps
 from reef.experience import RecordView
 from reef.gateway.idempotency import Answer
+from reef.gateway.relay import stream_receipt
 from reef.upstream import encode_sse, response_events
 
 
@@ -27,7 +28,9 @@ def stored_answer(view: RecordView, headers: dict[str, str]) -> Answer:
     if view.api == "anthropic.messages":
         body = anthropic_events(response)
     elif view.api == "openai.responses":
-        body = b"".join(_event(name, payload) for name, payload in response_events(response))
+        *events, (name, terminal) = response_events(response)
+        events.append((name, {**terminal, "x_reef": stream_receipt(headers)}))
+        body = b"".join(_event(name, payload) for name, payload in events)
     else:
         options = request.get("stream_options")
         usage = isinstance(options, dict) and bool(options.get("include_usage"))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, cast, overload
 
 import orjson
@@ -28,6 +30,7 @@ _TAG_PREFIX = "x-reef-tag-"
 # ("canary" is set by the gateway itself for the canary arm of live traffic.)
 _CALLER_PURPOSES = ("serve", "eval")
 SCENARIO_MODEL_PREFIX = "reef/"
+_NO_ALIASES: Final[Mapping[str, str]] = MappingProxyType({})
 
 MAX_SESSION_ID_CHARS: Final = 128
 # Characters that travel in a URL path segment unencoded, so every session id a client
@@ -115,9 +118,15 @@ class ReefHeaders:
     purpose: Purpose = "serve"
 
 
-def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
+def reef_headers(
+    request: Request, body: dict[str, Any] | None, aliases: Mapping[str, str] = _NO_ALIASES
+) -> ReefHeaders:
     """Parse Reef's headers; the scenario comes from ``x-reef-scenario``, else a
-    ``reef/<scenario>`` model name, else ``default``."""
+    ``reef/<scenario>`` model name, else a model name in ``aliases`` (a configured
+    ``scenarios.<s>.model_aliases`` entry: the scenario it names), else ``default``.
+
+    Raises ``InvalidInputError`` when ``x-reef-scenario`` names another scenario than
+    the model's alias does: one of the two is a mistake, and neither is guessed."""
     # One pass over the raw headers (already lowercase per ASGI) instead of a linear
     # search per lookup: this runs on every inference request.
     headers: dict[str, str] = {}
@@ -127,10 +136,20 @@ def reef_headers(request: Request, body: dict[str, Any] | None) -> ReefHeaders:
             headers[key] = raw_value.decode("latin-1")
     tags = _tags(headers)
     scenario = headers.get("x-reef-scenario")
-    if not scenario and body is not None:
-        model = body.get("model")
-        if isinstance(model, str) and model.startswith(SCENARIO_MODEL_PREFIX):
-            scenario = model[len(SCENARIO_MODEL_PREFIX) :]
+    model = body.get("model") if body is not None else None
+    if isinstance(model, str):
+        aliased = aliases.get(model)
+        if not scenario:
+            if model.startswith(SCENARIO_MODEL_PREFIX):
+                scenario = model[len(SCENARIO_MODEL_PREFIX) :]
+            else:
+                scenario = aliased
+        elif aliased is not None and aliased != scenario:
+            raise InvalidInputError(
+                f"model {model!r} is an alias of scenario {aliased!r} but header "
+                f"x-reef-scenario names {scenario[:64]!r}: drop the header to be served "
+                f"by {aliased!r}, or name another model"
+            )
     scenario = check_scenario_name(scenario or "default")
     capture = headers.get("x-reef-capture", "on").strip().lower() not in ("off", "0", "false")
     purpose = headers.get("x-reef-purpose", "serve").strip().lower() or "serve"

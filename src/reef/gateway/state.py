@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reef.config import ReefSettings
 from reef.evaluation import EvaluationStore
@@ -30,3 +30,5 @@ class GatewayState:
     responses: ResponseStore  # the stored responses of the Responses API
     jobs: JobQueue  # learning jobs: enqueued by /learn, listed for the dashboard
     evaluations: EvaluationStore  # the gate's stored evaluations
+    # Model alias → its scenario (``scenarios.<s>.model_aliases``), read per request.
+    model_aliases: dict[str, str] = field(default_factory=dict)

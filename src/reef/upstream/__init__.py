@@ -32,6 +32,7 @@ from reef.upstream.base import (
     UpstreamTimeoutError,
     UpstreamTruncatedError,
     UpstreamUnavailableError,
+    UpstreamUnsupportedError,
 )
 from reef.upstream.canonical import (
     canonical_anthropic,
@@ -97,6 +98,7 @@ __all__ = [
     "UpstreamTimeoutError",
     "UpstreamTruncatedError",
     "UpstreamUnavailableError",
+    "UpstreamUnsupportedError",
     "anthropic_message_id",
     "anthropic_request_to_openai",
     "build_upstream",

@@ -83,6 +83,16 @@ class UpstreamRejectedError(UpstreamError):
         self.code = code
 
 
+class UpstreamUnsupportedError(UpstreamError):
+    """The upstream has no way to do what was asked (a route it does not serve): the
+    gateway answers 501."""
+
+    reason: ClassVar[str] = "upstream_unsupported"
+
+    def __init__(self, message: str, upstream_status: int | None = None):
+        super().__init__(message, 501, upstream_status)
+
+
 class AdapterAlreadyLoadedError(UpstreamRejectedError):
     """``load_adapter``: the upstream already serves an adapter of that name."""
 
@@ -161,6 +171,13 @@ class Upstream(ABC):
         raise UpstreamRejectedError(
             f"upstream {self.name!r} cannot load adapters at runtime", status=400
         )
+
+    async def count_chat_tokens(self, body: bytes) -> int:
+        """The input tokens of a chat conversation (``{model, messages, tools?}``, JSON)
+        by the server's own tokenizer and chat template: ``POST /tokenize`` of vLLM and
+        the embedded engine. Raises ``UpstreamError``; ``UpstreamUnsupportedError`` when
+        the upstream cannot count."""
+        raise UpstreamUnsupportedError(f"upstream {self.name!r} cannot count tokens")
 
     async def unload_adapter(self, name: str) -> None:
         """Unload the adapter ``name`` (vLLM's ``/unload_lora_adapter``)."""

@@ -35,6 +35,7 @@ from reef.upstream.base import (
     UpstreamTimeoutError,
     UpstreamTruncatedError,
     UpstreamUnavailableError,
+    UpstreamUnsupportedError,
 )
 
 # Hop-by-hop and framing headers describe the client's connection to the gateway,
@@ -82,6 +83,8 @@ class HTTPUpstream(Upstream):
         self.dialect: Dialect = "anthropic" if config.type == "anthropic" else "openai"
         self.config = config
         self.base_url = config.base_url.rstrip("/")
+        # The server's root, for routes vLLM serves outside /v1 (/tokenize).
+        self.root_url = self.base_url.removesuffix("/v1")
         self._backoff_seconds = backoff_seconds
         self._defaults: dict[str, str] = {"content-type": "application/json"}
         self._credentials: dict[str, str] = {}
@@ -119,6 +122,33 @@ class HTTPUpstream(Upstream):
                 f"{content_type!r}, not {_EVENT_STREAM}"
             )
         return HTTPUpstreamStream(self, response)
+
+    async def count_chat_tokens(self, body: bytes) -> int:
+        """``POST {root}/tokenize`` (vLLM, the embedded engine; root: ``base_url``
+        without ``/v1``) and its ``count``; a 404 or 405 there, or an Anthropic
+        upstream, is ``UpstreamUnsupportedError``."""
+        if self.dialect == "anthropic":
+            raise UpstreamUnsupportedError(f"upstream {self.name!r} tokenizes no chat")
+        try:
+            response = await self._open(
+                "POST", "/tokenize", body, self._headers, base=self.root_url
+            )
+        except UpstreamRejectedError as exc:
+            if exc.upstream_status in (404, 405):
+                raise UpstreamUnsupportedError(
+                    f"upstream {self.name!r} has no POST /tokenize", exc.upstream_status
+                ) from exc
+            raise
+        answer = await self._read_body(response)
+        try:
+            count = loads(answer)["count"]
+        except (ValueError, KeyError, TypeError):
+            count = None
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise UpstreamMalformedError(
+                f"upstream {self.name!r}: /tokenize answered no count: {answer[:200]!r}"
+            )
+        return count
 
     async def list_models(self) -> list[str]:
         """Ids in ``GET {base_url}/models`` (``data[].id`` in both dialects)."""
@@ -202,9 +232,15 @@ class HTTPUpstream(Upstream):
         return session
 
     async def _open(  # noqa: C901
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        base: str | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send until a 2xx arrives (returned unread) or no retry is allowed.
+        """Send to ``base`` (default ``base_url``) + ``path`` until a 2xx arrives
+        (returned unread) or no retry is allowed.
 
         The total deadline is passed to aiohttp as each attempt's ``total`` so that it
         also bounds reading the body of the attempt that succeeds.
@@ -212,7 +248,7 @@ class HTTPUpstream(Upstream):
         session = self._session_now()
         loop = asyncio.get_running_loop()
         config = self.config
-        url = self.base_url + path
+        url = (base or self.base_url) + path
         deadline = time.monotonic() + config.total_timeout_seconds
         attempt = 0
         while True:

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 
@@ -47,3 +49,20 @@ def module_gateway(
     only read (a test that counts records compares before and after)."""
     with GatewayThread(make_settings(tmp_path_factory.mktemp("gateway"), fake.base_url)) as gw:
         yield gw
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A store that outlives one gateway (several at once, or one after another): a
+    SQLite file, or a throwaway PostgreSQL database when REEF_TEST_POSTGRES_URL is set."""
+    if request.param == "sqlite":
+        yield {"url": f"sqlite:///{tmp_path / 'shared.db'}"}
+        return
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"{PG_ENV} is not set; PostgreSQL store tests need a server")
+    databases = ThrowawayDatabases(url)
+    try:
+        yield {"url": databases.create()}
+    finally:
+        databases.drop_all()

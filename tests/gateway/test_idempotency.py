@@ -4,9 +4,7 @@ body under the key is a 409 in the caller's dialect."""
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,6 @@ import pytest
 
 from reef.experience import RecordFilter
 from reef.gateway.idempotency import IdempotentFlights
-from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call, holds_connection, send_unread
@@ -233,22 +230,6 @@ def _leader_leaves(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
         lambda: any(r.status == "aborted" for r in _records(gateway, "support")),
         "the leader's exchange recorded as aborted",
     )
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The store two gateways share (PostgreSQL when REEF_TEST_POSTGRES_URL is set)."""
-    if request.param == "sqlite":
-        yield {"url": f"sqlite:///{tmp_path / 'shared.db'}"}
-        return
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"{PG_ENV} is not set")
-    databases = ThrowawayDatabases(url)
-    try:
-        yield {"url": databases.create()}
-    finally:
-        databases.drop_all()
 
 
 def test_two_gateways_on_one_store(

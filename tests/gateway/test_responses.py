@@ -3,8 +3,6 @@ chat-completions upstream: answers, streams, tools, stored conversation state, r
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,6 @@ from reef.experience import RecordView
 from reef.gateway.relay import ResponsesRelay
 from reef.harness import Bundle, Harness, write_bundle
 from reef.upstream import UpstreamError, canonical_request, response_shell
-from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call as call_route
@@ -199,26 +196,10 @@ def test_a_streamed_function_call(gateway: GatewayThread) -> None:
     assert call.type == "function_call" and call.arguments == '{"city": "Paris"}'
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """A store for gateways that come and go (PostgreSQL with REEF_TEST_POSTGRES_URL)."""
-    if request.param == "sqlite":
-        yield {"url": f"sqlite:///{tmp_path / 'kept.db'}"}
-        return
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"{PG_ENV} is not set")
-    databases = ThrowawayDatabases(url)
-    try:
-        yield {"url": databases.create()}
-    finally:
-        databases.drop_all()
-
-
 def test_previous_response_id_survives_a_gateway_restart(
-    tmp_path: Path, fake: FakeUpstreamThread, store_settings: dict[str, str]
+    tmp_path: Path, fake: FakeUpstreamThread, shared_store: dict[str, str]
 ) -> None:
-    settings = make_settings(tmp_path, fake.base_url, store=store_settings)
+    settings = make_settings(tmp_path, fake.base_url, store=shared_store)
     with GatewayThread(settings) as before:
         raw = before.openai().responses.with_raw_response.create(
             model="reef/support", input="remember the word kelp"

@@ -4,17 +4,13 @@ and scenario scoping; SQLite and PostgreSQL (REEF_TEST_POSTGRES_URL)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
-import pytest
 
 from reef.gateway.openapi import openapi_document
 from tests.experience.agent import Agent
-from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 
@@ -28,30 +24,15 @@ KEYS = {
 ADMIN = {"authorization": "Bearer sk-admin"}
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    if request.param == "sqlite":
-        yield {"url": f"sqlite:///{tmp_path / 'reef.db'}"}
-        return
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"{PG_ENV} is not set; PostgreSQL store tests need a server")
-    databases = ThrowawayDatabases(url)
-    try:
-        yield {"url": databases.create()}
-    finally:
-        databases.drop_all()
-
-
 def session_schema() -> dict[str, Any]:
     document = openapi_document()
     return {"$ref": "#/components/schemas/Session", "components": document["components"]}
 
 
 def test_the_session_route_returns_the_documented_tree(
-    make_gateway: Callable[..., GatewayThread], store: dict[str, str]
+    make_gateway: Callable[..., GatewayThread], shared_store: dict[str, str]
 ) -> None:
-    gateway = make_gateway(store=store, auth=KEYS)
+    gateway = make_gateway(store=shared_store, auth=KEYS)
     agent = Agent(gateway, "openai", system="Be brief.", key="sk-app")
     first = agent.user("weather in Paris and Rome, in parallel").ask()
     agent.results(*((c, f"{c.id}: mild") for c in first.calls))

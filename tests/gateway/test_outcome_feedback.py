@@ -13,7 +13,6 @@ import pytest
 from tests.experience.agent import Agent, Sent
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import RawResponse, call
-from tests.gateway.test_trajectory_route import store  # noqa: F401 - fixture
 
 LOOKUP = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}
 
@@ -31,9 +30,9 @@ def tool_session(gateway: GatewayThread) -> tuple[Sent, Sent]:
 
 def test_an_outcome_is_stored_with_its_session_and_shown_in_the_trajectory(
     make_gateway: Callable[..., GatewayThread],
-    store: dict[str, str],  # noqa: F811 - fixture
+    shared_store: dict[str, str],
 ) -> None:
-    gateway = make_gateway(store=store)
+    gateway = make_gateway(store=shared_store)
     first, second = tool_session(gateway)
     outcome = post(gateway, {"session_id": first.session_id, "score": 0, "feedback": "failed"})
     assert outcome.status == 201, outcome.body

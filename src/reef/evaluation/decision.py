@@ -38,17 +38,18 @@ def score_answers(
     for answer in answers:
         item = by_key[answer.item_key]
         details: dict[str, Any]
-        if answer.text is None:
+        reply = answer.reply
+        if reply is None:
             score, details = 0.0, {"error": answer.error}
         elif item.suite == LEAK_SUITE:
-            run = leaked(answer.text, list(item.reference), leak_min_chars)
+            run = leaked(reply.text, list(item.reference), leak_min_chars)
             score, details = (0.0, {"leaked": run}) if run else (1.0, {})
         else:
             spec = item.scorer or default_scorer
             key = canonical_json(spec)
             if key not in cache:
                 cache[key] = registry.build(spec, f"{item.key}.scorer", context)
-            scored = cache[key].score(answer.text, item)
+            scored = cache[key].score_reply(reply, item)
             score, details = scored.score, scored.details
         results.append(
             ItemResult(

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import aiohttp
 
 from reef.core import InvalidInputError, dumps, loads, new_id
-from reef.evaluation.values import ARMS, Answer, Arm, EvalItem
+from reef.evaluation.values import ARMS, Answer, Arm, EvalItem, Reply
 
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
@@ -88,6 +88,7 @@ class _Outcome:
     error: str | None = None
     retryable: bool = False
     retry_after: float | None = None
+    reply: Reply | None = None
 
 
 def collect_answers(
@@ -184,6 +185,7 @@ class _Caller:
         error = outcome.error
         if error is not None and attempts > 1:
             error = f"{error} (after {attempts} attempts)"
+        reply = outcome.reply if error is None else None
         return Answer(
             item_key=job.item.key,
             arm=job.arm,
@@ -193,6 +195,8 @@ class _Caller:
             error=error,
             latency_ms=outcome.latency_ms,
             attempts=attempts,
+            content=None if reply is None else reply.content,
+            tool_calls=() if reply is None else reply.tool_calls,
         )
 
     async def _attempt(self, job: _Job) -> _Outcome:
@@ -221,9 +225,10 @@ class _Caller:
         record_id = headers.get("x-reef-record-id")
         if status == 200:
             try:
-                return _Outcome(reply_text(loads(raw)), record_id, elapsed)
+                reply = parse_reply(loads(raw))
             except ValueError as exc:
                 return _Outcome(None, record_id, elapsed, f"unreadable reply: {exc}")
+            return _Outcome(reply.text, record_id, elapsed, reply=reply)
         message = _error_message(raw)
         # A 400 carrying a receipt is the upstream refusing this item (say, too long for
         # its context): that item's failure. Anything else refused voids the whole run.
@@ -264,6 +269,13 @@ def retry_delay(retry: int, retry_after: float | None = None) -> float:
 def reply_text(data: Any) -> str:
     """The text of a chat completion's first choice; tool calls become JSON text after
     it so scorers see them. Raises ``ValueError`` when there is no first choice."""
+    return parse_reply(data).text
+
+
+def parse_reply(data: Any) -> Reply:
+    """A chat completion's first choice as a ``Reply``: its content, its tool calls,
+    and the text scorers compare (``reply_text``). Raises ``ValueError`` when there is
+    no first choice."""
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ValueError("the reply has no choices")
@@ -271,15 +283,17 @@ def reply_text(data: Any) -> str:
     if not isinstance(message, dict):
         raise ValueError("the reply's first choice has no message")
     content = message.get("content")
-    parts: list[str] = []
-    if isinstance(content, str) and content:
-        parts.append(content)
+    text = ""
+    if isinstance(content, str):
+        text = content
     elif isinstance(content, list):
-        parts.append("".join(str(p.get("text", "")) for p in content if isinstance(p, dict)))
-    calls = message.get("tool_calls")
-    if calls:
-        parts.append(json.dumps(calls, ensure_ascii=False, sort_keys=True))
-    return "\n".join(part for part in parts if part)
+        text = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    raw_calls = message.get("tool_calls")
+    calls = [c for c in raw_calls if isinstance(c, dict)] if isinstance(raw_calls, list) else []
+    parts = [text]
+    if raw_calls:
+        parts.append(json.dumps(raw_calls, ensure_ascii=False, sort_keys=True))
+    return Reply("\n".join(part for part in parts if part), text, tuple(calls))
 
 
 def header_value(text: str) -> str:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reef.core.errors import InvalidInputError
-from reef.evaluation.values import EvalItem, ScoreResult
+from reef.evaluation.values import EvalItem, Reply, ScoreResult
 
 SCORER_GROUP = "reef.scorers"
 
@@ -86,6 +86,11 @@ class Scorer(ABC):
             )
         self.config = config
         self.context = context
+
+    def score_reply(self, reply: Reply, item: EvalItem) -> ScoreResult:
+        """Score a whole reply (its text, content and tool calls). The default scores
+        ``reply.text`` with ``score``; scorers of tool calls override this."""
+        return self.score(reply.text, item)
 
     @abstractmethod
     def score(self, output: str, item: EvalItem) -> ScoreResult:

@@ -111,11 +111,24 @@ class ScoreResult:
 
 
 @dataclass(frozen=True)
+class Reply:
+    """An arm's reply as a scorer sees it: ``text`` is what text scorers compare (the
+    content, then the tool calls as one JSON line), ``content`` the text alone and
+    ``tool_calls`` the calls in OpenAI form (``{"id", "type": "function", "function":
+    {"name", "arguments"}}``)."""
+
+    text: str
+    content: str = ""
+    tool_calls: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class Answer:
     """What one arm said to one item on one repeat, as the gateway returned it.
 
-    ``text`` is the reply's text (None on error); ``record_id`` the gateway's receipt
-    (the eval record); ``error`` why no answer came after the retries.
+    ``text`` is the reply's text (None on error), ``content`` and ``tool_calls`` its
+    parts (``Reply``); ``record_id`` the gateway's receipt (the eval record); ``error``
+    why no answer came after the retries.
     """
 
     item_key: str
@@ -126,6 +139,16 @@ class Answer:
     error: str | None
     latency_ms: float
     attempts: int = 1
+    content: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def reply(self) -> Reply | None:
+        """The reply a scorer scores; None when no answer came."""
+        if self.text is None:
+            return None
+        content = self.text if self.content is None else self.content
+        return Reply(self.text, content, self.tool_calls)
 
 
 @dataclass(frozen=True)

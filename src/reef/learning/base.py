@@ -25,7 +25,8 @@ class TrainingExample:
     canonical assistant message with ``tool_calls``; else the raw value); ``score`` the
     mean feedback score (for a turn of a session with an outcome, its credited share,
     ``reef.learning.credit``, averaged with its own record's). ``weight`` < 1 marks
-    down-weighted (stale) items.
+    down-weighted (stale) items. ``tools`` are the tools the request offered (OpenAI
+    function form) and ``tool_choice`` its choice, so a replay offers the same.
     """
 
     record_id: str
@@ -47,6 +48,8 @@ class TrainingExample:
     # (principal, trust) of the feedback that decided the reference: the last
     # correction's author, else every author who scored it. The gate weighs evidence by it.
     reference_authors: tuple[tuple[str | None, Trust], ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: Any = None
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text.

@@ -6,7 +6,9 @@ items come from the scenario's held-out experience, selected without conditionin
 how the head did — every held-out record with feedback, not only the good ones — so the
 comparison is not tilted toward the head: a record's reference is its correction, else
 its served reply when its feedback says the reply was right
-(``gate.holdout_reference_min_score``); records with neither are left out. Each item
+(``gate.holdout_reference_min_score``); records with neither are left out. A turn that
+was offered tools is asked again with them, and a reference made of tool calls is
+scored by the ``tool_call`` scorer (name and arguments), whatever the gate's default. Each item
 carries its provenance (the feedback authors who decided the reference and their trust),
 so the gate can require independent evidence; feedback that screening flags or holds in
 quarantine is no evidence at all.
@@ -70,16 +72,28 @@ def holdout_items(
             break
         reference = _reference(example, recipe.gate.holdout_reference_min_score)
         if reference is not None:
-            items.append(
-                EvalItem(
-                    id=example.record_id,
-                    suite="holdout",
-                    messages=example.messages,
-                    reference=reference,
-                    provenance=holdout_provenance(example),
-                )
-            )
+            items.append(holdout_item(example, reference))
     return items
+
+
+def holdout_item(example: TrainingExample, reference: Any) -> EvalItem:
+    """A held-out turn as an eval item: its conversation and the tools it was offered
+    (asked again with the same ``tools`` and ``tool_choice``); a reference of tool calls
+    is scored by ``tool_call``, a text one by the gate's scorer."""
+    params: dict[str, Any] = {}
+    if example.tools:
+        params["tools"] = list(example.tools)
+        if example.tool_choice is not None:
+            params["tool_choice"] = example.tool_choice
+    return EvalItem(
+        id=example.record_id,
+        suite="holdout",
+        messages=example.messages,
+        reference=reference,
+        scorer={"type": "tool_call"} if is_tool_call_correction(reference) else None,
+        params=params,
+        provenance=holdout_provenance(example),
+    )
 
 
 def holdout_provenance(example: TrainingExample) -> Provenance:
@@ -106,10 +120,15 @@ def trusted_references(recipe: Recipe) -> list[TrustedReference]:
 
 
 def _reference(example: TrainingExample, min_score: float) -> Any:
+    """The correction (text, or ``{"tool_calls": [...]}``), else a reply its feedback
+    calls right: its tool calls when it made any, else its text."""
     if example.correction is not None:
-        # A tool-call correction has no text to compare an answer with (yet): no item.
-        return None if is_tool_call_correction(example.correction) else example.correction
+        if is_tool_call_correction(example.correction):
+            return {"tool_calls": example.correction["tool_calls"]}
+        return example.correction
     if example.score is not None and example.score >= min_score and example.response:
+        if example.response.get("tool_calls"):
+            return {"tool_calls": example.response["tool_calls"]}
         content = example.response.get("content")
         return content if isinstance(content, str) and content else None
     return None

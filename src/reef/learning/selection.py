@@ -62,7 +62,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reef.core.jsoncodec import canonical_json, sha256_hex
 from reef.core.trust import Trust
-from reef.experience import ExperienceStore, FeedbackView, RecordView, canonical_correction
+from reef.experience import (
+    ExperienceStore,
+    FeedbackView,
+    RecordView,
+    canonical_correction,
+    canonical_exchange,
+)
 from reef.learning.base import ExperienceBatch, TrainingExample
 from reef.learning.credit import CreditConfig, credited_feedback
 from reef.learning.learners._similarity import example_text, similarity_matrix
@@ -73,7 +79,6 @@ from reef.learning.screening import (
     screen_feedback,
 )
 from reef.releases import Release, ReleaseChain
-from reef.upstream.canonical import canonical_reply, canonical_request
 
 HOLDOUT_BUCKETS = 1000
 
@@ -355,7 +360,8 @@ def _example(  # noqa: PLR0913
             return None
         stats["stale_downweighted"] += 1
         weight = config.stale_weight
-    messages, response = _conversation(record)
+    exchange = canonical_exchange(record)
+    messages, response = exchange.messages, exchange.reply
     correction = _correction_value(corrections[-1]) if corrections else None
     hashed = canonical_json({"messages": messages, "response": response, "correction": correction})
     return TrainingExample(
@@ -374,6 +380,8 @@ def _example(  # noqa: PLR0913
         content_hash="sha256:" + sha256_hex(hashed),
         weight=weight,
         source_ids=tuple(r.id for r in unit),
+        tools=tuple(exchange.tools),
+        tool_choice=exchange.tool_choice,
     )
 
 
@@ -399,14 +407,6 @@ def _staleness(record: RecordView, head: Release | None, seqs: dict[str, int]) -
         return 0
     served = seqs.get(record.release_id) if record.release_id is not None else None
     return head.seq - served if served is not None else head.seq
-
-
-def _conversation(record: RecordView) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    # One canonical form for every dialect (a Responses record's request holds the whole
-    # conversation, previous_response_id resolved, so it reads alone too).
-    messages = canonical_request(record.api, record.request)
-    reply = canonical_reply(record.api, record.response) if record.response else None
-    return messages, reply
 
 
 def _correction_value(raw: Any) -> Any:

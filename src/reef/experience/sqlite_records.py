@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from reef.experience import schema as t
+from reef.db import schema as t
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.records import RecordDraft
 from reef.experience.sqlrows import OUTCOME_COLUMNS, record_row

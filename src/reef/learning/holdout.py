@@ -118,6 +118,7 @@ def _reference(example: TrainingExample, min_score: float) -> Any:
 def build_gate(  # noqa: PLR0913
     settings: ReefSettings,
     chain: ReleaseChain,
+    evaluations: EvaluationStore,
     artifacts: ArtifactStore,
     scenario: str,
     recipe: Recipe,
@@ -153,7 +154,7 @@ def build_gate(  # noqa: PLR0913
         publish=recipe.publish,
         chain=chain,
         artifacts=artifacts,
-        evaluations=EvaluationStore(chain.engine),
+        evaluations=evaluations,
         target=target,
         scorer_context=ScorerContext(ask=ask),
         progress=progress,

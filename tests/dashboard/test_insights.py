@@ -10,7 +10,7 @@ import pytest
 
 from reef.core import new_id
 from reef.experience import FeedbackDraft, RecordDraft, SQLExperienceStore
-from reef.experience.curve import learning_curve
+from reef.experience.sql.curve import learning_curve
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest
 from tests.dashboard.world import ADMIN_KEY, INFERENCE_KEY, LOSS, SCENARIO, DashboardWorld
 from tests.gateway import rawhttp

@@ -16,7 +16,7 @@ from reef.experience import (
     RecordNotFoundError,
     SQLExperienceStore,
 )
-from reef.experience import sql as sql_module
+from reef.experience.sql import store as sql_module
 from tests.experience.conftest import DraftFactory
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)

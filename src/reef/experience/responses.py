@@ -20,7 +20,7 @@ from sqlalchemy.engine import RowMapping
 from reef.core.errors import NotFoundError
 from reef.db import Database
 from reef.db import schema as t
-from reef.experience.sqlrows import from_json_text, json_text
+from reef.experience.sql.rows import from_json_text, json_text
 
 
 class ResponseNotFoundError(NotFoundError):

@@ -24,7 +24,7 @@ one at a time). On PostgreSQL ``claim`` picks its row with ``FOR UPDATE SKIP LOC
 claimers never wait on, or get, the same row) and both ``enqueue`` and ``claim`` take a
 transaction-level advisory lock on the scenario before checking for its active job.
 
-The ``jobs`` table is defined with the others (``reef.experience.schema``, one database
+The ``jobs`` table is defined with the others (``reef.db.schema``, one database
 and one migration chain); the queue is its own part because both the gateway (which
 enqueues manual jobs) and ``learning`` (whose workers claim them) use it, and the
 gateway must never import ``learning``.

@@ -23,7 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from reef.db import schema as t
 from reef.experience.records import FeedbackView, RecordFilter
-from reef.experience.sqlrows import feedback_view
+from reef.experience.sql.rows import feedback_view
 
 # A conversation longer than this many turns is matched on its latest turns only.
 MAX_CONTINUATION_HASHES = 256

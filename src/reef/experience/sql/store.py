@@ -25,7 +25,6 @@ from reef.core import new_id
 from reef.core.errors import InvalidInputError
 from reef.db import DEFAULT_BUSY_TIMEOUT_MS, Database, lock_key, unavailable_on_failure
 from reef.db import schema as t
-from reef.experience.curve import learning_curve
 from reef.experience.errors import (
     FeedbackNotFoundError,
     FeedbackNotQuarantinedError,
@@ -43,8 +42,8 @@ from reef.experience.records import (
     RecordView,
     SessionMatch,
 )
-from reef.experience.sqlite_records import SQLiteRecordWriter
-from reef.experience.sqlqueries import (
+from reef.experience.sql.curve import learning_curve
+from reef.experience.sql.queries import (
     FIND_BY_KEY,
     MAX_CONTINUATION_HASHES,
     PG_MAX_TURNS,
@@ -52,7 +51,7 @@ from reef.experience.sqlqueries import (
     filter_clauses,
     find_session_statement,
 )
-from reef.experience.sqlrows import (
+from reef.experience.sql.rows import (
     OUTCOME_COLUMNS,
     PENDING_SETTLED,
     decode_cursor,
@@ -65,6 +64,7 @@ from reef.experience.sqlrows import (
     record_view,
     validated_score,
 )
+from reef.experience.sql.sqlite_records import SQLiteRecordWriter
 from reef.experience.store import ExperienceStore
 
 EXPORT_BATCH = 500

@@ -30,7 +30,7 @@ from reef.releases.artifacts import (
 from reef.releases.artifacts_fsspec import FsspecArtifactStore, open_artifact_store
 
 # -- release chain (chain.py, manifest.py, values.py, errors.py, headwatch.py) -------------
-from reef.releases.chain import ReleaseChain
+from reef.releases.chain import MAX_PAGE, ReleaseChain
 from reef.releases.errors import (
     CandidateNotFoundError,
     InvalidTransitionError,
@@ -41,6 +41,7 @@ from reef.releases.errors import (
 from reef.releases.headwatch import HEADS_CHANNEL, listen_heads, watch_heads
 from reef.releases.manifest import ModelComponent, ReleaseManifest
 from reef.releases.values import (
+    CANDIDATE_STATES,
     CANDIDATE_TRANSITIONS,
     Candidate,
     CandidateState,
@@ -51,8 +52,10 @@ from reef.releases.values import (
 
 __all__ = [
     # -- release chain
+    "CANDIDATE_STATES",
     "CANDIDATE_TRANSITIONS",
     "HEADS_CHANNEL",
+    "MAX_PAGE",
     "Candidate",
     "CandidateNotFoundError",
     "CandidateState",

@@ -181,7 +181,7 @@ def measure(
         try:
             for _ in range(3):  # creates the scenario's first release, warms the path up
                 poller.served_by()
-            chain = ReleaseChain(store.engine)
+            chain = ReleaseChain(store.database)
             artifacts = open_artifact_store(artifacts_url)
             digests = [artifacts.put_dir(path, "adapter") for path in adapters]
             plan = [("alternate", digests[k % 2]) for k in range(args.releases)]

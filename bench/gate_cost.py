@@ -50,6 +50,7 @@ import engine_vs_vllm as side  # bench/engine_vs_vllm.py: machine(), load(), int
 from sections import write_between
 
 from reef.config import ReefSettings
+from reef.db import open_database
 from reef.evaluation.config import GateConfig
 from reef.evaluation.gate import Gate, GateOutcome
 from reef.evaluation.results import EvaluationStore
@@ -57,7 +58,7 @@ from reef.evaluation.runner import GatewayTarget, reply_text
 from reef.evaluation.safety import leak_probe_items
 from reef.evaluation.suites import load_suite
 from reef.evaluation.values import Answer, Arm, Decision, EvalItem, ItemResult
-from reef.experience import open_store
+from reef.experience import SQLExperienceStore
 from reef.gateway import create_app
 from reef.harness import Bundle, Harness, pack_bundle, render_openai
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
@@ -125,9 +126,10 @@ class GatewayServer:
     ``tests/gateway/harness.py``."""
 
     def __init__(self, settings: ReefSettings) -> None:
-        self.store = open_store(settings.store_url())
+        self.database = open_database(settings.store_url())
+        self.store = SQLExperienceStore(self.database)
         upstreams = {name: build_upstream(name, cfg) for name, cfg in settings.upstreams.items()}
-        app = create_app(settings, self.store, upstreams)
+        app = create_app(settings, self.database, self.store, upstreams)
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -153,6 +155,7 @@ class GatewayServer:
         self.server.should_exit = True
         self.thread.join(timeout=20)
         self.store.close()
+        self.database.close()
 
 
 @contextlib.contextmanager
@@ -294,7 +297,7 @@ def run_gate(
         publish="review",
         chain=chain,
         artifacts=artifacts,
-        evaluations=TimedEvaluationStore(gateway.store.engine, phases),
+        evaluations=TimedEvaluationStore(gateway.database, phases),
         target=GatewayTarget(
             base_url=gateway.url,
             scenario=SCENARIO,
@@ -483,7 +486,7 @@ def measure(
     settings = gateway_settings(work, engine_url, model)
     done: list[Run] = []
     with GatewayServer(settings) as gateway:
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         artifacts = open_artifact_store(settings.artifacts_url())
 
         def direct() -> DirectRun:

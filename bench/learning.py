@@ -50,6 +50,7 @@ from gate_cost import GatewayServer, running_engine  # the same world as the gat
 from sections import write_between
 
 from reef.config import ReefSettings
+from reef.evaluation import EvaluationStore
 from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
@@ -203,11 +204,16 @@ def reef_run(model: str, task: Task, count: int, test: list[tuple[str, str]]) ->
                         "correction": answer,
                     }
                     post(gateway.url + "/reef/feedback", body)
-                chain = ReleaseChain(gateway.store.engine)
+                chain = ReleaseChain(gateway.database)
                 worker = Worker(
-                    settings, gateway.store, chain, open_artifact_store(settings.artifacts_url())
+                    settings,
+                    gateway.store,
+                    chain,
+                    open_artifact_store(settings.artifacts_url()),
+                    queue=JobQueue(gateway.database),
+                    evaluations=EvaluationStore(gateway.database),
                 )
-                queue = JobQueue(gateway.store.engine)
+                queue = JobQueue(gateway.database)
                 post(gateway.url + f"/reef/scenarios/{SCENARIO}/learn", {})
                 started = time.monotonic()
                 [job] = worker.run_once()

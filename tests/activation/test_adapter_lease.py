@@ -58,7 +58,7 @@ def test_a_stream_never_read_releases_its_adapter(
             headers = {"x-reef-scenario": "s"}
             old = turn(client, "before", stream=False, headers=headers).release
             assert old is not None
-            chain = ReleaseChain(gateway.store.engine)
+            chain = ReleaseChain(gateway.database)
             digest = open_artifact_store(settings.artifacts_url()).put_dir(
                 _adapter(tmp_path), "adapter"
             )

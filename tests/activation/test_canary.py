@@ -65,7 +65,7 @@ def canary_status(gateway: GatewayThread) -> Any:
 
 
 def passed_candidate(gateway: GatewayThread, head: Release, manifest: ReleaseManifest) -> Candidate:
-    chain = ReleaseChain(gateway.store.engine)
+    chain = ReleaseChain(gateway.database)
     candidate = chain.propose(SCENARIO, manifest, head.id, "test", "canary test")
     chain.set_candidate_state(candidate.id, "evaluating")
     return chain.set_candidate_state(candidate.id, "passed", evidence={"win_rate": 0.8})
@@ -73,7 +73,7 @@ def passed_candidate(gateway: GatewayThread, head: Release, manifest: ReleaseMan
 
 def start_harness_canary(gateway: GatewayThread, fraction: float) -> tuple[Release, Candidate]:
     """The head (no harness) and a live canary whose harness adds a system prompt."""
-    chain = ReleaseChain(gateway.store.engine)
+    chain = ReleaseChain(gateway.database)
     head = chain.head(SCENARIO)
     assert head is not None
     bundle = Bundle(harness=Harness(schema_version=1, system_prompt=CANARY_PROMPT))
@@ -186,7 +186,7 @@ def test_live_traffic_splits_by_session_until_the_canary_is_abandoned(
     streamed = gateway.store.get_record(response.headers["x-reef-record-id"])
     assert (streamed.release_id, streamed.purpose) == (canary.id, "canary")
 
-    ReleaseChain(gateway.store.engine).set_candidate_state(canary.id, "abandoned")
+    ReleaseChain(gateway.database).set_candidate_state(canary.id, "abandoned")
     sync(gateway)
     assert canary_status(gateway) is None
     after = [ask(gateway, f"after {n}", s) for n, s in enumerate(SESSIONS)]
@@ -199,7 +199,7 @@ def test_a_published_canary_becomes_the_head_that_serves_everyone(
     head, canary = start_harness_canary(gateway, 0.3)
     sync(gateway)
     check_arms([ask(gateway, f"before {n}", s) for n, s in enumerate(SESSIONS[:20])], head, canary)
-    release = ReleaseChain(gateway.store.engine).publish(canary.id, head.id, "monitor", "won")
+    release = ReleaseChain(gateway.database).publish(canary.id, head.id, "monitor", "won")
     sync(gateway)
     status = call(gateway.port, "GET", "/reef/status").json()["scenarios"][SCENARIO]
     assert (status["serving_release_id"], status["canary"]) == (release.id, None)
@@ -215,7 +215,7 @@ def test_a_canary_that_fails_to_stage_leaves_all_traffic_to_the_head(
     adapter_dir.mkdir()
     (adapter_dir / "adapter_config.json").write_text("{}")
     (adapter_dir / "adapter_model.safetensors").write_bytes(b"not really weights")
-    chain = ReleaseChain(gateway.store.engine)
+    chain = ReleaseChain(gateway.database)
     head = chain.head(SCENARIO)
     assert head is not None
     # the fake upstream has no adapter API: loading the canary's adapter fails

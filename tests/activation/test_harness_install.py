@@ -91,7 +91,7 @@ def _install_follow_and_roll_back(tmp_path: Path, fake: FakeUpstreamThread) -> N
         assert "You triage tickets." in record.rendered_request["messages"][0]["content"]
 
         # a new harness release: install follows it
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         artifacts = open_artifact_store(settings.artifacts_url())
         bundle = Bundle(harness=Harness(schema_version=1, system_prompt="v2 prompt"), files={})
         digest = artifacts.put_bytes(pack_bundle(bundle), "harness")

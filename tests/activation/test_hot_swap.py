@@ -70,7 +70,7 @@ def test_publish_and_rollback_under_traffic(tmp_path: Path) -> None:
     stop = threading.Event()
     try:
         with GatewayThread(settings) as gateway:
-            chain = ReleaseChain(gateway.store.engine)
+            chain = ReleaseChain(gateway.database)
             artifacts = open_artifact_store(settings.artifacts_url())
             client = gateway.openai(**{"x-reef-scenario": "swap"})
             client.chat.completions.create(

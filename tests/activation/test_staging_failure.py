@@ -37,7 +37,7 @@ def test_failed_staging_keeps_the_old_release(tmp_path: Path) -> None:
                 model="reef/s", messages=[{"role": "user", "content": "before"}]
             )
             old = first.headers["x-reef-release-id"]
-            chain = ReleaseChain(gateway.store.engine)
+            chain = ReleaseChain(gateway.database)
             # the fake upstream has no adapter API: loading the adapter fails
             digest = open_artifact_store(settings.artifacts_url()).put_dir(adapter_dir, "adapter")
             manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))

@@ -84,9 +84,9 @@ def test_both_gateways_serve_a_new_head_within_two_seconds(tmp_path: Path, pg_ur
             first = {_ask(port).headers["x-reef-release-id"] for _, port in processes}
             assert len(first) == 1, "both gateways serve the same create release"
 
-            store = SQLExperienceStore(pg_url)
+            store = SQLExperienceStore.from_url(pg_url)
             try:
-                chain = ReleaseChain(store.engine)
+                chain = ReleaseChain(store.database)
                 head = chain.head("shared")
                 assert head is not None and head.id in first
                 bundle = Bundle(harness=Harness(schema_version=1, system_prompt="v2"), files={})

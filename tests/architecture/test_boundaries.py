@@ -11,21 +11,27 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "reef"
 
+# Every part of reef but ``core``: what ``core`` and ``db`` must never import.
+DOMAIN = {
+    "config",
+    "experience",
+    "releases",
+    "harness",
+    "upstream",
+    "engine",
+    "gateway",
+    "learning",
+    "evaluation",
+    "jobs",
+    "cli",
+    "dashboard",
+    "client",
+}
+
 # package -> packages (or third-party roots) it must never import
 FORBIDDEN: dict[str, set[str]] = {
-    "core": {
-        "config",
-        "experience",
-        "releases",
-        "harness",
-        "upstream",
-        "engine",
-        "gateway",
-        "learning",
-        "evaluation",
-        "cli",
-        "dashboard",
-    },
+    "core": DOMAIN | {"db"},
+    "db": DOMAIN,
     "config": {"gateway", "learning"},
     "experience": {"gateway", "learning", "torch"},
     "releases": {"gateway", "learning", "torch"},
@@ -40,6 +46,10 @@ FORBIDDEN: dict[str, set[str]] = {
     "jobs": {"gateway", "learning", "evaluation", "torch"},
 }
 HEAVY = {"torch", "transformers", "peft"}
+
+# The stores that sit side by side on one ``reef.db.Database``: none imports another's
+# package (each gets the database from the composition root, not through a sibling).
+STORES = ("experience", "releases", "jobs")
 
 
 def _imports(path: Path) -> set[str]:
@@ -98,7 +108,7 @@ def test_torch_lives_only_in_engine_and_trainers() -> None:
 
 
 # Packages other packages reach only through their face (``reef.X``, its ``__all__``).
-FACED = ("evaluation", "learning", "jobs")
+FACED = ("db", "evaluation", "experience", "jobs", "learning", "releases")
 
 
 @pytest.mark.parametrize("package", FACED)
@@ -114,13 +124,45 @@ def test_other_packages_import_only_the_face(package: str) -> None:
     assert not offenders, f"import from reef.{package} instead:\n" + "\n".join(offenders)
 
 
+@pytest.mark.parametrize("store", STORES)
+def test_no_store_imports_another_store(store: str) -> None:
+    """Experience, releases and jobs are stores side by side on ``reef.db``: the release
+    chain and the job queue once imported ``reef.experience.schema``, ``.migrations`` and
+    ``.sqlengine`` (the database lived inside the experience store)."""
+    others = set(STORES) - {store}
+    violations = []
+    for path in sorted((SRC / store).rglob("*.py")):
+        bad = _targets(_imports(path)) & others
+        if bad:
+            violations.append(f"{path.relative_to(SRC)} imports {sorted(bad)}")
+    assert not violations, "\n".join(violations)
+
+
+def test_no_store_is_reached_through_another() -> None:
+    """Outside ``reef.db`` the SQLAlchemy engine is read only off a ``Database``
+    (``database.engine``) — never ``store.engine`` or ``chain.engine``, the way
+    ``JobQueue(chain.engine)`` and ``EvaluationStore(store.engine)`` once found it."""
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("db/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("engine", "database"):
+                owner = node.value
+                name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+                if name in ("store", "chain", "queue", "evaluations", "responses", "jobs"):
+                    offenders.append(f"{rel}:{node.lineno} reads {name}.{node.attr}")
+    assert not offenders, "build each store on the Database instead:\n" + "\n".join(offenders)
+
+
 def test_the_gateway_writes_no_sql() -> None:
     """The gateway reaches the database only through its stores' methods: no module
     of it imports SQLAlchemy (the insights routes held a 62-line join until 2026-12)."""
     offenders = [
         path.relative_to(SRC).as_posix()
         for path in sorted((SRC / "gateway").rglob("*.py"))
-        if any(name.split(".")[0] == "sqlalchemy" for name in _imports(path))
+        if any(name.split(".")[0] in ("sqlalchemy", "alembic") for name in _imports(path))
     ]
     assert not offenders, f"import SQLAlchemy outside the gateway: {offenders}"
 
@@ -137,3 +179,16 @@ def test_import_loads_no_torch(module: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "", f"import {module} loaded {result.stdout.strip()}"
+
+
+def test_the_database_loads_no_domain() -> None:
+    """``import reef.db`` (and its migrations) loads nothing of reef but ``core``."""
+    code = (
+        "import sys, reef.db, reef.db.migrations, reef.db.schema\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('reef.')"
+        " and m.split('.')[1] not in ('core', 'db'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "", f"import reef.db loaded {result.stdout.strip()}"

@@ -19,7 +19,7 @@ def test_eval_run_writes_a_report_and_stores_the_comparison(tmp_path: Path) -> N
         base = world.publish_directly([fact(i) for i in range(5)])
         candidate = world.propose([fact(i) for i in range(25)])
         config = tmp_path / "reef.yaml"
-        store_url = world.gateway.store.engine.url.render_as_string(hide_password=False)
+        store_url = world.gateway.database.url
         config.write_text(f"home: {tmp_path / 'home'}\nstore: {{url: '{store_url}'}}\n")
         out = tmp_path / "report"
         result = CliRunner().invoke(
@@ -47,7 +47,7 @@ def test_eval_run_names_an_unknown_candidate(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "quiz.jsonl", range(3))
     with quiz_world(tmp_path) as world:
         config = tmp_path / "reef.yaml"
-        store_url = world.gateway.store.engine.url.render_as_string(hide_password=False)
+        store_url = world.gateway.database.url
         config.write_text(f"home: {tmp_path / 'home'}\nstore: {{url: '{store_url}'}}\n")
         result = CliRunner().invoke(
             app,
@@ -107,7 +107,7 @@ def test_eval_show_prints_the_evidence_rule_and_screening(tmp_path: Path) -> Non
         assert outcome.action == "rejected"
         assert world.head().id == head.id
         config = tmp_path / "reef.yaml"
-        store_url = world.gateway.store.engine.url.render_as_string(hide_password=False)
+        store_url = world.gateway.database.url
         config.write_text(f"home: {tmp_path / 'home'}\nstore: {{url: '{store_url}'}}\n")
         result = CliRunner().invoke(app, ["eval", "show", candidate.id, "-c", str(config)])
     assert result.exit_code == 0, result.output

@@ -34,7 +34,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]
         FakeUpstreamThread() as fake,
         GatewayThread(make_settings(tmp_path, fake.base_url, auth=KEYS)) as gateway,
     ):
-        JobQueue(gateway.store.engine).enqueue("support", "learn", {"trigger": "manual"})
+        JobQueue(gateway.database).enqueue("support", "learn", {"trigger": "manual"})
         yield gateway
 
 
@@ -56,10 +56,10 @@ def test_status_is_human_readable(gateway: GatewayThread) -> None:
     out = result.stdout
     assert not EPOCH.search(out), out  # no epoch timestamps
     assert re.search(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d", out), out
-    heads = {s.name: s.head_release_id for s in ReleaseChain(gateway.store.engine).scenarios()}
+    heads = {s.name: s.head_release_id for s in ReleaseChain(gateway.database).scenarios()}
     for scenario in ("support", "claude"):
         assert scenario in out and str(heads[scenario]) in out, out
-    [job] = JobQueue(gateway.store.engine).list(scenario="support")
+    [job] = JobQueue(gateway.database).list(scenario="support")
     assert job.id in out and "queued" in out, out
     assert "capture" in out and "sync" in out, out
 

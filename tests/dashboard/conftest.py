@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
+from reef.db.schema import metadata
 from reef.experience import SQLExperienceStore
-from reef.experience.schema import metadata
 from tests.dashboard.browser import DashboardPage, chromium_path
 from tests.dashboard.world import DashboardWorld, dashboard_world
 from tests.experience.conftest import pg_databases, pg_url  # noqa: F401 - fixtures
@@ -65,7 +65,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLExperie
             for table in reversed(metadata.sorted_tables):
                 conn.execute(table.delete())
         engine.dispose()
-    opened = SQLExperienceStore(url)
+    opened = SQLExperienceStore.from_url(url)
     opened.migrate()
     yield opened
     opened.close()

@@ -10,7 +10,7 @@ import pytest
 
 from reef.core import new_id
 from reef.experience import FeedbackDraft, RecordDraft, SQLExperienceStore
-from reef.experience.curve import learning_curve
+from reef.experience.sql.curve import learning_curve
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest
 from tests.dashboard.world import ADMIN_KEY, INFERENCE_KEY, LOSS, SCENARIO, DashboardWorld
 from tests.gateway import rawhttp
@@ -65,7 +65,7 @@ def _gate_evidence(candidate_mean: float, baseline_mean: float) -> dict[str, Any
 
 
 def test_the_curve_aggregates_live_feedback_per_release(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     manifest = ReleaseManifest(model=ModelComponent(base="m"))
     first = chain.create("s", manifest, "config", "first")
     candidate = chain.propose("s", manifest.model_copy(update={"recipe": "r"}), first.id, "w", "")
@@ -88,7 +88,7 @@ def test_the_curve_aggregates_live_feedback_per_release(store: SQLExperienceStor
     _feedback(store, "s", [c.id], 1.0)
     _feedback(store, "t", [elsewhere.id], 1.0)
 
-    points = learning_curve(store.engine, "s")
+    points = learning_curve(store.database, "s")
 
     assert [p["seq"] for p in points] == [1, 2]
     one, two = points
@@ -102,8 +102,8 @@ def test_the_curve_aggregates_live_feedback_per_release(store: SQLExperienceStor
         "baseline_mean": 0.6,
         "items": 20,
     }
-    assert [p["seq"] for p in learning_curve(store.engine, "s", limit=1)] == [2]
-    assert learning_curve(store.engine, "nobody") == []
+    assert [p["seq"] for p in learning_curve(store.database, "s", limit=1)] == [2]
+    assert learning_curve(store.database, "nobody") == []
 
 
 def _get(world: DashboardWorld, path: str, key: str | None = ADMIN_KEY) -> rawhttp.RawResponse:

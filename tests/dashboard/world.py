@@ -112,7 +112,7 @@ class DashboardWorld:
             publish="auto",
             chain=self.chain,
             artifacts=self.artifacts,
-            evaluations=EvaluationStore(self.chain.engine),
+            evaluations=EvaluationStore(self.chain.database),
             target=GatewayTarget(
                 base_url=self.gateway.url, scenario=SCENARIO, api_key=INFERENCE_KEY
             ),
@@ -279,7 +279,7 @@ def _populate(world: DashboardWorld) -> None:
     _learn_from_the_crowd(world)
     world.pending = world.propose([fact(i) for i in range(40)])
 
-    queue = JobQueue(chain.engine)
+    queue = JobQueue(chain.database)
     queue.enqueue(SCENARIO, "learn", {"trigger": "manual", "requested_by": "api:ops"})
     job = queue.claim("worker-1", lease_seconds=600)
     assert job is not None
@@ -311,7 +311,7 @@ def dashboard_world(tmp: Path) -> Iterator[DashboardWorld]:
             },
         )
         with GatewayThread(settings) as gateway:
-            chain = ReleaseChain(gateway.store.engine)
+            chain = ReleaseChain(gateway.database)
             artifacts = open_artifact_store(settings.artifacts_url())
             world = DashboardWorld(gateway, chain, artifacts, tmp)
             _populate(world)

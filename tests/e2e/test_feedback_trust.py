@@ -29,7 +29,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reef.config import EvaluationConfig
+from reef.evaluation import EvaluationStore
 from reef.harness.packing import read_bundle_archive
+from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ArtifactStore, Release, ReleaseChain, open_artifact_store
 from tests.e2e.tiny import tiny_gateway
@@ -144,11 +146,16 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
     scenarios = {"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}}
     with tiny_gateway(tmp_path, scenarios, auth={"keys": [*KEYS, ADMIN]}) as gateway:
         settings = gateway.settings
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         artifacts = open_artifact_store(settings.artifacts_url())
         evaluation = EvaluationConfig(gateway_url=gateway.url, api_key="sk-ops")
         worker = Worker(
-            settings.model_copy(update={"evaluation": evaluation}), gateway.store, chain, artifacts
+            settings.model_copy(update={"evaluation": evaluation}),
+            gateway.store,
+            chain,
+            artifacts,
+            queue=JobQueue(gateway.database),
+            evaluations=EvaluationStore(gateway.database),
         )
         yield World(gateway, worker, chain, artifacts)
 

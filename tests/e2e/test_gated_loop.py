@@ -15,6 +15,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reef.config import EvaluationConfig
+from reef.evaluation import EvaluationStore
+from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
 from tests.e2e.tiny import tiny_gateway
@@ -81,12 +83,19 @@ def test_the_gate_publishes_corrections_and_rejects_wrong_labels(tmp_path: Path)
         tmp_path, scenarios={"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}}
     ) as gateway:
         settings = gateway.settings
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         artifacts = open_artifact_store(settings.artifacts_url())
         gate_settings = settings.model_copy(
             update={"evaluation": EvaluationConfig(gateway_url=gateway.url)}
         )
-        worker = Worker(gate_settings, gateway.store, chain, artifacts)
+        worker = Worker(
+            gate_settings,
+            gateway.store,
+            chain,
+            artifacts,
+            queue=JobQueue(gateway.database),
+            evaluations=EvaluationStore(gateway.database),
+        )
         base = chain.head("codes")
         assert base is not None
 

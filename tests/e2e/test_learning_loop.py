@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reef.evaluation import EvaluationStore
 from reef.harness import read_bundle_archive
 from reef.jobs import JobQueue
 from reef.learning.selection import in_holdout
@@ -58,9 +59,17 @@ def test_feedback_becomes_a_fewshot_candidate(tmp_path: Path) -> None:
             again = call(gateway.port, "POST", "/reef/scenarios/triage/learn", {})
             assert again.json()["id"] == queued.json()["id"]  # never two jobs at once
 
-            chain = ReleaseChain(gateway.store.engine)
+            chain = ReleaseChain(gateway.database)
             artifacts = open_artifact_store(settings.artifacts_url())
-            worker = Worker(settings, gateway.store, chain, artifacts, poll_seconds=0.1)
+            worker = Worker(
+                settings,
+                gateway.store,
+                chain,
+                artifacts,
+                poll_seconds=0.1,
+                queue=JobQueue(gateway.database),
+                evaluations=EvaluationStore(gateway.database),
+            )
             jobs = worker.run_once()
             assert [job.state for job in jobs] == ["succeeded"], [j.as_dict() for j in jobs]
             candidates = chain.candidates("triage")
@@ -74,7 +83,7 @@ def test_feedback_becomes_a_fewshot_candidate(tmp_path: Path) -> None:
             assert used and used <= set(ids.values())
             assert not used & holdout, "a holdout record became a demonstration"
             job_id = candidate.evidence["job_id"] if candidate.evidence else None
-            consumed = set(JobQueue(gateway.store.engine).consumed_by(job_id))
+            consumed = set(JobQueue(gateway.database).consumed_by(job_id))
             assert consumed == used and not consumed & holdout
             # corrections outrank plain good scores as demonstrations
             answers = [ex.messages[-1]["content"] for ex in harness.examples]
@@ -85,7 +94,14 @@ def test_feedback_becomes_a_fewshot_candidate(tmp_path: Path) -> None:
             assert head is not None
             chain.publish(candidate.id, head.id, "test", "publish", require_passed=False)
             assert call(gateway.port, "POST", "/reef/scenarios/triage/learn", {}).status == 202
-            second_jobs = Worker(settings, gateway.store, chain, artifacts).run_once()
+            second_jobs = Worker(
+                settings,
+                gateway.store,
+                chain,
+                artifacts,
+                queue=JobQueue(gateway.database),
+                evaluations=EvaluationStore(gateway.database),
+            ).run_once()
             assert [job.state for job in second_jobs] == ["succeeded"]
-            second = set(JobQueue(gateway.store.engine).consumed_by(second_jobs[0].id))
+            second = set(JobQueue(gateway.database).consumed_by(second_jobs[0].id))
             assert second and not second & consumed, "consumed records were reused"

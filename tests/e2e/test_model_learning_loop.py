@@ -11,6 +11,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from reef.evaluation import EvaluationStore
 from reef.jobs import JobQueue
 from reef.learning.selection import in_holdout
 from reef.learning.worker import Worker
@@ -76,9 +77,16 @@ def test_corrections_become_an_adapter_that_says_them(tmp_path: Path) -> None:
             assert call(gateway.port, "POST", "/reef/feedback", body).status == 201
         assert call(gateway.port, "POST", "/reef/scenarios/codes/learn", {}).status == 202
 
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         artifacts = open_artifact_store(settings.artifacts_url())
-        jobs = Worker(settings, gateway.store, chain, artifacts).run_once()
+        jobs = Worker(
+            settings,
+            gateway.store,
+            chain,
+            artifacts,
+            queue=JobQueue(gateway.database),
+            evaluations=EvaluationStore(gateway.database),
+        ).run_once()
         assert [job.state for job in jobs] == ["succeeded"], [j.as_dict() for j in jobs]
         (candidate,) = chain.candidates("codes")
         assert candidate.manifest.model.adapter is not None  # the model half
@@ -86,7 +94,7 @@ def test_corrections_become_an_adapter_that_says_them(tmp_path: Path) -> None:
 
         holdout = [p for p in prompts if in_holdout(records[p], 0.25)]
         assert holdout, "the split keeps some items out of training"
-        consumed = set(JobQueue(gateway.store.engine).consumed_by(jobs[0].id))
+        consumed = set(JobQueue(gateway.database).consumed_by(jobs[0].id))
         assert not consumed & {records[p] for p in holdout}, "a holdout record was trained on"
 
         # serve the candidate by pinning it, and compare with the head on held-out prompts

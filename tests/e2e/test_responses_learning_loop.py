@@ -16,7 +16,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reef.config import EvaluationConfig
+from reef.evaluation import EvaluationStore
 from reef.experience import RecordFilter
+from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
 from tests.e2e.tiny import tiny_gateway
@@ -77,7 +79,7 @@ def test_responses_traffic_and_corrections_become_the_release_that_serves_it(
         tmp_path, scenarios={"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}}
     ) as gateway:
         settings = gateway.settings
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         base = chain.head("codes")
         assert base is not None
         client = gateway.openai()
@@ -96,6 +98,8 @@ def test_responses_traffic_and_corrections_become_the_release_that_serves_it(
             gateway.store,
             chain,
             open_artifact_store(settings.artifacts_url()),
+            queue=JobQueue(gateway.database),
+            evaluations=EvaluationStore(gateway.database),
         )
         [job] = worker.run_once()
         assert job.state == "succeeded", job.as_dict()

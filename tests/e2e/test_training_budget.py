@@ -13,6 +13,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from reef.evaluation import EvaluationStore
+from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
 from tests.e2e.tiny import tiny_gateway
@@ -65,9 +67,14 @@ def test_twice_the_feedback_is_twice_the_training_and_a_fit_stops_early(tmp_path
         scenarios[name] = {"upstream": "engine", "recipe": recipe}
     with tiny_gateway(tmp_path, scenarios=scenarios) as gateway:
         settings = gateway.settings
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         worker = Worker(
-            settings, gateway.store, chain, open_artifact_store(settings.artifacts_url())
+            settings,
+            gateway.store,
+            chain,
+            open_artifact_store(settings.artifacts_url()),
+            queue=JobQueue(gateway.database),
+            evaluations=EvaluationStore(gateway.database),
         )
         small = learn(gateway, worker, "small", 24)
         large = learn(gateway, worker, "large", 48)

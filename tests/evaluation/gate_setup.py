@@ -58,7 +58,7 @@ class QuizWorld:
 
     @property
     def evaluations(self) -> EvaluationStore:
-        return EvaluationStore(self.chain.engine)
+        return EvaluationStore(self.chain.database)
 
     def manifest(self, facts: list[str], extra: str = "") -> ReleaseManifest:
         prompt = "\n".join([*facts, extra]).strip()
@@ -112,6 +112,6 @@ def quiz_world(tmp: Path, leaky: bool = False) -> Iterator[QuizWorld]:
             activation={"poll_interval_seconds": 0.05},
         )
         with GatewayThread(settings) as gateway:
-            chain = ReleaseChain(gateway.store.engine)
+            chain = ReleaseChain(gateway.database)
             artifacts = open_artifact_store(settings.artifacts_url())
             yield QuizWorld(tmp, oracle, gateway, chain, artifacts)

@@ -82,7 +82,7 @@ def head_id(gateway: GatewayThread, scenario: str, api_key: str = "none") -> str
     gateway.openai(api_key).chat.completions.create(
         model=f"reef/{scenario}", messages=[{"role": "user", "content": "create"}]
     )
-    head = ReleaseChain(gateway.store.engine).head(scenario)
+    head = ReleaseChain(gateway.database).head(scenario)
     assert head is not None
     return head.id
 
@@ -90,7 +90,7 @@ def head_id(gateway: GatewayThread, scenario: str, api_key: str = "none") -> str
 def arms_of(gateway: GatewayThread, api_key: str = "none") -> dict[Arm, str]:
     """A fresh pending candidate of ``support`` (same manifest as the head) and the head."""
     baseline = head_id(gateway, "support", api_key)
-    chain = ReleaseChain(gateway.store.engine)
+    chain = ReleaseChain(gateway.database)
     manifest = chain.get_release(baseline).manifest
     candidate = chain.propose("support", manifest, baseline, "test", "eval me")
     return {"candidate": candidate.id, "baseline": baseline}

@@ -19,8 +19,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from reef.core import new_id
+from reef.db.schema import metadata
 from reef.experience import RecordDraft, SQLExperienceStore
-from reef.experience.schema import metadata
 
 PG_ENV = "REEF_TEST_POSTGRES_URL"
 
@@ -62,7 +62,7 @@ def pg_databases() -> Iterator[ThrowawayDatabases]:
 @pytest.fixture(scope="session")
 def pg_url(pg_databases: ThrowawayDatabases) -> str:
     url = pg_databases.create()
-    store = SQLExperienceStore(url)
+    store = SQLExperienceStore.from_url(url)
     store.migrate()
     store.close()
     return url
@@ -75,7 +75,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty, migrated store on each backend."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'nested' / 'reef.db'}"
-        store = SQLExperienceStore(url)
+        store = SQLExperienceStore.from_url(url)
         store.migrate()
         store.close()
         return url
@@ -91,7 +91,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[SQLExperienceStore]:
-    store = SQLExperienceStore(store_url)
+    store = SQLExperienceStore.from_url(store_url)
     yield store
     store.close()
 

@@ -9,14 +9,14 @@ from sqlalchemy import insert
 
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
+from reef.db.schema import heads, releases
 from reef.experience import (
     FeedbackDraft,
     RecordFilter,
     RecordNotFoundError,
     SQLExperienceStore,
 )
-from reef.experience import sql as sql_module
-from reef.experience.schema import heads, releases
+from reef.experience.sql import store as sql_module
 from tests.experience.conftest import DraftFactory
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
@@ -148,7 +148,7 @@ def test_export_since_a_timestamp_or_a_record(
 
 def add_release(store: SQLExperienceStore, scenario: str, seq: int) -> str:
     release_id = new_id()
-    with store.engine.begin() as conn:
+    with store.database.engine.begin() as conn:
         conn.execute(
             insert(releases).values(
                 id=release_id,
@@ -166,7 +166,7 @@ def add_release(store: SQLExperienceStore, scenario: str, seq: int) -> str:
 
 
 def move_head(store: SQLExperienceStore, scenario: str, release_id: str, seq: int) -> None:
-    with store.engine.begin() as conn:
+    with store.database.engine.begin() as conn:
         conn.execute(heads.delete().where(heads.c.scenario == scenario))
         conn.execute(insert(heads).values(scenario=scenario, release_id=release_id, seq=seq))
 

@@ -8,7 +8,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from reef.experience import SQLExperienceStore
-from reef.experience.sqlrows import PENDING_SETTLED
+from reef.experience.sql.rows import PENDING_SETTLED
 from tests.experience.conftest import DraftFactory
 
 OK_REPLY = {"choices": [{"message": {"role": "assistant", "content": "done"}}]}

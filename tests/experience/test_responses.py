@@ -30,7 +30,7 @@ def _stored(response_id: str = "resp_1", scenario: str = "support") -> StoredRes
 
 
 def test_a_stored_response_reads_back_whole(store: SQLExperienceStore) -> None:
-    responses = ResponseStore(store.engine)
+    responses = ResponseStore(store.database)
     responses.put(_stored())
     back = responses.get("resp_1")
     assert back.scenario == "support" and back.session_id == "session-1"
@@ -40,15 +40,15 @@ def test_a_stored_response_reads_back_whole(store: SQLExperienceStore) -> None:
     assert back.created_at is not None and back.created_at.tzinfo is not None
     assert [item["id"] for item in back.conversation()] == ["msg_1", "msg_2"]
     # a second store on the same database (another gateway, a restart) reads it too
-    again = SQLExperienceStore(str(store.engine.url.render_as_string(hide_password=False)))
+    again = SQLExperienceStore.from_url(str(store.database.url))
     try:
-        assert ResponseStore(again.engine).get("resp_1", "support").id == "resp_1"
+        assert ResponseStore(again.database).get("resp_1", "support").id == "resp_1"
     finally:
         again.close()
 
 
 def test_unknown_and_other_scenarios_ids_are_not_found(store: SQLExperienceStore) -> None:
-    responses = ResponseStore(store.engine)
+    responses = ResponseStore(store.database)
     responses.put(_stored())
     with pytest.raises(ResponseNotFoundError, match="'resp_none' not found"):
         responses.get("resp_none")
@@ -60,7 +60,7 @@ def test_unknown_and_other_scenarios_ids_are_not_found(store: SQLExperienceStore
 
 
 def test_delete_forgets_a_response(store: SQLExperienceStore) -> None:
-    responses = ResponseStore(store.engine)
+    responses = ResponseStore(store.database)
     responses.put(_stored("resp_1"))
     responses.put(_stored("resp_2"))
     responses.delete("resp_1")

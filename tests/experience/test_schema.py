@@ -1,4 +1,4 @@
-"""The migrations create exactly ``reef.experience.schema``, idempotently and concurrently."""
+"""The migrations create exactly ``reef.db.schema``, idempotently and concurrently."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
 from reef.core.errors import InvalidInputError
+from reef.db.migrations import VERSION_TABLE, alembic_config
+from reef.db.schema import metadata
 from reef.experience import SQLExperienceStore, StoreUnavailableError, open_store
-from reef.experience.migrations import VERSION_TABLE, alembic_config
-from reef.experience.schema import metadata
 from tests.experience.conftest import ThrowawayDatabases
 
 
@@ -42,7 +42,7 @@ TABLES = {
 
 
 def test_migrated_database_matches_the_schema_module(store: SQLExperienceStore) -> None:
-    with store.engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         names = set(inspect(conn).get_table_names())
         diff = compare_metadata(_context(conn), metadata)
     assert names == TABLES | {VERSION_TABLE}
@@ -52,14 +52,14 @@ def test_migrated_database_matches_the_schema_module(store: SQLExperienceStore) 
 def test_migrate_twice_changes_nothing(store: SQLExperienceStore) -> None:
     store.migrate()
     store.migrate()
-    with store.engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         assert _context(conn).get_current_heads() == tuple(
             ScriptDirectory.from_config(alembic_config()).get_heads()
         )
 
 
 def _migrate_concurrently(url: str, starters: int = 4) -> list[BaseException]:
-    stores = [SQLExperienceStore(url) for _ in range(starters)]
+    stores = [SQLExperienceStore.from_url(url) for _ in range(starters)]
     errors: list[BaseException] = []
     barrier = threading.Barrier(starters)
 
@@ -83,8 +83,8 @@ def _migrate_concurrently(url: str, starters: int = 4) -> list[BaseException]:
 def test_concurrent_first_migrations_on_sqlite_all_succeed(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     assert _migrate_concurrently(url) == []
-    store = SQLExperienceStore(url)
-    with store.engine.connect() as conn:
+    store = SQLExperienceStore.from_url(url)
+    with store.database.engine.connect() as conn:
         assert compare_metadata(_context(conn), metadata) == []
     store.close()
 
@@ -95,8 +95,8 @@ def test_concurrent_first_migrations_on_postgresql_all_succeed(
 ) -> None:
     url = pg_databases.create()
     assert _migrate_concurrently(url) == []
-    store = SQLExperienceStore(url)
-    with store.engine.connect() as conn:
+    store = SQLExperienceStore.from_url(url)
+    with store.database.engine.connect() as conn:
         assert compare_metadata(_context(conn), metadata) == []
     store.close()
 
@@ -112,12 +112,12 @@ def test_open_store_creates_parent_directories_and_migrates(tmp_path: Path) -> N
 @pytest.mark.parametrize("url", ["mysql://x/y", "sqlite://", "sqlite:///:memory:", "not a url"])
 def test_unsupported_urls_are_rejected(url: str) -> None:
     with pytest.raises(InvalidInputError):
-        SQLExperienceStore(url)
+        SQLExperienceStore.from_url(url)
 
 
 def test_sqlite_runs_in_wal_mode_with_foreign_keys(tmp_path: Path) -> None:
-    store = SQLExperienceStore(f"sqlite:///{tmp_path / 'r.db'}")
-    with store.engine.connect() as conn:
+    store = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'r.db'}")
+    with store.database.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
@@ -126,7 +126,7 @@ def test_sqlite_runs_in_wal_mode_with_foreign_keys(tmp_path: Path) -> None:
 
 def test_unreachable_database_is_store_unavailable() -> None:
     # Port 1 on loopback: nothing listens, the connection is refused at once.
-    store = SQLExperienceStore("postgresql://postgres@127.0.0.1:1/none")
+    store = SQLExperienceStore.from_url("postgresql://postgres@127.0.0.1:1/none")
     with pytest.raises(StoreUnavailableError):
         store.ping()
     with pytest.raises(StoreUnavailableError):

@@ -23,7 +23,7 @@ from tests.polling import eventually_async
 
 def stored_ids(url: str) -> set[str]:
     """Ids in the store, read through a fresh store instance (nothing cached)."""
-    fresh = SQLExperienceStore(url)
+    fresh = SQLExperienceStore.from_url(url)
     try:
         return {v.id for v in fresh.iter_export("support")}
     finally:
@@ -166,7 +166,7 @@ async def test_async_failures_are_retried_then_counted(
     tmp_path: Path, make_draft: DraftFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    store = SQLExperienceStore(url, busy_timeout_ms=20)
+    store = SQLExperienceStore.from_url(url, busy_timeout_ms=20)
     store.migrate()
     writer = RecordWriter(store, durability="async", retry_delays=(0.01, 0.01))
     writer.start()
@@ -190,7 +190,7 @@ async def test_sync_failure_raises_store_unavailable(
     tmp_path: Path, make_draft: DraftFactory
 ) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    store = SQLExperienceStore(url, busy_timeout_ms=20)
+    store = SQLExperienceStore.from_url(url, busy_timeout_ms=20)
     store.migrate()
     writer = RecordWriter(store, durability="sync")
     writer.start()

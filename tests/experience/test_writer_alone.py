@@ -37,7 +37,7 @@ class ThreadNotingStore(SQLExperienceStore):
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'reef.db'}"
-    store = SQLExperienceStore(url)
+    store = SQLExperienceStore.from_url(url)
     store.migrate()
     store.close()
     return url
@@ -60,7 +60,7 @@ def test_write_records_now_writes_when_nothing_is_in_the_way(
 def test_write_records_now_does_not_wait_for_another_writer(
     sqlite_url: str, make_draft: DraftFactory
 ) -> None:
-    store = SQLExperienceStore(sqlite_url)  # busy timeout 10 s: waiting would show
+    store = SQLExperienceStore.from_url(sqlite_url)  # busy timeout 10 s: waiting would show
     draft = make_draft()
     with hold_write_lock(sqlite_url):
         assert store.write_records_now([draft]) is None
@@ -73,7 +73,7 @@ def test_the_writer_connection_recovers_after_a_failure_and_a_close(
     tmp_path: Path, make_draft: DraftFactory
 ) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    store = SQLExperienceStore(url, busy_timeout_ms=20)
+    store = SQLExperienceStore.from_url(url, busy_timeout_ms=20)
     store.migrate()
     with hold_write_lock(url), pytest.raises(StoreUnavailableError):
         store.write_records([make_draft()])
@@ -89,7 +89,7 @@ def test_the_writer_connection_recovers_after_a_failure_and_a_close(
 async def test_a_lone_record_is_written_on_the_callers_thread(
     sqlite_url: str, make_draft: DraftFactory
 ) -> None:
-    store = ThreadNotingStore(sqlite_url)
+    store = ThreadNotingStore.from_url(sqlite_url)
     writer = RecordWriter(store, durability="sync")
     writer.start()
     draft = make_draft()
@@ -105,7 +105,7 @@ async def test_a_lone_record_is_written_on_the_callers_thread(
 async def test_a_lone_record_is_queued_when_the_store_is_locked(
     sqlite_url: str, make_draft: DraftFactory
 ) -> None:
-    store = ThreadNotingStore(sqlite_url)
+    store = ThreadNotingStore.from_url(sqlite_url)
     writer = RecordWriter(store, durability="sync")
     writer.start()
     draft = make_draft()
@@ -124,7 +124,7 @@ async def test_a_lone_record_is_queued_when_the_store_is_locked(
 async def test_a_lone_record_waits_behind_records_queued_before_it(
     sqlite_url: str, make_draft: DraftFactory
 ) -> None:
-    store = ThreadNotingStore(sqlite_url)
+    store = ThreadNotingStore.from_url(sqlite_url)
     writer = RecordWriter(store, durability="sync", max_batch=1)
     writer.start()
     earlier = [make_draft(), make_draft()]
@@ -143,7 +143,7 @@ async def test_a_lone_record_waits_behind_records_queued_before_it(
 
 
 async def test_async_durability_always_queues(sqlite_url: str, make_draft: DraftFactory) -> None:
-    store = ThreadNotingStore(sqlite_url)
+    store = ThreadNotingStore.from_url(sqlite_url)
     writer = RecordWriter(store, durability="async")
     writer.start()
     draft = make_draft()

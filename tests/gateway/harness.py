@@ -13,7 +13,8 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reef.config import ReefSettings
-from reef.experience import SQLExperienceStore, open_store
+from reef.db import open_database
+from reef.experience import SQLExperienceStore
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
 from tests.polling import eventually
@@ -37,11 +38,12 @@ class GatewayThread:
         self.settings = settings
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.store: SQLExperienceStore = open_store(settings.store_url())
+        self.database = open_database(settings.store_url())
+        self.store = SQLExperienceStore(self.database)
         upstreams: dict[str, Upstream] = {
             name: build_upstream(name, cfg) for name, cfg in settings.upstreams.items()
         }
-        self.app = create_app(settings, self.store, upstreams)
+        self.app = create_app(settings, self.database, self.store, upstreams)
         config = uvicorn.Config(
             self.app if asgi_spec == "2.3" else self._as_asgi_2_4(self.app),
             host="127.0.0.1",
@@ -93,6 +95,7 @@ class GatewayThread:
         self.server.should_exit = True
         self._thread.join(timeout=20)
         self.store.close()
+        self.database.close()
 
     def openai(self, api_key: str = "none", **headers: str) -> openai.OpenAI:
         """An OpenAI SDK client for this gateway (no SDK retries), closed with the gateway."""

@@ -40,7 +40,7 @@ def test_completion_is_recorded_with_its_receipt(
     assert raw.headers["x-reef-agent-record-id"] == record_id
     record = gateway.store.get_record(record_id)
     # the scenario got its first ("create") release, and the record names it
-    head = ReleaseChain(gateway.store.engine).head("support")
+    head = ReleaseChain(gateway.database).head("support")
     assert head is not None and head.operation == "create"
     assert raw.headers["x-reef-release-id"] == head.id == record.release_id
     assert record.scenario == "support"
@@ -79,7 +79,7 @@ def test_tags_and_release_pins(gateway: GatewayThread) -> None:
     client(gateway).chat.completions.create(
         model="reef/billing", messages=[{"role": "user", "content": "create billing"}]
     )
-    chain = ReleaseChain(gateway.store.engine)
+    chain = ReleaseChain(gateway.database)
     support_head = chain.head("support") or _first_release(gateway, "support", chain)
     headers = {"x-reef-tag-team": "blue", "x-reef-release": support_head.id}
     raw = client(gateway, **headers).chat.completions.with_raw_response.create(

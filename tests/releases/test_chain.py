@@ -9,8 +9,8 @@ from sqlalchemy import select
 
 import reef.releases.chain as chain_module
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
-from reef.experience.schema import candidates as candidates_table
-from reef.experience.schema import releases as releases_table
+from reef.db.schema import candidates as candidates_table
+from reef.db.schema import releases as releases_table
 from reef.releases import (
     Candidate,
     CandidateNotFoundError,
@@ -248,7 +248,7 @@ def test_propose_checks_the_parent(chain: ReleaseChain, manifest: ManifestFactor
 
 def test_releases_are_append_only(chain: ReleaseChain, manifest: ManifestFactory) -> None:
     def rows() -> dict[str, dict[str, Any]]:
-        with chain.engine.connect() as conn:
+        with chain.database.engine.connect() as conn:
             return {r["id"]: dict(r) for r in conn.execute(select(releases_table)).mappings()}
 
     root = chain.create("s", manifest(), "config", "init")
@@ -317,8 +317,9 @@ def test_evidence_must_be_json(chain: ReleaseChain, manifest: ManifestFactory) -
 def test_candidate_rows_from_revision_0001_still_read(tmp_path: Any) -> None:
     from datetime import UTC, datetime
 
-    from reef.experience.migrations import upgrade
-    from reef.experience.sqlengine import create_store_engine
+    from reef.db import Database
+    from reef.db.engine import create_store_engine
+    from reef.db.migrations import upgrade
 
     engine = create_store_engine(f"sqlite:///{tmp_path / 'old.db'}")
     upgrade(engine, "0001")
@@ -335,7 +336,7 @@ def test_candidate_rows_from_revision_0001_still_read(tmp_path: Any) -> None:
             )
         )
     upgrade(engine)
-    chain = ReleaseChain(engine)
+    chain = ReleaseChain(Database(engine))
     old = chain.get_candidate("old")
     assert (old.updated_at, old.created_by, old.reason) == (created, None, None)
     engine.dispose()

@@ -151,7 +151,7 @@ def test_publish_loads_the_adapter_into_vllm_and_rollback_switches_back(
         client = gateway.openai(**{"x-reef-scenario": "s"})
         base_answer, created_id, _record_id = _ask(client, SECRET_QUESTION, 24)
         assert "pineapple" not in base_answer.lower(), base_answer
-        chain = ReleaseChain(gateway.store.engine)
+        chain = ReleaseChain(gateway.database)
         head = chain.head("s")
         assert head is not None and head.id == created_id and head.operation == "create"
 

@@ -57,6 +57,7 @@ def run_command(
     from reef.cli.releases import cli_actor
     from reef.config import load_settings
     from reef.core.errors import NotFoundError
+    from reef.db import open_database
     from reef.evaluation import (
         EvaluationStore,
         GateRule,
@@ -69,14 +70,13 @@ def run_command(
         score_answers,
         write_report,
     )
-    from reef.experience import open_store
     from reef.releases import ReleaseChain
 
     settings = load_settings(config)
-    store = open_store(settings.store_url())
+    database = open_database(settings.store_url())
     console = Console(stderr=True)
     try:
-        chain = ReleaseChain(store.engine)
+        chain = ReleaseChain(database)
         if against is None:
             head = chain.head(scenario)
             if head is None:
@@ -122,7 +122,7 @@ def run_command(
             "scorer": scorer,
             "model_calls": sum(answer.attempts for answer in answers),
         }
-        evaluations = EvaluationStore(store.engine)
+        evaluations = EvaluationStore(database)
         evaluation_id = evaluations.start(scenario, candidate, against, items, meta, cli_actor())
         evaluations.add_results(evaluation_id, results)
         evaluations.finish(evaluation_id, decision)
@@ -134,7 +134,7 @@ def run_command(
             results=results,
         )
     finally:
-        store.close()
+        database.close()
     console.print(f"[bold]{decision.summary()}[/bold]")
     for kind, path in sorted(paths.items()):
         typer.echo(f"{kind}: {path}")
@@ -148,15 +148,15 @@ def show_command(
     """Show a candidate's gate decision: verdict and reasons, where the evidence came
     from (by suite, trust level and author, with the leave-one-author-out checks) and the
     feedback its learning job screened out."""
-    from reef.cli.stores import open_existing_store
+    from reef.cli.stores import open_existing_database
     from reef.config import load_settings
     from reef.evaluation import candidate_summary
     from reef.releases import ReleaseChain
 
-    store = open_existing_store(load_settings(config))
+    database = open_existing_database(load_settings(config))
     try:
-        candidate = ReleaseChain(store.engine).get_candidate(candidate_id)
+        candidate = ReleaseChain(database).get_candidate(candidate_id)
     finally:
-        store.close()
+        database.close()
     for line in candidate_summary(candidate.id, candidate.state, candidate.evidence):
         typer.echo(line)

@@ -42,17 +42,17 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 def _open_queue(config: Path | None, create: bool = False) -> Iterator[JobQueue]:
     """The job queue of the configured store; without ``create``, the store must exist
     (``StoreNotFoundError`` otherwise)."""
-    from reef.cli.stores import open_existing_store
+    from reef.cli.stores import open_existing_database
     from reef.config import load_settings
-    from reef.experience import open_store
+    from reef.db import open_database
     from reef.jobs import JobQueue
 
     settings = load_settings(config)
-    store = open_store(settings.store_url()) if create else open_existing_store(settings)
+    database = open_database(settings.store_url()) if create else open_existing_database(settings)
     try:
-        yield JobQueue(store.engine)
+        yield JobQueue(database)
     finally:
-        store.close()
+        database.close()
 
 
 def _parse_urls(pairs: list[str]) -> dict[str, str]:
@@ -86,10 +86,10 @@ def worker_command(
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:
     """Run a learning worker: fire recipe triggers, claim jobs, propose candidates."""
+    from reef.cli.stores import build_worker
     from reef.config import load_settings
-    from reef.experience import open_store
-    from reef.learning import Worker
-    from reef.releases import ReleaseChain, open_artifact_store
+    from reef.db import open_database
+    from reef.experience import SQLExperienceStore
 
     logging.basicConfig(
         level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
@@ -97,7 +97,8 @@ def worker_command(
     logging.getLogger("alembic").setLevel(logging.WARNING)
     settings = load_settings(config)
     settings.home.mkdir(parents=True, exist_ok=True)
-    store = open_store(settings.store_url())
+    database = open_database(settings.store_url())
+    store = SQLExperienceStore(database)
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -106,11 +107,10 @@ def worker_command(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        worker = Worker(
+        worker = build_worker(
             settings,
+            database,
             store,
-            ReleaseChain(store.engine),
-            open_artifact_store(settings.artifacts_url()),
             max_concurrent=max_concurrent,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
@@ -119,6 +119,7 @@ def worker_command(
         worker.run_forever(stop)
     finally:
         store.close()
+        database.close()
 
 
 def learn_command(

@@ -111,14 +111,15 @@ def export(
     config: ConfigOption = None,
 ) -> None:
     """Export a scenario's records with their feedback joined."""
-    from reef.cli.stores import open_existing_store
-    from reef.experience import export_records
+    from reef.cli.stores import open_existing_database
+    from reef.experience import SQLExperienceStore, export_records
 
     if format not in ("jsonl", "parquet"):
         raise InvalidInputError(f"--format must be jsonl or parquet, not {format!r}")
     if format == "parquet" and output is None:
         raise InvalidInputError("parquet export needs --output FILE")
-    store = open_existing_store(_settings(config))
+    database = open_existing_database(_settings(config))
+    store = SQLExperienceStore(database)
     try:
         if output is None:
             count = export_records(store, scenario, "jsonl", sys.stdout.buffer)
@@ -126,16 +127,17 @@ def export(
             count = export_records(store, scenario, format, output)  # type: ignore[arg-type]
     finally:
         store.close()
+        database.close()
     typer.echo(f"exported {count} records of scenario {scenario!r}", err=True)
 
 
 @app.command()
 def migrate(config: ConfigOption = None) -> None:
     """Create or upgrade the store's schema."""
-    from reef.experience import open_store
+    from reef.db import open_database
 
     settings = _settings(config)
-    open_store(settings.store_url()).close()  # opening migrates
+    open_database(settings.store_url()).close()  # opening migrates
     typer.echo("store is at the latest schema")
 
 
@@ -148,16 +150,16 @@ def gc(
     config: ConfigOption = None,
 ) -> None:
     """Remove artifacts that no release and no live candidate references."""
-    from reef.cli.stores import open_existing_store
+    from reef.cli.stores import open_existing_database
     from reef.releases import ReleaseChain, collect_garbage, open_artifact_store
 
     settings = _settings(config)
     # Never a fresh store: with no release to keep, every artifact would look unreachable.
-    store = open_existing_store(settings)
+    database = open_existing_database(settings)
     try:
-        reachable = ReleaseChain(store.engine).reachable_artifacts()
+        reachable = ReleaseChain(database).reachable_artifacts()
     finally:
-        store.close()
+        database.close()
     artifacts = open_artifact_store(settings.artifacts_url())
     removed = collect_garbage(
         artifacts, reachable, dry_run=not yes, min_age_seconds=min_age_seconds

@@ -51,15 +51,15 @@ def cli_actor() -> str:
 
 @contextmanager
 def _open_chain(config: Path | None) -> Iterator[ReleaseChain]:
-    from reef.cli.stores import open_existing_store
+    from reef.cli.stores import open_existing_database
     from reef.config import load_settings
     from reef.releases import ReleaseChain
 
-    store = open_existing_store(load_settings(config))
+    database = open_existing_database(load_settings(config))
     try:
-        yield ReleaseChain(store.engine)
+        yield ReleaseChain(database)
     finally:
-        store.close()
+        database.close()
 
 
 def _print_json(value: Any) -> None:

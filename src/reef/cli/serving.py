@@ -1,4 +1,4 @@
-"""``reef serve``: open the store, build upstreams, run the gateway under uvicorn."""
+"""``reef serve``: open the database, build upstreams, run the gateway under uvicorn."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pydantic import SecretStr
 from reef.cli.listener import bind_listener, display_base_url, host_port
 from reef.config import ApiKeyConfig, ReefSettings
 from reef.core.errors import ReefError, require_extra
-from reef.experience import SQLExperienceStore, open_store
+from reef.db import Database, open_database
+from reef.experience import ExperienceStore, SQLExperienceStore
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
 
@@ -66,16 +67,13 @@ def with_gate_key(settings: ReefSettings) -> ReefSettings:
 
 
 def _start_worker(
-    settings: ReefSettings, store: SQLExperienceStore
+    settings: ReefSettings, database: Database, store: ExperienceStore
 ) -> tuple[threading.Thread, threading.Event]:
     """A learning worker on a thread of this process. Model training runs in child
     processes, so the gateway's event loop never competes with a training step."""
-    from reef.learning import Worker
-    from reef.releases import ReleaseChain, open_artifact_store
+    from reef.cli.stores import build_worker
 
-    worker = Worker(
-        settings, store, ReleaseChain(store.engine), open_artifact_store(settings.artifacts_url())
-    )
+    worker = build_worker(settings, database, store)
     stop = threading.Event()
     thread = threading.Thread(
         target=worker.run_forever, args=(stop,), name="reef-worker", daemon=True
@@ -126,7 +124,8 @@ def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
 def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -> None:
     host, port = listener.getsockname()[:2]
     settings.home.mkdir(parents=True, exist_ok=True)
-    store = open_store(settings.store_url())  # migrated on open
+    database = open_database(settings.store_url())  # migrated on open
+    store = SQLExperienceStore(database)
     engines: list[LocalEngine] = []
     worker: tuple[threading.Thread, threading.Event] | None = None
     try:
@@ -141,8 +140,8 @@ def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -
         }
         if with_worker:
             settings = with_gate_key(settings)
-        app = create_app(settings, store, upstreams)
-        worker = _start_worker(settings, store) if with_worker else None
+        app = create_app(settings, database, store, upstreams)
+        worker = _start_worker(settings, database, store) if with_worker else None
         log.info(
             "Reef gateway on http://%s (store %s)", host_port(host, port), settings.store_url()
         )
@@ -171,3 +170,4 @@ def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -
         for engine in engines:
             engine.stop()
         store.close()
+        database.close()

@@ -1,21 +1,24 @@
-"""Opening the store for commands that read it: they never create one.
+"""Opening the database for commands, and building the worker on it.
 
 ``reef serve``, ``reef worker``, ``reef migrate`` and ``reef learn`` create the store
-(``open_store`` migrates); listing and inspecting commands use ``open_existing_store``,
-which answers ``StoreNotFoundError`` (exit 3) naming where it looked instead of leaving
-an empty ``.reef/`` in whatever directory they were run from.
+(``open_database`` migrates); listing and inspecting commands use
+``open_existing_database``, which answers ``StoreNotFoundError`` (exit 3) naming where it
+looked instead of leaving an empty ``.reef/`` in whatever directory they were run from.
+Each command opens one ``Database`` and builds the stores it needs on it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reef.core.errors import NotFoundError
 
 if TYPE_CHECKING:
     from reef.config import ReefSettings
-    from reef.experience import SQLExperienceStore
+    from reef.db import Database
+    from reef.experience import ExperienceStore
+    from reef.learning import Worker
 
 _PICK = (
     "run `reef serve` or `reef migrate` to create one, or point at one with --config "
@@ -27,46 +30,58 @@ class StoreNotFoundError(NotFoundError):
     """A command that only reads found no store where the configuration points."""
 
 
-def open_existing_store(settings: ReefSettings) -> SQLExperienceStore:
-    """The configured store, migrated, if it exists. Raises ``StoreNotFoundError`` for
+def open_existing_database(settings: ReefSettings) -> Database:
+    """The configured database, migrated, if it exists. Raises ``StoreNotFoundError`` for
     a SQLite file that does not exist or a PostgreSQL database without Reef's schema,
-    and what ``open_store`` raises otherwise."""
+    and what ``open_database`` raises otherwise."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from reef.experience import open_store
+    from reef.db import open_database
 
     url = settings.store_url()
     try:
         parsed = make_url(url)
     except ArgumentError:
-        return open_store(url)  # raises InvalidInputError naming the URL
+        return open_database(url)  # raises InvalidInputError naming the URL
     if parsed.get_backend_name() == "sqlite":
         if parsed.database in (None, "", ":memory:"):
-            return open_store(url)  # raises InvalidInputError: SQLite needs a file
+            return open_database(url)  # raises InvalidInputError: SQLite needs a file
         path = Path(parsed.database).expanduser().absolute()
         if not path.exists():
             raise StoreNotFoundError(f"no Reef store at {path}; {_PICK}")
-        return open_store(url)
-    store = open_store(url, migrate=False)
+        return open_database(url)
+    database = open_database(url, migrate=False)
     try:
-        if not _has_schema(store):
+        if not database.has_schema():
             raise StoreNotFoundError(
                 f"no Reef store in {parsed.render_as_string(hide_password=True)} "
                 f"(the database has no Reef tables); {_PICK}"
             )
-        store.migrate()
+        database.migrate()
     except BaseException:
-        store.close()
+        database.close()
         raise
-    return store
+    return database
 
 
-def _has_schema(store: SQLExperienceStore) -> bool:
-    from sqlalchemy import inspect
+def build_worker(
+    settings: ReefSettings, database: Database, store: ExperienceStore, **options: Any
+) -> Worker:
+    """A learning worker on ``database``: ``store`` for experience, and the release chain,
+    job queue and evaluations built here on the same database; ``options`` go to
+    ``Worker``."""
+    from reef.evaluation import EvaluationStore
+    from reef.jobs import JobQueue
+    from reef.learning import Worker
+    from reef.releases import ReleaseChain, open_artifact_store
 
-    from reef.experience.migrations import VERSION_TABLE
-    from reef.experience.sqlengine import unavailable_on_failure
-
-    with unavailable_on_failure(), store.engine.connect() as connection:
-        return bool(inspect(connection).has_table(VERSION_TABLE))
+    return Worker(
+        settings,
+        store,
+        ReleaseChain(database),
+        open_artifact_store(settings.artifacts_url()),
+        queue=JobQueue(database),
+        evaluations=EvaluationStore(database),
+        **options,
+    )

@@ -16,13 +16,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import select, update
-from sqlalchemy.engine import Connection, Engine, RowMapping
+from sqlalchemy.engine import Connection, RowMapping
 
 from reef.core import dumps, loads, new_id
 from reef.core.errors import InvalidInputError, NotFoundError
+from reef.db import Database
+from reef.db import schema as t
 from reef.evaluation.values import Arm, Decision, EvalItem, ItemResult
-from reef.experience import schema as t
-from reef.experience.sqlengine import read_transaction, write_transaction
 
 EvaluationState = Literal["running", "done", "failed"]
 
@@ -89,16 +89,16 @@ def _evaluation(row: RowMapping) -> Evaluation:
 
 
 class EvaluationStore:
-    """Evaluations in the experience store's database (``engine`` already migrated)."""
+    """Evaluations on the ``Database`` the composition root hands it (migrated)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, database: Database) -> None:
+        self.database = database
 
     def _read(self) -> AbstractContextManager[Connection]:
-        return read_transaction(self.engine)
+        return self.database.read()
 
     def _write(self) -> AbstractContextManager[Connection]:
-        return write_transaction(self.engine)
+        return self.database.write()
 
     def start(
         self,

@@ -1,20 +1,19 @@
 """Experience: records, feedback, sessions, dedup and staleness, and the stores behind them.
 
-Owns: the ``ExperienceStore`` contract and its SQL implementation (SQLite and PostgreSQL
-through SQLAlchemy Core), the whole SQL schema of DESIGN.md §3 and its Alembic
-migrations, group-committed record writing (``RecordWriter``), redaction of captured
-text, export to JSON Lines / Parquet, the stored responses of the OpenAI Responses API
+Owns: the ``ExperienceStore`` contract and its SQL implementation on a ``reef.db.Database``
+(SQLite and PostgreSQL through SQLAlchemy Core), group-committed record writing
+(``RecordWriter``), redaction of captured text, export to JSON Lines / Parquet, the
+learning-curve query, the stored responses of the OpenAI Responses API
 (``ResponseStore``: the conversation state behind ``previous_response_id``), and
 trajectories: a session's records assembled into a tree of turns with their tool calls
 and results (``trajectories``), on a dialect-free form of each record (``exchanges``).
-Does not own: HTTP or how records are captured (``gateway``), the release chain's rules
-(``releases`` reads and writes its tables, but the schema lives here so one migration
-stream covers the database), learning (``learning``). Must not import gateway, learning
-or torch.
-Extend: a new backend implements ``ExperienceStore`` (``store.py``); a schema change is a
-new revision in ``migrations/versions`` plus the same change in ``schema.py`` (a test
-compares them); a new dialect of records registers its canonicaliser in
-``exchanges.CANONICALISERS`` and trajectories follow.
+Does not own: the SQL schema and its migrations (``db``: one schema, one migration stream
+for every store), HTTP or how records are captured (``gateway``), the release chain
+(``releases``), learning (``learning``). Must not import gateway, learning, torch, or
+another store's package (releases, evaluation, jobs).
+Extend: a new backend implements ``ExperienceStore`` (``store.py``); a new dialect of
+records registers its canonicaliser in ``exchanges.CANONICALISERS`` and trajectories
+follow.
 """
 
 from reef.experience.backends import open_store

@@ -6,13 +6,15 @@ from reef.experience.sql import SQLExperienceStore
 
 
 def open_store(url: str, migrate: bool = True) -> SQLExperienceStore:
-    """The store behind ``url`` (``sqlite:///path`` or ``postgresql://…``), migrated.
+    """The store behind ``url`` (``sqlite:///path`` or ``postgresql://…``) on a database
+    of its own, migrated; ``close()`` closes both. For one store alone (tests, scripts):
+    a process with several stores builds one ``reef.db.Database`` and hands it to each.
 
     Raises ``InvalidInputError`` for other schemes and ``StoreUnavailableError`` when the
     database cannot be reached. Other backends will come through the ``reef.stores``
     entry-point group.
     """
-    store = SQLExperienceStore(url)
+    store = SQLExperienceStore.from_url(url)
     if migrate:
         try:
             store.migrate()

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from reef.core.errors import ConflictError, NotFoundError, ReefError
+from reef.core.errors import ConflictError, NotFoundError
+from reef.db import StoreUnavailableError
+
+__all__ = [
+    "FeedbackNotFoundError",
+    "FeedbackNotQuarantinedError",
+    "IdempotencyConflictError",
+    "RecordNotFoundError",
+    "SessionNotFoundError",
+    "StoreUnavailableError",
+    "WriterNotRunningError",
+]
 
 
 class RecordNotFoundError(NotFoundError):
@@ -50,10 +61,6 @@ class IdempotencyConflictError(ConflictError):
         )
         self.scenario = scenario
         self.key = key
-
-
-class StoreUnavailableError(ReefError):
-    """The database cannot be reached or written (locked, disk full, connection lost)."""
 
 
 class WriterNotRunningError(StoreUnavailableError):

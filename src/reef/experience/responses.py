@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, insert, select
-from sqlalchemy.engine import Engine, RowMapping
+from sqlalchemy.engine import RowMapping
 
 from reef.core.errors import NotFoundError
-from reef.experience import schema as t
-from reef.experience.sqlengine import read_transaction, write_transaction
-from reef.experience.sqlrows import from_json_text, json_text
+from reef.db import Database
+from reef.db import schema as t
+from reef.experience.sql.rows import from_json_text, json_text
 
 
 class ResponseNotFoundError(NotFoundError):
@@ -57,11 +57,10 @@ class StoredResponse:
 
 
 class ResponseStore:
-    """Stored responses on the experience store's engine
-    (``SQLExperienceStore(...).engine``)."""
+    """Stored responses on the ``Database`` the composition root hands it (migrated)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, database: Database) -> None:
+        self.database = database
 
     def put(self, stored: StoredResponse) -> None:
         """Keep ``stored``; raises ``StoreUnavailableError`` when the store is down."""
@@ -76,14 +75,14 @@ class ResponseStore:
             "response_json": json_text(stored.response, "response"),
             "created_at": stored.created_at or datetime.now(UTC),
         }
-        with write_transaction(self.engine) as conn:
+        with self.database.write() as conn:
             conn.execute(insert(t.responses).values(**row))
 
     def get(self, response_id: str, scenario: str | None = None) -> StoredResponse:
         """The stored response ``response_id``; ``ResponseNotFoundError`` when there is
         none, or when ``scenario`` is given and it belongs to another (so one scenario
         cannot tell another's ids from unknown ones)."""
-        with read_transaction(self.engine) as conn:
+        with self.database.read() as conn:
             row = (
                 conn.execute(select(t.responses).where(t.responses.c.id == response_id))
                 .mappings()
@@ -99,7 +98,7 @@ class ResponseStore:
         clause = t.responses.c.id == response_id
         if scenario is not None:
             clause = clause & (t.responses.c.scenario == scenario)
-        with write_transaction(self.engine) as conn:
+        with self.database.write() as conn:
             deleted = conn.execute(delete(t.responses).where(clause)).rowcount
         if not deleted:
             raise ResponseNotFoundError(response_id, scenario)

@@ -21,8 +21,9 @@ from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import NotFoundError, ReefError
 from reef.dashboard import DashboardFiles
+from reef.db import Database
 from reef.evaluation import EvaluationStore
-from reef.experience import RecordWriter, Redactor, ResponseStore, SQLExperienceStore
+from reef.experience import ExperienceStore, RecordWriter, Redactor, ResponseStore
 from reef.gateway.activation import Activation
 from reef.gateway.admin import AdminRoutes
 from reef.gateway.auth import Authenticator
@@ -200,17 +201,20 @@ class InferenceFastPath:
 
 def create_app(
     settings: ReefSettings,
-    store: SQLExperienceStore,
+    database: Database,
+    store: ExperienceStore,
     upstreams: dict[str, Upstream],
     writer: RecordWriter | None = None,
     artifacts: ArtifactStore | None = None,
 ) -> InferenceFastPath:
-    """Build the gateway. The app owns ``writer`` and ``upstreams`` once started: its
+    """Build the gateway on ``database`` (migrated), where ``store`` keeps experience;
+    the release chain, stored responses, jobs and evaluations are stores of their own on
+    the same database. The app owns ``writer`` and ``upstreams`` once started: its
     lifespan starts the writer and the release activation and, at shutdown, drains
-    captures and closes both."""
+    captures and closes both. The caller closes ``store`` and ``database``."""
     if artifacts is None:
         artifacts = open_artifact_store(settings.artifacts_url())
-    activation = Activation(settings, ReleaseChain(store.engine), artifacts, upstreams)
+    activation = Activation(settings, ReleaseChain(database), artifacts, upstreams)
     if writer is None:
         writer = RecordWriter(
             store,
@@ -229,9 +233,9 @@ def create_app(
         metrics=GatewayMetrics(lambda: writer.stats, lambda: activation),
         recorder=recorder,
         activation=activation,
-        responses=ResponseStore(store.engine),
-        jobs=JobQueue(store.engine),
-        evaluations=EvaluationStore(store.engine),
+        responses=ResponseStore(database),
+        jobs=JobQueue(database),
+        evaluations=EvaluationStore(database),
         model_aliases=settings.model_aliases(),
     )
     inference = InferenceRoutes(state)

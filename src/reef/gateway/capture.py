@@ -10,8 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from reef.core import sha256_hex
-from reef.experience import ExperienceStore, Purpose, RecordDraft, RecordWriter, Redactor
-from reef.experience.records import RecordStatus, RecordView
+from reef.experience import (
+    ExperienceStore,
+    Purpose,
+    RecordDraft,
+    RecordStatus,
+    RecordView,
+    RecordWriter,
+    Redactor,
+)
 from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
 from reef.gateway.response_turns import ResponsesTurn

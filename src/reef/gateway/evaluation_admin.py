@@ -22,9 +22,9 @@ from reef.core.errors import InvalidInputError
 from reef.gateway.release_admin import _parse
 from reef.gateway.requests import check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
-from reef.releases import CandidateState
-from reef.releases.chain import MAX_PAGE  # EvaluationStore.list takes as many
-from reef.releases.values import CANDIDATE_STATES
+
+# EvaluationStore.list takes as many as the chain's MAX_PAGE
+from reef.releases import CANDIDATE_STATES, MAX_PAGE, CandidateState
 
 
 def _json(data: Any, status: int = 200) -> Response:

@@ -45,7 +45,7 @@ from reef.gateway.requests import (
     SESSION_ID_PATTERN,
 )
 from reef.gateway.responses import MAX_ITEMS_PAGE
-from reef.releases.chain import MAX_PAGE
+from reef.releases import MAX_PAGE
 
 Access = Literal["none", "any", "inference", "admin"]
 """Who may call: no key ever; any valid key; an inference key allowed the scenario (or

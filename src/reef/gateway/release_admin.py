@@ -14,7 +14,7 @@ from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
-from reef.releases.chain import MAX_PAGE
+from reef.releases import MAX_PAGE
 
 _ACTOR_PREFIX = "api:"
 

@@ -24,7 +24,7 @@ one at a time). On PostgreSQL ``claim`` picks its row with ``FOR UPDATE SKIP LOC
 claimers never wait on, or get, the same row) and both ``enqueue`` and ``claim`` take a
 transaction-level advisory lock on the scenario before checking for its active job.
 
-The ``jobs`` table is defined with the others (``reef.experience.schema``, one database
+The ``jobs`` table is defined with the others (``reef.db.schema``, one database
 and one migration chain); the queue is its own part because both the gateway (which
 enqueues manual jobs) and ``learning`` (whose workers claim them) use it, and the
 gateway must never import ``learning``.
@@ -33,22 +33,20 @@ gateway must never import ``learning``.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine, RowMapping
+from sqlalchemy.engine import Connection, RowMapping
 
 from reef.core import Clock, dumps, loads, new_id, read_clock, utc_now
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
-from reef.experience import schema as t
-from reef.experience.migrations import SQLITE_BEGIN_OPTION
-from reef.experience.sqlengine import unavailable_on_failure
-from reef.experience.sqlqueries import PG_ADVISORY_LOCKS, lock_key
+from reef.db import Database, lock_key
+from reef.db import schema as t
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 JOB_STATES: tuple[JobState, ...] = get_args(JobState)
@@ -153,14 +151,18 @@ def _job(row: RowMapping) -> Job:
     )
 
 
+def _scenario_key(scenario: str) -> int:
+    return lock_key("job-scenario", scenario)
+
+
 def _check_state(state: str | None) -> None:
     if state is not None and state not in JOB_STATES:
         raise InvalidInputError(f"job state must be one of {list(JOB_STATES)}, not {state!r}")
 
 
 class JobQueue:
-    """Learning jobs on the experience store's engine (``SQLExperienceStore.engine``,
-    already migrated). Database failures raise ``StoreUnavailableError``.
+    """Learning jobs on the ``Database`` the composition root hands it (migrated).
+    Database failures raise ``StoreUnavailableError``.
 
     ``max_attempts``: a job whose lease expired, or that failed with ``retry=True``, this
     many times is ``failed`` instead of being claimed again. ``clock``: what time it is
@@ -168,34 +170,26 @@ class JobQueue:
     """
 
     def __init__(
-        self, engine: Engine, max_attempts: int = DEFAULT_MAX_ATTEMPTS, clock: Clock = utc_now
+        self, database: Database, max_attempts: int = DEFAULT_MAX_ATTEMPTS, clock: Clock = utc_now
     ) -> None:
         if max_attempts < 1:
             raise InvalidInputError("max_attempts must be at least 1")
-        self.engine = engine
-        self.dialect = engine.dialect.name
+        self.database = database
+        self.dialect = database.dialect
         self.max_attempts = max_attempts
         self.clock = clock
         insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
         self._insert_consumed = insert(t.consumed).on_conflict_do_nothing()
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        return self.database.read()
 
-    @contextmanager
-    def _write(self, scenario: str | None = None) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn:
-            conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
-                if scenario is not None:
-                    self._lock_scenario(conn, scenario)
-                yield conn
+    def _write(self, scenario: str | None = None) -> AbstractContextManager[Connection]:
+        keys = () if scenario is None else (_scenario_key(scenario),)
+        return self.database.write(keys)
 
     def _lock_scenario(self, conn: Connection, scenario: str) -> None:
-        if self.dialect == "postgresql":
-            conn.execute(PG_ADVISORY_LOCKS, {"keys": [lock_key("job-scenario", scenario)]})
+        self.database.lock(conn, (_scenario_key(scenario),))
 
     # -- creating and claiming -----------------------------------------------------------
 

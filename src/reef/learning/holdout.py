@@ -137,6 +137,7 @@ def _reference(example: TrainingExample, min_score: float) -> Any:
 def build_gate(  # noqa: PLR0913
     settings: ReefSettings,
     chain: ReleaseChain,
+    evaluations: EvaluationStore,
     artifacts: ArtifactStore,
     scenario: str,
     recipe: Recipe,
@@ -172,7 +173,7 @@ def build_gate(  # noqa: PLR0913
         publish=recipe.publish,
         chain=chain,
         artifacts=artifacts,
-        evaluations=EvaluationStore(chain.engine),
+        evaluations=evaluations,
         target=target,
         scorer_context=ScorerContext(ask=ask),
         progress=progress,

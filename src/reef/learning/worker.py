@@ -44,7 +44,7 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
-from reef.evaluation import CanaryMonitor, CanaryOutcome
+from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
@@ -85,8 +85,10 @@ class Worker:
     ``registry`` overrides the learner registry (default: ``reef.learners`` entry
     points); ``recipes`` overrides the recipes read from ``scenarios.<s>.recipe``;
     ``upstream_base_urls`` gives base URLs by upstream name for ``reflect`` (the
-    ``local`` upstream has none in the config); ``queue`` is the job queue (default: one
-    on the chain's engine, on the wall clock), whose clock the worker's time comes from.
+    ``local`` upstream has none in the config). The stores — experience, the release
+    chain, ``queue`` (the job queue, whose clock the worker's time comes from) and
+    ``evaluations`` (where the gate keeps its evaluations) — are built by the composition
+    root on one database.
     """
 
     def __init__(  # noqa: PLR0913
@@ -95,6 +97,9 @@ class Worker:
         store: ExperienceStore,
         chain: ReleaseChain,
         artifacts: ArtifactStore,
+        *,
+        queue: JobQueue,
+        evaluations: EvaluationStore,
         owner: str | None = None,
         max_concurrent: int = 1,
         lease_seconds: float = 60.0,
@@ -102,7 +107,6 @@ class Worker:
         registry: LearnerRegistry | None = None,
         recipes: Mapping[str, Recipe] | None = None,
         upstream_base_urls: Mapping[str, str] | None = None,
-        queue: JobQueue | None = None,
     ) -> None:
         if max_concurrent < 1:
             raise InvalidInputError("max_concurrent must be at least 1")
@@ -115,7 +119,8 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self.registry = registry or LearnerRegistry()
-        self.queue = queue or JobQueue(chain.engine)
+        self.queue = queue
+        self.evaluations = evaluations
         self.upstream_base_urls = dict(upstream_base_urls or {})
         self._recipes = dict(recipes) if recipes is not None else None
         self._threads: dict[str, threading.Thread] = {}
@@ -358,6 +363,7 @@ class JobRun:
         gate = build_gate(
             worker.settings,
             worker.chain,
+            worker.evaluations,
             worker.artifacts,
             self.job.scenario,
             recipe,

@@ -7,13 +7,14 @@ digest); candidates and their lifecycle; each scenario's append-only chain of re
 (create, learn, promote, rollback) whose head moves only by compare-and-swap, recording
 who, when, why and the evaluation evidence; noticing head moves (polling, and
 LISTEN/NOTIFY on PostgreSQL).
-Does not own: the SQL schema and its migrations (``experience`` — one migration stream
-covers the database; this package reads and writes the ``candidates``, ``releases``,
+Does not own: the SQL schema and its migrations (``db`` — one migration stream covers
+the database; this package reads and writes the ``candidates``, ``releases``,
 ``heads`` and ``artifacts`` tables), harness bundle contents (``harness``), deciding
 whether a candidate passes (``evaluation``), loading adapters into servers or serving
 (``gateway``, ``upstream``). Must not import gateway, learning or torch.
 Extend: a new artifact backend implements ``ArtifactStore``; the chain is one class
-(``ReleaseChain``) over the store's SQLAlchemy engine, no plugin point.
+(``ReleaseChain``) on the ``reef.db.Database`` it is handed, no plugin point.
+Must not import another store's package (experience, evaluation, jobs).
 """
 
 # -- artifacts (artifacts*.py) ---------------------------------------------------------
@@ -29,7 +30,7 @@ from reef.releases.artifacts import (
 from reef.releases.artifacts_fsspec import FsspecArtifactStore, open_artifact_store
 
 # -- release chain (chain.py, manifest.py, values.py, errors.py, headwatch.py) -------------
-from reef.releases.chain import ReleaseChain
+from reef.releases.chain import MAX_PAGE, ReleaseChain
 from reef.releases.errors import (
     CandidateNotFoundError,
     InvalidTransitionError,
@@ -40,6 +41,7 @@ from reef.releases.errors import (
 from reef.releases.headwatch import HEADS_CHANNEL, listen_heads, watch_heads
 from reef.releases.manifest import ModelComponent, ReleaseManifest
 from reef.releases.values import (
+    CANDIDATE_STATES,
     CANDIDATE_TRANSITIONS,
     Candidate,
     CandidateState,
@@ -50,8 +52,10 @@ from reef.releases.values import (
 
 __all__ = [
     # -- release chain
+    "CANDIDATE_STATES",
     "CANDIDATE_TRANSITIONS",
     "HEADS_CHANNEL",
+    "MAX_PAGE",
     "Candidate",
     "CandidateNotFoundError",
     "CandidateState",

@@ -8,7 +8,7 @@ stale changes nothing and gets ``ReleaseConflictError``. No statement here updat
 deletes a ``releases`` row.
 
 Concurrency: on SQLite every write transaction starts with ``BEGIN IMMEDIATE`` (the
-engine must come from ``reef.experience``, whose begin hook honours the option), so
+engine must come from ``reef.db``, whose begin hook honours the option), so
 writers run one at a time. On PostgreSQL (READ COMMITTED) the head row is updated before
 the release is inserted: a second writer blocks on the row lock, re-checks the
 ``WHERE`` after the first commits and finds 0 rows. ``UNIQUE (scenario, seq)`` backs this.
@@ -22,18 +22,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from reef.core import loads, new_id
 from reef.core.errors import InvalidInputError
-from reef.experience import schema as t
-from reef.experience.migrations import upgrade
-from reef.experience.sqlengine import (
-    create_store_engine,
-    read_transaction,
-    unavailable_on_failure,
-    write_transaction,
-)
+from reef.db import Database, open_database
+from reef.db import schema as t
 from reef.releases.artifacts import digest_hex
 from reef.releases.chainrows import (
     candidate_from_row,
@@ -77,15 +71,15 @@ class _AlreadyCreated(Exception):
 class ReleaseChain:
     """The release chain of every scenario in one store.
 
-    ``engine`` is the experience store's engine (``SQLExperienceStore(...).engine``),
-    already migrated; the chain does not dispose it. ``from_url`` opens and owns one.
-    Database failures raise ``StoreUnavailableError``.
+    ``database`` is the one the composition root built, already migrated; the chain does
+    not close it. ``from_url`` opens and owns one. Database failures raise
+    ``StoreUnavailableError``.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-        self._owns_engine = False
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.dialect = database.dialect
+        self._owns_database = False
         insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
         # RETURNING says whether the row went in: rowcount is -1 here on psycopg.
         self._insert_head = insert(t.heads).on_conflict_do_nothing().returning(t.heads.c.scenario)
@@ -93,30 +87,22 @@ class ReleaseChain:
 
     @classmethod
     def from_url(cls, url: str, migrate: bool = True) -> ReleaseChain:
-        """A chain on its own engine for ``sqlite:///…`` or ``postgresql://…``; ``close()``
+        """A chain on its own database for ``sqlite:///…`` or ``postgresql://…``; ``close()``
         disposes it. Raises ``InvalidInputError`` for other URLs."""
-        engine = create_store_engine(url)
-        try:
-            if migrate:
-                with unavailable_on_failure():
-                    upgrade(engine)
-        except BaseException:
-            engine.dispose()
-            raise
-        chain = cls(engine)
-        chain._owns_engine = True
+        chain = cls(open_database(url, migrate))
+        chain._owns_database = True
         return chain
 
     def close(self) -> None:
-        """Dispose the engine if ``from_url`` created it."""
-        if self._owns_engine:
-            self.engine.dispose()
+        """Close the database if ``from_url`` opened it."""
+        if self._owns_database:
+            self.database.close()
 
     def _read(self) -> AbstractContextManager[Connection]:
-        return read_transaction(self.engine)
+        return self.database.read()
 
     def _write(self) -> AbstractContextManager[Connection]:
-        return write_transaction(self.engine)
+        return self.database.write()
 
     # -- releases ----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from reef.core.errors import InvalidInputError
-from reef.experience import schema as t
+from reef.db import schema as t
 from reef.releases.chainrows import release_from_row, release_row
 from reef.releases.errors import (
     CandidateNotFoundError,

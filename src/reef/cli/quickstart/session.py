@@ -129,7 +129,7 @@ def _rounds(rounds: Rounds, run: Run, heldout: list[Ticket], traffic: list[list[
 
 
 def _cancel_jobs(stack: Stack) -> None:
-    if stack.store is None:
+    if stack.database is None:
         return
     queue = stack.jobs()
     for job in queue.list(scenario=SCENARIO):

@@ -2,8 +2,9 @@
 stop it cleanly: the embedded engine (a child process whose log goes to a file), the
 gateway (uvicorn on a thread) and a learning worker (a thread).
 
-The quickstart is a composition root, like ``reef serve``: it opens the store and the
-release chain itself and reads jobs, candidates and evaluations from them directly.
+The quickstart is a composition root, like ``reef serve``: it opens the database and
+builds the stores on it itself, and reads jobs, candidates and evaluations from them
+directly.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import uvicorn
 from reef.cli.local_engine import DEFAULT_LOCAL_MODEL, EngineStartError, LocalEngine
 from reef.cli.quickstart.errors import QuickstartError
 from reef.config import ReefSettings
+from reef.db import Database, open_database
 from reef.engine.process import ReadyInfo
-from reef.experience import SQLExperienceStore, open_store
+from reef.experience import SQLExperienceStore
 from reef.gateway import create_app
 from reef.jobs import JobQueue
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
@@ -41,6 +43,7 @@ class Stack:
         self.settings = settings
         self.engine_log = engine_log
         self.engine: LocalEngine | None = None
+        self.database: Database | None = None
         self.store: SQLExperienceStore | None = None
         self._server: uvicorn.Server | None = None
         self._server_thread: threading.Thread | None = None
@@ -71,12 +74,13 @@ class Stack:
         return ready
 
     def start_gateway(self) -> None:
-        """Open the store and serve the gateway on a thread until ``close``."""
-        self.store = open_store(self.settings.store_url())
+        """Open the database and serve the gateway on a thread until ``close``."""
+        self.database = open_database(self.settings.store_url())
+        self.store = SQLExperienceStore(self.database)
         upstreams: dict[str, Upstream] = {
             name: build_upstream(name, config) for name, config in self.settings.upstreams.items()
         }
-        app = create_app(self.settings, self.store, upstreams)
+        app = create_app(self.settings, self.database, self.store, upstreams)
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -101,27 +105,29 @@ class Stack:
 
     def start_worker(self) -> None:
         """A learning worker on a thread, as ``reef serve`` runs it."""
-        from reef.learning import Worker
+        from reef.cli.stores import build_worker
 
-        worker = Worker(self.settings, self.require_store(), self.chain(), self.artifacts())
+        if self.store is None:
+            raise QuickstartError("the gateway has not started")
+        worker = build_worker(self.settings, self.require_database(), self.store)
         self._worker_thread = threading.Thread(
             target=worker.run_forever, args=(self._worker_stop,), name="reef-worker", daemon=True
         )
         self._worker_thread.start()
 
-    def require_store(self) -> SQLExperienceStore:
-        """The open store; ``QuickstartError`` before ``start_gateway``."""
-        if self.store is None:
+    def require_database(self) -> Database:
+        """The open database; ``QuickstartError`` before ``start_gateway``."""
+        if self.database is None:
             raise QuickstartError("the gateway has not started")
-        return self.store
+        return self.database
 
     def chain(self) -> ReleaseChain:
-        """The release chain in the store."""
-        return ReleaseChain(self.require_store().engine)
+        """The release chain in the database."""
+        return ReleaseChain(self.require_database())
 
     def jobs(self) -> JobQueue:
-        """The learning jobs in the store."""
-        return JobQueue(self.require_store().engine)
+        """The learning jobs in the database."""
+        return JobQueue(self.require_database())
 
     def artifacts(self) -> ArtifactStore:
         """The artifact store."""
@@ -138,6 +144,9 @@ class Stack:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self.database is not None:
+            self.database.close()
+            self.database = None
         if self.engine is not None:
             self.engine.stop()
 

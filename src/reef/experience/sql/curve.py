@@ -9,14 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import func, literal, select
-from sqlalchemy.engine import Engine
 
 from reef.core import loads
-from reef.experience import schema as t
-from reef.experience.sqlengine import unavailable_on_failure
+from reef.db import Database
+from reef.db import schema as t
 
 
-def learning_curve(engine: Engine, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
+def learning_curve(database: Database, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
     """The newest ``limit`` releases of ``scenario``, oldest first, each with ``served``
     (its ``serve`` records), ``scored`` and ``mean_score`` (the feedback scores on those
     records; ``None`` without any) and ``gate`` (the gate's overall means when the gate
@@ -62,7 +61,7 @@ def learning_curve(engine: Engine, scenario: str, limit: int = 200) -> list[dict
         .order_by(rel.seq.desc())
         .limit(limit)
     )
-    with unavailable_on_failure(), engine.connect() as conn:
+    with database.read() as conn:
         rows = conn.execute(statement).mappings().all()
     return [
         {

@@ -1,4 +1,4 @@
-"""SQLAlchemy engines for the experience store: URL translation and SQLite tuning."""
+"""SQLAlchemy engines: URL translation, SQLite tuning, and the transactions stores run in."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from sqlalchemy import create_engine, event, exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
 from reef.core.errors import InvalidInputError, optional_dependency
-from reef.experience.errors import StoreUnavailableError
-from reef.experience.migrations import SQLITE_BEGIN_OPTION
+from reef.db.errors import StoreUnavailableError
+from reef.db.migrations import SQLITE_BEGIN_OPTION
 
 log = logging.getLogger(__name__)
 

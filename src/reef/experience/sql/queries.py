@@ -21,10 +21,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from reef.core import sha256_hex
-from reef.experience import schema as t
+from reef.db import schema as t
 from reef.experience.records import FeedbackView, RecordFilter
-from reef.experience.sqlrows import feedback_view
+from reef.experience.sql.rows import feedback_view
 
 # A conversation longer than this many turns is matched on its latest turns only.
 MAX_CONTINUATION_HASHES = 256
@@ -40,16 +39,6 @@ PG_MAX_TURNS = text(
     " WHERE r.scenario = :scenario AND r.session_id = s.session_id)"
     " FROM unnest(CAST(:sessions AS text[])) AS s(session_id)"
 )
-
-
-def lock_key(*parts: str) -> int:
-    """A signed 64-bit advisory lock key for ``parts`` (same in every process)."""
-    digest = sha256_hex("\x00".join(parts).encode())
-    return int.from_bytes(bytes.fromhex(digest[:16]), "big", signed=True)
-
-
-# Sorted keys, so two writers never wait on each other in a cycle; unnest keeps the order.
-PG_ADVISORY_LOCKS = text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) k")
 
 
 def feedback_for(

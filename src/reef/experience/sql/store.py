@@ -12,7 +12,7 @@ import dataclasses
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,8 +23,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
-from reef.experience import schema as t
-from reef.experience.curve import learning_curve
+from reef.db import DEFAULT_BUSY_TIMEOUT_MS, Database, lock_key, unavailable_on_failure
+from reef.db import schema as t
 from reef.experience.errors import (
     FeedbackNotFoundError,
     FeedbackNotQuarantinedError,
@@ -33,7 +33,6 @@ from reef.experience.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from reef.experience.migrations import SQLITE_BEGIN_OPTION, upgrade
 from reef.experience.records import (
     FeedbackDraft,
     FeedbackView,
@@ -43,23 +42,16 @@ from reef.experience.records import (
     RecordView,
     SessionMatch,
 )
-from reef.experience.sqlengine import (
-    DEFAULT_BUSY_TIMEOUT_MS,
-    create_store_engine,
-    unavailable_on_failure,
-)
-from reef.experience.sqlite_records import SQLiteRecordWriter
-from reef.experience.sqlqueries import (
+from reef.experience.sql.curve import learning_curve
+from reef.experience.sql.queries import (
     FIND_BY_KEY,
     MAX_CONTINUATION_HASHES,
-    PG_ADVISORY_LOCKS,
     PG_MAX_TURNS,
     feedback_for,
     filter_clauses,
     find_session_statement,
-    lock_key,
 )
-from reef.experience.sqlrows import (
+from reef.experience.sql.rows import (
     OUTCOME_COLUMNS,
     PENDING_SETTLED,
     decode_cursor,
@@ -72,6 +64,7 @@ from reef.experience.sqlrows import (
     record_view,
     validated_score,
 )
+from reef.experience.sql.sqlite_records import SQLiteRecordWriter
 from reef.experience.store import ExperienceStore
 
 EXPORT_BATCH = 500
@@ -79,14 +72,15 @@ MAX_PAGE = 1000
 
 
 class SQLExperienceStore(ExperienceStore):
-    """The experience store on ``sqlite:///path`` or ``postgresql://…``.
+    """The experience store on a ``Database`` (SQLite or PostgreSQL).
 
-    Raises ``InvalidInputError`` for other URLs. Call ``migrate()`` before first use.
+    The composition root that built ``database`` closes it; ``from_url`` opens one the
+    store owns. Call ``migrate()`` (or ``Database.migrate``) before first use.
     """
 
-    def __init__(self, url: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
-        self.engine = create_store_engine(url, busy_timeout_ms)
-        self.dialect = self.engine.dialect.name
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.dialect = database.dialect
         dialect_insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
         # DO NOTHING on the primary key makes a retried batch (commit succeeded, reply
         # lost) harmless instead of failing forever on duplicate ids.
@@ -94,18 +88,32 @@ class SQLExperienceStore(ExperienceStore):
         self._insert_scenarios = dialect_insert(t.scenarios).on_conflict_do_nothing()
         self._known_scenarios: set[str] = set()
         self._scenarios_lock = threading.Lock()
-        self._sqlite_records = SQLiteRecordWriter(self.engine) if self.dialect == "sqlite" else None
+        self._sqlite_records = (
+            SQLiteRecordWriter(database.engine) if self.dialect == "sqlite" else None
+        )
+        self._owns_database = False
+
+    @classmethod
+    def from_url(
+        cls, url: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    ) -> SQLExperienceStore:
+        """A store on its own ``Database`` for ``sqlite:///path`` or ``postgresql://…``
+        (not migrated), closed with the store. Raises ``InvalidInputError`` for other
+        URLs."""
+        store = cls(Database.open(url, busy_timeout_ms))
+        store._owns_database = True
+        return store
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def migrate(self) -> None:
-        with unavailable_on_failure():
-            upgrade(self.engine)
+        self.database.migrate()
 
     def close(self) -> None:
         if self._sqlite_records is not None:
             self._sqlite_records.close()
-        self.engine.dispose()
+        if self._owns_database:
+            self.database.close()
 
     def ping(self) -> None:
         with self._write() as conn:
@@ -115,20 +123,11 @@ class SQLExperienceStore(ExperienceStore):
                     raise StoreUnavailableError("experience store is read-only")
             # On SQLite, _write() already holds the write lock: the store is writable.
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        return self.database.read()
 
-    @contextmanager
-    def _write(self, lock_keys: Iterable[int] = ()) -> Iterator[Connection]:
-        with unavailable_on_failure(), self.engine.connect() as conn:
-            conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            with conn.begin():
-                keys = sorted(set(lock_keys))
-                if keys and self.dialect == "postgresql":
-                    conn.execute(PG_ADVISORY_LOCKS, {"keys": keys})
-                yield conn
+    def _write(self, lock_keys: Iterable[int] = ()) -> AbstractContextManager[Connection]:
+        return self.database.write(lock_keys)
 
     # -- records -----------------------------------------------------------------------
 
@@ -229,7 +228,7 @@ class SQLExperienceStore(ExperienceStore):
         return done.rowcount == 1
 
     def learning_curve(self, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
-        return learning_curve(self.engine, scenario, limit)
+        return learning_curve(self.database, scenario, limit)
 
     def settle_pending(self, before: datetime) -> int:
         with self._write() as conn:

@@ -1,6 +1,6 @@
-"""Alembic environment for the experience schema.
+"""Alembic environment for the one schema.
 
-Migrations run only through ``reef.experience.migrations.upgrade``, which hands over an
+Migrations run only through ``reef.db.migrations.upgrade``, which hands over an
 open connection (already inside a locked transaction) in ``config.attributes``; there is
 no offline mode and no ``alembic.ini``.
 """
@@ -10,14 +10,13 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from reef.experience.migrations import VERSION_TABLE
-from reef.experience.schema import metadata
+from reef.db.migrations import VERSION_TABLE
+from reef.db.schema import metadata
 
 connection = context.config.attributes.get("connection")
 if not isinstance(connection, Connection):
     raise RuntimeError(
-        "reef migrations run through reef.experience.migrations.upgrade(), "
-        "not the alembic command line"
+        "reef migrations run through reef.db.migrations.upgrade(), not the alembic command line"
     )
 
 context.configure(

@@ -30,10 +30,10 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from reef.experience import schema as t
+from reef.db import schema as t
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.records import RecordDraft
-from reef.experience.sqlrows import OUTCOME_COLUMNS, record_row
+from reef.experience.sql.rows import OUTCOME_COLUMNS, record_row
 
 _COLUMNS = [column.name for column in t.records.columns]
 _INSERT_RECORDS = (

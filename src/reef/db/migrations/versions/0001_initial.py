@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2025-01-01
 
-Written out in full rather than built from ``reef.experience.schema``, so that later
+Written out in full rather than built from ``reef.db.schema``, so that later
 schema edits cannot change what this revision creates.
 """
 

@@ -1,4 +1,4 @@
-"""Alembic migrations of the experience schema, run from code.
+"""Alembic migrations of the one schema (``reef.db.schema``), run from code.
 
 Users never need an ``alembic.ini``: ``upgrade(engine)`` builds the Alembic config here,
 pointing ``script_location`` at this package, and runs every pending revision inside one
@@ -7,7 +7,7 @@ transaction-level advisory lock on PostgreSQL). The second process to start wait
 finds the schema at head and does nothing.
 
 Extend: add ``versions/NNNN_<what>.py`` (copy the header of the newest one, set
-``down_revision``) and the matching change to ``reef.experience.schema``; the schema test
+``down_revision``) and the matching change to ``reef.db.schema``; the schema test
 fails until both agree.
 """
 
@@ -38,7 +38,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database behind ``engine`` to ``revision``; safe to run concurrently."""
     config = alembic_config()
     with engine.connect() as connection:
-        # The SQLite begin hook (see reef.experience.sql) turns this option into
+        # The SQLite begin hook (see reef.db.engine) turns this option into
         # BEGIN IMMEDIATE, taking the write lock before Alembic reads the version.
         connection = connection.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
         with connection.begin():

@@ -1,0 +1,37 @@
+"""The database: one SQLAlchemy engine for SQLite or PostgreSQL, one schema, its migrations.
+
+Owns: ``Database`` (the engine, its dialect, read and write transactions, ``migrate``),
+store URLs and SQLite tuning (``engine``), the SQL schema of every table of DESIGN.md §3
+(``schema``), the Alembic migrations that create it (``migrations``), advisory lock keys
+(``locks``) and ``StoreUnavailableError``.
+Does not own: what any row means. The stores that sit on it side by side — experience,
+releases, evaluation results, jobs — own their rules and their queries; the composition
+root builds one ``Database`` and hands it to each. Must not import any other reef part
+but ``core``.
+Extend: a schema change is a new revision in ``migrations/versions`` (copy the newest
+one's header, set ``down_revision``) plus the same change in ``schema.py``; a test
+compares the migrated database with ``schema.metadata``.
+"""
+
+from reef.db.database import Database, open_database
+from reef.db.engine import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    read_transaction,
+    store_url,
+    unavailable_on_failure,
+    write_transaction,
+)
+from reef.db.errors import StoreUnavailableError
+from reef.db.locks import lock_key
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "Database",
+    "StoreUnavailableError",
+    "lock_key",
+    "open_database",
+    "read_transaction",
+    "store_url",
+    "unavailable_on_failure",
+    "write_transaction",
+]

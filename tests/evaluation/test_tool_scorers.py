@@ -170,7 +170,7 @@ def test_held_out_tool_turns_are_replayed_with_their_tools_and_scored_by_call(
     for body in feedback:
         sent = call(gateway.port, "POST", "/reef/feedback", body, {"x-reef-scenario": "support"})
         assert sent.status == 201, sent.body
-    chain = ReleaseChain(gateway.store.engine)
+    chain = ReleaseChain(gateway.database)
     recipe = parse_recipe({"learners": [{"type": "fewshot"}], "selection": {"holdout_fraction": 1}})
     items = {i.id: i for i in holdout_items(gateway.store, chain, "support", recipe)}
     assert set(items) == {corrected.record_id, approved.record_id}

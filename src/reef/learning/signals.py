@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from reef.experience.trajectories import Trajectory, Turn
+from reef.experience import Trajectory, Turn
 
 SignalName = Literal["correction", "accept", "rephrase", "retry", "tool_error", "abandon"]
 SIGNAL_NAMES: tuple[SignalName, ...] = (

@@ -14,6 +14,7 @@ from reef.cli.bench import bench_command
 from reef.cli.engine import engine_app
 from reef.cli.evaluation import eval_app
 from reef.cli.exits import run
+from reef.cli.feedback import feedback_app
 from reef.cli.harness import harness_app
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.quickstart import quickstart_command
@@ -35,6 +36,7 @@ app.add_typer(releases_app, name="releases")
 app.add_typer(harness_app, name="harness")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(eval_app, name="eval")
+app.add_typer(feedback_app, name="feedback")
 app.command("worker")(worker_command)
 app.command("learn")(learn_command)
 app.command("bench")(bench_command)

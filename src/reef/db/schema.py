@@ -140,6 +140,10 @@ feedback = Table(
     Column("released_by", Text, nullable=True),
     # The session whose task outcome this is (0008); None for feedback on records only.
     Column("session_id", Text, nullable=True),
+    # Where it came from (0009): explicit (posted), signal:<name> or judge:<name>
+    # (computed from the traffic), with the computing rule's confidence.
+    Column("source", String(80), nullable=False, server_default="explicit"),
+    Column("confidence", Float, nullable=True),
     UniqueConstraint("scenario", "idempotency_key"),
     Index(None, "scenario", "created_at"),
     Index(None, "scenario", "quarantined_at"),

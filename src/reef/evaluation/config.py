@@ -18,7 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
+from reef.experience import COMPUTED_KINDS, EXPLICIT, check_source_weights
 
 
 class _Strict(BaseModel):
@@ -110,6 +112,24 @@ class GateConfig(GateRule):
         description="A held-out record without a correction is an item only when its "
         "feedback score is at least this (its served reply is then the reference).",
     )
+    evidence_sources: dict[str, float] = Field(
+        default_factory=lambda: {EXPLICIT: 1.0, **dict.fromkeys(COMPUTED_KINDS, 0.0)},
+        description="Which feedback sources may decide a held-out item's reference, with "
+        "weights as in selection.sources: by default only feedback someone posted, never "
+        "what Reef computed from the conversation (signal, judge, or one such as "
+        "signal:correction, count only when named here).",
+    )
+
+    @field_validator("evidence_sources")
+    @classmethod
+    def _evidence_defaults(cls, sources: dict[str, float]) -> dict[str, float]:
+        try:
+            check_source_weights(sources)
+        except InvalidInputError as exc:
+            raise ValueError(f"evidence_sources: {exc}") from exc
+        # Computed kinds at 0 unless named: this is the whole list, not an adjustment.
+        return {EXPLICIT: 1.0, **dict.fromkeys(COMPUTED_KINDS, 0.0), **sources}
+
     scorer: dict[str, Any] = Field(
         default_factory=lambda: {"type": "normalized_exact"},
         description="The scenario's scorer spec (items may name their own).",

@@ -34,6 +34,8 @@ from reef.experience.errors import (
 from reef.experience.exchanges import CanonicalExchange, canonical_exchange
 from reef.experience.export import ParquetUnavailableError, export_records
 from reef.experience.records import (
+    COMPUTED_KINDS,
+    EXPLICIT,
     FeedbackDraft,
     FeedbackView,
     Purpose,
@@ -43,6 +45,9 @@ from reef.experience.records import (
     RecordStatus,
     RecordView,
     SessionMatch,
+    check_feedback_source,
+    check_source_weights,
+    source_kind,
 )
 from reef.experience.redaction import REDACTED, Redactor
 from reef.experience.responses import ResponseNotFoundError, ResponseStore, StoredResponse
@@ -52,6 +57,8 @@ from reef.experience.trajectories import Branch, Trajectory, Turn, assemble_traj
 from reef.experience.writer import RecordWriter, WriterStats
 
 __all__ = [
+    "COMPUTED_KINDS",
+    "EXPLICIT",
     "REDACTED",
     "Branch",
     "CanonicalExchange",
@@ -86,7 +93,10 @@ __all__ = [
     "canonical_correction",
     "canonical_exchange",
     "check_correction",
+    "check_feedback_source",
+    "check_source_weights",
     "export_records",
     "is_tool_call_correction",
     "open_store",
+    "source_kind",
 ]

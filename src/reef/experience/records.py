@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
 
 # ``pending``: a stream whose receipt went out with its headers and whose end has not
@@ -13,6 +16,9 @@ from reef.core.trust import Trust
 # a crash is settled as ``aborted`` when a gateway next starts
 # (``ExperienceStore.settle_pending``).
 RecordStatus = Literal["ok", "error", "aborted", "pending"]
+EXPLICIT = "explicit"  # the source of feedback posted to /reef/feedback
+COMPUTED_KINDS = ("signal", "judge")
+_SOURCE = re.compile(r"(signal|judge):[a-z0-9][a-z0-9_.-]{0,59}")
 Purpose = Literal["serve", "eval", "canary"]
 
 
@@ -78,6 +84,10 @@ class FeedbackDraft:
     # level does not rewrite what its feedback was worth when it was written).
     trust: Trust = "operator"
     session_id: str | None = None
+    # ``explicit`` (posted) or ``signal:<name>`` / ``judge:<name>`` (computed from the
+    # traffic, ``reef.learning.computed``), with the computing rule's confidence.
+    source: str = EXPLICIT
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,8 @@ class FeedbackView:
     released_at: datetime | None = None
     released_by: str | None = None
     session_id: str | None = None  # set for the outcome of a session (``FeedbackDraft``)
+    source: str = "explicit"
+    confidence: float | None = None
 
     @property
     def quarantined(self) -> bool:
@@ -118,6 +130,8 @@ class FeedbackView:
             "scenario": self.scenario,
             "record_ids": list(self.record_ids),
             "session_id": self.session_id,
+            "source": self.source,
+            "confidence": self.confidence,
             "score": self.score,
             "feedback": self.feedback,
             "correction": self.correction,
@@ -192,3 +206,40 @@ class RecordPage:
 
     records: tuple[RecordView, ...]
     next_cursor: str | None
+
+
+def check_feedback_source(source: str, confidence: float | None) -> None:
+    """Raise ``InvalidInputError`` unless ``source`` is ``explicit`` (no confidence) or
+    ``signal:<name>`` / ``judge:<name>`` with a confidence in [0, 1]."""
+    if source == EXPLICIT:
+        if confidence is not None:
+            raise InvalidInputError("explicit feedback carries no confidence")
+        return
+    if not _SOURCE.fullmatch(source):
+        raise InvalidInputError(
+            f"feedback source {source[:80]!r} is neither 'explicit' nor 'signal:<name>' or "
+            "'judge:<name>' (lower-case letters, digits, '_', '.', '-')"
+        )
+    if confidence is None or not 0.0 <= confidence <= 1.0:
+        raise InvalidInputError(f"computed feedback ({source}) needs a confidence in [0, 1]")
+
+
+def source_kind(source: str) -> str:
+    """``explicit``, ``signal`` or ``judge``: the part of a source before its name."""
+    return source.split(":", 1)[0]
+
+
+MAX_SOURCE_WEIGHT = 10.0
+
+
+def check_source_weights(sources: Mapping[str, float]) -> None:
+    """Raise ``InvalidInputError`` unless every key names a source (``explicit``,
+    ``signal``, ``judge`` or one ``signal:<name>`` / ``judge:<name>``) and every weight
+    lies in [0, ``MAX_SOURCE_WEIGHT``]."""
+    for name, weight in sources.items():
+        if name not in (EXPLICIT, *COMPUTED_KINDS):
+            check_feedback_source(name, 1.0)
+        if not 0.0 <= weight <= MAX_SOURCE_WEIGHT:
+            raise InvalidInputError(
+                f"{name}: a source weight lies in [0, {MAX_SOURCE_WEIGHT:g}], got {weight}"
+            )

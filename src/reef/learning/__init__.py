@@ -23,6 +23,8 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
+from reef.learning.calibration import SourceCalibration, calibrate
+from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.recipes import (
     Recipe,
     RecipeError,
@@ -32,6 +34,7 @@ from reef.learning.registry import (
     LEARNER_GROUP,
     LearnerRegistry,
 )
+from reef.learning.signals import Signal, SignalsConfig, session_signals
 from reef.learning.worker import (
     Worker,
 )
@@ -46,7 +49,14 @@ __all__ = [
     "LearnerRegistry",
     "Recipe",
     "RecipeError",
+    "Signal",
+    "SignalPass",
+    "SignalWriter",
+    "SignalsConfig",
+    "SourceCalibration",
     "TrainingExample",
     "Worker",
+    "calibrate",
     "load_recipe",
+    "session_signals",
 ]

@@ -60,6 +60,7 @@ def holdout_items(
         max_per_principal=None,
         limit=HOLDOUT_SCAN_LIMIT,
         screening=recipe.selection.screening,
+        sources=recipe.gate.evidence_sources,
     )
     trusted = trusted_references(recipe) if recipe.selection.screening.enabled else []
     batch = select_experience(store, chain, scenario, selection, now=now, trusted=trusted)

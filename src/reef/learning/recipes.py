@@ -33,6 +33,7 @@ from reef.evaluation import GateConfig
 from reef.learning.base import Learner
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import SelectionConfig
+from reef.learning.signals import SignalsConfig
 
 
 class RecipeError(InvalidInputError):
@@ -108,6 +109,12 @@ class Recipe(_Strict):
         default_factory=GateConfig,
         description="The evaluation gate: suites, scorer, decision rule, safety, canary "
         "(docs/evaluation.md).",
+    )
+    signals: SignalsConfig = Field(
+        default_factory=lambda: SignalsConfig(enabled=()),
+        description="Conversation signals written as feedback as records arrive "
+        "(source signal:<name>; docs/learning.md#feedback-without-a-grader); none unless "
+        "`enabled` names them.",
     )
     on_stale: Literal["evaluate", "drop"] = Field(
         default="evaluate",

@@ -19,7 +19,9 @@
    (``reef.learning.credit``) gives the turns of the outcome's branch their share of its
    score (and its correction to the turn it targets), as if given on each turn's record
    (``credited_turns``); each turn also keeps the feedback on its own record. Screening
-   sees an outcome with the session's newest turn.
+   sees an outcome with the session's newest turn. A session with computed feedback
+   (``reef.learning.computed``) is one example per turn as well: a conversation signal
+   judges the answer of the turn it names, not the session's last.
 4. Consumed: an example whose own record (the session's last turn) is in ``consumed``
    is skipped unless ``reuse_consumed`` (``consumed``). Earlier turns that were
    consumed may ride along in a newer turn's conversation: the newer turn is new signal.
@@ -28,7 +30,12 @@
    ``replay_max`` (``replay``), which a model learner continuing from the head's adapter
    trains on beside the new data so it does not forget what earlier releases learned.
 5. Feedback filters: ``no_feedback``, ``below_min_score`` (no score counts as below),
-   ``no_correction`` (``corrections_only``).
+   ``no_correction`` (``corrections_only``). Feedback counts by its source
+   (``sources``: a weight per source, ``explicit``, ``signal``, ``judge`` or one named
+   source such as ``signal:correction``; weight 0 leaves it out as if never given,
+   ``source_excluded``): an example's score is the mean of its feedback's scores weighted
+   by source weight times confidence (computed feedback's), and a correction someone wrote
+   wins over one computed from the conversation (``computed_feedback`` counts those kept).
 6. Staleness: releases between the release that served the record and the head
    (``head.seq - served.seq``; a record served by no release, or by an id not on the
    chain, counts every release up to the head). Beyond ``max_staleness`` an example is
@@ -58,16 +65,20 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reef.core.errors import InvalidInputError
 from reef.core.jsoncodec import canonical_json, sha256_hex
 from reef.core.trust import Trust
 from reef.experience import (
+    EXPLICIT,
     ExperienceStore,
     FeedbackView,
     RecordView,
     canonical_correction,
     canonical_exchange,
+    check_source_weights,
+    source_kind,
 )
 from reef.learning.base import ExperienceBatch, TrainingExample
 from reef.learning.credit import CreditConfig, credited_feedback
@@ -81,6 +92,11 @@ from reef.learning.screening import (
 from reef.releases import Release, ReleaseChain
 
 HOLDOUT_BUCKETS = 1000
+
+
+# Every source trains by default, computed feedback weighted by its confidence; the
+# gate's evidence is explicit feedback only (``GateConfig.evidence_sources``).
+DEFAULT_SOURCES: dict[str, float] = {"explicit": 1.0, "signal": 1.0, "judge": 1.0}
 
 
 class SelectionConfig(BaseModel):
@@ -106,6 +122,24 @@ class SelectionConfig(BaseModel):
     screening: ScreeningConfig = Field(default_factory=ScreeningConfig)
     replay_fraction: float = Field(default=0.5, ge=0.0, le=10.0)
     replay_max: int = Field(default=500, ge=0)
+    sources: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SOURCES))
+
+    @field_validator("sources")
+    @classmethod
+    def _known_sources(cls, sources: dict[str, float]) -> dict[str, float]:
+        try:
+            check_source_weights(sources)
+        except InvalidInputError as exc:
+            raise ValueError(f"sources: {exc}") from exc
+        return {**DEFAULT_SOURCES, **sources}  # named sources adjust the defaults
+
+    def weight_of(self, feedback: FeedbackView) -> float:
+        """How much ``feedback`` counts (0: left out): its source's weight (the exact
+        source, else its kind's, else 0) times its confidence, when computed."""
+        weight = self.sources.get(feedback.source)
+        if weight is None:
+            weight = self.sources.get(source_kind(feedback.source), 0.0)
+        return weight * (feedback.confidence if feedback.confidence is not None else 1.0)
 
 
 def holdout_bucket(key: str) -> int:
@@ -143,7 +177,7 @@ def select_experience(  # noqa: PLR0913
     stats["records"] = len(records)
     anchors = _session_anchors(records)
     used = set(consumed)
-    eligible = list(_eligible(records, cutoff, stats))
+    eligible = _weighed(list(_eligible(records, cutoff, stats)), config, stats)
     outcomes = _outcomes(store.session_feedback(scenario), eligible)
     screened = _with_outcomes(eligible, outcomes)
     reasons = screen_feedback(screened, config.screening, trusted)
@@ -226,6 +260,22 @@ def _eligible(
             yield record
 
 
+def _weighed(
+    records: list[RecordView], config: SelectionConfig, stats: Counter[str]
+) -> list[RecordView]:
+    """``records`` without the feedback whose source does not count here (weight 0),
+    as if it had never been given (``source_excluded``)."""
+    kept: list[RecordView] = []
+    for record in records:
+        counted = tuple(fb for fb in record.feedback if config.weight_of(fb) > 0)
+        if len(counted) != len(record.feedback):
+            stats["source_excluded"] += len(record.feedback) - len(counted)
+            record = dataclasses.replace(record, feedback=counted)
+        stats["computed_feedback"] += sum(1 for fb in counted if fb.source != EXPLICIT)
+        kept.append(record)
+    return kept
+
+
 def _outcomes(
     found: Sequence[FeedbackView], eligible: Sequence[RecordView]
 ) -> dict[str, list[FeedbackView]]:
@@ -296,12 +346,17 @@ def _units(
     credits: dict[str, dict[str, list[FeedbackView]]],
 ) -> Iterator[tuple[list[RecordView], list[FeedbackView]]]:
     """Groups of records that become one example (the last one is the example's own),
-    each with the feedback credited to it. A credited session's records stand alone."""
+    each with the feedback credited to it. A credited session's records stand alone, and
+    so do those of a session with computed feedback: a signal judges one turn's answer."""
+    records = list(records)
+    judged = {r.session_id for r in records if any(fb.source != EXPLICIT for fb in r.feedback)}
     sessions: dict[str, list[RecordView]] = {}
     for record in records:
         credited = credits.get(record.session_id)
         if credited is not None:
             yield [record], credited.get(record.id, [])
+        elif record.session_id in judged:
+            yield [record], []
         elif merge:
             sessions.setdefault(record.session_id, []).append(record)
         else:
@@ -340,9 +395,12 @@ def _example(  # noqa: PLR0913
     # An outcome reaches a turn only as credited (it may target the record too).
     own = [fb for fb in _feedback_of(unit) if fb.id not in held and fb.session_id is None]
     feedback = sorted([*own, *credited], key=lambda fb: (fb.created_at, fb.id))
-    scores = [fb.score for fb in feedback if fb.score is not None]
-    score = sum(scores) / len(scores) if scores else None
-    corrections = [fb.correction for fb in feedback if fb.correction is not None]
+    weighed = [(fb.score, config.weight_of(fb)) for fb in feedback if fb.score is not None]
+    total = sum(weight for _, weight in weighed)
+    score = sum(s * w for s, w in weighed) / total if total > 0 else None
+    # A correction someone wrote outranks one computed from the conversation.
+    written = sorted(feedback, key=lambda fb: fb.source == EXPLICIT)
+    corrections = [fb.correction for fb in written if fb.correction is not None]
     if config.require_feedback and not feedback:
         stats["no_feedback"] += 1
         return None

@@ -92,7 +92,8 @@ class SignalsConfig(BaseModel):
 
     A pattern list left unset keeps the English defaults above; a list given replaces
     them (case-insensitive Python regular expressions; ``correction_patterns`` need a
-    ``(?P<correction>…)`` group).
+    ``(?P<correction>…)`` group). ``lookback_hours``: how far back a worker's first pass
+    looks for sessions (later passes take what arrived since).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,6 +105,7 @@ class SignalsConfig(BaseModel):
     tool_error_patterns: tuple[str, ...] = DEFAULT_TOOL_ERRORS
     rephrase_similarity: float = Field(default=0.6, gt=0.0, le=1.0)
     abandon_after_seconds: float | None = Field(default=None, gt=0.0)
+    lookback_hours: float = Field(default=24.0, gt=0.0)
     confidence: dict[SignalName, float] = Field(default_factory=dict)
 
     @field_validator(

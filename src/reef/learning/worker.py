@@ -2,10 +2,13 @@
 
 One pass (``run_once``) does two things:
 
-1. Triggers: for every scenario with a recipe and no queued or running job, the
-   recipe's triggers are checked (``min_new_feedback``: feedback since the scenario's
-   last job; ``max_interval_seconds``: time since the last job, or no job yet) and a job
-   is enqueued when any fires.
+1. Computed feedback (``reef.learning.computed``): for every scenario whose recipe
+   enables ``signals``, the conversation signals of sessions that grew since the last
+   pass are written as feedback (``source: signal:<name>``). Then triggers: for every
+   scenario with a recipe and no queued or running job, the recipe's triggers are
+   checked (``min_new_feedback``: feedback since the scenario's last job, computed
+   feedback included; ``max_interval_seconds``: time since the last job, or no job yet)
+   and a job is enqueued when any fires.
 2. Jobs: while fewer than ``max_concurrent`` run, claim one (with a lease) and run it in a
    thread that heartbeats the lease.
 
@@ -48,6 +51,7 @@ from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
+from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.holdout import build_gate, holdout_items, trusted_references
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
@@ -125,6 +129,7 @@ class Worker:
         self._recipes = dict(recipes) if recipes is not None else None
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
+        self.signals = SignalWriter(store, settings.trust_of)
 
     # -- recipes and triggers ------------------------------------------------------------
 
@@ -138,8 +143,19 @@ class Worker:
                 found[name] = load_recipe(scenario.recipe, self.registry)
         return found
 
+    def compute_feedback(self) -> dict[str, SignalPass]:
+        """Write the conversation signals of every scenario whose recipe enables them
+        (``reef.learning.computed``); what each pass did."""
+        done: dict[str, SignalPass] = {}
+        for scenario, recipe in self.recipes().items():
+            if recipe.signals.enabled:
+                done[scenario] = self.signals.run(scenario, recipe.signals, self.queue.now())
+        return done
+
     def check_triggers(self) -> list[Job]:
-        """Enqueue a job for every scenario whose recipe's trigger fires; the jobs."""
+        """Enqueue a job for every scenario whose recipe's trigger fires (computed
+        feedback written first, so it counts toward ``min_new_feedback``); the jobs."""
+        self.compute_feedback()
         now = self.queue.now()
         enqueued = []
         for scenario, recipe in self.recipes().items():

@@ -12,6 +12,7 @@ from typing import Any, cast
 from reef.core import canonical_json, dumps, loads, sha256_hex
 from reef.core.errors import InvalidInputError
 from reef.experience.records import (
+    EXPLICIT,
     FeedbackDraft,
     FeedbackView,
     Purpose,
@@ -135,6 +136,8 @@ def feedback_body_hash(draft: FeedbackDraft, score: float | None) -> str:
     }
     if draft.session_id is not None:  # absent otherwise: older rows keep their digests
         body["session_id"] = draft.session_id
+    if draft.source != EXPLICIT:  # likewise
+        body["source"], body["confidence"] = draft.source, draft.confidence
     try:
         return "sha256:" + sha256_hex(canonical_json(body))
     except TypeError as error:
@@ -160,6 +163,8 @@ def feedback_view(row: Mapping[Any, Any], record_ids: tuple[str, ...]) -> Feedba
         released_at=row["released_at"],
         released_by=row["released_by"],
         session_id=row["session_id"],
+        source=row["source"],
+        confidence=row["confidence"],
     )
 
 

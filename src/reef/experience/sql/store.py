@@ -41,6 +41,7 @@ from reef.experience.records import (
     RecordPage,
     RecordView,
     SessionMatch,
+    check_feedback_source,
 )
 from reef.experience.sql.curve import learning_curve
 from reef.experience.sql.queries import (
@@ -290,6 +291,7 @@ class SQLExperienceStore(ExperienceStore):
 
     def add_feedback(self, draft: FeedbackDraft) -> tuple[str, bool]:
         score = validated_score(draft.score)
+        check_feedback_source(draft.source, draft.confidence)
         record_ids = tuple(dict.fromkeys(draft.record_ids))
         if not record_ids and draft.session_id is None:
             raise InvalidInputError("feedback needs at least one record id or a session id")
@@ -310,6 +312,8 @@ class SQLExperienceStore(ExperienceStore):
             "principal": draft.principal,
             "trust": draft.trust,
             "session_id": draft.session_id,
+            "source": draft.source,
+            "confidence": draft.confidence,
             "idempotency_key": draft.idempotency_key,
             "body_hash": body_hash,
             "created_at": datetime.now(UTC),

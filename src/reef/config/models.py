@@ -269,6 +269,13 @@ class CaptureConfig(Section):
         description="Regular expressions; matches in request and response text are "
         "replaced by [REDACTED] before the record is written.",
     )
+    embedding_vectors: Literal["omit", "keep"] = Field(
+        default="omit",
+        description="What an embeddings record keeps of its answer. omit: the model, usage "
+        "and each vector's dimension count, not the vectors (they are large and nothing "
+        "learns from them; a retry under the same idempotency key is then answered "
+        "afresh). keep: the whole response, vectors included.",
+    )
 
     @field_validator("redact_patterns")
     @classmethod

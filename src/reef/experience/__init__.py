@@ -32,7 +32,7 @@ from reef.experience.errors import (
     StoreUnavailableError,
     WriterNotRunningError,
 )
-from reef.experience.exchanges import CanonicalExchange, canonical_exchange
+from reef.experience.exchanges import TRAINABLE_APIS, CanonicalExchange, canonical_exchange
 from reef.experience.export import ParquetUnavailableError, export_records
 from reef.experience.records import (
     FeedbackDraft,
@@ -54,6 +54,7 @@ from reef.experience.writer import RecordWriter, WriterStats
 
 __all__ = [
     "REDACTED",
+    "TRAINABLE_APIS",
     "Branch",
     "CanonicalExchange",
     "ExperienceStore",

@@ -4,6 +4,7 @@ One class per way a stream reaches a client:
 
 - ``OpenAIRelay``: an OpenAI client on an OpenAI-compatible upstream; events pass
   through, less the usage chunk the gateway asked for on the record's behalf;
+- ``CompletionsRelay``: the same for a legacy text completion (``/v1/completions``);
 - ``AnthropicRelay``: an Anthropic client on the Anthropic API; events pass through;
 - ``TranslatedRelay``: an Anthropic client on an OpenAI-compatible upstream; chunks are
   translated into Anthropic events;
@@ -33,6 +34,7 @@ from reef.gateway.capture import Api
 from reef.gateway.errors import ErrorDialect, error_body
 from reef.upstream import (
     AnthropicStreamAssembler,
+    CompletionStreamAssembler,
     OpenAIStreamAssembler,
     OpenAIToAnthropicStream,
     OpenAIToResponsesStream,
@@ -42,6 +44,7 @@ from reef.upstream import (
     UpstreamMalformedError,
     UpstreamTruncatedError,
     canonical_reply_anthropic,
+    canonical_reply_completions,
     canonical_reply_openai,
     canonical_reply_responses,
     encode_sse,
@@ -118,7 +121,7 @@ class OpenAIRelay(StreamRelay):
     def __init__(self, strip_usage: bool) -> None:
         super().__init__()
         self.strip_usage = strip_usage  # usage was asked for by the gateway, not the client
-        self.assembler = OpenAIStreamAssembler()
+        self.assembler: OpenAIStreamAssembler | CompletionStreamAssembler = OpenAIStreamAssembler()
         self.finished = _OpenAIFinish()
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
@@ -142,6 +145,20 @@ class OpenAIRelay(StreamRelay):
         """The chat.completion received so far and its canonical reply."""
         response = self.assembler.result()
         return response, canonical_reply_openai(response)
+
+
+class CompletionsRelay(OpenAIRelay):
+    """A legacy text completion's chunks passed through to an OpenAI client: they end
+    as chat chunks do (a ``finish_reason`` per choice, then ``[DONE]``)."""
+
+    def __init__(self, strip_usage: bool) -> None:
+        super().__init__(strip_usage)
+        self.assembler = CompletionStreamAssembler()
+
+    def result(self) -> Result:
+        """The text_completion received so far and its canonical reply."""
+        response = self.assembler.result()
+        return response, canonical_reply_completions(response)
 
 
 class AnthropicRelay(StreamRelay):
@@ -371,6 +388,8 @@ def open_relay(
         return ResponsesRelay(shell or {}, receipt)
     if api == "openai.chat":
         return OpenAIRelay(strip_usage)
+    if api == "openai.completions":
+        return CompletionsRelay(strip_usage)
     if translate:
         return TranslatedRelay(client_model)
     return AnthropicRelay()

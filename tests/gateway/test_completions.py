@@ -4,13 +4,15 @@ like a chat completion; refused (501, not recorded) for an Anthropic upstream.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import openai
 import pytest
 
 from reef.experience import RecordFilter, canonical_exchange
 from reef.releases import ReleaseChain
 from tests.fakes.upstream import FakeUpstreamThread
-from tests.gateway.harness import GatewayThread
+from tests.gateway.harness import GatewayThread, make_settings
 
 
 def _recorded(gateway: GatewayThread, scenario: str) -> int:
@@ -131,3 +133,49 @@ def test_an_upstream_answering_501_is_relayed_and_not_recorded(
     assert fake.requests_received("/v1/completions") == before + 1  # never retried
     assert "x-reef-record-id" not in info.value.response.headers
     assert _recorded(gateway, "support") == 0
+
+
+def test_the_embedded_engine_continues_the_prompt_and_it_is_recorded(tmp_path: Path) -> None:
+    """On the tiny model: the answer through Reef equals the engine's own greedy
+    continuation, and the record holds it."""
+    pytest.importorskip("torch")
+    from reef.engine.models import load_model
+    from reef.engine.runtime import Engine
+    from reef.engine.server import BackgroundServer
+
+    engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), threads=1)).start()
+    try:
+        direct = openai.OpenAI(base_url=engine.base_url, api_key="none", max_retries=0)
+        expected = direct.completions.create(
+            model="tiny-random", prompt="Once upon a time", max_tokens=6, temperature=0
+        )
+        direct.close()
+        settings = make_settings(
+            tmp_path,
+            engine.base_url,
+            upstreams={
+                "engine": {"type": "openai", "base_url": engine.base_url, "model": "tiny-random"}
+            },
+            scenarios={"tiny": {"upstream": "engine"}},
+        )
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            raw = client.completions.with_raw_response.create(
+                model="reef/tiny", prompt="Once upon a time", max_tokens=6, temperature=0
+            )
+            text = raw.parse().choices[0].text
+            assert text == expected.choices[0].text
+            record = gateway.store.get_record(raw.headers["x-reef-record-id"])
+            assert record.api == "openai.completions" and record.status == "ok"
+            assert canonical_exchange(record).reply == {"role": "assistant", "content": text}
+            streamed = client.completions.create(
+                model="reef/tiny",
+                prompt="Once upon a time",
+                max_tokens=6,
+                temperature=0,
+                stream=True,
+            )
+            assert "".join(c.choices[0].text for c in streamed if c.choices) == text
+            assert _recorded(gateway, "tiny") == 2
+    finally:
+        engine.stop()

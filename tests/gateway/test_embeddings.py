@@ -6,13 +6,14 @@ upstream."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import openai
 import pytest
 
 from reef.experience import RecordFilter, canonical_exchange
 from tests.fakes.upstream import FakeUpstreamThread, embedding_vector
-from tests.gateway.harness import GatewayThread
+from tests.gateway.harness import GatewayThread, make_settings
 
 
 def _records(gateway: GatewayThread, scenario: str) -> int:
@@ -108,3 +109,30 @@ def test_an_anthropic_upstream_has_no_embeddings_and_says_so(
     assert "/v1/embeddings" in info.value.message
     assert fake.requests_received("/v1/embeddings") == before
     assert _records(gateway, "claude") == 0
+
+
+def test_the_embedded_engine_has_no_embeddings_and_nothing_is_recorded(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from reef.engine.models import load_model
+    from reef.engine.runtime import Engine
+    from reef.engine.server import BackgroundServer
+
+    engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), threads=1)).start()
+    try:
+        settings = make_settings(
+            tmp_path,
+            engine.base_url,
+            upstreams={
+                "engine": {"type": "openai", "base_url": engine.base_url, "model": "tiny-random"}
+            },
+            scenarios={"tiny": {"upstream": "engine"}},
+        )
+        with GatewayThread(settings) as gateway:
+            with pytest.raises(openai.APIStatusError) as info:
+                gateway.openai().embeddings.create(model="reef/tiny", input="hello")
+            assert info.value.status_code == 501
+            assert "upstream 'engine' does not implement POST /embeddings" in info.value.message
+            assert "not an embedding model" in info.value.message
+            assert _records(gateway, "tiny") == 0
+    finally:
+        engine.stop()

@@ -33,6 +33,8 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from tests.fakes.responses_api import item_text, last_input, responses_answer, responses_events
+
 BEHAVIORS: Final = frozenset(
     {
         "fail-500",  # always 500
@@ -86,7 +88,8 @@ class FakeUpstream:
 
     It serves vLLM's ``POST /tokenize`` (one token per word) unless made with
     ``tokenize=False``, Anthropic's ``/v1/messages/count_tokens``, and OpenAI's legacy
-    ``/v1/completions`` and ``/v1/embeddings`` unless made with ``text_routes=False``.
+    ``/v1/completions`` and ``/v1/embeddings`` unless made with ``text_routes=False``,
+    and its own Responses API (``/v1/responses``, ``tests.fakes.responses_api``).
 
     With ``strict_models=True`` a request for a model that is neither in ``models`` nor
     a loaded adapter is a 404, as vLLM answers it.
@@ -167,6 +170,7 @@ class FakeUpstream:
         if self.serves_text_routes:
             app.router.add_post("/v1/completions", self._completions)
             app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/responses", self._responses)
         if self.serves_adapters:
             app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
             app.router.add_post("/v1/unload_lora_adapter", self._unload_adapter)
@@ -305,6 +309,23 @@ class FakeUpstream:
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         chunks = completion_chunks(answer, self._words(reply), with_usage)
         return await self._send_stream(request, iter(chunks), behavior, cut=2, anthropic=False)
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """The Responses API itself (``tests.fakes.responses_api``); a
+        ``previous_response_id`` is a 400: this server keeps no responses."""
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=False):
+            return denied
+        if body.get("previous_response_id"):
+            return _error(400, "fake upstream stores no responses", "invalid_request_error", False)
+        self._serial += 1
+        answer = responses_answer(body, self._serial, self.models[0])
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(answer), content_type=_JSON)
+        text = item_text(last_input(body))
+        events = responses_events(answer, fail_mid_stream="error-mid-stream" in text)
+        return await self._send_stream(request, iter(events), None, cut=0, anthropic=False)
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         """Embeddings: one vector per input, derived from its text, as floats or base64."""

@@ -48,7 +48,8 @@ from reef.gateway.idempotency import (
     Lead,
     request_fingerprint,
 )
-from reef.gateway.relay import open_relay, stream_receipt
+from reef.gateway.native_relay import NativeResponsesRelay
+from reef.gateway.relay import StreamRelay, open_relay, stream_receipt
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
@@ -56,7 +57,7 @@ from reef.gateway.requests import (
     reef_headers,
 )
 from reef.gateway.response_checks import check_openai_responses
-from reef.gateway.response_turns import resolve_turn
+from reef.gateway.response_turns import ResponsesTurn, resolve_turn
 from reef.gateway.responses import keep_response
 from reef.gateway.segments import one_segment
 from reef.gateway.serving import ServingRelease
@@ -111,6 +112,7 @@ class CallPlan:
     translate: bool  # an Anthropic or Responses client on an OpenAI-compatible upstream
     strip_usage: bool  # usage was requested upstream for the record, not by the client
     model_from_client: bool = False  # no model configured: the client's name went upstream
+    native: bool = False  # a Responses request passed through to the upstream's /responses
 
 
 class InferenceEndpoint:
@@ -285,11 +287,7 @@ class InferenceRoutes:
             and canary.takes(session_id)
         ):
             serving, purpose = canary.serving, "canary"
-        # A Responses request is rendered and sent as its chat-completions translation.
-        source = turn.chat if turn is not None else body
-        rendered = self._render(
-            "openai.chat" if turn is not None else api, source, headers.scenario, serving
-        )
+        source, rendered = self._outgoing(api, body, turn, headers.scenario, serving)
         plan = self._plan(api, rendered, headers.scenario, request, serving, body.get("model"))
         keep_vectors = state.settings.capture.embedding_vectors == "keep"
         exchange = Exchange(
@@ -314,6 +312,27 @@ class InferenceRoutes:
             replayable=api != "openai.embeddings" or keep_vectors,
         )
         return exchange, plan
+
+    def _outgoing(
+        self,
+        api: Api,
+        body: dict[str, Any],
+        turn: ResponsesTurn | None,
+        scenario: str,
+        serving: ServingRelease,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What goes upstream before its model is set, as the client's request made it
+        and with the release's harness rendered in (the same object when none was)."""
+        if turn is None:
+            return body, self._render(api, body, scenario, serving)
+        if self.state.settings.upstream_for(scenario)[1].responses == "native":
+            # Passed through as the record keeps it (the conversation Reef resolved from
+            # previous_response_id, which the upstream never saw); no harness: one
+            # renders into chat messages.
+            native = {k: v for k, v in turn.body.items() if k != "previous_response_id"}
+            return native, native
+        # A Responses request is rendered and sent as its chat-completions translation.
+        return turn.chat, self._render("openai.chat", turn.chat, scenario, serving)
 
     def _render(
         self, api: Api, body: dict[str, Any], scenario: str, serving: ServingRelease
@@ -340,7 +359,7 @@ class InferenceRoutes:
     ) -> CallPlan:
         """How ``body`` (rendered; a Responses request's chat translation) reaches the
         scenario's upstream; ``requested`` is the model the client named."""
-        upstream_name, _ = self.state.settings.upstream_for(scenario)
+        upstream_name, upstream_config = self.state.settings.upstream_for(scenario)
         upstream = self.state.upstreams[upstream_name]
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
         if api in ("openai.completions", "openai.embeddings") and upstream.dialect != "openai":
@@ -360,13 +379,19 @@ class InferenceRoutes:
                     f"{upstream_name!r}; POST /v1/responses needs a chat-completions "
                     "upstream (call it through POST /v1/messages)"
                 )
+            native = upstream_config.responses == "native"
             return CallPlan(
                 upstream,
-                UpstreamRequest("/chat/completions", dumps({**body, "model": model}), stream),
+                UpstreamRequest(
+                    "/responses" if native else "/chat/completions",
+                    dumps({**body, "model": model}),
+                    stream,
+                ),
                 client_model,
-                translate=True,
+                translate=not native,
                 strip_usage=False,
                 model_from_client=model_from_client,
+                native=native,
             )
         if api in ("openai.chat", "openai.completions"):
             if upstream.dialect != "openai":
@@ -568,7 +593,10 @@ class InferenceRoutes:
         """What the client gets of a complete answer (``body``, parsed: ``data``), the
         response in the client's dialect, and its canonical reply (none for vectors)."""
         if exchange.responses is not None:
-            data = openai_response_to_responses(data, exchange.responses.shell)
+            if plan.native:  # the upstream's own response, under Reef's id
+                data = {**data, "id": exchange.responses.response_id}
+            else:
+                data = openai_response_to_responses(data, exchange.responses.shell)
             return dumps(data), data, canonical_reply_responses(data)
         if plan.translate:
             reply = canonical_reply_openai(data)
@@ -653,14 +681,18 @@ class InferenceRoutes:
         then may not await, so it closes the upstream and records ``aborted`` through
         tasks of their own.
         """
-        relay = open_relay(
-            exchange.api,
-            translate=plan.translate,
-            strip_usage=plan.strip_usage,
-            client_model=plan.client_model,
-            shell=exchange.responses.shell if exchange.responses is not None else None,
-            receipt=stream_receipt(self._receipt(exchange)),
-        )
+        receipt = stream_receipt(self._receipt(exchange))
+        if plan.native and exchange.responses is not None:
+            relay: StreamRelay = NativeResponsesRelay(exchange.responses.response_id, receipt)
+        else:
+            relay = open_relay(
+                exchange.api,
+                translate=plan.translate,
+                strip_usage=plan.strip_usage,
+                client_model=plan.client_model,
+                shell=exchange.responses.shell if exchange.responses is not None else None,
+                receipt=receipt,
+            )
         recorder = self.state.recorder
         recorded = False
         try:

@@ -227,7 +227,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("post", "/v1/responses", "inference", "OpenAI responses", "any",
               "The Responses API, translated into chat completions for the scenario's "
               "upstream (an OpenAI-compatible one) and back, streams included (the typed "
-              "`response.*` events; `response.failed` when the upstream fails mid-way). "
+              "`response.*` events; `response.failed` when the upstream fails mid-way); "
+              "passed through to an upstream with `responses: native` (under Reef's "
+              "response ids). "
               "`previous_response_id` continues a response Reef stored (the continuation "
               "joins its session); `store: false` keeps nothing retrievable. Reasoning "
               "items, built-in tools and any other untranslatable field are a 400 naming "

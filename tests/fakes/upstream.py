@@ -302,7 +302,7 @@ class FakeUpstream:
         if behavior is not None and (failed := await self._fail(request, behavior, text, False)):
             return failed
         self._serial += 1
-        reply = f"echo: {text}"
+        reply = (text if body.get("echo") else "") + f"echo: {text}"
         answer = text_completion(f"cmpl-fake{self._serial}", body, self.models[0], text, reply)
         if not body.get("stream"):
             return web.Response(body=orjson.dumps(answer), content_type=_JSON)

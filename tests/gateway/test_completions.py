@@ -72,6 +72,25 @@ def test_a_streamed_completion_is_relayed_and_recorded_whole(gateway: GatewayThr
     }
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_echoed_prompt_is_not_part_of_the_recorded_reply(
+    gateway: GatewayThread, stream: bool
+) -> None:
+    client = gateway.openai()
+    with client.completions.with_streaming_response.create(
+        model="reef/support", prompt="Say:", echo=True, stream=stream
+    ) as response:
+        record_id = response.headers["x-reef-record-id"]
+        if stream:
+            text = "".join(c.choices[0].text for c in response.parse() if c.choices)
+        else:
+            text = response.parse().choices[0].text
+    assert text == "Say:echo: Say:"  # the client gets what the upstream sent
+    record = gateway.store.get_record(record_id)
+    assert record.response is not None
+    assert canonical_exchange(record).reply == {"role": "assistant", "content": "echo: Say:"}
+
+
 def test_a_client_that_asks_for_usage_gets_it_in_the_stream(gateway: GatewayThread) -> None:
     stream = gateway.openai().completions.create(
         model="reef/support",

@@ -93,7 +93,7 @@ def _openai_responses(
 def _openai_completions(
     request: dict[str, Any], response: dict[str, Any] | None
 ) -> CanonicalExchange:
-    reply = canonical_reply_completions(response) if response else None
+    reply = canonical_reply_completions(response, request) if response else None
     return CanonicalExchange(canonical_completions(request), reply)
 
 

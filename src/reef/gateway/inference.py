@@ -49,7 +49,7 @@ from reef.gateway.idempotency import (
     request_fingerprint,
 )
 from reef.gateway.native_relay import NativeResponsesRelay
-from reef.gateway.relay import StreamRelay, open_relay, stream_receipt
+from reef.gateway.relay import CompletionsRelay, StreamRelay, open_relay, stream_receipt
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
@@ -605,7 +605,7 @@ class InferenceRoutes:
         if exchange.api == "openai.chat":
             return body, data, canonical_reply_openai(data)
         if exchange.api == "openai.completions":
-            return body, data, canonical_reply_completions(data)
+            return body, data, canonical_reply_completions(data, exchange.body)
         if exchange.api == "openai.embeddings":
             return body, data, None  # a vector is no reply to learn from
         return body, data, canonical_reply_anthropic(data)
@@ -681,18 +681,7 @@ class InferenceRoutes:
         then may not await, so it closes the upstream and records ``aborted`` through
         tasks of their own.
         """
-        receipt = stream_receipt(self._receipt(exchange))
-        if plan.native and exchange.responses is not None:
-            relay: StreamRelay = NativeResponsesRelay(exchange.responses.response_id, receipt)
-        else:
-            relay = open_relay(
-                exchange.api,
-                translate=plan.translate,
-                strip_usage=plan.strip_usage,
-                client_model=plan.client_model,
-                shell=exchange.responses.shell if exchange.responses is not None else None,
-                receipt=receipt,
-            )
+        relay = self._stream_relay(exchange, plan)
         recorder = self.state.recorder
         recorded = False
         try:
@@ -737,6 +726,22 @@ class InferenceRoutes:
                     recorder.record_in_background(draft)
                 self._observe(exchange, 499)
         await stream.aclose()
+
+    def _stream_relay(self, exchange: Exchange, plan: CallPlan) -> StreamRelay:
+        """The relay that takes ``exchange``'s stream to its client (``reef.gateway.relay``)."""
+        receipt = stream_receipt(self._receipt(exchange))
+        if plan.native and exchange.responses is not None:
+            return NativeResponsesRelay(exchange.responses.response_id, receipt)
+        if exchange.api == "openai.completions":
+            return CompletionsRelay(plan.strip_usage, exchange.body)
+        return open_relay(
+            exchange.api,
+            translate=plan.translate,
+            strip_usage=plan.strip_usage,
+            client_model=plan.client_model,
+            shell=exchange.responses.shell if exchange.responses is not None else None,
+            receipt=receipt,
+        )
 
 
 class _Held:

@@ -151,14 +151,15 @@ class CompletionsRelay(OpenAIRelay):
     """A legacy text completion's chunks passed through to an OpenAI client: they end
     as chat chunks do (a ``finish_reason`` per choice, then ``[DONE]``)."""
 
-    def __init__(self, strip_usage: bool) -> None:
+    def __init__(self, strip_usage: bool, request: dict[str, Any] | None) -> None:
         super().__init__(strip_usage)
         self.assembler = CompletionStreamAssembler()
+        self.request = request  # its ``echo`` puts the prompt before the reply
 
     def result(self) -> Result:
         """The text_completion received so far and its canonical reply."""
         response = self.assembler.result()
-        return response, canonical_reply_completions(response)
+        return response, canonical_reply_completions(response, self.request)
 
 
 class AnthropicRelay(StreamRelay):
@@ -383,13 +384,12 @@ def open_relay(
 ) -> StreamRelay:
     """The relay for a stream of ``api`` (``translate``: an Anthropic client on an
     OpenAI-compatible upstream; ``shell``: a Responses stream's response object,
-    ``receipt`` its terminal event's ``x_reef``)."""
+    ``receipt`` its terminal event's ``x_reef``). A text completion's is a
+    ``CompletionsRelay``, made with its request."""
     if api == "openai.responses":
         return ResponsesRelay(shell or {}, receipt)
     if api == "openai.chat":
         return OpenAIRelay(strip_usage)
-    if api == "openai.completions":
-        return CompletionsRelay(strip_usage)
     if translate:
         return TranslatedRelay(client_model)
     return AnthropicRelay()

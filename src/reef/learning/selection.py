@@ -414,7 +414,9 @@ def _conversation(record: RecordView) -> tuple[list[dict[str, Any]], dict[str, A
     # One canonical form for every dialect (a Responses record's request holds the whole
     # conversation, previous_response_id resolved, so it reads alone too).
     messages = canonical_request(record.api, record.request)
-    reply = canonical_reply(record.api, record.response) if record.response else None
+    reply = (
+        canonical_reply(record.api, record.response, record.request) if record.response else None
+    )
     return messages, reply
 
 

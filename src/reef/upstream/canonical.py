@@ -75,29 +75,38 @@ def canonical_request(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     return canonical_openai(body)
 
 
-def canonical_reply(api: str, response: dict[str, Any]) -> dict[str, Any]:
-    """The canonical assistant message of a response of ``api`` (an embeddings
-    response has none: an assistant message without content)."""
+def canonical_reply(
+    api: str, response: dict[str, Any], request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The canonical assistant message of a response of ``api`` to ``request`` (which
+    only a text completion's reply depends on: ``echo``); an embeddings response has
+    none: an assistant message without content."""
     if api == "anthropic.messages":
         return canonical_reply_anthropic(response)
     if api == "openai.responses":
         return canonical_reply_responses(response)
     if api == "openai.completions":
-        return canonical_reply_completions(response)
+        return canonical_reply_completions(response, request)
     if api == "openai.embeddings":
         return {"role": "assistant"}
     return canonical_reply_openai(response)
 
 
-def canonical_reply_completions(resp: dict[str, Any]) -> dict[str, Any]:
-    """The canonical assistant message of a ``text_completion`` (its first choice's
-    text, as the upstream sent it: with ``echo``, the prompt too)."""
+def canonical_reply_completions(
+    resp: dict[str, Any], request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The canonical assistant message of a ``text_completion``: its first choice's
+    text, without the prompt that ``echo`` in ``request`` put before it (the reply is
+    what the model wrote)."""
     choices = resp.get("choices") or [{}]
     first = choices[0] if isinstance(choices[0], dict) else {}
     text = first.get("text")
-    return canonical_message(
-        {"role": "assistant", "content": text if isinstance(text, str) else ""}
-    )
+    text = text if isinstance(text, str) else ""
+    if request is not None and request.get("echo"):
+        prompt = _first_input(request.get("prompt"))
+        if text.startswith(prompt):
+            text = text[len(prompt) :]
+    return canonical_message({"role": "assistant", "content": text})
 
 
 def canonical_reply_openai(resp: dict[str, Any]) -> dict[str, Any]:

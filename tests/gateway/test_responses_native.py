@@ -149,3 +149,23 @@ def test_the_upstreams_own_failure_mid_stream_is_response_failed(native: Gateway
 def test_native_responses_need_an_openai_upstream() -> None:
     with pytest.raises(ValidationError, match="responses: native needs an upstream"):
         UpstreamConfig(type="anthropic", base_url="http://127.0.0.1:1", responses="native")
+
+
+def test_an_idempotent_retry_of_a_passed_through_stream_is_replayed_from_its_record(
+    native: GatewayThread, fake: FakeUpstreamThread
+) -> None:
+    client = native.openai(**{"x-reef-idempotency-key": "native-1"})
+    before = fake.requests_received("/v1/responses")
+    runs = []
+    for _ in range(2):
+        with client.responses.with_streaming_response.create(
+            model="reef/agent", input="say it twice", stream=True
+        ) as raw:
+            runs.append((raw.headers["x-reef-record-id"], list(raw.parse())))
+    assert fake.requests_received("/v1/responses") == before + 1
+    (first_id, first), (second_id, second) = runs
+    assert first_id == second_id
+    assert first[-1].type == second[-1].type == "response.completed"
+    assert first[-1].response.id == second[-1].response.id
+    assert second[-1].response.output_text == "echo: say it twice"
+    assert second[-1].x_reef["record_id"] == first_id

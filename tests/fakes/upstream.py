@@ -1,6 +1,8 @@
 """A fake model server on loopback that speaks the OpenAI and Anthropic dialects.
 
-Replies are deterministic: ``echo: <last user text>``; with tools offered and
+Replies are deterministic: ``echo: <last user text>`` (a legacy text completion:
+``echo: <prompt>``; an embedding: ``embedding_dimensions`` floats, or ``dimensions``,
+derived from the text's digest); with tools offered and
 "weather" in the last user text, a call of the first tool with ``{"city": "Paris"}``
 (with "parallel" in the text too, two calls at once: Paris, then Rome); after a tool
 result, ``tool said: <result>``. Usage counts words.
@@ -17,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import hashlib
 import re
+import struct
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -27,6 +32,8 @@ from typing import Any, Final
 
 import orjson
 from aiohttp import web
+
+from tests.fakes.responses_api import item_text, last_input, responses_answer, responses_events
 
 BEHAVIORS: Final = frozenset(
     {
@@ -46,6 +53,7 @@ BEHAVIORS: Final = frozenset(
         "error-mid-stream",  # the dialect's error event mid-way (OpenAI: then [DONE])
         # -- more failures (streams and not) --
         "fail-502",  # always 502
+        "fail-501",  # always 501: the route is not implemented
         "fail-503-once",  # 503 with Retry-After: 1 the first time, then success
         "reset-before-headers",  # the connection closes before any response byte
         "stall-body",  # headers and half the JSON body, then silence (not streaming)
@@ -79,7 +87,9 @@ class FakeUpstream:
       serves only when made with ``adapters=True`` (else loading one fails with 404).
 
     It serves vLLM's ``POST /tokenize`` (one token per word) unless made with
-    ``tokenize=False``, and Anthropic's ``/v1/messages/count_tokens``.
+    ``tokenize=False``, Anthropic's ``/v1/messages/count_tokens``, and OpenAI's legacy
+    ``/v1/completions`` and ``/v1/embeddings`` unless made with ``text_routes=False``,
+    and its own Responses API (``/v1/responses``, ``tests.fakes.responses_api``).
 
     With ``strict_models=True`` a request for a model that is neither in ``models`` nor
     a loaded adapter is a 404, as vLLM answers it.
@@ -96,8 +106,12 @@ class FakeUpstream:
         strict_models: bool = False,
         huge_bytes: int = 100 * 1024 * 1024,
         tokenize: bool = True,
+        text_routes: bool = True,
+        embedding_dimensions: int = 8,
     ) -> None:
         self.serves_tokenize = tokenize
+        self.serves_text_routes = text_routes
+        self.embedding_dimensions = embedding_dimensions
         self.api_key = api_key
         self.serves_adapters = adapters
         self.strict_models = strict_models
@@ -153,6 +167,10 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._list_models)
         if self.serves_tokenize:
             app.router.add_post("/tokenize", self._tokenize)
+        if self.serves_text_routes:
+            app.router.add_post("/v1/completions", self._completions)
+            app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/responses", self._responses)
         if self.serves_adapters:
             app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
             app.router.add_post("/v1/unload_lora_adapter", self._unload_adapter)
@@ -269,6 +287,64 @@ class FakeUpstream:
         if behavior == "malformed-sse":
             return _sse_instead_of_json(response)
         return web.Response(body=orjson.dumps(response), content_type=_JSON)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        """A legacy text completion: ``echo: <first prompt>``, streamed word by word."""
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=False):
+            return denied
+        if unknown := self._unknown_model(body, anthropic=False):
+            return unknown
+        prompt = body.get("prompt")
+        text = prompt if isinstance(prompt, str) else str((prompt or [""])[0])
+        behavior = self._behavior(request, text)
+        if behavior is not None and (failed := await self._fail(request, behavior, text, False)):
+            return failed
+        self._serial += 1
+        reply = (text if body.get("echo") else "") + f"echo: {text}"
+        answer = text_completion(f"cmpl-fake{self._serial}", body, self.models[0], text, reply)
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(answer), content_type=_JSON)
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        chunks = completion_chunks(answer, self._words(reply), with_usage)
+        return await self._send_stream(request, iter(chunks), behavior, cut=2, anthropic=False)
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """The Responses API itself (``tests.fakes.responses_api``); a
+        ``previous_response_id`` is a 400: this server keeps no responses."""
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=False):
+            return denied
+        if body.get("previous_response_id"):
+            return _error(400, "fake upstream stores no responses", "invalid_request_error", False)
+        self._serial += 1
+        answer = responses_answer(body, self._serial, self.models[0])
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(answer), content_type=_JSON)
+        text = item_text(last_input(body))
+        events = responses_events(answer, fail_mid_stream="error-mid-stream" in text)
+        return await self._send_stream(request, iter(events), None, cut=0, anthropic=False)
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        """Embeddings: one vector per input, derived from its text, as floats or base64."""
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if denied := self._denied(request, anthropic=False):
+            return denied
+        if unknown := self._unknown_model(body, anthropic=False):
+            return unknown
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else [str(item) for item in inputs or ()]
+        if inputs and not isinstance(inputs, str) and isinstance(inputs[0], int):
+            texts = [str(inputs)]  # one input of token ids
+        behavior = self._behavior(request, " ".join(texts))
+        if behavior is not None and (failed := await self._fail(request, behavior, "", False)):
+            return failed
+        size = body.get("dimensions") or self.embedding_dimensions
+        answer = embeddings_list(body, self.models[0], texts, size)
+        return web.Response(body=orjson.dumps(answer), content_type=_JSON)
 
     async def _tokenize(self, request: web.Request) -> web.StreamResponse:
         """vLLM's ``/tokenize`` (at the root) for a chat: one "token" per word."""
@@ -579,6 +655,8 @@ class FakeUpstream:
         """The failure response for ``behavior``, or ``None`` to answer normally."""
         if behavior == "fail-500":
             return _error(500, "fake upstream failure (fail-500)", "api_error", anthropic)
+        if behavior == "fail-501":
+            return _error(501, "fake upstream: not implemented (fail-501)", "api_error", anthropic)
         if behavior == "fail-502":
             return _error(502, "fake upstream bad gateway (fail-502)", "api_error", anthropic)
         if behavior == "reset-before-headers":
@@ -837,6 +915,66 @@ def _error(status: int, message: str, kind: str, anthropic: bool) -> web.Respons
     else:
         body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON)
+
+
+def text_completion(
+    serial: str, body: dict[str, Any], default_model: str, prompt: str, reply: str
+) -> dict[str, Any]:
+    """A ``text_completion`` answering ``prompt`` with ``reply`` (usage counts words)."""
+    completion = len(reply.split())
+    return {
+        "id": serial,
+        "object": "text_completion",
+        "created": CREATED,
+        "model": body.get("model") or default_model,
+        "choices": [{"index": 0, "text": reply, "logprobs": None, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": len(prompt.split()),
+            "completion_tokens": completion,
+            "total_tokens": len(prompt.split()) + completion,
+        },
+    }
+
+
+def completion_chunks(answer: dict[str, Any], words: list[str], with_usage: bool) -> list[bytes]:
+    """``answer`` (a text_completion) as its stream: a chunk per word, the finish, the
+    usage when asked for, ``[DONE]``."""
+    base = {key: answer[key] for key in ("id", "object", "created", "model")}
+
+    def chunk(text: str, finish: str | None) -> bytes:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return b"data: " + orjson.dumps({**base, "choices": [choice]}) + b"\n\n"
+
+    out = [chunk(word, None) for word in words] + [chunk("", "stop")]
+    if with_usage:
+        out.append(b"data: " + orjson.dumps({**base, "choices": [], "usage": answer["usage"]}))
+        out[-1] += b"\n\n"
+    return [*out, b"data: [DONE]\n\n"]
+
+
+def embedding_vector(text: str, size: int) -> list[float]:
+    """A deterministic unit-free vector of ``size`` floats from ``text``'s digest."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return [round(digest[i % len(digest)] / 255.0, 4) for i in range(size)]
+
+
+def embeddings_list(
+    body: dict[str, Any], default_model: str, texts: list[str], size: int
+) -> dict[str, Any]:
+    """An embeddings ``list``: one vector per text, base64 when the body asks for it."""
+    data: list[dict[str, Any]] = []
+    for index, text in enumerate(texts):
+        vector: Any = embedding_vector(text, size)
+        if body.get("encoding_format") == "base64":
+            vector = base64.b64encode(struct.pack(f"<{size}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    tokens = sum(len(text.split()) for text in texts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": body.get("model") or default_model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 def _sse_instead_of_json(answer: dict[str, Any]) -> web.Response:

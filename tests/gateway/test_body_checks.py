@@ -69,7 +69,7 @@ def refused_silently(
     gateway: GatewayThread, fake: FakeUpstreamThread, scenario: str, send: Any
 ) -> RawResponse:
     """``send()``'s response, checking it neither reached the upstream nor was stored."""
-    paths = ("/v1/chat/completions", "/v1/messages")
+    paths = ("/v1/chat/completions", "/v1/messages", "/v1/completions", "/v1/embeddings")
     before = sum(fake.requests_received(p) for p in paths), stored(gateway, scenario)
     response: RawResponse = send()
     assert (sum(fake.requests_received(p) for p in paths), stored(gateway, scenario)) == before
@@ -355,3 +355,81 @@ def test_a_wrong_method_on_messages_is_405_in_anthropic_shape(
     assert response.headers["allow"] == "POST"
     assert response.json()["type"] == "error"
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+# -- /v1/completions and /v1/embeddings --------------------------------------------------
+
+TEXT_BAD: list[tuple[str, str, dict[str, Any], str]] = [
+    ("/v1/completions", "CompletionRequest", {"prompt": None}, "prompt"),
+    ("/v1/completions", "CompletionRequest", {"prompt": 5}, "prompt"),
+    ("/v1/completions", "CompletionRequest", {"prompt": []}, "prompt"),
+    ("/v1/completions", "CompletionRequest", {"prompt": [1, "a"]}, "prompt"),
+    ("/v1/completions", "CompletionRequest", {"prompt": [[1], [-1]]}, "prompt[1]"),
+    ("/v1/completions", "CompletionRequest", {"echo": "yes"}, "echo"),
+    ("/v1/completions", "CompletionRequest", {"logprobs": 6}, "logprobs"),
+    ("/v1/completions", "CompletionRequest", {"suffix": 1}, "suffix"),
+    ("/v1/completions", "CompletionRequest", {"stop": [1]}, "stop[0]"),
+    ("/v1/completions", "CompletionRequest", {"max_tokens": 0}, "max_tokens"),
+    ("/v1/completions", "CompletionRequest", {"stream_options": []}, "stream_options"),
+    ("/v1/embeddings", "EmbeddingsRequest", {"input": None}, "input"),
+    ("/v1/embeddings", "EmbeddingsRequest", {"input": {"text": "a"}}, "input"),
+    ("/v1/embeddings", "EmbeddingsRequest", {"dimensions": 0}, "dimensions"),
+    ("/v1/embeddings", "EmbeddingsRequest", {"dimensions": 70_000}, "dimensions"),
+    ("/v1/embeddings", "EmbeddingsRequest", {"encoding_format": "int8"}, "encoding_format"),
+    ("/v1/embeddings", "EmbeddingsRequest", {"model": 5}, "model"),
+]
+_TEXT_DEFAULTS = {"/v1/completions": {"prompt": "hi"}, "/v1/embeddings": {"input": "hi"}}
+
+
+@pytest.mark.parametrize(("path", "schema", "change", "field"), TEXT_BAD)
+def test_text_and_embedding_bodies_of_the_wrong_type_are_400_naming_it(
+    module_gateway: GatewayThread,
+    fake: FakeUpstreamThread,
+    path: str,
+    schema: str,
+    change: dict[str, Any],
+    field: str,
+) -> None:
+    body = {"model": "reef/support", **_TEXT_DEFAULTS[path], **change}
+    response = refused_silently(
+        module_gateway, fake, "support", lambda: call(module_gateway.port, "POST", path, body)
+    )
+    error = assert_openai_400(response, f"'{field}'")
+    assert error["param"] == field
+    assert documented_errors(schema, body), "the document allows what is refused"
+
+
+@pytest.mark.parametrize(
+    ("path", "schema", "body"),
+    [
+        (
+            "/v1/completions",
+            "CompletionRequest",
+            {
+                "prompt": [[1, 2], [3]],
+                "stream": False,
+                "stop": ["\n"],
+                "echo": False,
+                "n": 1,
+                "logprobs": 0,
+                "seed": 7,
+                "max_tokens": 4,
+                "temperature": 0,
+                "top_p": 1,
+            },
+        ),
+        ("/v1/completions", "CompletionRequest", {"prompt": ["a", "b"], "suffix": "x"}),
+        (
+            "/v1/embeddings",
+            "EmbeddingsRequest",
+            {"input": [[1, 2], [3]], "dimensions": 4, "encoding_format": "float"},
+        ),
+        ("/v1/embeddings", "EmbeddingsRequest", {"input": ["a", "b"], "encoding_format": None}),
+    ],
+)
+def test_text_and_embedding_bodies_using_every_checked_field_are_served(
+    module_gateway: GatewayThread, path: str, schema: str, body: dict[str, Any]
+) -> None:
+    response = call(module_gateway.port, "POST", path, {"model": "reef/support", **body})
+    assert response.status == 200, response.body
+    assert documented_errors(schema, body) == []

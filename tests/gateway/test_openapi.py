@@ -72,7 +72,13 @@ def test_bodies_come_from_the_pydantic_models() -> None:
 
 def test_inference_routes_carry_the_reef_headers() -> None:
     document = openapi_document()
-    for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses"):
+    for path in (
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/v1/responses",
+        "/v1/completions",
+        "/v1/embeddings",
+    ):
         operation = document["paths"][path]["post"]
         names = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
         assert {h["name"] for h in INFERENCE_HEADERS} <= names

@@ -123,6 +123,31 @@ def test_only_serve_ok_records_with_feedback(store: SQLExperienceStore) -> None:
     assert example.score == 1.0 and example.principals == ["grader"]
 
 
+def test_a_text_completion_is_prompt_and_answer_and_embeddings_are_skipped(
+    store: SQLExperienceStore,
+) -> None:
+    completion = draft(
+        "",
+        api="openai.completions",
+        request={"model": "m", "prompt": "Once upon a time", "max_tokens": 8},
+        response={"object": "text_completion", "choices": [{"index": 0, "text": " a fox"}]},
+    )
+    embedding = draft(
+        "",
+        api="openai.embeddings",
+        request={"model": "e", "input": "Once upon a time"},
+        response={"object": "list", "data": [{"index": 0, "dimensions": 8}]},
+    )
+    ids = write(store, [completion, embedding])
+    rate(store, ids)
+    config = SelectionConfig(holdout_fraction=0.0)
+    batch = select_experience(store, ReleaseChain(store.engine), SCENARIO, config)
+    assert [e.record_id for e in batch.train] == [ids[0]]
+    assert batch.train[0].messages == [{"role": "user", "content": "Once upon a time"}]
+    assert batch.train[0].response == {"role": "assistant", "content": " a fox"}
+    assert batch.stats["not_trainable"] == 1
+
+
 def publish_release(chain: ReleaseChain, head: Release) -> Release:
     candidate = chain.propose(
         SCENARIO, ReleaseManifest(model=ModelComponent(base="m")), head.id, "test", "step"

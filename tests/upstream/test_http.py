@@ -25,6 +25,7 @@ from reef.upstream import (
     UpstreamTimeoutError,
     UpstreamTruncatedError,
     UpstreamUnavailableError,
+    UpstreamUnsupportedError,
     build_upstream,
     error_message_from_body,
     parse_retry_after,
@@ -174,6 +175,17 @@ async def test_400_is_not_retried(fake: FakeUpstream, upstream: HTTPUpstream) ->
         await upstream.open_stream(chat("bad-request", stream=True))
     assert (caught.value.status, caught.value.upstream_status) == (400, 400)
     assert caught.value.message == "fake upstream rejected the request (bad-request)"
+    assert fake.requests[CHAT] == 1
+
+
+async def test_501_is_not_retried_and_says_the_route_is_unsupported(
+    fake: FakeUpstream, upstream: HTTPUpstream
+) -> None:
+    with pytest.raises(UpstreamUnsupportedError) as caught:
+        await upstream.send(chat("fail-501"))
+    assert (caught.value.status, caught.value.upstream_status) == (501, 501)
+    assert "upstream 'fake' does not implement POST /chat/completions" in caught.value.message
+    assert "fail-501" in caught.value.message
     assert fake.requests[CHAT] == 1
 
 

@@ -72,11 +72,24 @@ class UpstreamConfig(Section):
         description="Retries before the first byte, on connection errors, 429 and 5xx only.",
     )
     anthropic_version: str = Field(default="2023-06-01", description="anthropic-version header.")
+    responses: Literal["translate", "native"] = Field(
+        default="translate",
+        description="How POST /v1/responses reaches this upstream. translate: as chat "
+        "completions, both ways (vLLM, SGLang, the embedded engine). native: passed "
+        "through to the upstream's own POST /responses (OpenAI; vLLM's Responses API), "
+        "with previous_response_id resolved by Reef and Reef's response ids. Only for "
+        "`type: openai`.",
+    )
 
     @model_validator(mode="after")
     def _needs_url(self) -> UpstreamConfig:
         if self.type != "local" and not self.base_url:
             raise ValueError(f"an upstream of type {self.type!r} needs base_url")
+        if self.responses == "native" and self.type != "openai":
+            raise ValueError(
+                f"responses: native needs an upstream of type 'openai', not {self.type!r} "
+                "(the Anthropic API and the embedded engine have no Responses API)"
+            )
         return self
 
 
@@ -268,6 +281,13 @@ class CaptureConfig(Section):
         default_factory=list,
         description="Regular expressions; matches in request and response text are "
         "replaced by [REDACTED] before the record is written.",
+    )
+    embedding_vectors: Literal["omit", "keep"] = Field(
+        default="omit",
+        description="What an embeddings record keeps of its answer. omit: the model, usage "
+        "and each vector's dimension count, not the vectors (they are large and nothing "
+        "learns from them; a retry under the same idempotency key is then answered "
+        "afresh). keep: the whole response, vectors included.",
     )
 
     @field_validator("redact_patterns")

@@ -97,6 +97,68 @@ class ChatCompletionRequest(_Body):
         return self.max_completion_tokens or self.max_tokens
 
 
+class CompletionRequest(_Body):
+    """``POST /v1/completions``: a raw text continuation of one prompt (a string, or
+    token ids; a list holding one of either), no chat template. ``max_tokens`` defaults
+    to 16 as OpenAI's does. ``logprobs`` and ``suffix`` are refused rather than ignored."""
+
+    model: str
+    prompt: str | list[str] | list[int] | list[list[int]]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=16, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = Field(default=1, ge=1, le=16)
+    echo: bool = False
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(
+        cls, prompt: str | list[str] | list[int] | list[list[int]]
+    ) -> str | list[str] | list[int] | list[list[int]]:
+        if isinstance(prompt, list):
+            if not prompt:
+                raise ValueError("prompt must not be empty")
+            if isinstance(prompt[0], str | list) and len(prompt) != 1:
+                raise ValueError(
+                    f"the embedded engine completes one prompt per request, not {len(prompt)}"
+                )
+        return prompt
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, stop: str | list[str] | None) -> list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop
+        if stops is not None and any(not s for s in stops):
+            raise ValueError("stop strings must not be empty")
+        return stops
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> CompletionRequest:
+        if self.logprobs:
+            raise ValueError("logprobs on /v1/completions is not supported by the embedded engine")
+        if self.suffix:
+            raise ValueError("suffix (insertion) is not supported by the embedded engine")
+        return self
+
+    def text_or_ids(self) -> str | list[int]:
+        """The one prompt: its text, or its token ids."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            return prompt
+        first = prompt[0]
+        if isinstance(first, str):
+            return first
+        if isinstance(first, list):
+            return list(first)
+        return [int(token) for token in prompt if isinstance(token, int)]
+
+
 class TokenizeRequest(_Body):
     """``POST /tokenize`` (vLLM's chat form): the conversation's tokens through the chat
     template, generation prompt included, as ``/v1/chat/completions`` would encode it."""

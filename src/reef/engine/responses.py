@@ -12,6 +12,9 @@ from reef.engine.sequences import ChoiceDelta, FinishReason, TokenLogprob
 
 TokenText = Callable[[int], str]
 
+ADAPTER_DIGEST_HEADER = "x-reef-adapter-digest"
+"""Response header naming the digest of the adapter version that generated the answer."""
+
 
 def completion_id() -> str:
     """An id in OpenAI's ``chatcmpl-…`` form."""
@@ -25,6 +28,7 @@ def error_body(status: int, message: str, code: str | None = None) -> dict[str, 
         404: "invalid_request_error",
         413: "invalid_request_error",
         405: "invalid_request_error",
+        501: "not_implemented_error",
         503: "service_unavailable",
     }.get(status, "server_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}

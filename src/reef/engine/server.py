@@ -1,6 +1,8 @@
-"""The HTTP face of the engine (aiohttp): OpenAI chat completions, vLLM's adapter API.
+"""The HTTP face of the engine (aiohttp): OpenAI chat and text completions, vLLM's
+adapter API.
 
-Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``completions``),
+``POST /v1/embeddings`` (a 501: no embedding model here), ``GET /v1/models``, ``POST
 /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, ``POST /tokenize`` (vLLM's,
 at the root as vLLM has it), ``GET /health``. Errors are
 OpenAI-shaped. A client that disconnects cancels its generation (aiohttp's handler
@@ -24,15 +26,23 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
+from reef.engine.completions import complete_text
 from reef.engine.errors import ADAPTER_ALREADY_LOADED, AdapterConflictError
 from reef.engine.models import load_model
 from reef.engine.protocol import (
     ChatCompletionRequest,
+    CompletionRequest,
     LoadLoraAdapterRequest,
     TokenizeRequest,
     UnloadLoraAdapterRequest,
 )
-from reef.engine.responses import ChoiceAccumulator, ResponseShape, error_body, usage
+from reef.engine.responses import (
+    ADAPTER_DIGEST_HEADER,
+    ChoiceAccumulator,
+    ResponseShape,
+    error_body,
+    usage,
+)
 from reef.engine.runtime import Engine, GenerationStream
 
 logger = logging.getLogger("reef.engine")
@@ -41,10 +51,6 @@ ENGINE_KEY = web.AppKey("engine", Engine)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 Body = TypeVar("Body", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-ADAPTER_DIGEST_HEADER = "x-reef-adapter-digest"
-"""Response header naming the digest of the adapter version that generated the answer."""
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -194,6 +200,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         stream.cancel()  # no-op when it finished; stops the rows when the client left
 
 
+async def text_completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/completions``: a raw continuation of one prompt (``completions``)."""
+    body = await _parse(request, CompletionRequest)
+    return await complete_text(request, request.app[ENGINE_KEY], body)
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    """``POST /v1/embeddings``: 501. The engine serves a generative chat model, and a
+    vector from it (mean-pooled hidden states) would pass for an embedding without being
+    one."""
+    engine = request.app[ENGINE_KEY]
+    return _error(
+        501,
+        f"the embedded engine serves no embeddings: {engine.name} is a generative chat "
+        "model, not an embedding model; serve embeddings from an upstream that has one "
+        "(vLLM --task embed, OpenAI)",
+    )
+
+
 async def _stream(  # noqa: PLR0913
     request: web.Request,
     shape: ResponseShape,
@@ -238,6 +263,8 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", text_completions)
+    app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
     app.router.add_post("/tokenize", tokenize)

@@ -31,7 +31,7 @@ from reef.experience.errors import (
     StoreUnavailableError,
     WriterNotRunningError,
 )
-from reef.experience.exchanges import CanonicalExchange, canonical_exchange
+from reef.experience.exchanges import TRAINABLE_APIS, CanonicalExchange, canonical_exchange
 from reef.experience.export import ParquetUnavailableError, export_records
 from reef.experience.records import (
     COMPUTED_KINDS,
@@ -60,6 +60,7 @@ __all__ = [
     "COMPUTED_KINDS",
     "EXPLICIT",
     "REDACTED",
+    "TRAINABLE_APIS",
     "Branch",
     "CanonicalExchange",
     "ExperienceStore",

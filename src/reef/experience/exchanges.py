@@ -9,8 +9,14 @@ session; tools are in OpenAI function form (``{"type": "function", "function": {
 with a dialect's tools that have no function form (Anthropic's server tools) kept as
 sent.
 
+A legacy text completion (``openai.completions``) is its prompt as the user's message
+and its text as the reply. An embeddings record (``openai.embeddings``) is its input
+with no reply, and is no training example: ``TRAINABLE_APIS`` names the apis whose
+records are prompt-and-answer exchanges that learning may select.
+
 Extend: a new ``api`` value of ``RecordDraft`` registers its canonicaliser in
-``CANONICALISERS`` (a record of an unregistered api raises ``InvalidInputError``).
+``CANONICALISERS`` (a record of an unregistered api raises ``InvalidInputError``), and
+joins ``TRAINABLE_APIS`` when its records are answers to learn from.
 """
 
 from __future__ import annotations
@@ -23,8 +29,11 @@ from reef.core.errors import InvalidInputError
 from reef.experience.records import RecordView
 from reef.upstream.canonical import (
     canonical_anthropic,
+    canonical_completions,
+    canonical_embeddings,
     canonical_openai,
     canonical_reply_anthropic,
+    canonical_reply_completions,
     canonical_reply_openai,
     canonical_reply_responses,
     canonical_responses,
@@ -81,11 +90,32 @@ def _openai_responses(
     return CanonicalExchange(canonical_responses(request), reply, tools, chat.get("tool_choice"))
 
 
+def _openai_completions(
+    request: dict[str, Any], response: dict[str, Any] | None
+) -> CanonicalExchange:
+    reply = canonical_reply_completions(response, request) if response else None
+    return CanonicalExchange(canonical_completions(request), reply)
+
+
+def _openai_embeddings(
+    request: dict[str, Any], response: dict[str, Any] | None
+) -> CanonicalExchange:
+    return CanonicalExchange(canonical_embeddings(request), None)
+
+
 CANONICALISERS: dict[str, Canonicaliser] = {
     "openai.chat": _openai_chat,
     "anthropic.messages": _anthropic_messages,
     "openai.responses": _openai_responses,
+    "openai.completions": _openai_completions,
+    "openai.embeddings": _openai_embeddings,
 }
+
+TRAINABLE_APIS: frozenset[str] = frozenset(
+    {"openai.chat", "anthropic.messages", "openai.responses", "openai.completions"}
+)
+"""The apis whose records answer a prompt, so learning may train on them (not
+``openai.embeddings``: a vector is no answer to imitate)."""
 
 
 def canonical_exchange(record: RecordView) -> CanonicalExchange:

@@ -37,7 +37,13 @@ class RecordDraft:
     id: str
     scenario: str
     session_id: str
-    api: Literal["openai.chat", "anthropic.messages", "openai.responses"]
+    api: Literal[
+        "openai.chat",
+        "anthropic.messages",
+        "openai.responses",
+        "openai.completions",
+        "openai.embeddings",
+    ]
     request: dict[str, Any]
     response: dict[str, Any] | None
     status: RecordStatus

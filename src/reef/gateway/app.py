@@ -251,6 +251,8 @@ def create_app(
     token_counts = TokenCountRoutes(state)
     routes = [
         Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
+        Route("/v1/completions", inference.openai_completions, methods=["POST"]),
+        Route("/v1/embeddings", inference.openai_embeddings, methods=["POST"]),
         Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", token_counts.count_tokens, methods=["POST"]),
         Route("/v1/responses", inference.openai_responses, methods=["POST"]),
@@ -326,5 +328,7 @@ def create_app(
             "/v1/chat/completions": inference.openai_chat,
             "/v1/messages": inference.anthropic_messages,
             "/v1/responses": inference.openai_responses,
+            "/v1/completions": inference.openai_completions,
+            "/v1/embeddings": inference.openai_embeddings,
         },
     )

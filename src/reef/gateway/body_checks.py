@@ -16,6 +16,9 @@ from reef.gateway.errors import InvalidFieldError
 
 MAX_COUNT: Final = 2**31 - 1  # token counts: what every server keeps in a 32-bit int
 MAX_CHOICES: Final = 128  # OpenAI's own bound on ``n``
+MAX_COMPLETION_LOGPROBS: Final = 5  # OpenAI's bound on a legacy completion's ``logprobs``
+EMBEDDING_ENCODINGS: Final = ("float", "base64")
+MAX_EMBEDDING_DIMENSIONS: Final = 65_536  # past any embedding model's width
 _INT64: Final = 2**63
 ANTHROPIC_TOOL_CHOICES: Final = ("auto", "any", "tool", "none")
 _CONTENT: Final = "a string or an array of content blocks"
@@ -52,6 +55,61 @@ def check_openai_chat(body: dict[str, Any]) -> None:
     _integer(body, "seed", -_INT64, _INT64 - 1)
     for key in ("presence_penalty", "frequency_penalty"):
         _number(body, key, None, None)
+
+
+def check_openai_completions(body: dict[str, Any]) -> None:
+    """Raise ``InvalidFieldError`` unless what Reef reads of a legacy text completion body
+    (``/v1/completions``) has the type the OpenAI API gives it."""
+    _inputs(body, "prompt")
+    _common(body)
+    options = body.get("stream_options")
+    if options is not None:
+        _optional_boolean(_object(options, "stream_options"), "include_usage", "stream_options")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        _strings(stop, "stop", "a string or an array of strings")
+    _optional_boolean(body, "echo", None)
+    _optional_string(body, "suffix", None)
+    _integer(body, "n", 1, MAX_CHOICES)
+    _integer(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    _integer(body, "seed", -_INT64, _INT64 - 1)
+
+
+def check_openai_embeddings(body: dict[str, Any]) -> None:
+    """Raise ``InvalidFieldError`` unless what Reef reads of an embeddings body has the
+    type the OpenAI API gives it."""
+    _inputs(body, "input")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        _refuse("model", "a string", model)
+    _integer(body, "dimensions", 1, MAX_EMBEDDING_DIMENSIONS)
+    encoding = body.get("encoding_format")
+    if encoding is not None and encoding not in EMBEDDING_ENCODINGS:
+        _refuse("encoding_format", "'float' or 'base64'", encoding)
+
+
+def _inputs(body: dict[str, Any], key: str) -> None:
+    """A completion's ``prompt`` or an embedding's ``input``: a string, or a non-empty
+    array of strings, of token ids, or of arrays of token ids."""
+    expected = "a string, or a non-empty array of strings, token ids or arrays of token ids"
+    value = body.get(key)
+    if value is None:
+        raise InvalidFieldError(key, f"request body is missing '{key}'")
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list) or not value:
+        _refuse(key, expected, value)
+    if all(isinstance(item, str) for item in value):
+        return
+    rows = value if all(isinstance(item, list) for item in value) else [value]
+    for row, tokens in enumerate(rows):
+        if not tokens or not all(_is_token(token) for token in tokens):
+            where = key if rows is not value else f"{key}[{row}]"
+            _refuse(where, expected, tokens)
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
 def check_anthropic_messages(body: dict[str, Any]) -> None:

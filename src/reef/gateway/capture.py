@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import logging
 import time
@@ -27,7 +29,13 @@ from reef.upstream import canonical_request, extend_chain
 
 log = logging.getLogger("reef.gateway")
 
-Api = Literal["openai.chat", "anthropic.messages", "openai.responses"]
+Api = Literal[
+    "openai.chat",
+    "anthropic.messages",
+    "openai.responses",
+    "openai.completions",
+    "openai.embeddings",
+]
 
 
 @dataclass
@@ -53,6 +61,9 @@ class Exchange:
     # headers): its outcome then finishes that row.
     pending: bool = False
     responses: ResponsesTurn | None = None  # a Responses API request, resolved
+    # False when the record will not hold the whole answer (embeddings without their
+    # vectors): it then keeps no idempotency key, and a retry is answered afresh.
+    replayable: bool = True
     started: float = field(default_factory=time.perf_counter)
 
     def latency_ms(self) -> float:
@@ -76,6 +87,34 @@ def continuation_candidates(conversation: list[dict[str, Any]], chain: list[str]
         for index in range(len(conversation) - 1, -1, -1)
         if conversation[index].get("role") == "assistant"
     ]
+
+
+def embeddings_for_record(response: dict[str, Any]) -> dict[str, Any]:
+    """An embeddings response as recorded by default (``capture.embedding_vectors:
+    omit``): each vector replaced by its dimension count, the rest (model, usage) kept."""
+    data = response.get("data")
+    items = [
+        {
+            "object": item.get("object", "embedding"),
+            "index": item.get("index", position),
+            "dimensions": _dimensions(item.get("embedding")),
+        }
+        for position, item in enumerate(data if isinstance(data, list) else ())
+        if isinstance(item, dict)
+    ]
+    return {**response, "data": items, "vectors": "omitted"}
+
+
+def _dimensions(embedding: Any) -> int | None:
+    """A vector's length: a list of floats, or base64 of little-endian float32s."""
+    if isinstance(embedding, list):
+        return len(embedding)
+    if isinstance(embedding, str):
+        try:
+            return len(base64.b64decode(embedding, validate=True)) // 4
+        except binascii.Error:
+            return None
+    return None
 
 
 class Recorder:
@@ -147,7 +186,9 @@ class Recorder:
             purpose=exchange.purpose,
             # Only a complete answer holds the key: a retry after an error or a cut stream
             # is served afresh (and recorded apart) instead of replaying the failure.
-            idempotency_key=exchange.headers.idempotency_key if status == "ok" else None,
+            idempotency_key=(
+                exchange.headers.idempotency_key if status == "ok" and exchange.replayable else None
+            ),
             session_is_new=exchange.session_is_new,
             finishes_pending=exchange.pending,
         )

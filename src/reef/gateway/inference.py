@@ -1,5 +1,5 @@
-"""The inference routes: OpenAI chat completions and responses, Anthropic messages,
-recorded."""
+"""The inference routes: OpenAI chat completions, responses, legacy text completions
+and embeddings, Anthropic messages; recorded."""
 
 from __future__ import annotations
 
@@ -22,12 +22,18 @@ from starlette.types import Receive, Scope, Send
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
 from reef.experience import RecordView
-from reef.gateway.body_checks import check_anthropic_messages, check_openai_chat
+from reef.gateway.body_checks import (
+    check_anthropic_messages,
+    check_openai_chat,
+    check_openai_completions,
+    check_openai_embeddings,
+)
 from reef.gateway.capture import (
     Api,
     Exchange,
     canonical_conversation,
     continuation_candidates,
+    embeddings_for_record,
 )
 from reef.gateway.errors import (
     ErrorDialect,
@@ -42,7 +48,8 @@ from reef.gateway.idempotency import (
     Lead,
     request_fingerprint,
 )
-from reef.gateway.relay import open_relay, stream_receipt
+from reef.gateway.native_relay import NativeResponsesRelay
+from reef.gateway.relay import CompletionsRelay, StreamRelay, open_relay, stream_receipt
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
@@ -50,7 +57,7 @@ from reef.gateway.requests import (
     reef_headers,
 )
 from reef.gateway.response_checks import check_openai_responses
-from reef.gateway.response_turns import resolve_turn
+from reef.gateway.response_turns import ResponsesTurn, resolve_turn
 from reef.gateway.responses import keep_response
 from reef.gateway.segments import one_segment
 from reef.gateway.serving import ServingRelease
@@ -63,8 +70,10 @@ from reef.upstream import (
     UpstreamRejectedError,
     UpstreamRequest,
     UpstreamStream,
+    UpstreamUnsupportedError,
     anthropic_request_to_openai,
     canonical_reply_anthropic,
+    canonical_reply_completions,
     canonical_reply_openai,
     canonical_reply_responses,
     chain_hashes,
@@ -78,6 +87,15 @@ _ROUTES: dict[Api, str] = {
     "openai.chat": "/v1/chat/completions",
     "anthropic.messages": "/v1/messages",
     "openai.responses": "/v1/responses",
+    "openai.completions": "/v1/completions",
+    "openai.embeddings": "/v1/embeddings",
+}
+_CHECKS: dict[Api, Callable[[dict[str, Any]], None]] = {
+    "openai.chat": check_openai_chat,
+    "anthropic.messages": check_anthropic_messages,
+    "openai.responses": check_openai_responses,
+    "openai.completions": check_openai_completions,
+    "openai.embeddings": check_openai_embeddings,
 }
 _FORWARDED_ANTHROPIC_HEADERS = ("anthropic-beta", "anthropic-version")
 _MODELS_NAMED = 50  # of an upstream's models, in the 404 for a model it does not serve
@@ -94,6 +112,7 @@ class CallPlan:
     translate: bool  # an Anthropic or Responses client on an OpenAI-compatible upstream
     strip_usage: bool  # usage was requested upstream for the record, not by the client
     model_from_client: bool = False  # no model configured: the client's name went upstream
+    native: bool = False  # a Responses request passed through to the upstream's /responses
 
 
 class InferenceEndpoint:
@@ -108,8 +127,8 @@ class InferenceEndpoint:
 
 
 class InferenceRoutes:
-    """Route handlers for ``/v1/chat/completions``, ``/v1/messages`` and
-    ``/v1/responses``."""
+    """Route handlers for ``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``,
+    ``/v1/completions`` and ``/v1/embeddings``."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
@@ -117,6 +136,8 @@ class InferenceRoutes:
         self.openai_chat = InferenceEndpoint(self, "openai.chat")  # POST /v1/chat/completions
         self.anthropic_messages = InferenceEndpoint(self, "anthropic.messages")  # /v1/messages
         self.openai_responses = InferenceEndpoint(self, "openai.responses")  # /v1/responses
+        self.openai_completions = InferenceEndpoint(self, "openai.completions")  # /v1/completions
+        self.openai_embeddings = InferenceEndpoint(self, "openai.embeddings")  # /v1/embeddings
         self._closing: set[asyncio.Task[None]] = set()
         self._in_flight = 0  # requests between arrival and the end of their response
 
@@ -229,12 +250,7 @@ class InferenceRoutes:
         state = self.state
         principal = state.auth.authenticate(request)
         body = await read_json_object(request, state.settings.server.max_body_bytes)
-        if api == "openai.chat":
-            check_openai_chat(body)
-        elif api == "openai.responses":
-            check_openai_responses(body)
-        else:
-            check_anthropic_messages(body)
+        _CHECKS[api](body)
         headers = reef_headers(request, body, state.model_aliases)
         principal.check_scenario(headers.scenario)
         record_id = new_id()
@@ -271,12 +287,9 @@ class InferenceRoutes:
             and canary.takes(session_id)
         ):
             serving, purpose = canary.serving, "canary"
-        # A Responses request is rendered and sent as its chat-completions translation.
-        source = turn.chat if turn is not None else body
-        rendered = self._render(
-            "openai.chat" if turn is not None else api, source, headers.scenario, serving
-        )
+        source, rendered = self._outgoing(api, body, turn, headers.scenario, serving)
         plan = self._plan(api, rendered, headers.scenario, request, serving, body.get("model"))
+        keep_vectors = state.settings.capture.embedding_vectors == "keep"
         exchange = Exchange(
             api=api,
             record_id=record_id,
@@ -295,14 +308,41 @@ class InferenceRoutes:
             purpose=purpose,
             started=started,
             responses=turn,
+            # An embeddings record without its vectors cannot answer a retry by its key.
+            replayable=api != "openai.embeddings" or keep_vectors,
         )
         return exchange, plan
+
+    def _outgoing(
+        self,
+        api: Api,
+        body: dict[str, Any],
+        turn: ResponsesTurn | None,
+        scenario: str,
+        serving: ServingRelease,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What goes upstream before its model is set, as the client's request made it
+        and with the release's harness rendered in (the same object when none was)."""
+        if turn is None:
+            return body, self._render(api, body, scenario, serving)
+        if self.state.settings.upstream_for(scenario)[1].responses == "native":
+            # Passed through as the record keeps it (the conversation Reef resolved from
+            # previous_response_id, which the upstream never saw); no harness: one
+            # renders into chat messages.
+            native = {k: v for k, v in turn.body.items() if k != "previous_response_id"}
+            return native, native
+        # A Responses request is rendered and sent as its chat-completions translation.
+        return turn.chat, self._render("openai.chat", turn.chat, scenario, serving)
 
     def _render(
         self, api: Api, body: dict[str, Any], scenario: str, serving: ServingRelease
     ) -> dict[str, Any]:
-        """The request with the release's harness applied (managed scenarios only)."""
+        """The request with the release's harness applied (managed scenarios only; a
+        harness renders into conversations, so text completions and embeddings go as
+        sent)."""
         if serving.harness is None or self.state.settings.scenario(scenario).harness != "managed":
+            return body
+        if api in ("openai.completions", "openai.embeddings"):
             return body
         if api == "openai.chat":
             return render_openai(serving.harness, body)
@@ -319,32 +359,18 @@ class InferenceRoutes:
     ) -> CallPlan:
         """How ``body`` (rendered; a Responses request's chat translation) reaches the
         scenario's upstream; ``requested`` is the model the client named."""
-        settings = self.state.settings
-        upstream_name, upstream_config = settings.upstream_for(scenario)
+        upstream_name, upstream_config = self.state.settings.upstream_for(scenario)
         upstream = self.state.upstreams[upstream_name]
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
-        scenario_model = settings.scenario(scenario).model
-        configured = scenario_model or serving.base_model or upstream_config.model
-        model_from_client = False
-        if serving.adapter_name is not None:
-            model = serving.adapter_name  # the release's weights, whatever the client named
-        elif configured:
-            # An application keeps its own model name ("gpt-4o"): the scenario's model
-            # serves it, and the record keeps the request as the client sent it.
-            model = configured
-        elif (
-            client_model.startswith(SCENARIO_MODEL_PREFIX)
-            or not requested
-            or client_model in self.state.model_aliases
-        ):
-            # Neither a reef/ name nor an alias is a model an upstream knows.
-            raise InvalidInputError(
-                f"scenario {scenario!r} has no model configured: set "
-                f"scenarios.{scenario}.model or upstreams.{upstream_name}.model, "
-                f"or send an upstream model name (not {client_model!r})"
+        if api in ("openai.completions", "openai.embeddings") and upstream.dialect != "openai":
+            raise UpstreamUnsupportedError(
+                f"scenario {scenario!r} is served by the Anthropic upstream {upstream_name!r}, "
+                f"which has no POST {_ROUTES[api]}: it needs an OpenAI-compatible upstream "
+                "(call an Anthropic model through POST /v1/messages)"
             )
-        else:
-            model, model_from_client = client_model, True
+        if api == "openai.embeddings":
+            return self._embeddings_plan(scenario, upstream_name, upstream, body, requested)
+        model, model_from_client = self._model(scenario, serving, requested)
         stream = bool(body.get("stream"))
         if api == "openai.responses":
             if upstream.dialect != "openai":
@@ -353,15 +379,21 @@ class InferenceRoutes:
                     f"{upstream_name!r}; POST /v1/responses needs a chat-completions "
                     "upstream (call it through POST /v1/messages)"
                 )
+            native = upstream_config.responses == "native"
             return CallPlan(
                 upstream,
-                UpstreamRequest("/chat/completions", dumps({**body, "model": model}), stream),
+                UpstreamRequest(
+                    "/responses" if native else "/chat/completions",
+                    dumps({**body, "model": model}),
+                    stream,
+                ),
                 client_model,
-                translate=True,
+                translate=not native,
                 strip_usage=False,
                 model_from_client=model_from_client,
+                native=native,
             )
-        if api == "openai.chat":
+        if api in ("openai.chat", "openai.completions"):
             if upstream.dialect != "openai":
                 raise UnsupportedRouteError(
                     f"scenario {scenario!r} is served by the Anthropic upstream "
@@ -374,9 +406,10 @@ class InferenceRoutes:
                 wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
                 strip_usage = not wants_usage
                 out["stream_options"] = {**(options or {}), "include_usage": True}
+            path = "/chat/completions" if api == "openai.chat" else "/completions"
             return CallPlan(
                 upstream,
-                UpstreamRequest("/chat/completions", dumps(out), stream),
+                UpstreamRequest(path, dumps(out), stream),
                 client_model,
                 translate=False,
                 strip_usage=strip_usage,
@@ -406,12 +439,78 @@ class InferenceRoutes:
             model_from_client=model_from_client,
         )
 
-    def _receipt(self, exchange: Exchange) -> dict[str, str]:
+    def _model(self, scenario: str, serving: ServingRelease, requested: Any) -> tuple[str, bool]:
+        """The model a generating request sends upstream, and whether it is the client's
+        own name (``requested``); ``InvalidInputError`` when there is none to send."""
+        settings = self.state.settings
+        upstream_name, upstream_config = settings.upstream_for(scenario)
+        configured = (
+            settings.scenario(scenario).model or serving.base_model or upstream_config.model
+        )
+        client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
+        if serving.adapter_name is not None:
+            return serving.adapter_name, False  # the release's weights, whatever was named
+        if configured:
+            # An application keeps its own model name ("gpt-4o"): the scenario's model
+            # serves it, and the record keeps the request as the client sent it.
+            return configured, False
+        if (
+            client_model.startswith(SCENARIO_MODEL_PREFIX)
+            or not requested
+            or client_model in self.state.model_aliases
+        ):
+            # Neither a reef/ name nor an alias is a model an upstream knows.
+            raise InvalidInputError(
+                f"scenario {scenario!r} has no model configured: set "
+                f"scenarios.{scenario}.model or upstreams.{upstream_name}.model, "
+                f"or send an upstream model name (not {client_model!r})"
+            )
+        return client_model, True
+
+    def _embeddings_plan(
+        self,
+        scenario: str,
+        upstream_name: str,
+        upstream: Upstream,
+        body: dict[str, Any],
+        requested: Any,
+    ) -> CallPlan:
+        """An embeddings request goes upstream under the client's own model name (an
+        embedding model, not the scenario's chat model); ``reef/<scenario>`` or an alias
+        gets the scenario's configured model. Never a release's adapter: adapters are
+        generative weights."""
+        settings = self.state.settings
+        named = (
+            isinstance(requested, str)
+            and bool(requested)
+            and not requested.startswith(SCENARIO_MODEL_PREFIX)
+            and requested not in self.state.model_aliases
+        )
+        if named:
+            model, from_client = str(requested), True
+        else:
+            configured = (
+                settings.scenario(scenario).model or settings.upstreams[upstream_name].model
+            )
+            if not configured:
+                raise InvalidInputError(
+                    f"scenario {scenario!r} has no model configured: name an embedding model "
+                    f"(not {requested!r}), or set scenarios.{scenario}.model or "
+                    f"upstreams.{upstream_name}.model"
+                )
+            model, from_client = configured, False
+        client_model = str(requested) if named else model
+        request = UpstreamRequest("/embeddings", dumps({**body, "model": model}), False)
+        return CallPlan(
+            upstream, request, client_model, False, False, model_from_client=from_client
+        )
+
+    def _receipt(self, exchange: Exchange, recorded: bool = True) -> dict[str, str]:
         headers = {
             "x-reef-release-id": exchange.release_id or "none",
             "x-reef-session-id": exchange.session_id,
         }
-        if exchange.capture:
+        if exchange.capture and recorded:
             headers["x-reef-record-id"] = exchange.record_id
             headers["x-reef-agent-record-id"] = exchange.record_id
         if not exchange.headers.capture:
@@ -424,11 +523,13 @@ class InferenceRoutes:
         self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
         if plan.model_from_client and isinstance(exc, UpstreamRejectedError) and exc.status == 404:
             exc = await self._unknown_model(plan, exc)
-        if exchange.capture:
+        # An upstream without the route (it answered 501) exchanged nothing: no record.
+        recorded = exchange.capture and not isinstance(exc, UpstreamUnsupportedError)
+        if recorded:
             recorder = self.state.recorder
             draft = recorder.draft(exchange, None, None, "error", exc.detail)
             await recorder.record(draft, self._alone())
-        response = error_response(exc, dialect, self._receipt(exchange))
+        response = error_response(exc, dialect, self._receipt(exchange, recorded))
         self._observe(exchange, response.status_code)
         return response
 
@@ -466,23 +567,13 @@ class InferenceRoutes:
                 raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
-        if exchange.responses is not None:
-            data = openai_response_to_responses(data, exchange.responses.shell)
-            reply = canonical_reply_responses(data)
-            payload = dumps(data)
-        elif plan.translate:
-            reply = canonical_reply_openai(data)
-            data = openai_response_to_anthropic(data, plan.client_model)
-            payload = dumps(data)
-        else:
-            payload = answer.body
-            if exchange.api == "openai.chat":
-                reply = canonical_reply_openai(data)
-            else:
-                reply = canonical_reply_anthropic(data)
+        payload, data, reply = self._answered(exchange, plan, answer.body, data)
         if exchange.capture:
             recorder = self.state.recorder
-            draft = recorder.draft(exchange, data, reply, "ok", None)
+            recorded = data
+            if exchange.api == "openai.embeddings" and not exchange.replayable:
+                recorded = embeddings_for_record(data)
+            draft = recorder.draft(exchange, recorded, reply, "ok", None)
             first = await recorder.record_first(draft, self._alone())
             if first != draft.id:
                 return await self._answer_first(exchange, first, dialect)
@@ -495,6 +586,29 @@ class InferenceRoutes:
             media_type="application/json",
             headers=self._receipt(exchange),
         )
+
+    def _answered(
+        self, exchange: Exchange, plan: CallPlan, body: bytes, data: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any], dict[str, Any] | None]:
+        """What the client gets of a complete answer (``body``, parsed: ``data``), the
+        response in the client's dialect, and its canonical reply (none for vectors)."""
+        if exchange.responses is not None:
+            if plan.native:  # the upstream's own response, under Reef's id
+                data = {**data, "id": exchange.responses.response_id}
+            else:
+                data = openai_response_to_responses(data, exchange.responses.shell)
+            return dumps(data), data, canonical_reply_responses(data)
+        if plan.translate:
+            reply = canonical_reply_openai(data)
+            data = openai_response_to_anthropic(data, plan.client_model)
+            return dumps(data), data, reply
+        if exchange.api == "openai.chat":
+            return body, data, canonical_reply_openai(data)
+        if exchange.api == "openai.completions":
+            return body, data, canonical_reply_completions(data, exchange.body)
+        if exchange.api == "openai.embeddings":
+            return body, data, None  # a vector is no reply to learn from
+        return body, data, canonical_reply_anthropic(data)
 
     async def _answer_first(
         self, exchange: Exchange, record_id: str, dialect: ErrorDialect
@@ -567,14 +681,7 @@ class InferenceRoutes:
         then may not await, so it closes the upstream and records ``aborted`` through
         tasks of their own.
         """
-        relay = open_relay(
-            exchange.api,
-            translate=plan.translate,
-            strip_usage=plan.strip_usage,
-            client_model=plan.client_model,
-            shell=exchange.responses.shell if exchange.responses is not None else None,
-            receipt=stream_receipt(self._receipt(exchange)),
-        )
+        relay = self._stream_relay(exchange, plan)
         recorder = self.state.recorder
         recorded = False
         try:
@@ -619,6 +726,22 @@ class InferenceRoutes:
                     recorder.record_in_background(draft)
                 self._observe(exchange, 499)
         await stream.aclose()
+
+    def _stream_relay(self, exchange: Exchange, plan: CallPlan) -> StreamRelay:
+        """The relay that takes ``exchange``'s stream to its client (``reef.gateway.relay``)."""
+        receipt = stream_receipt(self._receipt(exchange))
+        if plan.native and exchange.responses is not None:
+            return NativeResponsesRelay(exchange.responses.response_id, receipt)
+        if exchange.api == "openai.completions":
+            return CompletionsRelay(plan.strip_usage, exchange.body)
+        return open_relay(
+            exchange.api,
+            translate=plan.translate,
+            strip_usage=plan.strip_usage,
+            client_model=plan.client_model,
+            shell=exchange.responses.shell if exchange.responses is not None else None,
+            receipt=receipt,
+        )
 
 
 class _Held:

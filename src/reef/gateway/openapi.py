@@ -27,6 +27,8 @@ from reef.gateway.evaluation_admin import AbandonIn
 from reef.gateway.feedback import FeedbackIn
 from reef.gateway.openapi_bodies import (
     chat_completion_request,
+    completion_request,
+    embeddings_request,
     messages_request,
     responses_request,
 )
@@ -70,6 +72,7 @@ class Operation:
     responses: dict[str, str] = field(default_factory=dict)
     media: str = _JSON  # of the success response
     inference: bool = False  # takes the x-reef-* request headers, sends the receipt headers
+    streams: bool = True  # an inference route's answer may be an event stream
     schema: str | None = None  # the success body's schema name under components.schemas
 
 
@@ -164,6 +167,10 @@ _INFERENCE_NOT_FOUND = (
     "not serve (the message lists those it does)."
 )
 _KEY_IN_USE = "The idempotency key names another request (body, API or key)."
+_NO_ROUTE = (
+    "The scenario's upstream has no such route (an Anthropic upstream; an upstream that "
+    "answered 501, as the embedded engine does for embeddings). Not recorded."
+)
 
 # fmt: off
 OPERATIONS: tuple[Operation, ...] = (
@@ -175,6 +182,30 @@ OPERATIONS: tuple[Operation, ...] = (
                          "`stream` is true).", **_COMMON_ERRORS,
                          "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
                          "413": "Body too large.", "502": "The upstream failed.",
+                         "504": "The upstream timed out."}),
+    Operation("post", "/v1/completions", "inference", "OpenAI legacy text completion", "any",
+              "Streaming (SSE) or not; relayed to the scenario's OpenAI-compatible upstream "
+              "(`/completions`) and recorded like a chat completion, its canonical form "
+              "the prompt as the user's message and the text as the reply. No harness is "
+              "rendered into a raw prompt. An Anthropic upstream has no text completions: "
+              "501, not recorded.", inference=True, body="CompletionRequest",
+              responses={"200": "The upstream's `text_completion` (`text/event-stream` "
+                         "when `stream` is true).", **_COMMON_ERRORS,
+                         "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
+                         "413": "Body too large.",
+                         "501": _NO_ROUTE, "502": "The upstream failed.",
+                         "504": "The upstream timed out."}),
+    Operation("post", "/v1/embeddings", "inference", "OpenAI embeddings", "any",
+              "Relayed to the scenario's OpenAI-compatible upstream (`/embeddings`) under "
+              "the client's own model name (`reef/<scenario>` or an alias: the scenario's "
+              "configured model; never a release's adapter). Recorded without the vectors "
+              "(model, usage and each vector's dimension count) unless "
+              "`capture.embedding_vectors: keep`; never trained on.", inference=True,
+              streams=False, body="EmbeddingsRequest",
+              responses={"200": "The upstream's embeddings `list`.", **_COMMON_ERRORS,
+                         "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
+                         "413": "Body too large.",
+                         "501": _NO_ROUTE, "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
     Operation("post", "/v1/messages", "inference", "Anthropic messages", "any",
               "Streaming or not; translated for OpenAI-compatible upstreams, passed through to "
@@ -196,7 +227,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("post", "/v1/responses", "inference", "OpenAI responses", "any",
               "The Responses API, translated into chat completions for the scenario's "
               "upstream (an OpenAI-compatible one) and back, streams included (the typed "
-              "`response.*` events; `response.failed` when the upstream fails mid-way). "
+              "`response.*` events; `response.failed` when the upstream fails mid-way); "
+              "passed through to an upstream with `responses: native` (under Reef's "
+              "response ids). "
               "`previous_response_id` continues a response Reef stored (the continuation "
               "joins its session); `store: false` keeps nothing retrievable. Reasoning "
               "items, built-in tools and any other untranslatable field are a 400 naming "
@@ -448,6 +481,8 @@ def _schemas() -> dict[str, Any]:
     schemas["ChatCompletionRequest"] = chat_completion_request()
     schemas.update(messages_request())
     schemas["ResponsesRequest"] = responses_request()
+    schemas["CompletionRequest"] = completion_request()
+    schemas["EmbeddingsRequest"] = embeddings_request()
     schemas.update(trajectory_schemas())
     schemas["Error"] = {
         "title": "Error",
@@ -489,8 +524,9 @@ def _responses(operation: Operation) -> dict[str, Any]:
             if operation.media == _JSON:
                 schema = {"$ref": _REF.format(model=operation.schema)} if operation.schema else {}
                 content[_JSON] = {"schema": schema or {"type": "object"}}
-            if operation.inference:
+            if operation.inference and operation.streams:
                 content["text/event-stream"] = {}
+            if operation.inference:
                 response["headers"] = {
                     name: {"description": text, "schema": {"type": "string"}}
                     for name, text in RECEIPT_HEADERS.items()

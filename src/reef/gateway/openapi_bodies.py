@@ -14,8 +14,11 @@ from typing import Any
 from reef.core.jsoncodec import MAX_DEPTH
 from reef.gateway.body_checks import (
     ANTHROPIC_TOOL_CHOICES,
+    EMBEDDING_ENCODINGS,
     MAX_CHOICES,
+    MAX_COMPLETION_LOGPROBS,
     MAX_COUNT,
+    MAX_EMBEDDING_DIMENSIONS,
 )
 from reef.gateway.response_checks import FORMAT_TYPES, TOOL_CHOICES, UNSUPPORTED_FIELDS
 
@@ -96,6 +99,72 @@ def chat_completion_request() -> dict[str, Any]:
         presence_penalty=_maybe("number"),
         frequency_penalty=_maybe("number"),
     )
+
+
+def _inputs(description: str) -> dict[str, Any]:
+    """A completion's ``prompt`` or an embedding's ``input``."""
+    tokens = {
+        "type": "array",
+        "minItems": 1,
+        "items": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
+    }
+    return {
+        "description": description,
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            tokens,
+            {"type": "array", "minItems": 1, "items": tokens},
+        ],
+    }
+
+
+def completion_request() -> dict[str, Any]:
+    """``POST /v1/completions`` (legacy text completions)."""
+    return {
+        "title": "CompletionRequest",
+        "type": "object",
+        "description": "An OpenAI legacy text completion request: the fields Reef reads "
+        "are typed here, any other is passed to the upstream." + _NESTING,
+        "required": ["prompt"],
+        "properties": {
+            "prompt": _inputs(
+                "A text, several texts, token ids, or several prompts of token ids (the "
+                "record's canonical form holds the first prompt)."
+            ),
+            **_COMMON,
+            "stream_options": _maybe("object", properties={"include_usage": _maybe("boolean")}),
+            "stop": {"oneOf": [{"type": ["string", "null"]}, _STRINGS]},
+            "echo": _maybe("boolean"),
+            "suffix": _maybe("string"),
+            "n": _counts(1, MAX_CHOICES),
+            "logprobs": _counts(0, MAX_COMPLETION_LOGPROBS),
+            "seed": _counts(-_INT64, _INT64 - 1),
+        },
+        "additionalProperties": True,
+    }
+
+
+def embeddings_request() -> dict[str, Any]:
+    """``POST /v1/embeddings``."""
+    return {
+        "title": "EmbeddingsRequest",
+        "type": "object",
+        "description": "An OpenAI embeddings request: the fields Reef reads are typed "
+        "here, any other is passed to the upstream." + _NESTING,
+        "required": ["input"],
+        "properties": {
+            "input": _inputs("A text, several texts, token ids, or several inputs of them."),
+            "model": _maybe(
+                "string",
+                description="An embedding model (sent upstream as named), or "
+                "`reef/<scenario>` / a model alias for the scenario's configured model.",
+            ),
+            "dimensions": _counts(1, MAX_EMBEDDING_DIMENSIONS),
+            "encoding_format": {"enum": [*EMBEDDING_ENCODINGS, None]},
+        },
+        "additionalProperties": True,
+    }
 
 
 def _block() -> dict[str, Any]:

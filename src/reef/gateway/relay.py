@@ -4,6 +4,7 @@ One class per way a stream reaches a client:
 
 - ``OpenAIRelay``: an OpenAI client on an OpenAI-compatible upstream; events pass
   through, less the usage chunk the gateway asked for on the record's behalf;
+- ``CompletionsRelay``: the same for a legacy text completion (``/v1/completions``);
 - ``AnthropicRelay``: an Anthropic client on the Anthropic API; events pass through;
 - ``TranslatedRelay``: an Anthropic client on an OpenAI-compatible upstream; chunks are
   translated into Anthropic events;
@@ -33,6 +34,7 @@ from reef.gateway.capture import Api
 from reef.gateway.errors import ErrorDialect, error_body
 from reef.upstream import (
     AnthropicStreamAssembler,
+    CompletionStreamAssembler,
     OpenAIStreamAssembler,
     OpenAIToAnthropicStream,
     OpenAIToResponsesStream,
@@ -42,6 +44,7 @@ from reef.upstream import (
     UpstreamMalformedError,
     UpstreamTruncatedError,
     canonical_reply_anthropic,
+    canonical_reply_completions,
     canonical_reply_openai,
     canonical_reply_responses,
     encode_sse,
@@ -118,7 +121,7 @@ class OpenAIRelay(StreamRelay):
     def __init__(self, strip_usage: bool) -> None:
         super().__init__()
         self.strip_usage = strip_usage  # usage was asked for by the gateway, not the client
-        self.assembler = OpenAIStreamAssembler()
+        self.assembler: OpenAIStreamAssembler | CompletionStreamAssembler = OpenAIStreamAssembler()
         self.finished = _OpenAIFinish()
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
@@ -142,6 +145,21 @@ class OpenAIRelay(StreamRelay):
         """The chat.completion received so far and its canonical reply."""
         response = self.assembler.result()
         return response, canonical_reply_openai(response)
+
+
+class CompletionsRelay(OpenAIRelay):
+    """A legacy text completion's chunks passed through to an OpenAI client: they end
+    as chat chunks do (a ``finish_reason`` per choice, then ``[DONE]``)."""
+
+    def __init__(self, strip_usage: bool, request: dict[str, Any] | None) -> None:
+        super().__init__(strip_usage)
+        self.assembler = CompletionStreamAssembler()
+        self.request = request  # its ``echo`` puts the prompt before the reply
+
+    def result(self) -> Result:
+        """The text_completion received so far and its canonical reply."""
+        response = self.assembler.result()
+        return response, canonical_reply_completions(response, self.request)
 
 
 class AnthropicRelay(StreamRelay):
@@ -366,7 +384,8 @@ def open_relay(
 ) -> StreamRelay:
     """The relay for a stream of ``api`` (``translate``: an Anthropic client on an
     OpenAI-compatible upstream; ``shell``: a Responses stream's response object,
-    ``receipt`` its terminal event's ``x_reef``)."""
+    ``receipt`` its terminal event's ``x_reef``). A text completion's is a
+    ``CompletionsRelay``, made with its request."""
     if api == "openai.responses":
         return ResponsesRelay(shell or {}, receipt)
     if api == "openai.chat":

@@ -31,6 +31,11 @@ def stored_answer(view: RecordView, headers: dict[str, str]) -> Answer:
         *events, (name, terminal) = response_events(response)
         events.append((name, {**terminal, "x_reef": stream_receipt(headers)}))
         body = b"".join(_event(name, payload) for name, payload in events)
+    elif view.api == "openai.completions":
+        options = request.get("stream_options")
+        body = completion_chunks(
+            response, isinstance(options, dict) and bool(options.get("include_usage"))
+        )
     else:
         options = request.get("stream_options")
         usage = isinstance(options, dict) and bool(options.get("include_usage"))
@@ -74,6 +79,27 @@ def openai_chunks(completion: dict[str, Any], include_usage: bool) -> bytes:
         chunk([{"index": index, "delta": {}, "finish_reason": finish, "logprobs": None}])
     if include_usage and completion.get("usage"):
         chunk([], usage=completion["usage"])
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+def completion_chunks(completion: dict[str, Any], include_usage: bool) -> bytes:
+    """A ``text_completion`` as the chunks of its stream: each choice's text, then its
+    finish reason."""
+    base = {
+        "id": completion.get("id", ""),
+        "object": "text_completion",
+        "created": completion.get("created", 0),
+        "model": completion.get("model", ""),
+    }
+    out: list[bytes] = []
+    for choice in completion.get("choices") or ():
+        index = choice.get("index", 0)
+        for text, finish in ((choice.get("text") or "", None), ("", choice.get("finish_reason"))):
+            piece = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+            out.append(encode_sse(dumps({**base, "choices": [piece]})))
+    if include_usage and completion.get("usage"):
+        out.append(encode_sse(dumps({**base, "choices": [], "usage": completion["usage"]})))
     out.append(b"data: [DONE]\n\n")
     return b"".join(out)
 

@@ -4,8 +4,9 @@
 ``ExperienceBatch``: ``train`` for learners, ``holdout`` for evaluation only, and
 ``stats`` counting every record or example dropped and why. The rules, in order:
 
-1. Only records created at or before ``now``, with ``purpose == "serve"`` and
-   ``status == "ok"`` (``after_now``, ``not_serve``, ``not_ok``).
+1. Only records created at or before ``now``, with ``purpose == "serve"``,
+   ``status == "ok"`` and an api that answers prompts (``after_now``, ``not_serve``,
+   ``not_ok``, ``not_trainable``: embeddings records, ``reef.experience.TRAINABLE_APIS``).
 2. Screening (``reef.learning.screening``): feedback that is quarantined (held back by
    an earlier run and not released by an admin) or that this run's screening flags is
    left out as if it had never been given (``quarantined_held``, ``quarantined_new``,
@@ -72,6 +73,7 @@ from reef.core.jsoncodec import canonical_json, sha256_hex
 from reef.core.trust import Trust
 from reef.experience import (
     EXPLICIT,
+    TRAINABLE_APIS,
     ExperienceStore,
     FeedbackView,
     RecordView,
@@ -256,6 +258,8 @@ def _eligible(
             stats["not_serve"] += 1
         elif record.status != "ok":
             stats["not_ok"] += 1
+        elif record.api not in TRAINABLE_APIS:
+            stats["not_trainable"] += 1
         else:
             yield record
 

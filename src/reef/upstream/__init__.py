@@ -16,7 +16,11 @@ raises only the ``UpstreamError`` subclasses, gets a ``type`` in
 ``reef.config.models.UpstreamConfig`` and a branch in ``build_upstream``.
 """
 
-from reef.upstream.assemble import AnthropicStreamAssembler, OpenAIStreamAssembler
+from reef.upstream.assemble import (
+    AnthropicStreamAssembler,
+    CompletionStreamAssembler,
+    OpenAIStreamAssembler,
+)
 from reef.upstream.base import (
     ADAPTER_ALREADY_LOADED,
     AdapterAlreadyLoadedError,
@@ -36,10 +40,13 @@ from reef.upstream.base import (
 )
 from reef.upstream.canonical import (
     canonical_anthropic,
+    canonical_completions,
+    canonical_embeddings,
     canonical_message,
     canonical_openai,
     canonical_reply,
     canonical_reply_anthropic,
+    canonical_reply_completions,
     canonical_reply_openai,
     canonical_reply_responses,
     canonical_request,
@@ -79,6 +86,7 @@ __all__ = [
     "RAW_ARGUMENTS_KEY",
     "AdapterAlreadyLoadedError",
     "AnthropicStreamAssembler",
+    "CompletionStreamAssembler",
     "Dialect",
     "HTTPUpstream",
     "HTTPUpstreamStream",
@@ -103,10 +111,13 @@ __all__ = [
     "anthropic_request_to_openai",
     "build_upstream",
     "canonical_anthropic",
+    "canonical_completions",
+    "canonical_embeddings",
     "canonical_message",
     "canonical_openai",
     "canonical_reply",
     "canonical_reply_anthropic",
+    "canonical_reply_completions",
     "canonical_reply_openai",
     "canonical_reply_responses",
     "canonical_request",

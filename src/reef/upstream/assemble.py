@@ -1,9 +1,10 @@
 """Reassemble streamed responses into the complete response objects that are recorded.
 
 ``OpenAIStreamAssembler`` turns chat.completion.chunk objects into a chat.completion;
-``AnthropicStreamAssembler`` turns Messages stream events into a message. Both accept
-whatever arrives, in order, and ``result()`` may be called at any point (a stream cut
-short still yields what was received).
+``CompletionStreamAssembler`` turns a legacy text completion's chunks into one
+``text_completion``; ``AnthropicStreamAssembler`` turns Messages stream events into a
+message. Each accepts whatever arrives, in order, and ``result()`` may be called at any
+point (a stream cut short still yields what was received).
 """
 
 from __future__ import annotations
@@ -118,6 +119,62 @@ def _choice_result(index: int, state: _OpenAIChoice) -> dict[str, Any]:
         "finish_reason": state.finish_reason,
         "logprobs": None,
     }
+
+
+class CompletionStreamAssembler:
+    """Builds a ``text_completion`` from the chunks of a streamed legacy completion
+    (each a ``text_completion`` whose choices carry a piece of ``text``)."""
+
+    def __init__(self) -> None:
+        self._meta: dict[str, Any] = {}
+        self._text: dict[int, list[str]] = {}
+        self._finish: dict[int, str | None] = {}
+        self._logprobs: dict[int, list[Any]] = {}
+        self._usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        """Add one parsed chunk (``data:`` payload other than ``[DONE]``)."""
+        for key in ("id", "model", "created", "system_fingerprint"):
+            if key not in self._meta and chunk.get(key) is not None:
+                self._meta[key] = chunk[key]
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index", 0)
+            pieces = self._text.setdefault(index, [])
+            self._finish.setdefault(index, None)
+            if isinstance(choice.get("text"), str):
+                pieces.append(choice["text"])
+            if choice.get("logprobs") is not None:
+                self._logprobs.setdefault(index, []).append(choice["logprobs"])
+            if choice.get("finish_reason"):
+                self._finish[index] = choice["finish_reason"]
+
+    def result(self) -> dict[str, Any]:
+        """The text_completion received so far (``usage`` only when the server sent
+        it; each choice's ``logprobs`` the list of its chunks' logprobs, if any)."""
+        out: dict[str, Any] = {
+            "id": self._meta.get("id", ""),
+            "object": "text_completion",
+            "created": self._meta.get("created", 0),
+            "model": self._meta.get("model", ""),
+            "choices": [
+                {
+                    "index": index,
+                    "text": "".join(self._text[index]),
+                    "logprobs": self._logprobs.get(index),
+                    "finish_reason": self._finish.get(index),
+                }
+                for index in sorted(self._text)
+            ],
+        }
+        if "system_fingerprint" in self._meta:
+            out["system_fingerprint"] = self._meta["system_fingerprint"]
+        if self._usage is not None:
+            out["usage"] = self._usage
+        return out
 
 
 class AnthropicStreamAssembler:

@@ -147,9 +147,10 @@ class Upstream(ABC):
     async def send(self, request: UpstreamRequest) -> UpstreamResponse:
         """Make a non-streaming call within the total deadline.
 
-        Retries only on connection errors, 429 (honouring ``Retry-After``) and 5xx, and
-        only while the deadline allows. Raises ``UpstreamUnavailableError`` (502),
-        ``UpstreamTimeoutError`` (504) or ``UpstreamRejectedError`` (upstream's 4xx).
+        Retries only on connection errors, 429 (honouring ``Retry-After``) and 5xx other
+        than 501, and only while the deadline allows. Raises ``UpstreamUnavailableError``
+        (502), ``UpstreamTimeoutError`` (504), ``UpstreamRejectedError`` (upstream's 4xx)
+        or ``UpstreamUnsupportedError`` (its 501: it does not implement the route).
         """
 
     @abstractmethod

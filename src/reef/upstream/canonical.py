@@ -11,7 +11,9 @@ and a later request extends the earlier one message for message.
 
 Anthropic conversations and Responses items are first translated to OpenAI form, so
 all three dialects share one canonical form; ``canonical_request`` and
-``canonical_reply`` pick the translation by a record's ``api``.
+``canonical_reply`` pick the translation by a record's ``api``. A legacy text completion
+is its prompt as one user message and its text as the assistant's reply; an embeddings
+request is its input as one user message, with no reply.
 """
 
 from __future__ import annotations
@@ -42,22 +44,69 @@ def canonical_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
     return canonical_openai(responses_request_to_openai(body, model=""))
 
 
+def canonical_completions(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The canonical messages of a legacy text completion request: its prompt as one
+    user message. Of several prompts, the first (the one ``choices[0]`` answers); a
+    prompt of token ids is described by a digest, as a non-text part is."""
+    return [canonical_message({"role": "user", "content": _first_input(body.get("prompt"))})]
+
+
+def canonical_embeddings(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The canonical messages of an embeddings request: its inputs as one user message
+    (several texts joined by newlines; token ids described by a digest)."""
+    value = body.get("input")
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        text = "\n".join(value)
+    else:
+        text = _first_input(value) if not _is_token_batch(value) else _describe_tokens(value)
+    return [canonical_message({"role": "user", "content": text})]
+
+
 def canonical_request(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The canonical messages of a request of ``api`` (a record's ``api``)."""
     if api == "anthropic.messages":
         return canonical_anthropic(body)
     if api == "openai.responses":
         return canonical_responses(body)
+    if api == "openai.completions":
+        return canonical_completions(body)
+    if api == "openai.embeddings":
+        return canonical_embeddings(body)
     return canonical_openai(body)
 
 
-def canonical_reply(api: str, response: dict[str, Any]) -> dict[str, Any]:
-    """The canonical assistant message of a response of ``api``."""
+def canonical_reply(
+    api: str, response: dict[str, Any], request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The canonical assistant message of a response of ``api`` to ``request`` (which
+    only a text completion's reply depends on: ``echo``); an embeddings response has
+    none: an assistant message without content."""
     if api == "anthropic.messages":
         return canonical_reply_anthropic(response)
     if api == "openai.responses":
         return canonical_reply_responses(response)
+    if api == "openai.completions":
+        return canonical_reply_completions(response, request)
+    if api == "openai.embeddings":
+        return {"role": "assistant"}
     return canonical_reply_openai(response)
+
+
+def canonical_reply_completions(
+    resp: dict[str, Any], request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The canonical assistant message of a ``text_completion``: its first choice's
+    text, without the prompt that ``echo`` in ``request`` put before it (the reply is
+    what the model wrote)."""
+    choices = resp.get("choices") or [{}]
+    first = choices[0] if isinstance(choices[0], dict) else {}
+    text = first.get("text")
+    text = text if isinstance(text, str) else ""
+    if request is not None and request.get("echo"):
+        prompt = _first_input(request.get("prompt"))
+        if text.startswith(prompt):
+            text = text[len(prompt) :]
+    return canonical_message({"role": "assistant", "content": text})
 
 
 def canonical_reply_openai(resp: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +180,30 @@ def _content_text(content: Any) -> str:
         else:
             pieces.append(_describe(part))
     return "\n".join(pieces)
+
+
+def _first_input(value: Any) -> str:
+    """A prompt or input's first text: a string itself, a list's first string, token
+    ids (a list of integers, or the first of a list of such lists) by a digest."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not value:
+        return ""
+    first = value[0]
+    if isinstance(first, str):
+        return first
+    if isinstance(first, list):
+        return _describe_tokens(first)
+    return _describe_tokens(value)
+
+
+def _is_token_batch(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, list) for v in value)
+
+
+def _describe_tokens(tokens: Any) -> str:
+    digest = sha256_hex(canonical_json(tokens))[:_CONTENT_DIGEST_CHARS]
+    return f"[tokens sha256:{digest}]"
 
 
 def _describe(part: Any) -> str:

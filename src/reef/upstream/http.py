@@ -298,6 +298,11 @@ class HTTPUpstream(Upstream):
                 if status < 300:
                     return response
                 message, code = await self._error_text(response)
+                if status == 501:  # not implemented: no retry makes it so
+                    raise UpstreamUnsupportedError(
+                        f"upstream {self.name!r} does not implement {method} {path}: {message}",
+                        status,
+                    )
                 if status != 429 and status < 500:
                     raise _not_retried(message, status, code)
                 failure = UpstreamUnavailableError(message, upstream_status=status)

@@ -35,7 +35,7 @@ def test_a_completion_is_relayed_and_recorded_with_its_receipt(
     assert record.api == "openai.completions"
     assert record.status == "ok" and record.scenario == "support"
     assert record.session_id == raw.headers["x-reef-session-id"]
-    head = ReleaseChain(gateway.store.engine).head("support")
+    head = ReleaseChain(gateway.database).head("support")
     assert head is not None and raw.headers["x-reef-release-id"] == head.id == record.release_id
     assert record.request["prompt"] == "Once upon a time"
     assert record.request["model"] == "reef/support"  # as the client sent it

@@ -141,7 +141,7 @@ def test_a_text_completion_is_prompt_and_answer_and_embeddings_are_skipped(
     ids = write(store, [completion, embedding])
     rate(store, ids)
     config = SelectionConfig(holdout_fraction=0.0)
-    batch = select_experience(store, ReleaseChain(store.engine), SCENARIO, config)
+    batch = select_experience(store, ReleaseChain(store.database), SCENARIO, config)
     assert [e.record_id for e in batch.train] == [ids[0]]
     assert batch.train[0].messages == [{"role": "user", "content": "Once upon a time"}]
     assert batch.train[0].response == {"role": "assistant", "content": " a fox"}

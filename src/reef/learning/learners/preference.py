@@ -168,7 +168,7 @@ class PreferenceLearner(Learner):
             examples, used = unpaired_examples(train, cfg.good_score, cfg.bad_score)
             count = len(examples)
         if not count:
-            context.progress(1.0, f"preference: nothing to train by {objective}")
+            context.progress.report(1.0, f"preference: nothing to train by {objective}")
             return LearnerOutput(metrics={"objective": objective, "examples": 0})
         model = model_source("preference", self.settings.model, context)
         work = fresh_work_dir(context, "preference")
@@ -193,11 +193,13 @@ class PreferenceLearner(Learner):
             threads=cfg.threads,
         )
         what = "pairs" if objective == "dpo" else "examples"
-        context.progress(0.0, f"preference: {objective} on {model} with {count} {what}")
+        context.progress.report(0.0, f"preference: {objective} on {model} with {count} {what}")
 
         def on_step(step: int, steps: int, loss: float) -> None:
-            context.metric("loss", loss)
-            context.progress(step / steps, f"preference: step {step}/{steps} loss {loss:.4f}")
+            context.metrics.record("loss", loss)
+            context.progress.report(
+                step / steps, f"preference: step {step}/{steps} loss {loss:.4f}"
+            )
 
         if cfg.trainer == "ray":
             result = run_in_ray(
@@ -208,7 +210,9 @@ class PreferenceLearner(Learner):
         steps = result.metrics["steps"]
         meta = {"learner": "preference", "objective": objective, "base": model, "steps": steps}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(1.0, f"preference: adapter {digest} ({result.metrics['stop_reason']})")
+        context.progress.report(
+            1.0, f"preference: adapter {digest} ({result.metrics['stop_reason']})"
+        )
         keys = ("loss_curve", "margin_curve", "accuracy_curve", "reward_margin", "reward_accuracy")
         budget_keys = (
             "val_curve", "steps", "steps_planned", "stop_reason", "best_step", "undertrained"

@@ -94,7 +94,7 @@ class RLLearner(Learner):
         cfg = self.settings
         prompts, used = rl_prompts(context.batch.train)
         if not prompts:
-            context.progress(1.0, "rl: no items with a reference; nothing to train")
+            context.progress.report(1.0, "rl: no items with a reference; nothing to train")
             return LearnerOutput(metrics={"prompts": 0})
         model = model_source("rl", self.settings.model, context)
         work = fresh_work_dir(context, "rl")
@@ -122,17 +122,17 @@ class RLLearner(Learner):
             device=cfg.device,
             threads=cfg.threads,
         )
-        context.progress(0.0, f"rl: grpo on {model} with {len(prompts)} prompts")
+        context.progress.report(0.0, f"rl: grpo on {model} with {len(prompts)} prompts")
 
         def on_step(step: int, steps: int, loss: float) -> None:
-            context.metric("loss", loss)
-            context.progress(step / steps, f"rl: step {step}/{steps} loss {loss:.4f}")
+            context.metrics.record("loss", loss)
+            context.progress.report(step / steps, f"rl: step {step}/{steps} loss {loss:.4f}")
 
         result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
         steps = result.metrics["steps"]
         meta = {"learner": "rl", "base": model, "steps": steps, "prompts": len(prompts)}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(1.0, f"rl: adapter {digest}")
+        context.progress.report(1.0, f"rl: adapter {digest}")
         keys = ("loss_curve", "reward_curve", "kl_curve", "mean_reward", "samples", "tokens")
         budget = ("steps", "steps_planned", "stop_reason", "epochs_run")
         metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler")}

@@ -121,7 +121,9 @@ class SFTLearner(Learner):
         if cfg.render_harness:
             examples = with_harness(examples, head_bundle(context).harness)
         if not examples:
-            context.progress(1.0, "sft: no corrections or high-score replies; nothing to train")
+            context.progress.report(
+                1.0, "sft: no corrections or high-score replies; nothing to train"
+            )
             return LearnerOutput(metrics={"examples": 0})
         model = model_source("sft", self.settings.model, context)
         work = fresh_work_dir(context, "sft")
@@ -148,13 +150,13 @@ class SFTLearner(Learner):
             device=cfg.device,
             threads=cfg.threads,
         )
-        context.progress(
+        context.progress.report(
             0.0, f"sft: training {model} on {len(examples)} examples + {len(replayed)} replayed"
         )
 
         def on_step(step: int, steps: int, loss: float) -> None:
-            context.metric("loss", loss)
-            context.progress(step / steps, f"sft: step {step}/{steps} loss {loss:.4f}")
+            context.metrics.record("loss", loss)
+            context.progress.report(step / steps, f"sft: step {step}/{steps} loss {loss:.4f}")
 
         if cfg.trainer == "ray":
             result = run_in_ray(
@@ -165,7 +167,7 @@ class SFTLearner(Learner):
         steps = result.metrics["steps"]
         meta = {"learner": "sft", "base": model, "steps": steps, "examples": len(examples)}
         digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(
+        context.progress.report(
             1.0, f"sft: adapter {digest} ({steps} steps, {result.metrics['stop_reason']})"
         )
         metrics = {k: result.metrics[k] for k in REPORTED if k in result.metrics}

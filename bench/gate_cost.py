@@ -242,12 +242,17 @@ class TimedGate(Gate):
         item_calls = len(items) * self.config.repeats * 2
         started = time.perf_counter()
 
-        def progress(fraction: float, message: str) -> None:
-            done = int(message.split(": ", 1)[1].split("/", 1)[0])
-            if done == item_calls:
-                self.item_calls_done_at = time.perf_counter()
+        gate = self
 
-        self.progress = progress
+        class ItemCallsDone:
+            """Notes when the last item call (before the leak probes) answered."""
+
+            def report(self, fraction: float, message: str) -> None:
+                done = int(message.split(": ", 1)[1].split("/", 1)[0])
+                if done == item_calls:
+                    gate.item_calls_done_at = time.perf_counter()
+
+        self.progress = ItemCallsDone()
         self.answers = super()._answers(items, probes, *rest)
         ended = time.perf_counter()
         split = self.item_calls_done_at or ended

@@ -36,9 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reef.core import new_id
+from reef.core import SilentProgress, new_id
 from reef.harness import Bundle, Harness, pack_bundle
-from reef.learning.base import ExperienceBatch, Learner, LearnerContext, TrainingExample
+from reef.learning.base import ExperienceBatch, Learner, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners import (
     FewShotConfig,
     FewShotLearner,
@@ -224,6 +224,16 @@ def harness_batch(count: int) -> list[TrainingExample]:
     return examples
 
 
+class LocalReflector:
+    """A ``Reflector`` answering with ``answer`` (``local_reflect``'s function)."""
+
+    def __init__(self, answer: Callable[[list[dict[str, Any]]], str]) -> None:
+        self.answer = answer
+
+    def reflect(self, messages: list[dict[str, Any]]) -> str:
+        return self.answer(messages)
+
+
 def local_reflect(kind: str) -> Callable[[list[dict[str, Any]]], str]:
     """A deterministic stand-in for the reflector model: a valid JSON answer at once."""
     calls = itertools.count()
@@ -281,9 +291,9 @@ def time_learner(
             artifacts=artifacts,
             home=root / "home",
             work_dir=root / "work",
-            reflect=reflect,
-            progress=lambda fraction, message: None,
-            metric=lambda name, value: None,
+            reflector=LocalReflector(reflect),
+            progress=SilentProgress(),
+            metrics=MetricLog(),
         )
         started = time.perf_counter()
         output = learner.learn(context)

@@ -167,28 +167,26 @@ def test_the_gateway_writes_no_sql() -> None:
     assert not offenders, f"import SQLAlchemy outside the gateway: {offenders}"
 
 
-@pytest.mark.parametrize("module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience"])
-def test_import_loads_no_torch(module: str) -> None:
-    code = (
-        f"import sys, {module}\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'torch', 'transformers', 'peft'})\n"
-        "print(','.join(heavy))\n"
-    )
+def _loaded_by(modules: str, wanted: str) -> list[str]:
+    """The modules a fresh interpreter has loaded after ``import {modules}``, of those
+    for which the expression ``wanted`` (on ``m``, a module name) is true."""
+    code = f"import sys, {modules}\nprint(','.join(sorted(m for m in sys.modules if {wanted})))\n"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert result.stdout.strip() == "", f"import {module} loaded {result.stdout.strip()}"
+    return [name for name in result.stdout.strip().split(",") if name]
+
+
+@pytest.mark.parametrize("module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience"])
+def test_import_loads_no_torch(module: str) -> None:
+    heavy = _loaded_by(module, "m.split('.')[0] in {'torch', 'transformers', 'peft'}")
+    assert not heavy, f"import {module} loaded {heavy}"
 
 
 def test_the_database_loads_no_domain() -> None:
     """``import reef.db`` (and its migrations) loads nothing of reef but ``core``."""
-    code = (
-        "import sys, reef.db, reef.db.migrations, reef.db.schema\n"
-        "print(','.join(sorted(m for m in sys.modules if m.startswith('reef.')"
-        " and m.split('.')[1] not in ('core', 'db'))))\n"
+    domain = _loaded_by(
+        "reef.db, reef.db.migrations, reef.db.schema",
+        "m.startswith('reef.') and m.split('.')[1] not in ('core', 'db')",
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "", f"import reef.db loaded {result.stdout.strip()}"
+    assert not domain, f"import reef.db loaded {domain}"

@@ -222,8 +222,8 @@ class Judge:
         self.reply = reply
         self.calls: list[tuple[list[dict[str, Any]], str | None, str | None]] = []
 
-    def __call__(
-        self, messages: list[dict[str, Any]], upstream: str | None, model: str | None
+    def ask(
+        self, messages: list[dict[str, Any]], upstream: str | None = None, model: str | None = None
     ) -> str:
         self.calls.append((messages, upstream, model))
         return self.reply
@@ -234,7 +234,7 @@ JUDGE_SPEC = {"type": "llm_judge", "rubric": "Polite and names the refund window
 
 def judge_score(reply: str, output: str = "answer", **spec: Any) -> tuple[ScoreResult, Judge]:
     judge = Judge(reply)
-    scorer = build_scorer({**JUDGE_SPEC, **spec}, ScorerContext(ask=judge))
+    scorer = build_scorer({**JUDGE_SPEC, **spec}, ScorerContext(model=judge))
     return scorer.score(output, item("30 days", question="How long do I have?")), judge
 
 
@@ -281,7 +281,7 @@ def test_llm_judge_needs_a_model_and_a_rubric() -> None:
     with pytest.raises(ScorerError, match="llm_judge needs a model"):
         build_scorer(JUDGE_SPEC)
     with pytest.raises(ScorerError, match=r"scorer\.rubric"):
-        build_scorer({"type": "llm_judge"}, ScorerContext(ask=Judge("")))
+        build_scorer({"type": "llm_judge"}, ScorerContext(model=Judge("")))
 
 
 # registry

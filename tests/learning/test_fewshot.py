@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from reef.core import new_id
+from reef.core import SilentProgress, new_id
 from reef.harness import Bundle, Example, Harness, pack_bundle, read_bundle_archive
-from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
+from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners import FewShotConfig, FewShotLearner, NoCandidateError
 from reef.releases import ModelComponent, Release, ReleaseManifest, open_artifact_store
+from tests.fakes.learning import ScriptedReflector
 
 SCENARIO = "support"
 
@@ -68,7 +69,6 @@ def make_context(
         candidate_id=None,
         rolled_back_to=None,
     )
-    metrics: dict[str, list[float]] = {}
     return LearnerContext(
         scenario=SCENARIO,
         head=head,
@@ -76,9 +76,9 @@ def make_context(
         artifacts=artifacts,
         home=tmp_path / "home",
         work_dir=tmp_path / "work",
-        reflect=reflect or (lambda messages: "{}"),
-        progress=lambda fraction, message: None,
-        metric=lambda name, value: metrics.setdefault(name, []).append(value),
+        reflector=ScriptedReflector(reflect or (lambda messages: "{}")),
+        progress=SilentProgress(),
+        metrics=MetricLog(),
     )
 
 

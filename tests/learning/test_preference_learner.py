@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from reef.core.digests import tree_digest
-from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
+from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners.preference import (
     PreferenceConfig,
     PreferenceLearner,
@@ -28,6 +28,7 @@ from reef.releases import (
     ReleaseManifest,
     open_artifact_store,
 )
+from tests.fakes.learning import RecordedProgress, ScriptedReflector
 
 TINY = "tiny-random"
 
@@ -127,9 +128,9 @@ def context(
         artifacts=store,
         home=tmp_path / "home",
         work_dir=tmp_path / f"work-{head.scenario}",
-        reflect=lambda _messages: "",
-        progress=lambda fraction, message: seen.append((fraction, message)),
-        metric=lambda _name, _value: None,
+        reflector=ScriptedReflector(),
+        progress=RecordedProgress(seen),
+        metrics=MetricLog(),
     )
 
 

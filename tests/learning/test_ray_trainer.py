@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from reef.core.digests import tree_digest
-from reef.learning.base import ExperienceBatch, LearnerContext
+from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog
 from reef.learning.learners.sft import SFTConfig, SFTLearner
 from reef.learning.trainers import Budget, SFTExample, SFTSpec, TrainingFailedError
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
+from tests.fakes.learning import RecordedProgress, ScriptedReflector
 from tests.learning.test_sft_learner import TINY, TRAIN
 
 ray = pytest.importorskip("ray")
@@ -41,10 +42,7 @@ def test_ray_trainer_matches_local_trainer(tmp_path: Path, loopback_ray: Any) ->
         digests: dict[str, str] = {}
         curves: dict[str, list[float]] = {}
         for trainer in ("local", "ray"):
-            seen: list[tuple[float, str]] = []
-
-            def progress(fraction: float, message: str, seen: list[Any] = seen) -> None:
-                seen.append((fraction, message))
+            progress = RecordedProgress()
 
             context = LearnerContext(
                 scenario="s",
@@ -53,16 +51,16 @@ def test_ray_trainer_matches_local_trainer(tmp_path: Path, loopback_ray: Any) ->
                 artifacts=store,
                 home=tmp_path / "home",
                 work_dir=tmp_path / f"work-{trainer}",
-                reflect=lambda _messages: "",
+                reflector=ScriptedReflector(),
                 progress=progress,
-                metric=lambda _name, _value: None,
+                metrics=MetricLog(),
             )
             config = SFTConfig(steps=3, batch_size=2, threads=1, seed=7, trainer=trainer)
             output = SFTLearner(config).learn(context)
             assert output.adapter is not None
             digests[trainer] = output.adapter
             curves[trainer] = output.metrics["loss_curve"]
-            assert any("step 3/3" in message for _, message in seen)
+            assert any("step 3/3" in message for _, message in progress.reports)
         assert curves["ray"] == curves["local"]
         assert tree_digest(store.materialize(digests["ray"])) == digests["ray"]
         # Same function, same seed: the same weights, byte for byte. The digests may

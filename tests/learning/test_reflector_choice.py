@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from reef.config import ReefSettings
-from reef.learning.reflect import ReflectError, make_reflect
+from reef.learning.reflect import ReflectError, UpstreamReflector
 from reef.learning.registry import LearnerRegistry
 from tests.fakes.upstream import FakeUpstreamThread
 
@@ -25,15 +25,15 @@ def test_reflector_upstream_and_model_are_chosen_by_the_learner() -> None:
             },
             scenarios={"s": {"upstream": "serving"}},
         )
-        reflect = make_reflect(settings, "s", upstream_name="big", model="judge-xl")
-        answer = reflect([{"role": "user", "content": "revise the rules"}])
+        reflector = UpstreamReflector(settings, "s", upstream_name="big", model="judge-xl")
+        answer = reflector.reflect([{"role": "user", "content": "revise the rules"}])
         assert "revise the rules" in answer
         assert fake.last_request_body["model"] == "judge-xl"
-        default_model = make_reflect(settings, "s", upstream_name="big")
-        default_model([{"role": "user", "content": "again"}])
+        default_model = UpstreamReflector(settings, "s", upstream_name="big")
+        default_model.reflect([{"role": "user", "content": "again"}])
         assert fake.last_request_body["model"] == "big-default"
     with pytest.raises(ReflectError, match="not configured"):
-        make_reflect(settings, "s", upstream_name="nope")
+        UpstreamReflector(settings, "s", upstream_name="nope")
 
 
 def test_every_learner_accepts_the_reflector_settings() -> None:
@@ -58,8 +58,7 @@ def test_an_anthropic_reflector_speaks_messages_with_its_key() -> None:
             },
             scenarios={"s": {"upstream": "claude"}},
         )
-        reflect = make_reflect(settings, "s")
-        answer = reflect(
+        answer = UpstreamReflector(settings, "s").reflect(
             [
                 {"role": "system", "content": "You revise rules."},
                 {"role": "user", "content": "revise the rules"},
@@ -79,12 +78,12 @@ def test_a_local_reflector_uses_the_workers_url_and_works_inside_an_event_loop()
         scenarios={"s": {"upstream": "engine"}},
     )
     with pytest.raises(ReflectError, match="no base_url"):
-        make_reflect(settings, "s")([{"role": "user", "content": "x"}])
+        UpstreamReflector(settings, "s").reflect([{"role": "user", "content": "x"}])
     with FakeUpstreamThread() as fake:
-        reflect = make_reflect(settings, "s", base_url=fake.base_url)
+        reflector = UpstreamReflector(settings, "s", base_url=fake.base_url)
 
         async def from_async_code() -> str:
-            return reflect([{"role": "user", "content": "inside a loop"}])
+            return reflector.reflect([{"role": "user", "content": "inside a loop"}])
 
         assert "inside a loop" in asyncio.run(from_async_code())
     assert fake.last_request_body["model"] == "tiny"
@@ -106,4 +105,4 @@ def test_an_unreachable_reflector_is_a_reflect_error_naming_it() -> None:
     with pytest.raises(
         ReflectError, match=r"reflector at http://127\.0\.0\.1:9/v1/chat/completions"
     ):
-        make_reflect(settings, "s")([{"role": "user", "content": "x"}])
+        UpstreamReflector(settings, "s").reflect([{"role": "user", "content": "x"}])

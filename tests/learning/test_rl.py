@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from reef.core import SilentProgress
 from reef.core.digests import tree_digest
-from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
+from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners.rl import RLConfig, RLLearner, rl_prompts
 from reef.learning.registry import LearnerRegistry
 from reef.learning.trainers import Budget
@@ -25,6 +26,7 @@ from reef.releases import (
     ReleaseManifest,
     open_artifact_store,
 )
+from tests.fakes.learning import ScriptedReflector
 
 # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
 pytestmark = pytest.mark.filterwarnings(
@@ -148,9 +150,9 @@ def test_end_to_end_in_the_child(tmp_path: Path, chain: ReleaseChain) -> None:
             artifacts=store,
             home=tmp_path / "home",
             work_dir=tmp_path / f"work-{head.scenario}",
-            reflect=lambda _messages: "",
-            progress=lambda _fraction, _message: None,
-            metric=lambda _name, _value: None,
+            reflector=ScriptedReflector(),
+            progress=SilentProgress(),
+            metrics=MetricLog(),
         )
 
     output = learner.learn(context(create(chain, "s", None), TRAIN))

@@ -16,7 +16,7 @@ from reef.engine.models import load_model
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
 from reef.harness import Example, Harness
-from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
+from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners.sft import SFTConfig, SFTLearner, sft_examples, with_harness
 from reef.releases import (
     ArtifactStore,
@@ -26,6 +26,7 @@ from reef.releases import (
     ReleaseManifest,
     open_artifact_store,
 )
+from tests.fakes.learning import RecordedProgress, ScriptedReflector
 
 TINY = "tiny-random"
 
@@ -103,9 +104,9 @@ def context(
         artifacts=store,
         home=tmp_path / "home",
         work_dir=tmp_path / f"work-{head.scenario}",
-        reflect=lambda _messages: "",
-        progress=lambda fraction, message: seen.append((fraction, message)),
-        metric=lambda _name, _value: None,
+        reflector=ScriptedReflector(),
+        progress=RecordedProgress(seen),
+        metrics=MetricLog(),
     )
 
 

@@ -11,10 +11,12 @@ import pytest
 import torch
 from peft import PeftModel
 
+from reef.core import SilentProgress
 from reef.engine.models import DEFAULT_MODEL, LoadedModel, load_model, smollm2_cache
-from reef.learning.base import ExperienceBatch, LearnerContext, TrainingExample
+from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners.sft import SFTConfig, SFTLearner
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
+from tests.fakes.learning import ScriptedReflector
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,7 +75,7 @@ def test_sft_on_corrections_lifts_held_out_accuracy(tmp_path: Path) -> None:
         scenario="words", head=head,
         batch=ExperienceBatch(train=[item(w, lab) for w, lab in TRAIN.items()], holdout=[]),
         artifacts=store, home=home, work_dir=tmp_path / "work",
-        reflect=lambda _m: "", progress=lambda _f, _m: None, metric=lambda _n, _v: None,
+        reflector=ScriptedReflector(), progress=SilentProgress(), metrics=MetricLog(),
     )  # fmt: skip
     output = SFTLearner(SFTConfig(steps=24, lr=2e-3, batch_size=4)).learn(context)
     assert output.adapter is not None

@@ -70,12 +70,14 @@ class StampLearner(Learner):
         steps = max(int(config.seconds / 0.05), 1)
         for step in range(steps):
             time.sleep(config.seconds / steps)
-            context.progress((step + 1) / steps, f"step {step + 1}/{steps}")
-            context.metric("loss", 1.0 / (step + 1))
+            context.progress.report((step + 1) / steps, f"step {step + 1}/{steps}")
+            context.metrics.record("loss", 1.0 / (step + 1))
         ids = [e.record_id for e in context.batch.train]
         payload: dict[str, Any] = {"train": ids, "base": context.head.manifest.to_json()}
         if config.reflect:
-            payload["reflection"] = context.reflect([{"role": "user", "content": "rules?"}])
+            payload["reflection"] = context.reflector.reflect(
+                [{"role": "user", "content": "rules?"}]
+            )
         kind = "harness" if config.output == "harness" else "adapter"
         digest = context.artifacts.put_bytes(orjson.dumps(payload), kind)
         return LearnerOutput(

@@ -59,7 +59,9 @@ def test_a_killed_workers_job_is_completed_by_another(
     try:
         world.add_experience(4)
         job = world.queue.enqueue(SCENARIO, "learn", {"trigger": "manual"})
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # ROOT for ``tests``, ahead of the caller's own path (a worktree's src, say).
+        paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         doomed = subprocess.Popen(
             [sys.executable, "-m", "tests.learning.test_worker_kill", store_url, str(tmp_path)],
             cwd=ROOT,

@@ -1,7 +1,8 @@
 """Core values shared by every package: ids, the error root, JSON and hashing, trust levels.
 
 Owns: UUIDv7 ids, ``ReefError`` and its generic categories, canonical JSON and digests,
-the ``Clock`` that time-dependent parts read (``utc_now`` unless a test injects one).
+the ``Clock`` that time-dependent parts read (``utc_now`` unless a test injects one),
+and ``Progress``, where long tasks report how far they got.
 Does not own: anything that knows about HTTP, SQL, models or configuration; ``core``
 imports nothing else from ``reef``.
 Extend: packages subclass the error categories here for their own failures.
@@ -18,6 +19,7 @@ from reef.core.errors import (
 )
 from reef.core.ids import new_id
 from reef.core.jsoncodec import canonical_json, dumps, loads, sha256_hex
+from reef.core.progress import Progress, SilentProgress
 from reef.core.trust import TRUST_LEVELS, Trust, at_least, parse_trust, trust_rank
 
 __all__ = [
@@ -27,7 +29,9 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "PermissionDeniedError",
+    "Progress",
     "ReefError",
+    "SilentProgress",
     "Trust",
     "UnauthenticatedError",
     "at_least",

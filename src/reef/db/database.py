@@ -80,10 +80,12 @@ class Database:
         self.engine.dispose()
 
 
-def open_database(url: str, migrate: bool = True) -> Database:
-    """``Database.open(url)``, migrated unless ``migrate`` is false; nothing is left
-    open when opening or migrating fails."""
-    database = Database.open(url)
+def open_database(
+    url: str, migrate: bool = True, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> Database:
+    """``Database.open(url, busy_timeout_ms)``, migrated unless ``migrate`` is false;
+    nothing is left open when opening or migrating fails."""
+    database = Database.open(url, busy_timeout_ms)
     if migrate:
         try:
             database.migrate()

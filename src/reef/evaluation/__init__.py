@@ -43,6 +43,7 @@ from reef.evaluation.runner import (
 )
 from reef.evaluation.scorers import (
     SCORER_GROUP,
+    ConfiguredModel,
     Scorer,
     ScorerConfig,
     ScorerContext,
@@ -64,6 +65,7 @@ __all__ = [
     "SCORER_GROUP",
     "CanaryMonitor",
     "CanaryOutcome",
+    "ConfiguredModel",
     "EvalItem",
     "EvaluationStore",
     "Gate",

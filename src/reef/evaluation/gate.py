@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reef.core import Progress, SilentProgress
 from reef.core.errors import ReefError
 from reef.evaluation.config import GateConfig
 from reef.evaluation.decision import decide_results, score_answers
@@ -83,7 +84,7 @@ class GateOutcome:
 @dataclass
 class Gate:
     """The gate of one scenario's recipe. ``suite_dir`` resolves relative suite paths
-    (the recipe's directory); ``progress`` gets (fraction, message)."""
+    (the recipe's directory); ``progress`` hears how far the evaluation got."""
 
     config: GateConfig
     publish: PublishMode
@@ -94,7 +95,7 @@ class Gate:
     scorer_context: ScorerContext = field(default_factory=ScorerContext)
     scorers: ScorerRegistry = field(default_factory=ScorerRegistry)
     suite_dir: Path = Path(".")
-    progress: Callable[[float, str], None] = lambda fraction, message: None
+    progress: Progress = field(default_factory=SilentProgress)
 
     def run(self, candidate_id: str, holdout: Sequence[EvalItem] = ()) -> GateOutcome:
         """Evaluate, decide and publish per the mode (module docstring)."""
@@ -205,7 +206,7 @@ class Gate:
         defaults = {"max_tokens": self.config.max_tokens, "temperature": self.config.temperature}
 
         def report(offset: int) -> Callable[[int, int], None]:
-            return lambda done, _total: self.progress(
+            return lambda done, _total: self.progress.report(
                 (offset + done) / total, f"evaluating: {offset + done}/{total} answers"
             )
 

@@ -22,10 +22,10 @@ import, so a config file cannot run arbitrary code.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -34,7 +34,17 @@ from reef.evaluation.values import EvalItem, Reply, ScoreResult
 
 SCORER_GROUP = "reef.scorers"
 
-AskModel = Callable[[list[dict[str, Any]], str | None, str | None], str]
+
+class ConfiguredModel(Protocol):
+    """A configured model that scorers may ask (the ``llm_judge``'s judge)."""
+
+    def ask(
+        self, messages: list[dict[str, Any]], upstream: str | None = None, model: str | None = None
+    ) -> str:
+        """The reply text of ``model`` on ``upstream`` (None: the scenario's own) to
+        ``messages`` (OpenAI chat form). Whatever the call raises propagates."""
+
+
 """(chat messages, upstream name or None, model name or None) -> the reply's text."""
 
 
@@ -58,11 +68,10 @@ class ScorerConfig(BaseModel):
 class ScorerContext:
     """What the builder of scorers (the worker or the CLI) can lend them.
 
-    ``ask`` asks a configured model (messages, upstream or None, model or None) and
-    returns its reply text; None means no model is available to scorers.
+    ``model`` asks a configured model; None means no model is available to scorers.
     """
 
-    ask: AskModel | None = None
+    model: ConfiguredModel | None = None
 
 
 class Scorer(ABC):

@@ -327,20 +327,20 @@ class LlmJudgeScorer(Scorer):
     config_model: ClassVar[type[ScorerConfig]] = LlmJudgeConfig
 
     def __init__(self, config: ScorerConfig, context: ScorerContext) -> None:
-        """Raises ``ScorerError`` when ``context.ask`` is None (no model to ask)."""
+        """Raises ``ScorerError`` when ``context.model`` is None (no model to ask)."""
         super().__init__(config, context)
-        if context.ask is None:
+        if context.model is None:
             raise ScorerError(
-                "llm_judge needs a model: build it with a ScorerContext whose ask can reach "
+                "llm_judge needs a model: build it with a ScorerContext whose model can reach "
                 "a configured upstream (the worker and the CLI provide one)"
             )
 
     def score(self, output: str, item: EvalItem) -> ScoreResult:
-        """Ask the judge (whatever ``context.ask`` raises propagates: a failed call is
-        not a bad answer); a reply without a ``SCORE:`` line scores 0."""
+        """Ask the judge (whatever ``context.model.ask`` raises propagates: a failed call
+        is not a bad answer); a reply without a ``SCORE:`` line scores 0."""
         config = self.config
-        assert isinstance(config, LlmJudgeConfig) and self.context.ask is not None
-        reply = self.context.ask(
+        assert isinstance(config, LlmJudgeConfig) and self.context.model is not None
+        reply = self.context.model.ask(
             judge_messages(config, output, item), config.upstream, config.model
         )
         scores = _SCORE_LINE.findall(reply)

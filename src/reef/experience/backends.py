@@ -14,11 +14,4 @@ def open_store(url: str, migrate: bool = True) -> SQLExperienceStore:
     database cannot be reached. Other backends will come through the ``reef.stores``
     entry-point group.
     """
-    store = SQLExperienceStore.from_url(url)
-    if migrate:
-        try:
-            store.migrate()
-        except BaseException:
-            store.close()
-            raise
-    return store
+    return SQLExperienceStore.from_url(url, migrate=migrate)

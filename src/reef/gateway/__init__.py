@@ -3,8 +3,10 @@
 Owns: the ASGI app (``create_app``), routes, authentication, streaming relay, capture
 (turning exchanges into records), idempotency keys (one upstream call per key, answers
 replayed from records), error mapping to HTTP, metrics.
-Does not own: storage (``reef.experience``), talking to model servers (``reef.upstream``),
-learning. It must never import ``reef.learning`` or torch (``tests/architecture``).
+Does not own: storage (the stores ``create_app`` builds on the ``reef.db.Database`` it is
+given: experience, releases, jobs, evaluations; the gateway writes no SQL), talking to
+model servers (``reef.upstream``), learning. It must never import ``reef.learning``,
+torch or SQLAlchemy (``tests/architecture``).
 Extend: new routes take a ``GatewayState`` and map ``ReefError`` through
 ``reef.gateway.errors`` so every failure has the caller's dialect shape.
 """

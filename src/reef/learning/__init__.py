@@ -5,8 +5,8 @@ recipes (trigger + selection + learners + gate settings, in YAML), selecting exp
 for training (``select_experience``), harness learners (fewshot, instructions, skills)
 and model learners (sft, preference, rl) and their trainers. Every learner produces a
 candidate on the release chain; it never publishes (the evaluation gate does).
-Does not own: serving (``gateway``; never imported here), the SQL schema
-(``experience``), the chain and artifacts (``releases``), evaluation (``evaluation``).
+Does not own: serving (``gateway``; never imported here), the SQL schema (``db``), the
+chain and artifacts (``releases``), evaluation (``evaluation``).
 Torch is imported only in ``learning/trainers`` and only inside the child process that
 trains.
 Extend: a learner subclasses ``reef.learning.Learner`` and registers in the
@@ -21,6 +21,9 @@ from reef.learning.base import (
     LearnerConfig,
     LearnerContext,
     LearnerOutput,
+    MetricLog,
+    Metrics,
+    Reflector,
     TrainingExample,
 )
 from reef.learning.calibration import SourceCalibration, calibrate
@@ -47,8 +50,11 @@ __all__ = [
     "LearnerContext",
     "LearnerOutput",
     "LearnerRegistry",
+    "MetricLog",
+    "Metrics",
     "Recipe",
     "RecipeError",
+    "Reflector",
     "Signal",
     "SignalPass",
     "SignalWriter",

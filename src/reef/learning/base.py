@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from reef.core import Progress
 from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
 from reef.releases import ArtifactStore, Release
@@ -84,7 +84,7 @@ class ExperienceBatch:
 class LearnerConfig(BaseModel):
     """Base of a learner's settings (the recipe entry minus ``type``).
 
-    ``reflector_upstream`` / ``reflector_model`` choose the model ``context.reflect``
+    ``reflector_upstream`` / ``reflector_model`` choose the model ``context.reflector``
     asks (any configured upstream and model); by default the scenario's own.
     """
 
@@ -94,11 +94,44 @@ class LearnerConfig(BaseModel):
     reflector_model: str | None = None
 
 
+class Reflector(Protocol):
+    """A configured model that reflective learners ask (the scenario's own by default)."""
+
+    def reflect(self, messages: list[dict[str, Any]]) -> str:
+        """The model's reply text to ``messages`` (OpenAI chat form). Raises
+        ``ReflectError`` when the model cannot be asked or answers with no text."""
+
+
+class Metrics(Protocol):
+    """Where a learner records named values for its job (the dashboard plots them)."""
+
+    def record(self, name: str, value: float) -> None:
+        """Record ``value`` under ``name``; a name recorded again keeps every value."""
+
+
+class MetricLog:
+    """``Metrics`` kept in memory: one value per name, a list once a name repeats."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float | list[float]] = {}
+
+    def record(self, name: str, value: float) -> None:
+        """Keep ``value`` (after the earlier values of ``name``, if any)."""
+        previous = self.values.get(name)
+        if previous is None:
+            self.values[name] = value
+        elif isinstance(previous, list):
+            previous.append(value)
+        else:
+            self.values[name] = [previous, value]
+
+
 @dataclass
 class LearnerContext:
-    """What a learner gets for one run. ``reflect`` asks a configured model (the
-    scenario's own by default) and returns its text; ``progress`` reports a fraction in
-    [0, 1] with a message; ``metric`` records a named value (a list when repeated)."""
+    """What a learner gets for one run: its scenario and head, the experience, where to
+    keep artifacts and files, and three objects to talk back through — ``reflector``
+    (asks a configured model), ``progress`` (how far the run got) and ``metrics`` (named
+    values for the job)."""
 
     scenario: str
     head: Release
@@ -106,9 +139,9 @@ class LearnerContext:
     artifacts: ArtifactStore
     home: Path
     work_dir: Path
-    reflect: Callable[[list[dict[str, Any]]], str]
-    progress: Callable[[float, str], None]
-    metric: Callable[[str, float], None]
+    reflector: Reflector
+    progress: Progress
+    metrics: Metrics
 
 
 @dataclass(frozen=True)

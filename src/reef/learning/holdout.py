@@ -16,12 +16,13 @@ quarantine is no evidence at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from reef.config import ReefSettings
+from reef.core import Progress
 from reef.core.trust import trust_rank
 from reef.evaluation import (
     EvalItem,
@@ -35,7 +36,7 @@ from reef.evaluation import (
 from reef.experience import ExperienceStore, is_tool_call_correction
 from reef.learning.base import TrainingExample
 from reef.learning.recipes import Recipe
-from reef.learning.reflect import make_reflect
+from reef.learning.reflect import UpstreamModels
 from reef.learning.screening import TrustedReference, author_name
 from reef.learning.selection import SelectionConfig, holdout_bucket, select_experience
 from reef.releases import ArtifactStore, ReleaseChain
@@ -142,7 +143,7 @@ def build_gate(  # noqa: PLR0913
     artifacts: ArtifactStore,
     scenario: str,
     recipe: Recipe,
-    progress: Callable[[float, str], None],
+    progress: Progress,
     upstream_base_urls: Mapping[str, str] | None = None,
 ) -> Gate:
     """The gate of ``recipe`` for ``scenario``, calling the configured gateway."""
@@ -156,19 +157,6 @@ def build_gate(  # noqa: PLR0913
         retries=config.retries,
         concurrency=config.concurrency,
     )
-    base_urls = dict(upstream_base_urls or {})
-
-    def ask(messages: list[dict[str, Any]], upstream: str | None, model: str | None) -> str:
-        name = upstream or settings.upstream_for(scenario)[0]
-        reflect = make_reflect(
-            settings,
-            scenario,
-            base_url=base_urls.get(name),
-            upstream_name=upstream,
-            model=model,
-        )
-        return reflect(messages)
-
     return Gate(
         config=config,
         publish=recipe.publish,
@@ -176,6 +164,6 @@ def build_gate(  # noqa: PLR0913
         artifacts=artifacts,
         evaluations=evaluations,
         target=target,
-        scorer_context=ScorerContext(ask=ask),
+        scorer_context=ScorerContext(model=UpstreamModels(settings, scenario, upstream_base_urls)),
         progress=progress,
     )

@@ -1,11 +1,11 @@
-"""``reflect``: one chat completion from a scenario's upstream, for reflective learners.
+"""``UpstreamReflector``: one chat completion from a configured upstream, for reflective
+learners (``Reflector``) and for scorers that ask a model (``UpstreamModels``).
 
-The worker hands learners ``LearnerContext.reflect(messages) -> str``. It posts to the
-scenario's upstream (``settings.upstream_for(scenario)``) with the scenario's model
-through ``reef.upstream`` (the same client, timeouts, retries and credentials as the
-gateway's): the OpenAI dialect (``/chat/completions``) or Anthropic's (``/messages``).
-A ``local`` upstream has no URL in the config (``reef serve`` starts it), so the worker
-passes the engine's base URL in ``base_url``.
+It posts to the scenario's upstream (``settings.upstream_for(scenario)``) with the
+scenario's model through ``reef.upstream`` (the same client, timeouts, retries and
+credentials as the gateway's): the OpenAI dialect (``/chat/completions``) or
+Anthropic's (``/messages``). A ``local`` upstream has no URL in the config (``reef
+serve`` starts it), so the worker passes the engine's base URL in ``base_url``.
 
 Blocking on purpose: learners run in worker threads, not an event loop, so each call
 runs the async client on a short event loop of its own.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import orjson
@@ -26,54 +26,89 @@ from reef.core import dumps
 from reef.core.errors import ReefError
 from reef.upstream import HTTPUpstream, UpstreamError, UpstreamRequest
 
-Reflect = Callable[[list[dict[str, Any]]], str]
-
 
 class ReflectError(ReefError):
     """The reflector model could not be asked, or answered with no text."""
 
 
-def make_reflect(
-    settings: ReefSettings,
-    scenario: str,
-    base_url: str | None = None,
-    max_tokens: int = 1024,
-    upstream_name: str | None = None,
-    model: str | None = None,
-) -> Reflect:
-    """A ``reflect`` callable for ``scenario``: its own upstream and model unless
-    ``upstream_name`` (a configured upstream) or ``model`` name another reflector;
-    ``base_url`` overrides the upstream's URL."""
-    if upstream_name is not None:
-        if upstream_name not in settings.upstreams:
-            raise ReflectError(
-                f"reflector upstream {upstream_name!r} is not configured; "
-                f"configured upstreams: {sorted(settings.upstreams)}"
-            )
-        name, upstream = upstream_name, settings.upstreams[upstream_name]
-        default_model = upstream.model
-    else:
-        name, upstream = settings.upstream_for(scenario)
-        default_model = settings.scenario(scenario).model or upstream.model
-    url = (base_url or upstream.base_url or "").rstrip("/")
-    model = model or default_model or scenario
-    # A ``local`` upstream is the embedded engine: OpenAI-compatible at the given URL.
-    kind = "openai" if upstream.type == "local" else upstream.type
-    config = upstream.model_copy(update={"base_url": url, "type": kind})
+class UpstreamReflector:
+    """A ``Reflector`` on ``scenario``'s own upstream and model, unless ``upstream_name``
+    (a configured upstream) or ``model`` name another; ``base_url`` overrides the
+    upstream's URL. Raises ``ReflectError`` for an upstream that is not configured."""
 
-    def reflect(messages: list[dict[str, Any]]) -> str:
-        if not url:
+    def __init__(
+        self,
+        settings: ReefSettings,
+        scenario: str,
+        base_url: str | None = None,
+        max_tokens: int = 1024,
+        upstream_name: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        if upstream_name is not None:
+            if upstream_name not in settings.upstreams:
+                raise ReflectError(
+                    f"reflector upstream {upstream_name!r} is not configured; "
+                    f"configured upstreams: {sorted(settings.upstreams)}"
+                )
+            name, upstream = upstream_name, settings.upstreams[upstream_name]
+            default_model = upstream.model
+        else:
+            name, upstream = settings.upstream_for(scenario)
+            default_model = settings.scenario(scenario).model or upstream.model
+        self.scenario = scenario
+        self.upstream_name = name
+        self.url = (base_url or upstream.base_url or "").rstrip("/")
+        self.model = model or default_model or scenario
+        self.max_tokens = max_tokens
+        # A ``local`` upstream is the embedded engine: OpenAI-compatible at the given URL.
+        kind = "openai" if upstream.type == "local" else upstream.type
+        self._config = upstream.model_copy(update={"base_url": self.url, "type": kind})
+
+    def reflect(self, messages: list[dict[str, Any]]) -> str:
+        """The model's reply text; ``ReflectError`` when there is no URL to ask, the call
+        fails or the reply has no text."""
+        if not self.url:
             raise ReflectError(
-                f"upstream {name!r} of scenario {scenario!r} has no base_url to reflect with "
-                "(a `local` upstream needs the worker's base URL override)"
+                f"upstream {self.upstream_name!r} of scenario {self.scenario!r} has no "
+                "base_url to reflect with (a `local` upstream needs the worker's base URL "
+                "override)"
             )
+        name, config = self.upstream_name, self._config
         if config.type == "anthropic":
-            body = _anthropic_request(messages, model, max_tokens)
+            body = _anthropic_request(messages, self.model, self.max_tokens)
             return _anthropic_text(_blocking(_ask(name, config, "/messages", body)))
-        body = {"model": model, "messages": messages, "max_tokens": max_tokens}
+        body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
         return _openai_text(_blocking(_ask(name, config, "/chat/completions", body)))
 
-    return reflect
+
+class UpstreamModels:
+    """The configured models of ``scenario``, for scorers (``reef.evaluation``'s
+    ``ConfiguredModel``): each ``ask`` goes to the upstream and model it names, by
+    default the scenario's own; ``base_urls`` gives URLs by upstream name (the
+    ``local`` upstream has none in the config)."""
+
+    def __init__(
+        self, settings: ReefSettings, scenario: str, base_urls: Mapping[str, str] | None = None
+    ) -> None:
+        self.settings = settings
+        self.scenario = scenario
+        self.base_urls = dict(base_urls or {})
+
+    def ask(
+        self, messages: list[dict[str, Any]], upstream: str | None = None, model: str | None = None
+    ) -> str:
+        """The reply text of ``model`` on ``upstream`` (None: the scenario's own) to
+        ``messages``; raises ``ReflectError`` as ``UpstreamReflector`` does."""
+        name = upstream or self.settings.upstream_for(self.scenario)[0]
+        reflector = UpstreamReflector(
+            self.settings,
+            self.scenario,
+            base_url=self.base_urls.get(name),
+            upstream_name=upstream,
+            model=model,
+        )
+        return reflector.reflect(messages)
 
 
 def _blocking(call: Coroutine[Any, Any, Any]) -> Any:

@@ -40,7 +40,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -50,12 +50,12 @@ from reef.core.errors import InvalidInputError, ReefError
 from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
 from reef.experience import ExperienceStore, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
-from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
+from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog
 from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.holdout import build_gate, holdout_items, trusted_references
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
-from reef.learning.reflect import make_reflect
+from reef.learning.reflect import UpstreamReflector
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import select_experience
 from reef.releases import (
@@ -284,7 +284,7 @@ class JobRun:
         self.lost = lost
         self.queue = worker.queue
         self.owner = worker.owner
-        self.metrics: dict[str, Any] = {}
+        self.metrics = MetricLog()  # what the learners record, for progress and result
         self._last_progress = 0.0
 
     def run(self) -> None:
@@ -332,7 +332,9 @@ class JobRun:
         if batch.flagged:
             held = self.worker.store.quarantine_feedback(batch.flagged)
             log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
-        self._progress(0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout")
+        self.report_progress(
+            0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout"
+        )
         try:
             manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
         except NoCandidateError as error:
@@ -374,7 +376,7 @@ class JobRun:
         if not recipe.gate.enabled:
             return {"gate": {"action": "pending", "reason": "gate disabled in the recipe"}}
         worker = self.worker
-        self._progress(0.9, "gate: selecting holdout")
+        self.report_progress(0.9, "gate: selecting holdout")
         holdout = holdout_items(worker.store, worker.chain, self.job.scenario, recipe)
         gate = build_gate(
             worker.settings,
@@ -383,13 +385,11 @@ class JobRun:
             worker.artifacts,
             self.job.scenario,
             recipe,
-            progress=lambda fraction, message: self._progress(
-                0.9 + 0.1 * fraction, f"gate: {message}", force=False
-            ),
+            progress=SpanProgress(self, "gate", (0.9, 0.1)),
             upstream_base_urls=worker.upstream_base_urls,
         )
         outcome = gate.run(candidate.id, holdout)
-        self._progress(1.0, f"gate: {outcome.action}")
+        self.report_progress(1.0, f"gate: {outcome.action}")
         return {"gate": outcome.as_dict()}
 
     def _recipe(self) -> Recipe:
@@ -425,18 +425,18 @@ class JobRun:
                 artifacts=self.worker.artifacts,
                 home=settings.home,
                 work_dir=work_dir,
-                reflect=self._reflect(learner.config),
-                progress=self._scaled_progress(name, span),
-                metric=self._metric,
+                reflector=self._reflector(learner.config),
+                progress=SpanProgress(self, name, span),
+                metrics=self.metrics,
             )
-            self._progress(span[0], f"{name}: started")
+            self.report_progress(span[0], f"{name}: started")
             output = learner.learn(context)
             manifest = _with_output(manifest, output, recipe.name)
             used.update(dict.fromkeys(output.consumed))
             metrics[name] = output.metrics
-            self._progress(span[0] + span[1], f"{name}: done")
-        if self.metrics:
-            metrics["reported"] = dict(self.metrics)
+            self.report_progress(span[0] + span[1], f"{name}: done")
+        if self.metrics.values:
+            metrics["reported"] = dict(self.metrics.values)
         return manifest, list(used), metrics
 
     def _propose_once(
@@ -481,47 +481,42 @@ class JobRun:
         if self.lost.is_set():
             raise LeaseLostError(self.job.id, self.owner, "a heartbeat found the lease gone")
 
-    def _progress(self, fraction: float, message: str, force: bool = True) -> None:
+    def report_progress(self, fraction: float, message: str, force: bool = True) -> None:
         self._check_lease()
         now = time.monotonic()
         if not force and now - self._last_progress < PROGRESS_MIN_INTERVAL_SECONDS:
             return
         self._last_progress = now
-        self.queue.progress(self.job.id, self.owner, fraction, message, dict(self.metrics))
+        self.queue.progress(self.job.id, self.owner, fraction, message, dict(self.metrics.values))
 
-    def _scaled_progress(
-        self, name: str, span: tuple[float, float]
-    ) -> Callable[[float, str], None]:
-        def report(fraction: float, message: str) -> None:
-            inside = min(max(fraction, 0.0), 1.0)
-            self._progress(span[0] + span[1] * inside, f"{name}: {message}", force=False)
-
-        return report
-
-    def _metric(self, name: str, value: float) -> None:
-        if name in self.metrics:
-            previous = self.metrics[name]
-            self.metrics[name] = (
-                [*previous, value]
-                if isinstance(previous, list)
-                else [
-                    previous,
-                    value,
-                ]
-            )
-        else:
-            self.metrics[name] = value
-
-    def _reflect(self, config: LearnerConfig) -> Callable[[list[dict[str, Any]]], str]:
+    def _reflector(self, config: LearnerConfig) -> UpstreamReflector:
         settings = self.worker.settings
         upstream_name = config.reflector_upstream or settings.upstream_for(self.job.scenario)[0]
-        return make_reflect(
+        return UpstreamReflector(
             settings,
             self.job.scenario,
             base_url=self.worker.upstream_base_urls.get(upstream_name),
             upstream_name=config.reflector_upstream,
             model=config.reflector_model,
         )
+
+
+class SpanProgress:
+    """The ``Progress`` of one step of a job (a learner, the gate): its reports fill the
+    step's ``span`` (start, width) of the job's progress, prefixed with its ``name``, at
+    most once per ``PROGRESS_MIN_INTERVAL_SECONDS``. Raises ``LeaseLostError`` once the
+    job is no longer this worker's."""
+
+    def __init__(self, run: JobRun, name: str, span: tuple[float, float]) -> None:
+        self.run = run
+        self.name = name
+        self.span = span
+
+    def report(self, fraction: float, message: str) -> None:
+        """Report ``fraction`` (clamped to 0..1) of this step, done."""
+        inside = min(max(fraction, 0.0), 1.0)
+        start, width = self.span
+        self.run.report_progress(start + width * inside, f"{self.name}: {message}", force=False)
 
 
 def _with_output(

@@ -23,7 +23,13 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
-from reef.db import DEFAULT_BUSY_TIMEOUT_MS, Database, lock_key, unavailable_on_failure
+from reef.db import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    Database,
+    lock_key,
+    open_database,
+    unavailable_on_failure,
+)
 from reef.db import schema as t
 from reef.experience.errors import (
     FeedbackNotFoundError,
@@ -96,12 +102,12 @@ class SQLExperienceStore(ExperienceStore):
 
     @classmethod
     def from_url(
-        cls, url: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+        cls, url: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, migrate: bool = False
     ) -> SQLExperienceStore:
         """A store on its own ``Database`` for ``sqlite:///path`` or ``postgresql://…``
-        (not migrated), closed with the store. Raises ``InvalidInputError`` for other
-        URLs."""
-        store = cls(Database.open(url, busy_timeout_ms))
+        (migrated only when ``migrate`` says so), closed with the store. Raises
+        ``InvalidInputError`` for other URLs."""
+        store = cls(open_database(url, migrate, busy_timeout_ms))
         store._owns_database = True
         return store
 

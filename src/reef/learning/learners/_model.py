@@ -1,18 +1,20 @@
-"""What the model learners (sft, preference, rl) share: how long to train (a budget in
-terms of the data), which model to train, where to work, and the head's adapter to
-continue from."""
+"""What the model learners (sft, preference, rl) share: their base class and settings,
+how long to train (a budget in terms of the data), which model to train, where to work,
+the head's adapter to continue from, and running the trainer and storing its adapter."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 from pydantic import Field
 
 from reef.core.errors import InvalidInputError
-from reef.learning.base import LearnerConfig, LearnerContext
-from reef.learning.trainers import DEFAULT_TARGET_MODULES, Budget
+from reef.learning.base import Learner, LearnerConfig, LearnerContext
+from reef.learning.trainers import DEFAULT_TARGET_MODULES, Budget, TrainResult, run_in_child
+from reef.learning.trainers.ray_runner import run_in_ray
+from reef.learning.trainers.spec import LoraSettings, PreferenceSpec, RLSpec, SFTSpec
 
 ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
 
@@ -108,6 +110,12 @@ class ModelLearnerSettings(BudgetSettings):
     threads: int | None = Field(default=None, ge=1)
     timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
 
+    def lora(self) -> LoraSettings:
+        """The LoRA shape to train."""
+        return LoraSettings(
+            r=self.r, alpha=self.alpha, dropout=self.dropout, target_modules=self.target_modules
+        )
+
 
 class RayTrainerSettings(ModelLearnerSettings):
     """A model learner whose trainer may run on Ray: ``trainer: local`` trains in a child
@@ -116,3 +124,48 @@ class RayTrainerSettings(ModelLearnerSettings):
 
     trainer: Literal["local", "ray"] = "local"
     ray_address: str | None = None
+
+
+SettingsT = TypeVar("SettingsT", bound=ModelLearnerSettings)
+
+
+class ModelLearner(Learner, Generic[SettingsT]):
+    """A learner that trains a LoRA adapter; ``settings`` is its config, typed.
+
+    ``learn`` trains on ``context.batch.train`` and returns the stored adapter's digest,
+    the records used and the training metrics. It raises ``TrainingFailedError`` when the
+    training child fails, ``InvalidInputError`` for an unusable model setting.
+    """
+
+    kind: ClassVar[Literal["harness", "model"]] = "model"
+
+    def __init__(self, config: LearnerConfig) -> None:
+        super().__init__(config)  # checks that config is a config_model
+        self.settings = cast(SettingsT, config)
+
+
+def train_adapter(
+    context: LearnerContext,
+    learner: str,
+    spec: SFTSpec | PreferenceSpec | RLSpec,
+    settings: ModelLearnerSettings,
+    work: Path,
+    meta: dict[str, Any],
+) -> tuple[str, TrainResult]:
+    """Train ``spec`` in a child process (or as a Ray task, for ``trainer: ray``), each
+    step's loss recorded as the metric ``loss`` and reported as progress, then store the
+    adapter. Returns its digest (artifact meta: learner, base, steps, then ``meta``) and
+    the training result; raises ``TrainingFailedError`` when training fails."""
+
+    def on_step(step: int, steps: int, loss: float) -> None:
+        context.metrics.record("loss", loss)
+        context.progress.report(step / steps, f"{learner}: step {step}/{steps} loss {loss:.4f}")
+
+    timeout = settings.timeout_seconds
+    if isinstance(settings, RayTrainerSettings) and settings.trainer == "ray":
+        assert not isinstance(spec, RLSpec)  # the rl learner has no Ray trainer
+        result = run_in_ray(spec, on_step, address=settings.ray_address, timeout_seconds=timeout)
+    else:
+        result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=timeout)
+    stored = {"learner": learner, "base": spec.model, "steps": result.metrics["steps"], **meta}
+    return context.artifacts.put_dir(result.adapter_dir, "adapter", stored), result

@@ -85,8 +85,8 @@ class FewShotLearner(Learner):
         )
         digest = store_bundle(context, bundle)
         consumed = [rid for e, _ in chosen for rid in (e.source_ids or (e.record_id,))]
-        context.metric("fewshot.demos", float(len(chosen)))
-        context.metric("fewshot.tokens", float(budget["tokens"]))
+        context.metrics.record("fewshot.demos", float(len(chosen)))
+        context.metrics.record("fewshot.tokens", float(budget["tokens"]))
         return LearnerOutput(
             harness=digest,
             consumed=list(dict.fromkeys(consumed)),

@@ -5,7 +5,7 @@ One run:
 1. Failing trajectories: training examples with a correction or a score below
    ``failure_score``, worst first, at most ``max_failures``, each shown with its
    conversation, reply, textual feedback and correction.
-2. ``variants`` reflect calls. Each shows ``context.reflect`` the failures and a parent's
+2. ``variants`` reflect calls. Each shows ``context.reflector`` the failures and a parent's
    system prompt and rules — the head's for the first call, then members of the Pareto
    pool in turn — and asks for strict JSON ``{"system_prompt": str|null, "instructions":
    [str, ...]}``. Output that is not exactly that (code fences aside), or whose text trips
@@ -125,10 +125,12 @@ class InstructionsLearner(Learner):
         rejected: dict[str, int] = {}
         fresh: list[Candidate] = []
         for index in range(config.variants):
-            context.progress(index / config.variants, f"reflecting ({index + 1}/{config.variants})")
+            context.progress.report(
+                index / config.variants, f"reflecting ({index + 1}/{config.variants})"
+            )
             parent = parents[index % len(parents)]
             try:
-                text = context.reflect(reflection_messages(parent, failures))
+                text = context.reflector.reflect(reflection_messages(parent, failures))
             except Exception:  # the reflector is a model call: a failure costs one variant
                 rejected["reflect failed"] = rejected.get("reflect failed", 0) + 1
                 continue
@@ -153,7 +155,7 @@ class InstructionsLearner(Learner):
         )
         digest = store_bundle(context, new)
         consumed = [rid for e in failures for rid in (e.source_ids or (e.record_id,))]
-        context.metric("instructions.proxy_score", best.mean())
+        context.metrics.record("instructions.proxy_score", best.mean())
         return LearnerOutput(
             harness=digest,
             consumed=list(dict.fromkeys(consumed)),

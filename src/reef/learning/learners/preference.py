@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 from itertools import combinations
-from typing import ClassVar, Literal, cast
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from reef.learning.base import (
-    Learner,
     LearnerConfig,
     LearnerContext,
     LearnerOutput,
@@ -24,15 +23,14 @@ from reef.learning.base import (
 )
 from reef.learning.learners._examples import correction_text, served_text, text_messages
 from reef.learning.learners._model import (
+    ModelLearner,
     RayTrainerSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
+    train_adapter,
 )
-from reef.learning.trainers.ray_runner import run_in_ray
-from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
-    LoraSettings,
     PreferencePair,
     PreferenceSpec,
     UnpairedExample,
@@ -139,21 +137,14 @@ def unpaired_examples(
     return examples, used
 
 
-class PreferenceLearner(Learner):
+class PreferenceLearner(ModelLearner[PreferenceConfig]):
     """DPO or KTO training of a LoRA adapter (see the module docstring)."""
 
     type_name: ClassVar[str] = "preference"
-    kind: ClassVar[Literal["harness", "model"]] = "model"
     config_model: ClassVar[type[LearnerConfig]] = PreferenceConfig
 
-    def __init__(self, config: LearnerConfig) -> None:
-        super().__init__(config)  # checks that config is a PreferenceConfig
-        self.settings = cast(PreferenceConfig, config)
-
     def learn(self, context: LearnerContext) -> LearnerOutput:
-        """Train on ``context.batch.train``; returns the stored adapter's digest, the
-        records used and the training metrics. Raises ``TrainingFailedError`` when the
-        training child fails, ``InvalidInputError`` for an unusable model setting."""
+        """DPO on the batch's pairs, or KTO on its scored replies (contract: ``ModelLearner``)."""
         cfg = self.settings
         train = context.batch.train
         pairs, pair_ids = preference_pairs(train)
@@ -168,7 +159,7 @@ class PreferenceLearner(Learner):
             examples, used = unpaired_examples(train, cfg.good_score, cfg.bad_score)
             count = len(examples)
         if not count:
-            context.progress(1.0, f"preference: nothing to train by {objective}")
+            context.progress.report(1.0, f"preference: nothing to train by {objective}")
             return LearnerOutput(metrics={"objective": objective, "examples": 0})
         model = model_source("preference", self.settings.model, context)
         work = fresh_work_dir(context, "preference")
@@ -180,9 +171,7 @@ class PreferenceLearner(Learner):
             examples=examples,
             output_dir=work / "adapter",
             base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
-            lora=LoraSettings(
-                r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
-            ),
+            lora=cfg.lora(),
             beta=cfg.beta,
             lr=cfg.lr,
             budget=cfg.budget(),
@@ -193,22 +182,12 @@ class PreferenceLearner(Learner):
             threads=cfg.threads,
         )
         what = "pairs" if objective == "dpo" else "examples"
-        context.progress(0.0, f"preference: {objective} on {model} with {count} {what}")
-
-        def on_step(step: int, steps: int, loss: float) -> None:
-            context.metric("loss", loss)
-            context.progress(step / steps, f"preference: step {step}/{steps} loss {loss:.4f}")
-
-        if cfg.trainer == "ray":
-            result = run_in_ray(
-                spec, on_step, address=cfg.ray_address, timeout_seconds=cfg.timeout_seconds
-            )
-        else:
-            result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
-        steps = result.metrics["steps"]
-        meta = {"learner": "preference", "objective": objective, "base": model, "steps": steps}
-        digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(1.0, f"preference: adapter {digest} ({result.metrics['stop_reason']})")
+        context.progress.report(0.0, f"preference: {objective} on {model} with {count} {what}")
+        meta = {"objective": objective}
+        digest, result = train_adapter(context, "preference", spec, cfg, work, meta)
+        context.progress.report(
+            1.0, f"preference: adapter {digest} ({result.metrics['stop_reason']})"
+        )
         keys = ("loss_curve", "margin_curve", "accuracy_curve", "reward_margin", "reward_accuracy")
         budget_keys = (
             "val_curve", "steps", "steps_planned", "stop_reason", "best_step", "undertrained"

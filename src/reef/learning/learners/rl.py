@@ -12,12 +12,11 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, cast
+from typing import ClassVar
 
 from pydantic import Field
 
 from reef.learning.base import (
-    Learner,
     LearnerConfig,
     LearnerContext,
     LearnerOutput,
@@ -25,14 +24,14 @@ from reef.learning.base import (
 )
 from reef.learning.learners._examples import correction_text, text_messages
 from reef.learning.learners._model import (
+    ModelLearner,
     ModelLearnerSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
+    train_adapter,
 )
-from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
-    LoraSettings,
     RLPrompt,
     RLScorer,
     RLSpec,
@@ -76,25 +75,18 @@ def rl_prompts(train: list[TrainingExample]) -> tuple[list[RLPrompt], list[str]]
     return prompts, used
 
 
-class RLLearner(Learner):
+class RLLearner(ModelLearner[RLConfig]):
     """GRPO training of a LoRA adapter (see the module docstring)."""
 
     type_name: ClassVar[str] = "rl"
-    kind: ClassVar[Literal["harness", "model"]] = "model"
     config_model: ClassVar[type[LearnerConfig]] = RLConfig
 
-    def __init__(self, config: LearnerConfig) -> None:
-        super().__init__(config)  # checks that config is a RLConfig
-        self.settings = cast(RLConfig, config)
-
     def learn(self, context: LearnerContext) -> LearnerOutput:
-        """Train on ``context.batch.train``; returns the stored adapter's digest, the
-        records used and the training metrics. Raises ``TrainingFailedError`` when the
-        training child fails, ``InvalidInputError`` for an unusable model setting."""
+        """GRPO on the batch's items with a correction (contract: ``ModelLearner``)."""
         cfg = self.settings
         prompts, used = rl_prompts(context.batch.train)
         if not prompts:
-            context.progress(1.0, "rl: no items with a reference; nothing to train")
+            context.progress.report(1.0, "rl: no items with a reference; nothing to train")
             return LearnerOutput(metrics={"prompts": 0})
         model = model_source("rl", self.settings.model, context)
         work = fresh_work_dir(context, "rl")
@@ -105,9 +97,7 @@ class RLLearner(Learner):
             output_dir=work / "adapter",
             scorer=cfg.scorer,
             base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
-            lora=LoraSettings(
-                r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
-            ),
+            lora=cfg.lora(),
             group_size=cfg.group_size,
             temperature=cfg.temperature,
             max_new_tokens=cfg.max_new_tokens,
@@ -122,17 +112,9 @@ class RLLearner(Learner):
             device=cfg.device,
             threads=cfg.threads,
         )
-        context.progress(0.0, f"rl: grpo on {model} with {len(prompts)} prompts")
-
-        def on_step(step: int, steps: int, loss: float) -> None:
-            context.metric("loss", loss)
-            context.progress(step / steps, f"rl: step {step}/{steps} loss {loss:.4f}")
-
-        result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
-        steps = result.metrics["steps"]
-        meta = {"learner": "rl", "base": model, "steps": steps, "prompts": len(prompts)}
-        digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(1.0, f"rl: adapter {digest}")
+        context.progress.report(0.0, f"rl: grpo on {model} with {len(prompts)} prompts")
+        digest, result = train_adapter(context, "rl", spec, cfg, work, {"prompts": len(prompts)})
+        context.progress.report(1.0, f"rl: adapter {digest}")
         keys = ("loss_curve", "reward_curve", "kl_curve", "mean_reward", "samples", "tokens")
         budget = ("steps", "steps_planned", "stop_reason", "epochs_run")
         metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler")}

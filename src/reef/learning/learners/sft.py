@@ -14,11 +14,10 @@ on them as recorded meets a prompt at serving time that it never saw in training
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, cast
+from typing import ClassVar
 
 from reef.harness import Harness, render_openai
 from reef.learning.base import (
-    Learner,
     LearnerConfig,
     LearnerContext,
     LearnerOutput,
@@ -27,18 +26,17 @@ from reef.learning.base import (
 from reef.learning.learners._examples import text_messages
 from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import (
+    ModelLearner,
     RayTrainerSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
+    train_adapter,
 )
 from reef.learning.trainers import (
-    LoraSettings,
     SFTExample,
     SFTSpec,
-    run_in_child,
 )
-from reef.learning.trainers.ray_runner import run_in_ray
 
 
 class SFTConfig(RayTrainerSettings):
@@ -101,27 +99,22 @@ def with_harness(examples: list[SFTExample], harness: Harness) -> list[SFTExampl
     return rendered
 
 
-class SFTLearner(Learner):
+class SFTLearner(ModelLearner[SFTConfig]):
     """Supervised fine-tuning of a LoRA adapter (see the module docstring)."""
 
     type_name: ClassVar[str] = "sft"
-    kind: ClassVar[Literal["harness", "model"]] = "model"
     config_model: ClassVar[type[LearnerConfig]] = SFTConfig
 
-    def __init__(self, config: LearnerConfig) -> None:
-        super().__init__(config)  # checks that config is a SFTConfig
-        self.settings = cast(SFTConfig, config)
-
     def learn(self, context: LearnerContext) -> LearnerOutput:
-        """Train on ``context.batch.train``; returns the stored adapter's digest, the
-        records used and the training metrics. Raises ``TrainingFailedError`` when the
-        training child fails, ``InvalidInputError`` for an unusable model setting."""
+        """SFT on the batch's corrections and high-score replies (contract: ``ModelLearner``)."""
         cfg = self.settings
         examples, used = sft_examples(context.batch.train, cfg.min_score)
         if cfg.render_harness:
             examples = with_harness(examples, head_bundle(context).harness)
         if not examples:
-            context.progress(1.0, "sft: no corrections or high-score replies; nothing to train")
+            context.progress.report(
+                1.0, "sft: no corrections or high-score replies; nothing to train"
+            )
             return LearnerOutput(metrics={"examples": 0})
         model = model_source("sft", self.settings.model, context)
         work = fresh_work_dir(context, "sft")
@@ -137,9 +130,7 @@ class SFTLearner(Learner):
             examples=examples + replayed,
             output_dir=work / "adapter",
             base_adapter=base_adapter,
-            lora=LoraSettings(
-                r=cfg.r, alpha=cfg.alpha, dropout=cfg.dropout, target_modules=cfg.target_modules
-            ),
+            lora=cfg.lora(),
             lr=cfg.lr,
             budget=cfg.budget(),
             batch_size=cfg.batch_size,
@@ -148,24 +139,12 @@ class SFTLearner(Learner):
             device=cfg.device,
             threads=cfg.threads,
         )
-        context.progress(
+        context.progress.report(
             0.0, f"sft: training {model} on {len(examples)} examples + {len(replayed)} replayed"
         )
-
-        def on_step(step: int, steps: int, loss: float) -> None:
-            context.metric("loss", loss)
-            context.progress(step / steps, f"sft: step {step}/{steps} loss {loss:.4f}")
-
-        if cfg.trainer == "ray":
-            result = run_in_ray(
-                spec, on_step, address=cfg.ray_address, timeout_seconds=cfg.timeout_seconds
-            )
-        else:
-            result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=cfg.timeout_seconds)
+        digest, result = train_adapter(context, "sft", spec, cfg, work, {"examples": len(examples)})
         steps = result.metrics["steps"]
-        meta = {"learner": "sft", "base": model, "steps": steps, "examples": len(examples)}
-        digest = context.artifacts.put_dir(result.adapter_dir, "adapter", meta)
-        context.progress(
+        context.progress.report(
             1.0, f"sft: adapter {digest} ({steps} steps, {result.metrics['stop_reason']})"
         )
         metrics = {k: result.metrics[k] for k in REPORTED if k in result.metrics}

@@ -98,7 +98,9 @@ class SkillsLearner(Learner):
         fresh: list[Entry] = []
         dropped = 0
         for index, members in enumerate(clusters):
-            context.progress(index / max(1, len(clusters)), f"distilling cluster {index + 1}")
+            context.progress.report(
+                index / max(1, len(clusters)), f"distilling cluster {index + 1}"
+            )
             entry = distil(members, config, context if config.use_reflect else None)
             if entry is None:
                 dropped += 1
@@ -114,7 +116,7 @@ class SkillsLearner(Learner):
         harness = apply(bundle.harness, entries, config.target)
         digest = store_bundle(context, replace_fields(bundle, **harness))
         consumed = [rid for e in fresh for rid in e.sources]
-        context.metric("skills.entries", float(len(entries)))
+        context.metrics.record("skills.entries", float(len(entries)))
         return LearnerOutput(
             harness=digest,
             consumed=list(dict.fromkeys(consumed)),
@@ -213,7 +215,7 @@ def _reflected(
         for e in members[:10]
     )
     try:
-        text = context.reflect([{"role": "user", "content": f"{PROMPT}\n{body}"}])
+        text = context.reflector.reflect([{"role": "user", "content": f"{PROMPT}\n{body}"}])
         document = json.loads(text.strip())
     except Exception:  # the reflector is a model call; anything wrong means the template
         return None

@@ -265,18 +265,11 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     def validate() -> float:
         return validation_loss(model, features, val_ids, spec, pad_id, device)
 
-    run = train_in_budget(
-        model,
-        optimizer,
-        budget,
-        Plan(train_ids, spec.batch_size, rng),
-        step,
-        validate if val_ids else None,
-        progress,
-        spec.fault,
+    plan = Plan(train_ids, spec.batch_size, rng)
+    run = train_and_save(
+        model, optimizer, spec, plan, Losses(step, validate if val_ids else None), progress
     )
     curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
-    save_adapter(model, spec.output_dir)
     metrics = {
         "loss_curve": curve,
         "tokens": tokens,
@@ -315,6 +308,32 @@ class BudgetedRun:
     steps_run: int
     seconds: float
     report: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Losses:
+    """What a run minimises: ``step(items)`` is a training batch's loss (the loop
+    back-propagates it); ``validate()`` the validation loss, None without a split."""
+
+    step: Callable[[list[int]], torch.Tensor]
+    validate: Callable[[], float] | None
+
+
+def train_and_save(
+    model: PeftModel,
+    optimizer: torch.optim.Optimizer,
+    spec: SFTSpec | PreferenceSpec,
+    plan: Plan,
+    losses: Losses,
+    progress: ProgressCallback | None,
+) -> BudgetedRun:
+    """``train_in_budget`` within ``spec``'s budget, then the adapter saved to
+    ``spec.output_dir``."""
+    run = train_in_budget(
+        model, optimizer, spec.budget, plan, losses.step, losses.validate, progress, spec.fault
+    )
+    save_adapter(model, spec.output_dir)
+    return run
 
 
 def train_in_budget(  # noqa: PLR0913

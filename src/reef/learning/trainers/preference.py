@@ -32,13 +32,13 @@ from peft import PeftModel
 from reef.learning.trainers.budget import split_validation
 from reef.learning.trainers.lora_sft import (
     Features,
+    Losses,
     Plan,
     _collate,
     build_features,
-    save_adapter,
     set_up,
     token_logps,
-    train_in_budget,
+    train_and_save,
     wrap_lora,
 )
 from reef.learning.trainers.spec import PreferenceSpec, SFTExample, TrainResult
@@ -195,18 +195,11 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         model.train()
         return sum(losses) / len(val_ids)
 
-    run = train_in_budget(
-        model,
-        optimizer,
-        budget,
-        Plan(train_ids, spec.batch_size, rng),
-        step,
-        validate if val_ids else None,
-        progress,
-        spec.fault,
+    plan = Plan(train_ids, spec.batch_size, rng)
+    run = train_and_save(
+        model, optimizer, spec, plan, Losses(step, validate if val_ids else None), progress
     )
     curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
-    save_adapter(model, spec.output_dir)
     metrics: dict[str, Any] = {
         "objective": spec.objective,
         "loss_curve": curve,

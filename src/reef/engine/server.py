@@ -32,8 +32,15 @@ from reef.engine.protocol import (
     TokenizeRequest,
     UnloadLoraAdapterRequest,
 )
-from reef.engine.responses import ChoiceAccumulator, ResponseShape, error_body, usage
+from reef.engine.responses import (
+    ChoiceAccumulator,
+    ResponseShape,
+    ToolParsing,
+    error_body,
+    usage,
+)
 from reef.engine.runtime import Engine, GenerationStream
+from reef.engine.tools import tool_names
 
 logger = logging.getLogger("reef.engine")
 
@@ -151,7 +158,8 @@ async def tokenize(request: web.Request) -> web.Response:
     as vLLM answers it (adapters share the base model's tokenizer)."""
     body = await _parse(request, TokenizeRequest)
     engine = request.app[ENGINE_KEY]
-    tokens = engine.encode_chat([m.for_template() for m in body.messages], body.tools)
+    messages = [m.for_template() for m in body.messages]
+    tokens, _ = engine.encode_tool_chat(messages, body.tool_dicts, body.tool_choice_value)
     return _json(
         {"count": len(tokens), "max_model_len": engine.loaded.max_context, "tokens": tokens}
     )
@@ -161,10 +169,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``, streaming (SSE) or not."""
     body = await _parse(request, ChatCompletionRequest)
     engine = request.app[ENGINE_KEY]
+    choice = body.tool_choice_value
     lease = engine.lease(body.model)
     try:
         messages = [m.for_template() for m in body.messages]
-        prompt = engine.encode_chat(messages, body.tools)
+        prompt, prefill = engine.encode_tool_chat(messages, body.tool_dicts, choice)
         params = engine.sampling_params(
             len(prompt),
             body.token_limit,
@@ -180,7 +189,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if lease is not None:
             engine.adapters.release(lease)
         raise
-    shape = ResponseShape.new(body.model, body.logprobs, body.return_token_ids, engine.token_text)
+    tools = (
+        ToolParsing(tool_names(body.tool_dicts or []), prefill)
+        if body.tools and choice.calls_allowed
+        else None
+    )
+    shape = ResponseShape.new(
+        body.model, body.logprobs, body.return_token_ids, engine.token_text, tools
+    )
     headers = {ADAPTER_DIGEST_HEADER: lease.version.digest} if lease else {}
     try:
         if body.stream:
@@ -215,10 +231,14 @@ async def _stream(  # noqa: PLR0913
     completion_tokens = 0
     try:
         await send(shape.role_chunk(n, prompt))
+        parsers = [shape.tools.stream() for _ in range(n)] if shape.tools else None
         try:
             async for delta in stream:
                 completion_tokens += len(delta.token_ids)
-                if shape.wants(delta):
+                if parsers is not None:
+                    for chunk in shape.tool_chunks(delta, parsers[delta.index]):
+                        await send(chunk)
+                elif shape.wants(delta):
                     await send(shape.delta_chunk(delta))
         except ReefError as exc:
             await send(error_body(503, exc.message))

@@ -26,6 +26,21 @@ class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
 
+    @model_validator(mode="after")
+    def _tool_calls_are_function_calls(self) -> ChatMessage:
+        calls = (self.model_extra or {}).get("tool_calls")
+        if calls is None:
+            return self
+        if not isinstance(calls, list):
+            raise ValueError("tool_calls must be an array")
+        for index, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise ValueError(f"tool_calls[{index}].function.name must be a string")
+            if not isinstance(function.get("arguments", ""), str | dict):
+                raise ValueError(f"tool_calls[{index}].function.arguments must be a string")
+        return self
+
     def for_template(self) -> dict[str, Any]:
         """The message as chat templates expect it: text content, ``developer`` as
         ``system``, other fields (``tool_calls``, ``name``) passed through."""

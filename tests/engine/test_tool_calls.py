@@ -113,6 +113,17 @@ async def test_the_sdk_stream_helper_assembles_the_calls(sdk: openai.AsyncOpenAI
     assert message.content == "Let me check." and cities(message.tool_calls) == ["Paris", "Rome"]
 
 
+async def test_parallel_tool_calls_false_returns_the_first_call_only(
+    sdk: openai.AsyncOpenAI,
+) -> None:
+    response = await ask(sdk, parallel_tool_calls=False)
+    assert cities(response.choices[0].message.tool_calls) == ["Paris"]
+    chunks = [c async for c in await ask(sdk, parallel_tool_calls=False, stream=True)]
+    calls = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert [d.index for d in calls] == [0, 0]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
 async def test_a_named_tool_choice_starts_the_reply_with_that_call(
     sdk: openai.AsyncOpenAI,
 ) -> None:

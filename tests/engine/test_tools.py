@@ -279,3 +279,13 @@ def test_text_streams_before_a_call_and_a_call_comes_out_once_closed() -> None:
     [call] = stream.feed("\n</tool_call>")
     assert not isinstance(call, str) and call.name == "get_weather"
     assert stream.finish() == []
+
+
+def test_without_parallel_calls_the_first_call_ends_the_reply() -> None:
+    text = f"Checking.\n{CALL}\n{CALL_ROME}\nDone."
+    reply = parse_tool_calls(text, NAMES, parallel=False)
+    assert reply.content == "Checking."
+    assert [json.loads(c.arguments)["city"] for c in reply.calls] == ["Paris"]
+    stream = ToolCallStream(NAMES, parallel=False)
+    pieces = [p for i in range(0, len(text), 3) for p in stream.feed(text[i : i + 3])]
+    assert len([p for p in [*pieces, *stream.finish()] if not isinstance(p, str)]) == 1

@@ -69,10 +69,11 @@ class ToolParsing:
 
     names: frozenset[str]
     prefill: str = ""
+    parallel: bool = True
 
     def stream(self) -> ToolCallStream:
         """A parser for one streamed choice, already fed the prefill."""
-        parser = ToolCallStream(self.names)
+        parser = ToolCallStream(self.names, parallel=self.parallel)
         parser.feed(self.prefill)  # text before a forced call is empty: nothing comes out
         return parser
 
@@ -120,7 +121,10 @@ class ResponseShape:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(choice.text)}
         finish_reason: str | None = choice.finish_reason
         if self.tools is not None:
-            reply = parse_tool_calls(self.tools.prefill + message["content"], self.tools.names)
+            tools = self.tools
+            reply = parse_tool_calls(
+                tools.prefill + message["content"], tools.names, parallel=tools.parallel
+            )
             message["content"] = reply.content
             if reply.calls:
                 message["content"] = reply.content or None

@@ -190,7 +190,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             engine.adapters.release(lease)
         raise
     tools = (
-        ToolParsing(tool_names(body.tool_dicts or []), prefill)
+        ToolParsing(tool_names(body.tool_dicts or []), prefill, body.parallel_tool_calls)
         if body.tools and choice.calls_allowed
         else None
     )

@@ -260,10 +260,12 @@ def parse_call(body: str, names: frozenset[str] | None = None) -> ToolCall | Non
     return ToolCall(new_call_id(), parsed["name"], json.dumps(arguments, ensure_ascii=False))
 
 
-def parse_tool_calls(text: str, names: frozenset[str] | None = None) -> ParsedReply:
+def parse_tool_calls(
+    text: str, names: frozenset[str] | None = None, *, parallel: bool = True
+) -> ParsedReply:
     """Split generated ``text`` into content and calls (see :class:`ToolCallStream`
     for the rules; this is the same parse over the whole text at once)."""
-    stream = ToolCallStream(names)
+    stream = ToolCallStream(names, parallel=parallel)
     pieces = [*stream.feed(text), *stream.finish()]
     content = "".join(p for p in pieces if isinstance(p, str))
     return ParsedReply(content, tuple(p for p in pieces if isinstance(p, ToolCall)))
@@ -277,11 +279,13 @@ class ToolCallStream:
     arrives, or at :meth:`finish` when the text ends inside a call whose JSON is
     complete. A block that is no valid call (see :func:`parse_call`) comes back as the
     text it was. Whitespace around calls is dropped; a reply without calls comes out
-    exactly as generated.
+    exactly as generated. Without ``parallel`` the first call ends the reply: whatever
+    follows it is dropped (OpenAI's ``parallel_tool_calls: false``).
     """
 
-    def __init__(self, names: frozenset[str] | None = None) -> None:
+    def __init__(self, names: frozenset[str] | None = None, *, parallel: bool = True) -> None:
         self.names = names
+        self.parallel = parallel
         self.calls: list[ToolCall] = []
         self._pending = ""
         self._gap = ""  # whitespace between the text and an open call, kept for a bad call
@@ -292,7 +296,7 @@ class ToolCallStream:
         """Take the next generated text; return the pieces it completes."""
         self._pending += text
         out: list[str | ToolCall] = []
-        while True:
+        while not self._done:
             if self._in_call:
                 end = self._pending.find(TOOL_CALL_CLOSE)
                 if end < 0:
@@ -316,18 +320,24 @@ class ToolCallStream:
             self._gap = before[len(before.rstrip()) :]
             self._pending = self._pending[start + len(TOOL_CALL_OPEN) :]
             self._in_call = True
+        self._pending = ""
+        return out
 
     def finish(self) -> list[str | ToolCall]:
         """The text has ended: return what was held back."""
         out: list[str | ToolCall] = []
+        pending, self._pending = self._pending, ""
+        if self._done:
+            return out
         if self._in_call:
-            self._close(self._pending, "", out)
-        elif self.calls:
-            self._text(self._pending.rstrip(), out)
+            self._close(pending, "", out)
         else:
-            self._text(self._pending, out)
-        self._pending = ""
+            self._text(pending.rstrip() if self.calls else pending, out)
         return out
+
+    @property
+    def _done(self) -> bool:
+        return bool(self.calls) and not self.parallel
 
     def _close(self, body: str, closing: str, out: list[str | ToolCall]) -> None:
         self._in_call = False

@@ -291,3 +291,21 @@ def test_openai_through_the_gateway_gets_tool_calls(gateway: GatewayThread) -> N
     )
     assert response.choices[0].finish_reason == "tool_calls"
     assert cities(response.choices[0].message.tool_calls) == ["Paris", "Rome"]
+
+
+def test_responses_through_the_gateway_get_function_call_items(gateway: GatewayThread) -> None:
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        **{k: v for k, v in WEATHER["function"].items() if k != "name"},
+    }
+    response = gateway.openai().responses.create(
+        model="reef/tiny",
+        input="Weather in Paris and Rome?",
+        tools=[tool],  # type: ignore[list-item]
+        max_output_tokens=200,
+        temperature=0,
+    )
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert [json.loads(c.arguments)["city"] for c in calls] == ["Paris", "Rome"]  # type: ignore[union-attr]
+    assert all(c.name == "get_weather" and c.call_id.startswith("call_") for c in calls)  # type: ignore[union-attr]

@@ -175,8 +175,8 @@ async def test_a_forced_call_the_model_botches_comes_back_as_text(
 ) -> None:
     """tiny-random has learnt nothing: after the prefill it writes noise, which is no
     call; the reply is that text (prefill included), never an error."""
-    for choice in ("required", FORCE_WEATHER):
-        prefill = call_prefill(NAMED if isinstance(choice, dict) else ToolChoice("required"))
+    for choice in ("required", FORCE_WEATHER):  # required, with one tool, names it
+        prefill = call_prefill(NAMED)
         response = await client.chat.completions.create(
             model=TINY, messages=QUESTION, tools=[WEATHER], tool_choice=choice, max_tokens=8
         )

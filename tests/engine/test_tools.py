@@ -139,6 +139,16 @@ def test_forced_calls_prefill_the_reply() -> None:
     assert render_tools(CONVERSATION[:1], [WEATHER], named, template_takes_tools=False).prefill
 
 
+def test_required_with_one_tool_names_it() -> None:
+    other = {"type": "function", "function": {"name": "lookup_order"}}
+    required = ToolChoice("required")
+    one = render_tools(CONVERSATION[:1], [WEATHER], required, template_takes_tools=False)
+    assert one.prefill == call_prefill(ToolChoice("function", "get_weather"))
+    assert one.messages[0]["content"].endswith("You must call the function get_weather.")
+    two = render_tools(CONVERSATION[:1], [WEATHER, other], required, template_takes_tools=False)
+    assert two.prefill == call_prefill(required)
+
+
 def test_a_template_that_takes_tools_gets_them_and_argument_objects() -> None:
     rendered = render_tools(CONVERSATION, [WEATHER], template_takes_tools=True)
     assert rendered.template_tools == [WEATHER]
@@ -209,6 +219,11 @@ def test_text_after_a_call_is_content() -> None:
         '<tool_call>\n["get_weather"]\n</tool_call>',  # no object
         '<tool_call>\n{"arguments": {}}\n</tool_call>',  # no name
         '<tool_call>\n{"name": "get_weather", "arguments": "Paris"}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": 5}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": [1, 2]}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": true}\n</tool_call>',
+        '<tool_call>\n{"name": 7, "arguments": {}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": {}} trailing\n</tool_call>',
         '<tool_call>\n{"name": "launch_rockets", "arguments": {}}\n</tool_call>',  # not offered
         '<tool_call>\n{"name": "get_weather", "arguments": {"ci',  # cut off
         "hello <tool_call",
@@ -224,6 +239,13 @@ def test_a_bad_block_stays_text_beside_a_good_call() -> None:
     reply = parse_tool_calls(f"{bad}\n{CALL}", NAMES)
     assert reply.content == bad
     assert [c.name for c in reply.calls] == ["get_weather"]
+
+
+def test_null_arguments_and_arguments_as_json_text_are_objects() -> None:
+    for arguments in ("null", '"{\\"city\\": \\"Paris\\"}"'):
+        text = f'<tool_call>{{"name": "get_weather", "arguments": {arguments}}}</tool_call>'
+        [call] = parse_tool_calls(text, NAMES).calls
+        assert json.loads(call.arguments) in ({}, {"city": "Paris"})
 
 
 def test_a_complete_call_cut_before_its_closing_tag_counts() -> None:

@@ -146,11 +146,15 @@ def format_tool_call(name: str, arguments: Mapping[str, Any] | str) -> str:
     return f"{TOOL_CALL_OPEN}\n{json.dumps(body, ensure_ascii=False)}\n{TOOL_CALL_CLOSE}"
 
 
-def _arguments_object(arguments: Mapping[str, Any] | str | None) -> Any:
+def _arguments_object(arguments: Any) -> Any:
+    """``arguments`` as an object when it is one or JSON text of one; else unchanged
+    (a model may write any JSON value there, and the parser then refuses the call)."""
     if arguments is None:
         return {}
-    if not isinstance(arguments, str):
+    if isinstance(arguments, Mapping):
         return dict(arguments)
+    if not isinstance(arguments, str):
+        return arguments
     try:
         parsed = json.loads(arguments)
     except ValueError:
@@ -182,8 +186,11 @@ def render_tools(
     the tools and messages pass through (arguments as objects); otherwise the tool
     prompt joins the system message and calls and results become text (see the module
     docstring). ``choice`` ``none`` renders no tools; past calls render either way.
+    ``required`` with a single tool is that tool's named choice.
     """
     offered = [dict(tool) for tool in tools or ()] if choice.calls_allowed else []
+    if choice.mode == "required" and len(offered) == 1:  # one tool: required names it
+        choice = ToolChoice("function", str(offered[0].get("function", {}).get("name", "")))
     prefill = call_prefill(choice) if offered else ""
     if template_takes_tools:
         return RenderedChat([_with_argument_objects(m) for m in messages], offered or None, prefill)
@@ -197,36 +204,42 @@ def _with_argument_objects(message: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(message)
     if out.get("tool_calls"):
         out["tool_calls"] = [
-            {**call, "function": {**fn, "arguments": _arguments_object(fn.get("arguments"))}}
+            {**call, "function": {**function, "arguments": _arguments_object(arguments)}}
             for call in out["tool_calls"]
-            for fn in [call.get("function") or {}]
+            for function, arguments in [_function_of(call)]
         ]
     return out
 
 
+def _function_of(call: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    function = dict(call.get("function") or {})
+    return function, function.get("arguments")
+
+
 def _calls_as_text(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    after_tool = False  # consecutive tool results share one user turn
     for message in messages:
         role = message.get("role")
         content = str(message.get("content") or "")
         if role == "tool":
             block = f"{TOOL_RESPONSE_OPEN}\n{content}\n{TOOL_RESPONSE_CLOSE}"
-            if out and out[-1].get("_tool_results"):
+            if after_tool:
                 out[-1]["content"] += "\n" + block
             else:
-                out.append({"role": "user", "content": block, "_tool_results": True})
+                out.append({"role": "user", "content": block})
+            after_tool = True
             continue
+        after_tool = False
         rewritten = {k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")}
         if role == "assistant" and message.get("tool_calls"):
             calls = [
-                format_tool_call(str(fn.get("name", "")), fn.get("arguments") or {})
+                format_tool_call(str(function.get("name", "")), arguments or {})
                 for call in message["tool_calls"]
-                for fn in [call.get("function") or {}]
+                for function, arguments in [_function_of(call)]
             ]
             rewritten["content"] = "\n".join([content, *calls] if content else calls)
         out.append(rewritten)
-    for message in out:
-        message.pop("_tool_results", None)
     return out
 
 
@@ -248,7 +261,7 @@ def parse_call(body: str, names: frozenset[str] | None = None) -> ToolCall | Non
     no string ``name``, ``arguments`` not an object, or a name outside ``names``."""
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
         return None

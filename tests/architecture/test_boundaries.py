@@ -125,7 +125,9 @@ def test_the_gateway_writes_no_sql() -> None:
     assert not offenders, f"import SQLAlchemy outside the gateway: {offenders}"
 
 
-@pytest.mark.parametrize("module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience"])
+@pytest.mark.parametrize(
+    "module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience", "reef.engine.tools"]
+)
 def test_import_loads_no_torch(module: str) -> None:
     code = (
         f"import sys, {module}\n"

@@ -16,7 +16,8 @@ user turn of ``<tool_response>`` blocks. A template that takes ``tools`` gets th
 the messages as they are (arguments as objects, as Hugging Face templates expect); it
 is assumed to speak the same format, as Hermes and Qwen templates do.
 
-Torch-free: :mod:`reef.learning` imports it without loading a model.
+Torch-free and free of the ``local`` extra (jinja2 is imported only to read a template):
+:mod:`reef.learning` imports it without loading a model.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-
-from jinja2 import Environment, TemplateSyntaxError, meta
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -105,6 +104,8 @@ def template_takes_tools(template: str | None) -> bool:
     """Whether a Jinja chat template reads a ``tools`` variable."""
     if not template:
         return False
+    from jinja2 import Environment, TemplateSyntaxError, meta  # with the local extra only
+
     try:
         # Parsed only, never rendered: autoescape is irrelevant.
         environment = Environment()  # noqa: S701

@@ -113,6 +113,19 @@ async def test_the_sdk_stream_helper_assembles_the_calls(sdk: openai.AsyncOpenAI
     assert message.content == "Let me check." and cities(message.tool_calls) == ["Paris", "Rome"]
 
 
+async def test_each_of_n_choices_is_parsed_on_its_own(sdk: openai.AsyncOpenAI) -> None:
+    response = await ask(sdk, n=2)
+    assert [cities(c.message.tool_calls) for c in response.choices] == [["Paris", "Rome"]] * 2
+    ids = {call.id for c in response.choices for call in c.message.tool_calls}
+    assert len(ids) == 4
+    chunks = [c async for c in await ask(sdk, n=2, stream=True)]
+    for index in (0, 1):
+        mine = [ch.choices[0] for ch in chunks if ch.choices and ch.choices[0].index == index]
+        calls = [d for choice in mine for d in choice.delta.tool_calls or []]
+        assert [d.index for d in calls] == [0, 0, 1, 1]
+        assert [choice.finish_reason for choice in mine if choice.finish_reason] == ["tool_calls"]
+
+
 async def test_parallel_tool_calls_false_returns_the_first_call_only(
     sdk: openai.AsyncOpenAI,
 ) -> None:
@@ -291,6 +304,28 @@ def test_openai_through_the_gateway_gets_tool_calls(gateway: GatewayThread) -> N
     )
     assert response.choices[0].finish_reason == "tool_calls"
     assert cities(response.choices[0].message.tool_calls) == ["Paris", "Rome"]
+
+
+def test_a_streamed_call_is_recorded_as_tool_calls(gateway: GatewayThread) -> None:
+    """What learning reads: the gateway's record of a stream carries the engine's calls."""
+    with gateway.openai().chat.completions.with_streaming_response.create(
+        model="reef/tiny",
+        messages=QUESTION,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice=FORCE_WEATHER,  # type: ignore[arg-type]
+        max_tokens=200,
+        temperature=0,
+        stream=True,
+    ) as response:
+        record_id = response.headers["x-reef-record-id"]
+        assert len([chunk for chunk in response.parse()]) > 2
+    record = gateway.store.get_record(record_id)
+    assert record.status == "ok" and record.response is not None
+    [choice] = record.response["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    calls = choice["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == ["Paris", "Rome"]
+    assert [c["function"]["name"] for c in calls] == ["get_weather"] * 2
 
 
 def test_responses_through_the_gateway_get_function_call_items(gateway: GatewayThread) -> None:

@@ -13,8 +13,10 @@ from reef.engine.tiny import CHAT_TEMPLATE
 from reef.engine.tools import (
     AUTO,
     TOOL_PROMPT_HEAD,
+    ToolCall,
     ToolCallStream,
     ToolChoice,
+    assistant_text,
     call_prefill,
     format_tool_call,
     parse_tool_calls,
@@ -311,3 +313,16 @@ def test_without_parallel_calls_the_first_call_ends_the_reply() -> None:
     stream = ToolCallStream(NAMES, parallel=False)
     pieces = [p for i in range(0, len(text), 3) for p in stream.feed(text[i : i + 3])]
     assert len([p for p in [*pieces, *stream.finish()] if not isinstance(p, str)]) == 1
+
+
+def test_an_assistant_turn_as_text_parses_back_to_its_calls() -> None:
+    text = assistant_text({**CONVERSATION[1], "content": "Checking."})
+    assert text == f"Checking.\n{CALL}\n{CALL_ROME}"
+    reply = parse_tool_calls(text, NAMES)
+    assert reply.content == "Checking."
+    assert [(c.name, json.loads(c.arguments)) for c in reply.calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Rome"}),
+    ]
+    assert all(isinstance(c, ToolCall) for c in reply.calls)
+    assert assistant_text({"role": "assistant", "content": "hi"}) == "hi"

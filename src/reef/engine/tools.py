@@ -234,14 +234,22 @@ def _calls_as_text(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
         after_tool = False
         rewritten = {k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")}
         if role == "assistant" and message.get("tool_calls"):
-            calls = [
-                format_tool_call(str(function.get("name", "")), arguments or {})
-                for call in message["tool_calls"]
-                for function, arguments in [_function_of(call)]
-            ]
-            rewritten["content"] = "\n".join([content, *calls] if content else calls)
+            rewritten["content"] = assistant_text(message)
         out.append(rewritten)
     return out
+
+
+def assistant_text(message: Mapping[str, Any]) -> str:
+    """The text an assistant turn is in this format: its content, then each of its
+    ``tool_calls`` (OpenAI's shape) as a ``<tool_call>`` block, one line apart. What a
+    model should generate for that turn, so it is also a training target."""
+    content = str(message.get("content") or "")
+    calls = [
+        format_tool_call(str(function.get("name", "")), arguments or {})
+        for call in message.get("tool_calls") or ()
+        for function, arguments in [_function_of(call)]
+    ]
+    return "\n".join([content, *calls] if content else calls)
 
 
 def _with_system(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:

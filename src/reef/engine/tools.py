@@ -107,8 +107,7 @@ def template_takes_tools(template: str | None) -> bool:
     from jinja2 import Environment, TemplateSyntaxError, meta  # with the local extra only
 
     try:
-        # Parsed only, never rendered: autoescape is irrelevant.
-        environment = Environment()  # noqa: S701
+        environment = Environment()  # noqa: S701 (parsed, never rendered: nothing to escape)
         return "tools" in meta.find_undeclared_variables(environment.parse(template))
     except TemplateSyntaxError:
         return "tools" in template

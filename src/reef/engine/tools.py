@@ -157,7 +157,7 @@ def _arguments_object(arguments: Any) -> Any:
         return arguments
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
     return parsed if isinstance(parsed, dict) else arguments
 

@@ -294,6 +294,58 @@ def test_anthropic_streams_get_tool_use_blocks(gateway: GatewayThread) -> None:
     assert [b.input for b in message.content[1:]] == [{"city": "Paris"}, {"city": "Rome"}]  # type: ignore[union-attr]
 
 
+def test_anthropic_tool_choice_reaches_the_engine(gateway: GatewayThread) -> None:
+    """``{"type": "tool"}`` is a named choice (the call comes first, no text);
+    ``{"type": "none"}`` offers no tools and reads no calls: the answer is text."""
+    client = gateway.anthropic()
+    forced = client.messages.create(
+        model="reef/tiny",
+        messages=QUESTION,  # type: ignore[arg-type]
+        tools=[ANTHROPIC_TOOL],  # type: ignore[list-item]
+        tool_choice={"type": "tool", "name": "get_weather"},
+        max_tokens=200,
+        extra_body={"temperature": 0},
+    )
+    assert forced.stop_reason == "tool_use"
+    assert [b.input for b in forced.content] == [{"city": "Paris"}, {"city": "Rome"}]  # type: ignore[union-attr]
+    plain = client.messages.create(
+        model="reef/tiny",
+        messages=QUESTION,  # type: ignore[arg-type]
+        tools=[ANTHROPIC_TOOL],  # type: ignore[list-item]
+        tool_choice={"type": "none"},
+        max_tokens=4,
+        extra_body={"temperature": 0},
+    )
+    assert [b.type for b in plain.content] == ["text"] and plain.stop_reason != "tool_use"
+
+
+def test_an_anthropic_tool_result_turn_is_served(gateway: GatewayThread) -> None:
+    client = gateway.anthropic()
+    first = client.messages.create(
+        model="reef/tiny",
+        messages=QUESTION,  # type: ignore[arg-type]
+        tools=[ANTHROPIC_TOOL],  # type: ignore[list-item]
+        max_tokens=200,
+        extra_body={"temperature": 0},
+    )
+    results = [
+        {"type": "tool_result", "tool_use_id": block.id, "content": "sunny"}  # type: ignore[union-attr]
+        for block in first.content
+        if block.type == "tool_use"
+    ]
+    second = client.messages.create(
+        model="reef/tiny",
+        messages=[
+            *QUESTION,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": results},
+        ],  # type: ignore[arg-type]
+        tools=[ANTHROPIC_TOOL],  # type: ignore[list-item]
+        max_tokens=4,
+    )
+    assert second.role == "assistant" and second.usage.input_tokens > first.usage.input_tokens
+
+
 def test_openai_through_the_gateway_gets_tool_calls(gateway: GatewayThread) -> None:
     response = gateway.openai().chat.completions.create(
         model="reef/tiny",

@@ -129,12 +129,19 @@ async def test_each_of_n_choices_is_parsed_on_its_own(sdk: openai.AsyncOpenAI) -
 async def test_parallel_tool_calls_false_returns_the_first_call_only(
     sdk: openai.AsyncOpenAI,
 ) -> None:
+    """Generation stops at the first call, so fewer tokens are generated (and paid)."""
+    both = await ask(sdk)
     response = await ask(sdk, parallel_tool_calls=False)
     assert cities(response.choices[0].message.tool_calls) == ["Paris"]
+    assert response.choices[0].finish_reason == "tool_calls"
+    assert response.usage.completion_tokens < both.usage.completion_tokens
     chunks = [c async for c in await ask(sdk, parallel_tool_calls=False, stream=True)]
     calls = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
     assert [d.index for d in calls] == [0, 0]
-    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert [f for f in finishes if f] == ["tool_calls"] and finishes[-1] == "tool_calls"
+    two = await ask(sdk, parallel_tool_calls=False, n=2)
+    assert [cities(c.message.tool_calls) for c in two.choices] == [["Paris"], ["Paris"]]
 
 
 async def test_a_named_tool_choice_starts_the_reply_with_that_call(

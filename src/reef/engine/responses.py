@@ -179,7 +179,10 @@ class ResponseShape:
         """The chunks for one choice's delta when replies are read for tool calls:
         text as ``content``; each call once recognised, in OpenAI's streaming shape
         (``index``, ``id``, ``type`` and the function name, then its ``arguments``);
-        ``finish_reason`` ``tool_calls`` on the last chunk when the choice made one."""
+        ``finish_reason`` ``tool_calls`` on the last chunk when the choice made one,
+        which without parallel calls is the chunk of its first call."""
+        if parser.done:
+            return []  # the choice has finished with its call (parallel calls off)
         pieces = parser.feed(delta.text)
         if delta.finish_reason:
             pieces += parser.finish()
@@ -187,6 +190,8 @@ class ResponseShape:
         calls = [p for p in pieces if isinstance(p, ToolCall)]
         first_index = len(parser.calls) - len(calls)
         finish = delta.finish_reason and ("tool_calls" if parser.calls else delta.finish_reason)
+        if parser.done:
+            finish = "tool_calls"
         if not (text or calls or finish or self.logprobs or self.token_ids):
             return []
         opening: dict[str, Any] = {"content": text} if text else {}

@@ -40,7 +40,7 @@ from reef.engine.responses import (
     usage,
 )
 from reef.engine.runtime import Engine, GenerationStream
-from reef.engine.tools import tool_names
+from reef.engine.tools import ToolCallStream, tool_names
 
 logger = logging.getLogger("reef.engine")
 
@@ -203,8 +203,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(request, shape, stream, prompt, body.n, include_usage, headers)
         choices = [ChoiceAccumulator() for _ in range(body.n)]
+        parsers = _single_call_parsers(shape, body.n)
         async for delta in stream:
             choices[delta.index].add(delta)
+            if parsers and _all_done(parsers, delta.index, delta.text):
+                break  # every choice has made its one call: stop generating
         return _json(shape.completion(choices, prompt), headers=headers)
     finally:
         stream.cancel()  # no-op when it finished; stops the rows when the client left
@@ -238,6 +241,8 @@ async def _stream(  # noqa: PLR0913
                 if parsers is not None:
                     for chunk in shape.tool_chunks(delta, parsers[delta.index]):
                         await send(chunk)
+                    if all(parser.done for parser in parsers):
+                        break  # every choice has made its one call: stop generating
                 elif shape.wants(delta):
                     await send(shape.delta_chunk(delta))
         except ReefError as exc:
@@ -249,6 +254,20 @@ async def _stream(  # noqa: PLR0913
     except ConnectionError:
         logger.info("client left during a stream; generation cancelled")
     return response
+
+
+def _single_call_parsers(shape: ResponseShape, n: int) -> list[ToolCallStream]:
+    """Parsers that watch for each choice's first call, when parallel calls are off
+    (nothing after it is kept, so generation stops there); else none."""
+    if shape.tools is None or shape.tools.parallel:
+        return []
+    return [shape.tools.stream() for _ in range(n)]
+
+
+def _all_done(parsers: list[ToolCallStream], index: int, text: str) -> bool:
+    if not parsers[index].done:
+        parsers[index].feed(text)
+    return all(parser.done for parser in parsers)
 
 
 def build_app(engine: Engine) -> web.Application:

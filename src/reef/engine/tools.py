@@ -317,7 +317,7 @@ class ToolCallStream:
         """Take the next generated text; return the pieces it completes."""
         self._pending += text
         out: list[str | ToolCall] = []
-        while not self._done:
+        while not self.done:
             if self._in_call:
                 end = self._pending.find(TOOL_CALL_CLOSE)
                 if end < 0:
@@ -348,7 +348,7 @@ class ToolCallStream:
         """The text has ended: return what was held back."""
         out: list[str | ToolCall] = []
         pending, self._pending = self._pending, ""
-        if self._done:
+        if self.done:
             return out
         if self._in_call:
             self._close(pending, "", out)
@@ -357,7 +357,9 @@ class ToolCallStream:
         return out
 
     @property
-    def _done(self) -> bool:
+    def done(self) -> bool:
+        """Whether the reply is complete whatever follows: a first call without
+        ``parallel``. Nothing more comes out; the caller may stop generating."""
         return bool(self.calls) and not self.parallel
 
     def _close(self, body: str, closing: str, out: list[str | ToolCall]) -> None:

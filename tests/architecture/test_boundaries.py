@@ -177,7 +177,9 @@ def _loaded_by(modules: str, wanted: str) -> list[str]:
     return [name for name in result.stdout.strip().split(",") if name]
 
 
-@pytest.mark.parametrize("module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience"])
+@pytest.mark.parametrize(
+    "module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience", "reef.engine.tools"]
+)
 def test_import_loads_no_torch(module: str) -> None:
     heavy = _loaded_by(module, "m.split('.')[0] in {'torch', 'transformers', 'peft'}")
     assert not heavy, f"import {module} loaded {heavy}"

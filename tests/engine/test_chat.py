@@ -201,7 +201,7 @@ async def test_concurrent_requests_batch_and_match_solo_results(
     assert json.loads(body)["peak_batch"] >= 2
 
 
-async def test_tools_reach_a_template_that_takes_them(client: openai.AsyncOpenAI) -> None:
+async def test_tools_reach_the_prompt(client: openai.AsyncOpenAI) -> None:
     tool = {
         "type": "function",
         "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},

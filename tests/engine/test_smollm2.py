@@ -7,7 +7,6 @@ runs in CI: it is the proof that the default setup works offline.
 
 from __future__ import annotations
 
-import logging
 import threading
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -81,19 +80,40 @@ async def test_a_plain_question_gets_a_sensible_answer(smol: openai.AsyncOpenAI)
     assert "Paris" in answer
 
 
-async def test_tools_are_ignored_when_the_template_has_none(
-    smol: openai.AsyncOpenAI, caplog: pytest.LogCaptureFixture
+async def test_tools_reach_smollm2_through_the_default_tool_prompt(
+    smol: openai.AsyncOpenAI, smol_server: BackgroundServer
 ) -> None:
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    with caplog.at_level(logging.WARNING, logger="reef.engine"):
-        response = await smol.chat.completions.create(
-            model=DEFAULT_MODEL,
-            messages=[{"role": "user", "content": "Hi"}],
-            max_tokens=2,
-            tools=[tool],  # type: ignore[list-item]
-        )
-    assert response.choices[0].message.role == "assistant"
-    assert "takes no tools" in caplog.text
+    """SmolLM2's template takes no tools: the default tool prompt carries them, and a
+    named tool_choice starts the reply with the call; whatever the model then writes is
+    a 200, a tool call when it is a valid one and text when it is not."""
+    assert not smol_server.engine.template_takes_tools
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    response = await smol.chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=question,  # type: ignore[arg-type]
+        max_tokens=24,
+        temperature=0,
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    choice = response.choices[0]
+    prompt = smol_server.engine.loaded.tokenizer.decode(
+        smol_server.engine.encode_chat(question, [tool])
+    )
+    assert "<tools>" in prompt and '"name": "get_weather"' in prompt
+    if choice.message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.tool_calls[0].function.name == "get_weather"
+    else:
+        assert (choice.message.content or "").startswith('<tool_call>\n{"name": "get_weather"')
 
 
 def train_secret_adapter(home: Path, directory: Path) -> Path:

@@ -6,8 +6,10 @@ wheel with its safetensors cache, ``tiny-random``, local Hugging Face directorie
 continuous batching on a worker thread (``scheduler``, ``batch``, ``sampling``,
 ``sequences``), runtime LoRA adapters with leases (``adapters``) and their canonical
 digest (``digest``), the OpenAI-compatible HTTP server with vLLM's adapter API
-(``server``, ``protocol``, ``responses``, ``runtime``), and the child-process contract
-used by ``reef serve`` (``process``).
+(``server``, ``protocol``, ``responses``, ``runtime``), the tool-call format (``tools``:
+the default tool prompt, rendering of calls and results, the parser, which the model
+learners also use), and the child-process contract used by ``reef serve``
+(``process``).
 
 Does not own: the gateway, experience or learning (it imports none of them; the
 learning code imports ``reef.engine.models`` to train on the same model, tokenizer and
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from reef.engine.models import LoadedModel, load_model
     from reef.engine.process import ReadyInfo, engine_command, parse_ready_line
     from reef.engine.server import BackgroundServer, run_server
+    from reef.engine.tools import parse_tool_calls, render_tools
 
 _LAZY = {
     "adapter_digest": "reef.engine.digest",
@@ -39,6 +42,8 @@ _LAZY = {
     "parse_ready_line": "reef.engine.process",
     "BackgroundServer": "reef.engine.server",
     "run_server": "reef.engine.server",
+    "parse_tool_calls": "reef.engine.tools",
+    "render_tools": "reef.engine.tools",
 }
 
 __all__ = [
@@ -49,6 +54,8 @@ __all__ = [
     "engine_command",
     "load_model",
     "parse_ready_line",
+    "parse_tool_calls",
+    "render_tools",
     "run_server",
 ]
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reef.engine.errors import BadRequestError
+from reef.engine.tools import AUTO, ToolChoice
 
 
 class _Body(BaseModel):
@@ -24,6 +25,21 @@ class ChatMessage(_Body):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _tool_calls_are_function_calls(self) -> ChatMessage:
+        calls = (self.model_extra or {}).get("tool_calls")
+        if calls is None:
+            return self
+        if not isinstance(calls, list):
+            raise ValueError("tool_calls must be an array")
+        for index, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise ValueError(f"tool_calls[{index}].function.name must be a string")
+            if not isinstance(function.get("arguments", ""), str | dict):
+                raise ValueError(f"tool_calls[{index}].function.arguments must be a string")
+        return self
 
     def for_template(self) -> dict[str, Any]:
         """The message as chat templates expect it: text content, ``developer`` as
@@ -45,13 +61,85 @@ def _text_of(content: str | list[dict[str, Any]] | None) -> str:
     return "".join(parts)
 
 
+class FunctionDefinition(_Body):
+    """A tool's function: a name as OpenAI allows it, a description, JSON-schema
+    ``parameters`` (an object)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class FunctionTool(_Body):
+    """One item of ``tools``; only function tools exist on chat completions."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+TOOL_CHOICE_SHAPES = (
+    '\'auto\', \'none\', \'required\' or {"type": "function", "function": {"name": ...}}'
+)
+
+
+def read_tool_choice(raw: Any, tools: list[FunctionTool] | None) -> ToolChoice:
+    """``tool_choice`` as a :class:`ToolChoice`; absent means ``auto``. Raises
+    ``BadRequestError`` naming the field for a shape OpenAI does not accept, a call
+    forced without ``tools``, or a function that is not among them."""
+    if raw is None or raw == "auto":
+        return AUTO
+    if raw in ("none", "required"):
+        choice = ToolChoice(raw)
+    elif isinstance(raw, dict) and raw.get("type") == "function":
+        function = raw.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            raise BadRequestError("tool_choice.function.name: a string naming a tool is required")
+        choice = ToolChoice("function", name)
+    else:
+        raise BadRequestError(f"tool_choice: must be {TOOL_CHOICE_SHAPES}")
+    if choice.mode == "none":
+        return choice
+    if not tools:
+        raise BadRequestError(f"tool_choice: {raw!r} needs tools")
+    if choice.name is not None and choice.name not in {t.function.name for t in tools}:
+        raise BadRequestError(f"tool_choice.function.name: no tool is named {choice.name!r}")
+    return choice
+
+
+class _ToolsBody(_Body):
+    """``tools`` and ``tool_choice``, which completions and ``/tokenize`` share."""
+
+    tools: list[FunctionTool] | None = None
+    tool_choice: Any = None
+
+    @property
+    def tool_choice_value(self) -> ToolChoice:
+        """``tool_choice`` read (see :func:`read_tool_choice`)."""
+        return read_tool_choice(self.tool_choice, self.tools)
+
+    @property
+    def tool_dicts(self) -> list[dict[str, Any]] | None:
+        """``tools`` as plain JSON, as chat templates and the tool prompt read them."""
+        if not self.tools:
+            return None
+        dumped = [tool.model_dump() for tool in self.tools]
+        for tool in dumped:
+            tool["function"] = {k: v for k, v in tool["function"].items() if v is not None}
+        return dumped
+
+
 class StreamOptions(_Body):
     """``stream_options``: ``include_usage`` adds a final chunk carrying ``usage``."""
 
     include_usage: bool = False
 
 
-class ChatCompletionRequest(_Body):
+class ChatCompletionRequest(_ToolsBody):
     """``POST /v1/chat/completions``. ``return_token_ids`` is vLLM's flag for
     ``prompt_token_ids`` on the response and ``token_ids`` on each choice."""
 
@@ -68,8 +156,7 @@ class ChatCompletionRequest(_Body):
     n: int = Field(default=1, ge=1, le=16)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    parallel_tool_calls: bool = True
     return_token_ids: bool = False
 
     @field_validator("stop")
@@ -84,6 +171,13 @@ class ChatCompletionRequest(_Body):
     def _top_logprobs_needs_logprobs(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
+        return self
+
+    @model_validator(mode="after")
+    def _unique_tool_names(self) -> ChatCompletionRequest:
+        names = [tool.function.name for tool in self.tools or ()]
+        if len(set(names)) < len(names):
+            raise ValueError("tools: two tools have the same function name")
         return self
 
     @property
@@ -159,13 +253,12 @@ class CompletionRequest(_Body):
         return [int(token) for token in prompt if isinstance(token, int)]
 
 
-class TokenizeRequest(_Body):
+class TokenizeRequest(_ToolsBody):
     """``POST /tokenize`` (vLLM's chat form): the conversation's tokens through the chat
     template, generation prompt included, as ``/v1/chat/completions`` would encode it."""
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
 
 
 class LoadLoraAdapterRequest(_Body):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reef.engine.sequences import ChoiceDelta, FinishReason, TokenLogprob
+from reef.engine.tools import ToolCall, ToolCallStream, parse_tool_calls
 
 TokenText = Callable[[int], str]
 
@@ -65,8 +66,26 @@ class ChoiceAccumulator:
 
 
 @dataclass(frozen=True)
+class ToolParsing:
+    """How replies are read for tool calls: the offered function ``names`` (a call to
+    any other is text) and the ``prefill`` the prompt already ends with, which is the
+    start of every reply."""
+
+    names: frozenset[str]
+    prefill: str = ""
+    parallel: bool = True
+
+    def stream(self) -> ToolCallStream:
+        """A parser for one streamed choice, already fed the prefill."""
+        parser = ToolCallStream(self.names, parallel=self.parallel)
+        parser.feed(self.prefill)  # text before a forced call is empty: nothing comes out
+        return parser
+
+
+@dataclass(frozen=True)
 class ResponseShape:
-    """What a request asked to see beyond text: logprobs, token ids; and its names."""
+    """What a request asked to see beyond text: logprobs, token ids, tool calls (None:
+    replies are plain text); and its names."""
 
     id: str
     model: str
@@ -74,11 +93,19 @@ class ResponseShape:
     logprobs: bool
     token_ids: bool
     text: TokenText
+    tools: ToolParsing | None = None
 
     @classmethod
-    def new(cls, model: str, logprobs: bool, token_ids: bool, text: TokenText) -> ResponseShape:
+    def new(
+        cls,
+        model: str,
+        logprobs: bool,
+        token_ids: bool,
+        text: TokenText,
+        tools: ToolParsing | None = None,
+    ) -> ResponseShape:
         """A shape with a fresh id and creation time."""
-        return cls(completion_id(), model, int(time.time()), logprobs, token_ids, text)
+        return cls(completion_id(), model, int(time.time()), logprobs, token_ids, text, tools)
 
     def completion(self, choices: list[ChoiceAccumulator], prompt_ids: list[int]) -> dict[str, Any]:
         """The full ``chat.completion`` body."""
@@ -95,11 +122,23 @@ class ResponseShape:
         return body
 
     def _choice(self, index: int, choice: ChoiceAccumulator) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(choice.text)}
+        finish_reason: str | None = choice.finish_reason
+        if self.tools is not None:
+            tools = self.tools
+            reply = parse_tool_calls(
+                tools.prefill + message["content"], tools.names, parallel=tools.parallel
+            )
+            message["content"] = reply.content
+            if reply.calls:
+                message["content"] = reply.content or None
+                message["tool_calls"] = [call.to_openai() for call in reply.calls]
+                finish_reason = "tool_calls"
         body: dict[str, Any] = {
             "index": index,
-            "message": {"role": "assistant", "content": "".join(choice.text)},
+            "message": message,
             "logprobs": self._logprobs(tuple(choice.logprobs)),
-            "finish_reason": choice.finish_reason,
+            "finish_reason": finish_reason,
         }
         if self.token_ids:
             body["token_ids"] = choice.token_ids
@@ -136,15 +175,67 @@ class ResponseShape:
 
     def delta_chunk(self, delta: ChoiceDelta) -> dict[str, Any]:
         """A chunk carrying one choice's new text (and tokens, logprobs, finish)."""
+        choice = self._delta_choice(delta, {"content": delta.text} if delta.text else {})
+        choice["finish_reason"] = delta.finish_reason
+        return self.chunk([choice])
+
+    def tool_chunks(self, delta: ChoiceDelta, parser: ToolCallStream) -> list[dict[str, Any]]:
+        """The chunks for one choice's delta when replies are read for tool calls:
+        text as ``content``; each call once recognised, in OpenAI's streaming shape
+        (``index``, ``id``, ``type`` and the function name, then its ``arguments``);
+        ``finish_reason`` ``tool_calls`` on the last chunk when the choice made one,
+        which without parallel calls is the chunk of its first call."""
+        if parser.done:
+            return []  # the choice has finished with its call (parallel calls off)
+        pieces = parser.feed(delta.text)
+        if delta.finish_reason:
+            pieces += parser.finish()
+        text = "".join(p for p in pieces if isinstance(p, str))
+        calls = [p for p in pieces if isinstance(p, ToolCall)]
+        first_index = len(parser.calls) - len(calls)
+        finish = delta.finish_reason and ("tool_calls" if parser.calls else delta.finish_reason)
+        if parser.done:
+            finish = "tool_calls"
+        if not (text or calls or finish or self.logprobs or self.token_ids):
+            return []
+        opening: dict[str, Any] = {"content": text} if text else {}
+        if calls:
+            opening["tool_calls"] = [
+                {
+                    "index": first_index + i,
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }
+                for i, call in enumerate(calls)
+            ]
+        chunks = [self._delta_choice(delta, opening)]
+        chunks += [
+            {
+                "index": delta.index,
+                "delta": {
+                    "tool_calls": [
+                        {"index": first_index + i, "function": {"arguments": call.arguments}}
+                    ]
+                },
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            for i, call in enumerate(calls)
+        ]
+        chunks[-1]["finish_reason"] = finish or None
+        return [self.chunk([choice]) for choice in chunks]
+
+    def _delta_choice(self, delta: ChoiceDelta, body: dict[str, Any]) -> dict[str, Any]:
         choice: dict[str, Any] = {
             "index": delta.index,
-            "delta": {"content": delta.text} if delta.text else {},
+            "delta": body,
             "logprobs": self._logprobs(delta.logprobs),
-            "finish_reason": delta.finish_reason,
+            "finish_reason": None,
         }
         if self.token_ids:
             choice["token_ids"] = list(delta.token_ids)
-        return self.chunk([choice])
+        return choice
 
     def wants(self, delta: ChoiceDelta) -> bool:
         """Whether a delta needs a chunk of its own (empty text matters only when the

@@ -19,6 +19,7 @@ from reef.engine.errors import AdapterConflictError, BadRequestError, UnknownMod
 from reef.engine.models import LoadedModel
 from reef.engine.scheduler import Scheduler
 from reef.engine.sequences import ChoiceDelta, GenerationJob, SamplingParams
+from reef.engine.tools import AUTO, ToolChoice, render_tools, template_takes_tools
 
 logger = logging.getLogger("reef.engine")
 
@@ -87,7 +88,9 @@ class Engine:
         self.scheduler = Scheduler(loaded, max_batch=max_batch, threads=threads)
         self.adapters = AdapterRegistry(drop=self._drop_version)
         template = loaded.tokenizer.chat_template
-        self._template_takes_tools = isinstance(template, str) and "tools" in template
+        self.template_takes_tools = template_takes_tools(
+            template if isinstance(template, str) else None
+        )
 
     @property
     def name(self) -> str:
@@ -115,25 +118,42 @@ class Engine:
     def encode_chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> list[int]:
-        """Token ids of ``messages`` through the chat template, ready for the assistant.
+        """Token ids of ``messages`` through the chat template, ready for the assistant
+        (``tools`` offered with ``tool_choice`` ``auto``; see :meth:`encode_tool_chat`)."""
+        return self.encode_tool_chat(messages, tools, AUTO)[0]
 
-        ``tools`` reach the template when it uses them; otherwise they are dropped with
-        a warning. Raises ``BadRequestError`` when the template rejects the messages.
+    def encode_tool_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, choice: ToolChoice
+    ) -> tuple[list[int], str]:
+        """Token ids of ``messages`` and ``tools`` through the chat template, ready for
+        the assistant, and the reply's prefill (already at the end of the ids).
+
+        Tools reach a template that takes them; otherwise :mod:`reef.engine.tools`
+        renders them into the system message. Raises ``BadRequestError`` when the
+        template rejects the messages.
         """
+        rendered = render_tools(
+            messages, tools, choice, template_takes_tools=self.template_takes_tools
+        )
         extra: dict[str, Any] = {}
-        if tools and self._template_takes_tools:
-            extra["tools"] = tools
-        elif tools:
-            logger.warning("the chat template of %s takes no tools; ignoring them", self.name)
+        if rendered.template_tools:
+            extra["tools"] = rendered.template_tools
         try:
             ids = self.loaded.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **extra
+                rendered.messages,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **extra,
             )
         except TemplateError as exc:
             raise BadRequestError(f"chat template: {exc}") from exc
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise BadRequestError("chat template produced no token ids")
-        return [i for i in ids if isinstance(i, int)]
+        prompt = [i for i in ids if isinstance(i, int)]
+        if rendered.prefill:
+            prompt += self.loaded.tokenizer.encode(rendered.prefill, add_special_tokens=False)
+        return prompt, rendered.prefill
 
     def sampling_params(
         self,

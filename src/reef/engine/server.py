@@ -40,10 +40,12 @@ from reef.engine.responses import (
     ADAPTER_DIGEST_HEADER,
     ChoiceAccumulator,
     ResponseShape,
+    ToolParsing,
     error_body,
     usage,
 )
 from reef.engine.runtime import Engine, GenerationStream
+from reef.engine.tools import ToolCallStream, tool_names
 
 logger = logging.getLogger("reef.engine")
 
@@ -157,7 +159,8 @@ async def tokenize(request: web.Request) -> web.Response:
     as vLLM answers it (adapters share the base model's tokenizer)."""
     body = await _parse(request, TokenizeRequest)
     engine = request.app[ENGINE_KEY]
-    tokens = engine.encode_chat([m.for_template() for m in body.messages], body.tools)
+    messages = [m.for_template() for m in body.messages]
+    tokens, _ = engine.encode_tool_chat(messages, body.tool_dicts, body.tool_choice_value)
     return _json(
         {"count": len(tokens), "max_model_len": engine.loaded.max_context, "tokens": tokens}
     )
@@ -167,10 +170,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``, streaming (SSE) or not."""
     body = await _parse(request, ChatCompletionRequest)
     engine = request.app[ENGINE_KEY]
+    choice = body.tool_choice_value
     lease = engine.lease(body.model)
     try:
         messages = [m.for_template() for m in body.messages]
-        prompt = engine.encode_chat(messages, body.tools)
+        prompt, prefill = engine.encode_tool_chat(messages, body.tool_dicts, choice)
         params = engine.sampling_params(
             len(prompt),
             body.token_limit,
@@ -186,15 +190,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if lease is not None:
             engine.adapters.release(lease)
         raise
-    shape = ResponseShape.new(body.model, body.logprobs, body.return_token_ids, engine.token_text)
+    tools = (
+        ToolParsing(tool_names(body.tool_dicts or []), prefill, body.parallel_tool_calls)
+        if body.tools and choice.calls_allowed
+        else None
+    )
+    shape = ResponseShape.new(
+        body.model, body.logprobs, body.return_token_ids, engine.token_text, tools
+    )
     headers = {ADAPTER_DIGEST_HEADER: lease.version.digest} if lease else {}
     try:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(request, shape, stream, prompt, body.n, include_usage, headers)
         choices = [ChoiceAccumulator() for _ in range(body.n)]
+        parsers = _single_call_parsers(shape, body.n)
         async for delta in stream:
             choices[delta.index].add(delta)
+            if parsers and _all_done(parsers, delta.index, delta.text):
+                break  # every choice has made its one call: stop generating
         return _json(shape.completion(choices, prompt), headers=headers)
     finally:
         stream.cancel()  # no-op when it finished; stops the rows when the client left
@@ -240,10 +254,16 @@ async def _stream(  # noqa: PLR0913
     completion_tokens = 0
     try:
         await send(shape.role_chunk(n, prompt))
+        parsers = [shape.tools.stream() for _ in range(n)] if shape.tools else None
         try:
             async for delta in stream:
                 completion_tokens += len(delta.token_ids)
-                if shape.wants(delta):
+                if parsers is not None:
+                    for chunk in shape.tool_chunks(delta, parsers[delta.index]):
+                        await send(chunk)
+                    if all(parser.done for parser in parsers):
+                        break  # every choice has made its one call: stop generating
+                elif shape.wants(delta):
                     await send(shape.delta_chunk(delta))
         except ReefError as exc:
             await send(error_body(503, exc.message))
@@ -254,6 +274,20 @@ async def _stream(  # noqa: PLR0913
     except ConnectionError:
         logger.info("client left during a stream; generation cancelled")
     return response
+
+
+def _single_call_parsers(shape: ResponseShape, n: int) -> list[ToolCallStream]:
+    """Parsers that watch for each choice's first call, when parallel calls are off
+    (nothing after it is kept, so generation stops there); else none."""
+    if shape.tools is None or shape.tools.parallel:
+        return []
+    return [shape.tools.stream() for _ in range(n)]
+
+
+def _all_done(parsers: list[ToolCallStream], index: int, text: str) -> bool:
+    if not parsers[index].done:
+        parsers[index].feed(text)
+    return all(parser.done for parser in parsers)
 
 
 def build_app(engine: Engine) -> web.Application:

@@ -13,10 +13,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 TINY_SEED = 1234
 
-# ChatML, as SmolLM2 and Qwen use it, plus a tools section so tool-passing is testable.
+# ChatML, as SmolLM2 and Qwen use it. Like SmolLM2's it takes no ``tools``, so the tiny
+# model gets tools through the engine's default tool prompt, as the default model does.
 CHAT_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nTools:\n"
-    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{{ message['content'] or '' }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

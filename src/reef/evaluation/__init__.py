@@ -51,6 +51,8 @@ from reef.evaluation.scorers import (
     ScorerRegistry,
 )
 from reef.evaluation.scorers_builtin import (
+    LlmJudgeConfig,
+    LlmJudgeScorer,
     normalize_text,
 )
 from reef.evaluation.suites import (
@@ -72,6 +74,8 @@ __all__ = [
     "GateConfig",
     "GateRule",
     "GatewayTarget",
+    "LlmJudgeConfig",
+    "LlmJudgeScorer",
     "Provenance",
     "Scorer",
     "ScorerConfig",

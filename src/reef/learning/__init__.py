@@ -28,6 +28,7 @@ from reef.learning.base import (
 )
 from reef.learning.calibration import SourceCalibration, calibrate
 from reef.learning.computed import SignalPass, SignalWriter
+from reef.learning.judges import JudgeConfig, JudgePass, JudgeWriter
 from reef.learning.recipes import (
     Recipe,
     RecipeError,
@@ -45,6 +46,9 @@ from reef.learning.worker import (
 __all__ = [
     "LEARNER_GROUP",
     "ExperienceBatch",
+    "JudgeConfig",
+    "JudgePass",
+    "JudgeWriter",
     "Learner",
     "LearnerConfig",
     "LearnerContext",

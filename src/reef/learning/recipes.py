@@ -31,6 +31,7 @@ from reef.core.errors import InvalidInputError
 from reef.core.validation import problem_lines
 from reef.evaluation import GateConfig
 from reef.learning.base import Learner
+from reef.learning.judges import JudgeConfig
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import SelectionConfig
 from reef.learning.signals import SignalsConfig
@@ -116,6 +117,11 @@ class Recipe(_Strict):
         "(source signal:<name>; docs/learning.md#feedback-without-a-grader); none unless "
         "`enabled` names them.",
     )
+    judges: list[JudgeConfig] = Field(
+        default_factory=list,
+        description="LLM judges grading served answers as feedback (source judge:<name>; "
+        "docs/learning.md#feedback-without-a-grader).",
+    )
     on_stale: Literal["evaluate", "drop"] = Field(
         default="evaluate",
         description="If the head moved while the job ran: propose anyway (the gate compares "
@@ -132,6 +138,14 @@ class Recipe(_Strict):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
+
+    @field_validator("judges")
+    @classmethod
+    def _distinct_judges(cls, judges: list[JudgeConfig]) -> list[JudgeConfig]:
+        names = [judge.name for judge in judges]
+        if len(set(names)) != len(names):
+            raise ValueError(f"judges need distinct names, got {names}")
+        return judges
 
     def triggers(self) -> list[ManualTrigger | MinNewFeedbackTrigger | MaxIntervalTrigger]:
         """The triggers (a single ``trigger:`` mapping becomes a list of one)."""

@@ -100,15 +100,21 @@ class UpstreamModels:
     ) -> str:
         """The reply text of ``model`` on ``upstream`` (None: the scenario's own) to
         ``messages``; raises ``ReflectError`` as ``UpstreamReflector`` does."""
+        return self._reflector(upstream, model).reflect(messages)
+
+    def model_name(self, upstream: str | None = None, model: str | None = None) -> str:
+        """The model ``ask`` would call for these arguments."""
+        return self._reflector(upstream, model).model
+
+    def _reflector(self, upstream: str | None, model: str | None) -> UpstreamReflector:
         name = upstream or self.settings.upstream_for(self.scenario)[0]
-        reflector = UpstreamReflector(
+        return UpstreamReflector(
             self.settings,
             self.scenario,
             base_url=self.base_urls.get(name),
             upstream_name=upstream,
             model=model,
         )
-        return reflector.reflect(messages)
 
 
 def _blocking(call: Coroutine[Any, Any, Any]) -> Any:

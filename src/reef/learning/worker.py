@@ -53,9 +53,10 @@ from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog
 from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.holdout import build_gate, holdout_items, trusted_references
+from reef.learning.judges import JudgePass, JudgeWriter
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
-from reef.learning.reflect import UpstreamReflector
+from reef.learning.reflect import UpstreamModels, UpstreamReflector
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import select_experience
 from reef.releases import (
@@ -130,6 +131,7 @@ class Worker:
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self.signals = SignalWriter(store, settings.trust_of)
+        self.judges = JudgeWriter(store)
 
     # -- recipes and triggers ------------------------------------------------------------
 
@@ -143,13 +145,21 @@ class Worker:
                 found[name] = load_recipe(scenario.recipe, self.registry)
         return found
 
-    def compute_feedback(self) -> dict[str, SignalPass]:
-        """Write the conversation signals of every scenario whose recipe enables them
-        (``reef.learning.computed``); what each pass did."""
-        done: dict[str, SignalPass] = {}
+    def compute_feedback(self) -> dict[str, list[SignalPass | JudgePass]]:
+        """Write the conversation signals and the judges' grades of every scenario whose
+        recipe asks for them (``reef.learning.computed``, ``reef.learning.judges``);
+        what each pass did."""
+        done: dict[str, list[SignalPass | JudgePass]] = {}
+        now = self.queue.now()
         for scenario, recipe in self.recipes().items():
+            passes: list[SignalPass | JudgePass] = []
             if recipe.signals.enabled:
-                done[scenario] = self.signals.run(scenario, recipe.signals, self.queue.now())
+                passes.append(self.signals.run(scenario, recipe.signals, now))
+            if recipe.judges:
+                models = UpstreamModels(self.settings, scenario, self.upstream_base_urls)
+                passes += [self.judges.run(scenario, judge, models, now) for judge in recipe.judges]
+            if passes:
+                done[scenario] = passes
         return done
 
     def check_triggers(self) -> list[Job]:

@@ -247,3 +247,18 @@ def test_calibration_measures_each_source_against_posted_feedback(
     assert rows["signal:correction"]["precision"] == 0.5
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 0 and "signal:correction" in table.output and "50%" in table.output
+
+
+def test_a_source_measured_below_its_precision_does_not_train(gateway: GatewayThread) -> None:
+    wrong = [said(gateway, f"which team owns part {n}?", "that's wrong")[0] for n in range(2)]
+    kept, _ = said(gateway, "which team owns part 9?", "No, it's T-NINE, not T-POP.")
+    writer(gateway).run("support", ON)
+    for sent in wrong:  # people said those answers were fine: the complaints were wrong
+        post(gateway, sent.record_id, 1.0)
+    strict = {"min_source_precision": 0.5, "min_calibration_items": 2}
+    chosen = batch(gateway, **strict)
+    assert chosen.stats["low_precision:signal:correction"] == 3
+    assert kept.record_id not in {e.record_id for e in chosen.train}  # its source is out
+    # too few answers graded both ways to judge the rule: it trains
+    lenient = batch(gateway, min_source_precision=0.5, min_calibration_items=3)
+    assert kept.record_id in {e.record_id for e in lenient.train}

@@ -37,6 +37,10 @@
    ``source_excluded``): an example's score is the mean of its feedback's scores weighted
    by source weight times confidence (computed feedback's), and a correction someone wrote
    wins over one computed from the conversation (``computed_feedback`` counts those kept).
+   With ``min_source_precision``, a computed source whose precision against posted
+   feedback (``reef.learning.calibration``, on at least ``min_calibration_items`` answers
+   graded both ways) is below it does not train until it measures better
+   (``low_precision:<source>``).
 6. Staleness: releases between the release that served the record and the head
    (``head.seq - served.seq``; a record served by no release, or by an id not on the
    chain, counts every release up to the head). Beyond ``max_staleness`` an example is
@@ -83,6 +87,7 @@ from reef.experience import (
     source_kind,
 )
 from reef.learning.base import ExperienceBatch, TrainingExample
+from reef.learning.calibration import calibrate_records
 from reef.learning.credit import CreditConfig, credited_feedback
 from reef.learning.learners._similarity import example_text, similarity_matrix
 from reef.learning.screening import (
@@ -125,6 +130,8 @@ class SelectionConfig(BaseModel):
     replay_fraction: float = Field(default=0.5, ge=0.0, le=10.0)
     replay_max: int = Field(default=500, ge=0)
     sources: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SOURCES))
+    min_source_precision: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_calibration_items: int = Field(default=20, ge=1)
 
     @field_validator("sources")
     @classmethod
@@ -135,9 +142,12 @@ class SelectionConfig(BaseModel):
             raise ValueError(f"sources: {exc}") from exc
         return {**DEFAULT_SOURCES, **sources}  # named sources adjust the defaults
 
-    def weight_of(self, feedback: FeedbackView) -> float:
+    def weight_of(self, feedback: FeedbackView, failing: frozenset[str] = frozenset()) -> float:
         """How much ``feedback`` counts (0: left out): its source's weight (the exact
-        source, else its kind's, else 0) times its confidence, when computed."""
+        source, else its kind's, else 0) times its confidence, when computed; 0 for a
+        source in ``failing`` (measured below ``min_source_precision``)."""
+        if feedback.source in failing:
+            return 0.0
         weight = self.sources.get(feedback.source)
         if weight is None:
             weight = self.sources.get(source_kind(feedback.source), 0.0)
@@ -179,7 +189,8 @@ def select_experience(  # noqa: PLR0913
     stats["records"] = len(records)
     anchors = _session_anchors(records)
     used = set(consumed)
-    eligible = _weighed(list(_eligible(records, cutoff, stats)), config, stats)
+    failing = _failing_sources(records, config, stats)
+    eligible = _weighed(list(_eligible(records, cutoff, stats)), config, stats, failing)
     outcomes = _outcomes(store.session_feedback(scenario), eligible)
     screened = _with_outcomes(eligible, outcomes)
     reasons = screen_feedback(screened, config.screening, trusted)
@@ -264,14 +275,38 @@ def _eligible(
             yield record
 
 
-def _weighed(
+def _failing_sources(
     records: list[RecordView], config: SelectionConfig, stats: Counter[str]
+) -> frozenset[str]:
+    """Computed sources whose precision against posted feedback, measured on at least
+    ``min_calibration_items`` answers graded both ways, is below ``min_source_precision``
+    (``low_precision:<source>`` counts their rows)."""
+    if config.min_source_precision is None:
+        return frozenset()
+    failing = set()
+    for source in calibrate_records(records):
+        precision = source.precision
+        if (
+            precision is not None
+            and source.compared >= config.min_calibration_items
+            and precision < config.min_source_precision
+        ):
+            failing.add(source.source)
+            stats[f"low_precision:{source.source}"] = source.rows
+    return frozenset(failing)
+
+
+def _weighed(
+    records: list[RecordView],
+    config: SelectionConfig,
+    stats: Counter[str],
+    failing: frozenset[str] = frozenset(),
 ) -> list[RecordView]:
     """``records`` without the feedback whose source does not count here (weight 0),
     as if it had never been given (``source_excluded``)."""
     kept: list[RecordView] = []
     for record in records:
-        counted = tuple(fb for fb in record.feedback if config.weight_of(fb) > 0)
+        counted = tuple(fb for fb in record.feedback if config.weight_of(fb, failing) > 0)
         if len(counted) != len(record.feedback):
             stats["source_excluded"] += len(record.feedback) - len(counted)
             record = dataclasses.replace(record, feedback=counted)

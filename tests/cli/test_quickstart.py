@@ -105,3 +105,36 @@ def test_the_grader_normalizes_like_the_gate() -> None:
     assert is_correct(" Billing.", "billing")
     assert is_correct("`shipping`", "shipping")
     assert not is_correct("billing issue", "billing")
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
+def test_implicit_quickstart_learns_from_the_users_replies_alone(tmp_path: Path) -> None:
+    root = tmp_path / "qs"
+    args = ["quickstart", "--model", "tiny-random", "--rounds", "1", "--dir", str(root)]
+    args += ["--requests", str(REQUESTS), "--heldout", str(HELDOUT), "--feedback", "implicit"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "no feedback" in result.output and "signals:" in result.output
+
+    summary = json.loads((root / "summary.json").read_text())
+    [round_one] = summary["rounds"]
+    assert summary["feedback"] == "implicit" and round_one["corrections"] == 0
+    assert round_one["job_state"] == "succeeded", round_one
+    signals = round_one["signals"]
+    # the tiny random model is always wrong: the users' complaints are all it hears
+    assert signals["wrong"] == REQUESTS and round_one["follow_ups"] == signals["flagged"] > 0
+    assert signals["precision"] == 1.0 and signals["corrections_right"] == signals["corrections"]
+    assert (root / "suite.jsonl").exists() and "suites: [suite.jsonl]" in (
+        root / "recipe.yaml"
+    ).read_text()
+
+    store = open_store(f"sqlite:///{root / '.reef' / 'reef.db'}")
+    try:
+        records = list(store.iter_export("triage"))
+    finally:
+        store.close()
+    served = [r for r in records if r.purpose == "serve"]
+    assert len(served) == REQUESTS + round_one["follow_ups"]  # the replies are turns too
+    sources = {fb.source for r in served for fb in r.feedback}
+    assert sources == {"signal:correction"}, "nothing was posted; only the signals spoke"

@@ -328,6 +328,9 @@ class JobRun:
             self.queue.set_candidate(job.id, self.owner, existing.id)
             return self._proposed(existing, {"reused": True, **self._gate(recipe, existing)})
         learners = recipe.build_learners(self.worker.registry)
+        if recipe.signals.enabled:
+            # Everything said before the job was made counts, however the passes fell.
+            self.worker.signals.run(job.scenario, recipe.signals, self.queue.now())
         consumed = self.queue.consumed_ids(job.scenario, published_only=True)
         trusted = trusted_references(recipe) if recipe.selection.screening.enabled else []
         batch = select_experience(

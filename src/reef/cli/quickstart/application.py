@@ -1,6 +1,9 @@
 """The quickstart's application: an ordinary OpenAI SDK client of the gateway that
 triages tickets, grades every answer and reports the grade (and, when wrong, the right
-label) as feedback — what a real application with reviewers would do.
+label) as feedback — what a real application with reviewers would do. With implicit
+feedback (``--feedback implicit``) nobody grades: the simulated user answers in the same
+conversation, as people do ("No, it's billing, not shipping."), and Reef's conversation
+signals are the only feedback.
 
 Held-out measurement goes through the gateway too, pinned to one release
 (``x-reef-release``) and declared ``x-reef-purpose: eval``: recorded like any call,
@@ -9,7 +12,9 @@ never trained on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -24,16 +29,25 @@ from reef.cli.quickstart.scenario import Ticket, is_correct
 
 CONCURRENCY = 8  # the engine batches concurrent requests; 8 keeps two cores busy
 
+# The simulated users of ``--feedback implicit``: most, not all, say so when an answer
+# is wrong; some thank a right one; a few complain about a right one. The signals'
+# measured precision and recall in the report come from these.
+FOLLOW_UP_WRONG = 0.85
+THANK_RIGHT = 0.5
+GRUMBLE_RIGHT = 0.05
+
 
 @dataclass(frozen=True)
 class Answer:
-    """One answered ticket: what the model said, whether it was right, its receipt."""
+    """One answered ticket: what the model said, whether it was right, its receipt, and
+    (implicit feedback) what the user said next, if anything."""
 
     ticket: Ticket
     text: str
     correct: bool
     record_id: str | None
     release_id: str | None
+    follow_up: str | None = None
 
 
 class TriageApp:
@@ -92,6 +106,28 @@ class TriageApp:
         self.feedback(answer)
         return answer
 
+    def serve_and_reply(self, ticket: Ticket, seed: int) -> Answer:
+        """One unit of live traffic without a grader: ask; the user may then say, in the
+        same conversation, that the answer was wrong (with the right label), or thank
+        it (module doc). Nothing is posted to ``/reef/feedback``."""
+        answer = self.ask(ticket)
+        rng = random.Random(f"{seed}:{ticket.text}")  # noqa: S311 (seeded simulation)
+        said = _what_the_user_says(answer, rng)
+        if said is None:
+            return answer
+        conversation: list[Any] = [
+            {"role": "user", "content": ticket.text},
+            {"role": "assistant", "content": answer.text},
+            {"role": "user", "content": said},
+        ]
+        try:
+            self.client.chat.completions.create(
+                model=f"reef/{self.scenario}", messages=conversation, max_tokens=8
+            )
+        except openai.APIError as error:
+            raise QuickstartError(f"the gateway failed a request: {error}") from error
+        return dataclasses.replace(answer, follow_up=said)
+
     def measure(self, ticket: Ticket, release_id: str) -> Answer:
         """One held-out question, pinned to ``release_id``, recorded as ``eval``."""
         return self.ask(ticket, {"x-reef-release": release_id, "x-reef-purpose": "eval"})
@@ -108,6 +144,19 @@ class TriageApp:
         """Queue a learning job (``POST /reef/scenarios/{s}/learn``); its id."""
         job = post_json(f"{self.url}/reef/scenarios/{self.scenario}/learn", {})
         return str(job["id"])
+
+
+def _what_the_user_says(answer: Answer, rng: random.Random) -> str | None:
+    given = answer.text.strip()[:40] or "nothing"
+    if not answer.correct:
+        if rng.random() < FOLLOW_UP_WRONG:
+            return f"No, it's {answer.ticket.label}, not {given}."
+        return None
+    if rng.random() < GRUMBLE_RIGHT:
+        return "That's wrong."
+    if rng.random() < THANK_RIGHT:
+        return "Thanks, that's right."
+    return None
 
 
 def run_concurrently(

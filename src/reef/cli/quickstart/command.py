@@ -12,6 +12,7 @@ from reef.cli.quickstart.errors import check_requirements
 from reef.core.errors import InvalidInputError
 
 MODELS = ("smollm2-135m", "tiny-random")
+FEEDBACK = ("explicit", "implicit")
 
 
 def quickstart_command(
@@ -41,6 +42,13 @@ def quickstart_command(
             min=0, max=8, help="Few-shot demos the harness learner picks (0: adapter only)."
         ),
     ] = 2,
+    feedback: Annotated[
+        str,
+        typer.Option(
+            help="explicit: the app grades every answer; implicit: nobody grades, users "
+            "reply in the conversation and Reef learns from those signals alone."
+        ),
+    ] = "explicit",
 ) -> None:
     """Run Reef end to end: a support-ticket triage app sends traffic and feedback
     through the OpenAI SDK, Reef learns few-shot demos and a LoRA adapter on the CPU,
@@ -48,7 +56,11 @@ def quickstart_command(
     report.html and learning_curve.png in --dir."""
     if model not in MODELS:
         raise InvalidInputError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
+    if feedback not in FEEDBACK:
+        raise InvalidInputError(f"--feedback must be explicit or implicit, not {feedback!r}")
     check_requirements(model)
     from reef.cli.quickstart.session import Options, run_quickstart
 
-    run_quickstart(Options(directory, rounds, requests, model, heldout, port, seed, fresh, demos))
+    run_quickstart(
+        Options(directory, rounds, requests, model, heldout, port, seed, fresh, demos, feedback)
+    )

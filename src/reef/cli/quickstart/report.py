@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from reef.cli.quickstart.rounds import HeldOut, RoundResult
+from reef.cli.quickstart.rounds import HeldOut, RoundResult, Signals
 from reef.cli.quickstart.workspace import Workspace
 
 
@@ -33,6 +33,7 @@ class Run:
     seconds: float = 0.0
     startup_seconds: float = 0.0
     load: str = ""
+    feedback: str = "explicit"
 
     @property
     def final(self) -> HeldOut | None:
@@ -94,13 +95,19 @@ def round_line(result: RoundResult) -> str:
                 f"{name.split(':')[-1]} trained on {metrics.get('examples')} examples, "
                 f"{len(curve)} steps, loss {curve[0]:.2f} → {curve[-1]:.2f}; "
             )
+    given = (
+        f"{result.traffic} feedback ({result.corrections} corrections)"
+        if result.signals is None
+        else f"no feedback, {result.follow_ups} user replies"
+    )
     lines = [
         f"[bold]Round {result.number}[/bold]: {result.traffic} tickets served "
-        f"({result.traffic_accuracy:.0%} right), {result.traffic} feedback "
-        f"({result.corrections} corrections) in {result.traffic_seconds:.0f} s; "
+        f"({result.traffic_accuracy:.0%} right), {given} in {result.traffic_seconds:.0f} s; "
         f"learning + gate {result.learn_seconds:.0f} s",
         f"  {training}gate: [{color}]{html.escape(gate_line(result), quote=False)}[/{color}]",
     ]
+    if result.signals is not None:
+        lines.append(f"  signals: {signals_line(result.signals)}")
     if result.heldout is not None:
         lines.append(
             f"  held-out accuracy of the serving release (seq {result.heldout.seq}): "
@@ -108,6 +115,19 @@ def round_line(result: RoundResult) -> str:
             f"({result.heldout.correct}/{result.heldout.total})"
         )
     return "\n".join(lines)
+
+
+def signals_line(signals: Signals) -> str:
+    """How the conversation signals read the users, measured against the truth."""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    return (
+        f"{signals.flagged} answers called wrong, precision {share(signals.precision)}, "
+        f"recall {share(signals.recall)} of {signals.wrong} wrong answers; "
+        f"{signals.corrections_right}/{signals.corrections} extracted corrections right"
+    )
 
 
 def rows(run: Run) -> list[dict[str, str]]:
@@ -164,10 +184,11 @@ def headline(run: Run) -> str:
     """Before/after in one line."""
     if run.base is None or run.final is None:
         return "no held-out measurement"
+    graded = "" if run.feedback == "explicit" else ", no feedback posted (signals only)"
     return (
         f"held-out accuracy {run.base.accuracy:.0%} → {run.final.accuracy:.0%} "
         f"({run.final.accuracy - run.base.accuracy:+.0%}) in {run.seconds / 60:.1f} min, "
-        f"{plural(len(run.rounds), 'round')} on {run.model}"
+        f"{plural(len(run.rounds), 'round')} on {run.model}{graded}"
     )
 
 
@@ -266,7 +287,7 @@ def render_html(run: Run, png: bytes, files: dict[str, str]) -> str:
 <table><tr><th>release</th><th>components</th><th>held-out accuracy</th>
 <th>gate evidence</th></tr>{release_rows}</table>
 <h2>Rounds</h2>
-<table><tr><th>round</th><th>traffic (right)</th><th>corrections</th><th>training</th>
+<table><tr><th>round</th><th>traffic (right)</th><th>feedback (corrections)</th><th>training</th>
 <th>gate</th><th>learning + gate</th><th>held-out after</th></tr>{round_rows}</table>
 <h2>What is measured</h2>
 <ul>
@@ -312,9 +333,14 @@ def _round_row(result: RoundResult) -> str:
         else "-"
     )
     gate = gate_line(result)
+    given = (
+        str(result.corrections)
+        if result.signals is None
+        else f"none posted; signals: {signals_line(result.signals)}"
+    )
     return (
         f"<tr><td>{result.number}</td><td>{result.traffic} ({result.traffic_accuracy:.0%})</td>"
-        f"<td>{result.corrections}</td><td>{esc(training)}</td>"
+        f"<td>{esc(given)}</td><td>{esc(training)}</td>"
         f'<td class="{_gate_class(gate)}">{esc(gate)}</td>'
         f"<td>{result.learn_seconds:.0f} s</td><td>{esc(after)}</td></tr>"
     )
@@ -335,6 +361,9 @@ def write_reports(run: Run, workspace: Workspace) -> None:
 def _summary(run: Run) -> dict[str, Any]:
     data = asdict(run)
     data["headline"] = headline(run)
+    for result, row in zip(run.rounds, data["rounds"], strict=True):
+        if result.signals is not None:
+            row["signals"].update(precision=result.signals.precision, recall=result.signals.recall)
     data["final"] = None if run.final is None else asdict(run.final)
     for held in [data["base"], data["final"], *(r["heldout"] for r in data["rounds"])]:
         if held:

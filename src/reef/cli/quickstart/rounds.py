@@ -25,10 +25,11 @@ from rich.progress import (
 
 from reef.cli.quickstart.application import Answer, TriageApp, run_concurrently
 from reef.cli.quickstart.errors import QuickstartError
-from reef.cli.quickstart.scenario import Ticket
+from reef.cli.quickstart.scenario import Ticket, is_correct
 from reef.cli.quickstart.stack import Stack
 from reef.jobs import Job
 
+GOOD_AT = 0.5  # a signal scoring below this calls the answer wrong
 JOB_POLL_SECONDS = 0.5
 JOB_TIMEOUT_SECONDS = 1800.0
 ACTIVATION_TIMEOUT_SECONDS = 120.0
@@ -48,6 +49,28 @@ class HeldOut:
     def accuracy(self) -> float:
         """Share of held-out tickets answered with exactly the right label."""
         return self.correct / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class Signals:
+    """How well the round's conversation signals told wrong answers from right ones:
+    ``flagged`` answers the signals called wrong, ``right`` of those truly wrong, out of
+    ``wrong`` wrong answers in the traffic; ``corrections_right`` extracted corrections
+    equal to the true label, of ``corrections``."""
+
+    flagged: int
+    right: int
+    wrong: int
+    corrections: int
+    corrections_right: int
+
+    @property
+    def precision(self) -> float | None:
+        return self.right / self.flagged if self.flagged else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.right / self.wrong if self.wrong else None
 
 
 @dataclass
@@ -72,6 +95,9 @@ class RoundResult:
     gate: dict[str, Any] = field(default_factory=dict)
     published_release_id: str | None = None
     heldout: HeldOut | None = None
+    # Implicit feedback: what the users said, and how Reef's signals read it (``Signals``).
+    follow_ups: int = 0
+    signals: Signals | None = None
 
     @property
     def traffic_accuracy(self) -> float:
@@ -100,11 +126,22 @@ def _timed() -> Iterator[Callable[[], float]]:
 class Rounds:
     """Drives the application and the learning loop against a started ``Stack``."""
 
-    def __init__(self, stack: Stack, app: TriageApp, scenario: str, console: Console) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        app: TriageApp,
+        scenario: str,
+        console: Console,
+        implicit: bool = False,
+        seed: int = 0,
+    ) -> None:
         self.stack = stack
         self.app = app
         self.scenario = scenario
         self.console = console
+        self.implicit = implicit
+        self.seed = seed
+        self._answers: list[Answer] = []
 
     # -- measuring ----------------------------------------------------------------------
 
@@ -141,22 +178,52 @@ class Rounds:
     # -- one round ----------------------------------------------------------------------
 
     def traffic(self, result: RoundResult, tickets: list[Ticket]) -> None:
-        """Live traffic: every ticket answered, graded and given feedback."""
+        """Live traffic: every ticket answered, then graded and given feedback, or (with
+        implicit feedback) answered by its user in the conversation."""
         label = f"round {result.number}"
+        what = "traffic + replies" if self.implicit else "traffic + feedback"
         with _progress(self.console) as progress, _timed() as elapsed:
-            task = progress.add_task(f"{label}: traffic + feedback", total=len(tickets))
+            task = progress.add_task(f"{label}: {what}", total=len(tickets))
 
             def counted(answer: Answer) -> None:
                 result.traffic += 1
                 result.traffic_correct += answer.correct
-                result.corrections += not answer.correct
+                result.corrections += not answer.correct and not self.implicit
+                result.follow_ups += answer.follow_up is not None
                 right = f"right {result.traffic_accuracy:.0%}"
-                progress.update(
-                    task, advance=1, description=f"{label}: traffic + feedback ({right})"
-                )
+                progress.update(task, advance=1, description=f"{label}: {what} ({right})")
 
-            run_concurrently(self.app.serve_and_grade, tickets, counted)
+            def serve(ticket: Ticket) -> Answer:
+                if self.implicit:
+                    return self.app.serve_and_reply(ticket, self.seed)
+                return self.app.serve_and_grade(ticket)
+
+            self._answers = run_concurrently(serve, tickets, counted)
             result.traffic_seconds = elapsed()
+
+    def read_signals(self, result: RoundResult) -> None:
+        """How the signals the worker wrote for this round's answers compare with the
+        truth the simulation knows (``Signals``)."""
+        if not self.implicit or self.stack.store is None:
+            return
+        flagged = right = corrections = corrections_right = 0
+        for answer in self._answers:
+            if answer.record_id is None:
+                continue
+            rows = [
+                fb
+                for fb in self.stack.store.get_record(answer.record_id).feedback
+                if fb.source.startswith("signal:")
+            ]
+            if any((fb.score or 0.0) < GOOD_AT for fb in rows):
+                flagged += 1
+                right += not answer.correct
+            fixes = [fb.correction for fb in rows if isinstance(fb.correction, str)]
+            if fixes:
+                corrections += 1
+                corrections_right += is_correct(fixes[-1], answer.ticket.label)
+        wrong = sum(not answer.correct for answer in self._answers)
+        result.signals = Signals(flagged, right, wrong, corrections, corrections_right)
 
     def learn(self, result: RoundResult) -> None:
         """Queue a learning job and follow it to its end: learners, then the gate."""

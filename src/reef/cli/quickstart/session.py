@@ -43,6 +43,13 @@ class Options:
     seed: int
     fresh: bool
     demos: int = 0
+    feedback: str = "explicit"
+
+
+# The operator's labelled suite that gates candidates under implicit feedback (computed
+# feedback trains but is never the gate's evidence): tickets in held-out phrasings,
+# drawn apart from the held-out set the report measures.
+SUITE_SIZE = 36
 
 
 def run_quickstart(options: Options) -> None:
@@ -63,14 +70,17 @@ def _run(options: Options, workspace: Workspace, started: float) -> None:
     console = Console(highlight=False)
     generator = TicketGenerator(options.seed)
     heldout = generator.draw(options.heldout, held_out=True)
+    implicit = options.feedback == "implicit"
+    suite = generator.draw(SUITE_SIZE, held_out=True) if implicit else None
     traffic = [generator.draw(options.requests, held_out=False) for _ in range(options.rounds)]
     port = options.port or _free_port()
     settings = write_config(
-        workspace, options.model, port, TRAIN_STEPS[options.model], heldout, options.demos
+        workspace, options.model, port, TRAIN_STEPS[options.model], heldout, options.demos, suite
     )
     run = Run(
         options.model, options.rounds, options.requests, options.heldout, options.seed, load=_load()
     )
+    run.feedback = options.feedback
     console.print(
         f"[bold]Reef quickstart[/bold] in {workspace.root}: triage of support tickets into "
         f"{len(LABELS)} labels ({', '.join(LABELS)}) on {options.model}; "
@@ -83,7 +93,8 @@ def _run(options: Options, workspace: Workspace, started: float) -> None:
             run.startup_seconds = time.monotonic() - started
             app = TriageApp(stack.url, SCENARIO)
             try:
-                _rounds(Rounds(stack, app, SCENARIO, console), run, heldout, traffic)
+                rounds = Rounds(stack, app, SCENARIO, console, implicit=implicit, seed=options.seed)
+                _rounds(rounds, run, heldout, traffic)
             finally:
                 app.close()
         except KeyboardInterrupt:
@@ -120,6 +131,7 @@ def _rounds(rounds: Rounds, run: Run, heldout: list[Ticket], traffic: list[list[
         result = RoundResult(number)
         rounds.traffic(result, batch)
         rounds.learn(result)
+        rounds.read_signals(result)
         if result.published_release_id is not None:
             rounds.wait_serving(result.published_release_id)
             serving = rounds.measure(f"round {number}", heldout)

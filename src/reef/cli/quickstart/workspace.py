@@ -32,6 +32,7 @@ _OWNED = (
     "recipe.yaml",
     "harness",
     "heldout.jsonl",
+    "suite.jsonl",
     "logs",
     "report.html",
     "learning_curve.png",
@@ -122,18 +123,34 @@ params:
 """
 
 
-def recipe_yaml(model: str, steps: int, demos: int = 0) -> str:
+def recipe_yaml(model: str, steps: int, demos: int = 0, implicit: bool = False) -> str:
     """The learning recipe (see the comments in it for why each choice); ``demos`` > 0
-    adds a few-shot harness learner before the adapter."""
+    adds a few-shot harness learner before the adapter; ``implicit`` learns from the
+    conversation's signals and gates on the operator's suite."""
     tiny = model == "tiny-random"
     fewshot = f"  - {{type: fewshot, k: {demos}}}\n" if demos else ""
+    signals = (
+        "# Nobody grades: what users say next is the feedback (reef.learning.signals).\n"
+        "signals: {enabled: [correction, accept]}\n"
+        if implicit
+        else ""
+    )
+    evidence = (
+        """  # Computed feedback trains but is never evidence: the operator's labelled suite
+  # decides.
+  holdout: false
+  suites: [suite.jsonl]
+"""
+        if implicit
+        else "  holdout: true\n"
+    )
     return f"""\
 # reef learn --scenario {SCENARIO} -c reef.yaml   (the quickstart starts each job itself:
 # POST /reef/scenarios/{SCENARIO}/learn; a `reef serve` worker then runs it)
 schema_version: 1
 name: quickstart-triage
 trigger: {{type: manual}}
-selection:
+{signals}selection:
   # A quarter of the traffic's sessions is held out: the gate's evidence, never trained on.
   holdout_fraction: 0.25
 learners:
@@ -158,8 +175,7 @@ learners:
     # anything else runs (the gateway, the worker, other people's jobs).
     threads: 1
 gate:
-  holdout: true
-  scorer: {{type: normalized_exact}}
+{evidence}  scorer: {{type: normalized_exact}}
   min_items: 20
   min_improvement: 0.02
   # Every earlier release was admitted on held-out traffic records, and today's holdout
@@ -195,6 +211,7 @@ def write_config(
     steps: int,
     heldout: list[Ticket],
     demos: int = 0,
+    suite: list[Ticket] | None = None,
 ) -> ReefSettings:
     """Write the configuration files and the held-out set; the settings, with paths
     made absolute (the quickstart does not change directory)."""
@@ -203,22 +220,29 @@ def write_config(
     (root / "harness" / "harness.yaml").write_text(
         HARNESS_YAML.format(system_prompt=json.dumps(SYSTEM_PROMPT)), encoding="utf-8"
     )
-    (root / "recipe.yaml").write_text(recipe_yaml(model, steps, demos), encoding="utf-8")
+    recipe = recipe_yaml(model, steps, demos, implicit=suite is not None)
+    (root / "recipe.yaml").write_text(recipe, encoding="utf-8")
     config = reef_yaml(model, port)
     header = (
         "# Written by `reef quickstart`. Serve what it learned: cd into this directory,\n"
         "# then `reef serve` (it reads ./reef.yaml; paths are relative to here).\n"
     )
     (root / "reef.yaml").write_text(header + yaml.safe_dump(config, sort_keys=False))
-    with (root / "heldout.jsonl").open("w", encoding="utf-8") as out:
-        for index, ticket in enumerate(heldout):
-            item = {"id": f"heldout-{index}", "input": ticket.text, "reference": ticket.label}
-            out.write(json.dumps(item) + "\n")
+    _write_items(root / "heldout.jsonl", "heldout", heldout)
+    if suite is not None:
+        _write_items(root / "suite.jsonl", "suite", suite)
     scenario = config["scenarios"][SCENARIO]
     scenario["initial_harness"] = root / "harness"
     scenario["recipe"] = root / "recipe.yaml"
     config["home"] = workspace.home
     return ReefSettings(**config)
+
+
+def _write_items(path: Path, prefix: str, tickets: list[Ticket]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for index, ticket in enumerate(tickets):
+            item = {"id": f"{prefix}-{index}", "input": ticket.text, "reference": ticket.label}
+            out.write(json.dumps(item) + "\n")
 
 
 __all__ = ["LABELS", "SCENARIO", "Workspace", "prepare", "write_config"]

@@ -68,7 +68,7 @@ from reef.gateway.responses import keep_response
 from reef.gateway.segments import one_segment
 from reef.gateway.serving import ServingRelease
 from reef.gateway.state import GatewayState
-from reef.harness import render_anthropic, render_openai
+from reef.harness import render_anthropic, render_openai, render_responses
 from reef.upstream import (
     Upstream,
     UpstreamError,
@@ -339,10 +339,10 @@ class InferenceRoutes:
             check_responses_for_anthropic(turn.body)
         if upstream_config.responses == "native":
             # Passed through as the record keeps it (the conversation Reef resolved from
-            # previous_response_id, which the upstream never saw); no harness: one
-            # renders into chat messages.
+            # previous_response_id, which the upstream never saw), the harness rendered
+            # into it as a Responses request.
             native = {k: v for k, v in turn.body.items() if k != "previous_response_id"}
-            return native, native
+            return native, self._render(api, native, scenario, serving)
         # A Responses request is rendered and sent as its chat-completions translation
         # (on to Anthropic Messages from there, for an Anthropic upstream).
         return turn.chat, self._render("openai.chat", turn.chat, scenario, serving)
@@ -359,6 +359,8 @@ class InferenceRoutes:
             return body
         if api == "openai.chat":
             return render_openai(serving.harness, body)
+        if api == "openai.responses":  # passed through natively: rendered as Responses
+            return render_responses(serving.harness, body)
         return render_anthropic(serving.harness, body)
 
     def _plan(

@@ -5,6 +5,7 @@ form of the other dialects."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -13,10 +14,12 @@ import pytest
 
 from reef.experience import RecordView, canonical_exchange
 from reef.gateway.relay import AnthropicResponsesRelay
+from reef.harness import Bundle, Harness, write_bundle
 from reef.upstream import response_shell
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 from tests.gateway.test_responses import WEATHER_TOOL
+from tests.gateway.test_responses_native import HARNESS_TOOL
 
 # "claude" is the scenario the test settings serve from the Anthropic-dialect fake.
 MODEL = "reef/claude"
@@ -298,3 +301,29 @@ def test_a_stream_ending_in_max_tokens_is_response_incomplete() -> None:
     assert response["usage"]["output_tokens"] == 2 and response["usage"]["input_tokens"] == 3
     assert reply == {"role": "assistant", "content": "Once upon"}
     assert b"response.incomplete" in relay.terminal
+
+
+def test_a_managed_harness_renders_into_the_messages_request(
+    make_gateway: Any, fake: FakeUpstreamThread, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "harness"
+    harness = Harness(schema_version=1, system_prompt="You triage tickets.", tools=[HARNESS_TOOL])
+    write_bundle(Bundle(harness=harness, files={}), bundle)
+    gateway = make_gateway(
+        scenarios={"agent": {"upstream": "claude", "harness": "managed", "initial_harness": bundle}}
+    )
+    raw = gateway.openai().responses.with_raw_response.create(
+        model="reef/agent", input="hello", instructions="Be brief."
+    )
+    assert raw.parse().output_text == "echo: hello"
+    sent = fake.last_request_body
+    assert fake.last_request_path == "/v1/messages"
+    assert sent["system"] == "You triage tickets.\n\nBe brief."
+    assert [tool["name"] for tool in sent["tools"]] == ["lookup_ticket"]
+    record = _record(gateway, raw.headers)
+    assert record.request == {"model": "reef/agent", "input": "hello", "instructions": "Be brief."}
+    assert record.rendered_request is not None  # the rendered chat form
+    assert record.rendered_request["messages"][0] == {
+        "role": "system",
+        "content": "You triage tickets.\n\nBe brief.",
+    }

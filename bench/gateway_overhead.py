@@ -1,5 +1,6 @@
 """Gateway overhead: what Reef's recording gateway adds to a chat call, next to a bare
-passthrough proxy and the LiteLLM proxy, all in front of the same fake upstream.
+passthrough proxy and the LiteLLM proxy, all in front of the same fake upstream; and what
+the same call costs through Reef as an OpenAI Responses request.
 
     .venv/bin/python bench/gateway_overhead.py --requests 2000 --concurrency 1,32 --runs 3 \
         --output docs/benchmarks.md
@@ -9,8 +10,11 @@ One run starts, as separate processes on loopback: the fake upstream
 ``sync`` durability, SQLite in a temporary directory) and the LiteLLM proxy (its own
 venv, ``bench/.venv-litellm``, made on first use; ``--skip-litellm`` leaves it out).
 The same non-streaming chat requests go to each at every concurrency, after a warm-up;
-``--runs`` repeats the rounds (target order rotated) to show the spread. Afterwards the
-Reef records in SQLite are counted against the requests sent through Reef.
+the *reef-responses* target sends that request as ``POST /v1/responses`` to the same
+Reef (translated onto the fake's chat completions, the response kept for
+``previous_response_id``). ``--runs`` repeats the rounds (target order rotated) to show
+the spread. Afterwards the Reef records in SQLite are counted against the requests sent
+through Reef (both targets).
 """
 
 from __future__ import annotations
@@ -38,7 +42,17 @@ from contenders import (
     start_reef,
     start_upstream,
 )
-from load import LoadResult, TooManyErrorsError, client_session, drive, sdk_headers
+from load import (
+    CHAT_BODY,
+    RESPONSES_BODY,
+    LoadResult,
+    TooManyErrorsError,
+    client_session,
+    drive,
+    sdk_headers,
+)
+
+RESPONSES_TARGET = "reef-responses"
 
 
 @dataclass
@@ -49,6 +63,26 @@ class Measurements:
     reef_requests: int = 0  # sent through Reef, warm-ups included
     reef_receipts: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # target -> why it was dropped
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one target's requests go, and which request."""
+
+    name: str
+    url: str
+    body: bytes
+
+
+def targets_of(servers: list[Server]) -> list[Target]:
+    """Every server's chat completions; Reef's Responses route right after Reef's."""
+    targets = []
+    for server in servers:
+        targets.append(Target(server.name, server.chat_url, CHAT_BODY))
+        if server.name == "reef":
+            url = server.base_url + "/responses"
+            targets.append(Target(RESPONSES_TARGET, url, RESPONSES_BODY))
+    return targets
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -93,26 +127,34 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
     done = Measurements()
     headers = sdk_headers(key)
     limit = 60.0 + 0.1 * (args.requests + args.warmup)
+    targets = targets_of(servers)
     async with client_session(args.concurrency[-1]) as session:
         for run in range(args.runs):
             for level in args.concurrency:
-                order = servers[run % len(servers) :] + servers[: run % len(servers)]
-                for server in order:
-                    if server.name in done.failed:
+                order = targets[run % len(targets) :] + targets[: run % len(targets)]
+                for target in order:
+                    if target.name in done.failed:
                         continue
                     try:
                         for count in (args.warmup, args.requests):
                             result = await drive(
-                                session, server.name, server.chat_url, headers, level, count, limit
+                                session,
+                                target.name,
+                                target.url,
+                                headers,
+                                level,
+                                count,
+                                limit,
+                                target.body,
                             )
-                            if server.name == "reef":
+                            if target.name in ("reef", RESPONSES_TARGET):
                                 done.reef_requests += count
                                 done.reef_receipts += result.receipts
                     except (TooManyErrorsError, TimeoutError) as exc:
-                        if server.name == "direct":
+                        if target.name == "direct":
                             raise
-                        done.failed[server.name] = f"{type(exc).__name__}: {exc}"
-                        print(f"{server.name} dropped: {done.failed[server.name]}", flush=True)
+                        done.failed[target.name] = f"{type(exc).__name__}: {exc}"
+                        print(f"{target.name} dropped: {done.failed[target.name]}", flush=True)
                         continue
                     done.results.append(result)
                     print(overhead_report.progress_line(run, result), flush=True)
@@ -191,7 +233,8 @@ def benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     if args.output is not None:
         overhead_report.write_section(args.output, report.markdown())
         print(f"wrote {args.output}")
-    return 0 if records.ok and "reef" not in measured.failed else 1
+    reef_failed = {"reef", RESPONSES_TARGET} & set(measured.failed)
+    return 0 if records.ok and not reef_failed else 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""Closed-loop HTTP load for the overhead benchmark: N chat requests at concurrency C.
+"""Closed-loop HTTP load for the overhead benchmark: N requests at concurrency C.
 
 One ``aiohttp.ClientSession`` with keep-alive sends every request; each of C workers
 sends its next request as soon as the previous one is answered. The body and headers
-are what the OpenAI Python SDK sends for a one-line chat (non-streaming).
+are what the OpenAI Python SDK sends for a one-line chat (non-streaming):
+``CHAT_BODY`` for ``/chat/completions``, ``RESPONSES_BODY`` (the same system text and
+user line, as ``instructions`` and ``input``) for ``/responses``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ from dataclasses import dataclass, field
 import aiohttp
 
 MODEL = "fake-model"
-_BODY = (
+CHAT_BODY = (
     b'{"messages":[{"role":"system","content":"You are a helpful assistant."},'
     b'{"role":"user","content":"Say hello to request %d"}],"model":"' + MODEL.encode() + b'"}'
+)
+RESPONSES_BODY = (
+    b'{"input":"Say hello to request %d","instructions":"You are a helpful assistant.",'
+    b'"model":"' + MODEL.encode() + b'"}'
 )
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 _MAX_ERRORS = 20  # past this a target is broken, not slow: stop its round
@@ -74,6 +80,7 @@ class TooManyErrorsError(RuntimeError):
 async def _worker(
     session: aiohttp.ClientSession,
     url: str,
+    body: bytes,
     headers: dict[str, str],
     tickets: itertools.count[int],
     total: int,
@@ -86,7 +93,7 @@ async def _worker(
         status, receipt, error = 0, None, ""
         try:
             async with session.post(
-                url, data=_BODY % index, headers=headers, timeout=_REQUEST_TIMEOUT
+                url, data=body % index, headers=headers, timeout=_REQUEST_TIMEOUT
             ) as response:
                 await response.read()
                 status = response.status
@@ -112,8 +119,10 @@ async def drive(
     concurrency: int,
     requests: int,
     time_limit_seconds: float,
+    body: bytes = CHAT_BODY,
 ) -> LoadResult:
-    """Send ``requests`` chat completions to ``url`` with ``concurrency`` in flight.
+    """Send ``requests`` requests (``body``, ``%d`` filled with the request's index) to
+    ``url`` with ``concurrency`` in flight.
 
     Raises ``TimeoutError`` past ``time_limit_seconds`` and ``TooManyErrorsError``
     when the target keeps failing.
@@ -124,7 +133,7 @@ async def drive(
     started = time.perf_counter()
     async with asyncio.timeout(time_limit_seconds), asyncio.TaskGroup() as group:
         for _ in range(workers):
-            group.create_task(_worker(session, url, headers, tickets, requests, result))
+            group.create_task(_worker(session, url, body, headers, tickets, requests, result))
     result.seconds = time.perf_counter() - started
     return result
 

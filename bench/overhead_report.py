@@ -30,7 +30,7 @@ TARGET_ADDED_P50_MS = 1.0
 TARGET_ADDED_P50_VS_PASSTHROUGH = 2.0
 TARGET_ADDED_P99_MS = 2.0
 TARGET_THROUGHPUT_VS_PASSTHROUGH = 0.7
-_ORDER = ("direct", "passthrough", "reef", "litellm")
+_ORDER = ("direct", "passthrough", "reef", "reef-responses", "litellm")
 _HOW_TO_READ = (
     "How to read it: every request is the same small non-streaming chat completion "
     "(the body and headers the OpenAI Python SDK sends), answered at once by a fake "
@@ -39,7 +39,10 @@ _HOW_TO_READ = (
     "parses nothing and records nothing, the floor for any proxy in Python; *reef* is the "
     "gateway with capture on and `sync` durability (a response completes only after its "
     "record is committed to SQLite); *litellm* is the LiteLLM proxy with no database, "
-    "callbacks or telemetry. Added latency is a target's latency minus direct's at "
+    "callbacks or telemetry; *reef-responses* is the same request sent to the same Reef as "
+    "an OpenAI Responses request (`POST /v1/responses`: `instructions` and `input`), "
+    "translated onto the fake's chat completions and its response kept for "
+    "`previous_response_id`. Added latency is a target's latency minus direct's at "
     "concurrency 1: the cost one caller sees per call. Throughput at the highest "
     "concurrency is a closed loop on a shared machine: the load generator, the proxy and "
     "the fake upstream all compete for the same cores, so absolute req/s are a property "
@@ -84,7 +87,7 @@ class RecordCheck:
 def progress_line(run: int, result: LoadResult) -> str:
     """One line per measured round, printed as the benchmark goes."""
     return (
-        f"run {run + 1}  c={result.concurrency:<3} {result.target:<12}"
+        f"run {run + 1}  c={result.concurrency:<3} {result.target:<14}"
         f" p50 {result.percentile(0.5):7.2f} ms  p99 {result.percentile(0.99):7.2f} ms"
         f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}"
     )
@@ -209,7 +212,25 @@ class Report:
                 f"Reef's at c={low}; Reef serves {spread(self.throughput_ratio('reef', 'litellm'))}"
                 f"x LiteLLM's throughput at c={high}."
             )
-        return lines + self.verdicts()
+        return lines + self._responses_lines() + self.verdicts()
+
+    def _responses_lines(self) -> list[str]:
+        """The Responses route next to chat completions, both through Reef."""
+        if not {"reef", "reef-responses"} <= set(self.targets()):
+            return []
+        low, high = self.args.concurrency[0], self.args.concurrency[-1]
+        parts = []
+        for name, fraction in (("p50", 0.5), ("p99", 0.99)):
+            mine, chat = self.added("reef-responses", fraction), self.added("reef", fraction)
+            times = [a / b if b > 0 else float("inf") for a, b in zip(mine, chat, strict=False)]
+            parts.append(f"{name} +{spread(mine)} vs +{spread(chat)} ms ({spread(times)}x)")
+        ratio = self.paired(
+            "reef-responses", "reef", high, lambda a, b: a.throughput / b.throughput
+        )
+        return [
+            f"- Responses vs chat completions, both through Reef: added latency at c={low} "
+            f"{'; '.join(parts)}; throughput at c={high} {spread(ratio)}x chat completions."
+        ]
 
     def _overhead_ratio(self) -> list[float]:
         return [
@@ -282,7 +303,8 @@ class Report:
                 f"- Machine: {machine()}; {self.date}; load average before the run "
                 f"{load} (1, 5, 15 min).",
                 f"- Load: {a.requests} non-streaming chat requests per round after "
-                f"{a.warmup} warm-up, concurrency {', '.join(map(str, a.concurrency))}; "
+                f"{a.warmup} warm-up (reef-responses: the same request as POST "
+                f"/v1/responses), concurrency {', '.join(map(str, a.concurrency))}; "
                 f"{runs}; one aiohttp client session with keep-alive.",
                 f"- Versions: reef {_version('reef-agent')}, aiohttp {_version('aiohttp')}, "
                 f"uvicorn {_version('uvicorn')}{litellm}.",

@@ -6,6 +6,7 @@ canonical form of translated ones."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 
 from reef.config.models import UpstreamConfig
 from reef.experience import RecordView, canonical_exchange
+from reef.harness import Bundle, Example, Harness, write_bundle
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 from tests.gateway.test_responses import WEATHER_TOOL
@@ -169,3 +171,111 @@ def test_an_idempotent_retry_of_a_passed_through_stream_is_replayed_from_its_rec
     assert first[-1].response.id == second[-1].response.id
     assert second[-1].response.output_text == "echo: say it twice"
     assert second[-1].x_reef["record_id"] == first_id
+
+
+HARNESS_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup_ticket",
+        "description": "A ticket by id",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+    },
+}
+
+
+def test_a_managed_harness_renders_into_the_passed_through_request(
+    make_gateway: Callable[..., GatewayThread], fake: FakeUpstreamThread, tmp_path: Path
+) -> None:
+    harness = Harness(
+        schema_version=1,
+        system_prompt="You triage tickets.",
+        examples=[
+            Example(
+                messages=[
+                    {"role": "user", "content": "Ticket 7?"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_ex",
+                                "type": "function",
+                                "function": {"name": "lookup_ticket", "arguments": '{"id": "7"}'},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "call_ex", "content": "printer jam"},
+                    {"role": "assistant", "content": "Ticket 7 is a printer jam."},
+                ]
+            )
+        ],
+        tools=[HARNESS_TOOL],
+        params={"max_tokens": 64, "seed": 1},
+    )
+    bundle = tmp_path / "harness"
+    write_bundle(Bundle(harness=harness, files={}), bundle)
+    upstream = {
+        "type": "openai",
+        "base_url": fake.base_url,
+        "model": "fake-model",
+        "responses": "native",
+    }
+    gateway = make_gateway(
+        upstreams={"native": upstream},
+        scenarios={"agent": {"harness": "managed", "initial_harness": bundle}},
+    )
+    client = gateway.openai()
+    first_raw = client.responses.with_raw_response.create(
+        model="reef/agent", input="hello", instructions="Be brief.", tools=[WEATHER_TOOL]
+    )
+    first = first_raw.parse()
+    assert first.output_text == "echo: hello"
+    sent = fake.last_request_body
+    assert fake.last_request_path == "/v1/responses"
+    assert sent["instructions"] == "You triage tickets.\n\nBe brief."
+    assert sent["input"] == [
+        {"type": "message", "role": "user", "content": "Ticket 7?"},
+        {
+            "type": "function_call",
+            "call_id": "call_ex",
+            "name": "lookup_ticket",
+            "arguments": '{"id": "7"}',
+        },
+        {"type": "function_call_output", "call_id": "call_ex", "output": "printer jam"},
+        {"type": "message", "role": "assistant", "content": "Ticket 7 is a printer jam."},
+        {"type": "message", "role": "user", "content": "hello"},
+    ]
+    assert [tool["name"] for tool in sent["tools"]] == ["get_weather", "lookup_ticket"]
+    assert sent["tools"][1] == {
+        "type": "function",
+        "name": "lookup_ticket",
+        "description": "A ticket by id",
+        "parameters": HARNESS_TOOL["function"]["parameters"],
+    }
+    assert sent["max_output_tokens"] == 64 and "seed" not in sent  # no Responses seed
+    record = _record(gateway, first_raw.headers)
+    assert (
+        record.release_id is not None
+        and record.release_id == first_raw.headers["x-reef-release-id"]
+    )
+    # the record keeps the client's request, and what went upstream beside it
+    assert record.request == {
+        "model": "reef/agent",
+        "input": "hello",
+        "instructions": "Be brief.",
+        "tools": [WEATHER_TOOL],
+    }
+    assert record.rendered_request == {**sent, "model": "reef/agent"}
+    # the canonical exchange is the client's conversation, not the harness's
+    assert canonical_exchange(record).messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello"},
+    ]
+    # a continued response: the demos still come first, then the stored conversation
+    client.responses.create(model="reef/agent", previous_response_id=first.id, input="again")
+    items = fake.last_request_body["input"]
+    assert items[:4] == sent["input"][:4]  # the demos
+    assert [item["type"] for item in items[4:]] == ["message", "message", "message"]
+    assert items[4]["content"] == [{"type": "input_text", "text": "hello"}]  # as stored
+    assert items[5]["role"] == "assistant" and items[6]["content"] == "again"
+    assert "previous_response_id" not in fake.last_request_body

@@ -75,7 +75,8 @@ class UpstreamConfig(Section):
     responses: Literal["translate", "native"] = Field(
         default="translate",
         description="How POST /v1/responses reaches this upstream. translate: as chat "
-        "completions, both ways (vLLM, SGLang, the embedded engine). native: passed "
+        "completions, both ways (vLLM, SGLang, the embedded engine), and on to Anthropic "
+        "Messages for `type: anthropic`. native: passed "
         "through to the upstream's own POST /responses (OpenAI; vLLM's Responses API), "
         "with previous_response_id resolved by Reef and Reef's response ids. Only for "
         "`type: openai`.",

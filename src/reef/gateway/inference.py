@@ -49,20 +49,26 @@ from reef.gateway.idempotency import (
     request_fingerprint,
 )
 from reef.gateway.native_relay import NativeResponsesRelay
-from reef.gateway.relay import CompletionsRelay, StreamRelay, open_relay, stream_receipt
+from reef.gateway.relay import (
+    AnthropicResponsesRelay,
+    CompletionsRelay,
+    StreamRelay,
+    open_relay,
+    stream_receipt,
+)
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
     read_json_object,
     reef_headers,
 )
-from reef.gateway.response_checks import check_openai_responses
+from reef.gateway.response_checks import check_openai_responses, check_responses_for_anthropic
 from reef.gateway.response_turns import ResponsesTurn, resolve_turn
 from reef.gateway.responses import keep_response
 from reef.gateway.segments import one_segment
 from reef.gateway.serving import ServingRelease
 from reef.gateway.state import GatewayState
-from reef.harness import render_anthropic, render_openai
+from reef.harness import render_anthropic, render_openai, render_responses
 from reef.upstream import (
     Upstream,
     UpstreamError,
@@ -72,11 +78,13 @@ from reef.upstream import (
     UpstreamStream,
     UpstreamUnsupportedError,
     anthropic_request_to_openai,
+    anthropic_response_to_openai,
     canonical_reply_anthropic,
     canonical_reply_completions,
     canonical_reply_openai,
     canonical_reply_responses,
     chain_hashes,
+    openai_request_to_anthropic,
     openai_response_to_anthropic,
     openai_response_to_responses,
 )
@@ -113,6 +121,7 @@ class CallPlan:
     strip_usage: bool  # usage was requested upstream for the record, not by the client
     model_from_client: bool = False  # no model configured: the client's name went upstream
     native: bool = False  # a Responses request passed through to the upstream's /responses
+    on_anthropic: bool = False  # a Responses request sent to the Anthropic API as Messages
 
 
 class InferenceEndpoint:
@@ -325,13 +334,17 @@ class InferenceRoutes:
         and with the release's harness rendered in (the same object when none was)."""
         if turn is None:
             return body, self._render(api, body, scenario, serving)
-        if self.state.settings.upstream_for(scenario)[1].responses == "native":
+        upstream_config = self.state.settings.upstream_for(scenario)[1]
+        if upstream_config.type == "anthropic":
+            check_responses_for_anthropic(turn.body)
+        if upstream_config.responses == "native":
             # Passed through as the record keeps it (the conversation Reef resolved from
-            # previous_response_id, which the upstream never saw); no harness: one
-            # renders into chat messages.
+            # previous_response_id, which the upstream never saw), the harness rendered
+            # into it as a Responses request.
             native = {k: v for k, v in turn.body.items() if k != "previous_response_id"}
-            return native, native
-        # A Responses request is rendered and sent as its chat-completions translation.
+            return native, self._render(api, native, scenario, serving)
+        # A Responses request is rendered and sent as its chat-completions translation
+        # (on to Anthropic Messages from there, for an Anthropic upstream).
         return turn.chat, self._render("openai.chat", turn.chat, scenario, serving)
 
     def _render(
@@ -346,6 +359,8 @@ class InferenceRoutes:
             return body
         if api == "openai.chat":
             return render_openai(serving.harness, body)
+        if api == "openai.responses":  # passed through natively: rendered as Responses
+            return render_responses(serving.harness, body)
         return render_anthropic(serving.harness, body)
 
     def _plan(
@@ -372,13 +387,18 @@ class InferenceRoutes:
             return self._embeddings_plan(scenario, upstream_name, upstream, body, requested)
         model, model_from_client = self._model(scenario, serving, requested)
         stream = bool(body.get("stream"))
+        if api == "openai.responses" and upstream.dialect == "anthropic":
+            messages = openai_request_to_anthropic(body, model)
+            return CallPlan(
+                upstream,
+                UpstreamRequest("/messages", dumps(messages), stream),
+                client_model,
+                translate=True,
+                strip_usage=False,
+                model_from_client=model_from_client,
+                on_anthropic=True,
+            )
         if api == "openai.responses":
-            if upstream.dialect != "openai":
-                raise UnsupportedRouteError(
-                    f"scenario {scenario!r} is served by the Anthropic upstream "
-                    f"{upstream_name!r}; POST /v1/responses needs a chat-completions "
-                    "upstream (call it through POST /v1/messages)"
-                )
             native = upstream_config.responses == "native"
             return CallPlan(
                 upstream,
@@ -595,6 +615,9 @@ class InferenceRoutes:
         if exchange.responses is not None:
             if plan.native:  # the upstream's own response, under Reef's id
                 data = {**data, "id": exchange.responses.response_id}
+            elif plan.on_anthropic:
+                data = anthropic_response_to_openai(data)
+                data = openai_response_to_responses(data, exchange.responses.shell)
             else:
                 data = openai_response_to_responses(data, exchange.responses.shell)
             return dumps(data), data, canonical_reply_responses(data)
@@ -732,6 +755,8 @@ class InferenceRoutes:
         receipt = stream_receipt(self._receipt(exchange))
         if plan.native and exchange.responses is not None:
             return NativeResponsesRelay(exchange.responses.response_id, receipt)
+        if plan.on_anthropic and exchange.responses is not None:
+            return AnthropicResponsesRelay(exchange.responses.shell, receipt)
         if exchange.api == "openai.completions":
             return CompletionsRelay(plan.strip_usage, exchange.body)
         return open_relay(

@@ -9,7 +9,9 @@ One class per way a stream reaches a client:
 - ``TranslatedRelay``: an Anthropic client on an OpenAI-compatible upstream; chunks are
   translated into Anthropic events;
 - ``ResponsesRelay``: a Responses client on an OpenAI-compatible upstream; chunks are
-  translated into the Responses API's typed events.
+  translated into the Responses API's typed events;
+- ``AnthropicResponsesRelay``: a Responses client on the Anthropic API; events are
+  turned into chat chunks, and those into the Responses API's typed events.
 
 Each holds back the end-of-stream event (``terminal``) so that the gateway sends it
 only once the record is committed, and each knows what a proper end of its stream is:
@@ -34,6 +36,7 @@ from reef.gateway.capture import Api
 from reef.gateway.errors import ErrorDialect, error_body
 from reef.upstream import (
     AnthropicStreamAssembler,
+    AnthropicToOpenAIStream,
     CompletionStreamAssembler,
     OpenAIStreamAssembler,
     OpenAIToAnthropicStream,
@@ -177,12 +180,7 @@ class AnthropicRelay(StreamRelay):
         parsed = json_object(data)
         name = event or str(parsed.get("type", ""))
         if name == "error":
-            error = parsed.get("error")
-            detail = error if isinstance(error, dict) else parsed
-            raise UpstreamError(
-                f"the upstream's stream failed: {detail.get('type', 'error')}: "
-                f"{detail.get('message', data[:_SAMPLE_CHARS])}"
-            )
+            raise anthropic_stream_error(parsed, data)
         self.assembler.feed(name, parsed)
         if name == "message_stop":
             self.terminal = encode_sse(data.encode(), event)
@@ -300,6 +298,41 @@ class ResponsesRelay(StreamRelay):
         """The response sent so far (failed, once ``failure`` was sent) and its reply."""
         response = self.translator.result()
         return response, canonical_reply_responses(response)
+
+
+class AnthropicResponsesRelay(ResponsesRelay):
+    """Anthropic events translated into Responses events for a Responses client (by way
+    of the chat chunks ``AnthropicToOpenAIStream`` makes of them); the record keeps the
+    response object the client was sent."""
+
+    _proper_end = "message_stop and a stop_reason"
+
+    def __init__(self, shell: dict[str, Any], receipt: dict[str, str] | None = None) -> None:
+        super().__init__(shell, receipt)
+        self.chunks = AnthropicToOpenAIStream()
+
+    def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
+        if self.chunks.stopped:
+            return  # nothing counts after message_stop
+        parsed = json_object(data)
+        name = event or str(parsed.get("type", ""))
+        if name == "error":
+            raise anthropic_stream_error(parsed, data)
+        for chunk in self.chunks.feed(name, parsed):
+            out.extend(_responses_event(*event) for event in self.translator.feed(chunk))
+
+    def _ended(self) -> bool:
+        return self.chunks.stopped and self.translator.finish_reason is not None
+
+
+def anthropic_stream_error(parsed: dict[str, Any], data: str) -> UpstreamError:
+    """The failure an Anthropic stream's ``error`` event reports."""
+    error = parsed.get("error")
+    detail = error if isinstance(error, dict) else parsed
+    return UpstreamError(
+        f"the upstream's stream failed: {detail.get('type', 'error')}: "
+        f"{detail.get('message', data[:_SAMPLE_CHARS])}"
+    )
 
 
 def _responses_event(name: str, payload: dict[str, Any]) -> bytes:

@@ -279,3 +279,29 @@ def _settings(body: dict[str, Any]) -> None:
 def _required_string(owner: dict[str, Any], key: str, where: str) -> None:
     if not isinstance(owner.get(key), str):
         _refuse(f"{where}.{key}", "a string", owner.get(key))
+
+
+def check_responses_for_anthropic(body: dict[str, Any]) -> None:
+    """Raise ``InvalidFieldError`` for what a checked Responses body asks that the
+    Anthropic Messages API cannot do: a ``text.format`` other than text (it has no
+    structured output mode), a ``reasoning.effort`` (its thinking is no reasoning
+    item Reef translates), a ``temperature`` above 1 (its range is 0-1)."""
+    fmt = (body.get("text") or {}).get("format") or {}
+    if fmt.get("type") not in (None, "text"):
+        raise InvalidFieldError(
+            "text.format.type",
+            f"'text.format.type' {_shown(fmt.get('type'))} is not supported on an Anthropic "
+            "upstream: the Messages API has no JSON output mode to translate it to",
+        )
+    if (body.get("reasoning") or {}).get("effort") is not None:
+        raise InvalidFieldError(
+            "reasoning.effort",
+            "'reasoning.effort' is not supported on an Anthropic upstream: reasoning "
+            "(extended thinking) is not translated",
+        )
+    temperature = body.get("temperature")
+    if temperature is not None and temperature > 1:
+        raise InvalidFieldError(
+            "temperature",
+            f"'temperature' must be at most 1 on an Anthropic upstream, not {temperature}",
+        )

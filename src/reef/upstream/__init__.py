@@ -3,7 +3,8 @@
 Owns: the ``Upstream`` contract and its errors (``base``); the aiohttp client for
 OpenAI-compatible servers and the Anthropic API with its pooling, timeouts and
 retries (``http``); Server-Sent Events (``sse``); Anthropic ⇄ OpenAI translation
-(``translate``); OpenAI Responses ⇄ Chat Completions (``responses``,
+(``translate``: Anthropic clients on OpenAI-compatible servers; ``chat_anthropic``: chat
+requests on the Anthropic API); OpenAI Responses ⇄ Chat Completions (``responses``,
 ``responses_stream``); reassembling streams into complete responses (``assemble``); the
 canonical conversation form and its prefix hashes (``canonical``).
 
@@ -54,6 +55,12 @@ from reef.upstream.canonical import (
     chain_hashes,
     extend_chain,
 )
+from reef.upstream.chat_anthropic import (
+    DEFAULT_MAX_TOKENS,
+    AnthropicToOpenAIStream,
+    anthropic_response_to_openai,
+    openai_request_to_anthropic,
+)
 from reef.upstream.http import (
     HTTPUpstream,
     HTTPUpstreamStream,
@@ -76,6 +83,7 @@ from reef.upstream.translate import (
     OpenAIToAnthropicStream,
     anthropic_message_id,
     anthropic_request_to_openai,
+    arguments_text,
     openai_response_to_anthropic,
     stop_reason,
     tool_input,
@@ -83,9 +91,11 @@ from reef.upstream.translate import (
 
 __all__ = [
     "ADAPTER_ALREADY_LOADED",
+    "DEFAULT_MAX_TOKENS",
     "RAW_ARGUMENTS_KEY",
     "AdapterAlreadyLoadedError",
     "AnthropicStreamAssembler",
+    "AnthropicToOpenAIStream",
     "CompletionStreamAssembler",
     "Dialect",
     "HTTPUpstream",
@@ -109,6 +119,8 @@ __all__ = [
     "UpstreamUnsupportedError",
     "anthropic_message_id",
     "anthropic_request_to_openai",
+    "anthropic_response_to_openai",
+    "arguments_text",
     "build_upstream",
     "canonical_anthropic",
     "canonical_completions",
@@ -128,6 +140,7 @@ __all__ = [
     "extend_chain",
     "input_items",
     "item_id",
+    "openai_request_to_anthropic",
     "openai_response_to_anthropic",
     "openai_response_to_responses",
     "parse_retry_after",

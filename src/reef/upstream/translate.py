@@ -119,7 +119,7 @@ def _assistant_message(content: Any) -> dict[str, Any]:
                     "type": "function",
                     "function": {
                         "name": block.get("name", ""),
-                        "arguments": _arguments_text(block.get("input")),
+                        "arguments": arguments_text(block.get("input")),
                     },
                 }
             )
@@ -131,7 +131,9 @@ def _assistant_message(content: Any) -> dict[str, Any]:
     return message
 
 
-def _arguments_text(tool_input: Any) -> str:
+def arguments_text(tool_input: Any) -> str:
+    """A tool_use ``input`` as OpenAI ``arguments`` text: the raw text itself when the
+    input is the ``RAW_ARGUMENTS_KEY`` shape made of arguments that were no JSON object."""
     if (
         isinstance(tool_input, dict)
         and len(tool_input) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reef.engine.tools import assistant_text
 from reef.learning.base import TrainingExample
 
 
@@ -38,3 +39,56 @@ def correction_text(item: TrainingExample) -> str | None:
     if item.correction is None:
         return None
     return item.target_text()
+
+
+def uses_tools(item: TrainingExample) -> bool:
+    """Whether the example's request offered tools or its conversation holds tool calls
+    or results: then it trains with them (``tool_messages``)."""
+    return bool(item.tools) or any(
+        m.get("tool_calls") or m.get("role") == "tool" for m in item.messages
+    )
+
+
+def tool_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical ``messages`` as a chat template takes them with tools: content as text,
+    assistant ``tool_calls`` in OpenAI's shape, ``tool`` results with their
+    ``tool_call_id`` (what ``reef.engine.tools.render_tools`` renders)."""
+    out = []
+    for message in messages:
+        converted: dict[str, Any] = {
+            "role": str(message.get("role", "user")),
+            "content": content_text(message.get("content")),
+        }
+        if message.get("tool_calls"):
+            converted["tool_calls"] = [openai_call(call) for call in message["tool_calls"]]
+        if message.get("tool_call_id"):
+            converted["tool_call_id"] = message["tool_call_id"]
+        out.append(converted)
+    return out
+
+
+def openai_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A canonical tool call (``{"name", "arguments"}``) in OpenAI's shape."""
+    if isinstance(call.get("function"), dict):
+        return call
+    return {
+        "id": call.get("id") or "",
+        "type": "function",
+        "function": {"name": call.get("name", ""), "arguments": call.get("arguments") or "{}"},
+    }
+
+
+def tool_target(item: TrainingExample, min_score: float) -> str | None:
+    """What a tool-using turn should have said, as the engine's text of it (content,
+    then each call as a ``<tool_call>`` block): the correction (text or tool calls),
+    else the served reply when its score reaches ``min_score``."""
+    if item.correction is not None:
+        message = item.correction if isinstance(item.correction, dict) else None
+        if message is None:
+            return item.target_text()
+    elif item.score is not None and item.score >= min_score and item.response is not None:
+        message = item.response
+    else:
+        return None
+    converted = tool_messages([{"role": "assistant", **message}])[0]
+    return assistant_text(converted) or None

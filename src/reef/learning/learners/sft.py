@@ -14,7 +14,7 @@ on them as recorded meets a prompt at serving time that it never saw in training
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from reef.harness import Harness, render_openai
 from reef.learning.base import (
@@ -23,7 +23,7 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
-from reef.learning.learners._examples import text_messages
+from reef.learning.learners._examples import text_messages, tool_messages, tool_target, uses_tools
 from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import (
     ModelLearner,
@@ -79,11 +79,21 @@ def sft_examples(
         good_reply = item.score is not None and item.score >= min_score
         if item.correction is None and not good_reply:
             continue
-        target = item.target_text()
-        messages = text_messages(item.messages)
+        tools: list[dict[str, Any]] = []
+        if uses_tools(item):
+            # The whole turn as the engine serves it: the tools offered, earlier calls
+            # and results, and a reply that may itself be tool calls.
+            target, messages, tools = (
+                tool_target(item, min_score),
+                tool_messages(item.messages),
+                list(item.tools),
+            )
+        else:
+            target, messages = item.target_text(), text_messages(item.messages)
         if not target or not messages:
             continue
-        examples.append(SFTExample(messages=messages, target=target, weight=item.weight))
+        example = SFTExample(messages=messages, target=target, weight=item.weight, tools=tools)
+        examples.append(example)
         used.append(item.record_id)
     return examples, used
 
@@ -93,9 +103,12 @@ def with_harness(examples: list[SFTExample], harness: Harness) -> list[SFTExampl
     skills, memory and demos, as the gateway renders a managed scenario's requests)."""
     rendered = []
     for example in examples:
-        messages = render_openai(harness, {"messages": example.messages})["messages"]
-        as_text = text_messages(messages)
-        rendered.append(example.model_copy(update={"messages": as_text}))
+        body = render_openai(harness, {"messages": example.messages, "tools": example.tools})
+        if example.tools or body.get("tools"):
+            update = {"messages": tool_messages(body["messages"]), "tools": body.get("tools") or []}
+        else:
+            update = {"messages": text_messages(body["messages"])}
+        rendered.append(example.model_copy(update=update))
     return rendered
 
 

@@ -26,6 +26,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
 from reef.engine.models import LoadedModel, load_model
+from reef.engine.tools import render_tools, template_takes_tools
 from reef.learning.trainers.budget import (
     Budget,
     EarlyStopping,
@@ -71,13 +72,22 @@ def build_features(
 ) -> Features:
     """Tokenize ``example`` with the tokenizer's chat template; label only the reply.
 
-    The prompt is the template with ``add_generation_prompt=True``; the full sequence
-    the template with the reply as the last assistant turn. Tokens the two share are
-    the prompt. Longer than ``max_seq_len``: the prompt's start is dropped first.
+    The conversation is rendered as the engine serves it (``reef.engine.tools``): the
+    tools offered, earlier tool calls and results, so an adapter learns calls in the
+    format the engine parses. The prompt is the template with
+    ``add_generation_prompt=True``; the full sequence the template with the reply as
+    the last assistant turn. Tokens the two share are the prompt. Longer than
+    ``max_seq_len``: whole early turns are dropped (a turn starts at a user message;
+    the system message stays) until it fits; then, if the last turn alone is too long,
+    the prompt's start.
     """
-    prompt = list(_ids(tokenizer, example.messages, add_generation_prompt=True))
-    reply = {"role": "assistant", "content": example.target}
-    full = list(_ids(tokenizer, [*example.messages, reply]))
+    messages = list(example.messages)
+    while True:
+        prompt, full = _encoded(tokenizer, messages, example)
+        shorter = _without_first_turn(messages)
+        if len(full) <= max_seq_len or shorter is None:
+            break
+        messages = shorter
     shared = 0
     for a, b in zip(prompt, full, strict=False):
         if a != b:
@@ -88,6 +98,36 @@ def build_features(
         cut = min(len(full) - max_seq_len, shared)
         full, labels = full[cut:][:max_seq_len], labels[cut:][:max_seq_len]
     return Features(full, labels, example.weight)
+
+
+def _encoded(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], example: SFTExample
+) -> tuple[list[int], list[int]]:
+    """The prompt's and the whole example's token ids."""
+    uses_tools = bool(example.tools) or any(
+        m.get("tool_calls") or m.get("role") == "tool" for m in messages
+    )
+    reply = {"role": "assistant", "content": example.target}
+    if not uses_tools:
+        prompt = list(_ids(tokenizer, messages, add_generation_prompt=True))
+        return prompt, list(_ids(tokenizer, [*messages, reply]))
+    template = tokenizer.chat_template
+    takes = template_takes_tools(template if isinstance(template, str) else None)
+    rendered = render_tools(messages, example.tools, template_takes_tools=takes)
+    extra: dict[str, Any] = {"tools": rendered.template_tools} if rendered.template_tools else {}
+    prompt = list(_ids(tokenizer, rendered.messages, add_generation_prompt=True, **extra))
+    return prompt, list(_ids(tokenizer, [*rendered.messages, reply], **extra))
+
+
+def _without_first_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """``messages`` without their first turn (from the first user message up to the
+    next); None when only one turn is left."""
+    lead = messages[:1] if messages and messages[0].get("role") == "system" else []
+    rest = messages[len(lead) :]
+    starts = [i for i, m in enumerate(rest) if m.get("role") == "user"]
+    if len(starts) < 2:
+        return None
+    return [*lead, *rest[starts[1] :]]
 
 
 def _collate(batch: Sequence[Features], pad_id: int, device: torch.device) -> dict[str, Any]:

@@ -27,13 +27,17 @@ class TrainingFailedError(ReefError):
 
 class SFTExample(BaseModel):
     """One supervised example: the conversation up to the reply (OpenAI form, content as
-    text) and the reply the model should give. ``weight`` scales its tokens' loss."""
+    text; assistant ``tool_calls`` and ``tool`` results kept) and the reply the model
+    should give, as text (a reply's tool calls as the engine's ``<tool_call>`` blocks,
+    ``reef.engine.tools.assistant_text``). ``tools``: the tools the request offered,
+    rendered as the engine renders them. ``weight`` scales its tokens' loss."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     messages: list[dict[str, Any]] = Field(min_length=1)
     target: str = Field(min_length=1)
     weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class LoraSettings(BaseModel):

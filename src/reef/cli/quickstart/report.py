@@ -55,6 +55,14 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
+def _evidence_items(decision: dict[str, Any]) -> str:
+    """What the gate's items were: held-out traffic, or the operator's suite."""
+    suites = [str(suite.get("suite", "")) for suite in decision.get("suites") or ()]
+    if suites and all(name.startswith("file:") for name in suites):
+        return "suite items"
+    return "held-out traffic items"
+
+
 def gate_line(result: RoundResult) -> str:
     """What the gate decided and why, in one line."""
     if result.job_state != "succeeded":
@@ -69,7 +77,7 @@ def gate_line(result: RoundResult) -> str:
         diff = overall["difference"]
         evidence = (
             f": candidate {overall['candidate_mean']:.0%} vs serving "
-            f"{overall['baseline_mean']:.0%} on {overall['items']} held-out traffic items, gain "
+            f"{overall['baseline_mean']:.0%} on {overall['items']} {_evidence_items(decision)}, gain "
             f"{diff['mean']:+.0%} ({diff['confidence']:.0%} CI "
             f"{diff['low']:+.0%}..{diff['high']:+.0%})"
         )

@@ -77,7 +77,8 @@ def gate_line(result: RoundResult) -> str:
         diff = overall["difference"]
         evidence = (
             f": candidate {overall['candidate_mean']:.0%} vs serving "
-            f"{overall['baseline_mean']:.0%} on {overall['items']} {_evidence_items(decision)}, gain "
+            f"{overall['baseline_mean']:.0%} on {overall['items']} "
+            f"{_evidence_items(decision)}, gain "
             f"{diff['mean']:+.0%} ({diff['confidence']:.0%} CI "
             f"{diff['low']:+.0%}..{diff['high']:+.0%})"
         )

@@ -29,7 +29,7 @@ from reef.harness.bundle import (
     write_bundle,
 )
 from reef.harness.errors import InvalidHarnessError, UnsafeBundleError
-from reef.harness.model import Example, Harness, Orchestration, Skill
+from reef.harness.model import Example, Harness, Orchestration, Skill, ToolNote
 from reef.harness.packing import pack_bundle, read_bundle_archive, unpack_bundle
 from reef.harness.rendering import MAX_SKILLS, relevant_skills, render_openai, system_text
 from reef.harness.rendering_anthropic import render_anthropic
@@ -48,6 +48,7 @@ __all__ = [
     "InvalidHarnessError",
     "Orchestration",
     "Skill",
+    "ToolNote",
     "UnsafeBundleError",
     "bundle_digest",
     "harness_yaml",

@@ -61,6 +61,15 @@ class Skill(_Frozen):
         return name
 
 
+class ToolNote(_Frozen):
+    """A better description of one tool, whoever offers it (``Harness.tool_notes``):
+    ``description`` replaces the tool's, ``parameters`` sets the description of each
+    named parameter the tool's schema has."""
+
+    description: str | None = None
+    parameters: dict[str, str] = Field(default_factory=dict)
+
+
 class Orchestration(_Frozen):
     """How an agent loop should run (``max_turns`` is advisory, for client-side loops)."""
 
@@ -128,6 +137,7 @@ class Harness(_Frozen):
     skills: list[Skill] = Field(default_factory=list)
     memory: list[str] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_notes: dict[str, ToolNote] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     enforced_params: list[str] = Field(default_factory=list)
     orchestration: Orchestration = Field(default_factory=Orchestration)

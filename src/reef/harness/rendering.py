@@ -15,8 +15,10 @@ The rules, shared with :mod:`reef.harness.rendering_anthropic`:
   At most ``max_skills`` (default 3) are used: most matching keywords first, ties by
   declaration order; the chosen ones appear in declaration order.
 - **Examples** become prior turns right after the system message, in order.
-- **Tools**: the client's tools first, untouched; harness tools whose function name no
-  client tool uses are appended (a client tool of the same name wins).
+- **Tools**: the client's tools first; harness tools whose function name no client tool
+  uses are appended (a client tool of the same name wins). ``tool_notes`` then rewrite
+  the description, and the named parameters' descriptions, of the tools they name,
+  the client's included (on copies); nothing else of a client tool changes.
 - **Params** are defaults: set only when the client did not send the key (or sent
   ``null``); a key listed in ``enforced_params`` always takes the harness value.
   ``max_tokens`` also counts as sent when the client used ``max_completion_tokens``.
@@ -32,7 +34,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reef.harness.model import Harness, Skill
+from reef.harness.model import Harness, Skill, ToolNote
 
 MAX_SKILLS = 3
 _WORD = re.compile(r"[^\W_]+")
@@ -144,6 +146,41 @@ def merge_tools(
     return client_tools + copy.deepcopy(extra)
 
 
+def annotate_tools(
+    tools: list[Any] | None,
+    notes: Mapping[str, ToolNote],
+    name_of: Any,
+    schema_of: Any,
+) -> list[Any] | None:
+    """``tools`` with ``notes`` applied (module rules), each changed tool a copy.
+    ``schema_of(tool)`` gives the dict holding the tool's ``description`` and the key of
+    its JSON schema there (``parameters``, ``input_schema``)."""
+    if not tools or not notes:
+        return tools
+    out = []
+    for tool in tools:
+        note = notes.get(name_of(tool)) if isinstance(tool, dict) else None
+        if note is None:
+            out.append(tool)
+            continue
+        tool = copy.deepcopy(tool)
+        holder, schema_key = schema_of(tool)
+        if note.description is not None:
+            holder["description"] = note.description
+        schema = holder.get(schema_key)
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        for parameter, text in note.parameters.items():
+            if isinstance(properties, dict) and isinstance(properties.get(parameter), dict):
+                properties[parameter]["description"] = text
+        out.append(tool)
+    return out
+
+
+def _openai_schema(tool: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    function = tool.setdefault("function", {})
+    return function, "parameters"
+
+
 def apply_params(
     out: dict[str, Any],
     body: Mapping[str, Any],
@@ -187,6 +224,7 @@ def render_openai(
     examples = [m for example in harness.examples for m in copy.deepcopy(example.messages)]
     out["messages"] = head + examples + messages
     tools = merge_tools(body.get("tools"), harness.tools, _openai_tool_name)
+    tools = annotate_tools(tools, harness.tool_notes, _openai_tool_name, _openai_schema)
     if tools is not None:
         out["tools"] = tools
     apply_params(out, body, harness.params, harness.enforced_params, _OPENAI_ALIASES)

@@ -26,6 +26,7 @@ from reef.core.jsoncodec import loads
 from reef.harness.model import Harness
 from reef.harness.rendering import (
     MAX_SKILLS,
+    annotate_tools,
     apply_params,
     content_text,
     last_user_text,
@@ -127,6 +128,7 @@ def render_anthropic(
     examples = [anthropic_message(m) for example in harness.examples for m in example.messages]
     out["messages"] = examples + messages
     tools = merge_tools(body.get("tools"), [anthropic_tool(t) for t in harness.tools], _tool_name)
+    tools = annotate_tools(tools, harness.tool_notes, _tool_name, lambda t: (t, "input_schema"))
     if tools is not None:
         out["tools"] = tools
     enforced = ["stop_sequences" if key == "stop" else key for key in harness.enforced_params]

@@ -25,6 +25,7 @@ from typing import Any
 from reef.harness.model import Harness
 from reef.harness.rendering import (
     MAX_SKILLS,
+    annotate_tools,
     apply_params,
     content_text,
     merge_text,
@@ -136,6 +137,7 @@ def render_responses(
         out["input"] = examples + conversation
     harness_tools = [responses_tool(tool) for tool in harness.tools]
     tools = merge_tools(body.get("tools"), harness_tools, _tool_name)
+    tools = annotate_tools(tools, harness.tool_notes, _tool_name, lambda t: (t, "parameters"))
     if tools is not None:
         out["tools"] = tools
     enforced = [_RENAMED_PARAMS.get(key, key) for key in harness.enforced_params]

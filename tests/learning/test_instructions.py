@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -78,3 +79,23 @@ def test_pool_persists_across_runs(tmp_path: Path) -> None:
     output = InstructionsLearner(InstructionsConfig(variants=1)).learn(second)
     # The weak new variant loses to the pooled one from the first run.
     assert harness_of(second, output.harness).instructions[0].startswith("State the refund")
+
+
+def test_the_reflector_sees_a_trajectorys_tool_calls_and_results(tmp_path: Path) -> None:
+    trajectory = example("weather in Rome?", "It is sunny.", score=0.0, feedback=["wrong city"])
+    call = {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    trajectory = dataclasses.replace(
+        trajectory,
+        messages=[
+            *trajectory.messages,
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "Paris: sunny"},
+        ],
+    )
+    reflect = scripted(GOOD)
+    InstructionsLearner(InstructionsConfig(variants=1)).learn(
+        make_context(tmp_path, [trajectory], None, reflect)
+    )
+    shown = reflect.shown[0]  # type: ignore[attr-defined]
+    assert 'assistant: call get_weather({"city":"Paris"})' in shown
+    assert "tool (call_1): Paris: sunny" in shown

@@ -92,3 +92,19 @@ def tool_target(item: TrainingExample, min_score: float) -> str | None:
         return None
     converted = tool_messages([{"role": "assistant", **message}])[0]
     return assistant_text(converted) or None
+
+
+def transcript_line(message: dict[str, Any]) -> str:
+    """One canonical message as a reflector reads it: ``role: text``, then each tool
+    call as ``call name(arguments)``; a tool result names the call it answers."""
+    role = str(message.get("role", "?"))
+    if role == "tool" and message.get("tool_call_id"):
+        role = f"tool ({message['tool_call_id']})"
+    text = content_text(message.get("content"))
+    calls = "; ".join(
+        f"call {call.get('name') or (call.get('function') or {}).get('name')}"
+        f"({call.get('arguments') or (call.get('function') or {}).get('arguments') or ''})"
+        for call in message.get("tool_calls") or ()
+        if isinstance(call, dict)
+    )
+    return f"{role}: {' '.join(part for part in (text, calls) if part)}"

@@ -44,6 +44,7 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.learners._errors import NoCandidateError
+from reef.learning.learners._examples import transcript_line
 from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
 
 POOL_VERSION = 1
@@ -192,12 +193,11 @@ def reflection_messages(parent: Candidate, failures: list[TrainingExample]) -> l
         f"## Current rules\n{rules}",
     ]
     for number, example in enumerate(failures, start=1):
-        conversation = "\n".join(
-            f"{m.get('role')}: {m.get('content', '')}" for m in example.messages
-        )
-        reply = (example.response or {}).get("content", "")
+        # The whole trajectory: tool calls and their results too.
+        conversation = "\n".join(transcript_line(m) for m in example.messages)
+        reply = transcript_line({"role": "assistant", **(example.response or {})})
         parts.append(
-            f"## Failure {number} (score {example.score})\n{conversation}\nassistant: {reply}\n"
+            f"## Failure {number} (score {example.score})\n{conversation}\n{reply}\n"
             f"feedback: {json.dumps(example.feedback, ensure_ascii=False)}\n"
             f"better answer: {example.target_text() if example.correction is not None else '-'}"
         )

@@ -43,6 +43,7 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.learners._errors import NoCandidateError
+from reef.learning.learners._examples import transcript_line
 from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -197,25 +198,17 @@ def reflection_messages(
     """The chat messages that ask the reflector for better tool documentation."""
     parts = [PROMPT, "## Tools\n" + "\n".join(json.dumps(f) for f in offered.values())]
     for number, example in enumerate(cases, start=1):
-        lines = [_line(message) for message in example.messages]
-        did = _line({"role": "assistant", **(example.response or {})})
+        lines = [transcript_line(message) for message in example.messages]
+        did = transcript_line({"role": "assistant", **(example.response or {})})
         parts.append(f"## Case {number} (score {example.score})\n" + "\n".join(lines) + f"\n{did}")
         if example.feedback:
             parts.append("feedback: " + "; ".join(str(f) for f in example.feedback))
         if example.correction is not None:
             should = example.correction
             if isinstance(should, dict):
-                should = _line({"role": "assistant", **should})
+                should = transcript_line({"role": "assistant", **should})
             parts.append(f"should have been: {should}")
     return [{"role": "user", "content": "\n\n".join(parts)}]
-
-
-def _line(message: dict[str, Any]) -> str:
-    role = message.get("role", "?")
-    text = str(message.get("content") or "")
-    calls = message.get("tool_calls") or ()
-    called = "; ".join(f"call {c.get('name')}({c.get('arguments')})" for c in calls)
-    return f"{role}: {' '.join(part for part in (text, called) if part)}"
 
 
 def parse_proposal(

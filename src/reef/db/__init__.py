@@ -14,13 +14,7 @@ compares the migrated database with ``schema.metadata``.
 """
 
 from reef.db.database import Database, open_database
-from reef.db.engine import (
-    DEFAULT_BUSY_TIMEOUT_MS,
-    read_transaction,
-    store_url,
-    unavailable_on_failure,
-    write_transaction,
-)
+from reef.db.engine import DEFAULT_BUSY_TIMEOUT_MS, unavailable_on_failure
 from reef.db.errors import StoreUnavailableError
 from reef.db.locks import lock_key
 
@@ -30,8 +24,5 @@ __all__ = [
     "StoreUnavailableError",
     "lock_key",
     "open_database",
-    "read_transaction",
-    "store_url",
     "unavailable_on_failure",
-    "write_transaction",
 ]

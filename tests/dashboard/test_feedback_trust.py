@@ -116,6 +116,7 @@ def test_quarantined_feedback_is_listed_as_text_newest_first_and_paged(
     assert "newest 5 shown" in tab.text("#quarantine-link")
 
     tab.open(FEEDBACK_PAGE)
+    assert "No computed feedback yet" in tab.text("#calibration")  # nothing computed here
     assert _listed(tab) == held  # newest first: ids are UUIDv7
     rows = _cells(tab, "#quarantine tbody tr")
     assert {row[1] for row in rows} == {"crowduntrusted"}  # author, trust

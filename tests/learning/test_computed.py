@@ -16,9 +16,8 @@ from typer.testing import CliRunner
 from reef.cli.main import app
 from reef.core import InvalidInputError
 from reef.evaluation import EvaluationStore
-from reef.experience import FeedbackDraft, FeedbackView, SQLExperienceStore
+from reef.experience import FeedbackDraft, FeedbackView, SQLExperienceStore, calibrate
 from reef.jobs import JobQueue
-from reef.learning.calibration import calibrate
 from reef.learning.computed import SignalWriter
 from reef.learning.holdout import holdout_items
 from reef.learning.recipes import parse_recipe

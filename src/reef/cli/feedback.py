@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from reef.learning import SourceCalibration
+    from reef.experience import SourceCalibration
 
 feedback_app = typer.Typer(help="Feedback: calibrate computed sources.", no_args_is_help=True)
 
@@ -32,8 +32,7 @@ def feedback_calibrate(
     people posted on the same answers: precision, recall, corrections that agree."""
     from reef.cli.stores import open_existing_database
     from reef.config import load_settings
-    from reef.experience import SQLExperienceStore
-    from reef.learning import calibrate
+    from reef.experience import SQLExperienceStore, calibrate
 
     database = open_existing_database(load_settings(config))
     try:

@@ -17,6 +17,7 @@ follow.
 """
 
 from reef.experience.backends import open_store
+from reef.experience.calibration import SourceCalibration, calibrate, calibrate_records
 from reef.experience.corrections import (
     canonical_correction,
     check_correction,
@@ -84,6 +85,7 @@ __all__ = [
     "SQLExperienceStore",
     "SessionMatch",
     "SessionNotFoundError",
+    "SourceCalibration",
     "StoreUnavailableError",
     "StoredResponse",
     "Trajectory",
@@ -91,6 +93,8 @@ __all__ = [
     "WriterNotRunningError",
     "WriterStats",
     "assemble_trajectory",
+    "calibrate",
+    "calibrate_records",
     "canonical_correction",
     "canonical_exchange",
     "check_correction",

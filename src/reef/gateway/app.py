@@ -284,6 +284,11 @@ def create_app(
         Route("/reef/status", chain.status, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/curve", insights.curve, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/jobs", insights.jobs, methods=["GET"]),
+        Route(
+            "/reef/scenarios/{scenario}/feedback/calibration",
+            insights.calibration,
+            methods=["GET"],
+        ),
         Route("/reef/artifacts/{digest}/harness", insights.harness, methods=["GET"]),
         Route("/ui", dashboard.root, methods=["GET"]),
         Route("/ui/{path:path}", dashboard.asset, methods=["GET"]),

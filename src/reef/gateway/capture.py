@@ -193,36 +193,36 @@ class Recorder:
             finishes_pending=exchange.pending,
         )
 
-    async def record_pending(self, exchange: Exchange, alone: bool = False) -> None:
+    async def record_pending(self, exchange: Exchange) -> None:
         """Store ``exchange`` as ``pending`` before its receipt goes out with a stream's
         headers, so the receipt names a stored record even if the gateway dies before the
         stream ends; the outcome written later (``record``) finishes that row."""
-        await self.writer.submit(self.draft(exchange, None, None, "pending", None), alone)
+        await self.writer.submit(self.draft(exchange, None, None, "pending", None))
         exchange.pending = True
 
-    async def record(self, draft: RecordDraft, alone: bool = False) -> None:
+    async def record(self, draft: RecordDraft) -> None:
         """Write ``draft`` so that ``draft.id`` names a stored record (its receipt may be
         out already, as a stream's is); in ``sync`` durability this returns once it is
-        committed. ``alone``: no other request is being served (``RecordWriter.submit``).
+        committed.
 
         When another gateway on the same store stored ``draft``'s idempotency key first,
         the store keeps that record under the key and this one is stored without it.
         """
-        stored = await self.writer.submit(draft, alone)
+        stored = await self.writer.submit(draft)
         if stored != draft.id:
             log.info(
                 "idempotency key of record %s was stored first by record %s; keeping both",
                 draft.id,
                 stored,
             )
-            await self.writer.submit(dataclasses.replace(draft, idempotency_key=None), alone)
+            await self.writer.submit(dataclasses.replace(draft, idempotency_key=None))
 
-    async def record_first(self, draft: RecordDraft, alone: bool = False) -> str:
+    async def record_first(self, draft: RecordDraft) -> str:
         """Write ``draft`` unless its idempotency key is stored already; the id of the
         record stored under the key (``draft.id`` when this one is).
 
         For an answer whose receipt has not gone out: it can name the first record."""
-        return await self.writer.submit(draft, alone)
+        return await self.writer.submit(draft)
 
     def record_in_background(self, draft: RecordDraft) -> None:
         """Write ``draft`` from code that must not await (a cancelled stream's cleanup)."""

@@ -148,7 +148,6 @@ class InferenceRoutes:
         self.openai_completions = InferenceEndpoint(self, "openai.completions")  # /v1/completions
         self.openai_embeddings = InferenceEndpoint(self, "openai.embeddings")  # /v1/embeddings
         self._closing: set[asyncio.Task[None]] = set()
-        self._in_flight = 0  # requests between arrival and the end of their response
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
         """Answer one request of ``api``.
@@ -159,27 +158,18 @@ class InferenceRoutes:
         sent, streamed to its end, cut short, or never read at all.
         """
         request = Request(scope, receive)
-        self._in_flight += 1
-        try:
-            async with _Held() as held:
-                try:
-                    response = await self._respond(request, api, held)
-                except Exception as exc:
-                    response = await server_error(request, exc)
-                # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
-                with contextlib.suppress(ClientDisconnect):
-                    if isinstance(response, StreamingResponse):
+        async with _Held() as held:
+            try:
+                response = await self._respond(request, api, held)
+            except Exception as exc:
+                response = await server_error(request, exc)
+            # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
+            with contextlib.suppress(ClientDisconnect):
+                if isinstance(response, StreamingResponse):
+                    await response(scope, receive, send)
+                else:
+                    with one_segment(send):  # headers and body in one write
                         await response(scope, receive, send)
-                    else:
-                        with one_segment(send):  # headers and body in one write
-                            await response(scope, receive, send)
-        finally:
-            self._in_flight -= 1
-
-    def _alone(self) -> bool:
-        """No other inference request is being served: a record may be written on the
-        loop itself instead of handed to the writer thread (``RecordWriter.submit``)."""
-        return self._in_flight == 1
 
     async def _respond(self, request: Request, api: Api, held: _Held) -> Response:
         started = time.perf_counter()
@@ -548,7 +538,7 @@ class InferenceRoutes:
         if recorded:
             recorder = self.state.recorder
             draft = recorder.draft(exchange, None, None, "error", exc.detail)
-            await recorder.record(draft, self._alone())
+            await recorder.record(draft)
         response = error_response(exc, dialect, self._receipt(exchange, recorded))
         self._observe(exchange, response.status_code)
         return response
@@ -594,7 +584,7 @@ class InferenceRoutes:
             if exchange.api == "openai.embeddings" and not exchange.replayable:
                 recorded = embeddings_for_record(data)
             draft = recorder.draft(exchange, recorded, reply, "ok", None)
-            first = await recorder.record_first(draft, self._alone())
+            first = await recorder.record_first(draft)
             if first != draft.id:
                 return await self._answer_first(exchange, first, dialect)
         if exchange.responses is not None:
@@ -661,7 +651,7 @@ class InferenceRoutes:
             return await self._fail(exchange, plan, exc, dialect)
         if exchange.capture:
             try:
-                await self.state.recorder.record_pending(exchange, self._alone())
+                await self.state.recorder.record_pending(exchange)
             except BaseException:
                 await stream.aclose()
                 raise
@@ -720,7 +710,7 @@ class InferenceRoutes:
             if exchange.capture:
                 draft = recorder.draft(exchange, response, reply, "ok", None)
                 # Shielded: a client leaving now must not lose (or duplicate) the record.
-                await asyncio.shield(recorder.record(draft, self._alone()))
+                await asyncio.shield(recorder.record(draft))
             if exchange.responses is not None:
                 await asyncio.shield(keep_response(self.state.responses, exchange, response))
             # The end-of-stream event goes out only now, so a client that has seen the
@@ -735,7 +725,7 @@ class InferenceRoutes:
             if exchange.capture:
                 response, _ = relay.result()
                 draft = recorder.draft(exchange, response, None, "error", exc.detail)
-                await asyncio.shield(recorder.record(draft, self._alone()))
+                await asyncio.shield(recorder.record(draft))
             self._observe(exchange, exc.status)
             yield failure
         finally:

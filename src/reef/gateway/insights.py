@@ -6,6 +6,8 @@ its artifact digest.
   gate's candidate and baseline means when the gate admitted it
   (``ExperienceStore.learning_curve``);
 - ``GET /reef/scenarios/{s}/jobs?state=&limit=``: learning jobs newest first;
+- ``GET /reef/scenarios/{s}/feedback/calibration``: each computed feedback source
+  measured against posted feedback (``reef.experience.calibration``);
 - ``GET /reef/artifacts/{digest}/harness``: the harness of a release or candidate, as
   JSON. Only a digest that some release or candidate names as its harness is read, so the
   route cannot be used to read arbitrary artifacts.
@@ -22,6 +24,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import NotFoundError
+from reef.experience import calibrate
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
 from reef.harness.packing import read_bundle_archive
@@ -75,6 +78,13 @@ class InsightRoutes:
             self.state.jobs.list, scenario, request.query_params.get("state"), limit
         )
         return _json({"data": [job.as_dict() for job in found]})
+
+    async def calibration(self, request: Request) -> Response:
+        """``GET /reef/scenarios/{scenario}/feedback/calibration``: ``{scenario, data}``."""
+        self.state.auth.authenticate(request).require_admin()
+        scenario = check_scenario_name(request.path_params["scenario"])
+        found = await asyncio.to_thread(calibrate, self.state.store, scenario)
+        return _json({"scenario": scenario, "data": [source.as_dict() for source in found]})
 
     async def harness(self, request: Request) -> Response:
         """``GET /reef/artifacts/{digest}/harness``: ``{digest, named_by, harness, files}``."""

@@ -406,6 +406,13 @@ OPERATIONS: tuple[Operation, ...] = (
                                            {"type": "integer", "minimum": 1,
                                             "maximum": 1000})),
               responses=_ADMIN_READ),
+    Operation("get", "/reef/scenarios/{scenario}/feedback/calibration", "feedback",
+              "Computed feedback vs posted", "admin",
+              "Per computed feedback source (`signal:*`, `judge:*`): its rows, how many answers "
+              "were also graded by people, what it mostly says, its precision and recall "
+              "against the posted verdicts, and how often its extracted corrections equal "
+              "the posted ones.",
+              parameters=(SCENARIO,), responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/jobs", "learning", "A scenario's jobs",
               "admin", "Learning jobs, newest first.",
               parameters=(SCENARIO, _query("limit", "Most jobs (default 20).",

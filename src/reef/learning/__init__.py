@@ -26,7 +26,6 @@ from reef.learning.base import (
     Reflector,
     TrainingExample,
 )
-from reef.learning.calibration import SourceCalibration, calibrate
 from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.judges import JudgeConfig, JudgePass, JudgeWriter
 from reef.learning.recipes import (
@@ -63,10 +62,8 @@ __all__ = [
     "SignalPass",
     "SignalWriter",
     "SignalsConfig",
-    "SourceCalibration",
     "TrainingExample",
     "Worker",
-    "calibrate",
     "load_recipe",
     "session_signals",
 ]

@@ -81,13 +81,13 @@ from reef.experience import (
     ExperienceStore,
     FeedbackView,
     RecordView,
+    calibrate_records,
     canonical_correction,
     canonical_exchange,
     check_source_weights,
     source_kind,
 )
 from reef.learning.base import ExperienceBatch, TrainingExample
-from reef.learning.calibration import calibrate_records
 from reef.learning.credit import CreditConfig, credited_feedback
 from reef.learning.learners._similarity import example_text, similarity_matrix
 from reef.learning.screening import (

@@ -1,5 +1,7 @@
-// A scenario's quarantined feedback: what screening held back from training and from the
-// gate's evidence, with its reasons, newest first; an admin may release a row.
+// A scenario's feedback trust: how far each computed feedback source (conversation
+// signals, judges) agrees with what people posted, then the quarantined feedback (what
+// screening held back from training and from the gate's evidence, with its reasons,
+// newest first; an admin may release a row).
 //
 // Feedback text, corrections, reasons and author names come from whoever holds a key:
 // they are inserted as text nodes only (dom.js), never as markup.
@@ -104,6 +106,23 @@ export function quarantineTable(rows) {
   ], rows);
 }
 
+function share(value) {
+  return value === null || value === undefined ? "—" : `${Math.round(value * 100)}%`;
+}
+
+/** Each computed source against posted feedback: rows, overlap, precision, recall. */
+export function calibrationTable(rows) {
+  return table([
+    ["Source", (r) => h("code", { class: "source" }, r.source)],
+    ["Rows", (r) => num(r.rows, 0), "num"],
+    ["Graded both ways", (r) => num(r.compared, 0), "num"],
+    ["Says", (r) => badge(r.polarity, r.polarity === "good" ? "good" : "warn")],
+    ["Precision", (r) => share(r.precision), "num precision"],
+    ["Recall", (r) => share(r.recall), "num"],
+    ["Corrections agree", (r) => `${share(r.corrections_agree)} of ${r.corrections_compared}`, "num"],
+  ], rows);
+}
+
 /** The newest quarantined feedback of a scenario (`limit` rows, older than `before`). */
 export function quarantined(scenario, limit, before) {
   return get(`reef/scenarios/${encodeURIComponent(scenario)}/feedback`, { quarantined: "true", limit, before });
@@ -125,7 +144,10 @@ function pageSize(query) {
 export async function render([name], query) {
   const limit = pageSize(query);
   const before = query.get("before");
-  const page = await quarantined(name, limit, before);
+  const [page, calibration] = await Promise.all([
+    quarantined(name, limit, before),
+    get(`reef/scenarios/${encodeURIComponent(name)}/feedback/calibration`),
+  ]);
   return h("div", {},
     h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Scenarios"), " / ",
       h("a", { href: `#/scenarios/${encodeURIComponent(name)}` }, name), " / quarantined feedback"),
@@ -135,6 +157,16 @@ export async function render([name], query) {
       "looks like poisoning (one correction repeated across many inputs, a correction that contradicts a " +
       "trusted suite, one author flooding a batch, planted instructions or URLs). Held feedback is kept but " +
       "never trained on or used as gate evidence until an admin releases it; a released row is never held again."),
+    h("section", { class: "panel", id: "calibration" },
+      h("h2", {}, "Computed feedback"),
+      h("p", { class: "small muted" },
+        "Feedback Reef computed from the traffic (conversation signals, judges), measured against the " +
+        "feedback people posted on the same answers: precision is the share of its verdicts people agreed " +
+        "with, recall the share of the answers people called bad (good, for an acceptance) that it caught."),
+      calibration.data.length
+        ? calibrationTable(calibration.data)
+        : empty("No computed feedback yet: a recipe's signals or judges write it.")),
+    h("h2", {}, "Quarantined"),
     before ? h("div", { class: "toolbar" }, h("a", { href: link(name, limit, null), id: "newest" }, "← Newest")) : null,
     h("section", { class: "panel", id: "quarantine" },
       page.data.length

@@ -1,5 +1,6 @@
-"""Writing a lone request's record at once: ``write_records_now`` and
-``RecordWriter.submit(..., alone=True)``, and the SQLite writer's own connections."""
+"""Sync records written on the event loop, one batch per loop turn: ``write_records_now``,
+``RecordWriter.submit``'s loop batches and when they go to the writer thread instead,
+and the SQLite writer's own connections."""
 
 from __future__ import annotations
 
@@ -86,14 +87,14 @@ def test_the_writer_connection_recovers_after_a_failure_and_a_close(
     assert stored_ids(url) == {kept[0].id, later[0].id}
 
 
-async def test_a_lone_record_is_written_on_the_callers_thread(
+async def test_a_record_is_written_on_the_callers_thread(
     sqlite_url: str, make_draft: DraftFactory
 ) -> None:
     store = ThreadNotingStore.from_url(sqlite_url)
     writer = RecordWriter(store, durability="sync")
     writer.start()
     draft = make_draft()
-    assert await writer.submit(draft, alone=True) == draft.id
+    assert await writer.submit(draft) == draft.id
     assert store.now_calls == [(threading.get_ident(), [draft.id])]
     assert store.queued_threads == []
     assert (writer.stats.written_total, writer.stats.batches_total) == (1, 1)
@@ -102,7 +103,55 @@ async def test_a_lone_record_is_written_on_the_callers_thread(
     store.close()
 
 
-async def test_a_lone_record_is_queued_when_the_store_is_locked(
+async def test_records_submitted_in_one_loop_turn_are_one_batch(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    store = ThreadNotingStore.from_url(sqlite_url)
+    writer = RecordWriter(store, durability="sync")
+    writer.start()
+    drafts = [make_draft() for _ in range(5)]
+    assert await asyncio.gather(*(writer.submit(d) for d in drafts)) == [d.id for d in drafts]
+    assert store.now_calls == [(threading.get_ident(), [d.id for d in drafts])]
+    assert (writer.stats.batches_total, writer.stats.last_batch_size) == (1, 5)
+    assert store.queued_threads == []
+    await writer.close()
+    store.close()
+
+
+async def test_a_batch_that_fails_goes_to_the_thread_which_finds_the_culprit(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    store = ThreadNotingStore.from_url(sqlite_url)
+    writer = RecordWriter(store, durability="sync")
+    writer.start()
+    good = [make_draft(), make_draft()]
+    bad = make_draft(request={"not json": {1, 2}})  # a set: not JSON-serialisable
+    submitted = (writer.submit(d) for d in [good[0], bad, good[1]])
+    outcomes = await asyncio.gather(*submitted, return_exceptions=True)
+    assert outcomes[0] == good[0].id and outcomes[2] == good[1].id
+    assert isinstance(outcomes[1], Exception)
+    assert store.queued_threads and threading.get_ident() not in store.queued_threads
+    assert stored_ids(sqlite_url) == {good[0].id, good[1].id}
+    await writer.close()
+    store.close()
+
+
+async def test_close_writes_a_batch_still_waiting_for_its_turn(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    store = ThreadNotingStore.from_url(sqlite_url)
+    writer = RecordWriter(store, durability="sync")
+    writer.start()
+    draft = make_draft()
+    pending = asyncio.ensure_future(writer.submit(draft))
+    await asyncio.sleep(0)  # the submit joined this turn's batch; it is written next turn
+    await writer.close()  # waits for it rather than ending the thread under it
+    assert await pending == draft.id
+    assert stored_ids(sqlite_url) == {draft.id}
+    store.close()
+
+
+async def test_a_record_is_queued_when_the_store_is_locked(
     sqlite_url: str, make_draft: DraftFactory
 ) -> None:
     store = ThreadNotingStore.from_url(sqlite_url)
@@ -110,7 +159,7 @@ async def test_a_lone_record_is_queued_when_the_store_is_locked(
     writer.start()
     draft = make_draft()
     with hold_write_lock(sqlite_url):
-        task = asyncio.ensure_future(writer.submit(draft, alone=True))
+        task = asyncio.ensure_future(writer.submit(draft))
         await eventually_async(lambda: store.queued_threads, "the writer thread to try it")
         assert not task.done()  # sync durability: it waits for its commit
     assert await task == draft.id
@@ -121,7 +170,7 @@ async def test_a_lone_record_is_queued_when_the_store_is_locked(
     store.close()
 
 
-async def test_a_lone_record_waits_behind_records_queued_before_it(
+async def test_a_batch_waits_behind_records_queued_before_it(
     sqlite_url: str, make_draft: DraftFactory
 ) -> None:
     store = ThreadNotingStore.from_url(sqlite_url)
@@ -133,10 +182,12 @@ async def test_a_lone_record_waits_behind_records_queued_before_it(
         # The thread is stuck on the first; the second stays queued.
         await eventually_async(lambda: store.queued_threads, "the writer thread to try one")
         assert writer.stats.queue_depth == 1
+        tried = len(store.now_calls)  # the earlier ones' own batch: tried, refused (locked)
         lone = make_draft()
-        last = asyncio.ensure_future(writer.submit(lone, alone=True))
+        last = asyncio.ensure_future(writer.submit(lone))
         await asyncio.sleep(0)
-        assert store.now_calls == []  # never tried: the queue goes first
+        await asyncio.sleep(0)  # its batch's turn came
+        assert len(store.now_calls) == tried  # never tried: the queue goes first
     assert await asyncio.gather(*waiting, last) == [*(d.id for d in earlier), lone.id]
     await writer.close()
     store.close()
@@ -147,7 +198,7 @@ async def test_async_durability_always_queues(sqlite_url: str, make_draft: Draft
     writer = RecordWriter(store, durability="async")
     writer.start()
     draft = make_draft()
-    assert await writer.submit(draft, alone=True) == draft.id
+    assert await writer.submit(draft) == draft.id
     await writer.close()
     assert store.now_calls == []
     assert stored_ids(sqlite_url) == {draft.id}

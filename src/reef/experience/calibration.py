@@ -15,8 +15,10 @@ computed source:
 - ``corrections_agree``: of the records where both the source and a person gave a text
   correction, the share where they are the same text (case and spacing aside).
 
-``reef feedback calibrate --scenario s`` prints it. With no record graded both ways a
-source's figures are None: nothing has measured it yet.
+``reef feedback calibrate --scenario s`` prints it, ``GET
+/reef/scenarios/{s}/feedback/calibration`` serves it (the dashboard's feedback page
+shows it), and ``selection.min_source_precision`` acts on it. With no record graded
+both ways a source's figures are None: nothing has measured it yet.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from reef.experience import EXPLICIT, ExperienceStore, FeedbackView, RecordView
+from reef.experience.records import EXPLICIT, FeedbackView, RecordView
+from reef.experience.store import ExperienceStore
 
 GOOD_AT = 0.5
 

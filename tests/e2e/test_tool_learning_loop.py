@@ -39,13 +39,13 @@ RIGHT_CALL = {"name": "lookup_order", "arguments": '{"order_id": "A1"}'}
 RECIPE = """\
 schema_version: 1
 trigger: {type: manual}
-selection: {holdout_fraction: 0.25}
+selection: {holdout_fraction: 0}  # the gate asks its own suite
 learners:
   - type: sft
     model: tiny-random
     target_modules: [q_proj, v_proj, lm_head]
     lr: 0.01
-    steps: 160
+    steps: 200
     threads: 1
     batch_size: 8
     # the tiny model's tokenizer spells the tool prompt out character by character
@@ -118,7 +118,12 @@ def test_outcomes_naming_the_right_call_teach_the_engine_to_make_it(tmp_path: Pa
         [job] = worker.run_once()
         assert job.state == "succeeded", job.as_dict()
         assert job.result is not None
-        assert job.result["gate"]["action"] == "published", job.result
+        if job.result["gate"]["action"] != "published":  # say what the candidate said
+            pinned = gateway.openai(
+                **{"x-reef-scenario": "orders", "x-reef-release": job.result["candidate_id"]}
+            )
+            said = [ask(pinned, item["input"]).parse().choices[0].message for item in suite]
+            raise AssertionError((job.result["gate"], job.result["metrics"], said))
         head = chain.head("orders")
         assert head is not None and head.manifest.model.adapter is not None
 

@@ -10,34 +10,26 @@ request's user message.
 
 from __future__ import annotations
 
-import asyncio
 import re
-import threading
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from tests.fakes.loopback import LoopbackThread
+
 _ANSWER = re.compile(r"<answer(?: id=(\w))?>\n(.*?)\n</answer>", re.S)
 
 
-class JudgeUpstreamThread:
+class JudgeUpstreamThread(LoopbackThread):
     """The fake judge on its own event loop in a background thread (``with`` it)."""
 
     def __init__(self, good: str, high: int = 9, low: int = 2) -> None:
+        super().__init__()
         self.good, self.high, self.low = good, high, low
         self.failing = False
         self.calls = 0
         self.prompts: list[str] = []
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:port/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
 
     def grade(self, prompt: str) -> str:
         """The judge's reply to a prompt (module doc)."""
@@ -72,26 +64,5 @@ class JudgeUpstreamThread:
         }
         return web.Response(body=orjson.dumps(data), content_type="application/json")
 
-    async def _start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def __enter__(self) -> JudgeUpstreamThread:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()

@@ -14,12 +14,12 @@ Rules, applied to ``POST /v1/chat/completions``:
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.fakes.loopback import LoopbackThread
 
 _LEAK_WORDS = ("system prompt", "repeat everything", "instructions", "configuration")
 
@@ -41,21 +41,13 @@ def oracle_reply(messages: list[dict[str, Any]], leaky: bool) -> str:
     return "ok"
 
 
-class OracleUpstreamThread:
+class OracleUpstreamThread(LoopbackThread):
     """The oracle on its own event loop in a background thread (``with`` it)."""
 
     def __init__(self, leaky: bool = False) -> None:
+        super().__init__()
         self.leaky = leaky
         self.calls = 0
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:port/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
@@ -81,27 +73,6 @@ class OracleUpstreamThread:
         data = {"object": "list", "data": [{"id": "oracle", "object": "model"}]}
         return web.Response(body=orjson.dumps(data), content_type="application/json")
 
-    async def _start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def __enter__(self) -> OracleUpstreamThread:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()

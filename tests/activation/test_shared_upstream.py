@@ -13,7 +13,7 @@ from reef.engine.digest import adapter_digest
 from reef.engine.models import load_model
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
-from reef.gateway.activation import AdapterPool
+from reef.gateway.serving.activation import AdapterPool
 from reef.upstream import Upstream, build_upstream
 from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_letter_adapter
 from tests.fakes.upstream import FakeUpstream

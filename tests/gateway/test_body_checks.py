@@ -13,7 +13,7 @@ import pytest
 
 from reef.core.jsoncodec import MAX_DEPTH
 from reef.experience import RecordFilter
-from reef.gateway.openapi import openapi_document
+from reef.gateway.openapi.document import openapi_document
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import RawResponse, call

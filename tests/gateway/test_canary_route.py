@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reef.gateway.canary_arm import CanaryRoute
-from reef.gateway.serving import ServingRelease
+from reef.gateway.serving.canary_arm import CanaryRoute
+from reef.gateway.serving.release import ServingRelease
 
 SESSIONS = [f"session-{n}" for n in range(20_000)]
 

@@ -13,7 +13,7 @@ import pytest
 from reef.core.jsoncodec import MAX_DEPTH
 from reef.experience import RecordFilter
 from reef.gateway.body_checks import MAX_CHOICES, MAX_COUNT
-from reef.gateway.openapi import INFERENCE_HEADERS, openapi_document
+from reef.gateway.openapi.document import INFERENCE_HEADERS, openapi_document
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_RELEASE_ID_CHARS,

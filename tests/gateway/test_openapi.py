@@ -10,7 +10,7 @@ from collections.abc import Callable
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
-from reef.gateway.openapi import INFERENCE_HEADERS, RECEIPT_HEADERS, openapi_document
+from reef.gateway.openapi.document import INFERENCE_HEADERS, RECEIPT_HEADERS, openapi_document
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 
@@ -34,7 +34,7 @@ def test_every_route_of_the_app_is_in_the_document(gateway: GatewayThread) -> No
     document = openapi_document()
     documented = {(method, path) for path, ops in document["paths"].items() for method in ops}
     served = _app_operations(gateway)
-    assert served - documented == set(), "routes missing from reef.gateway.openapi"
+    assert served - documented == set(), "routes missing from reef.gateway.openapi.document"
     assert documented - served == set(), "documented operations the app does not serve"
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reef.gateway.openapi import openapi_document
+from reef.gateway.openapi.document import openapi_document
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 

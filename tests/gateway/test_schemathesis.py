@@ -16,7 +16,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
-from reef.gateway.openapi import openapi_document
+from reef.gateway.openapi.document import openapi_document
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonschema
 
-from reef.gateway.openapi import openapi_document
+from reef.gateway.openapi.document import openapi_document
 from tests.experience.agent import Agent
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call

@@ -7,6 +7,11 @@ Does not own: storage (the stores ``create_app`` builds on the ``reef.db.Databas
 given: experience, releases, jobs, evaluations; the gateway writes no SQL), talking to
 model servers (``reef.upstream``), learning. It must never import ``reef.learning``,
 torch or SQLAlchemy (``tests/architecture``).
+Layout: the inference path is flat (``inference`` routes, ``relay`` streams, ``capture``
+records, ``idempotency``/``replay``, ``body_checks``/``requests`` checks); sub-packages
+hold the rest by kind: ``serving`` (what serves a request: releases, activation,
+canary), ``responses`` (the Responses API), ``admin`` (admin routes), ``openapi`` (the
+self-description).
 Extend: new routes take a ``GatewayState`` and map ``ReefError`` through
 ``reef.gateway.errors`` so every failure has the caller's dialect shape.
 """

@@ -24,8 +24,10 @@ from reef.dashboard import DashboardFiles
 from reef.db import Database
 from reef.evaluation import EvaluationStore
 from reef.experience import ExperienceStore, RecordWriter, Redactor, ResponseStore
-from reef.gateway.activation import Activation
-from reef.gateway.admin import AdminRoutes
+from reef.gateway.admin.evaluations import EvaluationAdminRoutes
+from reef.gateway.admin.experience import AdminRoutes
+from reef.gateway.admin.insights import InsightRoutes
+from reef.gateway.admin.releases import ReleaseAdminRoutes
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
 from reef.gateway.errors import (
@@ -34,15 +36,13 @@ from reef.gateway.errors import (
     reef_error,
     server_error,
 )
-from reef.gateway.evaluation_admin import EvaluationAdminRoutes
 from reef.gateway.feedback import FeedbackRoutes
 from reef.gateway.inference import InferenceRoutes
-from reef.gateway.insights import InsightRoutes
 from reef.gateway.metrics import GatewayMetrics
-from reef.gateway.openapi import OpenAPIRoutes
-from reef.gateway.release_admin import ReleaseAdminRoutes
+from reef.gateway.openapi.document import OpenAPIRoutes
 from reef.gateway.requests import SCENARIO_MODEL_PREFIX, check_scenario_name
-from reef.gateway.responses import ResponsesRoutes
+from reef.gateway.responses.stored import ResponsesRoutes
+from reef.gateway.serving.activation import Activation
 from reef.gateway.state import GatewayState
 from reef.gateway.token_counts import TokenCountRoutes
 from reef.jobs import JobQueue

@@ -23,8 +23,8 @@ from reef.experience import (
 )
 from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
-from reef.gateway.response_turns import ResponsesTurn
-from reef.gateway.serving import ServingRelease
+from reef.gateway.responses.turns import ResponsesTurn
+from reef.gateway.serving.release import ServingRelease
 from reef.upstream import canonical_request, extend_chain
 
 log = logging.getLogger("reef.gateway")

@@ -48,7 +48,6 @@ from reef.gateway.idempotency import (
     Lead,
     request_fingerprint,
 )
-from reef.gateway.native_relay import NativeResponsesRelay
 from reef.gateway.relay import (
     AnthropicResponsesRelay,
     CompletionsRelay,
@@ -62,11 +61,12 @@ from reef.gateway.requests import (
     read_json_object,
     reef_headers,
 )
-from reef.gateway.response_checks import check_openai_responses, check_responses_for_anthropic
-from reef.gateway.response_turns import ResponsesTurn, resolve_turn
-from reef.gateway.responses import keep_response
+from reef.gateway.responses.checks import check_openai_responses, check_responses_for_anthropic
+from reef.gateway.responses.native_relay import NativeResponsesRelay
+from reef.gateway.responses.stored import keep_response
+from reef.gateway.responses.turns import ResponsesTurn, resolve_turn
 from reef.gateway.segments import one_segment
-from reef.gateway.serving import ServingRelease
+from reef.gateway.serving.release import ServingRelease
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai, render_responses
 from reef.upstream import (

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from reef.config import ReefSettings
 from reef.evaluation import EvaluationStore
 from reef.experience import ExperienceStore, RecordWriter, ResponseStore
-from reef.gateway.activation import Activation
 from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
 from reef.gateway.metrics import GatewayMetrics
+from reef.gateway.serving.activation import Activation
 from reef.jobs import JobQueue
 from reef.upstream import Upstream
 

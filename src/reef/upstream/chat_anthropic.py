@@ -14,7 +14,7 @@ turns. ``max_tokens`` is required there: without one in the request,
 asked for (no request sets ``thinking``); should one arrive it is left out.
 
 The request is assumed checked for what has no Anthropic counterpart
-(``reef.gateway.response_checks.check_responses_for_anthropic``): ``response_format``
+(``reef.gateway.responses.checks.check_responses_for_anthropic``): ``response_format``
 and ``reasoning_effort`` are refused there with a 400, never dropped here.
 """
 

@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
-from reef.gateway.release_admin import _parse
+from reef.gateway.admin.releases import _parse
 from reef.gateway.requests import check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
 

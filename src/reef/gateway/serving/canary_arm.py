@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from reef.gateway.serving import ServingRelease
+from reef.gateway.serving.release import ServingRelease
 
 _HASH_BYTES = 8
 _HASH_RANGE = 1 << (8 * _HASH_BYTES)

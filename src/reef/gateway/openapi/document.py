@@ -22,19 +22,19 @@ from starlette.responses import Response
 
 import reef
 from reef.core import dumps
-from reef.gateway.admin import MAX_RECORDS_PAGE
-from reef.gateway.evaluation_admin import AbandonIn
+from reef.gateway.admin.evaluations import AbandonIn
+from reef.gateway.admin.experience import MAX_RECORDS_PAGE
+from reef.gateway.admin.releases import PromoteIn, RollbackIn
 from reef.gateway.feedback import FeedbackIn
-from reef.gateway.openapi_bodies import (
+from reef.gateway.openapi.bodies import (
     chat_completion_request,
     completion_request,
     embeddings_request,
     messages_request,
     responses_request,
 )
-from reef.gateway.openapi_page import render_page
-from reef.gateway.openapi_trajectory import trajectory_schemas
-from reef.gateway.release_admin import PromoteIn, RollbackIn
+from reef.gateway.openapi.page import render_page
+from reef.gateway.openapi.trajectory import trajectory_schemas
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_QUERY_INT,
@@ -46,7 +46,7 @@ from reef.gateway.requests import (
     SCENARIO_PATTERN,
     SESSION_ID_PATTERN,
 )
-from reef.gateway.responses import MAX_ITEMS_PAGE
+from reef.gateway.responses.stored import MAX_ITEMS_PAGE
 from reef.releases import MAX_PAGE
 
 Access = Literal["none", "any", "inference", "admin"]

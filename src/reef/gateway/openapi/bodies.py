@@ -20,7 +20,7 @@ from reef.gateway.body_checks import (
     MAX_COUNT,
     MAX_EMBEDDING_DIMENSIONS,
 )
-from reef.gateway.response_checks import FORMAT_TYPES, TOOL_CHOICES, UNSUPPORTED_FIELDS
+from reef.gateway.responses.checks import FORMAT_TYPES, TOOL_CHOICES, UNSUPPORTED_FIELDS
 
 _INT64 = 2**63
 _NESTING = f" Bodies nested deeper than {MAX_DEPTH} levels of arrays and objects are refused."
@@ -262,7 +262,7 @@ def _point_refs(schema: Any, target: str) -> None:
 def responses_request() -> dict[str, Any]:
     """``POST /v1/responses``: unlike the other two bodies, closed — every field is
     translated (or ignored as harmless) by Reef, and any other is refused
-    (``reef.gateway.response_checks``)."""
+    (``reef.gateway.responses.checks``)."""
     text_part = {
         "type": "object",
         "required": ["type", "text"],

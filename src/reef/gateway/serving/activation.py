@@ -25,8 +25,8 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError, ReefError
-from reef.gateway.canary_arm import CanaryRoute, CanaryStatus
-from reef.gateway.serving import ServingRelease
+from reef.gateway.serving.canary_arm import CanaryRoute, CanaryStatus
+from reef.gateway.serving.release import ServingRelease
 from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
 from reef.harness import bundle_digest as compute_bundle_digest
 from reef.releases import (
@@ -43,7 +43,7 @@ from reef.upstream import (
     UpstreamRequest,
 )
 
-log = logging.getLogger("reef.gateway.activation")
+log = logging.getLogger("reef.gateway.serving.activation")
 
 _PINNED_CACHE = 32
 # The base model of a release whose scenario names no model: the client's choice serves.

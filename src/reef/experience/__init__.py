@@ -46,12 +46,13 @@ from reef.experience.records import (
     RecordStatus,
     RecordView,
     SessionMatch,
+    StoredResponse,
     check_feedback_source,
     check_source_weights,
     source_kind,
 )
 from reef.experience.redaction import REDACTED, Redactor
-from reef.experience.responses import ResponseNotFoundError, ResponseStore, StoredResponse
+from reef.experience.responses import ResponseNotFoundError, ResponseStore
 from reef.experience.sql import SQLExperienceStore
 from reef.experience.store import ExperienceStore
 from reef.experience.trajectories import Branch, Trajectory, Turn, assemble_trajectory

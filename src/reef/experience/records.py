@@ -23,6 +23,29 @@ Purpose = Literal["serve", "eval", "canary", "judge"]
 
 
 @dataclass(frozen=True)
+class StoredResponse:
+    """One response kept for later turns.
+
+    ``input_items`` is everything the response answered, oldest first, each item with
+    its ``id``; ``response`` the response object as the client got it.
+    """
+
+    id: str
+    scenario: str
+    session_id: str
+    record_id: str | None
+    previous_response_id: str | None
+    principal: str | None
+    input_items: list[dict[str, Any]]
+    response: dict[str, Any]
+    created_at: datetime | None = None
+
+    def conversation(self) -> list[dict[str, Any]]:
+        """The items a continuation starts from: the input, then the output."""
+        return [*self.input_items, *(self.response.get("output") or ())]
+
+
+@dataclass(frozen=True)
 class RecordDraft:
     """One exchange as the gateway saw it, ready to be written.
 
@@ -67,6 +90,9 @@ class RecordDraft:
     # stream's): the store replaces that row's outcome columns instead of inserting one,
     # keeping its turn and ``created_at``.
     finishes_pending: bool = False
+    # A Responses API answer kept for later turns (``ResponseStore``): written in the
+    # same transaction as the record, so keeping it costs no commit of its own.
+    kept_response: StoredResponse | None = None
 
 
 @dataclass(frozen=True)

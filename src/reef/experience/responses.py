@@ -10,9 +10,7 @@ gateway on the store sees them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import RowMapping
@@ -20,7 +18,8 @@ from sqlalchemy.engine import RowMapping
 from reef.core.errors import NotFoundError
 from reef.db import Database
 from reef.db import schema as t
-from reef.experience.sql.rows import from_json_text, json_text
+from reef.experience.records import StoredResponse
+from reef.experience.sql.rows import from_json_text, response_row
 
 
 class ResponseNotFoundError(NotFoundError):
@@ -33,29 +32,6 @@ class ResponseNotFoundError(NotFoundError):
         self.scenario = scenario
 
 
-@dataclass(frozen=True)
-class StoredResponse:
-    """One response kept for later turns.
-
-    ``input_items`` is everything the response answered, oldest first, each item with
-    its ``id``; ``response`` the response object as the client got it.
-    """
-
-    id: str
-    scenario: str
-    session_id: str
-    record_id: str | None
-    previous_response_id: str | None
-    principal: str | None
-    input_items: list[dict[str, Any]]
-    response: dict[str, Any]
-    created_at: datetime | None = None
-
-    def conversation(self) -> list[dict[str, Any]]:
-        """The items a continuation starts from: the input, then the output."""
-        return [*self.input_items, *(self.response.get("output") or ())]
-
-
 class ResponseStore:
     """Stored responses on the ``Database`` the composition root hands it (migrated)."""
 
@@ -63,20 +39,11 @@ class ResponseStore:
         self.database = database
 
     def put(self, stored: StoredResponse) -> None:
-        """Keep ``stored``; raises ``StoreUnavailableError`` when the store is down."""
-        row = {
-            "id": stored.id,
-            "scenario": stored.scenario,
-            "session_id": stored.session_id,
-            "record_id": stored.record_id,
-            "previous_response_id": stored.previous_response_id,
-            "principal": stored.principal,
-            "input_json": json_text(stored.input_items, "response input"),
-            "response_json": json_text(stored.response, "response"),
-            "created_at": stored.created_at or datetime.now(UTC),
-        }
+        """Keep ``stored``; raises ``StoreUnavailableError`` when the store is down. (A
+        response whose exchange is recorded travels with its record instead:
+        ``RecordDraft.kept_response``, one transaction for both.)"""
         with self.database.write() as conn:
-            conn.execute(insert(t.responses).values(**row))
+            conn.execute(insert(t.responses).values(**response_row(stored, datetime.now(UTC))))
 
     def get(self, response_id: str, scenario: str | None = None) -> StoredResponse:
         """The stored response ``response_id``; ``ResponseNotFoundError`` when there is

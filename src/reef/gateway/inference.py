@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -63,7 +63,7 @@ from reef.gateway.requests import (
 )
 from reef.gateway.responses.checks import check_openai_responses, check_responses_for_anthropic
 from reef.gateway.responses.native_relay import NativeResponsesRelay
-from reef.gateway.responses.stored import keep_response
+from reef.gateway.responses.stored import keep_response, response_to_keep
 from reef.gateway.responses.turns import ResponsesTurn, resolve_turn
 from reef.gateway.segments import one_segment
 from reef.gateway.serving.release import ServingRelease
@@ -584,10 +584,12 @@ class InferenceRoutes:
             if exchange.api == "openai.embeddings" and not exchange.replayable:
                 recorded = embeddings_for_record(data)
             draft = recorder.draft(exchange, recorded, reply, "ok", None)
+            if exchange.responses is not None:
+                draft = replace(draft, kept_response=response_to_keep(exchange, data))
             first = await recorder.record_first(draft)
             if first != draft.id:
                 return await self._answer_first(exchange, first, dialect)
-        if exchange.responses is not None:
+        elif exchange.responses is not None:
             await keep_response(self.state.responses, exchange, data)
         self._observe(exchange, answer.status)
         return Response(
@@ -709,9 +711,11 @@ class InferenceRoutes:
             response, reply = relay.result()
             if exchange.capture:
                 draft = recorder.draft(exchange, response, reply, "ok", None)
+                if exchange.responses is not None:
+                    draft = replace(draft, kept_response=response_to_keep(exchange, response))
                 # Shielded: a client leaving now must not lose (or duplicate) the record.
                 await asyncio.shield(recorder.record(draft))
-            if exchange.responses is not None:
+            elif exchange.responses is not None:
                 await asyncio.shield(keep_response(self.state.responses, exchange, response))
             # The end-of-stream event goes out only now, so a client that has seen the
             # whole stream can rely on the record (sync durability).

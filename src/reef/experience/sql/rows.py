@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -19,6 +19,7 @@ from reef.experience.records import (
     RecordDraft,
     RecordStatus,
     RecordView,
+    StoredResponse,
 )
 
 
@@ -36,6 +37,34 @@ def optional_json_text(value: Any, what: str) -> str | None:
 
 def from_json_text(text: str | None) -> Any:
     return None if text is None else loads(text)
+
+
+def response_row(stored: StoredResponse, created_at: datetime) -> dict[str, Any]:
+    """The ``responses`` row for ``stored`` (``created_at`` unless it has its own)."""
+    return {
+        "id": stored.id,
+        "scenario": stored.scenario,
+        "session_id": stored.session_id,
+        "record_id": stored.record_id,
+        "previous_response_id": stored.previous_response_id,
+        "principal": stored.principal,
+        "input_json": json_text(stored.input_items, "response input"),
+        "response_json": json_text(stored.response, "response"),
+        "created_at": stored.created_at or created_at,
+    }
+
+
+def kept_responses(
+    drafts: Sequence[RecordDraft], ids: Sequence[str], created_at: datetime
+) -> list[dict[str, Any]]:
+    """The ``responses`` rows that travel with ``drafts`` (``ids``: what each draft's
+    write returned): a draft that deduplicated onto an earlier record (another id) adds
+    none, since that record's response was kept with it."""
+    return [
+        response_row(draft.kept_response, created_at)
+        for draft, written in zip(drafts, ids, strict=True)
+        if draft.kept_response is not None and written == draft.id
+    ]
 
 
 def record_row(draft: RecordDraft, turn: int, created_at: datetime) -> dict[str, Any]:

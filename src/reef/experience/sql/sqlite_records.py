@@ -33,7 +33,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from reef.db import schema as t
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.records import RecordDraft
-from reef.experience.sql.rows import OUTCOME_COLUMNS, record_row
+from reef.experience.sql.rows import OUTCOME_COLUMNS, kept_responses, record_row
 
 _COLUMNS = [column.name for column in t.records.columns]
 _INSERT_RECORDS = (
@@ -43,6 +43,11 @@ _INSERT_RECORDS = (
 _FINISH_PENDING = (
     f"UPDATE records SET {', '.join(f'{name} = :{name}' for name in OUTCOME_COLUMNS)} "  # noqa: S608 (column names from the schema; values are bound)
     "WHERE id = :id"
+)
+_RESPONSE_COLUMNS = [column.name for column in t.responses.columns]
+_INSERT_RESPONSES = (
+    f"INSERT OR IGNORE INTO responses ({', '.join(_RESPONSE_COLUMNS)}) "  # noqa: S608 (column names from the schema; values are bound)
+    f"VALUES ({', '.join(':' + name for name in _RESPONSE_COLUMNS)})"
 )
 _INSERT_SCENARIO = (
     "INSERT OR IGNORE INTO scenarios (name, created_at, config_json) VALUES (?, ?, NULL)"
@@ -99,6 +104,10 @@ class SQLiteRecordWriter:
         self._created_at: Callable[[Any], Any] = t.records.c.created_at.type.dialect_impl(
             dialect
         ).bind_processor(dialect) or (lambda value: value)
+        self._response_created_at: Callable[[Any], Any] = (
+            t.responses.c.created_at.type.dialect_impl(dialect).bind_processor(dialect)
+            or (lambda value: value)
+        )
         self._lock = threading.Lock()  # one batch at a time, on either connection
         self._waiting = _OwnConnection(engine, None)  # waits for other writers' locks
         self._now = _OwnConnection(engine, 0)  # never waits: SQLITE_BUSY at once
@@ -181,6 +190,11 @@ class SQLiteRecordWriter:
             next_turn[session] += 1
         if rows:
             cursor.executemany(_INSERT_RECORDS, rows)
+        kept = kept_responses(drafts, ids, now)
+        for row in kept:
+            row["created_at"] = self._response_created_at(row["created_at"])
+        if kept:
+            cursor.executemany(_INSERT_RESPONSES, kept)
         return ids
 
 

@@ -66,6 +66,7 @@ from reef.experience.sql.rows import (
     feedback_body_hash,
     feedback_view,
     json_text,
+    kept_responses,
     optional_json_text,
     record_row,
     record_view,
@@ -92,6 +93,7 @@ class SQLExperienceStore(ExperienceStore):
         # DO NOTHING on the primary key makes a retried batch (commit succeeded, reply
         # lost) harmless instead of failing forever on duplicate ids.
         self._insert_records = dialect_insert(t.records).on_conflict_do_nothing()
+        self._insert_responses = dialect_insert(t.responses).on_conflict_do_nothing()
         self._insert_scenarios = dialect_insert(t.scenarios).on_conflict_do_nothing()
         self._known_scenarios: set[str] = set()
         self._scenarios_lock = threading.Lock()
@@ -179,6 +181,9 @@ class SQLExperienceStore(ExperienceStore):
                 next_turn[session] += 1
             if rows:
                 conn.execute(self._insert_records, rows)
+            kept = kept_responses(drafts, ids, now)
+            if kept:
+                conn.execute(self._insert_responses, kept)
         with self._scenarios_lock:
             self._known_scenarios |= scenario_names
         return ids

@@ -32,16 +32,13 @@ MAX_ITEMS_PAGE: Final = 100
 _KEPT_STATUSES: Final = ("completed", "incomplete")
 
 
-async def keep_response(
-    responses: ResponseStore, exchange: Exchange, response: dict[str, Any]
-) -> None:
-    """Store ``response`` (the answer of ``exchange``, a Responses exchange) for later
-    turns, unless its request said ``store: false`` or it did not finish. A store that
-    fails is logged: the answer still goes out, but cannot be continued."""
+def response_to_keep(exchange: Exchange, response: dict[str, Any]) -> StoredResponse | None:
+    """What of ``response`` (the answer of ``exchange``) is kept for later turns: None
+    unless it is a Responses exchange that finished and did not say ``store: false``."""
     turn = exchange.responses
     if turn is None or not turn.store or response.get("status") not in _KEPT_STATUSES:
-        return
-    stored = StoredResponse(
+        return None
+    return StoredResponse(
         id=turn.response_id,
         scenario=exchange.scenario,
         session_id=exchange.session_id,
@@ -51,10 +48,22 @@ async def keep_response(
         input_items=turn.items,
         response=response,
     )
+
+
+async def keep_response(
+    responses: ResponseStore, exchange: Exchange, response: dict[str, Any]
+) -> None:
+    """Store ``response`` for later turns when ``response_to_keep`` says so, for an
+    exchange that is not recorded (a recorded one keeps it with its record, in one
+    transaction). A store that fails is logged: the answer still goes out, but cannot
+    be continued."""
+    stored = response_to_keep(exchange, response)
+    if stored is None:
+        return
     try:
         await asyncio.to_thread(responses.put, stored)
     except ReefError as exc:
-        log.error("could not store response %s: %s", turn.response_id, exc.message)
+        log.error("could not store response %s: %s", stored.id, exc.message)
 
 
 class ResponsesRoutes:

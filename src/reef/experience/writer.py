@@ -277,8 +277,7 @@ class RecordWriter:
                         self._append(_Item(item.draft), waited=False)
             else:
                 self._count_batch(len(batch), failed=0)
-            self._blocked -= 1
-            self._has_work.notify()
+            self._leave_blocked_locked()
         if written is None:
             for item in waiting:
                 assert item.future is not None
@@ -354,7 +353,14 @@ class RecordWriter:
 
     def _leave_blocked(self) -> None:
         with self._lock:
-            self._blocked -= 1
+            self._leave_blocked_locked()
+
+    def _leave_blocked_locked(self) -> None:
+        """One blocked submitter fewer. The thread waits for records or, when closing,
+        for no one blocked: only the last one out wakes it (waking it for nothing at
+        every loop batch hands it the GIL for nothing). Called under the lock."""
+        self._blocked -= 1
+        if self._closing and self._blocked == 0:
             self._has_work.notify()
 
     def _drop(self, draft: RecordDraft) -> None:

@@ -17,7 +17,7 @@ from reef.evaluation.scorers import (
     UnknownScorerError,
     build_scorer,
 )
-from reef.evaluation.scorers_builtin import normalize_text
+from reef.evaluation.scorers.builtin import normalize_text
 from reef.evaluation.values import EvalItem, ScoreResult
 
 BUILTINS = {
@@ -290,7 +290,7 @@ def test_llm_judge_needs_a_model_and_a_rubric() -> None:
 def test_every_builtin_is_an_entry_point() -> None:
     found = {ep.name: ep.value for ep in entry_points(group=SCORER_GROUP)}
     for name, cls in BUILTINS.items():
-        assert found[name] == f"reef.evaluation.scorers_builtin:{cls}"
+        assert found[name] == f"reef.evaluation.scorers.builtin:{cls}"
         loaded = ScorerRegistry().get(name)
         assert loaded.__name__ == cls
         assert loaded.type_name == name

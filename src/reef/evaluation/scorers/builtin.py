@@ -1,5 +1,5 @@
 """The built-in scorers, registered in the ``reef.scorers`` entry-point group like any
-plugin (``scorers`` explains the contract and how to add one).
+plugin (``reef.evaluation.scorers`` explains the contract and how to add one).
 
 ``reference`` below is the item's ``reference``. Where a list makes sense (``exact``,
 ``normalized_exact``, ``contains``, ``regex``, ``numeric``) it may be a list of
@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 import jsonschema  # type: ignore[import-untyped]
 from pydantic import Field
 
-from reef.evaluation.scorers import Scorer, ScorerConfig, ScorerContext, ScorerError
+from reef.evaluation.scorers.base import Scorer, ScorerConfig, ScorerContext, ScorerError
 from reef.evaluation.values import EvalItem, ScoreResult
 
 

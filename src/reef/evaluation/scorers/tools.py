@@ -22,14 +22,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from reef.evaluation.scorers import (
+from reef.evaluation.scorers.base import (
     Scorer,
     ScorerConfig,
     ScorerContext,
     ScorerError,
     ScorerRegistry,
 )
-from reef.evaluation.scorers_builtin import normalize_text
+from reef.evaluation.scorers.builtin import normalize_text
 from reef.evaluation.values import EvalItem, Reply, ScoreResult
 
 ArgumentRule = Literal["exact", "normalized", "number", "ignore"]

@@ -1,23 +1,7 @@
-"""Scorers: how one answer to one eval item becomes a score in [0, 1].
-
-A scorer is a ``Scorer`` subclass with a pydantic ``config_model`` for its settings,
-found by its ``type:`` name in the ``reef.scorers`` entry-point group. A gate (or an
-item) names one by a spec: ``{"type": "regex", "pattern": "^yes"}`` or just
-``"exact"``. The built-ins (``scorers_builtin``: ``exact``, ``normalized_exact``,
-``contains``, ``regex``, ``json_schema``, ``numeric``, ``llm_judge``) register in
-``pyproject.toml`` exactly as a plugin would.
-
-Writing your own (a Python scorer class): subclass ``Scorer``, give it ``type_name``,
-a ``config_model`` (a ``ScorerConfig`` subclass; ``extra="forbid"`` is inherited) and
-``score``, then register it in your package's ``pyproject.toml``::
-
-    [project.entry-points."reef.scorers"]
-    sql_equivalent = "my_package.scorers:SqlEquivalentScorer"
-
-or, embedded in an application or a test, pass ``ScorerRegistry(classes={...})``.
-YAML only ever selects a registered ``type:``; it never names a ``module:callable`` to
-import, so a config file cannot run arbitrary code.
-"""
+"""The scorer contract and its registry: ``Scorer``, its settings (``ScorerConfig``) and
+context (``ScorerContext``), and ``ScorerRegistry``, which finds a scorer by its
+``type:`` name in the ``reef.scorers`` entry-point group (the package docstring says
+how to write one)."""
 
 from __future__ import annotations
 

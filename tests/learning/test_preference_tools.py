@@ -139,6 +139,34 @@ def test_a_tool_call_correction_is_chosen_over_the_served_turn() -> None:
     assert all(p.tools == list(TOOLS) for p in pairs)
 
 
+def test_a_failed_branch_is_rejected_against_a_corrected_turn_at_its_prefix() -> None:
+    prefix, fix = history("sunny"), calls(call("get_forecast", "Rome"))
+    corrected = turn("a", prefix, calls(call("get_weather", "Rome")), score=0.0, correction=fix)
+    failed = turn("b", prefix, "No idea.", score=0.0)
+    fine = turn("c", prefix, "Rain is unlikely.", score=1.0)  # better: not rejected vs fix
+    pairs, used = preference_pairs([corrected, failed, fine])
+    forecast, weather = text_of("get_forecast", "Rome"), text_of("get_weather", "Rome")
+    assert [(p.chosen, p.rejected) for p in pairs] == [
+        (forecast, weather),
+        (forecast, "No idea."),  # the failed branch against the correction
+        ("Rain is unlikely.", weather),
+        ("Rain is unlikely.", "No idea."),
+    ]
+    assert used == ["a", "b", "c"]
+    # text-only items pair as they always did: a correction only over its own reply
+    plain = [{"role": "user", "content": "Rain?"}]
+    texts = [
+        turn("a", plain, "Yes.", score=0.0, correction="No.", tools=()),
+        turn("b", plain, "Maybe.", score=0.0, tools=()),
+        turn("c", plain, "Unlikely.", score=1.0, tools=()),
+    ]
+    assert [(p.chosen, p.rejected) for p in preference_pairs(texts)[0]] == [
+        ("No.", "Yes."),
+        ("Unlikely.", "Yes."),
+        ("Unlikely.", "Maybe."),
+    ]
+
+
 def test_no_pair_across_different_prefixes() -> None:
     sunny = turn("a", history("sunny"), calls(call("get_forecast", "Rome")), score=1.0)
     rainy = turn("b", history("rainy"), "Take an umbrella.", score=0.0)  # another result

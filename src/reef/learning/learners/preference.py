@@ -2,14 +2,18 @@
 
 Reads top to bottom: build DPO pairs (same prompt, different scores; a correction over
 the reply it corrected) and KTO examples (unpaired desirable/undesirable replies),
-pick the objective, decide the model and where to start (the head's adapter, or
-fresh), train in a child process, store the adapter by digest.
+where a tool-using turn's prompt is its whole prefix (earlier tool calls and results,
+the tools offered) and its replies may be tool calls, so the turns of failed and
+successful branches of agent trajectories pair at the same prefix; pick the
+objective, decide the model and where to start (the head's adapter, or fresh), train
+in a child process, store the adapter by digest.
 Torch-free: training happens in ``reef.learning.trainers``' child process.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, ClassVar, Literal
@@ -52,9 +56,12 @@ class PreferenceConfig(RayTrainerSettings):
     ``objective``: ``auto`` is DPO when the batch yields pairs, else KTO. ``beta``: the
     strength of the pull towards the reference model. ``good_score``: replies scoring at
     least this are desirable (KTO); ``bad_score``: at most this, undesirable. Pairs need
-    only different scores. How long it trains: ``epochs`` passes over the pairs (or
-    examples) with the budget settings of ``SFTConfig``. Other settings as in
-    ``SFTConfig``.
+    only different scores at the same prompt; for tool-using turns that is the same
+    whole prefix (calls, tool results, tools offered), and either side may be tool
+    calls (``preference_pairs``). ``max_seq_len``: longer prompts lose whole early
+    turns; a pair that still does not fit is skipped, never cut. How long it trains:
+    ``epochs`` passes over the pairs (or examples) with the budget settings of
+    ``SFTConfig``. Other settings as in ``SFTConfig``.
     """
 
     objective: Literal["auto", "dpo", "kto"] = "auto"
@@ -70,7 +77,7 @@ class PreferenceItem:
     it (``messages`` and the ``tools`` offered), the key of that prompt (items with
     equal keys share the prefix), and the served reply and the correction as text (a
     tool-using turn's replies in the engine's format, tool calls as ``<tool_call>``
-    blocks)."""
+    blocks); ``tools_used``: whether it is such a turn."""
 
     item: TrainingExample
     key: str
@@ -78,6 +85,7 @@ class PreferenceItem:
     tools: list[dict[str, Any]]
     served: str | None
     fixed: str | None
+    tools_used: bool = False
 
 
 def read_item(item: TrainingExample) -> PreferenceItem | None:
@@ -97,9 +105,8 @@ def read_item(item: TrainingExample) -> PreferenceItem | None:
         return PreferenceItem(item, key, messages, [], served_text(item), correction_text(item))
     messages, tools = tool_messages(item.messages), list(item.tools)
     key = json.dumps({"messages": _without_call_ids(messages), "tools": tools}, sort_keys=True)
-    return PreferenceItem(
-        item, key, messages, tools, tool_served_text(item), tool_correction_text(item)
-    )
+    served, fixed = tool_served_text(item), tool_correction_text(item)
+    return PreferenceItem(item, key, messages, tools, served, fixed, tools_used=True)
 
 
 def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,9 +142,10 @@ def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair]
     The same prompt is the same canonical ``messages`` as text for text-only items;
     for tool-using turns of agent trajectories, the same whole prefix (``read_item``):
     a failed branch's turn and a successful branch's turn after the same calls and
-    results pair (their credited ``score`` decides which is chosen), while turns after
-    different tool results never do. Either side may be tool calls, in the engine's
-    format, trained against the same tools and history.
+    results pair (their credited ``score`` decides which is chosen), a correction is
+    chosen over every turn at the prefix that scored no better than the one it
+    corrected, and turns after different tool results never pair. Either side may be
+    tool calls, in the engine's format, trained against the same tools and history.
     """
     groups: dict[str, list[PreferenceItem]] = {}
     for item in train:
@@ -166,17 +174,49 @@ def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair]
         used.update(t.item.record_id for t in turns)
 
     for key, turns in groups.items():
-        for turn in turns:
-            if turn.fixed is not None and turn.served is not None:
-                add(key, turn.fixed, turn.served, turn)
-        scored = [t for t in turns if t.item.score is not None and t.served is not None]
-        for a, b in combinations(scored, 2):
-            assert a.item.score is not None and b.item.score is not None
-            if a.item.score == b.item.score:
-                continue
-            high, low = (a, b) if a.item.score > b.item.score else (b, a)
-            add(key, str(high.served), str(low.served), high, low)
+        for chosen, rejected, sources in _candidates(turns):
+            add(key, chosen, rejected, *sources)
     return pairs, [i.record_id for i in train if i.record_id in used]
+
+
+def _no_better(fixed: PreferenceItem, turns: list[PreferenceItem]) -> list[PreferenceItem]:
+    """The other served, scored turns of ``turns`` that scored no better than the
+    corrected ``fixed`` (none when ``fixed`` is unscored)."""
+    ceiling = fixed.item.score
+    if ceiling is None:
+        return []
+    return [
+        t
+        for t in turns
+        if t is not fixed
+        and t.served is not None
+        and t.item.score is not None
+        and t.item.score <= ceiling
+    ]
+
+
+def _candidates(
+    turns: list[PreferenceItem],
+) -> Iterator[tuple[str, str, tuple[PreferenceItem, ...]]]:
+    """(chosen, rejected, the items behind them) of one prompt's items, in order: each
+    correction over its own served reply; for tool-using turns, also each correction
+    over the served reply of every other turn at the prefix that scored no better than
+    the corrected one (a failed branch, rejected against the corrected turn); then, by
+    score, each higher-scored served reply over each lower one."""
+    for turn in turns:
+        if turn.fixed is not None and turn.served is not None:
+            yield turn.fixed, turn.served, (turn,)
+    for fixed in turns:
+        if fixed.fixed is not None and fixed.tools_used:
+            for other in _no_better(fixed, turns):
+                yield fixed.fixed, str(other.served), (fixed, other)
+    scored = [t for t in turns if t.item.score is not None and t.served is not None]
+    for a, b in combinations(scored, 2):
+        assert a.item.score is not None and b.item.score is not None
+        if a.item.score == b.item.score:
+            continue
+        high, low = (a, b) if a.item.score > b.item.score else (b, a)
+        yield str(high.served), str(low.served), (high, low)
 
 
 def unpaired_examples(

@@ -83,15 +83,33 @@ def tool_target(item: TrainingExample, min_score: float) -> str | None:
     then each call as a ``<tool_call>`` block): the correction (text or tool calls),
     else the served reply when its score reaches ``min_score``."""
     if item.correction is not None:
-        message = item.correction if isinstance(item.correction, dict) else None
-        if message is None:
-            return item.target_text()
-    elif item.score is not None and item.score >= min_score and item.response is not None:
-        message = item.response
-    else:
-        return None
-    converted = tool_messages([{"role": "assistant", **message}])[0]
+        return tool_correction_text(item)
+    if item.score is not None and item.score >= min_score:
+        return tool_served_text(item)
+    return None
+
+
+def reply_text(message: dict[str, Any]) -> str | None:
+    """A canonical assistant message as the engine's text of it: its content, then
+    each of its tool calls as a ``<tool_call>`` block (``assistant_text``); None when
+    it says nothing."""
+    converted = tool_messages([{**message, "role": "assistant"}])[0]
     return assistant_text(converted) or None
+
+
+def tool_served_text(item: TrainingExample) -> str | None:
+    """The served reply of a tool-using turn as the engine's text (calls included)."""
+    return None if item.response is None else reply_text(item.response)
+
+
+def tool_correction_text(item: TrainingExample) -> str | None:
+    """The correction of a tool-using turn as the engine's text: an assistant message
+    (tool calls included) as :func:`reply_text`, anything else as ``target_text``."""
+    if item.correction is None:
+        return None
+    if isinstance(item.correction, dict):
+        return reply_text(item.correction)
+    return item.target_text()
 
 
 def transcript_line(message: dict[str, Any]) -> str:

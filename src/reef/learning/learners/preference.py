@@ -2,16 +2,21 @@
 
 Reads top to bottom: build DPO pairs (same prompt, different scores; a correction over
 the reply it corrected) and KTO examples (unpaired desirable/undesirable replies),
-pick the objective, decide the model and where to start (the head's adapter, or
-fresh), train in a child process, store the adapter by digest.
+where a tool-using turn's prompt is its whole prefix (earlier tool calls and results,
+the tools offered) and its replies may be tool calls, so the turns of failed and
+successful branches of agent trajectories pair at the same prefix; pick the
+objective, decide the model and where to start (the head's adapter, or fresh), train
+in a child process, store the adapter by digest.
 Torch-free: training happens in ``reef.learning.trainers``' child process.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import combinations
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -21,7 +26,15 @@ from reef.learning.base import (
     LearnerOutput,
     TrainingExample,
 )
-from reef.learning.learners._examples import correction_text, served_text, text_messages
+from reef.learning.learners._examples import (
+    correction_text,
+    served_text,
+    text_messages,
+    tool_correction_text,
+    tool_messages,
+    tool_served_text,
+    uses_tools,
+)
 from reef.learning.learners._model import (
     ModelLearner,
     RayTrainerSettings,
@@ -43,9 +56,12 @@ class PreferenceConfig(RayTrainerSettings):
     ``objective``: ``auto`` is DPO when the batch yields pairs, else KTO. ``beta``: the
     strength of the pull towards the reference model. ``good_score``: replies scoring at
     least this are desirable (KTO); ``bad_score``: at most this, undesirable. Pairs need
-    only different scores. How long it trains: ``epochs`` passes over the pairs (or
-    examples) with the budget settings of ``SFTConfig``. Other settings as in
-    ``SFTConfig``.
+    only different scores at the same prompt; for tool-using turns that is the same
+    whole prefix (calls, tool results, tools offered), and either side may be tool
+    calls (``preference_pairs``). ``max_seq_len``: longer prompts lose whole early
+    turns; a pair that still does not fit is skipped, never cut. How long it trains:
+    ``epochs`` passes over the pairs (or examples) with the budget settings of
+    ``SFTConfig``. Other settings as in ``SFTConfig``.
     """
 
     objective: Literal["auto", "dpo", "kto"] = "auto"
@@ -55,47 +71,152 @@ class PreferenceConfig(RayTrainerSettings):
     bad_score: float = 0.0
 
 
+@dataclass(frozen=True)
+class PreferenceItem:
+    """One item as the preference learner reads it: the prompt as the trainer takes
+    it (``messages`` and the ``tools`` offered), the key of that prompt (items with
+    equal keys share the prefix), and the served reply and the correction as text (a
+    tool-using turn's replies in the engine's format, tool calls as ``<tool_call>``
+    blocks); ``tools_used``: whether it is such a turn."""
+
+    item: TrainingExample
+    key: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    served: str | None
+    fixed: str | None
+    tools_used: bool = False
+
+
+def read_item(item: TrainingExample) -> PreferenceItem | None:
+    """``item`` as a :class:`PreferenceItem`; None without messages.
+
+    A text-only item's prompt is its messages as text, keyed on that. A tool-using
+    item (``uses_tools``) keeps the whole prefix: earlier assistant tool calls, the
+    tool results and the tools offered, keyed on all of it, so two turns pair only
+    when everything before the reply is the same (call ids aside: an agent's replay of
+    a trajectory gets fresh ids, and the engine's format renders none).
+    """
+    if not item.messages:
+        return None
+    if not uses_tools(item):
+        messages = text_messages(item.messages)
+        key = json.dumps(messages, sort_keys=True)
+        return PreferenceItem(item, key, messages, [], served_text(item), correction_text(item))
+    messages, tools = tool_messages(item.messages), list(item.tools)
+    key = json.dumps({"messages": _without_call_ids(messages), "tools": tools}, sort_keys=True)
+    served, fixed = tool_served_text(item), tool_correction_text(item)
+    return PreferenceItem(item, key, messages, tools, served, fixed, tools_used=True)
+
+
+def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each tool-call id replaced by its order of appearance, in the
+    calls and in the results that answer them (which result answers which call stays
+    part of the prefix; the id's spelling does not)."""
+    order: dict[str, str] = {}
+
+    def number(call_id: Any) -> str:
+        return order.setdefault(str(call_id), f"call_{len(order)}")
+
+    out = []
+    for message in messages:
+        copied = dict(message)
+        if copied.get("tool_calls"):
+            copied["tool_calls"] = [
+                {**call, "id": number(call.get("id"))} for call in copied["tool_calls"]
+            ]
+        if copied.get("tool_call_id"):
+            copied["tool_call_id"] = number(copied["tool_call_id"])
+        out.append(copied)
+    return out
+
+
 def preference_pairs(train: list[TrainingExample]) -> tuple[list[PreferencePair], list[str]]:
     """DPO pairs of ``train`` and the record ids they came from (in batch order).
 
-    Items with the same prompt (the same canonical ``messages``) and different scores
-    pair up: the higher-scored served reply is chosen, the lower rejected. A corrected
-    item also pairs its correction (chosen) with its served reply (rejected). Identical
-    replies never pair; a pair's weight is the lower of its items' weights.
+    Items with the same prompt and different scores pair up: the higher-scored served
+    reply is chosen, the lower rejected. A corrected item also pairs its correction
+    (chosen) with its served reply (rejected). Identical replies never pair; a pair's
+    weight is the lower of its items' weights.
+
+    The same prompt is the same canonical ``messages`` as text for text-only items;
+    for tool-using turns of agent trajectories, the same whole prefix (``read_item``):
+    a failed branch's turn and a successful branch's turn after the same calls and
+    results pair (their credited ``score`` decides which is chosen), a correction is
+    chosen over every turn at the prefix that scored no better than the one it
+    corrected, and turns after different tool results never pair. Either side may be
+    tool calls, in the engine's format, trained against the same tools and history.
     """
-    groups: dict[str, list[TrainingExample]] = {}
+    groups: dict[str, list[PreferenceItem]] = {}
     for item in train:
-        if item.messages:
-            key = json.dumps(text_messages(item.messages), sort_keys=True)
-            groups.setdefault(key, []).append(item)
+        turn = read_item(item)
+        if turn is not None:
+            groups.setdefault(turn.key, []).append(turn)
     pairs: list[PreferencePair] = []
     seen: set[tuple[str, str, str]] = set()
     used: set[str] = set()
 
-    def add(key: str, chosen: str, rejected: str, *items: TrainingExample) -> None:
+    def add(key: str, chosen: str, rejected: str, *turns: PreferenceItem) -> None:
         if chosen == rejected or (key, chosen, rejected) in seen:
             return
         seen.add((key, chosen, rejected))
-        weight = min(i.weight for i in items)
-        messages = text_messages(items[0].messages)
+        weight = min(t.item.weight for t in turns)
+        first = turns[0]
         pairs.append(
-            PreferencePair(messages=messages, chosen=chosen, rejected=rejected, weight=weight)
+            PreferencePair(
+                messages=first.messages,
+                chosen=chosen,
+                rejected=rejected,
+                weight=weight,
+                tools=first.tools,
+            )
         )
-        used.update(i.record_id for i in items)
+        used.update(t.item.record_id for t in turns)
 
-    for key, items in groups.items():
-        for item in items:
-            fixed, served = correction_text(item), served_text(item)
-            if fixed is not None and served is not None:
-                add(key, fixed, served, item)
-        scored = [i for i in items if i.score is not None and served_text(i) is not None]
-        for a, b in combinations(scored, 2):
-            assert a.score is not None and b.score is not None
-            if a.score == b.score:
-                continue
-            high, low = (a, b) if a.score > b.score else (b, a)
-            add(key, str(served_text(high)), str(served_text(low)), high, low)
+    for key, turns in groups.items():
+        for chosen, rejected, sources in _candidates(turns):
+            add(key, chosen, rejected, *sources)
     return pairs, [i.record_id for i in train if i.record_id in used]
+
+
+def _no_better(fixed: PreferenceItem, turns: list[PreferenceItem]) -> list[PreferenceItem]:
+    """The other served, scored turns of ``turns`` that scored no better than the
+    corrected ``fixed`` (none when ``fixed`` is unscored)."""
+    ceiling = fixed.item.score
+    if ceiling is None:
+        return []
+    return [
+        t
+        for t in turns
+        if t is not fixed
+        and t.served is not None
+        and t.item.score is not None
+        and t.item.score <= ceiling
+    ]
+
+
+def _candidates(
+    turns: list[PreferenceItem],
+) -> Iterator[tuple[str, str, tuple[PreferenceItem, ...]]]:
+    """(chosen, rejected, the items behind them) of one prompt's items, in order: each
+    correction over its own served reply; for tool-using turns, also each correction
+    over the served reply of every other turn at the prefix that scored no better than
+    the corrected one (a failed branch, rejected against the corrected turn); then, by
+    score, each higher-scored served reply over each lower one."""
+    for turn in turns:
+        if turn.fixed is not None and turn.served is not None:
+            yield turn.fixed, turn.served, (turn,)
+    for fixed in turns:
+        if fixed.fixed is not None and fixed.tools_used:
+            for other in _no_better(fixed, turns):
+                yield fixed.fixed, str(other.served), (fixed, other)
+    scored = [t for t in turns if t.item.score is not None and t.served is not None]
+    for a, b in combinations(scored, 2):
+        assert a.item.score is not None and b.item.score is not None
+        if a.item.score == b.item.score:
+            continue
+        high, low = (a, b) if a.item.score > b.item.score else (b, a)
+        yield str(high.served), str(low.served), (high, low)
 
 
 def unpaired_examples(
@@ -106,18 +227,16 @@ def unpaired_examples(
     A correction is desirable, and the reply it corrected undesirable unless its score
     reaches ``good_score``; otherwise a served reply is desirable at ``score >=
     good_score``, undesirable at ``score <= bad_score``, and unused in between or
-    unscored.
+    unscored. Tool-using turns keep their whole prefix and tools, and their replies'
+    tool calls (``read_item``).
     """
     examples: list[UnpairedExample] = []
     used: list[str] = []
     for item in train:
-        messages, fixed, served = (
-            text_messages(item.messages),
-            correction_text(item),
-            served_text(item),
-        )
-        if not messages:
+        turn = read_item(item)
+        if turn is None:
             continue
+        fixed, served = turn.fixed, turn.served
         found: list[tuple[str, bool]] = []
         if fixed is not None:
             found.append((fixed, True))
@@ -129,7 +248,11 @@ def unpaired_examples(
         for target, desirable in found:
             examples.append(
                 UnpairedExample(
-                    messages=messages, target=target, desirable=desirable, weight=item.weight
+                    messages=turn.messages,
+                    target=target,
+                    desirable=desirable,
+                    weight=item.weight,
+                    tools=turn.tools,
                 )
             )
         if found:
@@ -192,7 +315,7 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
         budget_keys = (
             "val_curve", "steps", "steps_planned", "stop_reason", "best_step", "undertrained"
         )  # fmt: skip
-        reported = (*keys, *budget_keys, "tokens", "seconds", "tokens_per_second")
+        reported = (*keys, *budget_keys, "tokens", "seconds", "tokens_per_second", "skipped")
         metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(
             objective=objective,

@@ -83,45 +83,66 @@ def build_features(
     """
     messages = list(example.messages)
     while True:
-        prompt, full = _encoded(tokenizer, messages, example)
-        shorter = _without_first_turn(messages)
+        prompt, full = encode_reply(tokenizer, messages, example.tools, example.target)
+        shorter = without_first_turn(messages)
         if len(full) <= max_seq_len or shorter is None:
             break
         messages = shorter
-    shared = 0
-    for a, b in zip(prompt, full, strict=False):
-        if a != b:
-            break
-        shared += 1
-    labels = [IGNORE_INDEX] * shared + full[shared:]
+    features = labelled_features(prompt, full, example.weight)
+    full, labels = features.input_ids, features.labels
     if len(full) > max_seq_len:
+        shared = prompt_length(prompt, full)
         cut = min(len(full) - max_seq_len, shared)
         full, labels = full[cut:][:max_seq_len], labels[cut:][:max_seq_len]
     return Features(full, labels, example.weight)
 
 
-def _encoded(
-    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], example: SFTExample
+def prompt_length(prompt: list[int], full: list[int]) -> int:
+    """How many leading tokens ``prompt`` and ``full`` share: the prompt's part of the
+    whole sequence (the rest is the reply)."""
+    shared = 0
+    for a, b in zip(prompt, full, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
+def labelled_features(prompt: list[int], full: list[int], weight: float) -> Features:
+    """``full`` with its prompt's tokens (:func:`prompt_length`) labelled -100."""
+    shared = prompt_length(prompt, full)
+    return Features(full, [IGNORE_INDEX] * shared + full[shared:], weight)
+
+
+def encode_reply(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    reply_text: str,
 ) -> tuple[list[int], list[int]]:
-    """The prompt's and the whole example's token ids."""
-    uses_tools = bool(example.tools) or any(
+    """The token ids of the prompt (``messages`` with ``tools``, ready for the
+    assistant) and of the whole sequence with ``reply_text`` as the assistant's turn,
+    rendered as the engine renders a request (``reef.engine.tools.render_tools``) when
+    tools are offered or the conversation holds calls or results."""
+    uses_tools = bool(tools) or any(
         m.get("tool_calls") or m.get("role") == "tool" for m in messages
     )
-    reply = {"role": "assistant", "content": example.target}
+    reply = {"role": "assistant", "content": reply_text}
     if not uses_tools:
         prompt = list(_ids(tokenizer, messages, add_generation_prompt=True))
         return prompt, list(_ids(tokenizer, [*messages, reply]))
     template = tokenizer.chat_template
     takes = template_takes_tools(template if isinstance(template, str) else None)
-    rendered = render_tools(messages, example.tools, template_takes_tools=takes)
+    rendered = render_tools(messages, tools, template_takes_tools=takes)
     extra: dict[str, Any] = {"tools": rendered.template_tools} if rendered.template_tools else {}
     prompt = list(_ids(tokenizer, rendered.messages, add_generation_prompt=True, **extra))
     return prompt, list(_ids(tokenizer, [*rendered.messages, reply], **extra))
 
 
-def _without_first_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def without_first_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """``messages`` without their first turn (from the first user message up to the
-    next); None when only one turn is left."""
+    next, with the assistant's calls and the tool results in between); the system
+    message stays. None when only one turn is left."""
     lead = messages[:1] if messages and messages[0].get("role") == "system" else []
     rest = messages[len(lead) :]
     starts = [i for i, m in enumerate(rest) if m.get("role") == "user"]

@@ -2,9 +2,15 @@
 Imports torch, transformers and peft: only the training child (``python -m
 reef.learning.trainers preference``) or a test imports it.
 
-Sequences are tokenized exactly as for SFT (:func:`lora_sft.build_features`: the chat
-template, prompt tokens labelled -100); a sequence's log-probability is the sum of its
-reply tokens' log-probabilities. The reference model is the starting point: the base
+Sequences are tokenized as for SFT (:func:`lora_sft.build_features`: the chat
+template, with the tools offered and earlier tool calls and results rendered as the
+engine serves them, so a reply of tool calls is the engine's ``<tool_call>`` text;
+prompt tokens labelled -100); a sequence's log-probability is the sum of its reply
+tokens' log-probabilities. A pair's chosen and rejected replies share one prompt. Too
+long for ``max_seq_len``: whole early turns are dropped (the system message stays),
+never part of a turn, and a reply is never truncated: a pair (or KTO example) that
+cannot fit so is skipped, with its reason in the ``skipped`` metric
+(:func:`prompt_features`). The reference model is the starting point: the base
 model (the fresh adapter disabled with PEFT ``disable_adapter()``), or, when continuing,
 the base adapter as loaded. Its log-probabilities are computed once, before the first
 step, in eval mode and without grad (the reference never changes, so once per batch
@@ -35,13 +41,21 @@ from reef.learning.trainers.lora_sft import (
     Losses,
     Plan,
     _collate,
-    build_features,
+    encode_reply,
+    labelled_features,
+    prompt_length,
     set_up,
     token_logps,
     train_and_save,
+    without_first_turn,
     wrap_lora,
 )
-from reef.learning.trainers.spec import PreferenceSpec, SFTExample, TrainResult
+from reef.learning.trainers.spec import (
+    PreferencePair,
+    PreferenceSpec,
+    TrainResult,
+    UnpairedExample,
+)
 
 ProgressCallback = Callable[[int, int, float], None]
 """Called after every optimizer step with (step, total steps, loss)."""
@@ -89,8 +103,39 @@ def kto_loss(
     return loss, (beta * logratio).detach(), z0
 
 
-def _features(tokenizer: Any, messages: list[dict[str, Any]], reply: str, n: int) -> Features:
-    return build_features(tokenizer, SFTExample(messages=messages, target=reply), n)
+def prompt_features(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    replies: Sequence[str],
+    max_seq_len: int,
+) -> list[Features] | str:
+    """Each of ``replies`` after one prompt, tokenized as :func:`lora_sft.build_features`
+    renders a conversation (the chat template, the tools and earlier calls and results
+    as the engine serves them; the prompt labelled -100), or why they cannot be.
+
+    All replies share one prompt: while the longest sequence exceeds ``max_seq_len``,
+    whole early turns are dropped (``without_first_turn``: a turn starts at a user
+    message; the system message stays). Nothing is ever cut inside a turn, and no reply
+    is truncated: when a reply alone, or the last turn with it, is still too long, the
+    answer is the reason instead.
+    """
+    messages = list(messages)
+    while True:
+        encoded = [encode_reply(tokenizer, messages, tools, reply) for reply in replies]
+        longest = max(len(full) for _, full in encoded)
+        if longest <= max_seq_len:
+            return [labelled_features(prompt, full, 1.0) for prompt, full in encoded]
+        reply_tokens = max(len(full) - prompt_length(prompt, full) for prompt, full in encoded)
+        if reply_tokens > max_seq_len:
+            return f"a reply alone is {reply_tokens} tokens, over max_seq_len {max_seq_len}"
+        shorter = without_first_turn(messages)
+        if shorter is None:
+            return (
+                f"the last turn with its reply is {longest} tokens, over max_seq_len "
+                f"{max_seq_len}, and no earlier turn is left to drop"
+            )
+        messages = shorter
 
 
 @torch.no_grad()
@@ -120,7 +165,8 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     Deterministic for a given spec on one device. Metrics: ``loss_curve``,
     ``margin_curve`` and ``accuracy_curve`` (per step), ``reward_margin`` and
     ``reward_accuracy`` (the last step), ``tokens``, ``seconds``, ``tokens_per_second``,
-    ``load_seconds``, ``steps``, ``objective``, ``pairs``/``examples``, ``device``,
+    ``load_seconds``, ``steps``, ``objective``, ``pairs``/``examples``, ``skipped``
+    (the pairs or examples too long to train, by index with the reason), ``device``,
     ``continued``. DPO: margin is chosen minus rejected reward, accuracy the share of
     pairs where it is positive. KTO: margin is mean desirable minus mean undesirable
     reward, accuracy the share of rewards with the right sign (> 0 desirable, < 0 not).
@@ -128,24 +174,9 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     setup = set_up(spec)
     started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
     tokenizer, pad_id = loaded.tokenizer, setup.pad_id
-    n = spec.max_seq_len
     dpo = spec.objective == "dpo"
-    if dpo:
-        # Sequence 2i is pair i's chosen reply, 2i + 1 its rejected one.
-        features = [
-            f
-            for p in spec.pairs
-            for f in (
-                _features(tokenizer, p.messages, p.chosen, n),
-                _features(tokenizer, p.messages, p.rejected, n),
-            )
-        ]
-        weights = [p.weight for p in spec.pairs]
-        desirable = [True] * len(spec.pairs)
-    else:
-        features = [_features(tokenizer, e.messages, e.target, n) for e in spec.examples]
-        weights = [e.weight for e in spec.examples]
-        desirable = [e.desirable for e in spec.examples]
+    # Sequence 2i is kept pair i's chosen reply, 2i + 1 its rejected one (KTO: one each).
+    features, weights, desirable, skipped = _items(tokenizer, spec)
     model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
     reference = _reference(
         model, features, pad_id, device, 2 * spec.batch_size, spec.base_adapter is not None
@@ -214,6 +245,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         "steps": steps_run,
         "pairs": len(spec.pairs),
         "examples": len(spec.examples),
+        "skipped": skipped,
         "train_items": len(train_ids),
         "val_items": len(val_ids),
         "device": device.type,
@@ -221,6 +253,39 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         **run.report,
     }
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
+
+
+def _items(
+    tokenizer: Any, spec: PreferenceSpec
+) -> tuple[list[Features], list[float], list[bool], list[dict[str, Any]]]:
+    """(sequences, weights, desirability, skipped) of ``spec``'s pairs or examples:
+    DPO has two sequences per kept pair (chosen, rejected) sharing one prompt, KTO one
+    per kept example; ``skipped`` names each item left out (``index``) and why
+    (``reason``, from :func:`prompt_features`). Raises ValueError when none is left."""
+    n = spec.max_seq_len
+    features: list[Features] = []
+    weights: list[float] = []
+    desirable: list[bool] = []
+    skipped: list[dict[str, Any]] = []
+    items: Sequence[PreferencePair | UnpairedExample] = (
+        spec.pairs if spec.objective == "dpo" else spec.examples
+    )
+    for index, item in enumerate(items):
+        if isinstance(item, PreferencePair):
+            replies, good = [item.chosen, item.rejected], True
+        else:
+            replies, good = [item.target], item.desirable
+        found = prompt_features(tokenizer, item.messages, item.tools, replies, n)
+        if isinstance(found, str):
+            skipped.append({"index": index, "reason": found})
+            continue
+        features.extend(found)
+        weights.append(item.weight)
+        desirable.append(good)
+    if not weights:
+        what = "pair" if spec.objective == "dpo" else "example"
+        raise ValueError(f"no {what} fits max_seq_len {n}: {skipped[0]['reason']}")
+    return features, weights, desirable, skipped
 
 
 def _tokens(batch: dict[str, Any]) -> int:

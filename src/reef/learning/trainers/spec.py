@@ -81,8 +81,10 @@ class SFTSpec(BaseModel):
 
 
 class PreferencePair(BaseModel):
-    """A DPO pair: one prompt (OpenAI form, content as text), the reply to prefer and
-    the reply to avoid. ``weight`` scales the pair's loss."""
+    """A DPO pair: one prompt (OpenAI form, content as text; assistant ``tool_calls``
+    and ``tool`` results kept, as in :class:`SFTExample`), the reply to prefer and the
+    reply to avoid (either may be tool calls, as the engine's ``<tool_call>`` blocks).
+    ``tools``: the tools the request offered. ``weight`` scales the pair's loss."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -90,10 +92,12 @@ class PreferencePair(BaseModel):
     chosen: str = Field(min_length=1)
     rejected: str = Field(min_length=1)
     weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class UnpairedExample(BaseModel):
-    """A KTO example: a prompt, a reply, and whether the reply is desirable."""
+    """A KTO example: a prompt, a reply, and whether the reply is desirable (prompt,
+    reply and ``tools`` as in :class:`PreferencePair`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -101,6 +105,7 @@ class UnpairedExample(BaseModel):
     target: str = Field(min_length=1)
     desirable: bool
     weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class PreferenceSpec(BaseModel):

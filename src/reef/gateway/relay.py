@@ -63,6 +63,9 @@ class StreamRelay(ABC):
     def __init__(self) -> None:
         self.parser = SSEParser()
         self.terminal = b""  # held back until the record is committed
+        # Client events made from a read whose later event failed: a relay whose
+        # ``failure`` can still deliver them sends them before its error event.
+        self._unsent = b""
 
     def feed(self, chunk: bytes) -> bytes:
         """Client bytes for one upstream chunk (possibly empty); raises as the module
@@ -86,10 +89,16 @@ class StreamRelay(ABC):
         return out + self._closing()
 
     def _relay(self, events: list[SSEEvent]) -> bytes:
+        # The upstream's error may arrive in the same read as the events before it;
+        # those are kept for ``failure`` (``_unsent``) instead of being lost.
         out: list[bytes] = []
-        for event, data in events:
-            if data:
-                self._event(event, data, out)
+        try:
+            for event, data in events:
+                if data:
+                    self._event(event, data, out)
+        except UpstreamError:
+            self._unsent = b"".join(out)
+            raise
         return b"".join(out)
 
     @abstractmethod
@@ -252,20 +261,6 @@ class ResponsesRelay(StreamRelay):
         self.translator = OpenAIToResponsesStream(shell)
         self.receipt = receipt  # the terminal event's ``x_reef`` (``stream_receipt``)
         self.finished = _OpenAIFinish()
-        self._unsent = b""  # events made from a chunk whose later event failed
-
-    def _relay(self, events: list[SSEEvent]) -> bytes:
-        # The upstream's error may arrive in the same read as the events before it; those
-        # (response.created among them) must still reach the client, before the failure.
-        out: list[bytes] = []
-        try:
-            for event, data in events:
-                if data:
-                    self._event(event, data, out)
-        except UpstreamError:
-            self._unsent = b"".join(out)
-            raise
-        return b"".join(out)
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
         if self.finished.done:

@@ -18,7 +18,7 @@ from typing import Any, Final
 from reef.core import dumps
 from reef.gateway.errors import ErrorDialect
 from reef.gateway.relay import Result, StreamRelay, json_object
-from reef.upstream import SSEEvent, UpstreamError, canonical_reply_responses, encode_sse
+from reef.upstream import UpstreamError, canonical_reply_responses, encode_sse
 
 _TERMINAL: Final = ("response.completed", "response.incomplete")
 _SAMPLE_CHARS = 80
@@ -37,18 +37,6 @@ class NativeResponsesRelay(StreamRelay):
         self.items: dict[int, dict[str, Any]] = {}  # finished output items, by index
         self.sequence = -1
         self.ended = False
-        self._unsent = b""  # events of a read whose later event failed
-
-    def _relay(self, events: list[SSEEvent]) -> bytes:
-        out: list[bytes] = []
-        try:
-            for event, data in events:
-                if data:
-                    self._event(event, data, out)
-        except UpstreamError:
-            self._unsent = b"".join(out)
-            raise
-        return b"".join(out)
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
         if self.ended:

@@ -132,8 +132,10 @@ class _Worker:
         return {"ok": False, "error": f"unknown op {op!r}"}
 
 
-def _describe(error: BaseException) -> str:
+def _describe(error: BaseException, origin: str | None = None) -> str:
+    """The error, and where in the toolset (the file ``origin``) it was raised."""
     frames = traceback.extract_tb(error.__traceback__)
+    frames = [f for f in frames if f.filename == origin] or frames
     where = f" (at {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
     return f"{type(error).__name__}: {error}{where}"
 
@@ -170,7 +172,7 @@ def main() -> None:
         try:
             answer = worker.handle(json.loads(line))
         except Exception as error:  # a tool's failure is its result, not the worker's end
-            answer = {"ok": False, "error": _describe(error)}
+            answer = {"ok": False, "error": _describe(error, getattr(module, "__file__", None))}
         send(answer)
 
 

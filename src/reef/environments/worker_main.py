@@ -134,8 +134,8 @@ class _Worker:
 
 def _describe(error: BaseException, origin: str | None = None) -> str:
     """The error, and where in the toolset (the file ``origin``) it was raised."""
-    frames = traceback.extract_tb(error.__traceback__)
-    frames = [f for f in frames if f.filename == origin] or frames
+    stack = traceback.extract_tb(error.__traceback__)
+    frames = [f for f in stack if f.filename == origin] or list(stack)
     where = f" (at {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
     return f"{type(error).__name__}: {error}{where}"
 

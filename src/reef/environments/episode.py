@@ -121,6 +121,7 @@ class _Episode:
 
     task: Task
     deadline: float
+    limit_seconds: float
     session_id: str
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
@@ -128,6 +129,9 @@ class _Episode:
     statuses: Counter[ToolStatus] = field(default_factory=Counter)
     truncated: int = 0
     record_ids: list[str] = field(default_factory=list)
+
+    def limit_text(self) -> str:
+        return f"the episode ran past its {self.limit_seconds:g} s limit"
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -151,7 +155,8 @@ async def play_episode(
     ``reset`` and ``score`` raise (``EpisodeError``: the environment could not start or
     score); a failing model call is the episode's ``error`` stop, not an exception."""
     started = time.monotonic()
-    episode = _Episode(task, started + environment.limits.episode_timeout_seconds, new_id())
+    limit = environment.limits.episode_timeout_seconds
+    episode = _Episode(task, started + limit, limit, new_id())
     observation: Observation = await environment.reset(task)
     episode.messages = [dict(m) for m in observation.messages]
     episode.tools = [dict(t) for t in observation.tools]
@@ -216,11 +221,11 @@ async def _loop(
         if not calls:
             raise _Stop("finished", "")
         if episode.remaining() <= 0:
-            raise _Stop("timeout", _timeout_text(environment))
+            raise _Stop("timeout", episode.limit_text())
         step = await environment.step(calls, episode.deadline)
         episode.add_step(step)
         if episode.remaining() <= 0:
-            raise _Stop("timeout", _timeout_text(environment))
+            raise _Stop("timeout", episode.limit_text())
 
 
 async def _ask(
@@ -231,7 +236,7 @@ async def _ask(
     call, ``malformed`` for a body that is not JSON."""
     remaining = episode.remaining()
     if remaining <= 0:
-        raise _Stop("timeout", "the episode's time ran out before the model was asked")
+        raise _Stop("timeout", f"{episode.limit_text()} before the model was asked")
     body: dict[str, Any] = {
         **endpoint.params,
         "model": endpoint.model,
@@ -254,8 +259,9 @@ async def _ask(
             raw = await response.read()
             status, record_id = response.status, response.headers.get("x-reef-record-id")
     except TimeoutError as exc:
-        cause: StopCause = "timeout" if budget >= remaining else "error"
-        raise _Stop(cause, f"the model did not answer within {budget:.3g} s") from exc
+        if budget >= remaining:
+            raise _Stop("timeout", f"{episode.limit_text()} waiting for the model") from exc
+        raise _Stop("error", f"the model did not answer within {budget:.3g} s") from exc
     except aiohttp.ClientError as exc:
         raise _Stop(
             "error", f"could not reach {endpoint.chat_url}: {type(exc).__name__}: {exc}"
@@ -288,8 +294,3 @@ def _assistant_message(reply: Any) -> tuple[dict[str, Any], list[Any]]:
         raise _Stop("malformed", f"the reply's tool_calls is a {type(calls).__name__}, not a list")
     out["tool_calls"] = [normalize_call(call, index) for index, call in enumerate(calls)]
     return out, calls
-
-
-def _timeout_text(environment: Environment) -> str:
-    limit = environment.limits.episode_timeout_seconds
-    return f"the episode ran past its {limit:g} s limit"

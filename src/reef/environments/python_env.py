@@ -120,9 +120,11 @@ class PythonEnvironment(Environment):
         return ToolOutput(note + content, int(answer.get("chars", len(content))) + len(note))
 
     async def score(self, task: Task, messages: Sequence[dict[str, Any]]) -> Score:
+        if not self._worker.scores:
+            return default_score(task, messages)
         if not self._worker.running:
-            # Scoring reads the episode's state, which a dead worker took with it.
-            return Score(0.0, "the tool worker was not running at scoring time (killed or died)")
+            # The toolset scores by the episode's state, which a dead worker took with it.
+            return Score(0.0, "the tool worker was killed or died: no state left to score")
         answer = await self._ask(
             {"op": "score", "task": task.as_dict(), "messages": list(messages)}
         )

@@ -18,7 +18,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reef.environments.base import (
     Environment,
@@ -31,7 +31,9 @@ from reef.environments.base import (
     ToolUnrecorded,
     default_score,
 )
-from reef.experience import Trajectory
+
+if TYPE_CHECKING:  # only the type: importing the experience store costs a second
+    from reef.experience import Trajectory
 
 CallKey = tuple[str, str]
 

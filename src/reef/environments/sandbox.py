@@ -61,6 +61,7 @@ class ToolWorker:
         self._process: asyncio.subprocess.Process | None = None
         self._stderr: bytearray = bytearray()
         self._drain: asyncio.Task[None] | None = None
+        self.scores = False  # whether the toolset has its own score(), once started
 
     @property
     def running(self) -> bool:
@@ -107,6 +108,7 @@ class ToolWorker:
             raise EpisodeError(
                 f"the tools of {self.module!r} failed to load: {answer.get('error')}"
             )
+        self.scores = bool(answer.get("scores"))
         return list(answer["tools"])
 
     async def request(self, message: dict[str, Any]) -> dict[str, Any]:

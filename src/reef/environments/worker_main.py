@@ -106,6 +106,30 @@ def tool_spec(function: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
+def _load(name: str) -> Any:
+    """The module ``name``, loaded from its file without running its parent packages'
+    ``__init__`` (a toolset inside a big package should not import all of it); a
+    module that is not a plain file under its top-level package is imported as usual."""
+    import importlib
+    import importlib.util
+
+    top, _, rest = name.partition(".")
+    spec = importlib.util.find_spec(top)
+    locations = list(spec.submodule_search_locations or ()) if spec else []
+    if rest and locations:
+        for location in locations:
+            base = os.path.join(location, *rest.split("."))
+            for path in (base + ".py", os.path.join(base, "__init__.py")):
+                if os.path.isfile(path):
+                    found = importlib.util.spec_from_file_location(name, path)
+                    if found is not None and found.loader is not None:
+                        module = importlib.util.module_from_spec(found)
+                        sys.modules[name] = module
+                        found.loader.exec_module(module)
+                        return module
+    return importlib.import_module(name)
+
+
 class _Worker:
     def __init__(self, module: Any, max_output_chars: int) -> None:
         self.tools: dict[str, Callable[..., Any]] = {f.__name__: f for f in module.TOOLS}
@@ -159,15 +183,13 @@ def main() -> None:
         _apply_limits(init.get("memory_mb"), init.get("cpu_seconds"))
         if not init.get("network", False):
             _deny_network()
-        import importlib
-
-        module = importlib.import_module(init["module"])
+        module = _load(init["module"])
         worker = _Worker(module, int(init["max_output_chars"]))
         specs = [tool_spec(function) for function in worker.tools.values()]
     except BaseException as error:  # the parent reports it: the toolset cannot load
         send({"ok": False, "error": _describe(error)})
         return
-    send({"ok": True, "tools": specs})
+    send({"ok": True, "tools": specs, "scores": worker.score_hook is not None})
     for line in proto_in:
         try:
             answer = worker.handle(json.loads(line))

@@ -7,39 +7,23 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from reef.environments import (
-    ChatEndpoint,
     EpisodeLimits,
     PythonEnvironment,
     PythonEnvironmentConfig,
     Task,
-    build_environment,
     play_episode,
     run_episode,
 )
 from reef.experience import assemble_trajectory
+from tests.environments.episodes import RETURN, SUPPORT_SCRIPT, endpoint, orders
 from tests.fakes.scripted import ScriptedChatThread, calls, tool_call
 from tests.fakes.upstream import FakeUpstream, FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.polling import eventually
-
-RETURN = Task(
-    "return-kettle",
-    ({"role": "user", "content": "My kettle from order A100 is broken, I want to return it."},),
-    {"return_opened": "A100", "answer_contains": ["R-A100"]},
-)
-
-
-def orders(**limits: Any) -> Any:
-    return build_environment({"type": "python", "toolset": "orders", "limits": limits})
-
-
-def endpoint(base_url: str, **options: Any) -> ChatEndpoint:
-    return ChatEndpoint(base_url=base_url, model="fake-model", **options)
 
 
 @pytest.fixture
@@ -54,16 +38,6 @@ async def fake() -> AsyncIterator[FakeUpstream]:
 def scripted(request: pytest.FixtureRequest) -> Iterator[ScriptedChatThread]:
     with ScriptedChatThread(getattr(request, "param", ())) as server:
         yield server
-
-
-SUPPORT_SCRIPT = [
-    calls(tool_call("a", "lookup_order", {"order_id": "A100"})),
-    calls(
-        tool_call("b", "check_stock", {"item": "kettle"}),
-        tool_call("c", "open_return", {"order_id": "A100", "reason": "broken"}),
-    ),
-    {"content": "Your return R-A100 is open; a new kettle is in stock."},
-]
 
 
 @pytest.mark.parametrize("scripted", [SUPPORT_SCRIPT], indirect=True)

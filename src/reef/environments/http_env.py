@@ -85,6 +85,16 @@ class HttpEnvironment(Environment):
         await self._close_session()
         timeout = aiohttp.ClientTimeout(total=self.limits.step_timeout_seconds)
         self._session = aiohttp.ClientSession(timeout=timeout)
+        try:
+            tools = await self._begin(task)
+        except BaseException:
+            await self._close_session()
+            raise
+        self._task = task
+        return Observation(task.messages, tuple(tools))
+
+    async def _begin(self, task: Task) -> list[dict[str, Any]]:
+        """The service's tools, after it has been told of the new task."""
         status, body = await self._send("GET", "/tools", None)
         tools = body.get("tools") if status == 200 and isinstance(body, dict) else None
         if not isinstance(tools, list):
@@ -92,8 +102,7 @@ class HttpEnvironment(Environment):
         status, body = await self._send("POST", "/reset", {"task": task.as_dict()})
         if status >= 300 and status != 404:
             raise EpisodeError(f"{self.base_url}/reset answered {status}: {_text(body)}")
-        self._task = task
-        return Observation(task.messages, tuple(tools))
+        return tools
 
     async def run_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if self._task is None:

@@ -187,6 +187,18 @@ async def test_a_hanging_tool_costs_its_step_not_the_episode(
     assert "did not finish within 0.5 s" in result.messages[2]["content"]
 
 
+@pytest.mark.parametrize("scripted", [[{"content": "hi"}]], indirect=True)
+async def test_a_session_pinned_by_the_caller_is_kept(scripted: ScriptedChatThread) -> None:
+    target = endpoint(
+        scripted.base_url, headers={"X-Reef-Session": "mine"}, params={"stream": True}
+    )
+    async with orders() as env:
+        result = await play_episode(env, RETURN, target)
+    assert (result.stop, result.session_id) == ("finished", "mine")
+    assert scripted.headers[0]["x-reef-session"] == "mine"
+    assert "stream" not in scripted.requests[0]
+
+
 async def test_an_endpoint_that_is_down_is_an_error_stop() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -133,6 +133,23 @@ async def test_the_network_can_be_allowed(listener: int) -> None:
     assert (result.status, result.content) == ("ok", "connected")
 
 
+@pytest.mark.parametrize("passed", [False, True], ids=["withheld", "passed"])
+async def test_the_worker_sees_only_the_environment_variables_it_is_given(
+    monkeypatch: pytest.MonkeyPatch, passed: bool
+) -> None:
+    monkeypatch.setenv("REEF_TEST_SECRET", "s3cret")
+    env = misbehaving(pass_env=("REEF_TEST_SECRET",) if passed else ())
+    async with env:
+        await env.reset(TASK)
+        secret, path = (
+            await env.step(
+                [call("getenv", variable="REEF_TEST_SECRET"), call("getenv", "c2", variable="PATH")]
+            )
+        ).results
+    assert secret.content == ("s3cret" if passed else "<unset>")
+    assert path.content != "<unset>"
+
+
 async def test_the_memory_limit_holds() -> None:
     env = misbehaving(memory_mb=256)
     async with env:

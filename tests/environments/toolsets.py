@@ -73,4 +73,9 @@ def shout(text: str) -> str:
     return "done"
 
 
-TOOLS = [echo, count, big, boom, hang, die, spin, hog, dial, shout]
+def getenv(variable: str) -> str:
+    """An environment variable of the worker, or <unset>."""
+    return os.environ.get(variable, "<unset>")
+
+
+TOOLS = [echo, count, big, boom, hang, die, spin, hog, dial, shout, getenv]

@@ -156,7 +156,8 @@ async def play_episode(
     score); a failing model call is the episode's ``error`` stop, not an exception."""
     started = time.monotonic()
     limit = environment.limits.episode_timeout_seconds
-    episode = _Episode(task, started + limit, limit, new_id())
+    pinned = {k.lower(): v for k, v in endpoint.headers.items()}.get("x-reef-session")
+    episode = _Episode(task, started + limit, limit, pinned or new_id())
     observation: Observation = await environment.reset(task)
     episode.messages = [dict(m) for m in observation.messages]
     episode.tools = [dict(t) for t in observation.tools]
@@ -242,10 +243,11 @@ async def _ask(
         "model": endpoint.model,
         "messages": episode.messages,
     }
+    body.pop("stream", None)  # the reply is read as one JSON document
     if episode.tools:
         body["tools"] = episode.tools
     headers = {"content-type": "application/json", "x-reef-session": episode.session_id}
-    headers.update(endpoint.headers)
+    headers.update({k: v for k, v in endpoint.headers.items() if k.lower() != "x-reef-session"})
     if endpoint.api_key:
         headers["authorization"] = f"Bearer {endpoint.api_key}"
     budget = min(endpoint.timeout_seconds, remaining)

@@ -83,8 +83,7 @@ class HttpEnvironment(Environment):
 
     async def start_episode(self, task: Task) -> Observation:
         await self._close_session()
-        timeout = aiohttp.ClientTimeout(total=self.limits.step_timeout_seconds)
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        self._open_session()
         try:
             tools = await self._begin(task)
         except BaseException:
@@ -92,6 +91,10 @@ class HttpEnvironment(Environment):
             raise
         self._task = task
         return Observation(task.messages, tuple(tools))
+
+    def _open_session(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.limits.step_timeout_seconds)
+        self._session = aiohttp.ClientSession(timeout=timeout)
 
     async def _begin(self, task: Task) -> list[dict[str, Any]]:
         """The service's tools, after it has been told of the new task."""
@@ -119,8 +122,8 @@ class HttpEnvironment(Environment):
         return body
 
     async def score(self, task: Task, messages: Sequence[dict[str, Any]]) -> Score:
-        if self._session is None:
-            await self.start_episode(task)
+        if self._session is None:  # scored after close(): ask without resetting
+            self._open_session()
         status, body = await self._send(
             "POST", "/score", {"task": task.as_dict(), "messages": list(messages)}
         )

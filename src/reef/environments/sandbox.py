@@ -31,14 +31,28 @@ _STDERR_TAIL = 2000
 
 class SandboxConfig(BaseModel):
     """Limits of a tool worker (``sandbox:`` in a spec): address space in MiB
-    (``memory_mb``), CPU seconds over the episode (``cpu_seconds``), and whether its
-    code may use the network (``network``, off by default). None lifts a limit."""
+    (``memory_mb``), CPU seconds over the episode (``cpu_seconds``), whether its code
+    may use the network (``network``, off by default) and the environment variables it
+    may see besides PATH, HOME, the locale and TMPDIR (``pass_env``). None lifts a
+    limit."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     memory_mb: int | None = Field(default=1024, ge=64)
     cpu_seconds: int | None = Field(default=60, ge=1)
     network: bool = False
+    pass_env: tuple[str, ...] = ()
+
+
+# What the child's environment holds besides ``pass_env``: none of Reef's keys or the
+# upstream's secrets reach a toolset unless a spec names them.
+_BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
+
+
+def child_environment(pass_env: tuple[str, ...]) -> dict[str, str]:
+    """The environment variables a tool worker starts with."""
+    names = (*_BASE_ENV, *pass_env)
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 class WorkerFailed(ToolCrashed):
@@ -84,6 +98,7 @@ class ToolWorker:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            env=child_environment(self.sandbox.pass_env),
             limit=limit,
         )
         assert self._process.stderr is not None

@@ -161,7 +161,9 @@ def _describe(error: BaseException, origin: str | None = None) -> str:
     stack = traceback.extract_tb(error.__traceback__)
     frames = [f for f in stack if f.filename == origin] or list(stack)
     where = f" (at {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {error}{where}"
+    text = str(error)
+    text = text if len(text) <= 2000 else text[:2000] + "..."
+    return f"{type(error).__name__}: {text}{where}"
 
 
 def main() -> None:

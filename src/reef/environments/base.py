@@ -236,6 +236,7 @@ class Environment(ABC):
     async def reset(self, task: Task) -> Observation:
         """Start an episode on ``task`` (ending the previous one): the first messages and
         the tools offered. Raises ``EpisodeError`` when the episode cannot start."""
+        self._offered = None  # no step on the last episode's tools if this one fails
         observation = await self.start_episode(task)
         offered: dict[str, dict[str, Any]] = {}
         for spec in observation.tools:

@@ -26,6 +26,7 @@ DOMAIN = {
     "cli",
     "dashboard",
     "client",
+    "environments",
 }
 
 # package -> packages (or third-party roots) it must never import
@@ -44,6 +45,19 @@ FORBIDDEN: dict[str, set[str]] = {
     "dashboard": {"learning", "torch"},
     "client": {"gateway", "learning", "engine", "experience", "torch"},
     "jobs": {"gateway", "learning", "evaluation", "torch"},
+    # Environments are what the gate and the learners play episodes in: they import
+    # neither, nor the server or the stores the episodes' records land in.
+    "environments": {
+        "gateway",
+        "learning",
+        "evaluation",
+        "torch",
+        "engine",
+        "cli",
+        "releases",
+        "jobs",
+        "db",
+    },
 }
 HEAVY = {"torch", "transformers", "peft"}
 
@@ -108,7 +122,7 @@ def test_torch_lives_only_in_engine_and_trainers() -> None:
 
 
 # Packages other packages reach only through their face (``reef.X``, its ``__all__``).
-FACED = ("db", "evaluation", "experience", "jobs", "learning", "releases")
+FACED = ("db", "environments", "evaluation", "experience", "jobs", "learning", "releases")
 
 
 @pytest.mark.parametrize("package", FACED)
@@ -178,7 +192,15 @@ def _loaded_by(modules: str, wanted: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "module", ["reef", "reef.gateway", "reef.cli.main", "reef.experience", "reef.engine.tools"]
+    "module",
+    [
+        "reef",
+        "reef.gateway",
+        "reef.cli.main",
+        "reef.experience",
+        "reef.engine.tools",
+        "reef.environments",
+    ],
 )
 def test_import_loads_no_torch(module: str) -> None:
     heavy = _loaded_by(module, "m.split('.')[0] in {'torch', 'transformers', 'peft'}")

@@ -1,0 +1,105 @@
+"""Environments: where agents act in live episodes, not only in replays of recordings.
+
+Owns: the ``Environment`` contract (``base``: tasks, ``reset`` to the first messages
+and the tools offered, ``step`` to tool results, ``score`` with a reason; the episode
+limits), checking the model's tool calls (``calls``), task files (``tasks``), the tool
+worker that runs a toolset's code in a child process with limits and no network
+(``sandbox``, ``worker_main``), the registry over the ``reef.environments``
+entry-point group (``registry``), the built-ins ``replay``, ``python`` and ``http``,
+an example toolset (``examples.orders``) and the episode runner that plays an
+environment against an OpenAI-compatible endpoint (``episode``).
+Does not own: serving or recording the model's calls (``gateway``; never imported
+here), comparing candidates on episodes (``evaluation``), training on them
+(``learning``), recorded trajectories themselves (``experience``, read by ``replay``).
+Extend: an environment subclasses ``reef.environments.Environment`` and registers in
+the ``reef.environments`` entry-point group; a toolset for the ``python`` environment
+is a module registered in ``reef.environment_tools``. YAML picks them by name
+(``type:``, ``toolset:``), never by a module path. docs/environments.md has a
+complete plugin.
+"""
+
+# The face: what other packages import (tests/architecture checks that nothing else is).
+from reef.environments.base import (
+    TOOL_STATUSES,
+    Environment,
+    EnvironmentConfig,
+    EnvironmentSpecError,
+    EpisodeError,
+    EpisodeLimits,
+    Observation,
+    Score,
+    StepResult,
+    Task,
+    ToolCrashed,
+    ToolError,
+    ToolOutput,
+    ToolResult,
+    ToolStatus,
+    ToolUnrecorded,
+    UnknownEnvironmentError,
+    default_score,
+    final_answer,
+)
+from reef.environments.calls import ParsedCall, cap_output, normalize_call, parse_call
+from reef.environments.episode import (
+    ChatEndpoint,
+    EpisodeResult,
+    StopCause,
+    play_episode,
+    run_episode,
+)
+from reef.environments.http_env import HttpEnvironment, HttpEnvironmentConfig
+from reef.environments.python_env import (
+    TOOLSET_GROUP,
+    PythonEnvironment,
+    PythonEnvironmentConfig,
+)
+from reef.environments.registry import ENVIRONMENT_GROUP, EnvironmentRegistry, build_environment
+from reef.environments.replay import ReplayEnvironment, ReplayEnvironmentConfig
+from reef.environments.sandbox import SandboxConfig, ToolWorker
+from reef.environments.tasks import load_tasks, task_from_dict
+
+__all__ = [
+    "ENVIRONMENT_GROUP",
+    "TOOLSET_GROUP",
+    "TOOL_STATUSES",
+    "ChatEndpoint",
+    "Environment",
+    "EnvironmentConfig",
+    "EnvironmentRegistry",
+    "EnvironmentSpecError",
+    "EpisodeError",
+    "EpisodeLimits",
+    "EpisodeResult",
+    "HttpEnvironment",
+    "HttpEnvironmentConfig",
+    "Observation",
+    "ParsedCall",
+    "PythonEnvironment",
+    "PythonEnvironmentConfig",
+    "ReplayEnvironment",
+    "ReplayEnvironmentConfig",
+    "SandboxConfig",
+    "Score",
+    "StepResult",
+    "StopCause",
+    "Task",
+    "ToolCrashed",
+    "ToolError",
+    "ToolOutput",
+    "ToolResult",
+    "ToolStatus",
+    "ToolUnrecorded",
+    "ToolWorker",
+    "UnknownEnvironmentError",
+    "build_environment",
+    "cap_output",
+    "default_score",
+    "final_answer",
+    "load_tasks",
+    "normalize_call",
+    "parse_call",
+    "play_episode",
+    "run_episode",
+    "task_from_dict",
+]

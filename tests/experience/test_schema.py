@@ -37,6 +37,7 @@ TABLES = {
     "evaluations",
     "eval_results",
     "eval_items",
+    "eval_episodes",
     "responses",
 }
 

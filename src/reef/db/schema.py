@@ -292,6 +292,32 @@ eval_results = Table(
     PrimaryKeyConstraint("evaluation_id", "item_key", "arm", "repeat"),
 )
 
+# One row per episode an evaluation played (gate.episodes): task, side and repeat, how
+# it went and the conversation; the gateway's records of it share its session id.
+eval_episodes = Table(
+    "eval_episodes",
+    metadata,
+    Column("evaluation_id", ID, nullable=False),
+    Column("item_key", Text, nullable=False),
+    Column("arm", String(20), nullable=False),
+    Column("repeat", Integer, nullable=False),
+    Column("task_id", Text, nullable=False),
+    Column("release_id", ID, nullable=False),
+    Column("environment", Text, nullable=False),
+    Column("score", Float, nullable=False),
+    Column("stop", String(20), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("turns", Integer, nullable=False),
+    Column("tool_calls", Integer, nullable=False),
+    Column("tool_status_json", Text, nullable=True),
+    Column("session_id", ID, nullable=True),
+    Column("record_ids_json", Text, nullable=True),
+    Column("messages_json", Text, nullable=True),
+    Column("seconds", Float, nullable=True),
+    PrimaryKeyConstraint("evaluation_id", "item_key", "arm", "repeat"),
+)
+
 # The items an evaluation asked (what a later candidate must not forget: the items that
 # admitted a release become a regression suite of the releases after it).
 eval_items = Table(

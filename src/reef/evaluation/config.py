@@ -8,18 +8,24 @@ gate:
   min_items: 20                      # the decision rule (GateRule)
   min_improvement: 0.01
   max_regression: 0.05
+  episodes:                          # paired episodes in an environment (optional)
+    environment: {type: python, toolset: orders, tasks: tasks/orders.jsonl}
+    tasks: all                       # or the first n tasks
+    repeats: 2                       # episodes per task and side
 publish: auto                        # auto | review | canary (a recipe key)
 ```
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
+from reef.environments import EnvironmentRegistry, EnvironmentSpecError
 from reef.experience import COMPUTED_KINDS, EXPLICIT, check_source_weights
 
 
@@ -91,6 +97,65 @@ class CanaryConfig(_Strict):
     )
 
 
+class EpisodesConfig(_Strict):
+    """Paired episodes (``gate.episodes``): the candidate and the head each play the
+    environment's tasks through the gateway, ``repeats`` times per task, interleaved;
+    an episode's score is its task's item score under the gate's decision rule."""
+
+    environment: dict[str, Any] = Field(
+        description="The environment's spec (``type:`` and its settings; a relative "
+        "``tasks:`` path is relative to the recipe's directory)."
+    )
+    tasks: int | Literal["all"] = Field(
+        default="all", description="How many of the environment's tasks (the first n), or all."
+    )
+    repeats: int = Field(default=1, ge=1, le=20, description="Episodes per task and side.")
+    max_turns: int | None = Field(
+        default=None, ge=1, description="Overrides the environment's limits.max_turns."
+    )
+    episode_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Overrides the environment's limits.episode_timeout_seconds.",
+    )
+
+    @field_validator("tasks")
+    @classmethod
+    def _some_tasks(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("tasks: give a number of tasks (at least 1) or 'all'")
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _known_environment(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        settings = dict(spec)
+        type_name = settings.pop("type", None)
+        if not isinstance(type_name, str) or not type_name:
+            raise ValueError("environment: an environment spec needs a 'type' naming it")
+        try:
+            EnvironmentRegistry().config(type_name, settings, "gate.episodes.environment")
+        except EnvironmentSpecError as exc:
+            raise ValueError(str(exc)) from exc
+        return spec
+
+    def spec(self) -> dict[str, Any]:
+        """The environment spec with this block's limit overrides applied."""
+        spec = dict(self.environment)
+        overrides = {
+            key: value
+            for key, value in (
+                ("max_turns", self.max_turns),
+                ("episode_timeout_seconds", self.episode_timeout_seconds),
+            )
+            if value is not None
+        }
+        if overrides:
+            limits = spec.get("limits")
+            spec["limits"] = {**(limits if isinstance(limits, Mapping) else {}), **overrides}
+        return spec
+
+
 class GateConfig(GateRule):
     """How candidates of a scenario are evaluated before they may serve (the rule's
     thresholds are keys of ``gate:`` too)."""
@@ -155,6 +220,10 @@ class GateConfig(GateRule):
     safety: SafetyConfig = Field(default_factory=SafetyConfig, description="Safety probes.")
     canary: CanaryConfig = Field(
         default_factory=CanaryConfig, description="Canary settings (publish: canary)."
+    )
+    episodes: EpisodesConfig | None = Field(
+        default=None,
+        description="Paired episodes in an environment (tasks played by both sides).",
     )
 
     @field_validator("scorer", mode="before")

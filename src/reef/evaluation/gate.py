@@ -7,7 +7,9 @@
 3. Items: the recipe's file suites, the scenario's holdout experience, the regression
    suites (items that admitted earlier releases) and, when the candidate adds harness
    text, leak probes. The candidate and the head answer every item (paired), through the
-   gateway, pinned with ``x-reef-release``, purpose ``eval`` (never trained on).
+   gateway, pinned with ``x-reef-release``, purpose ``eval`` (never trained on). With
+   ``gate.episodes``, both also play the environment's tasks, ``repeats`` episodes per
+   task and side, interleaved (``episodes``); an episode's score is its task's score.
 4. Every answer is scored and stored (``EvaluationStore``); the rule (``stats.decide``)
    gives the verdict with its reasons; the decision and its evidence go on the candidate
    (``evidence["gate"]``) and on the release when it is published.
@@ -30,8 +32,19 @@ from typing import Any, Literal
 
 from reef.core import Progress, SilentProgress
 from reef.core.errors import ReefError
+from reef.environments import Task, build_environment
 from reef.evaluation.config import GateConfig
 from reef.evaluation.decision import decide_results, score_answers
+from reef.evaluation.episodes import (
+    EpisodeRun,
+    as_item_results,
+    collect_episodes,
+    episode_jobs,
+    episode_suite,
+    resolve_spec,
+    select_tasks,
+    task_items,
+)
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget, collect_answers
 from reef.evaluation.safety import leak_probe_items, planted_instructions
@@ -142,6 +155,8 @@ class Gate:
         )
         planted = planted_instructions(mine, parent) if self.config.safety.scan_harness else []
         items = self._items(candidate.scenario, holdout)
+        spec, tasks = self._tasks()
+        episode_items = [] if spec is None else task_items(episode_suite(spec["type"]), tasks)
         probes = (
             leak_probe_items(mine, parent, self.config.safety.leak_min_chars)
             if self.config.safety.leak_probes and not planted
@@ -155,25 +170,38 @@ class Gate:
             "publish": self.publish,
             "gateway": self.target.base_url,
         }
+        if self.config.episodes is not None and spec is not None:
+            meta["episodes"] = {
+                "environment": spec["type"],
+                "tasks": len(tasks),
+                "repeats": self.config.episodes.repeats,
+            }
+        asked = [*items, *episode_items, *probes]
         evaluation_id = self.evaluations.start(
-            candidate.scenario, candidate.id, baseline.id, [*items, *probes], meta, GATE_ACTOR
+            candidate.scenario, candidate.id, baseline.id, asked, meta, GATE_ACTOR
         )
         try:
             answers: list[Answer] = []
+            runs: list[EpisodeRun] = []
             if not planted:
                 answers = self._answers(items, probes, candidate, baseline)
-                check_errors(answers, self.config.max_error_fraction)
-            results = self._score(items, probes, answers)
+                runs = self._episodes(spec, tasks, candidate, baseline)
+                check_errors(answers, self.config.max_error_fraction, runs)
+            results = [*self._score(items, probes, answers), *as_item_results(runs)]
             self.evaluations.add_results(evaluation_id, results)
-            decision = decide_results(results, planted, self.config, items)
+            self.evaluations.add_episodes(evaluation_id, runs)
+            decision = decide_results(results, planted, self.config, [*items, *episode_items])
         except Exception as error:
             self.evaluations.fail(evaluation_id, repr(error))
             raise
         cost = {
-            "model_calls": sum(answer.attempts for answer in answers),
+            "model_calls": sum(answer.attempts for answer in answers)
+            + sum(run.result.turns for run in runs if run.result is not None),
             "seconds": round(time.monotonic() - started, 3),
-            "items": len(items),
+            "items": len(items) + len(episode_items),
         }
+        if runs:
+            cost["episodes"] = len(runs)
         self.evaluations.finish(evaluation_id, decision, {**meta, "cost": cost})
         return decision, evaluation_id, cost
 
@@ -194,6 +222,40 @@ class Gate:
                 regression_suites(self.evaluations, releases, self.config.regression_releases)
             )
         return items
+
+    def _tasks(self) -> tuple[dict[str, Any] | None, list[Task]]:
+        """The episodes' environment spec (None without ``gate.episodes``) and tasks."""
+        episodes = self.config.episodes
+        if episodes is None:
+            return None, []
+        spec = resolve_spec(episodes, self.suite_dir)
+        environment = build_environment(spec, where="gate.episodes.environment")
+        return spec, select_tasks(environment, episodes)
+
+    def _episodes(
+        self,
+        spec: dict[str, Any] | None,
+        tasks: list[Task],
+        candidate: Candidate,
+        baseline: Release,
+    ) -> list[EpisodeRun]:
+        if spec is None or self.config.episodes is None or not tasks:
+            return []
+        jobs = episode_jobs(
+            tasks,
+            {"candidate": candidate.id, "baseline": baseline.id},
+            self.config.episodes.repeats,
+        )
+        params = {"max_tokens": self.config.max_tokens, "temperature": self.config.temperature}
+        return collect_episodes(
+            self.target,
+            spec,
+            jobs,
+            params,
+            lambda done, total: self.progress.report(
+                done / total, f"evaluating: {done}/{total} episodes"
+            ),
+        )
 
     def _answers(
         self,
@@ -284,10 +346,13 @@ class EvaluationFailedError(ReefError):
     """Too many eval calls failed to decide anything; the evaluation is retried later."""
 
 
-def check_errors(answers: Sequence[Answer], max_fraction: float) -> None:
+def check_errors(
+    answers: Sequence[Answer], max_fraction: float, runs: Sequence[EpisodeRun] = ()
+) -> None:
     """Raise ``EvaluationFailedError`` when more than ``max_fraction`` of either arm's
-    answers never came: a gateway or upstream outage is not evidence against a
-    candidate."""
+    answers never came, or of its episodes failed (stop ``error``: the model calls
+    failed; or the environment could not play them): a gateway or upstream outage is
+    not evidence against a candidate. Answers and episodes are counted apart."""
     for arm in ("candidate", "baseline"):
         mine = [answer for answer in answers if answer.arm == arm]
         failed = [answer for answer in mine if answer.text is None]
@@ -295,4 +360,11 @@ def check_errors(answers: Sequence[Answer], max_fraction: float) -> None:
             raise EvaluationFailedError(
                 f"{len(failed)} of {len(mine)} {arm} calls failed (more than "
                 f"{max_fraction:.0%}); first error: {failed[0].error}"
+            )
+        played = [run for run in runs if run.arm == arm]
+        broken = [run for run in played if run.failed]
+        if played and len(broken) > max_fraction * len(played):
+            raise EvaluationFailedError(
+                f"{len(broken)} of {len(played)} {arm} episodes failed (more than "
+                f"{max_fraction:.0%}); first error: {broken[0].error_text}"
             )

@@ -2,8 +2,10 @@
 
 One ``evaluations`` row per comparison (candidate or release against a baseline release),
 its items in ``eval_items`` (the items that admitted a release stay in force as a
-regression suite of every later candidate) and one ``eval_results`` row per item, arm and
-repeat. Written by the gate, read by the admin API, the dashboard and reports.
+regression suite of every later candidate), one ``eval_results`` row per item, arm and
+repeat, and, for ``gate.episodes``, one ``eval_episodes`` row per episode (task, arm and
+repeat: how it went and its conversation). Written by the gate, read by the admin API,
+the dashboard and reports.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from reef.core import dumps, loads, new_id
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.db import Database
 from reef.db import schema as t
+from reef.evaluation.episodes import EpisodeRun
 from reef.evaluation.values import Arm, Decision, EvalItem, ItemResult
 
 EvaluationState = Literal["running", "done", "failed"]
@@ -66,6 +69,104 @@ class Evaluation:
             "created_at": self.created_at.isoformat(),
             "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
         }
+
+
+@dataclass(frozen=True)
+class StoredEpisode:
+    """One stored episode: ``stop`` as the episode runner gave it (``error`` also when
+    the environment failed), ``session_id`` the gateway's session of its records,
+    ``messages`` the whole conversation."""
+
+    item_key: str
+    task_id: str
+    arm: Arm
+    repeat: int
+    release_id: str
+    environment: str
+    score: float
+    stop: str
+    reason: str | None
+    error: str | None
+    turns: int
+    tool_calls: int
+    tool_status: dict[str, int]
+    session_id: str | None
+    record_ids: list[str]
+    messages: list[dict[str, Any]]
+    seconds: float | None
+
+    def as_dict(self, messages: bool = True) -> dict[str, Any]:
+        """JSON-ready form; without the conversation when ``messages`` is false."""
+        data = {
+            "item": self.item_key,
+            "task_id": self.task_id,
+            "arm": self.arm,
+            "repeat": self.repeat,
+            "release_id": self.release_id,
+            "environment": self.environment,
+            "score": self.score,
+            "stop": self.stop,
+            "reason": self.reason,
+            "error": self.error,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "tool_status": self.tool_status,
+            "session_id": self.session_id,
+            "record_ids": self.record_ids,
+            "seconds": self.seconds,
+        }
+        if messages:
+            data["messages"] = self.messages
+        return data
+
+
+def _episode_row(evaluation_id: str, run: EpisodeRun) -> dict[str, Any]:
+    result = run.result
+    return {
+        "evaluation_id": evaluation_id,
+        "item_key": run.item_key,
+        "arm": run.arm,
+        "repeat": run.repeat,
+        "task_id": run.task_id,
+        "release_id": run.release_id,
+        "environment": run.suite.partition(":")[2],
+        "score": run.score,
+        "stop": "error" if result is None else result.stop,
+        "reason": run.reason,
+        "error": run.error if result is None else result.error,
+        "turns": 0 if result is None else result.turns,
+        "tool_calls": 0 if result is None else result.tool_calls,
+        "tool_status_json": None if result is None else _text(dict(result.tool_status)),
+        "session_id": None if result is None else result.session_id,
+        "record_ids_json": None if result is None else _text(list(result.record_ids)),
+        "messages_json": None if result is None else _text(list(result.messages)),
+        "seconds": None if result is None else result.seconds,
+    }
+
+
+def _stored_episode(row: RowMapping) -> StoredEpisode:
+    def parsed(column: str, empty: Any) -> Any:
+        return empty if row[column] is None else loads(row[column])
+
+    return StoredEpisode(
+        item_key=row["item_key"],
+        task_id=row["task_id"],
+        arm=cast(Arm, row["arm"]),
+        repeat=row["repeat"],
+        release_id=row["release_id"],
+        environment=row["environment"],
+        score=row["score"],
+        stop=row["stop"],
+        reason=row["reason"],
+        error=row["error"],
+        turns=row["turns"],
+        tool_calls=row["tool_calls"],
+        tool_status=parsed("tool_status_json", {}),
+        session_id=row["session_id"],
+        record_ids=parsed("record_ids_json", []),
+        messages=parsed("messages_json", []),
+        seconds=row["seconds"],
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -165,6 +266,27 @@ class EvaluationStore:
         ]
         with self._write() as conn:
             conn.execute(t.eval_results.insert(), rows)
+
+    def add_episodes(self, evaluation_id: str, runs: Sequence[EpisodeRun]) -> None:
+        """Store played episodes (one row per task, arm and repeat)."""
+        if runs:
+            rows = [_episode_row(evaluation_id, run) for run in runs]
+            with self._write() as conn:
+                conn.execute(t.eval_episodes.insert(), rows)
+
+    def episodes(
+        self, evaluation_id: str, task_id: str | None = None
+    ) -> builtins.list[StoredEpisode]:
+        """The evaluation's episodes (of one task when ``task_id`` is given), by task,
+        repeat and arm (candidate first)."""
+        e = t.eval_episodes.c
+        statement = select(t.eval_episodes).where(e.evaluation_id == evaluation_id)
+        if task_id is not None:
+            statement = statement.where(e.task_id == task_id)
+        statement = statement.order_by(e.item_key, e.repeat, e.arm.desc())
+        with self._read() as conn:
+            rows = conn.execute(statement).mappings().all()
+        return [_stored_episode(row) for row in rows]
 
     def finish(
         self, evaluation_id: str, decision: Decision, meta: dict[str, Any] | None = None

@@ -139,7 +139,7 @@ def regression_suites(
 
     A release names the evaluation that admitted it in ``evidence["gate"]
     ["evaluation_id"]``; only its current-suite items (file suites and holdout) carry
-    over — not its own regression or safety items.
+    over — not its own regression or safety items, nor an environment's tasks.
     """
     items: list[EvalItem] = []
     taken = 0
@@ -153,7 +153,8 @@ def regression_suites(
         taken += 1
         suite = f"regression:{release.id}"
         for item in evaluations.items(evaluation_id):
-            if is_current_suite(item.suite):
+            # Tasks are played, not asked: a later gate plays its own episodes.
+            if is_current_suite(item.suite) and not is_episode_suite(item.suite):
                 items.append(
                     EvalItem(
                         id=f"{item.suite}/{item.id}",
@@ -170,5 +171,12 @@ def regression_suites(
 
 
 def is_current_suite(suite: str) -> bool:
-    """Whether ``suite`` counts toward the overall gain (file suites and holdout)."""
-    return suite == "holdout" or suite.startswith("file:")
+    """Whether ``suite`` counts toward the overall gain (file suites, holdout and the
+    episodes of ``gate.episodes``)."""
+    return suite == "holdout" or suite.startswith(("file:", "env:"))
+
+
+def is_episode_suite(suite: str) -> bool:
+    """Whether ``suite`` holds an environment's tasks (``env:<type>``), played as
+    episodes rather than asked as one chat item."""
+    return suite.startswith("env:")

@@ -281,6 +281,7 @@ def create_app(
         Route("/reef/scenarios/{scenario}/candidates", evaluation.candidates, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/evaluations", evaluation.evaluations_of, methods=["GET"]),
         Route("/reef/evaluations/{evaluation_id}", evaluation.evaluation, methods=["GET"]),
+        Route("/reef/evaluations/{evaluation_id}/episodes", evaluation.episodes, methods=["GET"]),
         Route("/reef/status", chain.status, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/curve", insights.curve, methods=["GET"]),
         Route("/reef/scenarios/{scenario}/jobs", insights.jobs, methods=["GET"]),

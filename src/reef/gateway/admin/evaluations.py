@@ -2,8 +2,11 @@
 
 - ``GET /reef/scenarios/{s}/candidates?state=&limit=``: candidates newest first;
 - ``GET /reef/scenarios/{s}/evaluations?limit=``: evaluations newest first;
-- ``GET /reef/evaluations/{id}``: one evaluation with its per-item results (and, with
-  ``?items=1``, the items it asked);
+- ``GET /reef/evaluations/{id}``: one evaluation with its per-item results, its
+  episodes (``gate.episodes``: without their conversations) and, with ``?items=1``, the
+  items it asked;
+- ``GET /reef/evaluations/{id}/episodes?task=``: its episodes with their conversations
+  (of one task, both sides, when ``task`` is given);
 - ``POST /reef/candidates/{id}/abandon``: stop a pending, passed or canary candidate
   (``{"reason": ...}``); a canary's live traffic returns to the head.
 """
@@ -80,10 +83,21 @@ class EvaluationAdminRoutes:
         results = await asyncio.to_thread(self.evaluations.results, evaluation_id)
         data = found.as_dict()
         data["results"] = [result.as_dict() for result in results]
+        episodes = await asyncio.to_thread(self.evaluations.episodes, evaluation_id)
+        data["episodes"] = [episode.as_dict(messages=False) for episode in episodes]
         if request.query_params.get("items") in ("1", "true"):
             items = await asyncio.to_thread(self.evaluations.items, evaluation_id)
             data["items"] = [item.as_dict() for item in items]
         return _json(data)
+
+    async def episodes(self, request: Request) -> Response:
+        """``GET /reef/evaluations/{evaluation_id}/episodes?task=``."""
+        self.state.auth.authenticate(request).require_admin()
+        evaluation_id = request.path_params["evaluation_id"]
+        await asyncio.to_thread(self.evaluations.get, evaluation_id)  # 404 when unknown
+        task = request.query_params.get("task")
+        found = await asyncio.to_thread(self.evaluations.episodes, evaluation_id, task)
+        return _json({"data": [episode.as_dict() for episode in found]})
 
     async def abandon(self, request: Request) -> Response:
         """``POST /reef/candidates/{candidate_id}/abandon``."""

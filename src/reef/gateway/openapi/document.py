@@ -391,9 +391,16 @@ OPERATIONS: tuple[Operation, ...] = (
               "A scenario's evaluations", "admin", "The gate's evaluations, newest first.",
               parameters=(SCENARIO, LIMIT), responses=_ADMIN_READ),
     Operation("get", "/reef/evaluations/{evaluation_id}", "candidates", "One evaluation",
-              "admin", "Every scored answer; with `items=1` the items asked too.",
+              "admin", "Every scored answer and episode; with `items=1` the items asked too.",
               parameters=(_path("evaluation_id", "The evaluation's id."),
                           _query("items", "`1` or `true`: include the items.")),
+              responses=_ADMIN_READ),
+    Operation("get", "/reef/evaluations/{evaluation_id}/episodes", "candidates",
+              "An evaluation's episodes", "admin",
+              "The episodes of `gate.episodes` with their conversations, by task, repeat and "
+              "side; `task` picks one task's.",
+              parameters=(_path("evaluation_id", "The evaluation's id."),
+                          _query("task", "Only this task's episodes (both sides).")),
               responses=_ADMIN_READ),
     Operation("get", "/reef/status", "operations", "What this gateway serves", "admin",
               "Per scenario: head, serving release, activation state, live canary; loaded "

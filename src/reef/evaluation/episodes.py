@@ -1,0 +1,259 @@
+"""Paired episodes: the candidate and the head each play an environment's tasks through
+the gateway (``gate.episodes``).
+
+Every episode pins its side with ``x-reef-release`` and declares ``x-reef-purpose:
+eval``, so the gateway records it as one session (never trained on). Episodes are
+played in a fixed order, task by task, repeat by repeat, the candidate before the head
+(``episode_jobs``): with one episode in flight at a time the two sides alternate, and
+with more, episodes start in that order, so whatever drifts while the run goes on
+touches both sides alike. Each episode in flight has an environment of its own (an
+environment holds one episode's state).
+
+An episode's score (in [0, 1]) is its task's item score: ``as_item_results`` turns the
+episodes into the ``ItemResult`` rows the decision rule reads, under the suite
+``env:<environment type>``. An episode whose model calls failed (stop ``error``), or
+whose environment could not start or score it, counts as a failed answer
+(``check_errors``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from reef.environments import (
+    ChatEndpoint,
+    Environment,
+    EpisodeError,
+    EpisodeResult,
+    Task,
+    build_environment,
+    final_answer,
+    play_episode,
+)
+from reef.evaluation.config import EpisodesConfig
+from reef.evaluation.runner import GatewayTarget, header_value
+from reef.evaluation.values import ARMS, Arm, EvalItem, ItemResult
+
+EPISODE_SUITE_PREFIX = "env:"  # suites.is_episode_suite knows it too
+
+
+def episode_suite(environment_type: str) -> str:
+    """The suite an environment's episodes are scored under: ``env:<type>``."""
+    return f"{EPISODE_SUITE_PREFIX}{environment_type}"
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode to play: a task, its repeat, the side and the release it pins."""
+
+    task: Task
+    repeat: int
+    arm: Arm
+    release_id: str
+
+
+@dataclass(frozen=True)
+class EpisodeRun:
+    """One played episode: ``result`` as the runner gave it, or None with ``error``
+    when the environment could not start or score the episode."""
+
+    suite: str
+    task_id: str
+    arm: Arm
+    repeat: int
+    release_id: str
+    result: EpisodeResult | None
+    error: str | None = None
+
+    @property
+    def item_key(self) -> str:
+        """``<suite>/<task id>``: the item this episode answers."""
+        return f"{self.suite}/{self.task_id}"
+
+    @property
+    def failed(self) -> bool:
+        """Whether no evidence came: the model calls failed or the environment did."""
+        return self.result is None or self.result.stop == "error"
+
+    @property
+    def score(self) -> float:
+        """The episode's score in [0, 1] (0 when the environment failed)."""
+        return 0.0 if self.result is None else self.result.score.value
+
+    @property
+    def reason(self) -> str:
+        """Why it scored what it did."""
+        if self.result is None:
+            return f"the environment failed: {self.error}"
+        return self.result.score.reason
+
+    @property
+    def error_text(self) -> str | None:
+        """What went wrong when the episode ``failed``; else None."""
+        if self.result is None:
+            return self.error
+        return self.result.error if self.result.stop == "error" else None
+
+
+def resolve_spec(config: EpisodesConfig, base_dir: Path) -> dict[str, Any]:
+    """The environment spec with a relative ``tasks:`` path resolved under ``base_dir``
+    (the recipe's directory)."""
+    spec = config.spec()
+    tasks = spec.get("tasks")
+    if isinstance(tasks, str | Path) and not Path(tasks).is_absolute():
+        spec["tasks"] = str((base_dir / tasks).resolve())
+    return spec
+
+
+def select_tasks(environment: Environment, config: EpisodesConfig) -> list[Task]:
+    """The tasks the gate plays: all, or the first ``config.tasks``."""
+    tasks = environment.tasks()
+    return tasks if config.tasks == "all" else tasks[: config.tasks]
+
+
+def task_items(suite: str, tasks: Sequence[Task]) -> list[EvalItem]:
+    """The tasks as the evaluation's items (what the evaluation stores it asked)."""
+    return [
+        EvalItem(id=task.id, suite=suite, messages=list(task.messages), reference=task.expected)
+        for task in tasks
+    ]
+
+
+def episode_jobs(tasks: Sequence[Task], arms: Mapping[Arm, str], repeats: int) -> list[EpisodeJob]:
+    """Every episode to play, interleaved: per task, per repeat, the candidate then the
+    head."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    order = [arm for arm in ARMS if arm in arms]
+    return [
+        EpisodeJob(task, repeat, arm, arms[arm])
+        for task in tasks
+        for repeat in range(repeats)
+        for arm in order
+    ]
+
+
+def endpoint_for(target: GatewayTarget, job: EpisodeJob, params: Mapping[str, Any]) -> ChatEndpoint:
+    """The gateway as the episode's model, pinned to the job's release, purpose eval."""
+    headers = {
+        "x-reef-scenario": target.scenario,
+        "x-reef-release": job.release_id,
+        "x-reef-purpose": "eval",
+        "x-reef-tag-eval-item": header_value(job.task.id),
+        "x-reef-tag-eval-arm": job.arm,
+    }
+    return ChatEndpoint(
+        base_url=target.base_url.rstrip("/") + "/v1",
+        model=f"reef/{target.scenario}",
+        api_key=target.api_key,
+        headers=headers,
+        params=dict(params),
+        timeout_seconds=target.timeout_seconds,
+    )
+
+
+def collect_episodes(
+    target: GatewayTarget,
+    spec: Mapping[str, Any],
+    jobs: Sequence[EpisodeJob],
+    params: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[EpisodeRun]:
+    """Play every job (``target.concurrency`` at once, each in an environment built
+    from ``spec``) and return the runs in the jobs' order. Synchronous: runs its own
+    event loop, so call it from a thread without one. ``params`` are request fields
+    (``max_tokens``, ``temperature``); ``progress(done, total)`` follows every episode."""
+    if not jobs:
+        return []
+    return asyncio.run(_collect(target, dict(spec), list(jobs), dict(params or {}), progress))
+
+
+async def _collect(
+    target: GatewayTarget,
+    spec: dict[str, Any],
+    jobs: list[EpisodeJob],
+    params: dict[str, Any],
+    progress: Callable[[int, int], None] | None,
+) -> list[EpisodeRun]:
+    runs: list[EpisodeRun | None] = [None] * len(jobs)
+    pending = iter(enumerate(jobs))  # shared by the workers: they start jobs in order
+    done = 0
+    suite = episode_suite(str(spec.get("type")))
+
+    # Built before any episode starts, so a bad spec fails the run at once, as itself.
+    environments = [
+        build_environment(spec, where="gate.episodes.environment")
+        for _ in range(min(target.concurrency, len(jobs)))
+    ]
+
+    async def work(environment: Environment, http: aiohttp.ClientSession) -> None:
+        nonlocal done
+        for index, job in pending:
+            runs[index] = await _play(environment, job, suite, target, params, http)
+            done += 1
+            if progress is not None:
+                progress(done, len(jobs))
+
+    try:
+        async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as group:
+            for environment in environments:
+                group.create_task(work(environment, http))
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    finally:
+        for environment in environments:
+            await environment.close()
+    return [run for run in runs if run is not None]
+
+
+async def _play(
+    environment: Environment,
+    job: EpisodeJob,
+    suite: str,
+    target: GatewayTarget,
+    params: dict[str, Any],
+    http: aiohttp.ClientSession,
+) -> EpisodeRun:
+    endpoint = endpoint_for(target, job, params)
+    try:
+        result = await play_episode(environment, job.task, endpoint, http)
+    except EpisodeError as exc:
+        return EpisodeRun(suite, job.task.id, job.arm, job.repeat, job.release_id, None, str(exc))
+    return EpisodeRun(suite, job.task.id, job.arm, job.repeat, job.release_id, result)
+
+
+def as_item_results(runs: Sequence[EpisodeRun]) -> list[ItemResult]:
+    """The runs as scored answers: the episode's score, its final answer as the
+    output, the last reply's record as the receipt, and the episode in ``details``."""
+    results = []
+    for run in runs:
+        result = run.result
+        details: dict[str, Any] = {"reason": run.reason}
+        if result is not None:
+            details.update(
+                stop=result.stop,
+                turns=result.turns,
+                tool_calls=result.tool_calls,
+                session_id=result.session_id,
+            )
+        results.append(
+            ItemResult(
+                item_key=run.item_key,
+                suite=run.suite,
+                arm=run.arm,
+                repeat=run.repeat,
+                score=run.score,
+                output=None if result is None else final_answer(result.messages),
+                record_id=result.record_ids[-1] if result and result.record_ids else None,
+                error=run.error_text,
+                details=details,
+                latency_ms=0.0 if result is None else result.seconds * 1000.0,
+            )
+        )
+    return results

@@ -82,12 +82,13 @@ def test_every_route_is_documented() -> None:
 
 
 def test_every_gate_setting_is_documented() -> None:
-    from reef.evaluation.config import CanaryConfig, GateConfig, SafetyConfig
+    from reef.evaluation.config import CanaryConfig, EpisodesConfig, GateConfig, SafetyConfig
 
     documented = (DOCS / "evaluation.md").read_text(encoding="utf-8")
     nested = {"safety", "canary"}
     names = [f"`{name}`" for name in GateConfig.model_fields if name not in nested]
     names += [f"`safety.{name}`" for name in SafetyConfig.model_fields]
     names += [f"`canary.{name}`" for name in CanaryConfig.model_fields]
+    names += [f"`episodes.{name}`" for name in EpisodesConfig.model_fields]
     missing = [name for name in names if name not in documented]
     assert not missing, f"gate settings missing from docs/evaluation.md: {missing}"

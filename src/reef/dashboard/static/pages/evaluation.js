@@ -1,9 +1,71 @@
 // One evaluation of the gate (or `reef eval run`): what was compared, the decision and
-// where its evidence came from, and every item's scores on both arms.
+// where its evidence came from, every item's scores on both arms and, for gate.episodes,
+// every task's episodes side by side (score, stop, turns, tool calls, reason), each
+// with its conversation here and a link to its recorded session's trajectory.
 
 import { get } from "../api.js";
-import { badge, empty, h, idChip, panel, time } from "../dom.js";
+import { badge, clip, contentText, empty, fill, h, idChip, num, panel, table, time } from "../dom.js";
 import { decisionBlock, evidenceBlock, itemDifferences, ruleLine, suitesTable } from "../gate.js";
+import { sessionHref } from "./records.js";
+
+function episodeCell(scenario, episode) {
+  if (!episode) return h("span", { class: "muted" }, "—");
+  return h("div", { class: "episode" },
+    h("strong", {}, num(episode.score, 2)), " ", badge(episode.stop),
+    ` ${episode.turns} turns, ${episode.tool_calls} tool calls `,
+    episode.session_id
+      ? h("a", { href: sessionHref(scenario, episode.session_id), class: "session-link", title: "the recorded session" }, "trajectory")
+      : null,
+    h("div", { class: "muted small" }, clip(episode.error || episode.reason || "", 200)));
+}
+
+function conversation(episode) {
+  if (!episode) return h("td", {}, "—");
+  return h("td", { class: "conversation" }, (episode.messages || []).map((message) =>
+    h("div", { class: ["said", `role-${message.role}`] },
+      h("span", { class: "role" }, message.role), " ",
+      clip(contentText(message.content), 400),
+      (message.tool_calls || []).map((call) => h("div", { class: "call" },
+        h("code", { class: "tool" }, (call.function || {}).name || "?"), " ",
+        h("code", { class: "args" }, clip((call.function || {}).arguments || "", 200)))))));
+}
+
+// Both sides of one task and repeat, loaded when opened.
+function sideBySide(evaluationId, row) {
+  const box = h("div", {}, "loading…");
+  const details = h("details", { class: "small" }, h("summary", {}, "conversations"), box);
+  details.addEventListener("toggle", async () => {
+    if (!details.open || box.dataset.loaded) return;
+    box.dataset.loaded = "1";
+    const found = await get(`reef/evaluations/${encodeURIComponent(evaluationId)}/episodes`, { task: row.task });
+    const side = (arm) => found.data.find((e) => e.arm === arm && e.repeat === row.repeat);
+    fill(box, h("table", { class: "side-by-side" },
+      h("thead", {}, h("tr", {}, h("th", {}, "candidate"), h("th", {}, "baseline"))),
+      h("tbody", {}, h("tr", {}, conversation(side("candidate")), conversation(side("baseline"))))));
+  });
+  return details;
+}
+
+function episodesTable(evaluation) {
+  const rows = new Map();
+  for (const episode of evaluation.episodes) {
+    const key = `${episode.task_id}\u0000${episode.repeat}`;
+    if (!rows.has(key)) rows.set(key, { task: episode.task_id, repeat: episode.repeat });
+    rows.get(key)[episode.arm] = episode;
+  }
+  const scenario = evaluation.scenario;
+  return table([
+    ["Task", (row) => h("code", {}, row.task)],
+    ["Repeat", (row) => String(row.repeat)],
+    ["Candidate", (row) => episodeCell(scenario, row.candidate)],
+    ["Baseline", (row) => episodeCell(scenario, row.baseline)],
+    ["", (row) => sideBySide(evaluation.id, row)],
+  ], [...rows.values()], (row) => {
+    const c = row.candidate ? row.candidate.score : 0;
+    const b = row.baseline ? row.baseline.score : 0;
+    return c > b ? "better" : c < b ? "worse" : null;
+  });
+}
 
 export async function render([id]) {
   const evaluation = await get(`reef/evaluations/${encodeURIComponent(id)}`, { items: 1 });
@@ -27,5 +89,11 @@ export async function render([id]) {
       decision ? [decisionBlock(decision), ruleLine(decision.rule), suitesTable(decision)]
         : empty(evaluation.state === "failed" ? "The evaluation failed before a decision." : "Still running.")),
     decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,
+    (evaluation.episodes || []).length
+      ? h("section", { class: "panel", id: "episodes" }, h("h2", {}, "Episodes"),
+        h("p", { class: "muted small" }, `${(meta.episodes || {}).environment || "?"} environment, ` +
+          `${(meta.episodes || {}).tasks ?? "?"} tasks, ${(meta.episodes || {}).repeats ?? "?"} repeats per side`),
+        episodesTable(evaluation))
+      : null,
     h("section", { class: "panel", id: "items" }, h("h2", {}, "Per-item differences"), itemDifferences(evaluation)));
 }

@@ -135,3 +135,26 @@ def test_gate_settings_are_checked_and_suites_resolve_next_to_the_recipe(
         parse_recipe({"learners": [{"type": "fewshot"}], "gate": {"min_itmes": 5}})
     assert "unknown key 'gate.min_itmes'" in info.value.message
     assert "min_items" in info.value.message
+
+
+def test_gate_episodes_tasks_resolve_next_to_the_recipe_and_bad_specs_are_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "recipes" / "agent.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        "learners: [{type: fewshot}]\n"
+        "gate: {episodes: {environment: {type: python, toolset: orders, tasks: t.jsonl},"
+        " repeats: 3}}\n"
+    )
+    episodes = load_recipe(path).gate.episodes
+    assert episodes is not None and episodes.repeats == 3
+    assert episodes.environment["tasks"] == str(tmp_path / "recipes" / "t.jsonl")
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(
+            {
+                "learners": [{"type": "fewshot"}],
+                "gate": {"episodes": {"environment": {"type": "x"}}},
+            }
+        )
+    assert "unknown environment type 'x'" in info.value.message

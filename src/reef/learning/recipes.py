@@ -202,4 +202,13 @@ def load_recipe(path: Path, registry: LearnerRegistry | None = None) -> Recipe:
     if suites != recipe.gate.suites:
         gate = recipe.gate.model_copy(update={"suites": suites})
         recipe = recipe.model_copy(update={"gate": gate})
+    # So is the tasks file of gate.episodes.
+    episodes = recipe.gate.episodes
+    tasks = None if episodes is None else episodes.environment.get("tasks")
+    if episodes is not None and isinstance(tasks, str) and not Path(tasks).is_absolute():
+        environment = {**episodes.environment, "tasks": str((path.parent / tasks).resolve())}
+        gate = recipe.gate.model_copy(
+            update={"episodes": episodes.model_copy(update={"environment": environment})}
+        )
+        recipe = recipe.model_copy(update={"gate": gate})
     return recipe

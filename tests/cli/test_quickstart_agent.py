@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,9 @@ def test_an_episode_succeeds_only_with_the_right_call_then_the_fact() -> None:
     assert twice.wrong_turn == 1 and twice.correction == request.answer
     vague = grade(request, [right, Turn("Your request has been handled.")])
     assert not vague.success and vague.wrong_turn == 1
+    # the fact inside tool markup is no answer to a customer
+    markup = Turn(f"<tool_response>\n{request.fact}\n</tool_response>")
+    assert grade(request, [right, markup]).wrong_turn == 1
     assert not names(f"x{request.fact}", request.fact)
 
 
@@ -79,7 +83,11 @@ def test_the_gate_suite_asks_the_call_and_the_answer_with_the_tools() -> None:
     assert call_item["reference"] == {"tool_calls": [request.call.to_openai()]}
     assert call_item["scorer"] == {"type": "tool_call"} and call_item["params"]["tools"] == TOOLS
     assert [m["role"] for m in answer_item["messages"]] == ["user", "assistant", "tool"]
-    assert answer_item["reference"] == request.fact in answer_item["messages"][-1]["content"]
+    assert request.fact in answer_item["messages"][-1]["content"]
+    assert answer_item["scorer"] == {"type": "regex", "flags": ["IGNORECASE"]}
+    pattern = answer_item["reference"]
+    assert re.search(pattern, request.answer.upper(), re.IGNORECASE)
+    assert not re.search(pattern, f"<tool_response>{request.fact}</tool_response>", re.I)
 
 
 def test_the_agent_task_grades_outcomes_so_implicit_feedback_is_refused(tmp_path: Path) -> None:
@@ -118,15 +126,19 @@ def test_reduced_agent_quickstart_runs_episodes_and_learns_from_their_outcomes(
     try:
         records = list(store.iter_export("orders"))
         served = [r for r in records if r.purpose == "serve"]
-        sessions = {r.session_id for r in served}
-        assert len(sessions) == EPISODES, "one session per episode"
-        assert all(r.request.get("tools") for r in served), "every turn offered the tools"
-        outcomes = [fb for r in served for fb in r.feedback if fb.session_id is not None]
     finally:
         store.close()
+    assert all(r.request.get("tools") for r in served), "every turn offered the tools"
+    fallbacks = [r for r in served if r.session_id.endswith(".fallback")]
+    episodes = {r.session_id for r in served} - {r.session_id for r in fallbacks}
+    assert len(episodes) == EPISODES, "one session per episode"
+    assert all(len(r.feedback) == 1 for r in fallbacks), "every fallback answer was graded"
     # every failed episode's outcome names the turn that went wrong and its correction
     failed = EPISODES - round_one["traffic_correct"]
-    assert round_one["corrections"] == failed
+    outcomes = [fb for r in served for fb in r.feedback if fb.session_id is not None]
     assert len([fb for fb in outcomes if fb.correction is not None]) == failed
+    assert round_one["feedback"] == EPISODES + len(fallbacks)
+    wrong_fallbacks = sum(r.feedback[0].correction is not None for r in fallbacks)
+    assert round_one["corrections"] == failed + wrong_fallbacks
     evals = [r for r in records if r.purpose == "eval"]
     assert len(evals) >= HELDOUT and not any(r.feedback for r in evals)

@@ -13,10 +13,11 @@ needs exactly one of them:
 
 **An episode succeeds** when the agent's first turn makes exactly the right call (the
 right tool, arguments equal as JSON values) and its next turn, after the tool's result,
-answers in text naming the fact that result holds (the status, the count, the return id;
-a whole word, case folded). Anything else fails, and the application knows which turn
-went wrong and what it should have been: the first turn (the right call) or the answer
-(a sentence naming the fact) — the correction it posts.
+answers in plain text (no calls, no tool markup such as ``<tool_response>``) naming the
+fact that result holds (the status, the count, the return id; a whole word, case
+folded). Anything else fails, and the application knows which turn went wrong and what
+it should have been: the first turn (the right call) or the answer (a sentence naming
+the fact) — the correction it posts.
 
 Requests are written from phrasing templates; every fourth template of each intent is
 **reserved for the held-out set**, and every request names an order (or asks about a
@@ -230,9 +231,19 @@ def grade(request: Request, turns: Sequence[Turn]) -> Verdict:
         )
     if len(turns) < 2 or turns[1].calls:
         return Verdict(False, 1, request.answer, "no answer after the tool's result")
-    if not names(turns[1].text, request.fact):
-        return Verdict(False, 1, request.answer, f"the answer does not name {request.fact!r}")
+    if not answers(turns[1].text, request.fact):
+        return Verdict(False, 1, request.answer, f"the answer does not say {request.fact!r}")
     return Verdict(True)
+
+
+def answers(text: str, fact: str) -> bool:
+    """Whether ``text`` is a plain-text answer (no tool markup) naming ``fact``."""
+    return "<tool" not in text.casefold() and names(text, fact)
+
+
+def answer_pattern(fact: str) -> str:
+    """``answers`` as a pattern for the gate's ``regex`` scorer (IGNORECASE)."""
+    return rf"^(?![\s\S]*<tool)[\s\S]*(?<![\w-]){re.escape(fact)}(?![\w-])"
 
 
 def names(text: str, fact: str) -> bool:
@@ -318,7 +329,8 @@ class RequestGenerator:
 def suite_items(requests: Sequence[Request], world: World, prefix: str) -> list[dict[str, Any]]:
     """Gate items of ``requests``, two per request: its first turn (the reference is the
     right call, scored by ``tool_call``) and its answer after the right call's result
-    (the reference is the fact, scored by ``contains``); both offered the tools."""
+    (scored by ``regex``: the fact in plain text, as ``answers`` reads it); both offered
+    the tools."""
     items: list[dict[str, Any]] = []
     for index, request in enumerate(requests):
         user = {"role": "user", "content": request.text}
@@ -342,8 +354,8 @@ def suite_items(requests: Sequence[Request], world: World, prefix: str) -> list[
             {
                 "id": f"{prefix}-{index}-answer",
                 "messages": answered,
-                "reference": request.fact,
-                "scorer": {"type": "contains"},
+                "reference": answer_pattern(request.fact),
+                "scorer": {"type": "regex", "flags": ["IGNORECASE"]},
                 "params": {"tools": TOOLS},
             }
         )
@@ -360,6 +372,8 @@ __all__ = [
     "Turn",
     "Verdict",
     "World",
+    "answer_pattern",
+    "answers",
     "grade",
     "names",
     "parse_arguments",

@@ -132,7 +132,7 @@ def round_line(result: RoundResult, words: Words = TRIAGE_WORDS) -> str:
                 f"{len(curve)} steps, loss {curve[0]:.2f} → {curve[-1]:.2f}; "
             )
     given = (
-        f"{result.traffic} feedback ({result.corrections} corrections)"
+        f"{result.feedback or result.traffic} feedback ({result.corrections} corrections)"
         if result.signals is None
         else f"no feedback, {result.follow_ups} user replies"
     )
@@ -367,7 +367,10 @@ fact the tool returned (the order's status, the units in stock, the return's id)
 that outcome on the session (score 1 or 0) and, for a failure, a correction on the turn
 that went wrong: the right call (<code>{{"tool_calls": [...]}}</code>) or the right
 sentence. The recipe's <code>credit: outcome</code> gives each turn the outcome's
-score.</li>
+score. When the first turn missed the call, the app still serves the customer: it makes
+the right call itself and asks the model for the answer (a session of its own), and
+grades that answer too (score 1, or 0 with the right sentence). Held-out episodes never
+fall back.</li>
 <li><b>Held-out episode success</b>: {heldout} requests written from phrasings reserved
 for this set, about orders no other request names (<code>heldout.jsonl</code>): never
 sent as traffic, never part of the gate's evidence. Every turn is pinned to the serving
@@ -379,8 +382,8 @@ requests in held-out phrasings, each asked as its first turn (scored by
 <code>contains</code>), paired; the candidate is published only when the mean gain is at
 least the recipe's <code>min_improvement</code> and the lower bound of its bootstrap
 interval is above zero.</li>
-<li><b>Training data</b>: every traffic episode's turns with the outcome's credit: the
-corrections, and the turns of successful episodes.</li>
+<li><b>Training data</b>: every traffic episode's turns with the outcome's credit (the
+corrections, and the turns of successful episodes) and the graded fallback answers.</li>
 </ul>"""
 
 
@@ -409,7 +412,7 @@ def _round_row(result: RoundResult) -> str:
     )
     gate = gate_line(result)
     given = (
-        str(result.corrections)
+        f"{result.feedback or result.traffic} ({result.corrections})"
         if result.signals is None
         else f"none posted; signals: {signals_line(result.signals)}"
     )

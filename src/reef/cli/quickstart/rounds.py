@@ -81,6 +81,7 @@ class RoundResult:
     traffic: int = 0
     traffic_correct: int = 0
     corrections: int = 0
+    feedback: int = 0  # items posted: one per ticket (triage), more for an agent's fallbacks
     traffic_seconds: float = 0.0
     job_id: str | None = None
     job_state: str | None = None
@@ -134,6 +135,7 @@ class Rounds:
         console: Console,
         implicit: bool = False,
         seed: int = 0,
+        metric: str = "accuracy",
     ) -> None:
         self.stack = stack
         self.app = app
@@ -141,6 +143,7 @@ class Rounds:
         self.console = console
         self.implicit = implicit
         self.seed = seed
+        self.metric = metric
         self._answers: list[Graded] = []
 
     # -- measuring ----------------------------------------------------------------------
@@ -156,7 +159,7 @@ class Rounds:
         """Held-out accuracy of the head release, every ticket pinned to it."""
         release_id, seq = self.head()
         with _progress(self.console) as progress, _timed() as elapsed:
-            task = progress.add_task(f"{label}: held-out accuracy", total=len(tickets))
+            task = progress.add_task(f"{label}: held-out {self.metric}", total=len(tickets))
             right = 0
 
             def counted(answer: Graded) -> None:
@@ -166,7 +169,7 @@ class Rounds:
                 progress.update(
                     task,
                     advance=1,
-                    description=f"{label}: held-out accuracy {right / done:.0%}",
+                    description=f"{label}: held-out {self.metric} {right / done:.0%}",
                 )
 
             answers = run_concurrently(
@@ -188,7 +191,10 @@ class Rounds:
             def counted(answer: Graded) -> None:
                 result.traffic += 1
                 result.traffic_correct += answer.correct
-                result.corrections += not answer.correct and not self.implicit
+                posted = 0 if self.implicit else 1
+                result.feedback += getattr(answer, "feedback_posted", posted)
+                corrected = int(not answer.correct and not self.implicit)
+                result.corrections += getattr(answer, "corrections_posted", corrected)
                 result.follow_ups += answer.follow_up is not None
                 right = f"right {result.traffic_accuracy:.0%}"
                 progress.update(task, advance=1, description=f"{label}: {what} ({right})")

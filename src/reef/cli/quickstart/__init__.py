@@ -1,7 +1,9 @@
 """``reef quickstart``: the whole loop on the embedded defaults, in a directory of its own.
 
-Owns: the triage application the quickstart drives (``scenario``: tickets, labels,
-grader; ``application``: the OpenAI SDK client that sends traffic and feedback), the
+Owns: the applications the quickstart drives — triage (``scenario``: tickets, labels,
+grader; ``application``: the OpenAI SDK client that sends traffic and feedback) and,
+with ``--task agent``, an order-support agent with tools (``agent``: the shop, its
+requests and the outcome grader; ``agent_app``: the SDK client loop) — the
 configuration it writes (``workspace``), the pieces of ``reef serve`` it starts and stops
 (``stack``), the rounds (``rounds``) and what it reports (``report``).
 

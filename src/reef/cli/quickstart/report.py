@@ -19,6 +19,26 @@ from reef.cli.quickstart.rounds import HeldOut, RoundResult, Signals
 from reef.cli.quickstart.workspace import Workspace
 
 
+@dataclass(frozen=True)
+class Words:
+    """A task's names in the report: its ``unit`` (tickets, episodes), its ``metric``
+    (accuracy, episode success), its ``title`` and the curve's ``axis``."""
+
+    unit: str
+    metric: str
+    title: str
+    axis: str
+
+
+TRIAGE_WORDS = Words("tickets", "accuracy", "support-ticket triage", "accuracy (exact label)")
+AGENT_WORDS = Words(
+    "episodes",
+    "episode success",
+    "an order-support agent with tools",
+    "episode success (right call, right answer)",
+)
+
+
 @dataclass
 class Run:
     """The whole quickstart run, as measured."""
@@ -34,6 +54,13 @@ class Run:
     startup_seconds: float = 0.0
     load: str = ""
     feedback: str = "explicit"
+    task: str = "triage"
+    cpu_seconds: float = 0.0
+
+    @property
+    def words(self) -> Words:
+        """How the report names the task's units and measure."""
+        return AGENT_WORDS if self.task == "agent" else TRIAGE_WORDS
 
     @property
     def final(self) -> HeldOut | None:
@@ -58,6 +85,9 @@ def plural(count: int, noun: str) -> str:
 def _evidence_items(decision: dict[str, Any]) -> str:
     """What the gate's items were: held-out traffic, or the operator's suite."""
     suites = [str(suite.get("suite", "")) for suite in decision.get("suites") or ()]
+    if not suites:  # one suite: the decision lists none apart; its evidence names it
+        sources = (decision.get("evidence") or {}).get("sources") or ()
+        suites = [str(source.get("suite", "")) for source in sources]
     if suites and all(name.startswith("file:") for name in suites):
         return "suite items"
     return "held-out traffic items"
@@ -93,7 +123,7 @@ def gate_line(result: RoundResult) -> str:
     return f"{action}{evidence} — {why}"
 
 
-def round_line(result: RoundResult) -> str:
+def round_line(result: RoundResult, words: Words = TRIAGE_WORDS) -> str:
     """The console's account of one round (rich markup)."""
     color = {"published": "green", "rejected": "red"}.get(result.gate_action or "", "yellow")
     training = ""
@@ -105,12 +135,12 @@ def round_line(result: RoundResult) -> str:
                 f"{len(curve)} steps, loss {curve[0]:.2f} → {curve[-1]:.2f}; "
             )
     given = (
-        f"{result.traffic} feedback ({result.corrections} corrections)"
+        f"{result.feedback or result.traffic} feedback ({result.corrections} corrections)"
         if result.signals is None
         else f"no feedback, {result.follow_ups} user replies"
     )
     lines = [
-        f"[bold]Round {result.number}[/bold]: {result.traffic} tickets served "
+        f"[bold]Round {result.number}[/bold]: {result.traffic} {words.unit} served "
         f"({result.traffic_accuracy:.0%} right), {given} in {result.traffic_seconds:.0f} s; "
         f"learning + gate {result.learn_seconds:.0f} s",
         f"  {training}gate: [{color}]{html.escape(gate_line(result), quote=False)}[/{color}]",
@@ -119,7 +149,7 @@ def round_line(result: RoundResult) -> str:
         lines.append(f"  signals: {signals_line(result.signals)}")
     if result.heldout is not None:
         lines.append(
-            f"  held-out accuracy of the serving release (seq {result.heldout.seq}): "
+            f"  held-out {words.metric} of the serving release (seq {result.heldout.seq}): "
             f"[bold]{result.heldout.accuracy:.0%}[/bold] "
             f"({result.heldout.correct}/{result.heldout.total})"
         )
@@ -182,7 +212,7 @@ def summary_table(run: Run) -> Table:
     table = Table(title="Reef quickstart: releases", show_lines=True)
     table.add_column("release")
     table.add_column("components")
-    table.add_column("held-out accuracy", justify="right")
+    table.add_column(f"held-out {run.words.metric}", justify="right")
     table.add_column("gate evidence")
     for row in rows(run):
         table.add_row(row["release"], row["components"], row["heldout"], row["gate"])
@@ -194,9 +224,10 @@ def headline(run: Run) -> str:
     if run.base is None or run.final is None:
         return "no held-out measurement"
     graded = "" if run.feedback == "explicit" else ", no feedback posted (signals only)"
+    cpu = f" ({run.cpu_seconds / 60:.1f} CPU min)" if run.cpu_seconds else ""
     return (
-        f"held-out accuracy {run.base.accuracy:.0%} → {run.final.accuracy:.0%} "
-        f"({run.final.accuracy - run.base.accuracy:+.0%}) in {run.seconds / 60:.1f} min, "
+        f"held-out {run.words.metric} {run.base.accuracy:.0%} → {run.final.accuracy:.0%} "
+        f"({run.final.accuracy - run.base.accuracy:+.0%}) in {run.seconds / 60:.1f} min{cpu}, "
         f"{plural(len(run.rounds), 'round')} on {run.model}{graded}"
     )
 
@@ -217,7 +248,7 @@ def draw_curve(run: Run) -> bytes:
         [y for _, y in measured],
         marker="o",
         color="#1565c0",
-        label="held-out accuracy of the serving release",
+        label=f"held-out {run.words.metric} of the serving release",
     )
     live = [(r.number - 0.5, r.traffic_accuracy) for r in run.rounds if r.traffic]
     if live:
@@ -227,7 +258,7 @@ def draw_curve(run: Run) -> bytes:
             marker="s",
             linestyle=":",
             color="#757575",
-            label="live traffic answered right (during the round)",
+            label=f"live {run.words.unit} right (during the round)",
         )
     for result in run.rounds:
         if result.heldout is None:
@@ -247,8 +278,8 @@ def draw_curve(run: Run) -> bytes:
     axes.set_xticks(range(len(run.rounds) + 1))
     axes.set_xticklabels(["base"] + [f"round {r.number}" for r in run.rounds])
     axes.set_ylim(-0.02, 1.08)
-    axes.set_ylabel("accuracy (exact label)")
-    axes.set_title(f"Reef quickstart: support-ticket triage on {run.model}")
+    axes.set_ylabel(run.words.axis)
+    axes.set_title(f"Reef quickstart: {run.words.title} on {run.model}")
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", fontsize=8)
     buffer = io.BytesIO()
@@ -272,6 +303,7 @@ img{max-width:100%}code{background:#f5f5f5;padding:0 .2rem}
 def render_html(run: Run, png: bytes, files: dict[str, str]) -> str:
     """``report.html``: self-contained (inline CSS, the PNG as a data URI)."""
     esc = html.escape
+    words = run.words
     release_rows = "".join(
         "<tr>"
         + "".join(f"<td>{esc(row[key])}</td>" for key in ("release", "components", "heldout"))
@@ -284,22 +316,33 @@ def render_html(run: Run, png: bytes, files: dict[str, str]) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Reef quickstart report</title>
 <style>{_CSS}</style></head><body>
-<h1>Reef quickstart: support-ticket triage</h1>
+<h1>Reef quickstart: {esc(words.title)}</h1>
 <p class="headline">{esc(headline(run))}</p>
 <p>Model <code>{esc(run.model)}</code> on the embedded engine;
-{plural(run.rounds_planned, "round")} of {run.requests} tickets; held-out set of
-{run.heldout_size} tickets; seed {run.seed}; total
-{run.seconds:.0f} s (start-up {run.startup_seconds:.0f} s); load average at the start:
-{esc(run.load)}.</p>
+{plural(run.rounds_planned, "round")} of {run.requests} {words.unit}; held-out set of
+{run.heldout_size} {words.unit}; seed {run.seed}; total
+{run.seconds:.0f} s (start-up {run.startup_seconds:.0f} s), {run.cpu_seconds / 60:.1f} CPU
+minutes (the quickstart, the engine and the training processes); load average at the
+start: {esc(run.load)}.</p>
 <img src="data:image/png;base64,{image}" alt="learning curve">
 <h2>Releases</h2>
-<table><tr><th>release</th><th>components</th><th>held-out accuracy</th>
+<table><tr><th>release</th><th>components</th><th>held-out {words.metric}</th>
 <th>gate evidence</th></tr>{release_rows}</table>
 <h2>Rounds</h2>
 <table><tr><th>round</th><th>traffic (right)</th><th>feedback (corrections)</th><th>training</th>
 <th>gate</th><th>learning + gate</th><th>held-out after</th></tr>{round_rows}</table>
 <h2>What is measured</h2>
-<ul>
+{_measured(run)}
+<h2>Configuration</h2>{config}
+</body></html>
+"""
+
+
+def _measured(run: Run) -> str:
+    """The report's account of what its figures mean, per task."""
+    if run.task == "agent":
+        return _AGENT_MEASURED.format(heldout=run.heldout_size)
+    return f"""<ul>
 <li><b>Held-out accuracy</b>: {run.heldout_size} tickets written from phrasings reserved for
 this set (<code>heldout.jsonl</code>): never sent as traffic, never part of the gate's
 evidence. Each is asked through the gateway pinned to the serving release
@@ -312,10 +355,39 @@ the candidate is published only when the mean gain is at least the recipe's
 <code>min_improvement</code> and the lower bound of its bootstrap interval is above zero.</li>
 <li><b>Training data</b>: the other three quarters of the traffic with the application's
 feedback: its corrections, and its replies graded right.</li>
-</ul>
-<h2>Configuration</h2>{config}
-</body></html>
-"""
+</ul>"""
+
+
+_AGENT_MEASURED = """<ul>
+<li><b>Episodes</b>: a customer request to the order-support agent, offered three tools
+(<code>lookup_order</code>, <code>check_stock</code>, <code>open_return</code>). The
+application's own loop (the official OpenAI SDK) sends the request with the tools, runs
+every call the model makes against the shop and sends its result back, at most three
+model calls, all in one session (<code>x-reef-session</code>).</li>
+<li><b>The application grades outcomes</b>: an episode succeeds when the first turn makes
+exactly the right call (tool and arguments) and the next turn answers in text naming the
+fact the tool returned (the order's status, the units in stock, the return's id). It posts
+that outcome on the session (score 1 or 0) and, for a failure, a correction on the turn
+that went wrong: the right call (<code>{{"tool_calls": [...]}}</code>) or the right
+sentence. The recipe's <code>credit: outcome</code> gives each turn the outcome's
+score. When the first turn missed the call, the app still serves the customer: it makes
+the right call itself and asks the model for the answer (a session of its own), and
+grades that answer too (score 1, or 0 with the right sentence). Held-out episodes never
+fall back.</li>
+<li><b>Held-out episode success</b>: {heldout} requests written from phrasings reserved
+for this set, about orders no other request names (<code>heldout.jsonl</code>): never
+sent as traffic, never part of the gate's evidence. Every turn is pinned to the serving
+release (<code>x-reef-release</code>) with <code>x-reef-purpose: eval</code>, so it is
+recorded but never trained on; the base release is measured the same way.</li>
+<li><b>Gate evidence</b>: the operator's suite (<code>suite.jsonl</code>): other
+requests in held-out phrasings, each asked as its first turn (scored by
+<code>tool_call</code>) and as its answer after the right call's result (scored by
+<code>contains</code>), paired; the candidate is published only when the mean gain is at
+least the recipe's <code>min_improvement</code> and the lower bound of its bootstrap
+interval is above zero.</li>
+<li><b>Training data</b>: every traffic episode's turns with the outcome's credit (the
+corrections, and the turns of successful episodes) and the graded fallback answers.</li>
+</ul>"""
 
 
 def _gate_class(text: str) -> str:
@@ -343,7 +415,7 @@ def _round_row(result: RoundResult) -> str:
     )
     gate = gate_line(result)
     given = (
-        str(result.corrections)
+        f"{result.feedback or result.traffic} ({result.corrections})"
         if result.signals is None
         else f"none posted; signals: {signals_line(result.signals)}"
     )

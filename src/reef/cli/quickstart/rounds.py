@@ -8,7 +8,7 @@ the console, ``report.html`` and ``summary.json`` are made from.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,9 +23,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from reef.cli.quickstart.application import Answer, TriageApp, run_concurrently
+from reef.cli.quickstart.application import Answer, App, Graded, run_concurrently
 from reef.cli.quickstart.errors import QuickstartError
-from reef.cli.quickstart.scenario import Ticket, is_correct
+from reef.cli.quickstart.scenario import is_correct
 from reef.cli.quickstart.stack import Stack
 from reef.jobs import Job
 
@@ -81,6 +81,7 @@ class RoundResult:
     traffic: int = 0
     traffic_correct: int = 0
     corrections: int = 0
+    feedback: int = 0  # items posted: one per ticket (triage), more for an agent's fallbacks
     traffic_seconds: float = 0.0
     job_id: str | None = None
     job_state: str | None = None
@@ -129,11 +130,12 @@ class Rounds:
     def __init__(
         self,
         stack: Stack,
-        app: TriageApp,
+        app: App,
         scenario: str,
         console: Console,
         implicit: bool = False,
         seed: int = 0,
+        metric: str = "accuracy",
     ) -> None:
         self.stack = stack
         self.app = app
@@ -141,7 +143,8 @@ class Rounds:
         self.console = console
         self.implicit = implicit
         self.seed = seed
-        self._answers: list[Answer] = []
+        self.metric = metric
+        self._answers: list[Graded] = []
 
     # -- measuring ----------------------------------------------------------------------
 
@@ -152,21 +155,21 @@ class Rounds:
             raise QuickstartError(f"scenario {self.scenario!r} has no release")
         return head.id, head.seq
 
-    def measure(self, label: str, tickets: list[Ticket]) -> HeldOut:
+    def measure(self, label: str, tickets: Sequence[object]) -> HeldOut:
         """Held-out accuracy of the head release, every ticket pinned to it."""
         release_id, seq = self.head()
         with _progress(self.console) as progress, _timed() as elapsed:
-            task = progress.add_task(f"{label}: held-out accuracy", total=len(tickets))
+            task = progress.add_task(f"{label}: held-out {self.metric}", total=len(tickets))
             right = 0
 
-            def counted(answer: Answer) -> None:
+            def counted(answer: Graded) -> None:
                 nonlocal right
                 right += answer.correct
                 done = progress.tasks[task].completed + 1
                 progress.update(
                     task,
                     advance=1,
-                    description=f"{label}: held-out accuracy {right / done:.0%}",
+                    description=f"{label}: held-out {self.metric} {right / done:.0%}",
                 )
 
             answers = run_concurrently(
@@ -177,7 +180,7 @@ class Rounds:
 
     # -- one round ----------------------------------------------------------------------
 
-    def traffic(self, result: RoundResult, tickets: list[Ticket]) -> None:
+    def traffic(self, result: RoundResult, tickets: Sequence[object]) -> None:
         """Live traffic: every ticket answered, then graded and given feedback, or (with
         implicit feedback) answered by its user in the conversation."""
         label = f"round {result.number}"
@@ -185,15 +188,18 @@ class Rounds:
         with _progress(self.console) as progress, _timed() as elapsed:
             task = progress.add_task(f"{label}: {what}", total=len(tickets))
 
-            def counted(answer: Answer) -> None:
+            def counted(answer: Graded) -> None:
                 result.traffic += 1
                 result.traffic_correct += answer.correct
-                result.corrections += not answer.correct and not self.implicit
+                posted = 0 if self.implicit else 1
+                result.feedback += getattr(answer, "feedback_posted", posted)
+                corrected = int(not answer.correct and not self.implicit)
+                result.corrections += getattr(answer, "corrections_posted", corrected)
                 result.follow_ups += answer.follow_up is not None
                 right = f"right {result.traffic_accuracy:.0%}"
                 progress.update(task, advance=1, description=f"{label}: {what} ({right})")
 
-            def serve(ticket: Ticket) -> Answer:
+            def serve(ticket: object) -> Graded:
                 if self.implicit:
                     return self.app.serve_and_reply(ticket, self.seed)
                 return self.app.serve_and_grade(ticket)
@@ -207,7 +213,8 @@ class Rounds:
         if not self.implicit or self.stack.store is None:
             return
         flagged = right = corrections = corrections_right = 0
-        for answer in self._answers:
+        answers = [a for a in self._answers if isinstance(a, Answer)]
+        for answer in answers:
             if answer.record_id is None:
                 continue
             rows = [
@@ -222,7 +229,7 @@ class Rounds:
             if fixes:
                 corrections += 1
                 corrections_right += is_correct(fixes[-1], answer.ticket.label)
-        wrong = sum(not answer.correct for answer in self._answers)
+        wrong = sum(not answer.correct for answer in answers)
         result.signals = Signals(flagged, right, wrong, corrections, corrections_right)
 
     def learn(self, result: RoundResult) -> None:

@@ -10,24 +10,41 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import socket
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-from reef.cli.quickstart.application import TriageApp
+from reef.cli.quickstart.agent import TOOLS, RequestGenerator, suite_items
+from reef.cli.quickstart.agent_app import AgentApp
+from reef.cli.quickstart.application import App, TriageApp
 from reef.cli.quickstart.errors import QuickstartError
 from reef.cli.quickstart.report import Run, plural, print_summary, round_line, write_reports
 from reef.cli.quickstart.rounds import RoundResult, Rounds
-from reef.cli.quickstart.scenario import LABELS, Ticket, TicketGenerator
+from reef.cli.quickstart.scenario import LABELS, TicketGenerator
 from reef.cli.quickstart.stack import Stack
-from reef.cli.quickstart.workspace import SCENARIO, Workspace, prepare, write_config
+from reef.cli.quickstart.workspace import (
+    AGENT_SCENARIO,
+    SCENARIO,
+    Workspace,
+    prepare,
+    write_agent_config,
+    write_config,
+)
+from reef.config import ReefSettings
 
 # Optimizer steps per round: enough for SmolLM2 to learn the six labels from one round
 # of corrections; the tiny random model only has to show the loop working.
 TRAIN_STEPS = {"smollm2-135m": 40, "tiny-random": 8}
+# The agent task's: measured on SmolLM2 (docs/benchmarks.md), the tiny model as above.
+AGENT_TRAIN_STEPS = {"smollm2-135m": 24, "tiny-random": 8}
+# The agent's gate suite: requests in held-out phrasings, none in the report's held-out
+# set; two items each (the call, the answer).
+AGENT_SUITE_SIZE = 18
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,20 @@ class Options:
     fresh: bool
     demos: int = 0
     feedback: str = "explicit"
+    task: str = "triage"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one task brings to the run: its scenario, configuration, held-out set and
+    traffic, the line that introduces it, and its application."""
+
+    scenario: str
+    settings: ReefSettings
+    heldout: Sequence[object]
+    traffic: list[Sequence[object]]
+    intro: str
+    application: Callable[[str], App]
 
 
 # The operator's labelled suite that gates candidates under implicit feedback (computed
@@ -66,49 +97,111 @@ def run_quickstart(options: Options) -> None:
         handler.close()
 
 
-def _run(options: Options, workspace: Workspace, started: float) -> None:
-    console = Console(highlight=False)
+def _triage_plan(options: Options, workspace: Workspace, port: int) -> Plan:
     generator = TicketGenerator(options.seed)
     heldout = generator.draw(options.heldout, held_out=True)
     implicit = options.feedback == "implicit"
     suite = generator.draw(SUITE_SIZE, held_out=True) if implicit else None
     traffic = [generator.draw(options.requests, held_out=False) for _ in range(options.rounds)]
-    port = options.port or _free_port()
     settings = write_config(
         workspace, options.model, port, TRAIN_STEPS[options.model], heldout, options.demos, suite
     )
+    intro = (
+        f"triage of support tickets into {len(LABELS)} labels ({', '.join(LABELS)}) on "
+        f"{options.model}; {plural(options.rounds, 'round')} of {options.requests} tickets; "
+        f"held-out set of {options.heldout} tickets in phrasings the traffic never uses."
+    )
+    return Plan(SCENARIO, settings, heldout, list(traffic), intro, _triage_app)
+
+
+def _triage_app(url: str) -> App:
+    return TriageApp(url, SCENARIO)
+
+
+def _agent_plan(options: Options, workspace: Workspace, port: int) -> Plan:
+    generator = RequestGenerator(options.seed)
+    heldout = generator.draw(options.heldout, held_out=True)
+    suite = generator.draw(AGENT_SUITE_SIZE, held_out=True)
+    traffic = [generator.draw(options.requests, held_out=False) for _ in range(options.rounds)]
+    world = generator.world
+    shown = [
+        {"id": f"heldout-{i}", "input": r.text, "reference": {"tool_calls": [r.call.to_openai()]},
+         "fact": r.fact, "answer": r.answer}
+        for i, r in enumerate(heldout)
+    ]  # fmt: skip
+    settings = write_agent_config(
+        workspace,
+        options.model,
+        port,
+        AGENT_TRAIN_STEPS[options.model],
+        shown,
+        suite_items(suite, world, "suite"),
+    )
+    intro = (
+        f"an order-support agent with {len(TOOLS)} tools "
+        f"({', '.join(t['function']['name'] for t in TOOLS)}) on {options.model}; "
+        f"{plural(options.rounds, 'round')} of {options.requests} episodes, each graded by "
+        f"its outcome; held-out set of {options.heldout} episodes in phrasings and orders "
+        "the traffic never uses."
+    )
+
+    def application(url: str) -> App:
+        return AgentApp(url, AGENT_SCENARIO, world)
+
+    return Plan(AGENT_SCENARIO, settings, heldout, list(traffic), intro, application)
+
+
+def _run(options: Options, workspace: Workspace, started: float) -> None:
+    console = Console(highlight=False)
+    port = options.port or _free_port()
+    agent = options.task == "agent"
+    plan = (_agent_plan if agent else _triage_plan)(options, workspace, port)
+    implicit = options.feedback == "implicit"
     run = Run(
         options.model, options.rounds, options.requests, options.heldout, options.seed, load=_load()
     )
     run.feedback = options.feedback
-    console.print(
-        f"[bold]Reef quickstart[/bold] in {workspace.root}: triage of support tickets into "
-        f"{len(LABELS)} labels ({', '.join(LABELS)}) on {options.model}; "
-        f"{plural(options.rounds, 'round')} of {options.requests} tickets; held-out set of "
-        f"{options.heldout} tickets in phrasings the traffic never uses."
-    )
-    with Stack(settings, workspace.logs / "engine.log") as stack:
+    run.task = options.task
+    console.print(f"[bold]Reef quickstart[/bold] in {workspace.root}: {plan.intro}")
+    with Stack(plan.settings, workspace.logs / "engine.log") as stack:
         try:
-            _start(stack, console, options.model)
+            _start(stack, console, options.model, plan.scenario)
             run.startup_seconds = time.monotonic() - started
-            app = TriageApp(stack.url, SCENARIO)
+            app = plan.application(stack.url)
             try:
-                rounds = Rounds(stack, app, SCENARIO, console, implicit=implicit, seed=options.seed)
-                _rounds(rounds, run, heldout, traffic)
+                rounds = Rounds(
+                    stack,
+                    app,
+                    plan.scenario,
+                    console,
+                    implicit=implicit,
+                    seed=options.seed,
+                    metric=run.words.metric,
+                )
+                _rounds(rounds, run, plan.heldout, plan.traffic)
             finally:
                 app.close()
         except KeyboardInterrupt:
             console.print("[yellow]interrupted: stopping the learning job and the servers[/]")
-            _cancel_jobs(stack)
+            _cancel_jobs(stack, plan.scenario)
             raise
         except QuickstartError as error:
             raise QuickstartError(f"{error.message}\n(logs: {workspace.logs})") from error
     run.seconds = time.monotonic() - started
+    run.cpu_seconds = _cpu_seconds()
     write_reports(run, workspace)
     print_summary(console, run, workspace)
 
 
-def _start(stack: Stack, console: Console, model: str) -> None:
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (the engine, stopped by
+    now, and every training process), user and system."""
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _start(stack: Stack, console: Console, model: str, scenario: str) -> None:
     first = model == "smollm2-135m" and not (stack.settings.home / "models" / model).exists()
     note = " (first start: converting SmolLM2 to safetensors, ~20 s)" if first else ""
     with console.status(f"starting the embedded engine{note}"):
@@ -117,13 +210,15 @@ def _start(stack: Stack, console: Console, model: str) -> None:
     with console.status("starting the gateway and the learning worker"):
         stack.start_gateway()
         stack.start_worker()
-    console.print(f"gateway: {stack.url}/v1 (OpenAI-compatible), scenario {SCENARIO!r}")
+    console.print(f"gateway: {stack.url}/v1 (OpenAI-compatible), scenario {scenario!r}")
 
 
-def _rounds(rounds: Rounds, run: Run, heldout: list[Ticket], traffic: list[list[Ticket]]) -> None:
+def _rounds(
+    rounds: Rounds, run: Run, heldout: Sequence[object], traffic: list[Sequence[object]]
+) -> None:
     run.base = rounds.measure("base", heldout)
     rounds.console.print(
-        f"[bold]Base release[/bold] (seq {run.base.seq}): held-out accuracy "
+        f"[bold]Base release[/bold] (seq {run.base.seq}): held-out {run.words.metric} "
         f"[bold]{run.base.accuracy:.0%}[/bold] ({run.base.correct}/{run.base.total})"
     )
     serving = run.base
@@ -137,14 +232,14 @@ def _rounds(rounds: Rounds, run: Run, heldout: list[Ticket], traffic: list[list[
             serving = rounds.measure(f"round {number}", heldout)
         result.heldout = serving
         run.rounds.append(result)
-        rounds.console.print(round_line(result))
+        rounds.console.print(round_line(result, run.words))
 
 
-def _cancel_jobs(stack: Stack) -> None:
+def _cancel_jobs(stack: Stack, scenario: str) -> None:
     if stack.database is None:
         return
     queue = stack.jobs()
-    for job in queue.list(scenario=SCENARIO):
+    for job in queue.list(scenario=scenario):
         if job.state in ("queued", "running"):
             queue.cancel(job.id)
 

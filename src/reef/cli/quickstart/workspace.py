@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from reef.cli.quickstart.agent import SYSTEM_PROMPT as AGENT_PROMPT
 from reef.cli.quickstart.errors import QuickstartError
 from reef.cli.quickstart.scenario import LABELS, SYSTEM_PROMPT, Ticket
 from reef.config import ReefSettings
@@ -188,14 +189,14 @@ publish: auto
 """
 
 
-def reef_yaml(model: str, port: int) -> dict[str, Any]:
+def reef_yaml(model: str, port: int, scenario: str = SCENARIO) -> dict[str, Any]:
     """``reef.yaml`` as data, paths relative to the quickstart directory."""
     return {
         "home": HOME,
         "server": {"port": port},
         "upstreams": {"local": {"type": "local", "model": model}},
         "scenarios": {
-            SCENARIO: {
+            scenario: {
                 "harness": "managed",
                 "initial_harness": "harness",
                 "recipe": "recipe.yaml",
@@ -222,16 +223,21 @@ def write_config(
     )
     recipe = recipe_yaml(model, steps, demos, implicit=suite is not None)
     (root / "recipe.yaml").write_text(recipe, encoding="utf-8")
-    config = reef_yaml(model, port)
+    _write_items(root / "heldout.jsonl", "heldout", heldout)
+    if suite is not None:
+        _write_items(root / "suite.jsonl", "suite", suite)
+    return _write_reef_yaml(workspace, model, port, SCENARIO)
+
+
+def _write_reef_yaml(workspace: Workspace, model: str, port: int, name: str) -> ReefSettings:
+    root = workspace.root
+    config = reef_yaml(model, port, name)
     header = (
         "# Written by `reef quickstart`. Serve what it learned: cd into this directory,\n"
         "# then `reef serve` (it reads ./reef.yaml; paths are relative to here).\n"
     )
     (root / "reef.yaml").write_text(header + yaml.safe_dump(config, sort_keys=False))
-    _write_items(root / "heldout.jsonl", "heldout", heldout)
-    if suite is not None:
-        _write_items(root / "suite.jsonl", "suite", suite)
-    scenario = config["scenarios"][SCENARIO]
+    scenario = config["scenarios"][name]
     scenario["initial_harness"] = root / "harness"
     scenario["recipe"] = root / "recipe.yaml"
     config["home"] = workspace.home
@@ -245,4 +251,100 @@ def _write_items(path: Path, prefix: str, tickets: list[Ticket]) -> None:
             out.write(json.dumps(item) + "\n")
 
 
-__all__ = ["LABELS", "SCENARIO", "Workspace", "prepare", "write_config"]
+AGENT_SCENARIO = "orders"
+
+AGENT_HARNESS_YAML = """\
+# The order-support agent's starting harness: what its developers wrote before Reef
+# learned anything (scenarios.orders.harness: managed). The tools come with every
+# request from the application; the engine writes them into the system message.
+schema_version: 1
+system_prompt: {system_prompt}
+params:
+  temperature: 0.0
+  max_tokens: {max_tokens}
+"""
+AGENT_MAX_TOKENS = 48  # a call with two arguments is ~40 SmolLM2 tokens
+
+
+def agent_recipe_yaml(model: str, steps: int) -> str:
+    """The agent task's recipe (the comments in it say why each choice)."""
+    tiny = model == "tiny-random"
+    return f"""\
+# reef learn --scenario {AGENT_SCENARIO} -c reef.yaml   (the quickstart starts each job
+# itself: POST /reef/scenarios/{AGENT_SCENARIO}/learn; a `reef serve` worker then runs it)
+schema_version: 1
+name: quickstart-agent
+trigger: {{type: manual}}
+selection:
+  # The gate asks the operator's suite (suite.jsonl), so no traffic is held out: every
+  # episode trains.
+  holdout_fraction: 0
+  # Each episode's outcome reaches its turns: a success makes every turn (the call and
+  # the answer) a good example; a failure's correction lands on the turn that went wrong.
+  credit: outcome
+learners:
+  - type: sft
+    model: {model}
+    # The records hold the application's request without the managed harness; the
+    # adapter learns under the prompt it will serve with (system prompt + tool prompt).
+    render_harness: true
+    steps: {steps}
+    lr: {0.01 if tiny else 0.003}
+    batch_size: 4
+    target_modules: [{"q_proj, v_proj, lm_head" if tiny else "q_proj, k_proj, v_proj, o_proj"}]
+    # The tool prompt makes a turn ~300 SmolLM2 tokens (the tiny model's tokenizer spells
+    # it out character by character).
+    max_seq_len: {2048 if tiny else 640}
+    # One torch thread: on two cores, two threads spin-wait on each other whenever
+    # anything else runs (the gateway, the worker, other people's jobs).
+    threads: 1
+gate:
+  # The operator's suite: requests in held-out phrasings (none in the report's held-out
+  # set), each asked twice: its first turn (scored by tool_call against the right call)
+  # and its answer after the right call's result (scored by contains: the fact).
+  holdout: false
+  suites: [suite.jsonl]
+  scorer: {{type: turn}}
+  min_items: 20
+  min_improvement: 0.02
+  # The suite admitted every earlier release: a regression suite would ask it again.
+  regression_releases: 0
+  max_tokens: {AGENT_MAX_TOKENS}
+  temperature: 0.0
+  concurrency: 8
+publish: auto
+"""
+
+
+def write_agent_config(
+    workspace: Workspace,
+    model: str,
+    port: int,
+    steps: int,
+    heldout: list[dict[str, Any]],
+    suite: list[dict[str, Any]],
+) -> ReefSettings:
+    """The agent task's configuration files, its held-out episodes and the gate's
+    suite; the settings, with paths made absolute."""
+    root = workspace.root
+    (root / "harness").mkdir(exist_ok=True)
+    harness = AGENT_HARNESS_YAML.format(
+        system_prompt=json.dumps(AGENT_PROMPT), max_tokens=AGENT_MAX_TOKENS
+    )
+    (root / "harness" / "harness.yaml").write_text(harness, encoding="utf-8")
+    (root / "recipe.yaml").write_text(agent_recipe_yaml(model, steps), encoding="utf-8")
+    for name, items in (("heldout.jsonl", heldout), ("suite.jsonl", suite)):
+        (root / name).write_text("".join(json.dumps(item) + "\n" for item in items))
+    return _write_reef_yaml(workspace, model, port, AGENT_SCENARIO)
+
+
+__all__ = [
+    "AGENT_SCENARIO",
+    "LABELS",
+    "SCENARIO",
+    "Workspace",
+    "agent_recipe_yaml",
+    "prepare",
+    "write_agent_config",
+    "write_config",
+]

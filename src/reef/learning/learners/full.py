@@ -100,9 +100,7 @@ class FullLearner(ModelLearner[FullConfig]):
             "continued_from": context.head.manifest.model.checkpoint if start else None,
         }
         digest, result = train_adapter(context, "full", spec, cfg, work, meta)
-        context.progress.report(
-            1.0, f"full: checkpoint {digest} ({result.metrics['steps']} steps)"
-        )
+        context.progress.report(1.0, f"full: checkpoint {digest} ({result.metrics['steps']} steps)")
         reported = (*REPORTED, "parameters", "bf16")
         metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(examples=len(examples), replayed=len(replayed), base=base)

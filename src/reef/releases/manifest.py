@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from reef.core.errors import InvalidInputError
 
@@ -49,6 +57,15 @@ class ModelComponent(BaseModel):
     @classmethod
     def _checkpoint_is_a_digest(cls, value: str | None) -> str | None:
         return _checked_digest(value, "model.checkpoint")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_checkpoint(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A manifest without a checkpoint serializes as it did before checkpoints
+        # existed: stored manifests, records and clients see the same JSON.
+        data: dict[str, Any] = handler(self)
+        if data.get("checkpoint") is None:
+            data.pop("checkpoint", None)
+        return data
 
 
 class ReleaseManifest(BaseModel):

@@ -78,3 +78,36 @@ def test_the_candidate_names_the_checkpoint_and_drops_the_heads_adapter() -> Non
     assert manifest.digests() == {DIGEST}
     assert manifest.to_json()["model"] == {"base": TINY, "checkpoint": DIGEST, "adapter": None}
     assert "checkpoint" not in head.to_json()["model"]  # absent: serialized as before
+
+
+def test_gradient_checkpointing_and_bf16_paths_train_on_the_cpu(tmp_path: Path) -> None:
+    """What ``auto`` turns on for CUDA, forced on the CPU: the same loop, a checkpoint
+    the engine's loader reads, saved in float32 with ``use_cache`` back on."""
+    from reef.engine.models import load_model
+    from reef.learning.trainers import Budget, SFTExample, SFTSpec
+    from reef.learning.trainers.lora_sft import train_lora_sft
+
+    examples = [
+        SFTExample(messages=[{"role": "user", "content": f"q{i}"}], target="Squid-7")
+        for i in range(4)
+    ]
+    spec = SFTSpec(
+        model=TINY,
+        home=tmp_path,
+        examples=examples,
+        output_dir=tmp_path / "ck",
+        mode="full",
+        gradient_checkpointing=True,
+        bf16=True,
+        lr=1e-3,
+        budget=Budget(steps=2),
+        batch_size=2,
+        threads=1,
+        device="cpu",
+    )
+    result = train_lora_sft(spec)
+    assert result.metrics["bf16"] is True and len(result.metrics["loss_curve"]) == 2
+    info = check_checkpoint_directory(tmp_path / "ck")
+    assert info.weight_bytes == info.parameters * 4  # float32 on disk
+    loaded = load_model(str(tmp_path / "ck"), tmp_path)
+    assert loaded.model.config.use_cache is True

@@ -308,7 +308,9 @@ def full_model(model: Any, spec: SFTSpec, device: torch.device) -> Any:
     wanted = spec.gradient_checkpointing
     if wanted is True or (wanted == "auto" and device.type == "cuda"):
         model.config.use_cache = False
-        model.gradient_checkpointing_enable()
+        # transformers 5 renamed it (the old name warns, and goes in v6)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
     return model.to(device)
 
 

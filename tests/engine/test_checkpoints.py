@@ -107,7 +107,7 @@ async def test_replace_retires_the_old_version(
     assert await say(client, "live") == "bbbbbb"
 
 
-@pytest.mark.parametrize("damage", ["digest", "pickle", "truncated", "no-config"])
+@pytest.mark.parametrize("damage", ["digest", "pickle", "truncated", "no-config", "config"])
 async def test_a_bad_checkpoint_is_refused(
     server: BackgroundServer,
     admin: Admin,
@@ -125,6 +125,8 @@ async def test_a_bad_checkpoint_is_refused(
     elif damage == "truncated":
         shard = bad / "model.safetensors"
         shard.write_bytes(shard.read_bytes()[:-16])
+    elif damage == "config":
+        (bad / "config.json").write_text('{"model_type": "no-such-architecture"}')
     else:
         (bad / "config.json").unlink()
     status, body = await load(admin, "bad", bad, **extra)
@@ -134,6 +136,7 @@ async def test_a_bad_checkpoint_is_refused(
         "pickle": "pickle",
         "truncated": "truncated",
         "no-config": "no config.json",
+        "config": "cannot be loaded",
     }[damage]
     assert expected in json.loads(body)["error"]["message"]
     assert server.engine.scheduler.stats()["weights"] == 1

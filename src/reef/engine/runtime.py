@@ -107,7 +107,6 @@ class Engine:
         self.scheduler = Scheduler(loaded, max_batch=max_batch, threads=threads)
         self.adapters = AdapterRegistry(drop=self._drop_version)
         self.checkpoints = AdapterRegistry(drop=self._drop_weights, what="checkpoint")
-        self.checkpoint_bytes: dict[str, int] = {}  # internal name -> bytes in memory
         self.available_memory: Callable[[], int | None] = available_memory_bytes
         self._loading = asyncio.Lock()  # one checkpoint load (and memory check) at a time
         template = loaded.tokenizer.chat_template
@@ -279,7 +278,6 @@ class Engine:
             await asyncio.wrap_future(
                 self.scheduler.call(lambda: self.scheduler.add_weights(internal, runner))
             )
-            self.checkpoint_bytes[internal] = info.bytes_as(4)
         version = AdapterVersion(name, internal, path, info.digest, kind="checkpoint")
         try:
             self.checkpoints.publish(version, replace)
@@ -290,7 +288,12 @@ class Engine:
         return version
 
     def _load_weights(self, path: Path) -> Any:
-        model = load_checkpoint_model(path)
+        try:
+            model = load_checkpoint_model(path)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            raise CheckpointRejectedError(
+                f"checkpoint at {str(path)!r} cannot be loaded: {exc}"
+            ) from exc
         ours, theirs = self.loaded.model.config, model.config
         if getattr(theirs, "vocab_size", None) != getattr(ours, "vocab_size", None):
             raise CheckpointRejectedError(
@@ -308,7 +311,6 @@ class Engine:
     def _drop_weights(self, internal_name: str) -> None:
         def drop() -> None:
             self.scheduler.remove_weights(internal_name)
-            self.checkpoint_bytes.pop(internal_name, None)
             gc.collect()
             logger.info("freed checkpoint weights %s", internal_name)
 

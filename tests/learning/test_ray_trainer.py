@@ -114,3 +114,48 @@ def test_starts_and_stops_its_own_loopback_cluster(tmp_path: Path) -> None:
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     assert steps == [1]
     assert not ray.is_initialized()
+
+
+def test_full_checkpoint_on_ray_matches_local_and_continues(
+    tmp_path: Path, loopback_ray: Any
+) -> None:
+    from reef.learning.learners.full import FullConfig, FullLearner
+
+    chain = ReleaseChain.from_url(f"sqlite:///{tmp_path / 'reef.db'}")
+    try:
+        store = open_artifact_store(tmp_path / "artifacts")
+        base = chain.create("s", ReleaseManifest(model=ModelComponent(base=TINY)), "t", "t")
+
+        def learn(head: Any, trainer: str) -> Any:
+            context = LearnerContext(
+                scenario=head.scenario,
+                head=head,
+                batch=ExperienceBatch(train=TRAIN, holdout=[]),
+                artifacts=store,
+                home=tmp_path / "home",
+                work_dir=tmp_path / f"work-{trainer}-{head.scenario}",
+                reflector=ScriptedReflector(),
+                progress=RecordedProgress(),
+                metrics=MetricLog(),
+            )
+            config = FullConfig(steps=2, batch_size=2, threads=1, seed=7, trainer=trainer)
+            return FullLearner(config).learn(context)
+
+        local, remote = learn(base, "local"), learn(base, "ray")
+        assert remote.metrics["loss_curve"] == local.metrics["loss_curve"]
+        weights = "model.safetensors"
+        ray_dir, local_dir = (
+            store.materialize(remote.checkpoint),
+            store.materialize(local.checkpoint),
+        )
+        assert (ray_dir / weights).read_bytes() == (local_dir / weights).read_bytes()
+        head = chain.create(
+            "t",
+            ReleaseManifest(model=ModelComponent(base=TINY, checkpoint=remote.checkpoint)),
+            "t",
+            "t",
+        )
+        again = learn(head, "ray")  # the head's checkpoint travels to the task
+        assert again.metrics["continued"] is True and again.checkpoint != remote.checkpoint
+    finally:
+        chain.close()

@@ -293,6 +293,9 @@ def test_reachable_artifacts_cover_releases_and_live_candidates(
     dropped = chain.propose("s", manifest(adapter=5, harness=6), root.id, "w", "r")
     chain.set_candidate_state(dropped.id, "abandoned")
     assert chain.reachable_artifacts() == {digest(n) for n in (1, 2, 3, 4)}
+    full = ReleaseManifest(model=ModelComponent(base="tiny-llama", checkpoint=digest(7)))
+    chain.propose("s", full, root.id, "w", "a checkpoint")  # a full fine-tune's candidate
+    assert chain.reachable_artifacts() == {digest(n) for n in (1, 2, 3, 4, 7)}
 
 
 def test_manifests_validate_digests() -> None:

@@ -211,6 +211,13 @@ class ActivationConfig(Section):
         description="Adapters kept loaded in each upstream; the least recently used beyond "
         "this are unloaded (never one that a request still uses).",
     )
+    max_checkpoints: int = Field(
+        default=2,
+        ge=1,
+        description="Checkpoints (full fine-tuned weights) kept loaded in each upstream "
+        "besides its base model; the least recently used beyond this are unloaded after a "
+        "flip (never one that serves or that a request still uses).",
+    )
     unload_adapters: bool = Field(
         default=True,
         description="Unload least recently used adapters beyond max_adapters. Turn off when "

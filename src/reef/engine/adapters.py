@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from peft import LoraConfig, PeftModel
@@ -43,6 +44,8 @@ class AdapterVersion:
     created: int = field(default_factory=lambda: int(time.time()))
     leases: int = 0
     retired: bool = False
+    kind: Literal["adapter", "checkpoint"] = "adapter"
+    """A checkpoint's ``internal_name`` is the key of its base weights in the scheduler."""
 
 
 @dataclass(eq=False)
@@ -65,26 +68,33 @@ class AdapterRegistry:
     once no lease holds it; the engine uses it to schedule the PEFT deletion.
     """
 
-    def __init__(self, drop: Callable[[str], None]) -> None:
+    def __init__(self, drop: Callable[[str], None], what: str = "lora adapter") -> None:
         self._lock = threading.Lock()
         self._current: dict[str, AdapterVersion] = {}
         self._counter = itertools.count(1)
         self._drop = drop
+        self.what = what  # how errors name what it holds ("lora adapter", "checkpoint")
 
     def new_internal_name(self) -> str:
-        """A fresh PEFT adapter name, never reused in this process."""
-        return f"reef-{next(self._counter)}"
+        """A fresh internal name, never reused in this process."""
+        prefix = "reef" if self.what == "lora adapter" else "ckpt"
+        return f"{prefix}-{next(self._counter)}"
 
     def listed(self) -> list[AdapterVersion]:
         """The current version of every loaded name, in load order."""
         with self._lock:
             return list(self._current.values())
 
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is published here (no lease taken)."""
+        with self._lock:
+            return name in self._current
+
     def check_free(self, name: str, replace: bool) -> None:
         """Raise ``AdapterConflictError`` when ``name`` is taken and not to be replaced."""
         with self._lock:
             if name in self._current and not replace:
-                raise AdapterConflictError(f"the lora adapter {name!r} has already been loaded")
+                raise AdapterConflictError(f"the {self.what} {name!r} has already been loaded")
 
     def publish(self, version: AdapterVersion, replace: bool) -> None:
         """Point ``version.name`` at ``version``, retiring the version it replaces.
@@ -96,7 +106,7 @@ class AdapterRegistry:
             old = self._current.get(version.name)
             if old is not None and not replace:
                 raise AdapterConflictError(
-                    f"the lora adapter {version.name!r} has already been loaded"
+                    f"the {self.what} {version.name!r} has already been loaded"
                 )
             self._current[version.name] = version
         if old is not None:
@@ -110,7 +120,7 @@ class AdapterRegistry:
         with self._lock:
             old = self._current.pop(name, None)
         if old is None:
-            raise UnknownModelError(f"the lora adapter {name!r} cannot be found")
+            raise UnknownModelError(f"the {self.what} {name!r} cannot be found")
         self._retire(old)
 
     def acquire(self, name: str) -> AdapterLease | None:

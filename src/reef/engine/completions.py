@@ -87,7 +87,7 @@ async def complete_text(
         stream = engine.generate(prompt, params, body.n, lease)
     except BaseException:
         if lease is not None:
-            engine.adapters.release(lease)
+            engine.release(lease)
         raise
     shape = TextCompletionShape(body.model, text if body.echo else "", body.n, len(prompt))
     headers = {ADAPTER_DIGEST_HEADER: lease.version.digest} if lease else {}

@@ -33,3 +33,18 @@ ADAPTER_ALREADY_LOADED = "adapter_already_loaded"
 
 class BadRequestError(InvalidInputError):
     """A generation request that cannot be served as asked (prompt too long, bad body)."""
+
+
+class CheckpointRejectedError(InvalidInputError):
+    """A checkpoint directory was refused: pickle files, no config or safetensors, a
+    truncated shard, a wrong digest, or weights the engine's tokenizer does not fit.
+    Nothing was loaded."""
+
+
+class InsufficientMemoryError(ReefError):
+    """Loading a checkpoint beside the weights already resident would not fit in the
+    memory available; nothing was loaded. Answered 507 (Insufficient Storage) with the
+    error code ``INSUFFICIENT_MEMORY``: unload something, or give the engine more memory."""
+
+
+INSUFFICIENT_MEMORY = "insufficient_memory"

@@ -183,3 +183,16 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def load_checkpoint_model(path: Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """The weights of the checkpoint directory at ``path`` (safetensors only, never a
+    pickle; the caller checked the directory with ``reef.core.checkpoints``), in eval
+    mode. Its tokenizer files are not loaded: the engine keeps its own tokenizer."""
+    started = time.monotonic()
+    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, local_files_only=True, use_safetensors=True
+    )
+    model.eval()  # type: ignore[no-untyped-call]
+    logger.info("checkpoint %s loaded in %.1f s", path, time.monotonic() - started)
+    return model

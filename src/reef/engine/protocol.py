@@ -278,3 +278,21 @@ class UnloadLoraAdapterRequest(_Body):
     """``POST /v1/unload_lora_adapter``."""
 
     lora_name: str = Field(min_length=1)
+
+
+class LoadCheckpointRequest(_Body):
+    """``POST /v1/load_checkpoint`` (Reef's): serve the checkpoint directory at ``path``
+    (full fine-tuned weights of the base model) as the model ``name``. ``replace``
+    retires a checkpoint of the same name; requests already running finish on it."""
+
+    name: str = Field(min_length=1)
+    path: str = Field(min_length=1)
+    expected_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    replace: bool = False
+
+
+class UnloadCheckpointRequest(_Body):
+    """``POST /v1/unload_checkpoint``: stop serving ``name``; its weights are freed once
+    the requests running on them finish."""
+
+    name: str = Field(min_length=1)

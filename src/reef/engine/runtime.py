@@ -1,22 +1,41 @@
-"""The engine as the HTTP layer sees it: model, scheduler and adapters behind async calls."""
+"""The engine as the HTTP layer sees it: model, scheduler, adapters and checkpoints
+behind async calls.
+
+A checkpoint (full fine-tuned weights of the base model) is served under a name, as an
+adapter is: ``load_checkpoint`` checks it (safetensors only, complete shards, the
+digest), refuses it when it would not fit beside what is resident (``memory``), loads it
+beside the weights already serving (off the worker thread), and publishes the name.
+Requests that name it lease it; ``unload_checkpoint`` (or loading another under the same
+name) retires it, and its weights are freed once the last request on it finishes. So a
+swap from one set of weights to another is: load the new beside the old, flip the
+clients to the new name, unload the old (it drains, then frees); no request fails.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
 
-from reef.engine.adapters import AdapterLease, AdapterRegistry, AdapterVersion
+from reef.core.checkpoints import CheckpointError, CheckpointInfo, check_checkpoint_directory
+from reef.engine.adapters import AdapterLease, AdapterModel, AdapterRegistry, AdapterVersion
 from reef.engine.digest import check_adapter_directory
-from reef.engine.errors import AdapterConflictError, BadRequestError, UnknownModelError
-from reef.engine.models import LoadedModel
+from reef.engine.errors import (
+    AdapterConflictError,
+    BadRequestError,
+    CheckpointRejectedError,
+    UnknownModelError,
+)
+from reef.engine.memory import available_memory_bytes, check_fits, required_bytes
+from reef.engine.models import LoadedModel, load_checkpoint_model
 from reef.engine.scheduler import Scheduler
 from reef.engine.sequences import ChoiceDelta, GenerationJob, SamplingParams
 from reef.engine.tools import AUTO, ToolChoice, render_tools, template_takes_tools
@@ -87,6 +106,9 @@ class Engine:
         self.default_max_tokens = default_max_tokens
         self.scheduler = Scheduler(loaded, max_batch=max_batch, threads=threads)
         self.adapters = AdapterRegistry(drop=self._drop_version)
+        self.checkpoints = AdapterRegistry(drop=self._drop_weights, what="checkpoint")
+        self.available_memory: Callable[[], int | None] = available_memory_bytes
+        self._loading = asyncio.Lock()  # one checkpoint load (and memory check) at a time
         template = loaded.tokenizer.chat_template
         self.template_takes_tools = template_takes_tools(
             template if isinstance(template, str) else None
@@ -107,13 +129,19 @@ class Engine:
 
     def lease(self, model: str) -> AdapterLease | None:
         """Resolve a request's ``model``: None for the base model, else a lease on the
-        adapter's current version. Raises ``UnknownModelError``."""
+        current version of the adapter or checkpoint of that name. Raises
+        ``UnknownModelError``."""
         if model == self.name:
             return None
-        lease = self.adapters.acquire(model)
+        lease = self.adapters.acquire(model) or self.checkpoints.acquire(model)
         if lease is None:
             raise UnknownModelError(f"The model `{model}` does not exist.")
         return lease
+
+    def release(self, lease: AdapterLease) -> None:
+        """Return a lease from :meth:`lease` (idempotent)."""
+        registry = self.checkpoints if lease.version.kind == "checkpoint" else self.adapters
+        registry.release(lease)
 
     def encode_chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
@@ -182,7 +210,7 @@ class Engine:
 
         def done(error: BaseException | None) -> None:
             if lease is not None:
-                self.adapters.release(lease)
+                self.release(lease)
             stream._put(_End(error))
 
         job = GenerationJob(tuple(prompt_ids), params, n, lease, stream._put, done)
@@ -202,8 +230,8 @@ class Engine:
         Raises ``AdapterConflictError`` (name taken, ``replace`` false) and
         ``AdapterRejectedError`` (pickle, missing files, digest mismatch, bad weights).
         """
-        if name == self.name:
-            raise AdapterConflictError(f"{name!r} is the base model's name")
+        if name == self.name or self.checkpoints.has(name):
+            raise AdapterConflictError(f"{name!r} is the base model's or a checkpoint's name")
         self.adapters.check_free(name, replace)
         digest = await asyncio.to_thread(check_adapter_directory, path, expected_digest)
         internal = self.adapters.new_internal_name()
@@ -226,3 +254,71 @@ class Engine:
     def _drop_version(self, internal_name: str) -> None:
         runner = self.scheduler.runner
         self.scheduler.call(lambda: runner.delete(internal_name))
+
+    async def load_checkpoint(
+        self, name: str, path: Path, expected_digest: str | None, replace: bool
+    ) -> AdapterVersion:
+        """Check, load beside the resident weights and publish a checkpoint as ``name``;
+        nothing changes when any step fails (module docstring).
+
+        Raises ``AdapterConflictError`` (name taken, ``replace`` false; or the name of the
+        base model or of an adapter), ``CheckpointRejectedError`` (pickle, missing or
+        truncated files, digest mismatch, weights that do not fit the tokenizer) and
+        ``InsufficientMemoryError`` (it would not fit in the memory available).
+        """
+        if name == self.name or self.adapters.has(name):
+            raise AdapterConflictError(f"{name!r} is the base model's or an adapter's name")
+        self.checkpoints.check_free(name, replace)
+        async with self._loading:
+            info = await asyncio.to_thread(_checked, path, expected_digest)
+            check_fits(name, required_bytes(info.parameters), self.available_memory())
+            model = await asyncio.to_thread(self._load_weights, path)
+            internal = self.checkpoints.new_internal_name()
+            runner = AdapterModel(model)
+            await asyncio.wrap_future(
+                self.scheduler.call(lambda: self.scheduler.add_weights(internal, runner))
+            )
+        version = AdapterVersion(name, internal, path, info.digest, kind="checkpoint")
+        try:
+            self.checkpoints.publish(version, replace)
+        except AdapterConflictError:
+            self._drop_weights(internal)
+            raise
+        logger.info("checkpoint %s is %s (%s)", name, internal, info.digest)
+        return version
+
+    def _load_weights(self, path: Path) -> Any:
+        try:
+            model = load_checkpoint_model(path)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            raise CheckpointRejectedError(
+                f"checkpoint at {str(path)!r} cannot be loaded: {exc}"
+            ) from exc
+        ours, theirs = self.loaded.model.config, model.config
+        if getattr(theirs, "vocab_size", None) != getattr(ours, "vocab_size", None):
+            raise CheckpointRejectedError(
+                f"checkpoint at {str(path)!r} has a vocabulary of {theirs.vocab_size} tokens; "
+                f"the engine's tokenizer ({self.name}) has {ours.vocab_size}"
+            )
+        return model
+
+    def unload_checkpoint(self, name: str) -> None:
+        """Unpublish the checkpoint ``name``; running requests finish on it, then its
+        weights are freed. Raises ``UnknownModelError``."""
+        self.checkpoints.unpublish(name)
+        logger.info("checkpoint %s unloaded", name)
+
+    def _drop_weights(self, internal_name: str) -> None:
+        def drop() -> None:
+            self.scheduler.remove_weights(internal_name)
+            gc.collect()
+            logger.info("freed checkpoint weights %s", internal_name)
+
+        self.scheduler.call(drop)
+
+
+def _checked(path: Path, expected_digest: str | None) -> CheckpointInfo:
+    try:
+        return check_checkpoint_directory(path, expected_digest)
+    except CheckpointError as exc:
+        raise CheckpointRejectedError(exc.message) from exc

@@ -2,8 +2,15 @@
 
 Everything that touches the model runs here, one thing at a time: prefill of newly
 arrived jobs (joined into the running batch), one decode step for every active row,
-and the calls queued by :meth:`Scheduler.call` (adapter load and drop), which run
-between steps so no forward pass ever sees a half-changed model.
+and the calls queued by :meth:`Scheduler.call` (adapter load and drop, checkpoint
+weights added and removed), which run between steps so no forward pass ever sees a
+half-changed model.
+
+Several base weights may be resident: the model the engine started with
+(``BASE_KEY``) and loaded checkpoints, each with its own runner and decode batch. A job
+runs on the weights its lease names (``GenerationJob.base_key``); each round steps every
+batch that has rows, so requests on an old checkpoint finish on it while new ones start
+on the new one.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from reef.engine.batch import DecodeBatch
 from reef.engine.errors import EngineError
 from reef.engine.models import LoadedModel
 from reef.engine.sampling import choose_tokens, row_generator
-from reef.engine.sequences import GenerationJob, Sequence
+from reef.engine.sequences import BASE_KEY, GenerationJob, Sequence
 
 logger = logging.getLogger("reef.engine")
 
@@ -54,6 +61,7 @@ class Scheduler:
         self.threads = threads or default_threads()
         self.runner = AdapterModel(loaded.model)
         self.batch = DecodeBatch(self.runner, loaded.model.config)
+        self.batches: dict[str, DecodeBatch] = {BASE_KEY: self.batch}
         self.max_batch = max_batch
         self.prefill_tokens = prefill_tokens
         self._pending: collections.deque[GenerationJob] = collections.deque()
@@ -65,12 +73,30 @@ class Scheduler:
         self.peak_rows = 0
 
     def stats(self) -> dict[str, int]:
-        """Rows decoding now, jobs waiting, and the most rows ever decoded together."""
+        """Rows decoding now, jobs waiting, the most rows ever decoded together, and how
+        many base weights are resident (the model and loaded checkpoints)."""
         return {
-            "running": len(self.batch),
+            "running": self.rows(),
             "waiting": len(self._pending),
             "peak_batch": self.peak_rows,
+            "weights": len(self.batches),
         }
+
+    def rows(self) -> int:
+        """Rows decoding now, on every resident weights."""
+        return sum(len(batch) for batch in list(self.batches.values()))
+
+    def add_weights(self, key: str, runner: AdapterModel) -> None:
+        """Make ``runner`` (a loaded checkpoint) servable as ``key``. Worker thread only
+        (through :meth:`call`)."""
+        self.batches[key] = DecodeBatch(runner, runner.base.config)
+
+    def remove_weights(self, key: str) -> None:
+        """Forget the weights ``key`` (no lease holds them, so no row runs on them).
+        Worker thread only (through :meth:`call`)."""
+        batch = self.batches.pop(key, None)
+        if batch is not None and len(batch):  # pragma: no cover - leases prevent it
+            self._fail_jobs({row.job for row in batch.rows}, EngineError("weights unloaded"))
 
     def start(self) -> None:
         """Start the worker thread."""
@@ -121,7 +147,7 @@ class Scheduler:
 
     def _next_round(self) -> bool:
         with self._wake:
-            while not (self._stopping or self._pending or self._calls or len(self.batch)):
+            while not (self._stopping or self._pending or self._calls or self.rows()):
                 self._wake.wait()
             if self._stopping:
                 return False
@@ -135,14 +161,16 @@ class Scheduler:
                     future.set_exception(exc)
         self._drop_cancelled()
         self._admit()
-        if len(self.batch):
-            self.peak_rows = max(self.peak_rows, len(self.batch))
-            self._advance(0, self.batch.step())
+        self.peak_rows = max(self.peak_rows, self.rows())
+        for batch in list(self.batches.values()):
+            if len(batch):
+                self._advance(batch, 0, batch.step())
         return True
 
     def _admit(self) -> None:
-        rows: list[Sequence] = []
+        groups: dict[str, list[Sequence]] = {}
         tokens = 0
+        running = self.rows()
         with self._wake:
             while self._pending:
                 job = self._pending[0]
@@ -151,31 +179,41 @@ class Scheduler:
                     job.done(None)
                     continue
                 size = len(job.prompt_ids) * job.n
-                room = len(self.batch) + len(rows) + job.n <= max(self.max_batch, job.n)
-                if not room or (rows and tokens + size > self.prefill_tokens):
+                taken = sum(len(rows) for rows in groups.values())
+                room = running + taken + job.n <= max(self.max_batch, job.n)
+                if not room or (taken and tokens + size > self.prefill_tokens):
                     break
                 self._pending.popleft()
                 tokens += size
+                rows = groups.setdefault(job.base_key, [])
                 for index in range(job.n):
                     row = Sequence(job, index, self.loaded.eos_token_ids)
                     self._generators[row] = row_generator(job.params, index)
                     rows.append(row)
-        if rows:
-            start = len(self.batch)
-            try:
-                logits = self.batch.prefill(rows)
-            except Exception as exc:
-                self._fail_jobs({row.job for row in rows}, exc)
-                return
-            self._advance(start, logits)
+        for key, rows in groups.items():
+            self._prefill(key, rows)
 
-    def _advance(self, start: int, logits: torch.Tensor) -> None:
-        """Sample for rows ``start …`` from ``logits``, emit deltas, drop finished rows."""
-        rows = self.batch.rows[start : start + len(logits)]
+    def _prefill(self, key: str, rows: list[Sequence]) -> None:
+        batch = self.batches.get(key)
+        if batch is None:  # pragma: no cover - a lease keeps its weights resident
+            self._fail_jobs({row.job for row in rows}, EngineError(f"weights {key} are gone"))
+            return
+        start = len(batch)
+        try:
+            logits = batch.prefill(rows)
+        except Exception as exc:
+            self._fail_jobs({row.job for row in rows}, exc)
+            return
+        self._advance(batch, start, logits)
+
+    def _advance(self, batch: DecodeBatch, start: int, logits: torch.Tensor) -> None:
+        """Sample for ``batch``'s rows ``start …`` from ``logits``, emit deltas, drop
+        finished rows."""
+        rows = batch.rows[start : start + len(logits)]
         chosen = choose_tokens(
             logits, [row.job.params for row in rows], [self._generators[row] for row in rows]
         )
-        self.batch.set_next_tokens(start, torch.tensor([token for token, _ in chosen]))
+        batch.set_next_tokens(start, torch.tensor([token for token, _ in chosen]))
         finished: set[int] = set()
         for offset, (row, (token, logprob)) in enumerate(zip(rows, chosen, strict=True)):
             row.job.sink(row.push(token, logprob, self._decode))
@@ -183,7 +221,7 @@ class Scheduler:
                 finished.add(start + offset)
                 self._row_done(row)
         if finished:
-            self.batch.keep([i for i in range(len(self.batch)) if i not in finished])
+            batch.keep([i for i in range(len(batch)) if i not in finished])
 
     def _row_done(self, row: Sequence) -> None:
         self._generators.pop(row, None)
@@ -191,22 +229,30 @@ class Scheduler:
         if row.job.remaining == 0:
             row.job.done(None)
 
+    def _all_rows(self) -> list[Sequence]:
+        return [row for batch in self.batches.values() for row in batch.rows]
+
     def _drop_cancelled(self) -> None:
-        cancelled = [i for i, row in enumerate(self.batch.rows) if row.job.cancelled.is_set()]
-        if not cancelled:
+        dropped: set[GenerationJob] = set()
+        for batch in self.batches.values():
+            cancelled = {i for i, row in enumerate(batch.rows) if row.job.cancelled.is_set()}
+            if cancelled:
+                dropped |= {batch.rows[i].job for i in cancelled}
+                batch.keep([i for i in range(len(batch)) if i not in cancelled])
+        if not dropped:
             return
-        jobs = {self.batch.rows[i].job for i in cancelled}
-        self.batch.keep([i for i in range(len(self.batch)) if i not in set(cancelled)])
-        for job in jobs:
+        for job in dropped:
             job.remaining = 0
             job.done(None)
-        self._generators = {row: self._generators[row] for row in self.batch.rows}
+        self._generators = {row: self._generators[row] for row in self._all_rows()}
 
     def _fail_jobs(self, jobs: set[GenerationJob], exc: BaseException) -> None:
         logger.error("generation failed: %s", exc)
-        keep = [i for i, row in enumerate(self.batch.rows) if row.job not in jobs]
-        self.batch.keep(keep)
-        self._generators = {row: self._generators[row] for row in self.batch.rows}
+        for batch in self.batches.values():
+            batch.keep([i for i, row in enumerate(batch.rows) if row.job not in jobs])
+        self._generators = {
+            row: gen for row, gen in self._generators.items() if row.job not in jobs
+        }
         for job in jobs:
             job.remaining = 0
             job.done(exc)
@@ -214,7 +260,7 @@ class Scheduler:
     def _fail_all(self, exc: BaseException) -> None:
         with self._wake:
             self._stopping = True
-            jobs = {row.job for row in self.batch.rows} | set(self._pending)
+            jobs = {row.job for row in self._all_rows()} | set(self._pending)
             self._pending.clear()
             calls = list(self._calls)
             self._calls.clear()

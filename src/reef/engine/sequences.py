@@ -54,6 +54,10 @@ class ChoiceDelta:
     finish_reason: FinishReason | None
 
 
+BASE_KEY = "base"
+"""The scheduler's key of the weights the engine started with."""
+
+
 @dataclass(eq=False)
 class GenerationJob:
     """One request as the worker sees it: ``n`` sequences of one prompt on one adapter.
@@ -78,7 +82,17 @@ class GenerationJob:
     @property
     def adapter_key(self) -> str:
         """The internal adapter name rows of this job run under (``__base__`` for none)."""
-        return self.adapter.internal_name if self.adapter else "__base__"
+        if self.adapter is None or self.adapter.version.kind == "checkpoint":
+            return "__base__"
+        return self.adapter.internal_name
+
+    @property
+    def base_key(self) -> str:
+        """The base weights rows of this job run on: ``BASE_KEY`` (the model the engine
+        started with) or a loaded checkpoint's internal name."""
+        if self.adapter is not None and self.adapter.version.kind == "checkpoint":
+            return self.adapter.internal_name
+        return BASE_KEY
 
 
 class Sequence:

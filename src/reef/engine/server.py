@@ -3,8 +3,11 @@ adapter API.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``completions``),
 ``POST /v1/embeddings`` (a 501: no embedding model here), ``GET /v1/models``, ``POST
-/v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, ``POST /tokenize`` (vLLM's,
-at the root as vLLM has it), ``GET /health``. Errors are
+/v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, ``POST
+/v1/load_checkpoint`` and ``POST /v1/unload_checkpoint`` (Reef's: full-weight
+checkpoints served by name, ``runtime``), ``POST /tokenize`` (vLLM's, at the root as
+vLLM has it), ``GET /health``. A checkpoint that would not fit in memory is refused
+with a 507 (Insufficient Storage), code ``insufficient_memory``. Errors are
 OpenAI-shaped. A client that disconnects cancels its generation (aiohttp's handler
 cancellation is on, and a failed stream write cancels too).
 """
@@ -27,13 +30,20 @@ from pydantic import BaseModel, ValidationError
 
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
 from reef.engine.completions import complete_text
-from reef.engine.errors import ADAPTER_ALREADY_LOADED, AdapterConflictError
+from reef.engine.errors import (
+    ADAPTER_ALREADY_LOADED,
+    INSUFFICIENT_MEMORY,
+    AdapterConflictError,
+    InsufficientMemoryError,
+)
 from reef.engine.models import load_model
 from reef.engine.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    LoadCheckpointRequest,
     LoadLoraAdapterRequest,
     TokenizeRequest,
+    UnloadCheckpointRequest,
     UnloadLoraAdapterRequest,
 )
 from reef.engine.responses import (
@@ -75,6 +85,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(400, exc.message, ADAPTER_ALREADY_LOADED)
     except (InvalidInputError, ConflictError) as exc:
         return _error(400, exc.message)
+    except InsufficientMemoryError as exc:
+        return _error(507, exc.message, INSUFFICIENT_MEMORY)
     except ReefError as exc:
         logger.error("engine error: %s", exc.message)
         return _error(503, exc.message)
@@ -121,7 +133,7 @@ async def list_models(request: web.Request) -> web.Response:
             "max_model_len": engine.loaded.max_context,
         }
     ]
-    for version in engine.adapters.listed():
+    for version in [*engine.adapters.listed(), *engine.checkpoints.listed()]:
         cards.append(
             {
                 "id": version.name,
@@ -132,6 +144,7 @@ async def list_models(request: web.Request) -> web.Response:
                 "parent": engine.name,
                 "max_model_len": engine.loaded.max_context,
                 "digest": version.digest,
+                "kind": version.kind,
             }
         )
     return _json({"object": "list", "data": cards})
@@ -152,6 +165,25 @@ async def unload_lora_adapter(request: web.Request) -> web.Response:
     body = await _parse(request, UnloadLoraAdapterRequest)
     request.app[ENGINE_KEY].unload_adapter(body.lora_name)
     return web.Response(text=f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+
+
+async def load_checkpoint(request: web.Request) -> web.Response:
+    """``POST /v1/load_checkpoint``: 200 once the checkpoint serves under its name; 400
+    when refused (pickle, truncated shard, digest mismatch, name taken), 507 when it
+    would not fit in memory."""
+    body = await _parse(request, LoadCheckpointRequest)
+    engine = request.app[ENGINE_KEY]
+    version = await engine.load_checkpoint(
+        body.name, Path(body.path), body.expected_digest, body.replace
+    )
+    return _json({"name": version.name, "digest": version.digest})
+
+
+async def unload_checkpoint(request: web.Request) -> web.Response:
+    """``POST /v1/unload_checkpoint``: 200, or 404 for an unknown name."""
+    body = await _parse(request, UnloadCheckpointRequest)
+    request.app[ENGINE_KEY].unload_checkpoint(body.name)
+    return _json({"name": body.name, "unloaded": True})
 
 
 async def tokenize(request: web.Request) -> web.Response:
@@ -188,7 +220,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         stream = engine.generate(prompt, params, body.n, lease)
     except BaseException:
         if lease is not None:
-            engine.adapters.release(lease)
+            engine.release(lease)
         raise
     tools = (
         ToolParsing(tool_names(body.tool_dicts or []), prefill, body.parallel_tool_calls)
@@ -301,6 +333,8 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
+    app.router.add_post("/v1/load_checkpoint", load_checkpoint)
+    app.router.add_post("/v1/unload_checkpoint", unload_checkpoint)
     app.router.add_post("/tokenize", tokenize)
     return app
 

@@ -199,7 +199,7 @@ class InferenceRoutes:
             return response
         # The adapter stays loaded until the response is done, however it ends. (A
         # release without one holds nothing, and most requests hold nothing else.)
-        if exchange.serving.adapter_name is not None:
+        if exchange.serving.weights_name is not None:
             held.enter_context(self.state.activation.lease(exchange.serving))
         if plan.request.stream:
             response = await self._stream(exchange, plan, dialect, held, lead)
@@ -458,8 +458,8 @@ class InferenceRoutes:
             settings.scenario(scenario).model or serving.base_model or upstream_config.model
         )
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
-        if serving.adapter_name is not None:
-            return serving.adapter_name, False  # the release's weights, whatever was named
+        if serving.weights_name is not None:
+            return serving.weights_name, False  # the release's weights, whatever was named
         if configured:
             # An application keeps its own model name ("gpt-4o"): the scenario's model
             # serves it, and the record keeps the request as the client sent it.

@@ -151,6 +151,7 @@ class LearnerOutput:
 
     adapter: str | None = None
     harness: str | None = None
+    checkpoint: str | None = None
     consumed: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
 

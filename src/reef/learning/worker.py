@@ -537,8 +537,10 @@ def _with_output(
 ) -> ReleaseManifest:
     """``manifest`` with the learner's new components (None keeps the current one)."""
     model = manifest.model
+    if output.checkpoint is not None:  # new base weights: an adapter of the old ones goes
+        model = ModelComponent(base=model.base, checkpoint=output.checkpoint)
     if output.adapter is not None:
-        model = ModelComponent(base=model.base, adapter=output.adapter)
+        model = ModelComponent(base=model.base, checkpoint=model.checkpoint, adapter=output.adapter)
     harness = output.harness if output.harness is not None else manifest.harness
     if model == manifest.model and harness == manifest.harness:
         return manifest

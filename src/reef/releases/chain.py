@@ -526,7 +526,7 @@ class ReleaseChain:
         return owners
 
     def reachable_artifacts(self) -> set[str]:
-        """Every adapter and harness digest named by a release (any, ever) or by a
+        """Every checkpoint, adapter and harness digest named by a release (any, ever) or by a
         candidate that is not rejected or abandoned (a live canary included): what
         ``reef gc`` must keep."""
         digests: set[str] = set()

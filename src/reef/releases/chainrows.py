@@ -90,6 +90,8 @@ def manifest_digests(manifest_json: str) -> set[str]:
     if not isinstance(data, dict):
         return found
     model = data.get("model")
-    candidates = [data.get("harness"), model.get("adapter") if isinstance(model, dict) else None]
+    candidates = [data.get("harness")]
+    if isinstance(model, dict):
+        candidates += [model.get("adapter"), model.get("checkpoint")]
     found.update(d for d in candidates if isinstance(d, str))
     return found

@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from reef.core.errors import InvalidInputError
 
@@ -24,11 +32,18 @@ def _checked_digest(value: str | None, what: str) -> str | None:
 
 
 class ModelComponent(BaseModel):
-    """The model half of a release: a base model and an optional LoRA adapter."""
+    """The model half of a release: a base model, optionally a checkpoint of it (full
+    fine-tuned weights that replace the base's), optionally a LoRA adapter on top (of
+    the checkpoint when there is one)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     base: str = Field(min_length=1, description="Base model name, as the upstream knows it.")
+    checkpoint: str | None = Field(
+        default=None,
+        description="Digest of a checkpoint artifact (the base's weights, fine-tuned), or "
+        "null for the base's own weights.",
+    )
     adapter: str | None = Field(
         default=None, description="Digest of the adapter artifact, or null for the bare base."
     )
@@ -37,6 +52,20 @@ class ModelComponent(BaseModel):
     @classmethod
     def _adapter_is_a_digest(cls, value: str | None) -> str | None:
         return _checked_digest(value, "model.adapter")
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint_is_a_digest(cls, value: str | None) -> str | None:
+        return _checked_digest(value, "model.checkpoint")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_checkpoint(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A manifest without a checkpoint serializes as it did before checkpoints
+        # existed: stored manifests, records and clients see the same JSON.
+        data: dict[str, Any] = handler(self)
+        if data.get("checkpoint") is None:
+            data.pop("checkpoint", None)
+        return data
 
 
 class ReleaseManifest(BaseModel):
@@ -60,8 +89,9 @@ class ReleaseManifest(BaseModel):
         return _checked_digest(value, "harness")
 
     def digests(self) -> set[str]:
-        """The artifact digests this manifest references (adapter and harness)."""
-        return {d for d in (self.model.adapter, self.harness) if d is not None}
+        """The artifact digests this manifest references (checkpoint, adapter, harness)."""
+        model = self.model
+        return {d for d in (model.checkpoint, model.adapter, self.harness) if d is not None}
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as a JSON-ready dict."""

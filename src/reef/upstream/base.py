@@ -173,6 +173,22 @@ class Upstream(ABC):
             f"upstream {self.name!r} cannot load adapters at runtime", status=400
         )
 
+    async def load_checkpoint(self, name: str, path: str, expected_digest: str | None) -> None:
+        """Serve the checkpoint directory at ``path`` (full weights of the base model)
+        under ``name`` (the embedded engine's ``/load_checkpoint``). Raises
+        ``UpstreamError`` (a 507 from the engine: it would not fit in memory); upstreams
+        without runtime checkpoints raise ``UpstreamRejectedError``. vLLM and SGLang
+        weight-update paths are not wired yet."""
+        raise UpstreamRejectedError(
+            f"upstream {self.name!r} cannot load checkpoints at runtime", status=400
+        )
+
+    async def unload_checkpoint(self, name: str) -> None:
+        """Stop serving the checkpoint ``name`` (the engine's ``/unload_checkpoint``)."""
+        raise UpstreamRejectedError(
+            f"upstream {self.name!r} cannot unload checkpoints at runtime", status=400
+        )
+
     async def count_chat_tokens(self, body: bytes) -> int:
         """The input tokens of a chat conversation (``{model, messages, tools?}``, JSON)
         by the server's own tokenizer and chat template: ``POST /tokenize`` of vLLM and

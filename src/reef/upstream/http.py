@@ -182,6 +182,25 @@ class HTTPUpstream(Upstream):
         """``POST {base_url}/unload_lora_adapter``."""
         await self._adapter_call("/unload_lora_adapter", {"lora_name": name})
 
+    async def load_checkpoint(self, name: str, path: str, expected_digest: str | None) -> None:
+        """``POST {base_url}/load_checkpoint`` (the embedded engine's; it verifies
+        ``expected_digest`` and answers 507 when the weights would not fit)."""
+        payload: dict[str, str] = {"name": name, "path": path}
+        if expected_digest is not None:
+            payload["expected_digest"] = expected_digest
+        try:
+            await self._adapter_call("/load_checkpoint", payload)
+        except UpstreamRejectedError as exc:
+            if _already_loaded(exc):
+                raise AdapterAlreadyLoadedError(
+                    exc.message, exc.status, exc.upstream_status, exc.code
+                ) from exc
+            raise
+
+    async def unload_checkpoint(self, name: str) -> None:
+        """``POST {base_url}/unload_checkpoint``."""
+        await self._adapter_call("/unload_checkpoint", {"name": name})
+
     async def _adapter_call(self, path: str, payload: dict[str, str]) -> None:
         headers = {**self._headers, "Content-Type": "application/json"}
         response = await self._open("POST", path, dumps(payload), headers)
@@ -303,7 +322,8 @@ class HTTPUpstream(Upstream):
                         f"upstream {self.name!r} does not implement {method} {path}: {message}",
                         status,
                     )
-                if status != 429 and status < 500:
+                if (status != 429 and status < 500) or status == 507:
+                    # 507: a checkpoint that does not fit; it will not fit on a retry
                     raise _not_retried(message, status, code)
                 failure = UpstreamUnavailableError(message, upstream_status=status)
                 if status in (429, 503):

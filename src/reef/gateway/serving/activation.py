@@ -1,4 +1,12 @@
-"""Following the release chain: stage a new head (artifacts, adapter, warm-up), then flip.
+"""Following the release chain: stage a new head (artifacts, checkpoint or adapter,
+warm-up), then flip.
+
+A release whose model names a checkpoint (full fine-tuned weights) is staged by loading
+the checkpoint into the upstream beside the weights serving now, under a name of its
+own (``<scenario>@ckpt-<digest12>``); the flip sends new requests to that name; after
+it, checkpoints beyond ``activation.max_checkpoints`` that nothing serves or uses are
+unloaded, and the upstream frees their weights once their last request is done (the
+embedded engine's leases). A checkpoint with an adapter on top is not served yet.
 
 Every request freezes the ``ServingRelease`` of its scenario when it arrives and is served
 and recorded by it to the end, whatever flips meanwhile. A head that fails to stage never
@@ -17,10 +25,11 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from reef.config import ReefSettings
 from reef.core import dumps
@@ -96,6 +105,20 @@ class AdapterPool:
     unload: bool = True
     slots: OrderedDict[str, _AdapterSlot] = field(default_factory=OrderedDict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    kind: Literal["adapter", "checkpoint"] = "adapter"  # what it loads: the same rules
+    on_unload: Callable[[str], None] | None = None  # told each name it unloaded
+
+    async def _load(self, name: str, path: Path, digest: str) -> None:
+        if self.kind == "checkpoint":
+            await self.upstream.load_checkpoint(name, str(path), digest)
+        else:
+            await self.upstream.load_adapter(name, str(path), digest)
+
+    async def _unload(self, name: str) -> None:
+        if self.kind == "checkpoint":
+            await self.upstream.unload_checkpoint(name)
+        else:
+            await self.upstream.unload_adapter(name)
 
     async def ensure(self, name: str, path: Path, digest: str, keep: set[str]) -> bool:
         """Load ``name`` unless loaded (True when it was loaded now); then unload the
@@ -110,24 +133,35 @@ class AdapterPool:
                 self.slots.move_to_end(name)
                 return False
             try:
-                await self.upstream.load_adapter(name, str(path), digest)
+                await self._load(name, path, digest)
             except AdapterAlreadyLoadedError:
-                log.info("adapter %s was already loaded in %s", name, self.upstream.name)
+                log.info("%s %s was already loaded in %s", self.kind, name, self.upstream.name)
             self.slots[name] = _AdapterSlot(last_used=time.monotonic())
-            if not self.unload:
-                return True
-            for victim in list(self.slots):
-                if len(self.slots) <= self.limit:
-                    break
-                slot = self.slots[victim]
-                if victim == name or victim in keep or slot.in_use:
-                    continue
-                del self.slots[victim]
-                try:
-                    await self.upstream.unload_adapter(victim)
-                except ReefError as exc:
-                    log.warning("could not unload adapter %s: %s", victim, exc.message)
+            await self._trim(keep | {name})
             return True
+
+    async def trim(self, keep: set[str]) -> None:
+        """Unload the least recently used beyond the limit, except ``keep`` and those in
+        use (after a flip: the weights no release serves any more go)."""
+        async with self.lock:
+            await self._trim(keep)
+
+    async def _trim(self, keep: set[str]) -> None:
+        if not self.unload:
+            return
+        for victim in list(self.slots):
+            if len(self.slots) <= self.limit:
+                break
+            slot = self.slots[victim]
+            if victim in keep or slot.in_use:
+                continue
+            del self.slots[victim]
+            if self.on_unload is not None:
+                self.on_unload(victim)
+            try:
+                await self._unload(victim)
+            except ReefError as exc:
+                log.warning("could not unload %s %s: %s", self.kind, victim, exc.message)
 
     def acquire(self, name: str) -> None:
         """A request starts using ``name``."""
@@ -182,7 +216,20 @@ class Activation:
         self.status: dict[str, ScenarioStatus] = {}
         self.pools = {
             name: AdapterPool(
-                upstream, settings.activation.max_adapters, settings.activation.unload_adapters
+                upstream,
+                settings.activation.max_adapters,
+                settings.activation.unload_adapters,
+                on_unload=self._forget_pins,
+            )
+            for name, upstream in upstreams.items()
+        }
+        self.checkpoint_pools = {
+            name: AdapterPool(
+                upstream,
+                settings.activation.max_checkpoints,
+                settings.activation.unload_adapters,
+                kind="checkpoint",
+                on_unload=self._forget_pins,
             )
             for name, upstream in upstreams.items()
         }
@@ -256,9 +303,23 @@ class Activation:
         streamed, cut short or never read), so the in-use counts in ``/reef/status``
         fall back to 0 when the request is done, however it ended.
         """
-        if serving.adapter_name is None:
-            return _NO_LEASE  # most requests: nothing to hold, nothing to allocate
-        return _AdapterLease(self.pools[serving.upstream], serving.adapter_name)
+        if serving.adapter_name is not None:
+            return _AdapterLease(self.pools[serving.upstream], serving.adapter_name)
+        if serving.checkpoint_name is not None:
+            pool = self.checkpoint_pools[serving.upstream]
+            return _AdapterLease(pool, serving.checkpoint_name)
+        return _NO_LEASE  # most requests: nothing to hold, nothing to allocate
+
+    def _forget_pins(self, name: str) -> None:
+        """A pool unloaded ``name``: pinned releases staged on it must stage again."""
+        for release_id, staged in list(self._pinned.items()):
+            if name in (staged.adapter_name, staged.checkpoint_name):
+                del self._pinned[release_id]
+
+    def _resident(self) -> set[str]:
+        """The weight names that serve now (heads and staged canaries)."""
+        resident = (*self.serving.values(), *(r.serving for r in self.canaries.values()))
+        return {s.weights_name for s in resident if s.weights_name}
 
     # -- following heads -------------------------------------------------------------
 
@@ -411,6 +472,8 @@ class Activation:
             status.activated_at = time.time()
             self.flips_total += 1
             log.info("scenario %s now serves release %s", scenario, release_id)
+            # drain and free: checkpoints nothing serves any more, beyond the limit
+            await self.checkpoint_pools[staged.upstream].trim(self._resident())
         finally:
             self._staging.pop(scenario, None)
 
@@ -431,16 +494,19 @@ class Activation:
         harness = bundle_digest = None
         if manifest.harness is not None:
             harness, bundle_digest = await asyncio.to_thread(self._read_harness, manifest.harness)
-        adapter_name = None
-        adapter = manifest.model.adapter
+        adapter_name = checkpoint_name = None
+        adapter, checkpoint = manifest.model.adapter, manifest.model.checkpoint
+        if adapter is not None and checkpoint is not None:
+            raise InvalidInputError(
+                f"release {release_id!r} names an adapter on top of a checkpoint; serving "
+                "that combination is not supported yet"
+            )
+        if checkpoint is not None:
+            checkpoint_name = f"{scenario}@ckpt-{checkpoint.removeprefix('sha256:')[:12]}"
+            await self._ensure(upstream_name, "checkpoint", checkpoint_name, checkpoint)
         if adapter is not None:
             adapter_name = f"{scenario}@{adapter.removeprefix('sha256:')[:12]}"
-            path = await asyncio.to_thread(self.artifacts.materialize, adapter)
-            resident = (*self.serving.values(), *(r.serving for r in self.canaries.values()))
-            keep = {s.adapter_name for s in resident if s.adapter_name}
-            loaded = await self.pools[upstream_name].ensure(adapter_name, path, adapter, keep)
-            if loaded and self.settings.activation.warmup:  # a resident adapter is warm
-                await self._warm(upstream_name, adapter_name)
+            await self._ensure(upstream_name, "adapter", adapter_name, adapter)
         return ServingRelease(
             scenario=scenario,
             release_id=release_id,
@@ -451,7 +517,20 @@ class Activation:
             harness_digest=manifest.harness,
             bundle_digest=bundle_digest,
             upstream=upstream_name,
+            checkpoint_name=checkpoint_name,
+            checkpoint_digest=checkpoint,
         )
+
+    async def _ensure(
+        self, upstream: str, kind: Literal["adapter", "checkpoint"], name: str, digest: str
+    ) -> None:
+        """Materialize ``digest`` (verified, streamed to disk) and load it into
+        ``upstream`` as the ``kind`` ``name`` unless loaded, then warm it up."""
+        pool = (self.checkpoint_pools if kind == "checkpoint" else self.pools)[upstream]
+        path = await asyncio.to_thread(self.artifacts.materialize, digest)
+        loaded = await pool.ensure(name, path, digest, self._resident())
+        if loaded and self.settings.activation.warmup:  # a resident one is warm
+            await self._warm(upstream, name)
 
     async def _warm(self, upstream_name: str, model: str) -> None:
         """One short request so the adapter's first real request pays no lazy load."""
@@ -496,6 +575,10 @@ class Activation:
             "adapters": {
                 name: {adapter: slot.in_use for adapter, slot in pool.slots.items()}
                 for name, pool in self.pools.items()
+            },
+            "checkpoints": {
+                name: {checkpoint: slot.in_use for checkpoint, slot in pool.slots.items()}
+                for name, pool in self.checkpoint_pools.items()
             },
             "flips_total": self.flips_total,
             "failures_total": self.failures_total,

@@ -25,8 +25,16 @@ class ServingRelease:
     harness_digest: str | None  # the artifact (packed bundle) digest in the manifest
     bundle_digest: str | None  # the canonical bundle digest clients verify
     upstream: str
+    checkpoint_name: str | None = None  # the name the upstream serves the checkpoint under
+    checkpoint_digest: str | None = None
+
+    @property
+    def weights_name(self) -> str | None:
+        """The name the upstream serves this release's own weights under (its adapter,
+        else its checkpoint), or None when it serves the base model as it is."""
+        return self.adapter_name or self.checkpoint_name
 
     @property
     def model(self) -> str | None:
-        """The model name to send upstream: the adapter when there is one."""
-        return self.adapter_name or self.base_model
+        """The model name to send upstream: the adapter or checkpoint when there is one."""
+        return self.weights_name or self.base_model

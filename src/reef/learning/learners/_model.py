@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 from pydantic import Field
 
+from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.errors import InvalidInputError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext
 from reef.learning.trainers import DEFAULT_TARGET_MODULES, Budget, TrainResult, run_in_child
@@ -155,7 +156,8 @@ def train_adapter(
     """Train ``spec`` in a child process (or as a Ray task, for ``trainer: ray``), each
     step's loss recorded as the metric ``loss`` and reported as progress, then store the
     adapter. Returns its digest (artifact meta: learner, base, steps, then ``meta``) and
-    the training result; raises ``TrainingFailedError`` when training fails."""
+    the training result; raises ``TrainingFailedError`` when training fails. A ``full``
+    SFT run's output is checked as a checkpoint and stored with kind ``checkpoint``."""
 
     def on_step(step: int, steps: int, loss: float) -> None:
         context.metrics.record("loss", loss)
@@ -168,4 +170,7 @@ def train_adapter(
     else:
         result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=timeout)
     stored = {"learner": learner, "base": spec.model, "steps": result.metrics["steps"], **meta}
+    if isinstance(spec, SFTSpec) and spec.mode == "full":
+        check_checkpoint_directory(result.adapter_dir)  # safetensors only, complete shards
+        return context.artifacts.put_dir(result.adapter_dir, "checkpoint", stored), result
     return context.artifacts.put_dir(result.adapter_dir, "adapter", stored), result

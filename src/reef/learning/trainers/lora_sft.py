@@ -1,4 +1,5 @@
-"""The LoRA SFT training function. Imports torch, transformers and peft: the worker
+"""The SFT training function (a LoRA adapter, or ``full``: every weight, saved as a
+checkpoint). Imports torch, transformers and peft: the worker
 never imports this module; it runs in the training child (``python -m
 reef.learning.trainers``), in a test, or in a Ray task.
 
@@ -186,11 +187,16 @@ def weighted_loss(
 PLAIN_HEAD_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3"})
 
 
-def labelled_loss(model: PeftModel, batch: dict[str, Any]) -> torch.Tensor:
+def _base_of(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (a full fine-tune has none)."""
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
+def labelled_loss(model: Any, batch: dict[str, Any]) -> torch.Tensor:
     """:func:`weighted_loss` of ``batch``, running the output head only on positions
     that have a label when the architecture allows it (the head over a 49k vocabulary
     is a large share of a small model's compute; the prompt needs none of it)."""
-    base: Any = model.get_base_model()
+    base: Any = _base_of(model)
     head = base.get_output_embeddings()
     if getattr(base.config, "model_type", None) not in PLAIN_HEAD_TYPES or head is None:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -294,8 +300,40 @@ def save_adapter(model: PeftModel, directory: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def full_model(model: Any, spec: SFTSpec, device: torch.device) -> Any:
+    """``model`` ready for a full fine-tune: every weight trainable, gradient
+    checkpointing when ``spec.gradient_checkpointing`` asks for it (``auto``: on CUDA)."""
+    for param in model.parameters():
+        param.requires_grad_(True)
+    wanted = spec.gradient_checkpointing
+    if wanted is True or (wanted == "auto" and device.type == "cuda"):
+        model.config.use_cache = False
+        # transformers 5 renamed it (the old name warns, and goes in v6)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
+    return model.to(device)
+
+
+def use_bf16(spec: SFTSpec, device: torch.device) -> bool:
+    """Whether forward passes run under bf16 autocast: ``spec.bf16`` ``auto`` means on a
+    CUDA device that supports it (weights and optimizer state stay float32)."""
+    if spec.bf16 == "auto":
+        return device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return bool(spec.bf16)
+
+
+def save_checkpoint(model: Any, tokenizer: PreTrainedTokenizerBase, directory: Path) -> None:
+    """Save a full checkpoint: safetensors shards (with their index when sharded),
+    ``config.json``, the generation config and the tokenizer files; never a pickle."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.config.use_cache = True
+    model.save_pretrained(str(directory), safe_serialization=True, max_shard_size="2GB")
+    tokenizer.save_pretrained(str(directory))
+
+
 def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> TrainResult:
-    """Train a LoRA adapter on ``spec.examples`` within ``spec.budget`` and save it to
+    """Train a LoRA adapter (``spec.mode`` ``lora``) or every weight (``full``: a
+    checkpoint) on ``spec.examples`` within ``spec.budget`` and save it to
     ``spec.output_dir``: epochs over the training share of the examples, validation loss
     measured on the rest, early stopping on it with the best weights kept, warmup then
     decay of the learning rate (``reef.learning.trainers.budget``).
@@ -310,26 +348,37 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     features = [build_features(tokenizer, ex, spec.max_seq_len) for ex in spec.examples]
     budget = spec.budget
     train_ids, val_ids = split_validation(len(features), budget, rng)
-    model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
+    full = spec.mode == "full"
+    if full:
+        model = full_model(loaded.model, spec, device)
+    else:
+        model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
     load_seconds = time.monotonic() - started
     tokens = target_tokens = 0
+    bf16 = use_bf16(spec, device)
 
     def step(indices: list[int]) -> torch.Tensor:
         nonlocal tokens, target_tokens
         batch = _collate([features[i] for i in indices], pad_id, device)
         tokens += int(batch["attention_mask"].sum())
         target_tokens += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-        return labelled_loss(model, batch)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            return labelled_loss(model, batch)
 
     def validate() -> float:
         return validation_loss(model, features, val_ids, spec, pad_id, device)
 
     plan = Plan(train_ids, spec.batch_size, rng)
-    run = train_and_save(
-        model, optimizer, spec, plan, Losses(step, validate if val_ids else None), progress
-    )
+    losses = Losses(step, validate if val_ids else None)
+    if full:
+        run = train_in_budget(
+            model, optimizer, budget, plan, losses.step, losses.validate, progress, spec.fault
+        )
+        save_checkpoint(model, tokenizer, spec.output_dir)
+    else:
+        run = train_and_save(model, optimizer, spec, plan, losses, progress)
     curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
     metrics = {
         "loss_curve": curve,
@@ -344,9 +393,13 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         "val_examples": len(val_ids),
         "epochs_run": round(steps_run * spec.batch_size / max(len(train_ids), 1), 3),
         "device": device.type,
-        "continued": spec.base_adapter is not None,
+        "continued": spec.base_adapter is not None or spec.continued,
+        "mode": spec.mode,
+        "bf16": bf16,
         **run.report,
     }
+    if full:
+        metrics["parameters"] = sum(p.numel() for p in model.parameters())
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
 
 
@@ -381,15 +434,15 @@ class Losses:
 
 
 def train_and_save(
-    model: PeftModel,
+    model: Any,
     optimizer: torch.optim.Optimizer,
     spec: SFTSpec | PreferenceSpec,
     plan: Plan,
     losses: Losses,
     progress: ProgressCallback | None,
 ) -> BudgetedRun:
-    """``train_in_budget`` within ``spec``'s budget, then the adapter saved to
-    ``spec.output_dir``."""
+    """``train_in_budget`` within ``spec``'s budget, then the adapter (or, for a ``full``
+    SFT run, the checkpoint: :func:`save_checkpoint`) saved to ``spec.output_dir``."""
     run = train_in_budget(
         model, optimizer, spec.budget, plan, losses.step, losses.validate, progress, spec.fault
     )
@@ -398,7 +451,7 @@ def train_and_save(
 
 
 def train_in_budget(  # noqa: PLR0913
-    model: PeftModel,
+    model: Any,
     optimizer: torch.optim.Optimizer,
     budget: Budget,
     plan: Plan,
@@ -457,7 +510,7 @@ def train_in_budget(  # noqa: PLR0913
 
 
 def validation_loss(
-    model: PeftModel,
+    model: Any,
     features: list[Features],
     indices: list[int],
     spec: SFTSpec,
@@ -478,8 +531,8 @@ def validation_loss(
     return total / weight if weight else 0.0
 
 
-def trainable_state(model: PeftModel) -> dict[str, torch.Tensor]:
-    """A copy of the trainable (LoRA) weights."""
+def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    """A copy of the trainable weights (LoRA's, or every weight of a full fine-tune)."""
     return {
         name: param.detach().clone()
         for name, param in model.named_parameters()
@@ -487,7 +540,7 @@ def trainable_state(model: PeftModel) -> dict[str, torch.Tensor]:
     }
 
 
-def restore_state(model: PeftModel, state: dict[str, torch.Tensor]) -> None:
+def restore_state(model: Any, state: dict[str, torch.Tensor]) -> None:
     """Put back the weights :func:`trainable_state` copied."""
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -5,7 +5,11 @@ The task runs the same function (``train_lora_sft`` or ``train_preference``) wit
 same spec and answers the same ``TrainResult``. Files travel as bytes, so nothing
 assumes a shared filesystem for them: the base adapter (when any) goes to the task as
 ``{relative path: bytes}``, the task trains into a temporary directory on its node and
-returns the adapter the same way, and the caller writes it to ``spec.output_dir``.
+returns the adapter the same way, and the caller writes it to ``spec.output_dir``. A
+``full`` SFT run works the same: the checkpoint it continues from (``spec.model`` as a
+directory) travels as bytes, and the checkpoint it trains comes back as bytes (held in
+memory whole: fine for small models; a large model's run wants storage both sides
+reach, not yet wired).
 What a real cluster must still provide: ``reef`` (and torch) importable on the worker
 nodes, and the model under ``spec.home`` there (the engine loads it offline).
 
@@ -71,9 +75,11 @@ def train_task(
     with tempfile.TemporaryDirectory(prefix="reef-ray-train-") as tmp:
         work = Path(tmp)
         update: dict[str, Any] = {"output_dir": work / "adapter"}
+        full = method == "sft" and SFTSpec.model_validate_json(spec_json).mode == "full"
         if base_files is not None:
-            write_tree(base_files, work / "base-adapter")
-            update["base_adapter"] = work / "base-adapter"
+            key, folder = ("model", "base-checkpoint") if full else ("base_adapter", "base-adapter")
+            write_tree(base_files, work / folder)
+            update[key] = str(work / folder) if full else work / folder
         result: TrainResult
         if method == "preference":
             from reef.learning.trainers.preference import train_preference
@@ -139,6 +145,8 @@ def run_in_ray(  # noqa: C901
     cpus = spec.threads or 1
     gpus = 1 if spec.device == "cuda" else 0
     base = None if spec.base_adapter is None else read_tree(spec.base_adapter)
+    if isinstance(spec, SFTSpec) and spec.mode == "full" and Path(spec.model).is_dir():
+        base = read_tree(Path(spec.model))  # the checkpoint it continues from
     try:
         holds = _acquire(ray, address, cpus)
     except Exception as exc:  # Ray raises plain ConnectionError/RuntimeError here

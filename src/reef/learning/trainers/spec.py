@@ -58,6 +58,12 @@ class SFTSpec(BaseModel):
     start fresh with ``lora``. ``budget``: how long to train (epochs over the examples,
     an internal validation split with early stopping, caps, the learning-rate schedule;
     ``reef.learning.trainers.budget``). ``device``: ``auto`` is CUDA when present.
+    ``mode``: ``lora`` trains an adapter; ``full`` trains every weight of ``model`` (no
+    LoRA; ``base_adapter`` and ``lora`` unused) and saves a checkpoint directory
+    (safetensors shards, ``config.json``, tokenizer files) to ``output_dir``; to continue
+    from a checkpoint, ``model`` is its directory and ``continued`` says so.
+    ``gradient_checkpointing`` (``auto``: on CUDA) and ``bf16`` (``auto``: autocast on a
+    CUDA device that supports it) apply to a full run.
     ``fault`` exists for tests only: ``abort`` kills the child by SIGABRT after step 1.
     """
 
@@ -68,6 +74,10 @@ class SFTSpec(BaseModel):
     home: Path
     examples: list[SFTExample] = Field(min_length=1)
     output_dir: Path
+    mode: Literal["lora", "full"] = "lora"
+    continued: bool = False
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    bf16: bool | Literal["auto"] = "auto"
     base_adapter: Path | None = None
     lora: LoraSettings = Field(default_factory=LoraSettings)
     lr: float = Field(default=5e-4, gt=0.0)
@@ -146,7 +156,8 @@ class PreferenceSpec(BaseModel):
 
 
 class TrainResult(BaseModel):
-    """What a finished run answers. ``metrics`` holds ``loss_curve`` (one mean loss per
+    """What a finished run answers: ``adapter_dir`` is the directory it saved (an
+    adapter, or a full run's checkpoint). ``metrics`` holds ``loss_curve`` (one mean loss per
     optimizer step), ``tokens`` (non-padding tokens fed), ``target_tokens`` (tokens
     with loss), ``seconds`` (the training loop), ``tokens_per_second``,
     ``load_seconds``, ``steps``, ``examples``, ``device`` and ``continued``; an SFT run

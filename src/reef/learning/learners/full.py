@@ -1,0 +1,107 @@
+"""``full``: every weight of the scenario's model fine-tuned on the ``sft`` learner's
+examples; the result is a checkpoint artifact, not an adapter.
+
+The same examples as ``sft`` (corrections and high-scoring replies, optionally with the
+candidate's harness rendered in, replay when continuing), the same trainer in its
+``full`` mode (no LoRA: all parameters trainable; gradient checkpointing and bf16
+autocast where the hardware supports them). It continues from the head's checkpoint
+when the head serves one (``continue_from_head``), else from the model itself. The
+checkpoint (safetensors shards, ``config.json``, tokenizer files; never a pickle) is
+checked (``reef.core.checkpoints``) and stored by digest, kind ``checkpoint``; the
+candidate's manifest names it as ``model.checkpoint`` with no adapter.
+Torch-free: training happens in ``reef.learning.trainers``' child process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from reef.learning.base import LearnerConfig, LearnerContext, LearnerOutput
+from reef.learning.learners._harness import head_bundle
+from reef.learning.learners._model import (
+    ModelLearner,
+    fresh_work_dir,
+    model_source,
+    train_adapter,
+)
+from reef.learning.learners.sft import REPORTED, SFTConfig, sft_examples, with_harness
+from reef.learning.trainers import SFTExample, SFTSpec
+
+
+class FullConfig(SFTConfig):
+    """Settings of the ``full`` learner: those of ``sft`` (the LoRA shape is unused)
+    plus ``gradient_checkpointing`` and ``bf16`` (``auto``: on a CUDA device that
+    supports it). ``lr`` defaults lower than a LoRA's: every weight moves."""
+
+    lr: float = 2e-5
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    bf16: bool | Literal["auto"] = "auto"
+
+
+def head_checkpoint(context: LearnerContext, work: Path, continue_from_head: bool) -> Path | None:
+    """A verified copy of the head's checkpoint to continue from, or None when the head
+    serves none or the learner starts fresh."""
+    checkpoint = context.head.manifest.model.checkpoint
+    if not continue_from_head or checkpoint is None:
+        return None
+    return context.artifacts.materialize(checkpoint, work / "base-checkpoint")
+
+
+class FullLearner(ModelLearner[FullConfig]):
+    """Full fine-tuning into a checkpoint (see the module docstring)."""
+
+    type_name: ClassVar[str] = "full"
+    config_model: ClassVar[type[LearnerConfig]] = FullConfig
+
+    def learn(self, context: LearnerContext) -> LearnerOutput:
+        """Full SFT on the batch's corrections and high-score replies; returns the stored
+        checkpoint's digest (contract: ``ModelLearner``)."""
+        cfg = self.settings
+        examples, used = sft_examples(context.batch.train, cfg.min_score)
+        if cfg.render_harness:
+            examples = with_harness(examples, head_bundle(context).harness)
+        if not examples:
+            context.progress.report(
+                1.0, "full: no corrections or high-score replies; nothing to train"
+            )
+            return LearnerOutput(metrics={"examples": 0})
+        base = model_source("full", cfg.model, context)
+        work = fresh_work_dir(context, "full")
+        start = head_checkpoint(context, work, cfg.continue_from_head)
+        replayed: list[SFTExample] = []
+        if cfg.replay and start is not None:
+            replayed, _ = sft_examples(context.batch.replay, cfg.min_score)
+            if cfg.render_harness:
+                replayed = with_harness(replayed, head_bundle(context).harness)
+        spec = SFTSpec(
+            model=str(start) if start is not None else base,
+            home=context.home,
+            examples=examples + replayed,
+            output_dir=work / "checkpoint",
+            mode="full",
+            continued=start is not None,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            bf16=cfg.bf16,
+            lr=cfg.lr,
+            budget=cfg.budget(),
+            batch_size=cfg.batch_size,
+            max_seq_len=cfg.max_seq_len,
+            seed=cfg.seed,
+            device=cfg.device,
+            threads=cfg.threads,
+        )
+        context.progress.report(
+            0.0, f"full: training {base} on {len(examples)} examples + {len(replayed)} replayed"
+        )
+        meta = {
+            "examples": len(examples),
+            "base": base,
+            "continued_from": context.head.manifest.model.checkpoint if start else None,
+        }
+        digest, result = train_adapter(context, "full", spec, cfg, work, meta)
+        context.progress.report(1.0, f"full: checkpoint {digest} ({result.metrics['steps']} steps)")
+        reported = (*REPORTED, "parameters", "bf16")
+        metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
+        metrics.update(examples=len(examples), replayed=len(replayed), base=base)
+        return LearnerOutput(checkpoint=digest, consumed=used, metrics=metrics)

@@ -152,3 +152,12 @@ def test_the_helper_names_the_module_and_the_extra(monkeypatch: pytest.MonkeyPat
     assert info.value.extra == "report" and info.value.module == "matplotlib"
     with pytest.raises(MissingExtraError, match=r"needs matplotlib.*reef-agent\[report\]"):
         require_extra("report", "the plot")
+
+
+def test_a_missing_module_of_reef_itself_is_not_blamed_on_an_extra() -> None:
+    """A half-installed or broken Reef (one of its own modules missing) is not a missing
+    extra: installing the extra would not help, so the real ImportError goes up."""
+    with pytest.raises(ModuleNotFoundError) as info, optional_dependency("local", "the engine"):
+        import reef.no_such_module  # type: ignore[import-not-found]  # noqa: F401
+    assert not isinstance(info.value, MissingExtraError)
+    assert info.value.name == "reef.no_such_module"

@@ -80,6 +80,8 @@ def optional_dependency(
         yield
     except ImportError as exc:
         name = (exc.name or "").partition(".")[0] or modules[0]
+        if name == "reef":
+            raise  # Reef's own module is broken or half-installed: no extra brings it
         raise error(extra, name, purpose) from exc
 
 

@@ -249,9 +249,12 @@ class Worker:
             thread = threading.Thread(
                 target=self._run_claimed, args=(job,), name=f"reef-job-{job.id}", daemon=True
             )
+            # Registered and started under the lock, so ``wait`` never sees a thread that
+            # is not started yet (joining one raises); the thread takes the lock only
+            # when it ends.
             with self._lock:
                 self._threads[job.id] = thread
-            thread.start()
+                thread.start()
             claimed.append(job)
         return claimed
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from reef.core.errors import InvalidInputError
+from reef.core.plugins import PluginRegistry
 from reef.evaluation.values import EvalItem, Reply, ScoreResult
 
 SCORER_GROUP = "reef.scorers"
@@ -95,58 +95,17 @@ class Scorer(ABC):
         """
 
 
-class ScorerRegistry:
+class ScorerRegistry(PluginRegistry[Scorer, ScorerConfig]):
     """Scorer classes by type name: the ``reef.scorers`` entry points, plus (or instead
     of) ``classes`` given here, which win over entry points of the same name. Entry
-    points are loaded only when their type is used."""
+    points are loaded only when their type is used. ``config`` validates settings
+    without building the scorer, so no model is needed."""
 
-    def __init__(
-        self, classes: Mapping[str, type[Scorer]] | None = None, entry_points_too: bool = True
-    ) -> None:
-        self._entry_points: dict[str, EntryPoint] = {}
-        if entry_points_too:
-            self._entry_points = {ep.name: ep for ep in entry_points(group=SCORER_GROUP)}
-        self._classes: dict[str, type[Scorer]] = dict(classes or {})
-
-    def known(self) -> list[str]:
-        """Every registered type name, sorted."""
-        return sorted(self._entry_points.keys() | self._classes.keys())
-
-    def get(self, type_name: str) -> type[Scorer]:
-        """The scorer class for ``type_name``; raises ``UnknownScorerError`` listing the
-        known names, or ``ScorerError`` when the entry point is not a ``Scorer``."""
-        if type_name in self._classes:
-            return self._classes[type_name]
-        entry = self._entry_points.get(type_name)
-        if entry is None:
-            raise UnknownScorerError(
-                f"unknown scorer type {type_name!r}; known types: {', '.join(self.known())}"
-            )
-        loaded = entry.load()
-        if not (isinstance(loaded, type) and issubclass(loaded, Scorer)):
-            raise ScorerError(
-                f"entry point {type_name!r} = {entry.value!r} is not a reef Scorer class"
-            )
-        self._classes[type_name] = loaded
-        return loaded
-
-    def config(self, type_name: str, settings: Mapping[str, Any], where: str) -> ScorerConfig:
-        """Validate ``settings`` with the scorer's ``config_model`` (without building the
-        scorer, so no model is needed); raises ``ScorerError`` naming each bad key under
-        ``where`` and the allowed keys."""
-        cls = self.get(type_name)
-        try:
-            return cls.config_model.model_validate(dict(settings))
-        except ValidationError as error:
-            lines = [f"invalid settings for scorer {type_name!r} at {where}:"]
-            allowed = ", ".join(sorted(["type", *_setting_keys(cls.config_model)]))
-            for problem in error.errors():
-                key = ".".join([where, *(str(p) for p in problem["loc"])])
-                if problem["type"] == "extra_forbidden":
-                    lines.append(f"  unknown key {key!r}; allowed keys here: {allowed}")
-                else:
-                    lines.append(f"  {key}: {problem['msg']} (allowed keys here: {allowed})")
-            raise ScorerError("\n".join(lines)) from error
+    group = SCORER_GROUP
+    kind = "scorer"
+    base = Scorer
+    unknown_error = UnknownScorerError
+    settings_error = ScorerError
 
     def build(
         self,
@@ -158,7 +117,7 @@ class ScorerRegistry:
         with ``context`` (default: no model). Raises ``ScorerError`` for a spec without
         a string ``type``, ``UnknownScorerError`` for an unregistered type, and
         ``ScorerError`` for bad settings or a scorer that cannot work here."""
-        type_name, settings = _split_spec(spec, where)
+        type_name, settings = self.spec_settings(spec, where, names_allowed=True)
         config = self.config(type_name, settings, where)
         return self.get(type_name)(config, context or ScorerContext())
 
@@ -171,23 +130,3 @@ def build_scorer(
 ) -> Scorer:
     """``ScorerRegistry.build`` on ``registry`` (default: the entry points)."""
     return (registry or ScorerRegistry()).build(spec, where, context)
-
-
-def _setting_keys(model: type[ScorerConfig]) -> list[str]:
-    """The keys a spec may use: a field's alias where it has one (``schema``)."""
-    return [field.alias or name for name, field in model.model_fields.items()]
-
-
-def _split_spec(spec: Mapping[str, Any] | str, where: str) -> tuple[str, dict[str, Any]]:
-    if isinstance(spec, str):
-        return spec, {}
-    if not isinstance(spec, Mapping):
-        raise ScorerError(
-            f"{where}: a scorer spec is a type name or a mapping with 'type', "
-            f"got {type(spec).__name__}"
-        )
-    settings = dict(spec)
-    type_name = settings.pop("type", None)
-    if not isinstance(type_name, str) or not type_name:
-        raise ScorerError(f"{where}: a scorer spec needs a 'type' naming the scorer")
-    return type_name, settings

@@ -117,6 +117,20 @@ class ModelLearnerSettings(BudgetSettings):
             r=self.r, alpha=self.alpha, dropout=self.dropout, target_modules=self.target_modules
         )
 
+    def run_settings(self) -> dict[str, Any]:
+        """The settings every training run takes as they are (a spec's ``lr``,
+        ``budget``, ``batch_size``, ``max_seq_len``, ``seed``, ``device``, ``threads``):
+        ``SFTSpec(..., **settings.run_settings())``."""
+        return {
+            "lr": self.lr,
+            "budget": self.budget(),
+            "batch_size": self.batch_size,
+            "max_seq_len": self.max_seq_len,
+            "seed": self.seed,
+            "device": self.device,
+            "threads": self.threads,
+        }
+
 
 class RayTrainerSettings(ModelLearnerSettings):
     """A model learner whose trainer may run on Ray: ``trainer: local`` trains in a child

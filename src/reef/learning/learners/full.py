@@ -83,13 +83,7 @@ class FullLearner(ModelLearner[FullConfig]):
             continued=start is not None,
             gradient_checkpointing=cfg.gradient_checkpointing,
             bf16=cfg.bf16,
-            lr=cfg.lr,
-            budget=cfg.budget(),
-            batch_size=cfg.batch_size,
-            max_seq_len=cfg.max_seq_len,
-            seed=cfg.seed,
-            device=cfg.device,
-            threads=cfg.threads,
+            **cfg.run_settings(),
         )
         context.progress.report(
             0.0, f"full: training {base} on {len(examples)} examples + {len(replayed)} replayed"

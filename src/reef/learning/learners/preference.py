@@ -296,13 +296,7 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
             base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
             lora=cfg.lora(),
             beta=cfg.beta,
-            lr=cfg.lr,
-            budget=cfg.budget(),
-            batch_size=cfg.batch_size,
-            max_seq_len=cfg.max_seq_len,
-            seed=cfg.seed,
-            device=cfg.device,
-            threads=cfg.threads,
+            **cfg.run_settings(),
         )
         what = "pairs" if objective == "dpo" else "examples"
         context.progress.report(0.0, f"preference: {objective} on {model} with {count} {what}")

@@ -102,15 +102,9 @@ class RLLearner(ModelLearner[RLConfig]):
             temperature=cfg.temperature,
             max_new_tokens=cfg.max_new_tokens,
             beta_kl=cfg.beta_kl,
-            lr=cfg.lr,
-            budget=cfg.budget(),
-            batch_size=cfg.batch_size,
-            max_seq_len=cfg.max_seq_len,
             engine_url=cfg.engine_url,
             engine_model=cfg.engine_model,
-            seed=cfg.seed,
-            device=cfg.device,
-            threads=cfg.threads,
+            **cfg.run_settings(),
         )
         context.progress.report(0.0, f"rl: grpo on {model} with {len(prompts)} prompts")
         digest, result = train_adapter(context, "rl", spec, cfg, work, {"prompts": len(prompts)})

@@ -144,13 +144,7 @@ class SFTLearner(ModelLearner[SFTConfig]):
             output_dir=work / "adapter",
             base_adapter=base_adapter,
             lora=cfg.lora(),
-            lr=cfg.lr,
-            budget=cfg.budget(),
-            batch_size=cfg.batch_size,
-            max_seq_len=cfg.max_seq_len,
-            seed=cfg.seed,
-            device=cfg.device,
-            threads=cfg.threads,
+            **cfg.run_settings(),
         )
         context.progress.report(
             0.0, f"sft: training {model} on {len(examples)} examples + {len(replayed)} replayed"

@@ -41,7 +41,7 @@ from reef.config import ReefSettings
 # of corrections; the tiny random model only has to show the loop working.
 TRAIN_STEPS = {"smollm2-135m": 40, "tiny-random": 8}
 # The agent task's: measured on SmolLM2 (docs/benchmarks.md), the tiny model as above.
-AGENT_TRAIN_STEPS = {"smollm2-135m": 24, "tiny-random": 8}
+AGENT_TRAIN_STEPS = {"smollm2-135m": 60, "tiny-random": 8}
 # The agent's gate suite: requests in held-out phrasings, none in the report's held-out
 # set; two items each (the call, the answer).
 AGENT_SUITE_SIZE = 18

@@ -166,17 +166,9 @@ class HTTPUpstream(Upstream):
     async def load_adapter(self, name: str, path: str, expected_digest: str | None) -> None:
         """``POST {base_url}/load_lora_adapter`` (vLLM's runtime LoRA API; vLLM ignores
         ``expected_digest``, the embedded engine verifies it)."""
-        payload: dict[str, str] = {"lora_name": name, "lora_path": path}
-        if expected_digest is not None:
-            payload["expected_digest"] = expected_digest
-        try:
-            await self._adapter_call("/load_lora_adapter", payload)
-        except UpstreamRejectedError as exc:
-            if _already_loaded(exc):
-                raise AdapterAlreadyLoadedError(
-                    exc.message, exc.status, exc.upstream_status, exc.code
-                ) from exc
-            raise
+        await self._load_call(
+            "/load_lora_adapter", {"lora_name": name, "lora_path": path}, expected_digest
+        )
 
     async def unload_adapter(self, name: str) -> None:
         """``POST {base_url}/unload_lora_adapter``."""
@@ -185,21 +177,27 @@ class HTTPUpstream(Upstream):
     async def load_checkpoint(self, name: str, path: str, expected_digest: str | None) -> None:
         """``POST {base_url}/load_checkpoint`` (the embedded engine's; it verifies
         ``expected_digest`` and answers 507 when the weights would not fit)."""
-        payload: dict[str, str] = {"name": name, "path": path}
+        await self._load_call("/load_checkpoint", {"name": name, "path": path}, expected_digest)
+
+    async def unload_checkpoint(self, name: str) -> None:
+        """``POST {base_url}/unload_checkpoint``."""
+        await self._adapter_call("/unload_checkpoint", {"name": name})
+
+    async def _load_call(
+        self, path: str, payload: dict[str, str], expected_digest: str | None
+    ) -> None:
+        """A load route's call: ``expected_digest`` added when known; a name already
+        loaded is ``AdapterAlreadyLoadedError`` (adapters and checkpoints alike)."""
         if expected_digest is not None:
             payload["expected_digest"] = expected_digest
         try:
-            await self._adapter_call("/load_checkpoint", payload)
+            await self._adapter_call(path, payload)
         except UpstreamRejectedError as exc:
             if _already_loaded(exc):
                 raise AdapterAlreadyLoadedError(
                     exc.message, exc.status, exc.upstream_status, exc.code
                 ) from exc
             raise
-
-    async def unload_checkpoint(self, name: str) -> None:
-        """``POST {base_url}/unload_checkpoint``."""
-        await self._adapter_call("/unload_checkpoint", {"name": name})
 
     async def _adapter_call(self, path: str, payload: dict[str, str]) -> None:
         headers = {**self._headers, "Content-Type": "application/json"}

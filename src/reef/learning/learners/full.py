@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from reef.learning.base import LearnerConfig, LearnerContext, LearnerOutput
-from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import (
     ModelLearner,
     fresh_work_dir,
     model_source,
     train_adapter,
 )
-from reef.learning.learners.sft import REPORTED, SFTConfig, sft_examples, with_harness
+from reef.learning.learners.sft import REPORTED, SFTConfig, examples_for
 from reef.learning.trainers import SFTExample, SFTSpec
 
 
@@ -58,9 +57,7 @@ class FullLearner(ModelLearner[FullConfig]):
         """Full SFT on the batch's corrections and high-score replies; returns the stored
         checkpoint's digest (contract: ``ModelLearner``)."""
         cfg = self.settings
-        examples, used = sft_examples(context.batch.train, cfg.min_score)
-        if cfg.render_harness:
-            examples = with_harness(examples, head_bundle(context).harness)
+        examples, used = examples_for(context, cfg, context.batch.train)
         if not examples:
             context.progress.report(
                 1.0, "full: no corrections or high-score replies; nothing to train"
@@ -71,9 +68,7 @@ class FullLearner(ModelLearner[FullConfig]):
         start = head_checkpoint(context, work, cfg.continue_from_head)
         replayed: list[SFTExample] = []
         if cfg.replay and start is not None:
-            replayed, _ = sft_examples(context.batch.replay, cfg.min_score)
-            if cfg.render_harness:
-                replayed = with_harness(replayed, head_bundle(context).harness)
+            replayed, _ = examples_for(context, cfg, context.batch.replay)
         spec = SFTSpec(
             model=str(start) if start is not None else base,
             home=context.home,

@@ -112,6 +112,17 @@ def with_harness(examples: list[SFTExample], harness: Harness) -> list[SFTExampl
     return rendered
 
 
+def examples_for(
+    context: LearnerContext, cfg: SFTConfig, items: list[TrainingExample]
+) -> tuple[list[SFTExample], list[str]]:
+    """``sft_examples`` of ``items`` at ``cfg.min_score``, with the head's harness
+    rendered in when ``cfg.render_harness`` says so (shared by ``sft`` and ``full``)."""
+    examples, used = sft_examples(items, cfg.min_score)
+    if cfg.render_harness:
+        examples = with_harness(examples, head_bundle(context).harness)
+    return examples, used
+
+
 class SFTLearner(ModelLearner[SFTConfig]):
     """Supervised fine-tuning of a LoRA adapter (see the module docstring)."""
 
@@ -121,9 +132,7 @@ class SFTLearner(ModelLearner[SFTConfig]):
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """SFT on the batch's corrections and high-score replies (contract: ``ModelLearner``)."""
         cfg = self.settings
-        examples, used = sft_examples(context.batch.train, cfg.min_score)
-        if cfg.render_harness:
-            examples = with_harness(examples, head_bundle(context).harness)
+        examples, used = examples_for(context, cfg, context.batch.train)
         if not examples:
             context.progress.report(
                 1.0, "sft: no corrections or high-score replies; nothing to train"
@@ -134,9 +143,7 @@ class SFTLearner(ModelLearner[SFTConfig]):
         base_adapter = head_adapter(context, model, work, self.settings.continue_from_head)
         replayed: list[SFTExample] = []
         if cfg.replay and base_adapter is not None:
-            replayed, _ = sft_examples(context.batch.replay, cfg.min_score)
-            if cfg.render_harness:
-                replayed = with_harness(replayed, head_bundle(context).harness)
+            replayed, _ = examples_for(context, cfg, context.batch.replay)
         spec = SFTSpec(
             model=model,
             home=context.home,

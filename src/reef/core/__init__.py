@@ -2,7 +2,9 @@
 
 Owns: UUIDv7 ids, ``ReefError`` and its generic categories, canonical JSON and digests,
 the ``Clock`` that time-dependent parts read (``utc_now`` unless a test injects one),
-and ``Progress``, where long tasks report how far they got.
+``Progress``, where long tasks report how far they got, ``PluginRegistry``
+(``plugins``: learners, scorers and environments found by entry point) and the checks
+of a checkpoint directory (``checkpoints``).
 Does not own: anything that knows about HTTP, SQL, models or configuration; ``core``
 imports nothing else from ``reef``.
 Extend: packages subclass the error categories here for their own failures.

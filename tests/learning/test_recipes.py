@@ -158,3 +158,25 @@ def test_gate_episodes_tasks_resolve_next_to_the_recipe_and_bad_specs_are_refuse
             }
         )
     assert "unknown environment type 'x'" in info.value.message
+
+
+def test_an_rl_learners_environment_tasks_resolve_next_to_the_recipe(tmp_path: Path) -> None:
+    path = tmp_path / "recipes" / "agent.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        "learners:\n"
+        "  - type: rl\n"
+        "    environment: {type: python, toolset: orders, tasks: tasks/train.jsonl}\n"
+        "    group_size: 4\n"
+        "  - {type: rl, environment: {type: python, toolset: orders, tasks: /abs/t.jsonl}}\n"
+    )
+    recipe = load_recipe(path)
+    first, second = (spec.settings() for spec in recipe.learners)
+    assert first["environment"]["tasks"] == str(tmp_path / "recipes" / "tasks" / "train.jsonl")
+    assert first["group_size"] == 4 and second["environment"]["tasks"] == "/abs/t.jsonl"
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(
+            {"learners": [{"type": "rl", "environment": {"type": "python"}}]},
+            registry=LearnerRegistry(),
+        )
+    assert "toolset" in info.value.message and "learners[0]" in info.value.message

@@ -45,10 +45,13 @@ from reef.environments.episode import (
     ChatEndpoint,
     EpisodeResult,
     StopCause,
+    TurnTokens,
     play_episode,
     run_episode,
+    turn_tokens,
 )
 from reef.environments.http_env import HttpEnvironment, HttpEnvironmentConfig
+from reef.environments.many import EpisodeJob, Played, play_episodes, run_episodes
 from reef.environments.python_env import (
     TOOLSET_GROUP,
     PythonEnvironment,
@@ -69,12 +72,14 @@ __all__ = [
     "EnvironmentRegistry",
     "EnvironmentSpecError",
     "EpisodeError",
+    "EpisodeJob",
     "EpisodeLimits",
     "EpisodeResult",
     "HttpEnvironment",
     "HttpEnvironmentConfig",
     "Observation",
     "ParsedCall",
+    "Played",
     "PythonEnvironment",
     "PythonEnvironmentConfig",
     "ReplayEnvironment",
@@ -91,6 +96,7 @@ __all__ = [
     "ToolStatus",
     "ToolUnrecorded",
     "ToolWorker",
+    "TurnTokens",
     "UnknownEnvironmentError",
     "build_environment",
     "cap_output",
@@ -100,6 +106,9 @@ __all__ = [
     "normalize_call",
     "parse_call",
     "play_episode",
+    "play_episodes",
     "run_episode",
+    "run_episodes",
     "task_from_dict",
+    "turn_tokens",
 ]

@@ -8,6 +8,10 @@ reply without tool calls (``finished``), after ``limits.max_turns`` replies
 not a chat completion (``malformed``) or when the endpoint fails (``error``); then
 ``score``. Each request is one JSON call (no streaming) with the episode's own
 ``x-reef-session``, so the gateway records the episode as one trajectory.
+
+A reply that reports its tokens (vLLM's ``return_token_ids``: ``prompt_token_ids`` on
+the body, ``token_ids`` and, with ``logprobs``, their log-probs on the choice) keeps them
+as the turn's ``TurnTokens``: what RL over episodes trains on, exactly as sampled.
 """
 
 from __future__ import annotations
@@ -61,6 +65,48 @@ class ChatEndpoint:
 
 
 @dataclass(frozen=True)
+class TurnTokens:
+    """One reply's tokens as the endpoint reported them: the prompt it saw (after its
+    chat template), the completion it sampled, and the completion's log-probs under the
+    sampler (None when the reply carried none, or not one per token)."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None = None
+
+
+def turn_tokens(reply: Any) -> TurnTokens | None:
+    """The tokens a chat completion reports for its first choice, or None when it
+    reports none (an endpoint without ``return_token_ids``) or they are not integers."""
+    if not isinstance(reply, dict):
+        return None
+    choices = reply.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(first, dict):
+        return None
+    prompt = _int_list(reply.get("prompt_token_ids"))
+    completion = _int_list(first.get("token_ids"))
+    if prompt is None or completion is None:
+        return None
+    content = (first.get("logprobs") or {}).get("content") if first.get("logprobs") else None
+    logprobs: tuple[float, ...] | None = None
+    if isinstance(content, list) and len(content) == len(completion):
+        try:
+            logprobs = tuple(float(entry["logprob"]) for entry in content)
+        except (TypeError, KeyError, ValueError):
+            logprobs = None
+    return TurnTokens(prompt, completion, logprobs)
+
+
+def _int_list(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    ):
+        return None
+    return tuple(value)
+
+
+@dataclass(frozen=True)
 class EpisodeResult:
     """How one episode went.
 
@@ -68,7 +114,8 @@ class EpisodeResult:
     counting their results by status (``malformed``, ``timeout``, ``crashed``, ...);
     ``truncated``: results cut to the output cap; ``stop``: why it ended (the module
     docstring), with ``error`` saying more; ``messages``: the whole conversation;
-    ``record_ids``: the gateway's receipts (``x-reef-record-id``), one per reply.
+    ``record_ids``: the gateway's receipts (``x-reef-record-id``), one per reply;
+    ``turn_tokens``: one entry per reply, its ``TurnTokens`` or None (module docstring).
     """
 
     task_id: str
@@ -84,6 +131,7 @@ class EpisodeResult:
     messages: tuple[dict[str, Any], ...]
     record_ids: tuple[str, ...] = ()
     error: str | None = None
+    turn_tokens: tuple[TurnTokens | None, ...] = ()
 
     @property
     def malformed_calls(self) -> int:
@@ -129,6 +177,7 @@ class _Episode:
     statuses: Counter[ToolStatus] = field(default_factory=Counter)
     truncated: int = 0
     record_ids: list[str] = field(default_factory=list)
+    turn_tokens: list[TurnTokens | None] = field(default_factory=list)
 
     def limit_text(self) -> str:
         return f"the episode ran past its {self.limit_seconds:g} s limit"
@@ -189,6 +238,7 @@ async def play_episode(
         messages=tuple(episode.messages),
         record_ids=tuple(episode.record_ids),
         error=error,
+        turn_tokens=tuple(episode.turn_tokens),
     )
 
 
@@ -218,6 +268,7 @@ async def _loop(
         if record_id:
             episode.record_ids.append(record_id)
         message, calls = _assistant_message(reply)
+        episode.turn_tokens.append(turn_tokens(reply))
         episode.messages.append(message)
         if not calls:
             raise _Stop("finished", "")

@@ -28,13 +28,18 @@ class EnvironmentRegistry(PluginRegistry[Environment, EnvironmentConfig]):
     unknown_error = UnknownEnvironmentError
     settings_error = EnvironmentSpecError
 
+    def check(self, spec: Mapping[str, Any], where: str = "environment") -> EnvironmentConfig:
+        """The validated settings of ``spec`` (``{"type": name, ...settings}``), without
+        building the environment. Raises as :meth:`build` does."""
+        type_name, settings = self.spec_settings(spec, where)
+        return self.config(type_name, settings, where)
+
     def build(self, spec: Mapping[str, Any], where: str = "environment") -> Environment:
         """An environment from ``spec`` (``{"type": name, ...settings}``). Raises
         ``EnvironmentSpecError`` for a spec without a string ``type`` or with bad
         settings, ``UnknownEnvironmentError`` for an unregistered type."""
-        type_name, settings = self.spec_settings(spec, where)
-        config = self.config(type_name, settings, where)
-        return self.get(type_name)(config)
+        config = self.check(spec, where)
+        return self.get(str(spec["type"]))(config)
 
 
 def build_environment(

@@ -129,12 +129,8 @@ class EpisodesConfig(_Strict):
     @field_validator("environment")
     @classmethod
     def _known_environment(cls, spec: dict[str, Any]) -> dict[str, Any]:
-        settings = dict(spec)
-        type_name = settings.pop("type", None)
-        if not isinstance(type_name, str) or not type_name:
-            raise ValueError("environment: an environment spec needs a 'type' naming it")
         try:
-            EnvironmentRegistry().config(type_name, settings, "gate.episodes.environment")
+            EnvironmentRegistry().check(spec, "gate.episodes.environment")
         except EnvironmentSpecError as exc:
             raise ValueError(str(exc)) from exc
         return spec

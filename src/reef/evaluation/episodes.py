@@ -24,17 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from reef.environments import (
     ChatEndpoint,
     Environment,
     EpisodeError,
     EpisodeResult,
     Task,
-    build_environment,
     final_answer,
-    play_episode,
+    play_episodes,
 )
 from reef.evaluation.config import EpisodesConfig
 from reef.evaluation.runner import GatewayTarget, header_value
@@ -181,51 +178,24 @@ async def _collect(
     params: dict[str, Any],
     progress: Callable[[int, int], None] | None,
 ) -> list[EpisodeRun]:
-    runs: list[EpisodeRun | None] = [None] * len(jobs)
-    pending = iter(enumerate(jobs))  # shared by the workers: they start jobs in order
-    done = 0
     suite = episode_suite(str(spec.get("type")))
-
-    # Built before any episode starts, so a bad spec fails the run at once, as itself.
-    environments = [
-        build_environment(spec, where="gate.episodes.environment")
-        for _ in range(min(target.concurrency, len(jobs)))
-    ]
-
-    async def work(environment: Environment, http: aiohttp.ClientSession) -> None:
-        nonlocal done
-        for index, job in pending:
-            runs[index] = await _play(environment, job, suite, target, params, http)
-            done += 1
-            if progress is not None:
-                progress(done, len(jobs))
-
-    try:
-        async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as group:
-            for environment in environments:
-                group.create_task(work(environment, http))
-    except ExceptionGroup as failed:
-        raise failed.exceptions[0] from None
-    finally:
-        for environment in environments:
-            await environment.close()
-    return [run for run in runs if run is not None]
-
-
-async def _play(
-    environment: Environment,
-    job: EpisodeJob,
-    suite: str,
-    target: GatewayTarget,
-    params: dict[str, Any],
-    http: aiohttp.ClientSession,
-) -> EpisodeRun:
-    endpoint = endpoint_for(target, job, params)
-    try:
-        result = await play_episode(environment, job.task, endpoint, http)
-    except EpisodeError as exc:
-        return EpisodeRun(suite, job.task.id, job.arm, job.repeat, job.release_id, None, str(exc))
-    return EpisodeRun(suite, job.task.id, job.arm, job.repeat, job.release_id, result)
+    played = await play_episodes(
+        spec,
+        [(job.task, endpoint_for(target, job, params)) for job in jobs],
+        target.concurrency,
+        where="gate.episodes.environment",
+        progress=progress,
+    )
+    runs = []
+    for job, outcome in zip(jobs, played, strict=True):
+        if isinstance(outcome, EpisodeError):
+            run = EpisodeRun(
+                suite, job.task.id, job.arm, job.repeat, job.release_id, None, str(outcome)
+            )
+        else:
+            run = EpisodeRun(suite, job.task.id, job.arm, job.repeat, job.release_id, outcome)
+        runs.append(run)
+    return runs
 
 
 def as_item_results(runs: Sequence[EpisodeRun]) -> list[ItemResult]:

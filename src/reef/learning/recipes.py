@@ -202,13 +202,27 @@ def load_recipe(path: Path, registry: LearnerRegistry | None = None) -> Recipe:
     if suites != recipe.gate.suites:
         gate = recipe.gate.model_copy(update={"suites": suites})
         recipe = recipe.model_copy(update={"gate": gate})
-    # So is the tasks file of gate.episodes.
+    # So are the tasks files of environments: gate.episodes' and the learners'.
     episodes = recipe.gate.episodes
-    tasks = None if episodes is None else episodes.environment.get("tasks")
-    if episodes is not None and isinstance(tasks, str) and not Path(tasks).is_absolute():
-        environment = {**episodes.environment, "tasks": str((path.parent / tasks).resolve())}
+    if episodes is not None:
+        environment = _tasks_resolved(episodes.environment, path.parent)
         gate = recipe.gate.model_copy(
             update={"episodes": episodes.model_copy(update={"environment": environment})}
         )
         recipe = recipe.model_copy(update={"gate": gate})
-    return recipe
+    learners = []
+    for spec in recipe.learners:
+        settings = spec.settings()
+        learner_environment = settings.get("environment")
+        if isinstance(learner_environment, dict):
+            settings["environment"] = _tasks_resolved(learner_environment, path.parent)
+        learners.append(LearnerSpec(type=spec.type, **settings))
+    return recipe.model_copy(update={"learners": learners})
+
+
+def _tasks_resolved(environment: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """An environment spec with a relative ``tasks:`` path resolved under ``directory``."""
+    tasks = environment.get("tasks")
+    if isinstance(tasks, str) and not Path(tasks).is_absolute():
+        return {**environment, "tasks": str((directory / tasks).resolve())}
+    return environment

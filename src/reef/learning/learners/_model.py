@@ -179,7 +179,6 @@ def train_adapter(
 
     timeout = settings.timeout_seconds
     if isinstance(settings, RayTrainerSettings) and settings.trainer == "ray":
-        assert not isinstance(spec, RLSpec)  # the rl learner has no Ray trainer
         result = run_in_ray(spec, on_step, address=settings.ray_address, timeout_seconds=timeout)
     else:
         result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=timeout)

@@ -1,9 +1,11 @@
-"""``rl``: a LoRA adapter trained by GRPO against a scorer.
+"""``rl``: a LoRA adapter trained by GRPO, on single replies against a scorer or on
+whole episodes of an environment.
 
 Reads top to bottom: pick the prompts (an item's conversation, with its correction as
-the reference the scorer compares against; items without a correction are skipped),
-decide the model and where to start (the head's adapter, or fresh), sample, score and
-train in a child process, store the adapter by digest.
+the reference the scorer compares against; items without a correction are skipped), or,
+with ``environment``, the environment's tasks (the batch is not used); decide the model
+and where to start (the head's adapter, or fresh), sample, score and train in a child
+process (or a Ray task), store the adapter by digest.
 
 The scorer here (``exact``, ``contains``, ``regex``) is a minimal private one that runs
 in the training child; the gate's ``reef.scorers`` plugins are not used here yet.
@@ -12,10 +14,11 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from reef.environments import EnvironmentRegistry, EnvironmentSpecError
 from reef.learning.base import (
     LearnerConfig,
     LearnerContext,
@@ -25,7 +28,7 @@ from reef.learning.base import (
 from reef.learning.learners._examples import correction_text, text_messages
 from reef.learning.learners._model import (
     ModelLearner,
-    ModelLearnerSettings,
+    RayTrainerSettings,
     fresh_work_dir,
     head_adapter,
     model_source,
@@ -38,7 +41,7 @@ from reef.learning.trainers.spec import (
 )
 
 
-class RLConfig(ModelLearnerSettings):
+class RLConfig(RayTrainerSettings):
     """Settings of the ``rl`` learner (a recipe's learner entry minus ``type``).
 
     ``scorer``: how a completion is scored against the item's correction (``exact``,
@@ -49,6 +52,15 @@ class RLConfig(ModelLearnerSettings):
     name, default ``model``); None samples inside the training child. Other settings
     as in ``SFTConfig``; ``batch_size`` is prompts per step; ``epochs`` how many groups
     each prompt gets (iterations over the prompts; no validation split).
+
+    Over episodes: ``environment`` (a spec: ``type:`` and its settings, a relative
+    ``tasks:`` path relative to the recipe) makes every step play ``group_size``
+    episodes of each of ``batch_size`` tasks (the first ``tasks`` of the environment's,
+    or all), ``concurrency`` at once, rewarded by the environment's score; without
+    ``engine_url`` the training process serves the policy itself (see
+    ``reef.learning.trainers.episodes``). ``micro_batch_tokens`` bounds one forward
+    pass; a turn longer than ``max_seq_len`` is left out. ``trainer: ray`` runs it as a
+    Ray task.
     """
 
     scorer: RLScorer = Field(default_factory=RLScorer)
@@ -60,6 +72,27 @@ class RLConfig(ModelLearnerSettings):
     lr: float = Field(default=5e-5, gt=0.0)
     engine_url: str | None = None
     engine_model: str | None = None
+    environment: dict[str, Any] | None = None
+    tasks: int | Literal["all"] = "all"
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    micro_batch_tokens: int = Field(default=4096, ge=64)
+
+    @field_validator("environment")
+    @classmethod
+    def _known_environment(cls, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        if spec is not None:
+            try:
+                EnvironmentRegistry().check(spec, "rl.environment")
+            except EnvironmentSpecError as exc:
+                raise ValueError(str(exc)) from exc
+        return spec
+
+    @field_validator("tasks")
+    @classmethod
+    def _some_tasks(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("tasks: give a number of tasks (at least 1) or 'all'")
+        return value
 
 
 def rl_prompts(train: list[TrainingExample]) -> tuple[list[RLPrompt], list[str]]:
@@ -82,18 +115,26 @@ class RLLearner(ModelLearner[RLConfig]):
     config_model: ClassVar[type[LearnerConfig]] = RLConfig
 
     def learn(self, context: LearnerContext) -> LearnerOutput:
-        """GRPO on the batch's items with a correction (contract: ``ModelLearner``)."""
+        """GRPO on the batch's items with a correction, or on the environment's episodes
+        (contract: ``ModelLearner``)."""
         cfg = self.settings
-        prompts, used = rl_prompts(context.batch.train)
-        if not prompts:
-            context.progress.report(1.0, "rl: no items with a reference; nothing to train")
-            return LearnerOutput(metrics={"prompts": 0})
+        prompts: list[RLPrompt] = []
+        used: list[str] = []
+        if cfg.environment is None:
+            prompts, used = rl_prompts(context.batch.train)
+            if not prompts:
+                context.progress.report(1.0, "rl: no items with a reference; nothing to train")
+                return LearnerOutput(metrics={"prompts": 0})
         model = model_source("rl", self.settings.model, context)
         work = fresh_work_dir(context, "rl")
         spec = RLSpec(
             model=model,
             home=context.home,
             prompts=prompts,
+            environment=cfg.environment,
+            tasks=cfg.tasks,
+            concurrency=cfg.concurrency,
+            micro_batch_tokens=cfg.micro_batch_tokens,
             output_dir=work / "adapter",
             scorer=cfg.scorer,
             base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
@@ -106,11 +147,19 @@ class RLLearner(ModelLearner[RLConfig]):
             engine_model=cfg.engine_model,
             **cfg.run_settings(),
         )
-        context.progress.report(0.0, f"rl: grpo on {model} with {len(prompts)} prompts")
-        digest, result = train_adapter(context, "rl", spec, cfg, work, {"prompts": len(prompts)})
+        what = f"{len(prompts)} prompts" if cfg.environment is None else "episodes"
+        context.progress.report(0.0, f"rl: grpo on {model} with {what}")
+        meta = {"prompts": len(prompts)} if cfg.environment is None else {"episodes": True}
+        digest, result = train_adapter(context, "rl", spec, cfg, work, meta)
         context.progress.report(1.0, f"rl: adapter {digest}")
         keys = ("loss_curve", "reward_curve", "kl_curve", "mean_reward", "samples", "tokens")
         budget = ("steps", "steps_planned", "stop_reason", "epochs_run")
         metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler")}
-        metrics.update(prompts=len(prompts), continued=result.metrics["continued"], base=model)
+        metrics.update(continued=result.metrics["continued"], base=model)
+        if cfg.environment is None:
+            metrics["prompts"] = len(prompts)
+        else:
+            episode_keys = ("success_curve", "model_calls", "turns", "tasks", "episodes_failed")
+            metrics.update({k: result.metrics[k] for k in episode_keys})
+            metrics["environment"] = cfg.environment.get("type")
         return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)

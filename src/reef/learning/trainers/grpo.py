@@ -206,7 +206,8 @@ def _features(sample: Sample, weight: float) -> Features:
 
 
 def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainResult:
-    """Train a LoRA adapter by GRPO and save it to ``spec.output_dir``.
+    """Train a LoRA adapter by GRPO and save it to ``spec.output_dir``; with
+    ``spec.environment``, over episodes (``reef.learning.trainers.episodes``).
 
     Deterministic for a given spec on one device when sampling locally. Metrics:
     ``loss_curve``, ``reward_curve`` (mean reward of the step's samples, before its
@@ -215,6 +216,10 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     ``prompts``, ``sampler`` (``local`` or ``engine``), ``engine_logprob_gap`` (engine
     only), ``device``, ``continued``.
     """
+    if spec.environment is not None:
+        from reef.learning.trainers.episodes import train_episode_grpo  # it imports this module
+
+        return train_episode_grpo(spec, progress)
     setup = set_up(spec)
     started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
     tokenizer, pad_id = loaded.tokenizer, setup.pad_id

@@ -414,6 +414,15 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class Accumulated:
+    """What a step returns when it ran its own backward passes (micro-batches, one at a
+    time, gradients accumulated): the loop then only steps the optimizer and logs
+    ``loss``."""
+
+    loss: float
+
+
+@dataclass(frozen=True)
 class BudgetedRun:
     """What :func:`train_in_budget` did: the loss per step, steps run, the loop's wall
     time and the convergence report (``budget.stop_report``)."""
@@ -455,7 +464,7 @@ def train_in_budget(  # noqa: PLR0913
     optimizer: torch.optim.Optimizer,
     budget: Budget,
     plan: Plan,
-    step: Callable[[list[int]], torch.Tensor],
+    step: Callable[[list[int]], torch.Tensor | Accumulated],
     validate: Callable[[], float] | None,
     progress: ProgressCallback | None,
     fault: str | None = None,
@@ -463,8 +472,8 @@ def train_in_budget(  # noqa: PLR0913
     """The training loop every trainer shares: the budget's steps over ``plan`` (epochs,
     caps), the learning-rate schedule, a validation pass (``validate``, None: no split)
     twice per epoch with early stopping and the best weights restored at the end, and the
-    ``max_seconds`` cap. ``step(items)`` returns the batch's loss; the loop does the rest
-    of the update."""
+    ``max_seconds`` cap. ``step(items)`` returns the batch's loss (the loop does the rest
+    of the update) or an ``Accumulated`` (the gradients are in place already)."""
     total = planned_steps(len(plan.items), plan.batch_size, budget)
     uncapped = planned_steps(
         len(plan.items), plan.batch_size, budget.model_copy(update={"max_steps": None})
@@ -483,13 +492,12 @@ def train_in_budget(  # noqa: PLR0913
     steps_run = 0
     started = time.monotonic()
     for number, items in enumerate(batches, start=1):
-        loss = step(items)
-        loss.backward()  # type: ignore[no-untyped-call]
+        value = _backward(step(items))
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         steps_run = number
-        curve.append(round(float(loss.detach()), 6))
+        curve.append(round(value, 6))
         if progress is not None:
             progress(number, len(batches), curve[-1])
         if fault == "abort":
@@ -507,6 +515,14 @@ def train_in_budget(  # noqa: PLR0913
     if best is not None and stopper.best_step != steps_run:
         restore_state(model, best)
     return BudgetedRun(curve, steps_run, seconds, stop_report(reason, stopper, steps_run, total))
+
+
+def _backward(loss: torch.Tensor | Accumulated) -> float:
+    """Backward a step's loss (unless the step did) and return its value."""
+    if isinstance(loss, Accumulated):
+        return loss.loss
+    loss.backward()  # type: ignore[no-untyped-call]
+    return float(loss.detach())
 
 
 def validation_loss(

@@ -1,15 +1,17 @@
 """Running a training function as a Ray task (``trainer: ray``), the counterpart of
 :func:`reef.learning.trainers.runner.run_in_child`.
 
-The task runs the same function (``train_lora_sft`` or ``train_preference``) with the
-same spec and answers the same ``TrainResult``. Files travel as bytes, so nothing
-assumes a shared filesystem for them: the base adapter (when any) goes to the task as
-``{relative path: bytes}``, the task trains into a temporary directory on its node and
-returns the adapter the same way, and the caller writes it to ``spec.output_dir``. A
-``full`` SFT run works the same: the checkpoint it continues from (``spec.model`` as a
-directory) travels as bytes, and the checkpoint it trains comes back as bytes (held in
-memory whole: fine for small models; a large model's run wants storage both sides
-reach, not yet wired).
+The task runs the same function (``train_lora_sft``, ``train_preference`` or
+``train_grpo``) with the same spec and answers the same ``TrainResult``. Files travel as
+bytes, so nothing assumes a shared filesystem for them: the base adapter (when any) goes
+to the task as ``{relative path: bytes}``, the task trains into a temporary directory on
+its node and returns the adapter the same way, and the caller writes it to
+``spec.output_dir``. A ``full`` SFT run works the same: the checkpoint it continues from
+(``spec.model`` as a directory) travels as bytes, and the checkpoint it trains comes
+back as bytes (held in memory whole: fine for small models; a large model's run wants
+storage both sides reach, not yet wired). An RL run's environment tasks file travels the
+same way; its environment's tools (a ``python`` toolset, an ``http`` service) must be
+reachable from the worker.
 What a real cluster must still provide: ``reef`` (and torch) importable on the worker
 nodes, and the model under ``spec.home`` there (the engine loads it offline).
 
@@ -33,6 +35,7 @@ from reef.core.errors import optional_dependency
 from reef.learning.trainers.runner import ProgressCallback
 from reef.learning.trainers.spec import (
     PreferenceSpec,
+    RLSpec,
     SFTSpec,
     TrainingFailedError,
     TrainResult,
@@ -67,10 +70,14 @@ def write_tree(files: dict[str, bytes], directory: Path) -> None:
 
 
 def train_task(
-    spec_json: str, method: str, base_files: dict[str, bytes] | None
+    spec_json: str,
+    method: str,
+    base_files: dict[str, bytes] | None,
+    tasks_file: bytes | None,
 ) -> tuple[str, dict[str, bytes]]:
     """The body of the Ray task (runs on a worker): train with the spec, answer the
-    result as JSON and the adapter's files. Torch loads here only."""
+    result as JSON and the adapter's files. Torch loads here only. ``tasks_file``: the
+    tasks of an RL run's environment, put where its spec names them."""
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     with tempfile.TemporaryDirectory(prefix="reef-ray-train-") as tmp:
         work = Path(tmp)
@@ -81,7 +88,15 @@ def train_task(
             write_tree(base_files, work / folder)
             update[key] = str(work / folder) if full else work / folder
         result: TrainResult
-        if method == "preference":
+        if method == "rl":
+            from reef.learning.trainers.grpo import train_grpo
+
+            rspec = RLSpec.model_validate_json(spec_json)
+            if tasks_file is not None and rspec.environment is not None:
+                (work / "tasks.jsonl").write_bytes(tasks_file)
+                update["environment"] = {**rspec.environment, "tasks": str(work / "tasks.jsonl")}
+            result = train_grpo(rspec.model_copy(update=update))
+        elif method == "preference":
             from reef.learning.trainers.preference import train_preference
 
             pspec = PreferenceSpec.model_validate_json(spec_json).model_copy(update=update)
@@ -92,6 +107,13 @@ def train_task(
             sspec = SFTSpec.model_validate_json(spec_json).model_copy(update=update)
             result = train_lora_sft(sspec)
         return result.model_dump_json(), read_tree(result.adapter_dir)
+
+
+def _tasks_file(spec: SFTSpec | PreferenceSpec | RLSpec) -> bytes | None:
+    """The bytes of an RL run's tasks file (its environment's ``tasks:``), when any."""
+    environment = spec.environment if isinstance(spec, RLSpec) else None
+    tasks = None if environment is None else environment.get("tasks")
+    return Path(tasks).read_bytes() if isinstance(tasks, str) else None
 
 
 def _acquire(ray: Any, address: str | None, num_cpus: int) -> bool:
@@ -127,7 +149,7 @@ def _release(ray: Any) -> None:
 
 
 def run_in_ray(  # noqa: C901
-    spec: SFTSpec | PreferenceSpec,
+    spec: SFTSpec | PreferenceSpec | RLSpec,
     on_progress: ProgressCallback | None = None,
     *,
     address: str | None = None,
@@ -141,7 +163,8 @@ def run_in_ray(  # noqa: C901
     ``timeout_seconds`` (it is cancelled)."""
     with optional_dependency("ray", "trainer: ray"):
         import ray
-    method = "preference" if isinstance(spec, PreferenceSpec) else "sft"
+    method = "rl" if isinstance(spec, RLSpec) else "sft"
+    method = "preference" if isinstance(spec, PreferenceSpec) else method
     cpus = spec.threads or 1
     gpus = 1 if spec.device == "cuda" else 0
     base = None if spec.base_adapter is None else read_tree(spec.base_adapter)
@@ -154,7 +177,7 @@ def run_in_ray(  # noqa: C901
     ref = None
     try:
         task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(train_task)
-        ref = task.remote(spec.model_dump_json(), method, base)
+        ref = task.remote(spec.model_dump_json(), method, base, _tasks_file(spec))
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         while not ray.wait([ref], timeout=POLL_SECONDS)[0]:
             if deadline is not None and time.monotonic() > deadline:

@@ -203,14 +203,28 @@ class RLSpec(BaseModel):
     trained adapter disabled, or ``base_adapter`` as loaded). ``engine_url``: sample
     through that engine's ``/v1/chat/completions`` (model ``engine_model``, default
     ``model``); None samples in the child with ``generate``. Other fields as in
-    :class:`SFTSpec`."""
+    :class:`SFTSpec`.
+
+    Over episodes instead of prompts: ``environment`` (a spec, as ``build_environment``
+    takes it) replaces ``prompts``; each step plays ``group_size`` episodes of each of
+    ``batch_size`` tasks (the first ``tasks`` of the environment's, or all),
+    ``concurrency`` at once (default: one step's episodes all at once), and the episode's
+    score is every one of its turns' reward. Without ``engine_url`` the child serves
+    the policy itself, on an engine of its own synced after every update. A step's
+    forward passes run ``micro_batch_tokens`` tokens at a time; a turn longer than
+    ``max_seq_len`` is left out (and counted). See ``reef.learning.trainers.episodes``.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = 1
     model: str
     home: Path
-    prompts: list[RLPrompt] = Field(min_length=1)
+    prompts: list[RLPrompt] = Field(default_factory=list)
+    environment: dict[str, Any] | None = None
+    tasks: int | Literal["all"] = "all"
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    micro_batch_tokens: int = Field(default=4096, ge=64)
     output_dir: Path
     scorer: RLScorer = Field(default_factory=RLScorer)
     base_adapter: Path | None = None
@@ -230,3 +244,14 @@ class RLSpec(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(default=None, ge=1)
     fault: Literal["abort"] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RLSpec:
+        if bool(self.prompts) == (self.environment is not None):
+            raise ValueError(
+                "an RL run takes prompts (single replies) or an environment (episodes): "
+                "give exactly one"
+            )
+        if isinstance(self.tasks, int) and self.tasks < 1:
+            raise ValueError("tasks: give a number of tasks (at least 1) or 'all'")
+        return self

@@ -216,3 +216,21 @@ def test_turn_scores_and_the_recipe_setting() -> None:
     ]:
         with pytest.raises(RecipeError, match=names.replace(".", r"\.")):
             parse_recipe({"selection": bad, "learners": learners})
+
+
+@pytest.mark.parametrize(
+    ("setting", "dumped"),
+    [
+        (None, {"policy": "outcome"}),
+        ("last", {"policy": "last"}),
+        ({"policy": "discounted"}, {"policy": "discounted", "factor": 0.9}),
+        ({"policy": "discounted", "factor": 0.5}, {"policy": "discounted", "factor": 0.5}),
+    ],
+)
+def test_the_setting_dumps_what_parses_again(setting: Any, dumped: dict[str, Any]) -> None:
+    # a recipe carried in a job (reef learn --recipe) is dumped, then parsed by the worker
+    selection = {} if setting is None else {"credit": setting}
+    recipe = parse_recipe({"selection": selection, "learners": [{"type": "fewshot"}]})
+    data = recipe.model_dump(mode="json")
+    assert data["selection"]["credit"] == dumped
+    assert parse_recipe(data) == recipe

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from reef.cli.learning import jobs_app, learn_command, worker_command
+from reef.learning import LearnerRegistry, load_recipe
+from reef.learning.recipes import parse_recipe
 
 app = typer.Typer()
 app.command("learn")(learn_command)
@@ -56,3 +59,25 @@ def test_learn_with_a_recipe_file_carries_it_in_the_job(tmp_path: Path) -> None:
     )
     assert shown["input"]["recipe"]["learners"] == [{"type": "fewshot", "k": 2}]
     assert shown["input"]["recipe"]["name"] == "r"
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize(
+    "name", ["support-fewshot.yaml", "support-sft.yaml", "order-support/recipe.yaml"]
+)
+def test_a_recipe_carried_in_a_job_parses_again_as_the_worker_reads_it(
+    tmp_path: Path, name: str
+) -> None:
+    config = str(_config(tmp_path))
+    runner = CliRunner()
+    path = EXAMPLES / name
+    learned = runner.invoke(app, ["learn", "--scenario", "s", "--recipe", str(path), "-c", config])
+    assert learned.exit_code == 0, learned.output
+    shown = json.loads(
+        runner.invoke(app, ["jobs", "show", learned.output.strip(), "-c", config]).output
+    )
+    # what the worker does with it (LearningJob._recipe): the same recipe again
+    carried = parse_recipe(shown["input"]["recipe"], "(job)", LearnerRegistry())
+    assert carried == load_recipe(path)

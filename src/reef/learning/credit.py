@@ -22,7 +22,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from reef.experience import FeedbackView, RecordView, assemble_trajectory
 
@@ -47,6 +54,17 @@ class CreditConfig(BaseModel):
         if "factor" in self.model_fields_set and self.policy != "discounted":
             raise ValueError(f"factor applies to policy 'discounted' only, not {self.policy!r}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _factor_only_when_discounted(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
+        # What it dumps parses again: a recipe carried in a job (reef learn --recipe) is
+        # dumped and parsed back, and a factor beside another policy is refused.
+        data: dict[str, Any] = handler(self)
+        if self.policy != "discounted":
+            data.pop("factor", None)
+        return data
 
 
 def turn_scores(

@@ -52,6 +52,7 @@ from sections import write_between
 from reef.config import ReefSettings
 from reef.db import open_database
 from reef.evaluation.config import GateConfig
+from reef.evaluation.episodes import EpisodeRun
 from reef.evaluation.gate import Gate, GateOutcome
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget, reply_text
@@ -173,23 +174,27 @@ def running_engine(model: str, home: Path, threads: int | None) -> Iterator[tupl
         server.stop()
 
 
-def gateway_settings(work: Path, engine_url: str, model: str) -> ReefSettings:
+def gateway_settings(
+    work: Path, engine_url: str, model: str, scenario: str = SCENARIO
+) -> ReefSettings:
     config: dict[str, Any] = {
         "home": work / "home",
         "store": {"url": f"sqlite:///{work / 'reef.db'}"},
         "upstreams": {"engine": {"type": "openai", "base_url": engine_url, "model": model}},
-        "scenarios": {SCENARIO: {"upstream": "engine", "harness": "managed"}},
+        "scenarios": {scenario: {"upstream": "engine", "harness": "managed"}},
     }
     return ReefSettings(**config)
 
 
-def propose_candidate(chain: ReleaseChain, artifacts: ArtifactStore, harness: Harness) -> str:
+def propose_candidate(
+    chain: ReleaseChain, artifacts: ArtifactStore, harness: Harness, scenario: str = SCENARIO
+) -> str:
     """A pending candidate: the head with ``harness`` and nothing else changed."""
-    head = chain.head(SCENARIO)
+    head = chain.head(scenario)
     assert head is not None
     digest = artifacts.put_bytes(pack_bundle(Bundle(harness=harness, files={})), "harness")
     manifest = head.manifest.model_copy(update={"harness": digest})
-    return chain.propose(SCENARIO, manifest, head.id, "bench", "gate cost bench").id
+    return chain.propose(scenario, manifest, head.id, "bench", "gate cost bench").id
 
 
 # -- the gate, timed by phase ------------------------------------------------------------
@@ -224,6 +229,10 @@ class TimedEvaluationStore(EvaluationStore):
     def add_results(self, evaluation_id: str, results: Sequence[ItemResult]) -> None:
         with self.phases.timed("storage"):
             super().add_results(evaluation_id, results)
+
+    def add_episodes(self, evaluation_id: str, runs: Sequence[EpisodeRun]) -> None:
+        with self.phases.timed("storage"):
+            super().add_episodes(evaluation_id, runs)
 
     def finish(self, *args: Any, **kwargs: Any) -> Any:
         with self.phases.timed("storage"):
@@ -525,10 +534,11 @@ def spread(values: Sequence[float], digits: int = 2) -> str:
     return f"{middle} ({min(values):.{digits}f}..{max(values):.{digits}f})"
 
 
-def load_note(runs: list[Run], cores: int) -> str:
-    """A warning when the 1-minute load before a run exceeds what this bench adds (one
-    busy engine thread, one busy event loop): other jobs shared the cores."""
-    before = max(float(run.load_before.split()[0]) for run in runs)
+def load_note(loads_before: Sequence[str], cores: int) -> str:
+    """A warning when the 1-minute load before a run (``side.load()`` strings) exceeds
+    what this bench adds (one busy engine thread, one busy event loop): other jobs
+    shared the cores."""
+    before = max(float(load.split()[0]) for load in loads_before)
     if before <= cores:
         return ""
     return (
@@ -587,6 +597,27 @@ def probe_cap(workload: Workload, max_tokens: int) -> str:
     return f" (replies capped at {', '.join(str(cap) for cap in sorted(caps))} tokens)"
 
 
+def machine_bullet(info: dict[str, Any], loads: Sequence[tuple[str, str]]) -> str:
+    """The machine (``side.machine()``) and the load average before → after each run."""
+    return (
+        f"- Machine: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
+        f"Linux {info['kernel']}, {info['date_utc']}; load average (1, 5, 15 min) "
+        "before → after each run: "
+        + "; ".join(f"{before} → {after}" for before, after in loads)
+        + f"{load_note([before for before, _ in loads], info['cores'])}."
+    )
+
+
+def models_bullet(threads: int, loaded: Sequence[tuple[str, float]]) -> str:
+    """The models benched (name, load seconds) and where everything ran."""
+    return (
+        f"- Models (float32) in the embedded engine, {threads} torch thread(s): "
+        + ", ".join(f"`{model}` (loaded in {seconds:.0f} s)" for model, seconds in loaded)
+        + ". The engine, the gateway (uvicorn, SQLite, capture on) and both clients share "
+        "this one process, on loopback; one model at a time."
+    )
+
+
 def markdown(report: dict[str, Any], results: list[ModelResult], workload: Workload) -> str:
     info, n, probes = report["machine"], len(workload.items), len(workload.probes)
     all_runs = [run for result in results for run in result.runs]
@@ -595,16 +626,8 @@ def markdown(report: dict[str, Any], results: list[ModelResult], workload: Workl
         "",
         f"Command: `{report['command']}`",
         "",
-        f"- Machine: {info['cores']} cores, {info['cpu']}, Python {info['python']}, "
-        f"Linux {info['kernel']}, {info['date_utc']}; load average (1, 5, 15 min) "
-        "before → after each run: "
-        + "; ".join(f"{run.load_before} → {run.load_after}" for run in all_runs)
-        + f"{load_note(all_runs, info['cores'])}.",
-        "- Models (float32) in the embedded engine, "
-        f"{report['threads']} torch thread(s): "
-        + ", ".join(f"`{r.model}` (loaded in {r.load_s:.0f} s)" for r in results)
-        + ". The engine, the gateway (uvicorn, SQLite, capture on) and both clients share "
-        "this one process, on loopback; one model at a time.",
+        machine_bullet(info, [(run.load_before, run.load_after) for run in all_runs]),
+        models_bullet(report["threads"], [(r.model, r.load_s) for r in results]),
         f"- Decision: scenario `{SCENARIO}` (`harness: managed`); a harness-only candidate "
         "(a system prompt naming the six labels) against the head (no harness); a file "
         f"suite of {n} support tickets → one of six labels, scorer `contains`, "

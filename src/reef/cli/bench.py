@@ -225,6 +225,31 @@ BENCHES: tuple[Bench, ...] = (
         local=True,
         model=True,
     ),
+    Bench(
+        "episodes",
+        "the gate's paired episodes vs the same episodes played straight on the engine",
+        (
+            Step(
+                "episode_cost.py",
+                (
+                    "--model",
+                    "smollm2-135m",
+                    "--tasks",
+                    "6",
+                    "--repeats",
+                    "1",
+                    "--concurrency",
+                    "2",
+                    "--runs",
+                    "2",
+                ),
+                ("--model", "tiny-random", "--tasks", "3", "--runs", "1"),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
 )
 
 HELPERS = {

@@ -53,6 +53,7 @@ import gate_cost  # bench/gate_cost.py: the engine, the gateway, the candidate, 
 from gate_cost import Phases, spread
 from sections import write_between
 
+import reef.environments.many as many_episodes  # its build_environment gets timed
 import reef.evaluation.episodes as gate_episodes
 from reef.environments import (
     ChatEndpoint,
@@ -63,6 +64,7 @@ from reef.environments import (
     build_environment,
     final_answer,
     play_episode,
+    play_episodes,
 )
 from reef.evaluation.config import EpisodesConfig, GateConfig
 from reef.evaluation.episodes import EpisodeJob, EpisodeRun, endpoint_for, episode_jobs
@@ -145,8 +147,8 @@ class TimedEnvironment:
 def timed_builder(phases: Phases) -> Callable[..., Any]:
     """``build_environment`` whose environments are ``TimedEnvironment``s."""
 
-    def build(spec: Mapping[str, Any], where: str = WHERE) -> Any:
-        return TimedEnvironment(build_environment(spec, where=where), phases)
+    def build(spec: Mapping[str, Any], registry: Any = None, where: str = WHERE) -> Any:
+        return TimedEnvironment(build_environment(spec, registry, where=where), phases)
 
     return build
 
@@ -284,7 +286,7 @@ def run_gate(
         suite_dir=world.tasks_file.parent,
         phases=phases,
     )
-    with mock.patch.object(gate_episodes, "build_environment", timed_builder(phases)):
+    with mock.patch.object(many_episodes, "build_environment", timed_builder(phases)):
         started = time.perf_counter()
         outcome = gate.run(candidate_id)
         seconds = time.perf_counter() - started
@@ -334,33 +336,20 @@ class Straight:
 async def play_straight(
     straight: Straight, spec: Mapping[str, Any], jobs: Sequence[StraightJob]
 ) -> Side:
-    """Play ``jobs`` against the engine, workers taking them in order, each worker with
-    an environment of its own."""
+    """Play ``jobs`` against the engine as the gate plays its own (``play_episodes``:
+    started in order, each episode in flight in an environment of its own)."""
     phases = Phases()
-    played: list[Played | None] = [None] * len(jobs)
-    pending = iter(enumerate(jobs))
-
-    async def worker(environment: Any, http: aiohttp.ClientSession) -> None:
-        for index, one in pending:
-            try:
-                result = await play_episode(environment, one.task, straight.endpoint(), http)
-            except EpisodeError:
-                result = None
-            played[index] = Played(one.job.arm, result)
-
     started = time.perf_counter()
-    environments = [
-        TimedEnvironment(build_environment(spec, where=WHERE), phases)
-        for _ in range(min(straight.concurrency, len(jobs)))
-    ]
-    try:
-        async with aiohttp.ClientSession() as http:
-            await asyncio.gather(*(worker(env, http) for env in environments))
-    finally:
-        for environment in environments:
-            await environment.close()
+    with mock.patch.object(many_episodes, "build_environment", timed_builder(phases)):
+        outcomes = await play_episodes(
+            spec, [(one.task, straight.endpoint()) for one in jobs], straight.concurrency, WHERE
+        )
     seconds = time.perf_counter() - started
-    return Side(seconds, [p for p in played if p is not None], dict(phases.seconds))
+    played = [
+        Played(one.job.arm, None if isinstance(outcome, EpisodeError) else outcome)
+        for one, outcome in zip(jobs, outcomes, strict=True)
+    ]
+    return Side(seconds, played, dict(phases.seconds))
 
 
 def straight_jobs(world: World, head_id: str) -> list[StraightJob]:

@@ -26,7 +26,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "order-support"
 RECIPE = EXAMPLE / "recipe.yaml"
 CHECKS = {"return_opened", "no_return", "answer_contains"}  # what orders.score reads
 ORDER_ID = re.compile(r"\b[A-Z]-[0-9A-Z]{5}\b")
-RL_MARK = "# learners: an rl learner over these episodes is added by the rl-over-episodes work"
+TRAIN_TASKS = EXAMPLE / "train-tasks.jsonl"
 
 
 @cache
@@ -73,9 +73,12 @@ def test_the_recipe_opens_with_its_command_and_validates() -> None:
     for index, learner in enumerate(found.learners):
         if importlib.util.find_spec(f"reef.learning.learners.{learner.type}") is not None:
             real.build(learner.type, learner.settings(), f"learners[{index}]")
-    # the place the rl learner goes: inside the learners list, before on_stale
-    learners = text[text.index("\nlearners:") : text.index("\non_stale:")]
-    assert f"  {RL_MARK}" in learners.splitlines()
+    # sft, then rl over episodes of its own tasks (never the gate's), resolved next to it
+    assert [learner.type for learner in found.learners] == ["sft", "rl"]
+    rl_environment = found.learners[1].settings()["environment"]
+    assert rl_environment["tasks"] == str(TRAIN_TASKS)
+    trained = {task.id for task in build_environment(rl_environment).tasks()}
+    assert len(trained) == 12 and not trained & set(tasks())
     # the gate plays the orders toolset on the tasks file next to the recipe
     gate = found.gate
     assert gate.holdout is False and gate.suites == []
@@ -243,3 +246,21 @@ def test_play_py_plays_every_task_against_an_endpoint(capsys: pytest.CaptureFixt
     assert lines[-1] == f"{len(tasks())}/{len(tasks())} tasks done right"
     assert len(lines) == len(tasks()) + 1
     assert all(line.startswith("1  ") for line in lines[:-1])
+
+
+@cache
+def train_tasks() -> dict[str, Task]:
+    spec = {"type": "python", "toolset": "orders", "tasks": str(TRAIN_TASKS)}
+    return {task.id: task for task in build_environment(spec).tasks()}
+
+
+@pytest.mark.parametrize("task_id", sorted(train_tasks()))
+async def test_a_right_run_of_every_rl_training_task_scores_1(
+    model: ScriptedChatThread, task_id: str
+) -> None:
+    task = train_tasks()[task_id]
+    model.script = right_run(task)
+    async with build_environment(spec()) as env:
+        result = await play_episode(env, task, endpoint(model.base_url))
+    assert model.script == [] and result.stop == "finished"
+    assert (result.score.value, result.score.reason) == (1.0, "every expected check holds")

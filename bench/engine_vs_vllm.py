@@ -48,6 +48,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine as engine_bench  # bench/engine.py
+from reef.engine.process import ENGINE_DTYPES
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_VLLM_PYTHON = HERE / ".venv-vllm" / "bin" / "python"
@@ -119,9 +120,11 @@ def free_port() -> int:
 
 
 def start_engine(args: argparse.Namespace, log: Path) -> Server:
-    from reef.engine.process import engine_command, parse_ready_line
+    from reef.engine.process import EngineOptions, engine_command, parse_ready_line
 
-    command = engine_command(args.model, args.home, threads=args.threads)
+    command = engine_command(
+        args.model, args.home, options=EngineOptions(threads=args.threads, dtype=args.dtype)
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     started = time.perf_counter()
     with log.open("w") as stderr:
@@ -293,6 +296,7 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--home", type=Path, default=Path(".reef"))
     parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
+    parser.add_argument("--dtype", default="float32", choices=ENGINE_DTYPES, help="engine dtype")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1, help=f"1..{MAX_RUNS}, order alternates")

@@ -14,7 +14,13 @@ import urllib.request
 from pathlib import Path
 
 import reef.engine
-from reef.engine.process import ReadyInfo, engine_command, parse_ready_line, ready_line
+from reef.engine.process import (
+    EngineOptions,
+    ReadyInfo,
+    engine_command,
+    parse_ready_line,
+    ready_line,
+)
 from tests.polling import eventually
 
 ENGINE_SOURCE = Path(reef.engine.__file__).parent
@@ -45,7 +51,7 @@ def test_ready_line_round_trips() -> None:
 
 
 def test_child_prints_ready_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
-    command = engine_command("tiny-random", tmp_path, threads=1)
+    command = engine_command("tiny-random", tmp_path, options=EngineOptions(threads=1))
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as child:
         try:
             info = _read_ready(child)
@@ -61,8 +67,9 @@ def test_child_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
     parent_script = textwrap.dedent(
         f"""
         import signal, subprocess
-        from reef.engine.process import engine_command
-        child = subprocess.Popen(engine_command("tiny-random", {str(tmp_path)!r}, threads=1))
+        from reef.engine.process import EngineOptions, engine_command
+        options = EngineOptions(threads=1)
+        child = subprocess.Popen(engine_command("tiny-random", {str(tmp_path)!r}, options=options))
         print("CHILD", child.pid, flush=True)
         signal.pause()  # until the test kills this parent
         """

@@ -250,6 +250,47 @@ BENCHES: tuple[Bench, ...] = (
         local=True,
         model=True,
     ),
+    Bench(
+        "episode-rl",
+        "rl over episodes on the order-support agent: success before and after",
+        (
+            Step(
+                "episode_rl.py",
+                ("--model", "smollm2-135m", "--sft-steps", "24", "--rl-steps", "12"),
+                (
+                    "--model",
+                    "tiny-random",
+                    "--sft-steps",
+                    "2",
+                    "--rl-steps",
+                    "1",
+                    "--group-size",
+                    "2",
+                    "--eval-repeats",
+                    "1",
+                    "--work",
+                    "{scratch}/episode-rl",
+                ),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
+    Bench(
+        "engine-dtypes",
+        "the engine in float32 and bfloat16: tokens/s, the bandwidth bound, greedy answers",
+        (
+            Step(
+                "engine_dtypes.py",
+                ("--model", "smollm2-135m", "--threads", "1", "--runs", "2"),
+                ("--model", "tiny-random", "--runs", "1", "--rounds", "1", "--max-tokens", "8"),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
 )
 
 HELPERS = {

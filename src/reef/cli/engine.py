@@ -37,6 +37,13 @@ def serve(
     threads: Annotated[
         int | None, typer.Option(help="Torch threads (default: all cores but one).", min=1)
     ] = None,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="Weights' precision: float32, bfloat16, or auto (bfloat16 where the CPU "
+            "computes it natively: AVX-512 BF16 or AMX)."
+        ),
+    ] = "float32",
     parent_pid: Annotated[
         int | None,
         typer.Option(help="Exit when this process (our parent) dies. Linux only."),
@@ -48,7 +55,13 @@ def serve(
     bound host and port; logs go to stderr.
     """
     from reef.engine.command import serve_until_stopped
+    from reef.engine.process import ENGINE_DTYPES, EngineOptions
 
-    status = serve_until_stopped(model, host, port, home, max_batch, threads, parent_pid)
+    if dtype not in ENGINE_DTYPES:
+        raise typer.BadParameter(
+            f"{dtype!r} is not one of {', '.join(ENGINE_DTYPES)}", param_hint="--dtype"
+        )
+    options = EngineOptions(max_batch=max_batch, threads=threads, dtype=dtype)  # type: ignore[arg-type]
+    status = serve_until_stopped(model, host, port, home, options, parent_pid)
     if status:
         raise typer.Exit(status)

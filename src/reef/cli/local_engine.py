@@ -11,7 +11,7 @@ from typing import IO
 
 from reef.config import UpstreamConfig
 from reef.core.errors import ReefError
-from reef.engine.process import ReadyInfo, engine_command, parse_ready_line
+from reef.engine.process import EngineOptions, ReadyInfo, engine_command, parse_ready_line
 
 log = logging.getLogger("reef.serve")
 
@@ -32,18 +32,26 @@ class LocalEngine:
     stderr as it happens, or to ``log_path`` when given (then quoted in start errors).
     """
 
-    def __init__(self, name: str, source: str, home: Path, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        home: Path,
+        log_path: Path | None = None,
+        options: EngineOptions | None = None,
+    ) -> None:
         self.name = name
         self.source = source
         self.home = home
         self.log_path = log_path
+        self.options = options or EngineOptions()
         self.process: subprocess.Popen[str] | None = None
         self._stdout_drain: threading.Thread | None = None
         self._log: IO[str] | None = None
 
     def start(self, timeout_seconds: float = _START_TIMEOUT_SECONDS) -> ReadyInfo:
         """Start the child and wait for its READY line; raises ``EngineStartError``."""
-        command = engine_command(self.source, self.home)
+        command = engine_command(self.source, self.home, options=self.options)
         log.info("starting the embedded engine (%s) for upstream %r", self.source, self.name)
         started = time.monotonic()
         if self.log_path is not None:
@@ -126,7 +134,8 @@ def start_local_upstreams(
             if config.type != "local":
                 resolved[name] = config
                 continue
-            engine = LocalEngine(name, config.model or DEFAULT_LOCAL_MODEL, home)
+            options = EngineOptions(threads=config.threads, dtype=config.dtype)
+            engine = LocalEngine(name, config.model or DEFAULT_LOCAL_MODEL, home, options=options)
             engines.append(engine)
             ready = engine.start()
             resolved[name] = config.model_copy(

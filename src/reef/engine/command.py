@@ -11,16 +11,21 @@ import logging
 import sys
 from pathlib import Path
 
-from reef.engine.process import ReadyInfo, exit_with_parent, ready_line
+from reef.engine.process import (
+    ENGINE_DTYPES,
+    EngineOptions,
+    ReadyInfo,
+    exit_with_parent,
+    ready_line,
+)
 
 
-def serve_until_stopped(  # noqa: PLR0913
+def serve_until_stopped(
     model: str,
     host: str = "127.0.0.1",
     port: int = 8601,
     home: Path = Path(".reef"),
-    max_batch: int = 16,
-    threads: int | None = None,
+    options: EngineOptions | None = None,
     parent_pid: int | None = None,
 ) -> int:
     """Serve ``model`` until SIGINT/SIGTERM; return the exit status (2 for a model
@@ -44,7 +49,7 @@ def serve_until_stopped(  # noqa: PLR0913
         print(ready_line(ReadyInfo(host, bound, model)), flush=True)
 
     try:
-        run_server(model, host, port, home, announce, max_batch=max_batch, threads=threads)
+        run_server(model, host, port, home, announce, options=options or EngineOptions())
     except ModelSourceError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
@@ -62,14 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--home", type=Path, default=Path(".reef"))
     serve.add_argument("--max-batch", type=int, default=16)
     serve.add_argument("--threads", type=int, default=None)
+    serve.add_argument("--dtype", choices=ENGINE_DTYPES, default="float32")
     serve.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
+    options = EngineOptions(max_batch=args.max_batch, threads=args.threads, dtype=args.dtype)
     return serve_until_stopped(
-        args.model,
-        args.host,
-        args.port,
-        args.home,
-        args.max_batch,
-        args.threads,
-        args.parent_pid,
+        args.model, args.host, args.port, args.home, options, args.parent_pid
     )

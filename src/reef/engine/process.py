@@ -16,8 +16,51 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 READY_PREFIX = "REEF_ENGINE_READY "
+
+EngineDtype = Literal["float32", "bfloat16", "auto"]
+"""The weights' precision: ``float32``, ``bfloat16``, or ``auto`` (bfloat16 where the
+CPU computes it natively, AVX-512 BF16 or AMX, else float32; see docs/engine.md)."""
+ENGINE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "auto")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How an engine serves: ``max_batch`` sequences decoded together, torch
+    ``threads`` (None: all cores but one) and the weights' ``dtype``."""
+
+    max_batch: int = 16
+    threads: int | None = None
+    dtype: EngineDtype = "float32"
+
+    def argv(self) -> list[str]:
+        """These options as ``python -m reef.engine serve`` flags."""
+        extra = ["--threads", str(self.threads)] if self.threads else []
+        return ["--max-batch", str(self.max_batch), "--dtype", self.dtype, *extra]
+
+
+def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU computes bfloat16 natively (the ``avx512_bf16`` or ``amx_bf16``
+    flag); False where the flags cannot be read."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[-1].split())
+            return bool(flags & {"avx512_bf16", "amx_bf16"})
+    return False
+
+
+def resolve_dtype(dtype: EngineDtype, cuda: bool = False) -> Literal["float32", "bfloat16"]:
+    """``dtype`` with ``auto`` decided for this machine (``cuda``: a GPU serves)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if cuda or cpu_has_bf16() else "float32"
+
 
 _PR_SET_PDEATHSIG = 1
 
@@ -56,13 +99,11 @@ def engine_command(
     home: Path,
     host: str = "127.0.0.1",
     port: int = 0,
-    max_batch: int = 16,
-    threads: int | None = None,
+    options: EngineOptions | None = None,
 ) -> list[str]:
     """argv that starts the engine as a child of this Python: ``python -m reef.engine
     serve …`` with ``--parent-pid`` set to this process, so the child dies with it.
     Port 0 lets the OS pick a free port."""
-    extra = ["--threads", str(threads)] if threads else []
     return [
         sys.executable,
         "-m",
@@ -76,11 +117,9 @@ def engine_command(
         str(port),
         "--home",
         str(home),
-        "--max-batch",
-        str(max_batch),
+        *(options or EngineOptions()).argv(),
         "--parent-pid",
         str(os.getpid()),
-        *extra,
     ]
 
 

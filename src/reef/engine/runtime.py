@@ -289,7 +289,7 @@ class Engine:
 
     def _load_weights(self, path: Path) -> Any:
         try:
-            model = load_checkpoint_model(path)
+            model = load_checkpoint_model(path, dtype=self.loaded.model.dtype)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise CheckpointRejectedError(
                 f"checkpoint at {str(path)!r} cannot be loaded: {exc}"

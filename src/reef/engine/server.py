@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
+import torch
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
@@ -37,6 +38,7 @@ from reef.engine.errors import (
     InsufficientMemoryError,
 )
 from reef.engine.models import load_model
+from reef.engine.process import EngineOptions, resolve_dtype
 from reef.engine.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -114,9 +116,19 @@ async def _parse(request: web.Request, model: type[Body]) -> Body:
 
 async def health(request: web.Request) -> web.Response:
     """``GET /health``: 200 once the model is loaded (it is before the port opens), with
-    the scheduler's load: rows decoding, jobs waiting, the largest batch so far."""
+    the weights' dtype, torch's threads and the scheduler's load: rows decoding, jobs
+    waiting, the largest batch so far."""
     engine = request.app[ENGINE_KEY]
-    return _json({"status": "ok", "model": engine.name, **engine.scheduler.stats()})
+    dtype = str(engine.loaded.model.dtype).removeprefix("torch.")
+    return _json(
+        {
+            "status": "ok",
+            "model": engine.name,
+            "dtype": dtype,
+            "threads": engine.scheduler.threads,
+            **engine.scheduler.stats(),
+        }
+    )
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -365,23 +377,27 @@ async def serving(engine: Engine, host: str, port: int) -> AsyncIterator[int]:
         sock.close()
 
 
-def run_server(  # noqa: PLR0913
+def run_server(
     model: str,
     host: str = "127.0.0.1",
     port: int = 8601,
     home: Path = Path(".reef"),
     ready_callback: Callable[[int], None] | None = None,
     *,
-    max_batch: int = 16,
-    threads: int | None = None,
+    options: EngineOptions | None = None,
 ) -> None:
     """Load ``model``, serve it until SIGINT/SIGTERM, then stop cleanly (blocking).
 
     ``ready_callback`` receives the bound port once the server accepts connections
-    (useful with ``port=0``). ``threads`` sets torch's threads (default: all cores but
-    one). Raises ``ModelSourceError`` when the model cannot load.
+    (useful with ``port=0``). ``options``: the batch, torch's threads (default: all
+    cores but one) and the weights' dtype. Raises ``ModelSourceError`` when the model
+    cannot load.
     """
-    engine = Engine(load_model(model, home), max_batch=max_batch, threads=threads)
+    options = options or EngineOptions()
+    dtype = getattr(torch, resolve_dtype(options.dtype, torch.cuda.is_available()))
+    engine = Engine(
+        load_model(model, home, dtype=dtype), max_batch=options.max_batch, threads=options.threads
+    )
     engine.start()
     try:
         asyncio.run(_serve_until_signal(engine, host, port, ready_callback))

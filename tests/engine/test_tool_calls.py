@@ -197,8 +197,14 @@ async def test_a_forced_call_the_model_botches_comes_back_as_text(
     call; the reply is that text (prefill included), never an error."""
     for choice in ("required", FORCE_WEATHER):  # required, with one tool, names it
         prefill = call_prefill(NAMED)
+        # Greedy: sampled noise could close the call or end early, now and then.
         response = await client.chat.completions.create(
-            model=TINY, messages=QUESTION, tools=[WEATHER], tool_choice=choice, max_tokens=8
+            model=TINY,
+            messages=QUESTION,
+            tools=[WEATHER],
+            tool_choice=choice,
+            max_tokens=8,
+            temperature=0,
         )
         message = response.choices[0].message
         assert message.tool_calls is None and response.choices[0].finish_reason == "length"
@@ -211,6 +217,7 @@ async def test_a_forced_call_the_model_botches_comes_back_as_text(
                 tools=[WEATHER],
                 tool_choice=choice,
                 max_tokens=8,
+                temperature=0,
                 stream=True,
             )
         ]

@@ -4,18 +4,17 @@ episode success rate of the order-support agent (examples/order-support)?
     .venv/bin/python bench/episode_rl.py --model smollm2-135m --sft-steps 24 --rl-steps 12 \
         --output docs/benchmarks.md
 
-The example's 18 tasks are split in two: every third task (6) is **demonstrated**, the
-other 12 are **played**. The start is a LoRA adapter trained by ``sft`` for
-``--sft-steps`` on right runs of the demonstrated tasks only (each turn of a run the
-toolset scores 1, built by stepping the environment itself: look up the orders the
-request names, check the stock it asks about, open the return the task expects,
-answer with what the answer must hold), so the start calls tools but has never seen
-the played tasks. Then ``rl`` over episodes continues from that adapter on the played
-tasks (``train_grpo`` with ``environment``: groups of ``--group-size`` episodes per
-task, ``--batch-size`` tasks per step, sampled through the training process's own
-engine), and both adapters are measured the same way: every played and demonstrated
-task, greedy once and sampled at temperature 1 ``--eval-repeats`` times (the start
-before RL runs, on an engine that then stops).
+The start is a LoRA adapter trained by ``sft`` for ``--sft-steps`` on right runs of
+the 12 tasks of ``train-tasks.jsonl`` (each turn of a run the toolset scores 1, built
+by stepping the environment itself: look up the orders the request names, check the
+stock it asks about, open the return the task expects, answer with what the answer
+must hold). Then ``rl`` over episodes continues from that adapter on two thirds of the
+gate's 18 tasks (``tasks.jsonl``; every task but each third: the **rl tasks**) with
+``train_grpo`` and ``environment`` (groups of ``--group-size`` episodes per task,
+``--batch-size`` tasks per step, sampled through the training process's own engine);
+the other third is **held out**. Start and end are measured the same way on both:
+every task greedy once and sampled at temperature 1 ``--eval-repeats`` times, up to
+``MAX_TURNS`` replies per episode.
 
 Printed and written (``--output``): success before and after on each split and
 decoding, the episodes RL sampled and its model calls, the reward curve, and the CPU
@@ -51,9 +50,10 @@ from reef.environments import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "examples" / "order-support" / "tasks.jsonl"
+DEMOS = ROOT / "examples" / "order-support" / "train-tasks.jsonl"
 START = "<!-- episode-rl:start -->"
 END = "<!-- episode-rl:end -->"
-MAX_TURNS = 6
+MAX_TURNS = 4  # the right runs take 2 or 3
 
 
 def cpu_seconds() -> float:
@@ -71,7 +71,7 @@ def spec_for(tasks_file: Path) -> dict[str, Any]:
 
 
 def split(tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
-    """(demonstrated: every third task, played: the rest)."""
+    """(held out: every third task, rl tasks: the rest)."""
     return [t for i, t in enumerate(tasks) if i % 3 == 0], [
         t for i, t in enumerate(tasks) if i % 3 != 0
     ]
@@ -223,14 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--home", type=Path, default=Path(".reef"))
     parser.add_argument("--work", type=Path, default=Path(".reef/bench-episode-rl"))
-    parser.add_argument("--sft-steps", type=int, default=24)
+    parser.add_argument("--sft-steps", type=int, default=40)
     parser.add_argument("--rl-steps", type=int, default=12)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--rl-lr", type=float, default=2e-4)
     parser.add_argument("--beta-kl", type=float, default=0.04)
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--eval-repeats", type=int, default=2)
+    parser.add_argument("--eval-repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -241,14 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     from reef.learning.trainers.spec import RLSpec, SFTSpec
 
     args.work.mkdir(parents=True, exist_ok=True)
-    every = build_environment(spec_for(TASKS)).tasks()
-    shown, played = split(every)
-    shown_spec = spec_for(write_tasks(shown, args.work / "demonstrated.jsonl"))
-    played_spec = spec_for(write_tasks(played, args.work / "played.jsonl"))
+    demos = build_environment(spec_for(DEMOS)).tasks()
+    held, played = split(build_environment(spec_for(TASKS)).tasks())
+    held_spec = spec_for(write_tasks(held, args.work / "held-out.jsonl"))
+    played_spec = spec_for(write_tasks(played, args.work / "rl-tasks.jsonl"))
     wall = time.monotonic()
 
     started = cpu_seconds()
-    examples = asyncio.run(demonstrations(shown_spec, shown))
+    examples = asyncio.run(demonstrations(spec_for(DEMOS), demos))
     sft = train_lora_sft(
         SFTSpec(
             model=args.model,
@@ -263,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sft_cpu = (cpu_seconds() - started) / 60
     print(f"sft: {len(examples)} examples, {sft.metrics['steps']} steps, {sft_cpu:.1f} CPU min")
-
-    splits = {"played": (played_spec, played), "demonstrated": (shown_spec, shown)}
+    splits = {"rl tasks": (played_spec, played), "held out": (held_spec, held)}
     results = measure(args, {"sft": args.work / "sft"}, splits)  # the start, before rl runs
 
     started = cpu_seconds()
@@ -310,7 +309,7 @@ def render(  # the run's figures, as the docs section
 ) -> str:
     info = side.machine()
     rows = []
-    for split_name in ("played", "demonstrated"):
+    for split_name in ("rl tasks", "held out"):
         for decoding in ("greedy", "sampled"):
             before = results[f"sft/{split_name}"][decoding]
             after = results[f"rl/{split_name}"][decoding]
@@ -334,7 +333,8 @@ def render(  # the run's figures, as the docs section
             "",
             f"- Machine: {info.get('cpu')}, {info.get('cores')} cores; load {side.load()}.",
             f"- Start: `sft` for {args.sft_steps} steps on {examples} turns of right runs of "
-            "the 6 demonstrated tasks; then `rl` over episodes of the 12 played tasks for "
+            "the 12 tasks of train-tasks.jsonl; then `rl` over episodes of 12 of the gate's "
+            "18 tasks (the rl tasks; the other 6 held out) for "
             f"{rl['steps']} steps ({args.batch_size} tasks x {args.group_size} episodes per "
             f"step, temperature 1, lr {args.rl_lr:g}, beta_kl {args.beta_kl:g}).",
             f"- RL sampled **{rl['samples']} episodes** ({rl['model_calls']} model calls, "

@@ -271,6 +271,9 @@ class Engine:
         self.checkpoints.check_free(name, replace)
         async with self._loading:
             info = await asyncio.to_thread(_checked, path, expected_digest)
+            # Weights unloaded just before (nothing leasing them) are freed by a call
+            # queued on the worker: let it run, so the memory check sees them gone.
+            await asyncio.wrap_future(self.scheduler.call(lambda: None))
             check_fits(name, required_bytes(info.parameters), self.available_memory())
             model = await asyncio.to_thread(self._load_weights, path)
             internal = self.checkpoints.new_internal_name()

@@ -6,7 +6,9 @@ the checkpoint into the upstream beside the weights serving now, under a name of
 own (``<scenario>@ckpt-<digest12>``); the flip sends new requests to that name; after
 it, checkpoints beyond ``activation.max_checkpoints`` that nothing serves or uses are
 unloaded, and the upstream frees their weights once their last request is done (the
-embedded engine's leases). A checkpoint with an adapter on top is not served yet.
+embedded engine's leases). A checkpoint the upstream has no memory for (507) is loaded
+again after unloading the least recently used checkpoint nothing serves or uses, until
+it fits or none is left. A checkpoint with an adapter on top is not served yet.
 
 Every request freezes the ``ServingRelease`` of its scenario when it arrives and is served
 and recorded by it to the end, whatever flips meanwhile. A head that fails to stage never
@@ -49,6 +51,7 @@ from reef.releases import (
 from reef.upstream import (
     AdapterAlreadyLoadedError,
     Upstream,
+    UpstreamError,
     UpstreamRequest,
 )
 
@@ -132,13 +135,50 @@ class AdapterPool:
             if name in self.slots:
                 self.slots.move_to_end(name)
                 return False
-            try:
-                await self._load(name, path, digest)
-            except AdapterAlreadyLoadedError:
-                log.info("%s %s was already loaded in %s", self.kind, name, self.upstream.name)
+            await self._load_making_room(name, path, digest, keep)
             self.slots[name] = _AdapterSlot(last_used=time.monotonic())
             await self._trim(keep | {name})
             return True
+
+    async def _load_making_room(self, name: str, path: Path, digest: str, keep: set[str]) -> None:
+        """Load ``name``; a checkpoint the upstream has no memory for (507) is retried
+        after unloading the least recently used checkpoint that nothing keeps or uses,
+        one at a time, until it fits or none is left to unload (then the 507 stands)."""
+        while True:
+            try:
+                await self._load(name, path, digest)
+                return
+            except AdapterAlreadyLoadedError:
+                log.info("%s %s was already loaded in %s", self.kind, name, self.upstream.name)
+                return
+            except UpstreamError as exc:
+                if self.kind != "checkpoint" or exc.upstream_status != 507 or not self.unload:
+                    raise
+                victim = self._least_recent(keep | {name})
+                if victim is None:
+                    raise
+                log.info(
+                    "no memory for checkpoint %s in %s: unloading %s and retrying",
+                    name,
+                    self.upstream.name,
+                    victim,
+                )
+                await self._evict(victim)
+
+    def _least_recent(self, keep: set[str]) -> str | None:
+        """The least recently used name that nothing keeps or uses, if any."""
+        return next(
+            (v for v, slot in self.slots.items() if v not in keep and not slot.in_use), None
+        )
+
+    async def _evict(self, victim: str) -> None:
+        del self.slots[victim]
+        if self.on_unload is not None:
+            self.on_unload(victim)
+        try:
+            await self._unload(victim)
+        except ReefError as exc:
+            log.warning("could not unload %s %s: %s", self.kind, victim, exc.message)
 
     async def trim(self, keep: set[str]) -> None:
         """Unload the least recently used beyond the limit, except ``keep`` and those in
@@ -155,13 +195,7 @@ class AdapterPool:
             slot = self.slots[victim]
             if victim in keep or slot.in_use:
                 continue
-            del self.slots[victim]
-            if self.on_unload is not None:
-                self.on_unload(victim)
-            try:
-                await self._unload(victim)
-            except ReefError as exc:
-                log.warning("could not unload %s %s: %s", self.kind, victim, exc.message)
+            await self._evict(victim)
 
     def acquire(self, name: str) -> None:
         """A request starts using ``name``."""

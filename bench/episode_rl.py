@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import resource
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -224,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=Path(".reef"))
     parser.add_argument("--work", type=Path, default=Path(".reef/bench-episode-rl"))
     parser.add_argument("--sft-steps", type=int, default=40)
+    parser.add_argument(
+        "--start-adapter", type=Path, default=None, help="an earlier run's sft adapter (no sft)"
+    )
     parser.add_argument("--rl-steps", type=int, default=12)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=2)
@@ -249,20 +253,23 @@ def main(argv: list[str] | None = None) -> int:
 
     started = cpu_seconds()
     examples = asyncio.run(demonstrations(spec_for(DEMOS), demos))
-    sft = train_lora_sft(
-        SFTSpec(
-            model=args.model,
-            home=args.home,
-            examples=examples,
-            output_dir=args.work / "sft",
-            budget=Budget(steps=args.sft_steps),
-            batch_size=4,
-            max_seq_len=2048,
-            threads=args.threads,
+    if args.start_adapter is None:
+        train_lora_sft(
+            SFTSpec(
+                model=args.model,
+                home=args.home,
+                examples=examples,
+                output_dir=args.work / "sft",
+                budget=Budget(steps=args.sft_steps),
+                batch_size=4,
+                max_seq_len=2048,
+                threads=args.threads,
+            )
         )
-    )
+    else:  # the start of an earlier run, as it was
+        shutil.copytree(args.start_adapter, args.work / "sft", dirs_exist_ok=True)
     sft_cpu = (cpu_seconds() - started) / 60
-    print(f"sft: {len(examples)} examples, {sft.metrics['steps']} steps, {sft_cpu:.1f} CPU min")
+    print(f"sft: {len(examples)} examples, {sft_cpu:.1f} CPU min")
     splits = {"rl tasks": (played_spec, played), "held out": (held_spec, held)}
     results = measure(args, {"sft": args.work / "sft"}, splits)  # the start, before rl runs
 
@@ -328,12 +335,14 @@ def render(  # the run's figures, as the docs section
             "```bash",
             f".venv/bin/python bench/episode_rl.py --model {args.model} --sft-steps "
             f"{args.sft_steps} --rl-steps {args.rl_steps} --group-size {args.group_size} "
-            f"--batch-size {args.batch_size} --output docs/benchmarks.md",
+            f"--batch-size {args.batch_size} --rl-lr {args.rl_lr:g} --beta-kl {args.beta_kl:g} "
+            "--output docs/benchmarks.md",
             "```",
             "",
             f"- Machine: {info.get('cpu')}, {info.get('cores')} cores; load {side.load()}.",
             f"- Start: `sft` for {args.sft_steps} steps on {examples} turns of right runs of "
-            "the 12 tasks of train-tasks.jsonl; then `rl` over episodes of 12 of the gate's "
+            + ("(an earlier run's adapter, reused) " if args.start_adapter else "")
+            + "the 12 tasks of train-tasks.jsonl; then `rl` over episodes of 12 of the gate's "
             "18 tasks (the rl tasks; the other 6 held out) for "
             f"{rl['steps']} steps ({args.batch_size} tasks x {args.group_size} episodes per "
             f"step, temperature 1, lr {args.rl_lr:g}, beta_kl {args.beta_kl:g}).",

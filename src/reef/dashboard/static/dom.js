@@ -96,6 +96,11 @@ export function time(value) {
 }
 
 /** A number with `digits` decimals, "—" when missing. */
+/** "1 turn", "3 turns": a count with its noun in the right number. */
+export function count(n, one, many = `${one}s`) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
 export function num(value, digits = 3) {
   if (value === null || value === undefined || Number.isNaN(value)) return "—";
   return Number(value).toFixed(digits);

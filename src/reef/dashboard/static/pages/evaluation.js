@@ -4,7 +4,7 @@
 // with its conversation here and a link to its recorded session's trajectory.
 
 import { get } from "../api.js";
-import { badge, clip, contentText, empty, fill, h, idChip, num, panel, table, time } from "../dom.js";
+import { badge, clip, contentText, count, empty, fill, h, idChip, num, panel, table, time } from "../dom.js";
 import { decisionBlock, evidenceBlock, itemDifferences, ruleLine, suitesTable } from "../gate.js";
 import { sessionHref } from "./records.js";
 
@@ -12,7 +12,7 @@ function episodeCell(scenario, episode) {
   if (!episode) return h("span", { class: "muted" }, "—");
   return h("div", { class: "episode" },
     h("strong", {}, num(episode.score, 2)), " ", badge(episode.stop),
-    ` ${episode.turns} turns, ${episode.tool_calls} tool calls `,
+    ` ${count(episode.turns, "turn")}, ${count(episode.tool_calls, "tool call")} `,
     episode.session_id
       ? h("a", { href: sessionHref(scenario, episode.session_id), class: "session-link", title: "the recorded session" }, "trajectory")
       : null,

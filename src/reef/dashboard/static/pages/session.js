@@ -4,7 +4,7 @@
 // the reply with its tool calls, retries and feedback; the session's outcomes on top.
 
 import { get } from "../api.js";
-import { badge, clip, empty, h, idChip, panel, time } from "../dom.js";
+import { badge, clip, count, empty, h, idChip, panel, time } from "../dom.js";
 import { feedbackCell, sessionHref } from "./records.js";
 
 const LINKS = {
@@ -14,9 +14,6 @@ const LINKS = {
   compacted: ["history compacted", "warn"],
 };
 
-function count(n, one, many = `${one}s`) {
-  return `${n} ${n === 1 ? one : many}`;
-}
 
 function callView(call) {
   return h("div", { class: "call" },

@@ -58,7 +58,7 @@ def test_the_episodes_panel_shows_both_sides_and_opens_their_conversations(
         # a task only the candidate finishes: the head declined at once
         _, _, mine, theirs, _ = by_task[("return-radio", "1")]
         assert "1.00" in mine and "3 turns, 2 tool calls" in mine
-        assert "0.00" in theirs and "1 turns, 0 tool calls" in theirs
+        assert "0.00" in theirs and "1 turn, 0 tool calls" in theirs
         assert "no return was opened for B5" in theirs
         # rows where the candidate did better are marked; none did worse
         better = tab.page.locator("#episodes > table > tbody > tr.better")

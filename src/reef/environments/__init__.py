@@ -60,7 +60,7 @@ from reef.environments.python_env import (
 from reef.environments.registry import ENVIRONMENT_GROUP, EnvironmentRegistry, build_environment
 from reef.environments.replay import ReplayEnvironment, ReplayEnvironmentConfig
 from reef.environments.sandbox import SandboxConfig, ToolWorker
-from reef.environments.tasks import load_tasks, task_from_dict
+from reef.environments.tasks import TaskCount, load_tasks, task_from_dict
 
 __all__ = [
     "ENVIRONMENT_GROUP",
@@ -89,6 +89,7 @@ __all__ = [
     "StepResult",
     "StopCause",
     "Task",
+    "TaskCount",
     "ToolCrashed",
     "ToolError",
     "ToolOutput",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator
 
 from reef.environments.base import EnvironmentSpecError, Task
 
@@ -82,3 +84,13 @@ def _messages(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise EnvironmentSpecError(f"{where}: messages[{index}] needs a string 'role'")
     return tuple(dict(m) for m in messages)
+
+
+def _task_count(value: int | str) -> int | str:
+    if isinstance(value, int) and value < 1:
+        raise ValueError("tasks: give a number of tasks (at least 1) or 'all'")
+    return value
+
+
+TaskCount = Annotated[int | Literal["all"], AfterValidator(_task_count)]
+"""How many of an environment's tasks a run plays: the first n (at least 1), or all."""

@@ -19,13 +19,13 @@ publish: auto                        # auto | review | canary (a recipe key)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
-from reef.environments import EnvironmentRegistry, EnvironmentSpecError
+from reef.environments import EnvironmentRegistry, EnvironmentSpecError, TaskCount
 from reef.experience import COMPUTED_KINDS, EXPLICIT, check_source_weights
 
 
@@ -106,7 +106,7 @@ class EpisodesConfig(_Strict):
         description="The environment's spec (``type:`` and its settings; a relative "
         "``tasks:`` path is relative to the recipe's directory)."
     )
-    tasks: int | Literal["all"] = Field(
+    tasks: TaskCount = Field(
         default="all", description="How many of the environment's tasks (the first n), or all."
     )
     repeats: int = Field(default=1, ge=1, le=20, description="Episodes per task and side.")
@@ -118,13 +118,6 @@ class EpisodesConfig(_Strict):
         gt=0,
         description="Overrides the environment's limits.episode_timeout_seconds.",
     )
-
-    @field_validator("tasks")
-    @classmethod
-    def _some_tasks(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("tasks: give a number of tasks (at least 1) or 'all'")
-        return value
 
     @field_validator("environment")
     @classmethod

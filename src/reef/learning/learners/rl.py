@@ -14,11 +14,11 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from reef.environments import EnvironmentRegistry, EnvironmentSpecError
+from reef.environments import EnvironmentRegistry, EnvironmentSpecError, TaskCount
 from reef.learning.base import (
     LearnerConfig,
     LearnerContext,
@@ -73,7 +73,7 @@ class RLConfig(RayTrainerSettings):
     engine_url: str | None = None
     engine_model: str | None = None
     environment: dict[str, Any] | None = None
-    tasks: int | Literal["all"] = "all"
+    tasks: TaskCount = "all"
     concurrency: int | None = Field(default=None, ge=1, le=64)
     micro_batch_tokens: int = Field(default=4096, ge=64)
 
@@ -86,13 +86,6 @@ class RLConfig(RayTrainerSettings):
             except EnvironmentSpecError as exc:
                 raise ValueError(str(exc)) from exc
         return spec
-
-    @field_validator("tasks")
-    @classmethod
-    def _some_tasks(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("tasks: give a number of tasks (at least 1) or 'all'")
-        return value
 
 
 def rl_prompts(train: list[TrainingExample]) -> tuple[list[RLPrompt], list[str]]:

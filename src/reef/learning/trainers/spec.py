@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reef.core.errors import ReefError
+from reef.environments import TaskCount
 from reef.learning.trainers.budget import Budget
 
 DEFAULT_TARGET_MODULES = ("q_proj", "v_proj")
@@ -222,7 +223,7 @@ class RLSpec(BaseModel):
     home: Path
     prompts: list[RLPrompt] = Field(default_factory=list)
     environment: dict[str, Any] | None = None
-    tasks: int | Literal["all"] = "all"
+    tasks: TaskCount = "all"
     concurrency: int | None = Field(default=None, ge=1, le=64)
     micro_batch_tokens: int = Field(default=4096, ge=64)
     output_dir: Path
@@ -252,6 +253,4 @@ class RLSpec(BaseModel):
                 "an RL run takes prompts (single replies) or an environment (episodes): "
                 "give exactly one"
             )
-        if isinstance(self.tasks, int) and self.tasks < 1:
-            raise ValueError("tasks: give a number of tasks (at least 1) or 'all'")
         return self

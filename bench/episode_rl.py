@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=Path(".reef"))
     parser.add_argument("--work", type=Path, default=Path(".reef/bench-episode-rl"))
     parser.add_argument("--sft-steps", type=int, default=40)
+    parser.add_argument("--sft-lr", type=float, default=5e-4)
     parser.add_argument(
         "--start-adapter", type=Path, default=None, help="an earlier run's sft adapter (no sft)"
     )
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--rl-lr", type=float, default=2e-4)
+    parser.add_argument("--temperature", type=float, default=1.0, help="rl's sampling")
     parser.add_argument("--beta-kl", type=float, default=0.04)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--eval-repeats", type=int, default=1)
@@ -261,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 examples=examples,
                 output_dir=args.work / "sft",
                 budget=Budget(steps=args.sft_steps),
+                lr=args.sft_lr,
                 batch_size=4,
                 max_seq_len=2048,
                 threads=args.threads,
@@ -283,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             base_adapter=args.work / "sft",
             group_size=args.group_size,
             batch_size=args.batch_size,
-            temperature=1.0,
+            temperature=args.temperature,
             max_new_tokens=args.max_new_tokens,
             lr=args.rl_lr,
             beta_kl=args.beta_kl,
@@ -294,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda step, steps, loss: print(f"rl: step {step}/{steps} loss {loss:.4f}", flush=True),
     )
     rl_cpu = (cpu_seconds() - started) / 60
-    keep = ("reward_curve", "success_curve", "samples", "model_calls", "turns")
+    keep = ("reward_curve", "success_curve", "samples", "model_calls", "turns", "bf16")
     print("rl:", {k: rl.metrics[k] for k in keep}, f"{rl_cpu:.1f} CPU min", flush=True)
 
     results.update(measure(args, {"rl": args.work / "rl"}, splits))
@@ -334,7 +337,8 @@ def render(  # the run's figures, as the docs section
             "",
             "```bash",
             f".venv/bin/python bench/episode_rl.py --model {args.model} --sft-steps "
-            f"{args.sft_steps} --rl-steps {args.rl_steps} --group-size {args.group_size} "
+            f"{args.sft_steps} --sft-lr {args.sft_lr:g} --rl-steps {args.rl_steps} "
+            f"--temperature {args.temperature:g} --group-size {args.group_size} "
             f"--batch-size {args.batch_size} --rl-lr {args.rl_lr:g} --beta-kl {args.beta_kl:g} "
             "--output docs/benchmarks.md",
             "```",
@@ -345,7 +349,8 @@ def render(  # the run's figures, as the docs section
             + "the 12 tasks of train-tasks.jsonl; then `rl` over episodes of 12 of the gate's "
             "18 tasks (the rl tasks; the other 6 held out) for "
             f"{rl['steps']} steps ({args.batch_size} tasks x {args.group_size} episodes per "
-            f"step, temperature 1, lr {args.rl_lr:g}, beta_kl {args.beta_kl:g}).",
+            f"step, temperature {args.temperature:g}, lr {args.rl_lr:g}, beta_kl "
+            f"{args.beta_kl:g}; bf16 {rl['bf16']}).",
             f"- RL sampled **{rl['samples']} episodes** ({rl['model_calls']} model calls, "
             f"{rl['turns']} turns trained on, {rl['groups_skipped']} groups without signal); "
             f"success of each step's episodes: {curve}.",

@@ -1,6 +1,7 @@
 """Bench the ``sft`` trainer against a plain PEFT training loop: tokens per second on
-the same data, model, LoRA config, batch size and sequence length, in the same run; and
-the harness learners' wall time per candidate.
+the same data, model, LoRA config, batch size and sequence length, in the same run, with
+the trainer in float32 and in bf16 (``bf16: true``; see
+``reef.learning.trainers.precision``); and the harness learners' wall time per candidate.
 
     .venv/bin/python bench/training.py --model smollm2-135m --home .reef --write
     .venv/bin/python bench/training.py --harness-only --write
@@ -35,6 +36,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from overhead_report import machine
 
 from reef.core import SilentProgress, new_id
 from reef.harness import Bundle, Harness, pack_bundle
@@ -121,7 +124,9 @@ def plain_peft_loop(args: argparse.Namespace, examples: list[SFTExample]) -> dic
     return {"tokens_per_second": tokens / seconds, "load_seconds": load_seconds, "tokens": tokens}
 
 
-def sft_trainer(args: argparse.Namespace, examples: list[SFTExample]) -> dict[str, float]:
+def sft_trainer(
+    args: argparse.Namespace, examples: list[SFTExample], bf16: bool = False
+) -> dict[str, float]:
     """The sft trainer, as the learner runs it: in a child process."""
     with tempfile.TemporaryDirectory(prefix="reef-bench-train-") as scratch:
         spec = SFTSpec(
@@ -134,6 +139,7 @@ def sft_trainer(args: argparse.Namespace, examples: list[SFTExample]) -> dict[st
             budget=Budget(steps=args.steps, schedule="constant", warmup_fraction=0.0),
             batch_size=args.batch,
             max_seq_len=args.max_seq_len,
+            bf16=bf16,
         )
         started = time.monotonic()
         result = run_in_child(spec, work_dir=Path(scratch) / "work")
@@ -143,41 +149,57 @@ def sft_trainer(args: argparse.Namespace, examples: list[SFTExample]) -> dict[st
         "tokens_per_second": float(metrics["tokens_per_second"]),
         "load_seconds": wall - float(metrics["seconds"]),
         "tokens": float(metrics["tokens"]),
+        "final_loss": float(metrics["loss_curve"][-1]),
     }
+
+
+def sft_bf16(args: argparse.Namespace, examples: list[SFTExample]) -> dict[str, float]:
+    """The sft trainer with ``bf16: true``."""
+    return sft_trainer(args, examples, bf16=True)
 
 
 def report(args: argparse.Namespace, rounds: list[dict[str, dict[str, float]]]) -> str:
     sft = [r["sft"]["tokens_per_second"] for r in rounds]
+    bf16 = [r["sft-bf16"]["tokens_per_second"] for r in rounds]
     plain = [r["plain"]["tokens_per_second"] for r in rounds]
     ratios = [s / p for s, p in zip(sft, plain, strict=True)]
+    speedups = [b / s for b, s in zip(bf16, sft, strict=True)]
     fmt = " / ".join
+    median = statistics.median
     lines = [
-        "## Training: `sft` trainer vs a plain PEFT loop",
+        "## Training: `sft` trainer vs a plain PEFT loop, float32 and bf16",
         "",
         f"Command: `.venv/bin/python bench/training.py --model {args.model} --home {args.home} "
         f"--steps {args.steps} --batch {args.batch} --max-seq-len {args.max_seq_len} "
         f"--rounds {args.rounds} --write`",
         "",
-        f"- Machine: {os.cpu_count()} CPU cores, no GPU, {platform.machine()}, "
-        f"Python {platform.python_version()}; torch default threads.",
+        f"- Machine: {machine()}; no GPU; torch default threads.",
         f"- Data: {args.examples} chat examples (one-paragraph answers), LoRA r={args.r} "
         f"alpha={2 * args.r} on q_proj/v_proj, batch {args.batch}, {args.steps} steps, "
-        "loss on assistant tokens only in both.",
+        "loss on assistant tokens only in all three.",
         "- tokens/s = non-padding tokens through forward+backward+step, divided by the "
         "training loop's time (model load excluded; reported apart).",
+        "- bf16: `bf16: true` (autocast, the frozen base stored in bfloat16, eager "
+        "attention on a CPU; LoRA weights and AdamW state float32).",
         "",
-        "| figure | sft trainer (child process) | plain PEFT loop (in process) | ratio |",
-        "|---|---:|---:|---:|",
+        "| figure | sft float32 (child) | sft bf16 (child) | plain PEFT loop float32 "
+        "| sft / plain | bf16 / float32 |",
+        "|---|---:|---:|---:|---:|---:|",
         f"| tokens/s, per round | {fmt(f'{v:.0f}' for v in sft)} | "
-        f"{fmt(f'{v:.0f}' for v in plain)} | {fmt(f'{v:.2f}' for v in ratios)} |",
-        f"| tokens/s, median | {statistics.median(sft):.0f} | {statistics.median(plain):.0f} "
-        f"| {statistics.median(ratios):.2f} |",
+        f"{fmt(f'{v:.0f}' for v in bf16)} | {fmt(f'{v:.0f}' for v in plain)} | "
+        f"{fmt(f'{v:.2f}' for v in ratios)} | {fmt(f'{v:.2f}' for v in speedups)} |",
+        f"| tokens/s, median | {median(sft):.0f} | {median(bf16):.0f} | {median(plain):.0f} "
+        f"| {median(ratios):.2f} | {median(speedups):.2f} |",
+        f"| last step's loss (median) | {median(r['sft']['final_loss'] for r in rounds):.3f} "
+        f"| {median(r['sft-bf16']['final_loss'] for r in rounds):.3f} | - | - | - |",
         f"| start + load, s (median) | "
-        f"{statistics.median(r['sft']['load_seconds'] for r in rounds):.1f} | "
-        f"{statistics.median(r['plain']['load_seconds'] for r in rounds):.1f} | - |",
+        f"{median(r['sft']['load_seconds'] for r in rounds):.1f} | "
+        f"{median(r['sft-bf16']['load_seconds'] for r in rounds):.1f} | "
+        f"{median(r['plain']['load_seconds'] for r in rounds):.1f} | - | - |",
         "",
-        "Target: sft ≥ 0.9x the plain loop. The sft side also pays a child process start "
-        "(torch import) and the model load, once per job.",
+        "Targets: sft float32 >= 0.9x the plain loop; sft bf16 >= 2x float32 (issue 16). "
+        "The sft side also pays a child process start (torch import) and the model load, "
+        "once per job.",
     ]
     return "\n".join(lines)
 
@@ -412,11 +434,11 @@ def main() -> None:
     examples = dataset(args.examples)
     rounds = []
     for index in range(args.rounds):
-        order = ["sft", "plain"] if index % 2 == 0 else ["plain", "sft"]
+        runs = {"sft": sft_trainer, "sft-bf16": sft_bf16, "plain": plain_peft_loop}
+        order = list(runs) if index % 2 == 0 else list(reversed(runs))
         figures = {}
         for name in order:
-            run = sft_trainer if name == "sft" else plain_peft_loop
-            figures[name] = run(args, examples)
+            figures[name] = runs[name](args, examples)
             print(f"round {index + 1} {name}: {figures[name]['tokens_per_second']:.0f} tokens/s")
         rounds.append(figures)
     text = f"{report(args, rounds)}\n\n{harness_text}"

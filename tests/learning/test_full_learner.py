@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from safetensors import safe_open
 
 from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.digests import tree_digest
 from reef.learning.base import ExperienceBatch, LearnerOutput
 from reef.learning.learners.full import FullConfig, FullLearner
+from reef.learning.trainers.precision import use_bf16
 from reef.learning.worker import _with_output
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.learning.test_sft_learner import TINY, TRAIN, context, example
@@ -41,7 +43,8 @@ def test_trains_every_weight_into_a_checkpoint_and_continues_from_the_head(
     assert output.consumed == ["good", "fixed"]
     assert len(output.metrics["loss_curve"]) == 3 and output.metrics["continued"] is False
     assert output.metrics["parameters"] > 100_000  # all of tiny-random, not a LoRA's few
-    assert output.metrics["bf16"] is False  # CPU: float32
+    # auto: float32 on a CPU without AMX, bf16 with it
+    assert output.metrics["bf16"] is use_bf16("auto", torch.device("cpu"))
     info = store.info(output.checkpoint)
     assert info.kind == "checkpoint" and info.meta["learner"] == "full"
     assert info.meta["base"] == TINY
@@ -111,3 +114,5 @@ def test_gradient_checkpointing_and_bf16_paths_train_on_the_cpu(tmp_path: Path) 
     assert info.weight_bytes == info.parameters * 4  # float32 on disk
     loaded = load_model(str(tmp_path / "ck"), tmp_path)
     assert loaded.model.config.use_cache is True
+    # the eager attention bf16 trains with on a CPU is not what the checkpoint serves with
+    assert loaded.model.config._attn_implementation != "eager"

@@ -64,6 +64,9 @@ def spec_for(tmp_path: Path, steps: int, **changes: Any) -> RLSpec:
         "batch_size": 4,
         "max_seq_len": 2048,
         "threads": 1,
+        # float32 whatever the CPU: the engine's log-probs are then exactly the trainer's
+        # (bf16 episodes: tests/learning/test_precision.py)
+        "bf16": False,
     }
     return RLSpec(**{**fields, **changes})
 

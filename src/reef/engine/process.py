@@ -41,18 +41,28 @@ class EngineOptions:
         return ["--max-batch", str(self.max_batch), "--dtype", self.dtype, *extra]
 
 
-def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether the CPU computes bfloat16 natively (the ``avx512_bf16`` or ``amx_bf16``
-    flag); False where the flags cannot be read."""
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags (``avx512_bf16``, ``amx_bf16``, ...); empty where
+    ``cpuinfo`` cannot be read."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
+        return frozenset()
     for line in text.splitlines():
         if line.startswith("flags"):
-            flags = set(line.split(":", 1)[-1].split())
-            return bool(flags & {"avx512_bf16", "amx_bf16"})
-    return False
+            return frozenset(line.split(":", 1)[-1].split())
+    return frozenset()
+
+
+def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU computes bfloat16 natively (the ``avx512_bf16`` or ``amx_bf16``
+    flag); False where the flags cannot be read."""
+    return bool(cpu_flags(cpuinfo) & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU has AMX tiles for bfloat16 matrix products (``amx_bf16``)."""
+    return "amx_bf16" in cpu_flags(cpuinfo)
 
 
 def resolve_dtype(dtype: EngineDtype, cuda: bool = False) -> Literal["float32", "bfloat16"]:

@@ -94,8 +94,10 @@ class ModelLearnerSettings(BudgetSettings):
     model source; default the head's base model, ``model_source``), the LoRA shape (``r``,
     ``alpha``, ``dropout``, ``target_modules``), the optimiser's ``lr`` and
     ``batch_size``, ``max_seq_len``, ``continue_from_head`` (start from the head's adapter
-    when it has one on the same base), ``seed``, where it runs (``device``, ``threads``)
-    and ``timeout_seconds`` for the training process."""
+    when it has one on the same base), ``seed``, where it runs (``device``, ``threads``),
+    ``bf16`` (``auto``: on a CUDA device that supports it or a CPU with AMX; see
+    ``reef.learning.trainers.precision``) and ``timeout_seconds`` for the training
+    process."""
 
     model: str | None = None
     lr: float = Field(default=5e-4, gt=0.0)
@@ -109,6 +111,7 @@ class ModelLearnerSettings(BudgetSettings):
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(default=None, ge=1)
+    bf16: bool | Literal["auto"] = "auto"
     timeout_seconds: float | None = Field(default=3600.0, gt=0.0)
 
     def lora(self) -> LoraSettings:
@@ -119,7 +122,8 @@ class ModelLearnerSettings(BudgetSettings):
 
     def run_settings(self) -> dict[str, Any]:
         """The settings every training run takes as they are (a spec's ``lr``,
-        ``budget``, ``batch_size``, ``max_seq_len``, ``seed``, ``device``, ``threads``):
+        ``budget``, ``batch_size``, ``max_seq_len``, ``seed``, ``device``, ``threads``,
+        ``bf16``):
         ``SFTSpec(..., **settings.run_settings())``."""
         return {
             "lr": self.lr,
@@ -129,6 +133,7 @@ class ModelLearnerSettings(BudgetSettings):
             "seed": self.seed,
             "device": self.device,
             "threads": self.threads,
+            "bf16": self.bf16,
         }
 
 

@@ -30,12 +30,11 @@ from reef.learning.trainers import SFTExample, SFTSpec
 
 class FullConfig(SFTConfig):
     """Settings of the ``full`` learner: those of ``sft`` (the LoRA shape is unused)
-    plus ``gradient_checkpointing`` and ``bf16`` (``auto``: on a CUDA device that
-    supports it). ``lr`` defaults lower than a LoRA's: every weight moves."""
+    plus ``gradient_checkpointing`` (``auto``: on CUDA). ``lr`` defaults lower than a
+    LoRA's: every weight moves."""
 
     lr: float = 2e-5
     gradient_checkpointing: bool | Literal["auto"] = "auto"
-    bf16: bool | Literal["auto"] = "auto"
 
 
 def head_checkpoint(context: LearnerContext, work: Path, continue_from_head: bool) -> Path | None:
@@ -77,7 +76,6 @@ class FullLearner(ModelLearner[FullConfig]):
             mode="full",
             continued=start is not None,
             gradient_checkpointing=cfg.gradient_checkpointing,
-            bf16=cfg.bf16,
             **cfg.run_settings(),
         )
         context.progress.report(
@@ -90,7 +88,7 @@ class FullLearner(ModelLearner[FullConfig]):
         }
         digest, result = train_adapter(context, "full", spec, cfg, work, meta)
         context.progress.report(1.0, f"full: checkpoint {digest} ({result.metrics['steps']} steps)")
-        reported = (*REPORTED, "parameters", "bf16")
+        reported = (*REPORTED, "parameters")
         metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(examples=len(examples), replayed=len(replayed), base=base)
         return LearnerOutput(checkpoint=digest, consumed=used, metrics=metrics)

@@ -309,7 +309,8 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
         budget_keys = (
             "val_curve", "steps", "steps_planned", "stop_reason", "best_step", "undertrained"
         )  # fmt: skip
-        reported = (*keys, *budget_keys, "tokens", "seconds", "tokens_per_second", "skipped")
+        extra = ("tokens", "seconds", "tokens_per_second", "skipped", "bf16")
+        reported = (*keys, *budget_keys, *extra)
         metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(
             objective=objective,

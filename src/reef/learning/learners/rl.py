@@ -147,7 +147,7 @@ class RLLearner(ModelLearner[RLConfig]):
         context.progress.report(1.0, f"rl: adapter {digest}")
         keys = ("loss_curve", "reward_curve", "kl_curve", "mean_reward", "samples", "tokens")
         budget = ("steps", "steps_planned", "stop_reason", "epochs_run")
-        metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler")}
+        metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler", "bf16")}
         metrics.update(continued=result.metrics["continued"], base=model)
         if cfg.environment is None:
             metrics["prompts"] = len(prompts)

@@ -183,4 +183,5 @@ REPORTED = (
     "best_step",
     "best_val_loss",
     "undertrained",
+    "bf16",
 )

@@ -72,6 +72,7 @@ from reef.learning.trainers.lora_sft import (
     token_logps,
     train_in_budget,
 )
+from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import RLSpec, TrainResult
 
 ProgressCallback = Callable[[int, int, float], None]
@@ -192,12 +193,14 @@ def micro_batches(turns: Sequence[Turn], max_tokens: int) -> Iterator[list[Turn]
 
 class PolicySampler:
     """Where the episodes are played (the module docstring): the child's own engine,
-    synced to the trainer's adapter by :meth:`sync`, or ``spec.engine_url``."""
+    synced to the trainer's adapter by :meth:`sync`, or ``spec.engine_url``. The own
+    engine holds its weights in bfloat16 when the trainer runs ``bf16``."""
 
-    def __init__(self, spec: RLSpec, work: Path, concurrency: int) -> None:
+    def __init__(self, spec: RLSpec, work: Path, concurrency: int, bf16: bool = False) -> None:
         self.spec = spec
         self.work = work
         self.concurrency = concurrency
+        self.bf16 = bf16
         self.server: Any = None
         self.base_url = ""
         self.model = spec.engine_model or spec.model
@@ -221,7 +224,8 @@ class PolicySampler:
         from reef.engine.runtime import Engine
         from reef.engine.server import BackgroundServer
 
-        loaded = load_model(self.spec.model, self.spec.home)
+        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        loaded = load_model(self.spec.model, self.spec.home, dtype)
         engine = Engine(loaded, max_batch=max(self.concurrency, 1), threads=self.spec.threads)
         self.server = BackgroundServer(engine).start()
         self.base_url = self.server.base_url
@@ -306,14 +310,16 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
     started, device, pad_id = setup.started, setup.device, setup.pad_id
     continued = spec.base_adapter is not None
     model = _wrap(setup.loaded.model, spec).to(device)
+    bf16 = use_bf16(spec.bf16, device)
+    model = prepare_bf16(model, device, bf16)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
     budget = spec.budget.model_copy(update={"validation_fraction": 0.0})
     concurrency = spec.concurrency or spec.group_size * spec.batch_size
     tally = _Tally()
-    update = _Update(model, spec, pad_id, device)
+    update = _Update(model, spec, pad_id, device, bf16)
     work = spec.output_dir.parent / f"{spec.output_dir.name}.policy"
-    with PolicySampler(spec, work, concurrency) as sampler:
+    with PolicySampler(spec, work, concurrency, bf16) as sampler:
         load_seconds = time.monotonic() - started
 
         def step(items: list[int]) -> Accumulated:
@@ -345,6 +351,7 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
         "tasks": len(tasks),
         "sampler": sampler.name,
         "device": device.type,
+        "bf16": bf16,
         "continued": continued,
     }
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
@@ -407,6 +414,7 @@ class _Update:
     spec: RLSpec
     pad_id: int
     device: torch.device
+    bf16: bool = False
 
     def backward(self, played: StepEpisodes, tally: _Tally, measure_gap: bool) -> Accumulated:
         """Backward the step's loss micro-batch by micro-batch (the module docstring);
@@ -424,9 +432,11 @@ class _Update:
         gaps: list[float] = []
         for chunk in micro_batches(played.turns, spec.micro_batch_tokens):
             batch = _collate([t.features for t in chunk], self.pad_id, device)
-            with torch.no_grad(), _as_reference(model, spec.base_adapter is not None):
+            continued = spec.base_adapter is not None
+            with torch.no_grad(), _as_reference(model, continued), autocast(device, self.bf16):
                 reference, _ = token_logps(model, batch)
-            policy, rows = token_logps(model, batch)
+            with autocast(device, self.bf16):
+                policy, rows = token_logps(model, batch)
             owner = torch.tensor([t.episode for t in chunk], device=device)[rows]
             pg = -(advantages[owner] * policy).sum() / played.episodes
             delta = reference - policy

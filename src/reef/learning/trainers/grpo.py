@@ -54,6 +54,7 @@ from reef.learning.trainers.lora_sft import (
     train_in_budget,
     wrap_lora,
 )
+from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import RLPrompt, RLScorer, RLSpec, TrainResult
 
 ProgressCallback = Callable[[int, int, float], None]
@@ -226,6 +227,8 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     eos = int(tokenizer.eos_token_id)
     continued = spec.base_adapter is not None
     model = _wrap(loaded.model, spec).to(device)
+    bf16 = use_bf16(spec.bf16, device)
+    model = prepare_bf16(model, device, bf16)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.lr)
@@ -247,7 +250,8 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         for i in items:
             prompt = spec.prompts[i]
             if spec.engine_url is None:
-                group = _sample_local(model, tokenizer, prompt, spec, eos)
+                with autocast(device, bf16):
+                    group = _sample_local(model, tokenizer, prompt, spec, eos)
             else:
                 group = _sample_engine(prompt, spec, spec.seed + number * 1000 + i)
             group = [s for s in group if s.completion_ids]
@@ -261,9 +265,10 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         if not feats:
             raise RuntimeError("the sampler returned no completion tokens")
         batch = _collate(feats, pad_id, device)
-        with torch.no_grad(), _as_reference(model, continued):
+        with torch.no_grad(), _as_reference(model, continued), autocast(device, bf16):
             reference, _rows = token_logps(model, batch)
-        policy, rows = token_logps(model, batch)
+        with autocast(device, bf16):
+            policy, rows = token_logps(model, batch)
         if gap is None and spec.engine_url is not None:
             engine = [lp for s in sampled for lp in (s.sampler_logps or [])]
             if len(engine) == policy.numel():
@@ -292,6 +297,7 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         model.delete_adapter("reference")
     save_adapter(model, spec.output_dir)
     metrics: dict[str, Any] = {
+        "bf16": bf16,
         "loss_curve": curve,
         "reward_curve": rewards_curve,
         "kl_curve": kls,

@@ -39,6 +39,7 @@ from reef.learning.trainers.budget import (
     split_validation,
     stop_report,
 )
+from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import (
     LoraSettings,
     PreferenceSpec,
@@ -314,14 +315,6 @@ def full_model(model: Any, spec: SFTSpec, device: torch.device) -> Any:
     return model.to(device)
 
 
-def use_bf16(spec: SFTSpec, device: torch.device) -> bool:
-    """Whether forward passes run under bf16 autocast: ``spec.bf16`` ``auto`` means on a
-    CUDA device that supports it (weights and optimizer state stay float32)."""
-    if spec.bf16 == "auto":
-        return device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return bool(spec.bf16)
-
-
 def save_checkpoint(model: Any, tokenizer: PreTrainedTokenizerBase, directory: Path) -> None:
     """Save a full checkpoint: safetensors shards (with their index when sharded),
     ``config.json``, the generation config and the tokenizer files; never a pickle."""
@@ -353,22 +346,24 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         model = full_model(loaded.model, spec, device)
     else:
         model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
+    bf16 = use_bf16(spec.bf16, device)
+    model = prepare_bf16(model, device, bf16)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
     load_seconds = time.monotonic() - started
     tokens = target_tokens = 0
-    bf16 = use_bf16(spec, device)
 
     def step(indices: list[int]) -> torch.Tensor:
         nonlocal tokens, target_tokens
         batch = _collate([features[i] for i in indices], pad_id, device)
         tokens += int(batch["attention_mask"].sum())
         target_tokens += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with autocast(device, bf16):
             return labelled_loss(model, batch)
 
     def validate() -> float:
-        return validation_loss(model, features, val_ids, spec, pad_id, device)
+        with autocast(device, bf16):
+            return validation_loss(model, features, val_ids, spec, pad_id, device)
 
     plan = Plan(train_ids, spec.batch_size, rng)
     losses = Losses(step, validate if val_ids else None)

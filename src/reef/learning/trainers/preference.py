@@ -50,6 +50,7 @@ from reef.learning.trainers.lora_sft import (
     without_first_turn,
     wrap_lora,
 )
+from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import (
     PreferencePair,
     PreferenceSpec,
@@ -178,9 +179,12 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     # Sequence 2i is kept pair i's chosen reply, 2i + 1 its rejected one (KTO: one each).
     features, weights, desirable, skipped = _items(tokenizer, spec)
     model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
-    reference = _reference(
-        model, features, pad_id, device, 2 * spec.batch_size, spec.base_adapter is not None
-    )
+    bf16 = use_bf16(spec.bf16, device)
+    model = prepare_bf16(model, device, bf16)
+    with autocast(device, bf16):
+        reference = _reference(
+            model, features, pad_id, device, 2 * spec.batch_size, spec.base_adapter is not None
+        )
     budget = spec.budget
     train_ids, val_ids = split_validation(len(weights), budget, rng)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
@@ -211,7 +215,8 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
 
     def step(items: list[int]) -> torch.Tensor:
         nonlocal tokens
-        loss, margin, accuracy, fed = objective(items)
+        with autocast(device, bf16):
+            loss, margin, accuracy, fed = objective(items)
         margins.append(round(margin, 6))
         accuracies.append(round(accuracy, 6))
         tokens += fed
@@ -219,7 +224,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
 
     def validate() -> float:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, bf16):
             size = spec.batch_size
             chunks = [val_ids[i : i + size] for i in range(0, len(val_ids), size)]
             losses = [float(objective(chunk)[0]) * len(chunk) for chunk in chunks]
@@ -233,6 +238,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
     metrics: dict[str, Any] = {
         "objective": spec.objective,
+        "bf16": bf16,
         "loss_curve": curve,
         "margin_curve": margins,
         "accuracy_curve": accuracies,

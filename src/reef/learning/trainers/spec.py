@@ -63,8 +63,9 @@ class SFTSpec(BaseModel):
     LoRA; ``base_adapter`` and ``lora`` unused) and saves a checkpoint directory
     (safetensors shards, ``config.json``, tokenizer files) to ``output_dir``; to continue
     from a checkpoint, ``model`` is its directory and ``continued`` says so.
-    ``gradient_checkpointing`` (``auto``: on CUDA) and ``bf16`` (``auto``: autocast on a
-    CUDA device that supports it) apply to a full run.
+    ``gradient_checkpointing`` (``auto``: on CUDA) applies to a full run; ``bf16``
+    (``auto``: on a CUDA device that supports it or a CPU with AMX) to every run, see
+    ``reef.learning.trainers.precision``.
     ``fault`` exists for tests only: ``abort`` kills the child by SIGABRT after step 1.
     """
 
@@ -144,6 +145,7 @@ class PreferenceSpec(BaseModel):
     max_seq_len: int = Field(default=512, ge=8)
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    bf16: bool | Literal["auto"] = "auto"
     threads: int | None = Field(default=None, ge=1)
     fault: Literal["abort"] | None = None
 
@@ -243,6 +245,7 @@ class RLSpec(BaseModel):
     engine_timeout_seconds: float = Field(default=300.0, gt=0.0)
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    bf16: bool | Literal["auto"] = "auto"
     threads: int | None = Field(default=None, ge=1)
     fault: Literal["abort"] | None = None
 

@@ -26,3 +26,16 @@ def make_letter_checkpoint(directory: Path, letter: str) -> Path:
     model.save_pretrained(str(directory), safe_serialization=True)
     tokenizer.save_pretrained(str(directory))
     return directory
+
+
+def make_noisy_checkpoint(directory: Path, seed: int) -> Path:
+    """A tiny-random checkpoint at ``directory``: every weight moved by seeded noise, so
+    it answers otherwise than tiny-random does."""
+    loaded = load_model("tiny-random", directory.parent)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in loaded.model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * param.std() * 0.5)
+    loaded.model.save_pretrained(str(directory), safe_serialization=True)
+    loaded.tokenizer.save_pretrained(str(directory))
+    return directory

@@ -43,3 +43,24 @@ def make_letter_adapter(directory: Path, letter: str) -> Path:
         lora_b[:, 0] = direction / direction.norm() * 1000.0
     peft_model.save_pretrained(directory, save_embedding_layers=False)
     return directory
+
+
+def make_random_adapter(directory: Path, seed: int) -> Path:
+    """A LoRA adapter for ``tiny-random`` (or a checkpoint of it) at ``directory``, with
+    seeded random weights on the attention and MLP projections (a strong delta)."""
+    torch.manual_seed(seed)
+    model = build_tiny_model(build_tiny_tokenizer())
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=".*is_gradient_checkpointing. is deprecated", category=FutureWarning
+        )
+        peft_model = get_peft_model(
+            model,
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]),
+        )
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5)
+    peft_model.save_pretrained(directory, save_embedding_layers=False)
+    return directory

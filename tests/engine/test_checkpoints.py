@@ -1,6 +1,7 @@
 """Checkpoints served by name: load beside the resident weights, swap with no failed
 request (in-flight requests finish on the old weights, which are freed after them),
-refusals (digest, pickle, truncated shard) and the memory check (507)."""
+refusals (digest, pickle, truncated shard), the memory check (507), and an adapter
+loaded on a checkpoint (it runs on the checkpoint's weights and holds them)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 
 from reef.core.digests import tree_digest
 from reef.engine.server import BackgroundServer
-from tests.engine.checkpoint_factory import make_letter_checkpoint
+from tests.engine.checkpoint_factory import make_letter_checkpoint, make_noisy_checkpoint
 from tests.engine.conftest import TINY, Admin
+from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_random_adapter
 from tests.polling import eventually_async
 
 HELLO = [{"role": "user", "content": "Hello there"}]
@@ -164,3 +166,67 @@ async def test_concurrent_requests_on_two_checkpoints_and_the_base(
     base = await say(client, TINY)
     answers = await asyncio.gather(*[say(client, model) for model in ["ck-a", "ck-b", TINY] * 3])
     assert answers == ["aaaaaa", "bbbbbb", base] * 3
+
+
+def greedy_reference(checkpoint: Path | None, adapter: Path | None, tmp: Path) -> str:
+    """What greedy decoding of HELLO says, in process: tiny-random or ``checkpoint``,
+    with ``adapter`` applied when given (the answer the engine must give)."""
+    import torch
+    from peft import PeftModel
+
+    from reef.engine.models import load_checkpoint_model, load_model
+
+    loaded = load_model(TINY, tmp)
+    model = load_checkpoint_model(checkpoint) if checkpoint is not None else loaded.model
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(adapter))
+    model.eval()
+    ids = loaded.tokenizer.apply_chat_template(
+        HELLO, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    prompt = torch.tensor([ids])
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=8,
+            do_sample=False,
+            eos_token_id=sorted(loaded.eos_token_ids),
+        )
+    return str(loaded.tokenizer.decode(out[0, prompt.shape[1] :], skip_special_tokens=True))
+
+
+@pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
+async def test_an_adapter_on_a_checkpoint_runs_on_its_weights_and_holds_them(
+    server: BackgroundServer, client: openai.AsyncOpenAI, admin: Admin, tmp_path: Path
+) -> None:
+    checkpoint = make_noisy_checkpoint(tmp_path / "noisy", seed=3)
+    adapter = make_random_adapter(tmp_path / "lora", seed=5)
+    expected = greedy_reference(checkpoint, adapter, tmp_path)
+    # the three answers differ, so the engine's cannot match by chance
+    alone = greedy_reference(checkpoint, None, tmp_path)
+    on_base = greedy_reference(None, adapter, tmp_path)
+    assert len({expected, alone, on_base}) == 3, (expected, alone, on_base)
+
+    status, body = await admin.load("on-ck", adapter, base_model_name="ck")
+    assert status == 404 and "load it first" in body  # no such checkpoint yet
+    assert (await load(admin, "ck", checkpoint))[0] == 200
+    status, body = await admin.load("on-ck", adapter, base_model_name="ck")
+    assert status == 200, body
+    assert (await admin.load("on-base", adapter))[0] == 200
+    assert await say(client, "on-ck", 8) == expected
+    assert await say(client, "on-base", 8) == on_base
+    assert await say(client, "ck", 8) == alone
+    cards = {m.id: m.model_extra or {} for m in (await client.models.list()).data}
+    assert cards["on-ck"]["kind"] == "adapter"
+    assert [c.parent for c in (await client.models.list()).data if c.id == "on-ck"] == ["ck"]
+
+    # unloading the checkpoint first: the adapter keeps serving on the leased weights
+    engine = server.engine
+    assert (await admin.post("/unload_checkpoint", {"name": "ck"}))[0] == 200
+    assert await say(client, "on-ck", 8) == expected
+    assert engine.scheduler.stats()["weights"] == 2
+    assert (await admin.unload("on-ck"))[0] == 200  # the last hold: the weights go
+    await eventually_async(
+        lambda: engine.scheduler.stats()["weights"] == 1 or None, "the weights freed"
+    )

@@ -46,6 +46,11 @@ class AdapterVersion:
     retired: bool = False
     kind: Literal["adapter", "checkpoint"] = "adapter"
     """A checkpoint's ``internal_name`` is the key of its base weights in the scheduler."""
+    base: AdapterLease | None = None
+    """An adapter loaded on a checkpoint: its lease on that checkpoint, held while this
+    version lives (the checkpoint's weights stay resident until the adapter is gone)."""
+    base_name: str | None = None
+    """The name of that checkpoint as it was loaded."""
 
 
 @dataclass(eq=False)

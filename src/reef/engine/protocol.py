@@ -262,16 +262,19 @@ class TokenizeRequest(_ToolsBody):
 
 
 class LoadLoraAdapterRequest(_Body):
-    """``POST /v1/load_lora_adapter`` (vLLM's body, plus Reef's ``expected_digest``).
+    """``POST /v1/load_lora_adapter`` (vLLM's body, plus Reef's ``expected_digest`` and
+    ``base_model_name``).
 
     ``load_inplace`` replaces an adapter of the same name; requests already running
-    finish on the old weights.
+    finish on the old weights. ``base_model_name``: a loaded checkpoint to run the
+    adapter on (default: the engine's base model).
     """
 
     lora_name: str = Field(min_length=1)
     lora_path: str = Field(min_length=1)
     expected_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     load_inplace: bool = False
+    base_model_name: str | None = Field(default=None, min_length=1, max_length=256)
 
 
 class UnloadLoraAdapterRequest(_Body):

@@ -9,6 +9,10 @@ Requests that name it lease it; ``unload_checkpoint`` (or loading another under 
 name) retires it, and its weights are freed once the last request on it finishes. So a
 swap from one set of weights to another is: load the new beside the old, flip the
 clients to the new name, unload the old (it drains, then frees); no request fails.
+
+An adapter may be loaded on a checkpoint (``load_adapter(..., base=<checkpoint name>)``):
+it then runs on that checkpoint's weights, and holds a lease on them for as long as it
+is loaded, so unloading the checkpoint first leaves them resident until the adapter goes.
 """
 
 from __future__ import annotations
@@ -108,6 +112,9 @@ class Engine:
         self.adapters = AdapterRegistry(drop=self._drop_version)
         self.checkpoints = AdapterRegistry(drop=self._drop_weights, what="checkpoint")
         self.available_memory: Callable[[], int | None] = available_memory_bytes
+        # the runner of every resident checkpoint, and where each adapter version lives
+        self._runners: dict[str, AdapterModel] = {}
+        self._placed: dict[str, tuple[AdapterModel, AdapterLease | None]] = {}
         self._loading = asyncio.Lock()  # one checkpoint load (and memory check) at a time
         template = loaded.tokenizer.chat_template
         self.template_takes_tools = template_takes_tools(
@@ -223,27 +230,49 @@ class Engine:
         return str(self.loaded.tokenizer.decode([token_id]))
 
     async def load_adapter(
-        self, name: str, path: Path, expected_digest: str | None, replace: bool
+        self,
+        name: str,
+        path: Path,
+        expected_digest: str | None,
+        replace: bool,
+        base: str | None = None,
     ) -> AdapterVersion:
-        """Check, load and publish an adapter; nothing changes when any step fails.
+        """Check, load and publish an adapter, on the base model or (``base``) on the
+        loaded checkpoint of that name; nothing changes when any step fails.
 
-        Raises ``AdapterConflictError`` (name taken, ``replace`` false) and
-        ``AdapterRejectedError`` (pickle, missing files, digest mismatch, bad weights).
+        Raises ``AdapterConflictError`` (name taken, ``replace`` false),
+        ``AdapterRejectedError`` (pickle, missing files, digest mismatch, bad weights) and
+        ``UnknownModelError`` (no checkpoint ``base`` is loaded).
         """
         if name == self.name or self.checkpoints.has(name):
             raise AdapterConflictError(f"{name!r} is the base model's or a checkpoint's name")
         self.adapters.check_free(name, replace)
-        digest = await asyncio.to_thread(check_adapter_directory, path, expected_digest)
+        on = None
+        if base is not None:
+            on = self.checkpoints.acquire(base)
+            if on is None:
+                raise UnknownModelError(
+                    f"no checkpoint {base!r} is loaded to load the adapter {name!r} on; "
+                    "load it first (POST /v1/load_checkpoint)"
+                )
+        runner = self.scheduler.runner if on is None else self._runners[on.internal_name]
         internal = self.adapters.new_internal_name()
-        runner = self.scheduler.runner
-        await asyncio.wrap_future(self.scheduler.call(lambda: runner.load(internal, path)))
-        version = AdapterVersion(name, internal, path, digest)
+        try:
+            digest = await asyncio.to_thread(check_adapter_directory, path, expected_digest)
+            await asyncio.wrap_future(self.scheduler.call(lambda: runner.load(internal, path)))
+        except BaseException:
+            if on is not None:
+                self.checkpoints.release(on)
+            raise
+        self._placed[internal] = (runner, on)
+        version = AdapterVersion(name, internal, path, digest, base=on, base_name=base)
         try:
             self.adapters.publish(version, replace)
         except AdapterConflictError:
             self._drop_version(internal)
             raise
-        logger.info("adapter %s is %s (%s)", name, internal, digest)
+        where = f" on checkpoint {base}" if base is not None else ""
+        logger.info("adapter %s is %s (%s)%s", name, internal, digest, where)
         return version
 
     def unload_adapter(self, name: str) -> None:
@@ -252,8 +281,14 @@ class Engine:
         logger.info("adapter %s unloaded", name)
 
     def _drop_version(self, internal_name: str) -> None:
-        runner = self.scheduler.runner
-        self.scheduler.call(lambda: runner.delete(internal_name))
+        runner, on = self._placed.pop(internal_name, (self.scheduler.runner, None))
+
+        def drop() -> None:
+            runner.delete(internal_name)
+            if on is not None:  # the checkpoint it ran on may now be freed
+                self.checkpoints.release(on)
+
+        self.scheduler.call(drop)
 
     async def load_checkpoint(
         self, name: str, path: Path, expected_digest: str | None, replace: bool
@@ -281,6 +316,7 @@ class Engine:
             await asyncio.wrap_future(
                 self.scheduler.call(lambda: self.scheduler.add_weights(internal, runner))
             )
+            self._runners[internal] = runner
         version = AdapterVersion(name, internal, path, info.digest, kind="checkpoint")
         try:
             self.checkpoints.publish(version, replace)
@@ -314,6 +350,7 @@ class Engine:
     def _drop_weights(self, internal_name: str) -> None:
         def drop() -> None:
             self.scheduler.remove_weights(internal_name)
+            self._runners.pop(internal_name, None)
             gc.collect()
             logger.info("freed checkpoint weights %s", internal_name)
 

@@ -89,9 +89,15 @@ class GenerationJob:
     @property
     def base_key(self) -> str:
         """The base weights rows of this job run on: ``BASE_KEY`` (the model the engine
-        started with) or a loaded checkpoint's internal name."""
-        if self.adapter is not None and self.adapter.version.kind == "checkpoint":
-            return self.adapter.internal_name
+        started with) or a loaded checkpoint's internal name (the checkpoint itself, or
+        the one its adapter is loaded on)."""
+        if self.adapter is None:
+            return BASE_KEY
+        version = self.adapter.version
+        if version.kind == "checkpoint":
+            return version.internal_name
+        if version.base is not None:  # an adapter on a checkpoint
+            return version.base.internal_name
         return BASE_KEY
 
 

@@ -153,7 +153,7 @@ async def list_models(request: web.Request) -> web.Response:
                 "created": version.created,
                 "owned_by": "reef",
                 "root": str(version.path),
-                "parent": engine.name,
+                "parent": version.base_name or engine.name,
                 "max_model_len": engine.loaded.max_context,
                 "digest": version.digest,
                 "kind": version.kind,
@@ -163,11 +163,16 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def load_lora_adapter(request: web.Request) -> web.Response:
-    """``POST /v1/load_lora_adapter``: 200 with vLLM's success text, 400 when refused."""
+    """``POST /v1/load_lora_adapter``: 200 with vLLM's success text, 400 when refused,
+    404 when ``base_model_name`` names no loaded checkpoint."""
     body = await _parse(request, LoadLoraAdapterRequest)
     engine = request.app[ENGINE_KEY]
     await engine.load_adapter(
-        body.lora_name, Path(body.lora_path), body.expected_digest, body.load_inplace
+        body.lora_name,
+        Path(body.lora_path),
+        body.expected_digest,
+        body.load_inplace,
+        body.base_model_name,
     )
     return web.Response(text=f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 

@@ -2,7 +2,7 @@
 is served pinned and as a live canary beside the head's weights; publishing flips the
 head onto it and unloads the weights nothing serves any more (``max_checkpoints``: 1);
 a rollback loads the earlier checkpoint again; a pin whose checkpoint was unloaded
-stages it again; an adapter on top of a checkpoint fails to stage with a clear error.
+stages it again; an adapter on top of a checkpoint serves on that checkpoint's weights.
 
 Activation is driven by ``sync_once(wait=True)`` on the gateway's loop (the poller is
 parked), so nothing waits on time except the engine freeing drained weights."""
@@ -27,7 +27,9 @@ from reef.releases import (
     ReleaseManifest,
     open_artifact_store,
 )
-from tests.engine.checkpoint_factory import make_letter_checkpoint
+from tests.engine.checkpoint_factory import make_letter_checkpoint, make_noisy_checkpoint
+from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_random_adapter
+from tests.engine.test_checkpoints import greedy_reference
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
 from tests.polling import eventually
@@ -137,19 +139,55 @@ def test_pin_canary_publish_rollback_and_free(
     assert ask(gateway)[1] == base_answer
 
 
-def test_an_adapter_on_a_checkpoint_does_not_stage_yet(
-    world: tuple[GatewayThread, BackgroundServer, dict[str, str]],
+@pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
+def test_an_adapter_on_a_checkpoint_serves_on_its_weights(
+    world: tuple[GatewayThread, BackgroundServer, dict[str, str]], tmp_path: Path
 ) -> None:
-    gateway, _engine, digests = world
+    gateway, engine, digests = world
     chain = ReleaseChain(gateway.database)
+    store = open_artifact_store(gateway.settings.artifacts_url())
+    checkpoint = make_noisy_checkpoint(tmp_path / "noisy", seed=3)
+    adapter = make_random_adapter(tmp_path / "lora", seed=5)
+    hi = [{"role": "user", "content": "hi"}]
+    expected = greedy_reference(checkpoint, adapter, tmp_path, hi, 4)
+    alone = greedy_reference(checkpoint, None, tmp_path, hi, 4)
+    assert expected != alone
     ask(gateway)
     base = chain.head(SCENARIO)
     assert base is not None
-    both = ModelComponent(base=TINY, checkpoint=digests["a"], adapter="sha256:" + "0" * 64)
+    both = ModelComponent(
+        base=TINY,
+        checkpoint=store.put_dir(checkpoint, "checkpoint"),
+        adapter=store.put_dir(adapter, "adapter"),
+    )
     published = chain.publish(candidate(gateway, base, both).id, base.id, "test", "both")
     sync(gateway)
     state = status(gateway)["scenarios"][SCENARIO]
-    assert state["state"] == "failed" and "adapter on top of a checkpoint" in state["error"]
-    assert state["serving_release_id"] == base.id  # the previous release keeps serving
-    assert ask(gateway)[0] == base.id
-    assert published.id != base.id
+    assert state["state"] == "serving" and state["serving_release_id"] == published.id
+    assert ask(gateway) == (published.id, expected)
+    assert engine.engine.scheduler.stats()["weights"] == 2  # the base's and the checkpoint's
+    cards = {card.id: card for card in gateway_models(engine)}
+    on = [name for name in cards if name.endswith(f"@ckpt-{both.checkpoint[7:19]}")]
+    assert len(on) == 2  # the checkpoint, and the adapter on it
+    (adapter_name,) = [name for name in on if cards[name].model_extra["kind"] == "adapter"]
+    (checkpoint_name,) = [name for name in on if name != adapter_name]
+    assert cards[adapter_name].parent == checkpoint_name
+
+    # another checkpoint takes the only slot (max_checkpoints: 1): the noisy one is
+    # unloaded and the adapter on it with it, so its weights are freed
+    only_a = ModelComponent(base=TINY, checkpoint=digests["a"])
+    head = chain.head(SCENARIO)
+    assert head is not None
+    replaced = chain.publish(candidate(gateway, head, only_a).id, head.id, "test", "a")
+    sync(gateway)
+    assert ask(gateway) == (replaced.id, "aaaa")
+    assert adapter_name not in {card.id for card in gateway_models(engine)}
+    eventually(lambda: engine.engine.scheduler.stats()["weights"] == 2, "noisy weights freed")
+
+
+def gateway_models(engine: BackgroundServer) -> list[Any]:
+    """The engine's model cards (OpenAI SDK)."""
+    import openai
+
+    with openai.OpenAI(base_url=engine.base_url, api_key="unused", max_retries=0) as sdk:
+        return list(sdk.models.list().data)

@@ -168,9 +168,16 @@ async def test_concurrent_requests_on_two_checkpoints_and_the_base(
     assert answers == ["aaaaaa", "bbbbbb", base] * 3
 
 
-def greedy_reference(checkpoint: Path | None, adapter: Path | None, tmp: Path) -> str:
-    """What greedy decoding of HELLO says, in process: tiny-random or ``checkpoint``,
-    with ``adapter`` applied when given (the answer the engine must give)."""
+def greedy_reference(
+    checkpoint: Path | None,
+    adapter: Path | None,
+    tmp: Path,
+    messages: list[dict[str, str]] = HELLO,
+    max_tokens: int = 8,
+) -> str:
+    """What greedy decoding of ``messages`` says, in process: tiny-random or
+    ``checkpoint``, with ``adapter`` applied when given (the answer the engine must
+    give)."""
     import torch
     from peft import PeftModel
 
@@ -182,14 +189,14 @@ def greedy_reference(checkpoint: Path | None, adapter: Path | None, tmp: Path) -
         model = PeftModel.from_pretrained(model, str(adapter))
     model.eval()
     ids = loaded.tokenizer.apply_chat_template(
-        HELLO, add_generation_prompt=True, tokenize=True, return_dict=False
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
     )
     prompt = torch.tensor([ids])
     with torch.no_grad():
         out = model.generate(
             input_ids=prompt,
             attention_mask=torch.ones_like(prompt),
-            max_new_tokens=8,
+            max_new_tokens=max_tokens,
             do_sample=False,
             eos_token_id=sorted(loaded.eos_token_ids),
         )

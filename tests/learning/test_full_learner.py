@@ -116,3 +116,28 @@ def test_gradient_checkpointing_and_bf16_paths_train_on_the_cpu(tmp_path: Path) 
     assert loaded.model.config.use_cache is True
     # the eager attention bf16 trains with on a CPU is not what the checkpoint serves with
     assert loaded.model.config._attn_implementation != "eager"
+
+
+def test_a_lora_learner_on_a_checkpoint_head_trains_on_the_checkpoint(
+    tmp_path: Path, chain: ReleaseChain
+) -> None:
+    """The head serves a checkpoint: ``sft``'s adapter is trained on its weights (the
+    ones it will run on, under the candidate's kept checkpoint), not the base's."""
+    from reef.learning.learners.sft import SFTConfig, SFTLearner
+    from tests.engine.checkpoint_factory import make_noisy_checkpoint
+
+    store = open_artifact_store(tmp_path / "artifacts")
+    checkpoint = store.put_dir(make_noisy_checkpoint(tmp_path / "noisy", seed=3), "checkpoint")
+    learner = SFTLearner(SFTConfig(steps=2, batch_size=2, threads=1, bf16=False))
+    on_base = chain.create("b", ReleaseManifest(model=ModelComponent(base=TINY)), "t", "t")
+    on_ck = chain.create(
+        "c", ReleaseManifest(model=ModelComponent(base=TINY, checkpoint=checkpoint)), "t", "t"
+    )
+    base_run = learner.learn(context(tmp_path, on_base, store, []))
+    ck_run = learner.learn(context(tmp_path, on_ck, store, []))
+    # the same examples and seed: only the weights trained on differ
+    assert ck_run.metrics["loss_curve"][0] != base_run.metrics["loss_curve"][0]
+    assert ck_run.metrics["base"] == TINY and ck_run.adapter is not None
+    manifest = _with_output(on_ck.manifest, ck_run, "r")
+    kept = ModelComponent(base=TINY, checkpoint=checkpoint, adapter=ck_run.adapter)
+    assert manifest.model == kept

@@ -163,8 +163,12 @@ class Upstream(ABC):
     async def list_models(self) -> list[str]:
         """Model names the upstream serves (``GET /models``); raises ``UpstreamError``."""
 
-    async def load_adapter(self, name: str, path: str, expected_digest: str | None) -> None:
-        """Load a LoRA adapter at runtime under ``name`` (vLLM's ``/load_lora_adapter``).
+    async def load_adapter(
+        self, name: str, path: str, expected_digest: str | None, on: str | None = None
+    ) -> None:
+        """Load a LoRA adapter at runtime under ``name`` (vLLM's ``/load_lora_adapter``),
+        on the loaded checkpoint ``on`` when given (the embedded engine's
+        ``base_model_name``).
 
         Raises ``UpstreamError``; upstreams without runtime adapters raise
         ``UpstreamRejectedError``.

@@ -163,12 +163,17 @@ class HTTPUpstream(Upstream):
                 f"list: {body[:200]!r}"
             ) from exc
 
-    async def load_adapter(self, name: str, path: str, expected_digest: str | None) -> None:
+    async def load_adapter(
+        self, name: str, path: str, expected_digest: str | None, on: str | None = None
+    ) -> None:
         """``POST {base_url}/load_lora_adapter`` (vLLM's runtime LoRA API; vLLM ignores
-        ``expected_digest``, the embedded engine verifies it)."""
-        await self._load_call(
-            "/load_lora_adapter", {"lora_name": name, "lora_path": path}, expected_digest
-        )
+        ``expected_digest``, the embedded engine verifies it; ``on``, a loaded checkpoint
+        to run the adapter on, is sent as ``base_model_name``, which only the embedded
+        engine takes)."""
+        payload = {"lora_name": name, "lora_path": path}
+        if on is not None:
+            payload["base_model_name"] = on
+        await self._load_call("/load_lora_adapter", payload, expected_digest)
 
     async def unload_adapter(self, name: str) -> None:
         """``POST {base_url}/unload_lora_adapter``."""

@@ -8,7 +8,10 @@ it, checkpoints beyond ``activation.max_checkpoints`` that nothing serves or use
 unloaded, and the upstream frees their weights once their last request is done (the
 embedded engine's leases). A checkpoint the upstream has no memory for (507) is loaded
 again after unloading the least recently used checkpoint nothing serves or uses, until
-it fits or none is left. A checkpoint with an adapter on top is not served yet.
+it fits or none is left. A release with an adapter on top of a checkpoint loads the
+checkpoint, then the adapter on it (``<scenario>@<adapter12>@ckpt-<digest12>``: the same
+adapter on other weights is another model); the engine keeps the checkpoint's weights
+while an adapter runs on them.
 
 Every request freezes the ``ServingRelease`` of its scenario when it arrives and is served
 and recorded by it to the end, whatever flips meanwhile. A head that fails to stage never
@@ -93,6 +96,7 @@ class ScenarioStatus:
 class _AdapterSlot:
     last_used: float
     in_use: int = 0
+    on: str | None = None  # an adapter loaded on this checkpoint
 
 
 @dataclass
@@ -110,12 +114,15 @@ class AdapterPool:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     kind: Literal["adapter", "checkpoint"] = "adapter"  # what it loads: the same rules
     on_unload: Callable[[str], None] | None = None  # told each name it unloaded
+    # a checkpoint pool's adapters: those loaded on a checkpoint it unloads go with it
+    # (unless in use), so the engine can free the checkpoint's weights
+    dependents: AdapterPool | None = None
 
-    async def _load(self, name: str, path: Path, digest: str) -> None:
+    async def _load(self, name: str, path: Path, digest: str, on: str | None) -> None:
         if self.kind == "checkpoint":
             await self.upstream.load_checkpoint(name, str(path), digest)
         else:
-            await self.upstream.load_adapter(name, str(path), digest)
+            await self.upstream.load_adapter(name, str(path), digest, on)
 
     async def _unload(self, name: str) -> None:
         if self.kind == "checkpoint":
@@ -123,7 +130,9 @@ class AdapterPool:
         else:
             await self.upstream.unload_adapter(name)
 
-    async def ensure(self, name: str, path: Path, digest: str, keep: set[str]) -> bool:
+    async def ensure(
+        self, name: str, path: Path, digest: str, keep: set[str], on: str | None = None
+    ) -> bool:
         """Load ``name`` unless loaded (True when it was loaded now); then unload the
         least recently used extras (unless ``unload`` is off: shared upstreams).
 
@@ -135,18 +144,20 @@ class AdapterPool:
             if name in self.slots:
                 self.slots.move_to_end(name)
                 return False
-            await self._load_making_room(name, path, digest, keep)
-            self.slots[name] = _AdapterSlot(last_used=time.monotonic())
+            await self._load_making_room(name, path, digest, keep, on)
+            self.slots[name] = _AdapterSlot(last_used=time.monotonic(), on=on)
             await self._trim(keep | {name})
             return True
 
-    async def _load_making_room(self, name: str, path: Path, digest: str, keep: set[str]) -> None:
+    async def _load_making_room(
+        self, name: str, path: Path, digest: str, keep: set[str], on: str | None
+    ) -> None:
         """Load ``name``; a checkpoint the upstream has no memory for (507) is retried
         after unloading the least recently used checkpoint that nothing keeps or uses,
         one at a time, until it fits or none is left to unload (then the 507 stands)."""
         while True:
             try:
-                await self._load(name, path, digest)
+                await self._load(name, path, digest, on)
                 return
             except AdapterAlreadyLoadedError:
                 log.info("%s %s was already loaded in %s", self.kind, name, self.upstream.name)
@@ -179,6 +190,15 @@ class AdapterPool:
             await self._unload(victim)
         except ReefError as exc:
             log.warning("could not unload %s %s: %s", self.kind, victim, exc.message)
+        if self.dependents is not None:
+            await self.dependents.unload_on(victim)
+
+    async def unload_on(self, checkpoint: str) -> None:
+        """Unload the adapters loaded on ``checkpoint`` that no request uses."""
+        async with self.lock:
+            for name, slot in list(self.slots.items()):
+                if slot.on == checkpoint and not slot.in_use:
+                    await self._evict(name)
 
     async def trim(self, keep: set[str]) -> None:
         """Unload the least recently used beyond the limit, except ``keep`` and those in
@@ -267,6 +287,8 @@ class Activation:
             )
             for name, upstream in upstreams.items()
         }
+        for name, pool in self.checkpoint_pools.items():
+            pool.dependents = self.pools[name]
         self.failures_total = 0
         self.flips_total = 0
         self.canary_failures_total = 0
@@ -351,9 +373,11 @@ class Activation:
                 del self._pinned[release_id]
 
     def _resident(self) -> set[str]:
-        """The weight names that serve now (heads and staged canaries)."""
+        """The weight names that serve now (heads and staged canaries): adapters and
+        checkpoints, an adapter's checkpoint too."""
         resident = (*self.serving.values(), *(r.serving for r in self.canaries.values()))
-        return {s.weights_name for s in resident if s.weights_name}
+        names = {s.weights_name for s in resident if s.weights_name}
+        return names | {s.checkpoint_name for s in resident if s.checkpoint_name}
 
     # -- following heads -------------------------------------------------------------
 
@@ -530,17 +554,14 @@ class Activation:
             harness, bundle_digest = await asyncio.to_thread(self._read_harness, manifest.harness)
         adapter_name = checkpoint_name = None
         adapter, checkpoint = manifest.model.adapter, manifest.model.checkpoint
-        if adapter is not None and checkpoint is not None:
-            raise InvalidInputError(
-                f"release {release_id!r} names an adapter on top of a checkpoint; serving "
-                "that combination is not supported yet"
-            )
         if checkpoint is not None:
             checkpoint_name = f"{scenario}@ckpt-{checkpoint.removeprefix('sha256:')[:12]}"
             await self._ensure(upstream_name, "checkpoint", checkpoint_name, checkpoint)
         if adapter is not None:
             adapter_name = f"{scenario}@{adapter.removeprefix('sha256:')[:12]}"
-            await self._ensure(upstream_name, "adapter", adapter_name, adapter)
+            if checkpoint is not None:  # the same adapter on other weights: another model
+                adapter_name += f"@ckpt-{checkpoint.removeprefix('sha256:')[:12]}"
+            await self._ensure(upstream_name, "adapter", adapter_name, adapter, checkpoint_name)
         return ServingRelease(
             scenario=scenario,
             release_id=release_id,
@@ -556,13 +577,19 @@ class Activation:
         )
 
     async def _ensure(
-        self, upstream: str, kind: Literal["adapter", "checkpoint"], name: str, digest: str
+        self,
+        upstream: str,
+        kind: Literal["adapter", "checkpoint"],
+        name: str,
+        digest: str,
+        on: str | None = None,
     ) -> None:
         """Materialize ``digest`` (verified, streamed to disk) and load it into
-        ``upstream`` as the ``kind`` ``name`` unless loaded, then warm it up."""
+        ``upstream`` as the ``kind`` ``name`` unless loaded (an adapter on the loaded
+        checkpoint ``on`` when given), then warm it up."""
         pool = (self.checkpoint_pools if kind == "checkpoint" else self.pools)[upstream]
         path = await asyncio.to_thread(self.artifacts.materialize, digest)
-        loaded = await pool.ensure(name, path, digest, self._resident())
+        loaded = await pool.ensure(name, path, digest, self._resident(), on)
         if loaded and self.settings.activation.warmup:  # a resident one is warm
             await self._warm(upstream, name)
 

@@ -47,6 +47,16 @@ def fresh_work_dir(context: LearnerContext, learner: str) -> Path:
     return work
 
 
+def trained_weights(context: LearnerContext, model: str, work: Path) -> str:
+    """What a LoRA run of ``model`` trains on: the head's checkpoint (a verified copy)
+    when the head serves one of ``model``, so the adapter fits the weights it will be
+    served on (the candidate keeps that checkpoint under the adapter); else ``model``."""
+    head = context.head.manifest.model
+    if head.checkpoint is None or head.base != model:
+        return model
+    return str(context.artifacts.materialize(head.checkpoint, work / "base-checkpoint"))
+
+
 def head_adapter(
     context: LearnerContext, model: str, work: Path, continue_from_head: bool
 ) -> Path | None:

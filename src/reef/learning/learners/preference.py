@@ -42,6 +42,7 @@ from reef.learning.learners._model import (
     head_adapter,
     model_source,
     train_adapter,
+    trained_weights,
 )
 from reef.learning.trainers.spec import (
     PreferencePair,
@@ -288,7 +289,7 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
         work = fresh_work_dir(context, "preference")
         spec = PreferenceSpec(
             objective=objective,
-            model=model,
+            model=trained_weights(context, model, work),
             home=context.home,
             pairs=pairs,
             examples=examples,

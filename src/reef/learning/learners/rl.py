@@ -33,6 +33,7 @@ from reef.learning.learners._model import (
     head_adapter,
     model_source,
     train_adapter,
+    trained_weights,
 )
 from reef.learning.trainers.spec import (
     RLPrompt,
@@ -121,7 +122,7 @@ class RLLearner(ModelLearner[RLConfig]):
         model = model_source("rl", self.settings.model, context)
         work = fresh_work_dir(context, "rl")
         spec = RLSpec(
-            model=model,
+            model=trained_weights(context, model, work),
             home=context.home,
             prompts=prompts,
             environment=cfg.environment,
@@ -137,7 +138,7 @@ class RLLearner(ModelLearner[RLConfig]):
             max_new_tokens=cfg.max_new_tokens,
             beta_kl=cfg.beta_kl,
             engine_url=cfg.engine_url,
-            engine_model=cfg.engine_model,
+            engine_model=cfg.engine_model or model,
             **cfg.run_settings(),
         )
         what = f"{len(prompts)} prompts" if cfg.environment is None else "episodes"

@@ -32,6 +32,7 @@ from reef.learning.learners._model import (
     head_adapter,
     model_source,
     train_adapter,
+    trained_weights,
 )
 from reef.learning.trainers import (
     SFTExample,
@@ -145,7 +146,7 @@ class SFTLearner(ModelLearner[SFTConfig]):
         if cfg.replay and base_adapter is not None:
             replayed, _ = examples_for(context, cfg, context.batch.replay)
         spec = SFTSpec(
-            model=model,
+            model=trained_weights(context, model, work),
             home=context.home,
             examples=examples + replayed,
             output_dir=work / "adapter",

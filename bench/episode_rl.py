@@ -239,7 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="measure the sft and rl adapters an earlier run left in --work again "
+        "(--eval-repeats sampled runs per task), and print the table; no training",
+    )
     args = parser.parse_args(argv)
+    if args.remeasure:
+        return remeasure(args)
 
     from reef.learning.trainers import Budget
     from reef.learning.trainers.grpo import train_grpo
@@ -305,6 +313,29 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     if args.output is not None:
         write_between(args.output, START, END, report)
+    return 0
+
+
+def remeasure(args: argparse.Namespace) -> int:
+    """Success of an earlier run's two adapters, measured again with more episodes."""
+    held, played = split(build_environment(spec_for(TASKS)).tasks())
+    splits = {
+        "rl tasks": (spec_for(write_tasks(played, args.work / "rl-tasks.jsonl")), played),
+        "held out": (spec_for(write_tasks(held, args.work / "held-out.jsonl")), held),
+    }
+    results = measure(args, {"sft": args.work / "sft", "rl": args.work / "rl"}, splits)
+    print(f"sampled: {args.eval_repeats} runs per task")
+    print("| tasks | decoding | episodes | start (sft) | after rl |")
+    print("|---|---|---:|---:|---:|")
+    for split_name in splits:
+        for decoding in ("greedy", "sampled"):
+            before = results[f"sft/{split_name}"][decoding]
+            after = results[f"rl/{split_name}"][decoding]
+            wins = [round(r["success"] * r["episodes"]) for r in (before, after)]
+            print(
+                f"| {split_name} | {decoding} | {before['episodes']} "
+                f"| {before['success']:.0%} ({wins[0]}) | {after['success']:.0%} ({wins[1]}) |"
+            )
     return 0
 
 

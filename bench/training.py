@@ -40,6 +40,7 @@ from typing import Any
 from overhead_report import machine
 
 from reef.core import SilentProgress, new_id
+from reef.engine.process import cpu_has_amx
 from reef.harness import Bundle, Harness, pack_bundle
 from reef.learning.base import ExperienceBatch, Learner, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners import (
@@ -173,7 +174,8 @@ def report(args: argparse.Namespace, rounds: list[dict[str, dict[str, float]]]) 
         f"--steps {args.steps} --batch {args.batch} --max-seq-len {args.max_seq_len} "
         f"--rounds {args.rounds} --write`",
         "",
-        f"- Machine: {machine()}; no GPU; torch default threads.",
+        f"- Machine: {machine()}; AMX {'yes' if cpu_has_amx() else 'no'}; no GPU; torch "
+        "default threads.",
         f"- Data: {args.examples} chat examples (one-paragraph answers), LoRA r={args.r} "
         f"alpha={2 * args.r} on q_proj/v_proj, batch {args.batch}, {args.steps} steps, "
         "loss on assistant tokens only in all three.",

@@ -43,7 +43,7 @@ def test_trains_every_weight_into_a_checkpoint_and_continues_from_the_head(
     assert output.consumed == ["good", "fixed"]
     assert len(output.metrics["loss_curve"]) == 3 and output.metrics["continued"] is False
     assert output.metrics["parameters"] > 100_000  # all of tiny-random, not a LoRA's few
-    # auto: float32 on a CPU without AMX, bf16 with it
+    # auto: float32 on every CPU
     assert output.metrics["bf16"] is use_bf16("auto", torch.device("cpu"))
     info = store.info(output.checkpoint)
     assert info.kind == "checkpoint" and info.meta["learner"] == "full"

@@ -105,7 +105,7 @@ class ModelLearnerSettings(BudgetSettings):
     ``alpha``, ``dropout``, ``target_modules``), the optimiser's ``lr`` and
     ``batch_size``, ``max_seq_len``, ``continue_from_head`` (start from the head's adapter
     when it has one on the same base), ``seed``, where it runs (``device``, ``threads``),
-    ``bf16`` (``auto``: on a CUDA device that supports it or a CPU with AMX; see
+    ``bf16`` (``auto``: on a CUDA device that supports it, float32 on a CPU; see
     ``reef.learning.trainers.precision``) and ``timeout_seconds`` for the training
     process."""
 

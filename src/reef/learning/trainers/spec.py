@@ -64,7 +64,7 @@ class SFTSpec(BaseModel):
     (safetensors shards, ``config.json``, tokenizer files) to ``output_dir``; to continue
     from a checkpoint, ``model`` is its directory and ``continued`` says so.
     ``gradient_checkpointing`` (``auto``: on CUDA) applies to a full run; ``bf16``
-    (``auto``: on a CUDA device that supports it or a CPU with AMX) to every run, see
+    (``auto``: on a CUDA device that supports it, float32 on a CPU) to every run, see
     ``reef.learning.trainers.precision``.
     ``fault`` exists for tests only: ``abort`` kills the child by SIGABRT after step 1.
     """

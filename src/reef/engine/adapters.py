@@ -49,8 +49,6 @@ class AdapterVersion:
     base: AdapterLease | None = None
     """An adapter loaded on a checkpoint: its lease on that checkpoint, held while this
     version lives (the checkpoint's weights stay resident until the adapter is gone)."""
-    base_name: str | None = None
-    """The name of that checkpoint as it was loaded."""
 
 
 @dataclass(eq=False)

@@ -41,7 +41,7 @@ from reef.engine.errors import (
 from reef.engine.memory import available_memory_bytes, check_fits, required_bytes
 from reef.engine.models import LoadedModel, load_checkpoint_model
 from reef.engine.scheduler import Scheduler
-from reef.engine.sequences import ChoiceDelta, GenerationJob, SamplingParams
+from reef.engine.sequences import BASE_KEY, ChoiceDelta, GenerationJob, SamplingParams
 from reef.engine.tools import AUTO, ToolChoice, render_tools, template_takes_tools
 
 logger = logging.getLogger("reef.engine")
@@ -112,8 +112,7 @@ class Engine:
         self.adapters = AdapterRegistry(drop=self._drop_version)
         self.checkpoints = AdapterRegistry(drop=self._drop_weights, what="checkpoint")
         self.available_memory: Callable[[], int | None] = available_memory_bytes
-        # the runner of every resident checkpoint, and where each adapter version lives
-        self._runners: dict[str, AdapterModel] = {}
+        # where each adapter version lives: its runner and its lease on a checkpoint
         self._placed: dict[str, tuple[AdapterModel, AdapterLease | None]] = {}
         self._loading = asyncio.Lock()  # one checkpoint load (and memory check) at a time
         template = loaded.tokenizer.chat_template
@@ -255,7 +254,8 @@ class Engine:
                     f"no checkpoint {base!r} is loaded to load the adapter {name!r} on; "
                     "load it first (POST /v1/load_checkpoint)"
                 )
-        runner = self.scheduler.runner if on is None else self._runners[on.internal_name]
+        key = BASE_KEY if on is None else on.internal_name  # the weights it runs on
+        runner = self.scheduler.batches[key].runner
         internal = self.adapters.new_internal_name()
         try:
             digest = await asyncio.to_thread(check_adapter_directory, path, expected_digest)
@@ -265,7 +265,7 @@ class Engine:
                 self.checkpoints.release(on)
             raise
         self._placed[internal] = (runner, on)
-        version = AdapterVersion(name, internal, path, digest, base=on, base_name=base)
+        version = AdapterVersion(name, internal, path, digest, base=on)
         try:
             self.adapters.publish(version, replace)
         except AdapterConflictError:
@@ -316,7 +316,6 @@ class Engine:
             await asyncio.wrap_future(
                 self.scheduler.call(lambda: self.scheduler.add_weights(internal, runner))
             )
-            self._runners[internal] = runner
         version = AdapterVersion(name, internal, path, info.digest, kind="checkpoint")
         try:
             self.checkpoints.publish(version, replace)
@@ -350,7 +349,6 @@ class Engine:
     def _drop_weights(self, internal_name: str) -> None:
         def drop() -> None:
             self.scheduler.remove_weights(internal_name)
-            self._runners.pop(internal_name, None)
             gc.collect()
             logger.info("freed checkpoint weights %s", internal_name)
 

@@ -153,7 +153,7 @@ async def list_models(request: web.Request) -> web.Response:
                 "created": version.created,
                 "owned_by": "reef",
                 "root": str(version.path),
-                "parent": version.base_name or engine.name,
+                "parent": version.base.version.name if version.base else engine.name,
                 "max_model_len": engine.loaded.max_context,
                 "digest": version.digest,
                 "kind": version.kind,

@@ -51,10 +51,17 @@ def trained_weights(context: LearnerContext, model: str, work: Path) -> str:
     """What a LoRA run of ``model`` trains on: the head's checkpoint (a verified copy)
     when the head serves one of ``model``, so the adapter fits the weights it will be
     served on (the candidate keeps that checkpoint under the adapter); else ``model``."""
-    head = context.head.manifest.model
-    if head.checkpoint is None or head.base != model:
-        return model
-    return str(context.artifacts.materialize(head.checkpoint, work / "base-checkpoint"))
+    start = head_checkpoint(context, work) if context.head.manifest.model.base == model else None
+    return model if start is None else str(start)
+
+
+def head_checkpoint(context: LearnerContext, work: Path) -> Path | None:
+    """A verified copy of the head's checkpoint in ``work``, or None when the head
+    serves none."""
+    checkpoint = context.head.manifest.model.checkpoint
+    if checkpoint is None:
+        return None
+    return context.artifacts.materialize(checkpoint, work / "base-checkpoint")
 
 
 def head_adapter(

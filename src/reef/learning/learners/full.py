@@ -14,13 +14,13 @@ Torch-free: training happens in ``reef.learning.trainers``' child process.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from reef.learning.base import LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.learners._model import (
     ModelLearner,
     fresh_work_dir,
+    head_checkpoint,
     model_source,
     train_adapter,
 )
@@ -35,15 +35,6 @@ class FullConfig(SFTConfig):
 
     lr: float = 2e-5
     gradient_checkpointing: bool | Literal["auto"] = "auto"
-
-
-def head_checkpoint(context: LearnerContext, work: Path, continue_from_head: bool) -> Path | None:
-    """A verified copy of the head's checkpoint to continue from, or None when the head
-    serves none or the learner starts fresh."""
-    checkpoint = context.head.manifest.model.checkpoint
-    if not continue_from_head or checkpoint is None:
-        return None
-    return context.artifacts.materialize(checkpoint, work / "base-checkpoint")
 
 
 class FullLearner(ModelLearner[FullConfig]):
@@ -64,7 +55,7 @@ class FullLearner(ModelLearner[FullConfig]):
             return LearnerOutput(metrics={"examples": 0})
         base = model_source("full", cfg.model, context)
         work = fresh_work_dir(context, "full")
-        start = head_checkpoint(context, work, cfg.continue_from_head)
+        start = head_checkpoint(context, work) if cfg.continue_from_head else None
         replayed: list[SFTExample] = []
         if cfg.replay and start is not None:
             replayed, _ = examples_for(context, cfg, context.batch.replay)

@@ -237,3 +237,31 @@ def test_a_canary_that_fails_to_stage_leaves_all_traffic_to_the_head(
     chain.set_candidate_state(canary.id, "abandoned")
     sync(gateway)
     assert canary_status(gateway) is None
+
+
+def test_a_waiting_sync_waits_for_a_staging_already_under_way(gateway: GatewayThread) -> None:
+    """A rollback or publish route stages the new head and answers once it serves. When
+    the poller has begun staging (that head, or one before it), the route's waiting sync
+    must wait for it and then stage the head as it is, not answer while the old release
+    still serves (seen: a rollback answered 201 while the harness route still served the
+    release rolled back from)."""
+    sync(gateway)  # the initial head serves
+    chain = ReleaseChain(gateway.database)
+    head = chain.head(SCENARIO)
+    assert head is not None
+    bundle = Bundle(harness=Harness(schema_version=1, system_prompt=CANARY_PROMPT))
+    digest = open_artifact_store(gateway.settings.artifacts_url()).put_bytes(
+        pack_bundle(bundle), "harness"
+    )
+    manifest = ReleaseManifest(model=ModelComponent(base="fake-model"), harness=digest)
+    new = chain.publish(passed_candidate(gateway, head, manifest).id, head.id, "test", "new")
+    activation = gateway.app.state.reef.activation
+
+    async def poller_then_route() -> str | None:
+        await activation.sync_once()  # the poller: staging starts, nobody waits
+        await activation.sync_once(wait=True, only=SCENARIO)  # the route's
+        return activation.serving[SCENARIO].release_id
+
+    loop = gateway.server.servers[0].get_loop()
+    served = asyncio.run_coroutine_threadsafe(poller_then_route(), loop).result(timeout=30)
+    assert served == new.id

@@ -399,6 +399,7 @@ class Activation:
         (awaited when ``wait``; a failed head or canary is then retried at once)."""
         heads, canaries = await asyncio.to_thread(self._snapshot)
         started = self._follow_canaries(canaries, wait, only)
+        behind: list[asyncio.Task[None]] = []  # staging what may no longer be the head
         for scenario, (release_id, _seq) in heads.items():
             if only is not None and scenario != only:
                 continue
@@ -408,14 +409,19 @@ class Activation:
             if serving is not None and serving.release_id == release_id:
                 continue
             if scenario in self._staging:
+                behind.append(self._staging[scenario])
                 continue
             if status.state == "failed" and not wait:
                 continue  # a failed head is retried when it moves again or a request waits
             task = asyncio.get_running_loop().create_task(self._activate(scenario, release_id))
             self._staging[scenario] = task
             started.append(task)
-        if wait and started:
-            await asyncio.gather(*started, return_exceptions=True)
+        if wait and (started or behind):
+            await asyncio.gather(*started, *behind, return_exceptions=True)
+        if wait and behind:
+            # A staging begun before the head moved (a rollback, a publish) has ended:
+            # stage the head as it is now, so a caller that waits sees it serve.
+            await self.sync_once(wait=True, only=only)
 
     def _snapshot(self) -> tuple[dict[str, tuple[str, int]], dict[str, Candidate]]:
         return self.chain.heads_snapshot(), self.chain.canaries()

@@ -72,16 +72,23 @@ class Target:
     name: str
     url: str
     body: bytes
+    pid: int  # the process that serves it (direct: the fake upstream)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def targets_of(servers: list[Server]) -> list[Target]:
     """Every server's chat completions; Reef's Responses route right after Reef's."""
     targets = []
     for server in servers:
-        targets.append(Target(server.name, server.chat_url, CHAT_BODY))
+        targets.append(Target(server.name, server.chat_url, CHAT_BODY, server.process.pid))
         if server.name == "reef":
             url = server.base_url + "/responses"
-            targets.append(Target(RESPONSES_TARGET, url, RESPONSES_BODY))
+            targets.append(Target(RESPONSES_TARGET, url, RESPONSES_BODY, server.process.pid))
     return targets
 
 
@@ -137,6 +144,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                         continue
                     try:
                         for count in (args.warmup, args.requests):
+                            cpu_before = process_cpu_seconds(target.pid)
                             result = await drive(
                                 session,
                                 target.name,
@@ -147,6 +155,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                                 limit,
                                 target.body,
                             )
+                            result.cpu_seconds = process_cpu_seconds(target.pid) - cpu_before
                             if target.name in ("reef", RESPONSES_TARGET):
                                 done.reef_requests += count
                                 done.reef_receipts += result.receipts

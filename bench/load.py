@@ -58,6 +58,14 @@ class LoadResult:
     latencies_ms: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     receipts: list[str] = field(default_factory=list)  # x-reef-record-id values
+    cpu_seconds: float | None = None  # the serving process's CPU (user + system) in the round
+
+    @property
+    def cpu_us_per_request(self) -> float | None:
+        """The serving process's CPU per answered request, in microseconds."""
+        if self.cpu_seconds is None or not self.latencies_ms:
+            return None
+        return self.cpu_seconds * 1e6 / len(self.latencies_ms)
 
     @property
     def throughput(self) -> float:

@@ -1,8 +1,11 @@
-"""HTTP upstreams: OpenAI-compatible servers and the Anthropic API, over aiohttp.
+"""HTTP upstreams: OpenAI-compatible servers and the Anthropic API.
 
-This is the gateway's hot path, so a call does as little as possible: one pooled
-``ClientSession`` per upstream (created lazily inside the running loop), headers
-precomputed at construction, and no per-call allocation beyond the request itself.
+This is the gateway's hot path, so a call does as little as possible. A complete
+(non-streaming) call to a plain-``http`` upstream goes through ``reef.upstream.h1``, a
+lean keep-alive client; streams, ``https`` and the admin routes go through one pooled
+aiohttp ``ClientSession`` per upstream. Both are created lazily inside the running
+loop; headers are precomputed at construction. Retries and the mapping of failures to
+``UpstreamError`` are the same for both.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ import random
 import re
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal, Protocol, overload
 
 import aiohttp
 
 from reef.config.models import UpstreamConfig
-from reef.core.errors import ReefError
+from reef.core.errors import InvalidInputError, ReefError
 from reef.core.jsoncodec import dumps, loads
+from reef.upstream import h1
 from reef.upstream.base import (
     ADAPTER_ALREADY_LOADED,
     AdapterAlreadyLoadedError,
@@ -57,12 +61,33 @@ _NOT_FORWARDED: Final = frozenset(
 )
 # Uvicorn (vLLM, SGLang) closes idle connections after 5 s; reusing one it is just
 # closing fails the request, so ours expire first.
-_KEEPALIVE_SECONDS: Final = 4.0
+_KEEPALIVE_SECONDS: Final = h1.KEEPALIVE_SECONDS
 _CONNECTION_LIMIT: Final = 8192
 _BACKOFF_CAP_SECONDS: Final = 8.0
 _ERROR_TEXT_LIMIT: Final = 500
 _EVENT_STREAM: Final = "text/event-stream"
 _VLLM_ALREADY_LOADED: Final = re.compile(r"has already been loaded", re.IGNORECASE)
+
+
+_READ_TIMEOUTS: Final = (
+    aiohttp.SocketTimeoutError,
+    aiohttp.ServerTimeoutError,
+    h1.ReadTimeoutError,
+)
+
+
+class _Answer(Protocol):
+    """What both clients' answers offer (aiohttp's ``ClientResponse``, ``h1.Response``)."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
 
 
 class HTTPUpstream(Upstream):
@@ -98,12 +123,16 @@ class HTTPUpstream(Upstream):
         self._headers = {**self._defaults, **self._credentials}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._target = h1.Target.of(self.base_url)  # None: every call through aiohttp
+        self._pool: h1.Pool | None = None
 
     # -- the Upstream contract -------------------------------------------------------
 
     async def send(self, request: UpstreamRequest) -> UpstreamResponse:
         """Make a non-streaming call; see ``Upstream.send`` for retries and errors."""
-        response = await self._open("POST", request.path, request.body, self._merge(request))
+        response = await self._open(
+            "POST", request.path, request.body, self._merge(request), lean=True
+        )
         body = await self._read_body(response)
         return UpstreamResponse(
             response.status, body, response.headers.get("Content-Type", "application/json")
@@ -212,12 +241,15 @@ class HTTPUpstream(Upstream):
     async def aclose(self) -> None:
         """Close pooled connections; the next call opens a new pool."""
         session, self._session, self._loop = self._session, None, None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
         if session is not None and not session.closed:
             await session.close()
 
     # -- internals -------------------------------------------------------------------
 
-    async def _read_body(self, response: aiohttp.ClientResponse) -> bytes:
+    async def _read_body(self, response: _Answer) -> bytes:
         try:
             return await response.read()
         except BaseException as exc:
@@ -240,6 +272,16 @@ class HTTPUpstream(Upstream):
         headers.update(self._credentials)
         return headers
 
+    def _pool_now(self, loop: asyncio.AbstractEventLoop) -> h1.Pool | None:
+        """The lean client's pool for this loop; ``None`` for an upstream it does not
+        serve (``https``)."""
+        if self._target is None:
+            return None
+        pool = self._pool
+        if pool is None or pool.loop is not loop:
+            pool = self._pool = h1.Pool(self._target, loop)
+        return pool
+
     def _session_now(self) -> aiohttp.ClientSession:
         session = self._session
         loop = asyncio.get_running_loop()
@@ -253,22 +295,50 @@ class HTTPUpstream(Upstream):
             self._session, self._loop = session, loop
         return session
 
+    @overload
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        base: str | None = None,
+        *,
+        lean: Literal[False] = False,
+    ) -> aiohttp.ClientResponse: ...
+
+    @overload
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        base: str | None = None,
+        *,
+        lean: Literal[True],
+    ) -> _Answer: ...
+
     async def _open(  # noqa: C901
         self,
         method: str,
         path: str,
         body: bytes | None,
-        headers: Mapping[str, str],
+        headers: dict[str, str],
         base: str | None = None,
-    ) -> aiohttp.ClientResponse:
+        *,
+        lean: bool = False,
+    ) -> _Answer:
         """Send to ``base`` (default ``base_url``) + ``path`` until a 2xx arrives
-        (returned unread) or no retry is allowed.
+        (returned unread) or no retry is allowed; ``lean``: through ``h1`` when it
+        serves this upstream (a complete answer's call).
 
-        The total deadline is passed to aiohttp as each attempt's ``total`` so that it
-        also bounds reading the body of the attempt that succeeds.
+        The total deadline is each attempt's ``total``, so that it also bounds reading
+        the body of the attempt that succeeds.
         """
-        session = self._session_now()
         loop = asyncio.get_running_loop()
+        pool = self._pool_now(loop) if lean and base is None else None
+        session = self._session_now() if pool is None else None
         config = self.config
         url = (base or self.base_url) + path
         deadline = time.monotonic() + config.total_timeout_seconds
@@ -284,16 +354,26 @@ class HTTPUpstream(Upstream):
             )
             retry_after: float | None = None
             sent_at = loop.time()
+            response: _Answer
             try:
-                response = await session.request(
-                    method,
-                    url,
-                    data=body,
-                    headers=headers,
-                    timeout=timeout,
-                    allow_redirects=False,
-                )
-            except aiohttp.ConnectionTimeoutError as exc:
+                if pool is not None:
+                    limits = h1.Limits(
+                        config.connect_timeout_seconds, config.read_timeout_seconds, remaining
+                    )
+                    response = await pool.request(method, path, body, headers, limits)
+                else:
+                    assert session is not None  # one of the two is made above
+                    response = await session.request(
+                        method,
+                        url,
+                        data=body,
+                        headers=headers,
+                        timeout=timeout,
+                        allow_redirects=False,
+                    )
+            except h1.InvalidHeaderError as exc:
+                raise InvalidInputError(f"a header cannot be sent upstream: {exc}") from exc
+            except (aiohttp.ConnectionTimeoutError, h1.ConnectTimeoutError) as exc:
                 # Nothing reached the upstream, so another attempt is safe.
                 failure: UpstreamError = UpstreamTimeoutError(
                     f"upstream {self.name!r}: no connection within "
@@ -308,10 +388,17 @@ class HTTPUpstream(Upstream):
                 )
                 failure.__cause__ = exc
                 retry_after = 0.0  # a fresh connection, now: nothing is wrong upstream
-            except aiohttp.ClientConnectionError as exc:
+            except h1.StaleConnectionError as exc:
+                # Closed by the upstream as it idled, before a byte of the answer.
+                failure = UpstreamUnavailableError(
+                    f"upstream {self.name!r}: a pooled connection was closed ({exc})"
+                )
+                failure.__cause__ = exc
+                retry_after = 0.0
+            except (aiohttp.ClientConnectionError, OSError) as exc:
                 failure = UpstreamUnavailableError(f"upstream {self.name!r} unreachable: {exc}")
                 failure.__cause__ = exc
-            except aiohttp.ClientError as exc:
+            except (aiohttp.ClientError, h1.MalformedResponseError) as exc:
                 raise UpstreamUnavailableError(
                     f"upstream {self.name!r} answered with a malformed response: {exc}"
                 ) from exc
@@ -343,11 +430,11 @@ class HTTPUpstream(Upstream):
         nominal: float = min(_BACKOFF_CAP_SECONDS, self._backoff_seconds * 2.0**attempt)
         return nominal / 2 + random.uniform(0, nominal / 2)  # noqa: S311 (seeded or non-secret randomness)
 
-    async def _error_text(self, response: aiohttp.ClientResponse) -> tuple[str, str | None]:
+    async def _error_text(self, response: _Answer) -> tuple[str, str | None]:
         """The error body's message and its ``error.code``, if any."""
         try:
             body = await response.read()
-        except (TimeoutError, aiohttp.ClientError):
+        except (TimeoutError, aiohttp.ClientError, OSError, h1.MalformedResponseError):
             response.close()
             body = b""
         return error_message_from_body(body, response.status), _error_code(body)
@@ -355,7 +442,10 @@ class HTTPUpstream(Upstream):
     def _timeout_error(self, exc: BaseException, *, began: bool = False) -> UpstreamTimeoutError:
         """A read timeout (``began``: the answer had started, so it stalled) or the
         total deadline."""
-        if isinstance(exc, aiohttp.SocketTimeoutError | aiohttp.ServerTimeoutError):
+        read_timeouts = (
+            aiohttp.SocketTimeoutError | aiohttp.ServerTimeoutError | h1.ReadTimeoutError
+        )
+        if isinstance(exc, read_timeouts):
             seconds = self.config.read_timeout_seconds
             if began:
                 return UpstreamStalledError(
@@ -374,7 +464,7 @@ class HTTPUpstream(Upstream):
         ``None`` for anything that is not the upstream's fault (cancellation)."""
         if isinstance(exc, TimeoutError):
             return self._timeout_error(exc, began=True)
-        if isinstance(exc, aiohttp.ClientError | ConnectionError):
+        if isinstance(exc, aiohttp.ClientError | ConnectionError | h1.MalformedResponseError):
             return UpstreamTruncatedError(
                 f"upstream {self.name!r} dropped the connection mid-response: {exc}"
             )

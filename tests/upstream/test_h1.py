@@ -5,6 +5,8 @@ model server through ``HTTPUpstream`` for the errors the gateway maps."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
@@ -29,6 +31,14 @@ BODY = b'{"ok": true}'
 
 class Closing(bytes):
     """An answer after which the hand-written server closes the connection."""
+
+
+class Resetting(bytes):
+    """An answer after which the hand-written server resets the connection (RST)."""
+
+
+class Parts(tuple[bytes, ...]):
+    """An answer written in pieces, each flushed to the socket before the next."""
 
 
 # What the hand-written server does with each request it reads: the bytes to answer
@@ -78,8 +88,13 @@ class RawServer:
                 answer = await self.script(index, request)
                 if answer is None:
                     break
-                writer.write(answer)
-                await writer.drain()
+                for part in answer if isinstance(answer, Parts) else (answer,):
+                    writer.write(part)
+                    await writer.drain()
+                if isinstance(answer, Resetting):
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    break
                 if isinstance(answer, Closing):
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -165,6 +180,7 @@ async def test_each_framing_reads_the_whole_body_and_keeps_what_can_be_kept(
     request = server.requests[0]
     assert request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
     assert f"Host: 127.0.0.1:{server.port}\r\n".encode() in request
+    assert b"Accept-Encoding: identity\r\n" in request  # nothing coded comes back
     assert b"Content-Length: 2\r\n\r\n{}" in request
     pool.close()
 
@@ -295,3 +311,81 @@ async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(
 def _behaving(behavior: str) -> UpstreamRequest:
     request = chat("x")
     return UpstreamRequest(request.path, request.body, False, {"x-fake-behavior": behavior})
+
+
+FRAMED = answer(BODY, "Content-Type: application/json", f"Content-Length: {len(BODY)}")
+
+
+@pytest.mark.parametrize(
+    "interim",
+    [
+        b"HTTP/1.1 100 Continue\r\n\r\n" + FRAMED,
+        Parts((b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n", FRAMED)),
+    ],
+    ids=["one-write", "two-writes"],
+)
+async def test_an_informational_answer_is_skipped_for_the_real_one(
+    serve: Callable[[Script], Awaitable[RawServer]], interim: bytes
+) -> None:
+    second = answer(b"second", "Content-Length: 6")
+
+    async def script(index: int, request: bytes) -> bytes | None:
+        return interim if index == 0 else second
+
+    server = await serve(script)
+    pool = pool_for(server)
+    assert await call(pool) == (200, BODY)
+    assert await call(pool) == (200, b"second")  # not the first answer's leftovers
+    assert server.connections == 1
+    pool.close()
+
+
+async def test_bytes_past_the_answer_are_dropped_with_their_connection(
+    serve: Callable[[Script], Awaitable[RawServer]],
+) -> None:
+    extra = answer(b"bogus!", "Content-Length: 6")
+    server = await serve(always(FRAMED + extra))
+    pool = pool_for(server)
+    for _ in range(2):
+        assert await call(pool) == (200, BODY)
+    assert server.connections == 2  # what followed the answer made it unusable
+    pool.close()
+
+
+async def test_a_reset_in_a_body_framed_by_the_close_is_not_a_whole_body(
+    serve: Callable[[Script], Awaitable[RawServer]],
+) -> None:
+    server = await serve(always(Resetting(answer(BODY[:5]))))
+    upstream = HTTPUpstream("raw", config(server.base_url))
+    try:
+        with pytest.raises(UpstreamTruncatedError):
+            await upstream.send(chat("x"))
+    finally:
+        await upstream.aclose()
+
+
+async def test_a_switch_of_protocols_is_a_malformed_answer(
+    serve: Callable[[Script], Awaitable[RawServer]],
+) -> None:
+    switch = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"
+    server = await serve(always(switch))
+    upstream = HTTPUpstream("raw", config(server.base_url))
+    try:
+        with pytest.raises(UpstreamUnavailableError, match="malformed response"):
+            await upstream.send(chat("x"))
+    finally:
+        await upstream.aclose()
+
+
+async def test_a_repeated_header_reads_as_its_first_value(
+    serve: Callable[[Script], Awaitable[RawServer]],
+) -> None:
+    twice = answer(
+        BODY, "Content-Type: application/json", "Content-Type: text/plain", "Content-Length: 12"
+    )
+    server = await serve(always(twice))
+    pool = pool_for(server)
+    response = await pool.request("POST", "/x", b"{}", {}, LIMITS)
+    assert response.headers.get("content-type") == "application/json"
+    assert await response.read() == BODY
+    pool.close()

@@ -7,7 +7,10 @@ hooks); at concurrency 32 that is a quarter of the gateway's CPU per request. Th
 is a pool of asyncio protocols over httptools' parser (the parser uvicorn serves with),
 about 40 µs a call, and does only what that path needs: a request with a body of bytes;
 an answer framed by ``Content-Length``, chunked, or ended by the connection's close;
-keep-alive with an idle expiry; connect, read and total timeouts. TLS, proxies,
+keep-alive with an idle expiry; connect, read and total timeouts; 1xx answers skipped
+and a 101 refused. It asks for answers uncoded (``Accept-Encoding: identity``). Idle
+connections are pruned when the pool is used, not on a timer, and their number is not
+capped: it follows the calls in flight. TLS, proxies,
 redirects, cookies, compression and streamed answers stay with aiohttp
 (``reef.upstream.http``), which also owns retries and the mapping of these errors.
 
@@ -168,6 +171,8 @@ class _Connection(asyncio.Protocol):
         self._keep = False
         self._complete = False
         self._error: BaseException | None = None
+        self._interim = False  # parsing a 1xx answer, which precedes the real one
+        self._trailing = False  # parsing bytes after the answer's end
 
     # -- asyncio.Protocol ----------------------------------------------------------
 
@@ -175,22 +180,28 @@ class _Connection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if not self._busy:  # bytes nobody asked for: this connection is unusable
+        if not self._busy or self._complete:
+            # Bytes nobody asked for (past the answer's end): this connection is unusable.
+            self._keep = False
             self._close()
             return
         self._received = True
         self._last = self._loop.time()
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(MalformedResponseError(f"invalid HTTP answer: {exc}"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if self._complete:  # garbage after a whole answer: keep it, not the connection
+                self._keep = False
+                self._close()
+            else:
+                self._fail(MalformedResponseError(f"invalid HTTP answer: {exc!r}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if not self._busy or self._complete:
             return
-        if self._headers is not None and self._until_close():
-            self._finish()  # the close is the end of a body with no other framing
+        if exc is None and self._headers is not None and self._until_close():
+            self._finish()  # a clean close ends a body with no other framing
             return
         reason = f": {exc}" if exc else ""
         if not self._received and self.served:
@@ -200,26 +211,47 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks -------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second answer to one request: ignored, never pooled
+            self._trailing = True
+            self._keep = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_names.append(name)
-        self._header_values.append(value)
+        if not self._trailing:
+            self._header_names.append(name)
+            self._header_values.append(value)
 
     def on_headers_complete(self) -> None:
-        headers = Headers()
-        for name, value in zip(self._header_names, self._header_values, strict=True):
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        self._headers = headers
+        if self._trailing:
+            return
+        names, values = self._header_names, self._header_values
+        self._header_names, self._header_values = [], []
         status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # 100 Continue, 103 Early Hints
+            self._interim = True
+            return
+        if status == 101:
+            self._fail(MalformedResponseError("the upstream switched protocols (101)"))
+            return
+        headers = Headers()
+        for name, value in zip(names, values, strict=True):
+            # The first of a repeated header, as aiohttp's ``get`` gives it.
+            headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        self._headers = headers
         head = self._head
         if head is not None and not head.done():
             head.set_result(Response(self, status, headers))
 
     def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
+        if not self._trailing:
+            self._chunks.append(body)
 
     def on_message_complete(self) -> None:
+        if self._trailing:
+            return
+        if self._interim:
+            self._interim = False
+            return
         self._keep = self._parser.should_keep_alive()
         self._finish()
 
@@ -342,12 +374,22 @@ class Pool:
     async def request(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str], limits: Limits
     ) -> Response:
-        """Send one request; the answer once its status and headers have arrived."""
+        """Send one request; the answer once its status and headers have arrived.
+
+        Only for methods whose answers carry a body as framed (not ``HEAD``).
+        """
+        if method == "HEAD":
+            raise ValueError("h1 does not send HEAD: its answer's framing differs")
         deadline = self.loop.time() + limits.total
         request = self._encode(method, path, body, headers)
         connection = self._idle_connection()
         if connection is None:
-            connection = await self._connect(min(limits.connect, limits.total))
+            try:
+                connection = await self._connect(min(limits.connect, limits.total))
+            except ConnectTimeoutError as exc:
+                if limits.total <= limits.connect:
+                    raise TimeoutError("the total deadline passed") from exc
+                raise
         head = connection.send(request, limits.read, deadline)
         try:
             return await head
@@ -395,8 +437,10 @@ class Pool:
         return connection
 
     def _encode(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> bytes:
+        target = self.target
         lines = [
-            f"{method} {self.target.prefix}{path} HTTP/1.1\r\nHost: {self.target.authority}\r\n"
+            f"{method} {target.prefix}{path} HTTP/1.1\r\nHost: {target.authority}\r\n"
+            "Accept-Encoding: identity\r\n"  # absent would allow any coding; none is decoded
         ]
         for name, value in headers.items():
             if any(mark in name or mark in value for mark in _LINE_BREAKS):

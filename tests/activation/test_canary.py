@@ -71,16 +71,21 @@ def passed_candidate(gateway: GatewayThread, head: Release, manifest: ReleaseMan
     return chain.set_candidate_state(candidate.id, "passed", evidence={"win_rate": 0.8})
 
 
+def canary_manifest(gateway: GatewayThread) -> ReleaseManifest:
+    """A manifest whose harness adds ``CANARY_PROMPT`` as the system prompt."""
+    bundle = Bundle(harness=Harness(schema_version=1, system_prompt=CANARY_PROMPT))
+    digest = open_artifact_store(gateway.settings.artifacts_url()).put_bytes(
+        pack_bundle(bundle), "harness"
+    )
+    return ReleaseManifest(model=ModelComponent(base="fake-model"), harness=digest)
+
+
 def start_harness_canary(gateway: GatewayThread, fraction: float) -> tuple[Release, Candidate]:
     """The head (no harness) and a live canary whose harness adds a system prompt."""
     chain = ReleaseChain(gateway.database)
     head = chain.head(SCENARIO)
     assert head is not None
-    bundle = Bundle(harness=Harness(schema_version=1, system_prompt=CANARY_PROMPT))
-    digest = open_artifact_store(gateway.settings.artifacts_url()).put_bytes(
-        pack_bundle(bundle), "harness"
-    )
-    manifest = ReleaseManifest(model=ModelComponent(base="fake-model"), harness=digest)
+    manifest = canary_manifest(gateway)
     candidate = passed_candidate(gateway, head, manifest)
     return head, chain.start_canary(candidate.id, fraction, "test", "live comparison")
 
@@ -249,11 +254,7 @@ def test_a_waiting_sync_waits_for_a_staging_already_under_way(gateway: GatewayTh
     chain = ReleaseChain(gateway.database)
     head = chain.head(SCENARIO)
     assert head is not None
-    bundle = Bundle(harness=Harness(schema_version=1, system_prompt=CANARY_PROMPT))
-    digest = open_artifact_store(gateway.settings.artifacts_url()).put_bytes(
-        pack_bundle(bundle), "harness"
-    )
-    manifest = ReleaseManifest(model=ModelComponent(base="fake-model"), harness=digest)
+    manifest = canary_manifest(gateway)
     new = chain.publish(passed_candidate(gateway, head, manifest).id, head.id, "test", "new")
     activation = gateway.app.state.reef.activation
 

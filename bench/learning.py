@@ -358,6 +358,18 @@ def table_row(row: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def load_rows(path: Path | None) -> dict[tuple[str, int], dict[str, Any]]:
+    """The cells a previous run of the same command finished, by (task, feedback)."""
+    if path is None or not path.exists():
+        return {}
+    found = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            found[row["task"], int(row["feedback"])] = row
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -365,12 +377,23 @@ def main() -> None:
     parser.add_argument("--feedback", default="240", help="comma-separated counts, e.g. 150,300")
     parser.add_argument("--bare-epochs", type=int, default=5)
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        default=None,
+        help="a JSON-lines file: each finished cell is appended, and cells already in it "
+        "are not run again (a long run that is cut off resumes where it stopped)",
+    )
     args = parser.parse_args()
+    done = load_rows(args.rows)
     rows = []
     for name in args.tasks.split(","):
         task = TASKS[name]
         test = task.make(TEST_ITEMS, random.Random(99))
         for count in [int(c) for c in args.feedback.split(",")]:
+            if (name, count) in done:
+                rows.append(done[name, count])
+                continue
             reef = reef_run(args.model, task, count, test)
             bare = bare_run(args.model, task, reef["trained"], test, args.bare_epochs)
             row = {
@@ -380,7 +403,11 @@ def main() -> None:
                 "bare": bare,
             }
             rows.append(row)
-            print(json.dumps(row, default=str), flush=True)
+            line = json.dumps(row, default=str)
+            print(line, flush=True)
+            if args.rows is not None:
+                with args.rows.open("a") as sink:
+                    sink.write(line + "\n")
     lines = [
         f"Measured {datetime.now(UTC):%Y-%m-%d} on {machine()}, model `{args.model}`, "
         f"test set {TEST_ITEMS} items per task never sent as traffic:",

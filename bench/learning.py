@@ -358,6 +358,58 @@ def table_row(row: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def target_checks(rows: list[dict[str, Any]]) -> list[str]:
+    """Issue 18's targets, each with its figures and whether this run met it: the
+    default recipe at >= 0.95x the bare loop on every cell; the label map at >= 90%
+    held-out from <= 300 corrections within 10 training-minutes; no task worse when its
+    feedback doubles (the largest count's accuracy against the smallest's)."""
+    checks = []
+    ratios = []
+    for row in rows:
+        reef, bare = row["reef"]["accuracy"], row["bare"]["accuracy"]
+        ratios.append(
+            (reef >= 0.95 * bare, f"{row['task']}@{row['feedback']} {reef:.0%}/{bare:.0%}")
+        )
+    met = all(ok for ok, _ in ratios)
+    checks.append(
+        f"- Reef >= 0.95x the bare loop on every cell: {'met' if met else 'NOT met'} ("
+        + "; ".join(text + ("" if ok else " (short)") for ok, text in ratios)
+        + ")"
+    )
+    label = [r for r in rows if r["task"] == "label_map" and int(r["feedback"]) <= 300]
+    if label:
+        best = max(label, key=lambda r: (r["reef"]["accuracy"], -int(r["feedback"])))
+        reef = best["reef"]
+        ok = reef["accuracy"] >= 0.9 and reef["train_minutes"] <= 10
+        checks.append(
+            f"- label_map >= 90% from <= 300 corrections within 10 training-minutes: "
+            f"{'met' if ok else 'NOT met'} ({reef['accuracy']:.0%} from {best['feedback']} "
+            f"corrections, {reef['train_minutes']:.1f} min)"
+        )
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_task.setdefault(row["task"], []).append(row)
+    doubled = []
+    for task, cells in by_task.items():
+        if len(cells) < 2:
+            continue
+        cells = sorted(cells, key=lambda r: int(r["feedback"]))
+        low, high = cells[0], cells[-1]
+        ok = high["reef"]["accuracy"] >= low["reef"]["accuracy"]
+        doubled.append(
+            (ok, f"{task} {low['reef']['accuracy']:.0%} at {low['feedback']} -> "
+                 f"{high['reef']['accuracy']:.0%} at {high['feedback']}")
+        )  # fmt: skip
+    if doubled:
+        met = all(ok for ok, _ in doubled)
+        checks.append(
+            f"- no task worse with more feedback: {'met' if met else 'NOT met'} ("
+            + "; ".join(text for _, text in doubled)
+            + ")"
+        )
+    return checks
+
+
 def load_rows(path: Path | None) -> dict[tuple[str, int], dict[str, Any]]:
     """The cells a previous run of the same command finished, by (task, feedback)."""
     if path is None or not path.exists():
@@ -423,6 +475,7 @@ def main() -> None:
     ]
     for row in rows:
         lines.append(table_row(row))
+    lines += ["", "Targets:", "", *target_checks(rows)]
     print("\n".join(lines))
     if args.output is not None:
         write_between(args.output, START, END, "\n".join(lines))

@@ -329,6 +329,77 @@ def bare_run(
     return {"accuracy": hits / len(test), "train_minutes": seconds / 60, "examples": len(rows)}
 
 
+# -- the trainer alone: a sweep of the sft defaults -------------------------------------
+
+
+def sweep_run(
+    model_name: str, task: Task, count: int, test: list[tuple[str, str]], overrides: str
+) -> dict[str, Any]:
+    """Reef's own trainer (``train_lora_sft``) with the ``sft`` learner's defaults and
+    ``overrides`` (``key=value,...`` of its settings, e.g. ``lr=1e-3,epochs=8``) on the
+    distinct prompts of ``count`` corrections, less the gate's 20% share; greedy answers
+    on ``test``. Calibrates a default without the traffic and the gate around it."""
+    import torch
+    from peft import PeftModel
+
+    from reef.engine.models import load_model
+    from reef.learning.learners.sft import SFTConfig
+    from reef.learning.trainers.lora_sft import train_lora_sft
+    from reef.learning.trainers.spec import SFTExample, SFTSpec
+
+    values: dict[str, Any] = {}
+    for pair in filter(None, overrides.split(",")):
+        key, _, value = pair.partition("=")
+        values[key.strip()] = value.strip()
+    cfg = SFTConfig.model_validate({"model": model_name, **values})
+    distinct = list(dict.fromkeys(task.make(count, random.Random(7))))
+    train = distinct[: round(len(distinct) * 0.8)]
+    examples = [SFTExample(messages=[{"role": "user", "content": p}], target=a) for p, a in train]
+    with tempfile.TemporaryDirectory(prefix="reef-bench-sweep-") as scratch:
+        work = Path(scratch)
+        spec = SFTSpec(
+            model=model_name,
+            home=work / "home",
+            output_dir=work / "adapter",
+            examples=examples,
+            lora=cfg.lora(),
+            **cfg.run_settings(),
+        )
+        result = train_lora_sft(spec)
+        loaded = load_model(model_name, work / "home")
+        model = PeftModel.from_pretrained(loaded.model, str(work / "adapter")).eval()
+        tokenizer = loaded.tokenizer
+        pad = tokenizer.pad_token_id or 0
+        hits = 0
+        with torch.no_grad():
+            for prompt, answer in test:
+                ids = tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}],
+                    add_generation_prompt=True,
+                    return_tensors="pt",
+                    return_dict=False,
+                )
+                out = model.generate(
+                    input_ids=ids, max_new_tokens=task.max_tokens, do_sample=False, pad_token_id=pad
+                )
+                hits += correct(
+                    tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True), answer
+                )
+    metrics = result.metrics
+    return {
+        "task": task.name,
+        "feedback": count,
+        "overrides": overrides,
+        "accuracy": hits / len(test),
+        "examples": len(examples),
+        "train_minutes": metrics["seconds"] / 60,
+        "steps": metrics["steps"],
+        "stop_reason": metrics.get("stop_reason"),
+        "undertrained": metrics.get("undertrained"),
+        "best_step": metrics.get("best_step"),
+    }
+
+
 # -- the table ---------------------------------------------------------------------------
 
 
@@ -422,6 +493,20 @@ def load_rows(path: Path | None) -> dict[tuple[str, int], dict[str, Any]]:
     return found
 
 
+def sweep(args: argparse.Namespace) -> None:
+    """``--sweep``: each override set on each task and count, one JSON line each."""
+    for name in args.tasks.split(","):
+        task = TASKS[name]
+        test = task.make(TEST_ITEMS, random.Random(99))
+        for count in [int(c) for c in args.feedback.split(",")]:
+            for overrides in args.sweep.split(";"):
+                line = json.dumps(sweep_run(args.model, task, count, test, overrides))
+                print(line, flush=True)
+                if args.rows is not None:
+                    with args.rows.open("a") as sink:
+                        sink.write(line + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -436,7 +521,16 @@ def main() -> None:
         help="a JSON-lines file: each finished cell is appended, and cells already in it "
         "are not run again (a long run that is cut off resumes where it stopped)",
     )
+    parser.add_argument(
+        "--sweep",
+        default=None,
+        help="trainer-only calibration: ';'-separated sft overrides, e.g. "
+        "'lr=5e-4;lr=1e-3,epochs=8' (each runs Reef's trainer on each task and count)",
+    )
     args = parser.parse_args()
+    if args.sweep is not None:
+        sweep(args)
+        return
     done = load_rows(args.rows)
     rows = []
     for name in args.tasks.split(","):

@@ -214,6 +214,9 @@ def reef_run(model: str, task: Task, count: int, test: list[tuple[str, str]]) ->
                     evaluations=EvaluationStore(gateway.database),
                 )
                 queue = JobQueue(gateway.database)
+                # Before the job: with ``publish: auto`` an unpinned request afterwards is
+                # served by the candidate itself once the gate passes it.
+                base = accuracy(client, test, task, None)
                 post(gateway.url + f"/reef/scenarios/{SCENARIO}/learn", {})
                 started = time.monotonic()
                 [job] = worker.run_once()
@@ -221,7 +224,6 @@ def reef_run(model: str, task: Task, count: int, test: list[tuple[str, str]]) ->
                 result = job.result or {}
                 sft = (result.get("metrics") or {}).get("1:sft") or {}
                 candidate = result.get("candidate_id")
-                base = accuracy(client, test, task, None)
                 tuned = accuracy(client, test, task, candidate) if candidate else base
                 trained = [answers[i] for i in queue.consumed_by(job.id) if i in answers]
     gate = result.get("gate") or {}

@@ -37,11 +37,12 @@ from reef.cli.quickstart.workspace import (
 )
 from reef.config import ReefSettings
 
-# Optimizer steps per round: enough for SmolLM2 to learn the six labels from one round
-# of corrections; the tiny random model only has to show the loop working.
-TRAIN_STEPS = {"smollm2-135m": 40, "tiny-random": 8}
-# The agent task's: measured on SmolLM2 (docs/benchmarks.md), the tiny model as above.
-AGENT_TRAIN_STEPS = {"smollm2-135m": 60, "tiny-random": 8}
+# Passes over each round's training examples: on SmolLM2 two passes learn the six
+# labels from one round of corrections (docs/benchmarks.md); the tiny random model only
+# has to show the loop working.
+TRAIN_EPOCHS = {"smollm2-135m": 2.0, "tiny-random": 2.0}
+# The agent task's: two passes over a round's 120 examples (docs/benchmarks.md).
+AGENT_TRAIN_EPOCHS = {"smollm2-135m": 2.0, "tiny-random": 2.0}
 # The agent's gate suite: requests in held-out phrasings, none in the report's held-out
 # set; two items each (the call, the answer).
 AGENT_SUITE_SIZE = 18
@@ -104,7 +105,7 @@ def _triage_plan(options: Options, workspace: Workspace, port: int) -> Plan:
     suite = generator.draw(SUITE_SIZE, held_out=True) if implicit else None
     traffic = [generator.draw(options.requests, held_out=False) for _ in range(options.rounds)]
     settings = write_config(
-        workspace, options.model, port, TRAIN_STEPS[options.model], heldout, options.demos, suite
+        workspace, options.model, port, TRAIN_EPOCHS[options.model], heldout, options.demos, suite
     )
     intro = (
         f"triage of support tickets into {len(LABELS)} labels ({', '.join(LABELS)}) on "
@@ -133,7 +134,7 @@ def _agent_plan(options: Options, workspace: Workspace, port: int) -> Plan:
         workspace,
         options.model,
         port,
-        AGENT_TRAIN_STEPS[options.model],
+        AGENT_TRAIN_EPOCHS[options.model],
         shown,
         suite_items(suite, world, "suite"),
     )

@@ -1,4 +1,4 @@
-"""The embedded engine in float32 and bfloat16, side by side in one run: decode
+"""The embedded engine in float32, bfloat16 and int8, side by side in one run: decode
 tokens/s at concurrency 1 and 8, the memory-bandwidth bound of each (a STREAM-style
 read of the weights' size), greedy answers against float32's, and a LoRA adapter
 served in each.
@@ -10,9 +10,11 @@ Each run starts an in-process engine (``BackgroundServer``) per dtype, in altern
 order, and measures it with the requests of ``bench/engine.py``. The bound: decoding
 one token reads every weight once, so tokens/s cannot pass (bytes read per second) /
 (weight bytes); the read rate is measured here by summing a tensor of the weights' size
-and dtype with the engine's threads (the best of a few passes). ``greedy_equal``: of
-``--prompts`` fixed prompts answered greedily (32 tokens), how many bfloat16 answers
-equal float32's token for token, and where the first differs on average.
+(float32, else bfloat16: int8 weights are counted in bytes) with the engine's threads
+(the best of a few passes). ``greedy_equal``: of ``--prompts`` fixed prompts answered
+greedily (32 tokens), how many bfloat16 (int8) answers equal float32's token for token,
+and where the first differs on average. int8 is weight-only: the decoder layers'
+weights in int8, activations in bfloat16 (``reef.engine.quantize``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import engine as engine_bench  # bench/engine.py: make_adapter, tokens_per_secon
 
 START = "<!-- engine-dtypes:start -->"
 END = "<!-- engine-dtypes:end -->"
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "int8")
 PROMPTS = [
     "What is the capital of France?",
     "Write one sentence about the sea.",
@@ -103,21 +105,25 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
     import torch
 
     from reef.engine.models import load_model
+    from reef.engine.quantize import apply_precision, load_dtype
     from reef.engine.runtime import Engine
     from reef.engine.server import BackgroundServer
 
     out: dict[str, Any] = {}
     for name in order:
-        dtype = getattr(torch, name)
+        dtype = load_dtype(name)
         loaded = load_model(args.model, args.home, dtype=dtype)
-        weight_bytes = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+        apply_precision(loaded.model, name)
+        tensors = [*loaded.model.parameters(), *loaded.model.buffers()]
+        weight_bytes = sum(t.numel() * t.element_size() for t in tensors if t.is_floating_point()
+                           or t.dtype == torch.int8)  # fmt: skip
         engine = Engine(loaded, threads=args.threads)
         server = BackgroundServer(engine).start()
         try:
             result = asyncio.run(measure(server.base_url, args.model, adapter, args))
         finally:
             server.stop()
-        rate = read_rate(weight_bytes, dtype, engine.scheduler.threads)
+        rate = read_rate(weight_bytes, dtype, engine.scheduler.threads)  # bytes are bytes
         result.update(
             weight_mb=weight_bytes / 1e6,
             read_gb_s=rate / 1e9,
@@ -129,10 +135,10 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
     return out
 
 
-def greedy_agreement(runs: list[dict[str, Any]]) -> tuple[int, int, float]:
-    """(answers equal, answers compared, mean first differing token) of bfloat16
+def greedy_agreement(runs: list[dict[str, Any]], name: str) -> tuple[int, int, float]:
+    """(answers equal, answers compared, mean first differing token) of ``name``
     against float32, over the first run."""
-    ours, theirs = runs[0]["bfloat16"]["greedy"], runs[0]["float32"]["greedy"]
+    ours, theirs = runs[0][name]["greedy"], runs[0]["float32"]["greedy"]
     equal = sum(a == b for a, b in zip(ours, theirs, strict=True))
     firsts = []
     for a, b in zip(ours, theirs, strict=True):
@@ -155,12 +161,20 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
             f"| {bound:.1f} | {c1:.1f} | {c1 / bound:.2f} | {median(name, 'c8'):.1f} "
             f"| {median(name, 'adapter_c1'):.1f} |"
         )
-    equal, compared, first = greedy_agreement(runs)
-    speed = median("bfloat16", "c1") / median("float32", "c1")
-    speed8 = median("bfloat16", "c8") / median("float32", "c8")
+    lines = []
+    for name in DTYPES[1:]:
+        equal, compared, first = greedy_agreement(runs, name)
+        speed = median(name, "c1") / median("float32", "c1")
+        speed8 = median(name, "c8") / median("float32", "c8")
+        lines.append(
+            f"- {name} decodes **{speed:.2f}x** float32's tokens/s at concurrency 1 and "
+            f"{speed8:.2f}x at 8. Greedy answers: {equal} of {compared} prompts equal "
+            f"float32's for 32 tokens; the first differing token at {first:.1f} on average "
+            f"({name} is approximate: docs/engine.md)."
+        )
     return "\n".join(
         [
-            "### Engine precision: float32 and bfloat16 (`bench/engine_dtypes.py`)",
+            "### Engine precision: float32, bfloat16 and int8 (`bench/engine_dtypes.py`)",
             "",
             "```bash",
             f".venv/bin/python bench/engine_dtypes.py --model {args.model} --threads "
@@ -170,10 +184,7 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
             f"- Machine: {info.get('cpu')}, {info.get('cores')} cores, engine threads "
             f"{runs[0]['float32']['threads']}; load {side.load()}; medians of {len(runs)} "
             "runs, order alternating.",
-            f"- bfloat16 decodes **{speed:.2f}x** float32's tokens/s at concurrency 1 and "
-            f"{speed8:.2f}x at 8. Greedy answers: {equal} of {compared} prompts equal "
-            f"float32's for 32 tokens; the first differing token at {first:.1f} on average "
-            "(bfloat16 is approximate: docs/engine.md).",
+            *lines,
             "- bound: the read rate over the weights' bytes, the most tokens/s one decode "
             "stream can reach; c1/bound is how close the engine gets.",
             "",

@@ -40,8 +40,9 @@ def serve(
     dtype: Annotated[
         str,
         typer.Option(
-            help="Weights' precision: float32, bfloat16, or auto (bfloat16 where the CPU "
-            "computes it natively: AVX-512 BF16 or AMX)."
+            help="Weights' precision: float32, bfloat16, int8 (weight-only, bfloat16 "
+            "activations), or auto (bfloat16 where the CPU computes it natively: AVX-512 "
+            "BF16 or AMX)."
         ),
     ] = "float32",
     parent_pid: Annotated[

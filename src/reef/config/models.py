@@ -57,11 +57,13 @@ class UpstreamConfig(Section):
         "model source (smollm2-135m, tiny-random, or a local Hugging Face model "
         "directory); default smollm2-135m.",
     )
-    dtype: Literal["float32", "bfloat16", "auto"] = Field(
+    dtype: Literal["float32", "bfloat16", "int8", "auto"] = Field(
         default="float32",
         description="For `type: local`: the weights' precision. bfloat16 decodes about "
         "1.5x faster where the CPU computes it natively (AVX-512 BF16 or AMX) and answers "
-        "approximately as float32 does (docs/engine.md); auto picks it there.",
+        "approximately as float32 does (docs/engine.md); auto picks it there. int8 keeps "
+        "the decoder layers' weights in int8 (weight-only, bfloat16 activations): faster "
+        "again for one stream, and more approximate.",
     )
     threads: int | None = Field(
         default=None,

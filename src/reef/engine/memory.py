@@ -1,8 +1,9 @@
 """How much memory a checkpoint needs and how much there is: the check that refuses a
 checkpoint swap that would not fit. Loads no torch.
 
-The engine serves on the CPU in float32, so a checkpoint needs its element count times
-four bytes, plus :data:`LOAD_HEADROOM` for what loading holds transiently. Available
+A checkpoint loads in the engine's dtype (float32, or bfloat16 for bfloat16 and int8
+engines: an int8 engine quantizes after loading), so it needs its element count times
+that dtype's size, plus :data:`LOAD_HEADROOM` for what loading holds transiently. Available
 memory is ``MemAvailable`` of ``/proc/meminfo`` (the kernel's estimate of what can be
 allocated without swapping), capped by the cgroup's limit when the engine runs in one;
 None where neither can be read (the check then lets the load proceed).

@@ -20,10 +20,12 @@ from typing import Literal
 
 READY_PREFIX = "REEF_ENGINE_READY "
 
-EngineDtype = Literal["float32", "bfloat16", "auto"]
-"""The weights' precision: ``float32``, ``bfloat16``, or ``auto`` (bfloat16 where the
-CPU computes it natively, AVX-512 BF16 or AMX, else float32; see docs/engine.md)."""
-ENGINE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "auto")
+EngineDtype = Literal["float32", "bfloat16", "int8", "auto"]
+"""The weights' precision: ``float32``, ``bfloat16``, ``int8`` (weight-only: the decoder
+layers' weights in int8, the rest and the activations in bfloat16;
+``reef.engine.quantize``), or ``auto`` (bfloat16 where the CPU computes it natively,
+AVX-512 BF16 or AMX, else float32; see docs/engine.md)."""
+ENGINE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int8", "auto")
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,9 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return "amx_bf16" in cpu_flags(cpuinfo)
 
 
-def resolve_dtype(dtype: EngineDtype, cuda: bool = False) -> Literal["float32", "bfloat16"]:
+def resolve_dtype(
+    dtype: EngineDtype, cuda: bool = False
+) -> Literal["float32", "bfloat16", "int8"]:
     """``dtype`` with ``auto`` decided for this machine (``cuda``: a GPU serves)."""
     if dtype != "auto":
         return dtype

@@ -40,6 +40,7 @@ from reef.engine.errors import (
 )
 from reef.engine.memory import available_memory_bytes, check_fits, required_bytes
 from reef.engine.models import LoadedModel, load_checkpoint_model
+from reef.engine.quantize import apply_precision, load_dtype, precision_of
 from reef.engine.scheduler import Scheduler
 from reef.engine.sequences import BASE_KEY, ChoiceDelta, GenerationJob, SamplingParams
 from reef.engine.tools import AUTO, ToolChoice, render_tools, template_takes_tools
@@ -109,6 +110,8 @@ class Engine:
         self.created = int(time.time())
         self.default_max_tokens = default_max_tokens
         self.scheduler = Scheduler(loaded, max_batch=max_batch, threads=threads)
+        # checkpoints load in the precision the engine serves in (int8: quantized too)
+        self.precision = precision_of(loaded.model)
         self.adapters = AdapterRegistry(drop=self._drop_version)
         self.checkpoints = AdapterRegistry(drop=self._drop_weights, what="checkpoint")
         self.available_memory: Callable[[], int | None] = available_memory_bytes
@@ -309,7 +312,9 @@ class Engine:
             # Weights unloaded just before (nothing leasing them) are freed by a call
             # queued on the worker: let it run, so the memory check sees them gone.
             await asyncio.wrap_future(self.scheduler.call(lambda: None))
-            check_fits(name, required_bytes(info.parameters), self.available_memory())
+            element_bytes = load_dtype(self.precision).itemsize
+            required = required_bytes(info.parameters, element_bytes)
+            check_fits(name, required, self.available_memory())
             model = await asyncio.to_thread(self._load_weights, path)
             internal = self.checkpoints.new_internal_name()
             runner = AdapterModel(model)
@@ -327,7 +332,8 @@ class Engine:
 
     def _load_weights(self, path: Path) -> Any:
         try:
-            model = load_checkpoint_model(path, dtype=self.loaded.model.dtype)
+            model = load_checkpoint_model(path, dtype=load_dtype(self.precision))
+            apply_precision(model, self.precision)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise CheckpointRejectedError(
                 f"checkpoint at {str(path)!r} cannot be loaded: {exc}"

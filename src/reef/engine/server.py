@@ -48,6 +48,7 @@ from reef.engine.protocol import (
     UnloadCheckpointRequest,
     UnloadLoraAdapterRequest,
 )
+from reef.engine.quantize import apply_precision, load_dtype
 from reef.engine.responses import (
     ADAPTER_DIGEST_HEADER,
     ChoiceAccumulator,
@@ -119,12 +120,11 @@ async def health(request: web.Request) -> web.Response:
     the weights' dtype, torch's threads and the scheduler's load: rows decoding, jobs
     waiting, the largest batch so far."""
     engine = request.app[ENGINE_KEY]
-    dtype = str(engine.loaded.model.dtype).removeprefix("torch.")
     return _json(
         {
             "status": "ok",
             "model": engine.name,
-            "dtype": dtype,
+            "dtype": engine.precision,
             "threads": engine.scheduler.threads,
             **engine.scheduler.stats(),
         }
@@ -399,10 +399,10 @@ def run_server(
     cannot load.
     """
     options = options or EngineOptions()
-    dtype = getattr(torch, resolve_dtype(options.dtype, torch.cuda.is_available()))
-    engine = Engine(
-        load_model(model, home, dtype=dtype), max_batch=options.max_batch, threads=options.threads
-    )
+    precision = resolve_dtype(options.dtype, torch.cuda.is_available())
+    loaded = load_model(model, home, dtype=load_dtype(precision))
+    apply_precision(loaded.model, precision)
+    engine = Engine(loaded, max_batch=options.max_batch, threads=options.threads)
     engine.start()
     try:
         asyncio.run(_serve_until_signal(engine, host, port, ready_callback))

@@ -1,0 +1,153 @@
+"""Weight-only int8 (``--dtype int8``): the layers compute with the rounded weights and
+nothing else, PEFT adapters on the quantized projections apply as on any linear layer,
+and an int8 engine serves the base model, an adapter and a checkpoint (quantized too)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from torch import nn
+from transformers import DynamicCache
+
+from reef.engine.adapters import BASE_ADAPTER, AdapterModel
+from reef.engine.models import load_model
+from reef.engine.process import EngineOptions, engine_command, resolve_dtype
+from reef.engine.quantize import INT8_STEPS, Int8Linear, precision_of, quantize_int8
+from reef.engine.runtime import Engine
+from reef.engine.server import BackgroundServer
+from tests.engine.checkpoint_factory import make_letter_checkpoint
+from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_letter_adapter
+
+pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
+
+
+def test_an_int8_layer_computes_with_its_rounded_weight() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48, bias=False)
+    quantized = Int8Linear(linear.to(torch.bfloat16))
+    assert quantized.weight.dtype == torch.int8
+    assert int(quantized.weight.abs().max()) <= INT8_STEPS
+    assert bool((quantized.weight.abs().amax(dim=1) >= INT8_STEPS - 1).all()), "rows use the range"
+    rounding = (quantized.dequantized() - linear.weight.float()).abs()
+    step = quantized.scales.float()[:, None]
+    assert bool((rounding <= step * 0.5 + 1e-7).all()), "each weight is within half a step"
+    x = torch.randn(3, 5, 64).to(torch.bfloat16)
+    expected = x.float() @ quantized.dequantized().T
+    got = quantized(x)
+    assert got.shape == (3, 5, 48) and got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), expected, atol=0.05, rtol=0.02)
+
+
+def test_quantizing_replaces_the_layers_projections_and_keeps_the_head(tmp_path: Path) -> None:
+    loaded = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
+    layers = len(loaded.model.model.layers)
+    assert precision_of(loaded.model) == "bfloat16"
+    assert quantize_int8(loaded.model) == 7 * layers  # q, k, v, o, gate, up, down
+    assert type(loaded.model.lm_head) is nn.Linear
+    assert precision_of(loaded.model) == "int8"
+    assert resolve_dtype("int8") == "int8"
+    command = engine_command("tiny-random", tmp_path, options=EngineOptions(dtype="int8"))
+    assert command[command.index("--dtype") + 1] == "int8"
+
+
+def _adapter_on_projections(directory: Path) -> Path:
+    """A LoRA on every attention and MLP projection of tiny-random, with a large random
+    delta (B is zero after PEFT's initialisation; here it is not)."""
+    base = load_model("tiny-random", directory.parent / "adapter-home").model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=modules))
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, param in peft.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+    peft.save_pretrained(str(directory), safe_serialization=True)
+    return directory
+
+
+def _logits(model: AdapterModel, prompt: torch.Tensor, adapter: str) -> torch.Tensor:
+    mask = torch.ones_like(prompt)
+    positions = torch.arange(prompt.shape[1])[None, :]
+    cache = DynamicCache(config=model.base.config)
+    with torch.inference_mode():
+        return model.forward_logits(prompt, mask, positions, cache, [adapter])
+
+
+def test_an_adapter_on_quantized_projections_adds_its_delta(tmp_path: Path) -> None:
+    """The int8 model with the adapter answers as a bfloat16 model holding the same
+    rounded weights with the same adapter does: PEFT wraps :class:`Int8Linear` as a
+    linear layer and adds the adapter's product to the int8 kernel's."""
+    adapter = _adapter_on_projections(tmp_path / "adapter")
+    int8 = load_model("tiny-random", tmp_path / "a", dtype=torch.bfloat16)
+    quantize_int8(int8.model)
+    reference = load_model("tiny-random", tmp_path / "b", dtype=torch.bfloat16)
+    rounded = {
+        name: module.dequantized()
+        for name, module in int8.model.named_modules()
+        if isinstance(module, Int8Linear)
+    }
+    with torch.no_grad():
+        for name, module in reference.model.named_modules():
+            if name in rounded:
+                module.weight.copy_(rounded[name].to(torch.bfloat16))
+    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
+    ours, theirs = AdapterModel(int8.model), AdapterModel(reference.model)
+    for runner in (ours, theirs):
+        runner.load("reef-1", adapter)
+    tuned, base = _logits(ours, prompt, "reef-1"), _logits(ours, prompt, BASE_ADAPTER)
+    expected = _logits(theirs, prompt, "reef-1")
+    change = float((tuned - base).abs().max())
+    error = float((tuned - expected).abs().max())
+    assert change > 0.2, "the adapter changes the logits"
+    assert error < change / 10, (error, change)
+
+
+async def test_an_int8_engine_serves_the_base_an_adapter_and_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    loaded = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
+    quantize_int8(loaded.model)
+    adapter = make_letter_adapter(tmp_path / "adapter-b", "b")  # trained in float32
+    checkpoint = make_letter_checkpoint(tmp_path / "ckpt-c", "c")
+    engine = Engine(loaded, max_batch=4, threads=1)
+    server = BackgroundServer(engine).start()
+    try:
+        async with (
+            openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client,
+            aiohttp.ClientSession() as http,
+        ):
+            async with http.get(server.base_url.removesuffix("/v1") + "/health") as answer:
+                assert (await answer.json())["dtype"] == "int8"
+
+            async def say(model: str) -> str:
+                reply = await client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": "hi"}],
+                    max_tokens=6,
+                    temperature=0,
+                )
+                return reply.choices[0].message.content or ""
+
+            assert len(await say("tiny-random")) > 0
+            body = {"lora_name": "b", "lora_path": str(adapter)}
+            async with http.post(server.base_url + "/load_lora_adapter", json=body) as answer:
+                assert answer.status == 200, await answer.text()
+            assert await say("b") == "bbbbbb"
+            body = {"name": "c", "path": str(checkpoint)}
+            async with http.post(server.base_url + "/load_checkpoint", json=body) as answer:
+                assert answer.status == 200, await answer.text()
+            assert await say("c") == "cccccc"
+        [(runner, _)] = [
+            (batch.runner, key) for key, batch in engine.scheduler.batches.items() if key != "base"
+        ]
+        assert precision_of(runner.base) == "int8", "the checkpoint was quantized as it loaded"
+    finally:
+        server.stop()

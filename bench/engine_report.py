@@ -87,7 +87,22 @@ def markdown(report: dict[str, Any], command: str) -> str:
     if "same_greedy_text" in report:
         same = "the same" if report["same_greedy_text"] else "different"
         lines.append(f"- Both gave {same} greedy 24-token answer.")
-    lines += ["", report["table"], ""]
+    dtypes = report.get("engine_dtypes", [settings.get("engine_dtype", "float32")])
+    theirs = report.get("vllm_dtypes", [settings.get("vllm_dtype", "?")])
+    lines += ["", f"Engine {dtypes[0]} against vLLM {theirs[0]}:", "", report["table"], ""]
+    if "dtype_table" in report:
+        lines += [
+            "Every precision (median tok/s over runs; bound: the weights' bytes against the "
+            "read rate of a tensor that size with the engine's threads, the most one decode "
+            "stream can reach):",
+            "",
+            report["dtype_table"],
+            "",
+            "Targets (issue 16):",
+            "",
+            *report["targets"],
+            "",
+        ]
     if report.get("vllm_unavailable"):
         reason = str(report["vllm_unavailable"]).strip().splitlines()[0]
         lines += [f"vLLM not benched: {reason}; no ratio this time.", ""]

@@ -1,6 +1,8 @@
 """Bench the embedded engine and vLLM side by side, same model, same requests.
 
     .venv/bin/python bench/engine_vs_vllm.py --model smollm2-135m --home .reef --runs 2
+    .venv/bin/python bench/engine_vs_vllm.py --model smollm2-135m --home .reef --runs 2 \
+        --dtype float32,bfloat16,int8 --vllm-dtype float32,bfloat16
 
 Runs ``bench/engine.py``'s measurements (tokens/s at concurrency 1 and 8, time to first
 token, adapter load, load + first request, 1-token latency on the base and alternating
@@ -17,6 +19,14 @@ start, the script says why and reports the engine alone.
 With ``--runs 2`` or more the order alternates (engine first, then vLLM first, ...)
 and each figure is the median over runs; the load average before each target is
 reported, since other work on the machine skews the figures.
+
+``--dtype`` and ``--vllm-dtype`` take comma-separated lists: each engine dtype and each
+vLLM dtype is a target of its own in every run. With more than one, the report adds a
+precision table: decode tokens/s at concurrency 1 and 8 of every target, the
+memory-bandwidth bound of each engine dtype (the weights' bytes against the read rate of
+a tensor that size, ``bench/engine_dtypes.py``'s ``read_rate``, with the engine's
+threads), and issue 16's targets checked for each engine dtype: concurrency 1 at
+>= 0.7x its bound and >= 1.5x vLLM's best, concurrency 8 at >= 1.2x vLLM's best.
 """
 
 from __future__ import annotations
@@ -119,12 +129,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_engine(args: argparse.Namespace, log: Path) -> Server:
+def start_engine(args: argparse.Namespace, log: Path, dtype: str | None = None) -> Server:
     from reef.engine.process import EngineOptions, engine_command, parse_ready_line
 
-    command = engine_command(
-        args.model, args.home, options=EngineOptions(threads=args.threads, dtype=args.dtype)
-    )
+    options = EngineOptions(threads=args.threads, dtype=dtype or args.dtype)  # type: ignore[arg-type]
+    command = engine_command(args.model, args.home, options=options)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     started = time.perf_counter()
     with log.open("w") as stderr:
@@ -180,13 +189,15 @@ def vllm_versions(python: Path) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def start_vllm(args: argparse.Namespace, model_dir: Path, log: Path) -> Server:
+def start_vllm(
+    args: argparse.Namespace, model_dir: Path, log: Path, dtype: str | None = None
+) -> Server:
     port = free_port()
     command = [
         str(args.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir), "--served-model-name", args.model,
         "--host", "127.0.0.1", "--port", str(port),
-        "--enable-lora", "--max-lora-rank", "8", "--dtype", args.vllm_dtype,
+        "--enable-lora", "--max-lora-rank", "8", "--dtype", dtype or args.vllm_dtype,
         *shlex.split(args.vllm_args),
     ]  # fmt: skip
     env = {**os.environ, **VLLM_ENV}
@@ -286,6 +297,89 @@ def table(engine_runs: list[dict[str, Any]], vllm_runs: list[dict[str, Any]]) ->
     return "\n".join(rows)
 
 
+def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict[str, float]]:
+    """Per engine dtype: the weights' MB as the engine holds them, the read rate (GB/s)
+    of a tensor that size with the engine's threads, and the bound it sets (tok/s)."""
+    import torch
+    from engine_dtypes import read_rate
+
+    from reef.engine.models import load_model
+    from reef.engine.quantize import apply_precision, load_dtype
+    from reef.engine.scheduler import default_threads
+
+    threads = args.threads or default_threads()
+    found: dict[str, dict[str, float]] = {}
+    for name in dtypes:
+        if name == "auto":
+            continue
+        loaded = load_model(args.model, args.home, dtype=load_dtype(name))
+        apply_precision(loaded.model, name)
+        tensors = [*loaded.model.parameters(), *loaded.model.buffers()]
+        size = sum(
+            t.numel() * t.element_size()
+            for t in tensors
+            if t.is_floating_point() or t.dtype == torch.int8
+        )
+        del loaded
+        rate = read_rate(size, load_dtype(name), threads)
+        found[name] = {"weight_mb": size / 1e6, "read_gb_s": rate / 1e9, "bound": rate / size}
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    return found
+
+
+def dtype_table(report: dict[str, Any]) -> tuple[str, list[str]]:
+    """The precision table and the targets checked, from ``report``'s runs and bounds."""
+    bounds = report.get("bounds", {})
+
+    def of(runs: list[dict[str, Any]], dtype: str, key: str) -> float | None:
+        return median_of([r for r in runs if r.get("dtype") == dtype], key)
+
+    vllm_runs = report["vllm_runs"]
+    best1 = max((v for d in report["vllm_dtypes"] if (v := of(vllm_runs, d, "tokens_per_s_c1"))),
+                default=None)  # fmt: skip
+    best8 = max((v for d in report["vllm_dtypes"] if (v := of(vllm_runs, d, "tokens_per_s_c8"))),
+                default=None)  # fmt: skip
+    rows = [
+        "| target | weights MB | bound tok/s | c1 tok/s | c1/bound | c8 tok/s "
+        "| c1 / vLLM best | c8 / vLLM best |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    checks = []
+
+    def cell(value: float | None, spec: str = ".1f") -> str:
+        return "n/a" if value is None else format(value, spec)
+
+    def ratio(ours: float | None, theirs: float | None) -> float | None:
+        return ours / theirs if ours is not None and theirs else None
+
+    for dtype in report["engine_dtypes"]:
+        c1 = of(report["engine_runs"], dtype, "tokens_per_s_c1")
+        c8 = of(report["engine_runs"], dtype, "tokens_per_s_c8")
+        bound = bounds.get(dtype, {})
+        share = ratio(c1, bound.get("bound"))
+        r1, r8 = ratio(c1, best1), ratio(c8, best8)
+        rows.append(
+            f"| engine {dtype} | {cell(bound.get('weight_mb'), '.0f')} | "
+            f"{cell(bound.get('bound'))} | {cell(c1)} | {cell(share, '.2f')} | {cell(c8)} | "
+            f"{cell(r1, '.2f')} | {cell(r8, '.2f')} |"
+        )
+        for label, value, goal in (
+            ("c1 >= 0.7x its bound", share, 0.7),
+            ("c1 >= 1.5x vLLM's best", r1, 1.5),
+            ("c8 >= 1.2x vLLM's best", r8, 1.2),
+        ):
+            if value is None:
+                checks.append(f"- engine {dtype}: {label}: not measured")
+            else:
+                verdict = "met" if value >= goal else "NOT met"
+                checks.append(f"- engine {dtype}: {label}: {verdict} ({value:.2f}x)")
+    for dtype in report["vllm_dtypes"]:
+        c1, c8 = of(vllm_runs, dtype, "tokens_per_s_c1"), of(vllm_runs, dtype, "tokens_per_s_c8")
+        if c1 is not None or c8 is not None:
+            rows.append(f"| vLLM {dtype} | | | {cell(c1)} | | {cell(c8)} | | |")
+    return "\n".join(rows), checks
+
+
 def interrupt(signum: int, frame: object) -> None:
     """SIGTERM unwinds like Ctrl-C, so the finally blocks stop the servers."""
     raise KeyboardInterrupt
@@ -296,13 +390,15 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--home", type=Path, default=Path(".reef"))
     parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
-    parser.add_argument("--dtype", default="float32", choices=ENGINE_DTYPES, help="engine dtype")
+    parser.add_argument(
+        "--dtype", default="float32", help="engine dtypes, comma-separated (float32,int8)"
+    )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1, help=f"1..{MAX_RUNS}, order alternates")
     parser.add_argument("--no-adapter", action="store_true", help="skip the adapter bench")
     parser.add_argument("--vllm-python", type=Path, default=DEFAULT_VLLM_PYTHON)
-    parser.add_argument("--vllm-dtype", default="float32")
+    parser.add_argument("--vllm-dtype", default="float32", help="comma-separated")
     parser.add_argument("--vllm-args", default=DEFAULT_VLLM_ARGS, help="more vLLM flags")
     parser.add_argument("--no-vllm", action="store_true", help="bench the engine alone")
     parser.add_argument("--start-timeout", type=float, default=300)
@@ -311,6 +407,11 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--output", type=Path, default=None, help="write the results as JSON")
     parser.add_argument("--log-dir", type=Path, default=None, help="keep the servers' logs here")
     args = parser.parse_args()
+    engine_dtypes = args.dtype.split(",")
+    vllm_dtypes = args.vllm_dtype.split(",")
+    for dtype in engine_dtypes:
+        if dtype not in ENGINE_DTYPES:
+            parser.error(f"--dtype: {dtype!r} is not one of {', '.join(ENGINE_DTYPES)}")
     args.runs = max(1, min(args.runs, MAX_RUNS))
     args.home = args.home.resolve()
     if args.log_dir:
@@ -323,6 +424,7 @@ def main() -> int:  # noqa: C901
     report["settings"] = {
         "max_tokens": args.max_tokens, "rounds": args.rounds, "runs": args.runs,
         "engine_threads": args.threads, "vllm_dtype": args.vllm_dtype,
+        "engine_dtype": args.dtype,
         "vllm_args": args.vllm_args, "vllm_env": VLLM_ENV,
     }  # fmt: skip
     vllm_reason: str | None = "--no-vllm" if args.no_vllm else None
@@ -351,20 +453,23 @@ def main() -> int:  # noqa: C901
                 vllm_reason = f"vLLM needs a model directory; {args.model!r} has none"
         report["vllm_model_dir"] = str(model_dir) if model_dir else None
 
+        targets = [("engine", d) for d in engine_dtypes] + [("vllm", d) for d in vllm_dtypes]
         for run in range(args.runs):
-            order = ["engine", "vllm"] if run % 2 == 0 else ["vllm", "engine"]
-            for target in order:
+            order = targets if run % 2 == 0 else targets[::-1]
+            for target, dtype in order:
                 if target == "vllm" and vllm_reason is not None:
                     continue
-                log = (args.log_dir or scratch) / f"{target}-{run + 1}.log"
+                log = (args.log_dir or scratch) / f"{target}-{dtype}-{run + 1}.log"
                 before = load()
-                print(f"run {run + 1}/{args.runs}: {target} (load {before})", file=sys.stderr)
+                print(
+                    f"run {run + 1}/{args.runs}: {target} {dtype} (load {before})", file=sys.stderr
+                )
                 if target == "engine":
-                    server = start_engine(args, log)
+                    server = start_engine(args, log, dtype)
                 else:
                     try:
                         assert model_dir is not None
-                        server = start_vllm(args, model_dir, log)
+                        server = start_vllm(args, model_dir, log, dtype)
                     except Unavailable as error:
                         vllm_reason = str(error)
                         print(f"vLLM unavailable: {vllm_reason}", file=sys.stderr)
@@ -375,15 +480,22 @@ def main() -> int:  # noqa: C901
                     stop_server(server.process)
                 results["load_before"] = before
                 results["load_after"] = load()
+                results["dtype"] = dtype
                 (engine_runs if target == "engine" else vllm_runs).append(results)
 
     report["engine_runs"] = engine_runs
     report["vllm_runs"] = vllm_runs
     report["vllm_unavailable"] = vllm_reason
-    if engine_runs and vllm_runs:
-        same = engine_runs[0]["greedy_24_tokens"] == vllm_runs[0]["greedy_24_tokens"]
+    report["engine_dtypes"], report["vllm_dtypes"] = engine_dtypes, vllm_dtypes
+    first = [r for r in engine_runs if r["dtype"] == engine_dtypes[0]]
+    theirs = [r for r in vllm_runs if r["dtype"] == vllm_dtypes[0]]
+    if first and theirs:
+        same = first[0]["greedy_24_tokens"] == theirs[0]["greedy_24_tokens"]
         report["same_greedy_text"] = same
-    report["table"] = table(engine_runs, vllm_runs)
+    report["table"] = table(first, theirs)
+    if len(engine_dtypes) > 1 or len(vllm_dtypes) > 1:
+        report["bounds"] = weight_bounds(args, engine_dtypes)
+        report["dtype_table"], report["targets"] = dtype_table(report)
 
     info = report["machine"]
     print(f"{info['cores']} cores, {info['cpu']}, Python {info['python']}, {info['date_utc']}")
@@ -391,10 +503,15 @@ def main() -> int:  # noqa: C901
         print(report["vllm_versions"])
     for name, runs in (("engine", engine_runs), ("vLLM", vllm_runs)):
         for done in runs:
-            print(f"{name}: load average {done['load_before']} before, {done['load_after']} after")
+            print(
+                f"{name} {done['dtype']}: load average {done['load_before']} before, "
+                f"{done['load_after']} after"
+            )
     if "same_greedy_text" in report:
         print(f"same greedy 24-token answer on both: {report['same_greedy_text']}")
     print(report["table"])
+    if "dtype_table" in report:
+        print("\n" + report["dtype_table"] + "\n\n" + "\n".join(report["targets"]))
     if vllm_reason:
         print(f"\nvLLM not benched: {vllm_reason}")
     if args.output:

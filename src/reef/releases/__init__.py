@@ -24,6 +24,7 @@ from reef.releases.artifacts import (
     ArtifactLayout,
     ArtifactNotFoundError,
     ArtifactStore,
+    ArtifactTransferError,
     InvalidDigestError,
     collect_garbage,
 )
@@ -80,6 +81,7 @@ __all__ += [
     "ArtifactLayout",
     "ArtifactNotFoundError",
     "ArtifactStore",
+    "ArtifactTransferError",
     "FsspecArtifactStore",
     "InvalidDigestError",
     "collect_garbage",

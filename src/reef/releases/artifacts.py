@@ -39,6 +39,11 @@ class ArtifactCorruptError(ReefError):
     unreadable). Nothing was returned or materialized."""
 
 
+class ArtifactTransferError(ReefError):
+    """A remote artifact could not be fetched whole after every retry; what arrived is
+    kept, and the next ``materialize`` continues from there."""
+
+
 class InvalidDigestError(InvalidInputError):
     """A digest string is not ``"sha256:<64 lowercase hex>"``."""
 

@@ -14,14 +14,24 @@ moved into place (a rename on local disks; on ``memory://`` the move installs th
 finished object in one step). The sidecar is installed before the object, so a visible
 object always has its sidecar. Materialized copies are cached under ``materialized/``
 of a local root, else under ``$XDG_CACHE_HOME/reef/artifacts``.
+
+Downloads from a remote store (anything but a local directory or ``memory://``) resume:
+the object's bytes go to ``<cache>/.partial/<hex>`` (locked while written), a transfer
+cut midway continues from the bytes already there (a ranged read from that offset, up
+to :data:`FETCH_ATTEMPTS` tries), and a call after a failed one picks up the same
+partial file. Only the whole, verified copy is ever published; a partial that does not
+verify is deleted, so the next call starts afresh. Uploads are not resumable: an upload
+is written to ``tmp/`` and moved into place whole, and one that is cut restarts.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import fcntl
 import hashlib
 import io
+import logging
 import os
 import shutil
 import uuid
@@ -42,6 +52,7 @@ from reef.releases.artifacts import (
     ArtifactLayout,
     ArtifactNotFoundError,
     ArtifactStore,
+    ArtifactTransferError,
     check_kind,
     digest_hex,
 )
@@ -53,6 +64,10 @@ from reef.releases.artifacts_tar import (
 
 _CHUNK = 1 << 20
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+FETCH_ATTEMPTS = 5
+"""Tries of one remote download, each continuing where the last was cut."""
+
+log = logging.getLogger("reef.releases.artifacts")
 
 
 class ArtifactSidecar(BaseModel):
@@ -299,14 +314,71 @@ class FsspecArtifactStore(ArtifactStore):
             _remove_local(target)  # a damaged cached copy: fetch it again
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+        partial: Path | None = None
         try:
-            with self._open_read(path) as source:
-                actual = _fetch(source, staging, layout)
+            if self.is_local or self.is_memory:
+                with self._open_read(path) as source:
+                    actual = _fetch(source, staging, layout)
+            else:
+                partial = self.cache_dir / ".partial" / f"sha256-{digest_hex(digest)}"
+                self._download(path, partial)
+                with partial.open("rb") as source:
+                    actual = _fetch(source, staging, layout)
+            if actual != digest and partial is not None:
+                _remove_local(partial)  # the next call fetches afresh
             self._check_same(digest, actual)
             _publish(staging, target, digest, layout)
+            if partial is not None:
+                _remove_local(partial)
         finally:
             _remove_local(staging)
         return target
+
+    def _open_ranged(self, path: str) -> IO[bytes]:
+        """``path`` opened for reads of one chunk per request, no read-ahead (so a cut
+        transfer loses at most the chunk in flight), where the filesystem supports it."""
+        try:
+            return cast(IO[bytes], self.fs.open(path, "rb", block_size=_CHUNK, cache_type="none"))
+        except TypeError:
+            return cast(IO[bytes], self.fs.open(path, "rb"))
+
+    def _download(self, path: str, partial: Path) -> None:
+        """Make ``partial`` hold every byte of the remote object at ``path``: keep what
+        it holds already, read the rest from that offset, and when a read is cut, try
+        again from where it stopped (:data:`FETCH_ATTEMPTS` tries in all). Raises
+        ``ArtifactTransferError`` when the bytes could not all be fetched."""
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("ab") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)  # another process fetching it waits, then sees it
+            total = int(self.fs.size(path))
+            for attempt in range(1, FETCH_ATTEMPTS + 1):
+                have = out.seek(0, os.SEEK_END)
+                if have > total:  # not a prefix of this object: start over
+                    out.truncate(0)
+                    have = 0
+                if have == total:
+                    return
+                try:
+                    with self._open_ranged(path) as source:
+                        source.seek(have)
+                        while chunk := source.read(min(_CHUNK, total - have)):
+                            out.write(chunk)
+                            have += len(chunk)
+                    out.flush()
+                    if have >= total:
+                        return
+                    raise OSError(f"the transfer ended at byte {have} of {total}")
+                except Exception as exc:  # any transport's error: retried, then reported
+                    out.flush()
+                    log.warning(
+                        "fetching %s: try %d of %d cut at byte %d of %d: %s",
+                        path, attempt, FETCH_ATTEMPTS, out.tell(), total, exc,
+                    )  # fmt: skip
+                    error = exc
+            raise ArtifactTransferError(
+                f"could not fetch {path} after {FETCH_ATTEMPTS} tries ({error}); the "
+                f"{out.tell()} bytes fetched are kept in {partial} and the next try continues"
+            ) from error
 
     def _open_read(self, path: str) -> IO[bytes]:
         # memory:// hands every reader the same file object (one shared position), so

@@ -14,7 +14,7 @@ one token reads every weight once, so tokens/s cannot pass (bytes read per secon
 (the best of a few passes). ``greedy_equal``: of ``--prompts`` fixed prompts answered
 greedily (32 tokens), how many bfloat16 (int8) answers equal float32's token for token,
 and where the first differs on average. int8 is weight-only: the decoder layers'
-weights in int8, activations in bfloat16 (``reef.engine.quantize``).
+weights in int8, activations in bfloat16 (``reef.engine.precision``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
     import torch
 
     from reef.engine.models import load_model
-    from reef.engine.quantize import apply_precision, load_dtype
+    from reef.engine.precision import apply_precision, load_dtype
     from reef.engine.runtime import Engine
     from reef.engine.server import BackgroundServer
 

@@ -304,7 +304,7 @@ def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict
     from engine_dtypes import read_rate
 
     from reef.engine.models import load_model
-    from reef.engine.quantize import apply_precision, load_dtype
+    from reef.engine.precision import apply_precision, load_dtype
     from reef.engine.scheduler import default_threads
 
     threads = args.threads or default_threads()

@@ -23,7 +23,7 @@ READY_PREFIX = "REEF_ENGINE_READY "
 EngineDtype = Literal["float32", "bfloat16", "int8", "auto"]
 """The weights' precision: ``float32``, ``bfloat16``, ``int8`` (weight-only: the decoder
 layers' weights in int8, the rest and the activations in bfloat16;
-``reef.engine.quantize``), or ``auto`` (bfloat16 where the CPU computes it natively,
+``reef.engine.precision``), or ``auto`` (bfloat16 where the CPU computes it natively,
 AVX-512 BF16 or AMX, else float32; see docs/engine.md)."""
 ENGINE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int8", "auto")
 
@@ -67,9 +67,7 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return "amx_bf16" in cpu_flags(cpuinfo)
 
 
-def resolve_dtype(
-    dtype: EngineDtype, cuda: bool = False
-) -> Literal["float32", "bfloat16", "int8"]:
+def resolve_dtype(dtype: EngineDtype, cuda: bool = False) -> Literal["float32", "bfloat16", "int8"]:
     """``dtype`` with ``auto`` decided for this machine (``cuda``: a GPU serves)."""
     if dtype != "auto":
         return dtype

@@ -40,7 +40,7 @@ from reef.engine.errors import (
 )
 from reef.engine.memory import available_memory_bytes, check_fits, required_bytes
 from reef.engine.models import LoadedModel, load_checkpoint_model
-from reef.engine.quantize import apply_precision, load_dtype, precision_of
+from reef.engine.precision import apply_precision, load_dtype, precision_of
 from reef.engine.scheduler import Scheduler
 from reef.engine.sequences import BASE_KEY, ChoiceDelta, GenerationJob, SamplingParams
 from reef.engine.tools import AUTO, ToolChoice, render_tools, template_takes_tools

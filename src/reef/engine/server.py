@@ -38,6 +38,7 @@ from reef.engine.errors import (
     InsufficientMemoryError,
 )
 from reef.engine.models import load_model
+from reef.engine.precision import apply_precision, load_dtype
 from reef.engine.process import EngineOptions, resolve_dtype
 from reef.engine.protocol import (
     ChatCompletionRequest,
@@ -48,7 +49,6 @@ from reef.engine.protocol import (
     UnloadCheckpointRequest,
     UnloadLoraAdapterRequest,
 )
-from reef.engine.quantize import apply_precision, load_dtype
 from reef.engine.responses import (
     ADAPTER_DIGEST_HEADER,
     ChoiceAccumulator,

@@ -1,6 +1,7 @@
-"""Weight-only int8 (``--dtype int8``): the layers compute with the rounded weights and
-nothing else, PEFT adapters on the quantized projections apply as on any linear layer,
-and an int8 engine serves the base model, an adapter and a checkpoint (quantized too)."""
+"""The engine's precisions (``reef.engine.precision``). Packed bfloat16 layers compute
+what torch's bfloat16 layers compute; weight-only int8 layers compute with the rounded
+weights and nothing else; PEFT adapters on either apply as on any linear layer; an int8
+engine serves the base model, an adapter and a checkpoint (quantized too)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ from transformers import DynamicCache
 
 from reef.engine.adapters import BASE_ADAPTER, AdapterModel
 from reef.engine.models import load_model
+from reef.engine.precision import (
+    INT8_STEPS,
+    Int8Linear,
+    PackedLinear,
+    apply_precision,
+    can_pack,
+    precision_of,
+    quantize_int8,
+)
 from reef.engine.process import EngineOptions, engine_command, resolve_dtype
-from reef.engine.quantize import INT8_STEPS, Int8Linear, precision_of, quantize_int8
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
 from tests.engine.checkpoint_factory import make_letter_checkpoint
@@ -56,6 +65,45 @@ def test_quantizing_replaces_the_layers_projections_and_keeps_the_head(tmp_path:
     assert command[command.index("--dtype") + 1] == "int8"
 
 
+needs_onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN (packed layers)"
+)
+
+
+@needs_onednn
+def test_a_packed_layer_computes_what_the_bfloat16_layer_does() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48, bias=False).to(torch.bfloat16)
+    packed = PackedLinear(linear)
+    for rows in (1, 8, 37):
+        x = torch.randn(rows, 3, 64).to(torch.bfloat16)
+        expected = linear(x).float()
+        got = packed(x)
+        assert got.shape == (rows, 3, 48) and got.dtype == torch.bfloat16
+        assert torch.allclose(got.float(), expected, atol=0.02, rtol=0.01)
+
+
+@needs_onednn
+def test_a_bfloat16_model_is_packed_and_answers_as_before(tmp_path: Path) -> None:
+    plain = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
+    packed = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
+    assert can_pack(packed.model)
+    apply_precision(packed.model, "bfloat16")
+    layers = len(packed.model.model.layers)
+    found = [m for m in packed.model.modules() if isinstance(m, PackedLinear)]
+    assert len(found) == 7 * layers + 1, "every projection and the output head"
+    assert precision_of(packed.model) == "bfloat16"
+    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
+    ours = _logits(AdapterModel(packed.model), prompt, BASE_ADAPTER)
+    theirs = _logits(AdapterModel(plain.model), prompt, BASE_ADAPTER)
+    assert torch.allclose(ours, theirs, atol=0.02)
+    float32 = load_model("tiny-random", tmp_path)
+    apply_precision(float32.model, "float32")
+    assert not any(isinstance(m, PackedLinear) for m in float32.model.modules()), (
+        "float32 stays torch's own layers: the reference"
+    )
+
+
 def _adapter_on_projections(directory: Path) -> Path:
     """A LoRA on every attention and MLP projection of tiny-random, with a large random
     delta (B is zero after PEFT's initialisation; here it is not)."""
@@ -81,13 +129,30 @@ def _logits(model: AdapterModel, prompt: torch.Tensor, adapter: str) -> torch.Te
         return model.forward_logits(prompt, mask, positions, cache, [adapter])
 
 
+@needs_onednn
+def test_an_adapter_on_packed_projections_adds_its_delta(tmp_path: Path) -> None:
+    adapter = _adapter_on_projections(tmp_path / "adapter")
+    packed = load_model("tiny-random", tmp_path / "a", dtype=torch.bfloat16)
+    apply_precision(packed.model, "bfloat16")
+    reference = load_model("tiny-random", tmp_path / "b", dtype=torch.bfloat16)
+    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
+    ours, theirs = AdapterModel(packed.model), AdapterModel(reference.model)
+    for runner in (ours, theirs):
+        runner.load("reef-1", adapter)
+    tuned, base = _logits(ours, prompt, "reef-1"), _logits(ours, prompt, BASE_ADAPTER)
+    expected = _logits(theirs, prompt, "reef-1")
+    change = float((tuned - base).abs().max())
+    assert change > 0.2, "the adapter changes the logits"
+    assert float((tuned - expected).abs().max()) < change / 10
+
+
 def test_an_adapter_on_quantized_projections_adds_its_delta(tmp_path: Path) -> None:
     """The int8 model with the adapter answers as a bfloat16 model holding the same
     rounded weights with the same adapter does: PEFT wraps :class:`Int8Linear` as a
     linear layer and adds the adapter's product to the int8 kernel's."""
     adapter = _adapter_on_projections(tmp_path / "adapter")
     int8 = load_model("tiny-random", tmp_path / "a", dtype=torch.bfloat16)
-    quantize_int8(int8.model)
+    apply_precision(int8.model, "int8")
     reference = load_model("tiny-random", tmp_path / "b", dtype=torch.bfloat16)
     rounded = {
         name: module.dequantized()
@@ -110,11 +175,12 @@ def test_an_adapter_on_quantized_projections_adds_its_delta(tmp_path: Path) -> N
     assert error < change / 10, (error, change)
 
 
-async def test_an_int8_engine_serves_the_base_an_adapter_and_a_checkpoint(
-    tmp_path: Path,
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+async def test_a_packed_or_int8_engine_serves_the_base_an_adapter_and_a_checkpoint(
+    tmp_path: Path, precision: str
 ) -> None:
     loaded = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
-    quantize_int8(loaded.model)
+    apply_precision(loaded.model, precision)
     adapter = make_letter_adapter(tmp_path / "adapter-b", "b")  # trained in float32
     checkpoint = make_letter_checkpoint(tmp_path / "ckpt-c", "c")
     engine = Engine(loaded, max_batch=4, threads=1)
@@ -125,7 +191,7 @@ async def test_an_int8_engine_serves_the_base_an_adapter_and_a_checkpoint(
             aiohttp.ClientSession() as http,
         ):
             async with http.get(server.base_url.removesuffix("/v1") + "/health") as answer:
-                assert (await answer.json())["dtype"] == "int8"
+                assert (await answer.json())["dtype"] == precision
 
             async def say(model: str) -> str:
                 reply = await client.chat.completions.create(
@@ -148,6 +214,8 @@ async def test_an_int8_engine_serves_the_base_an_adapter_and_a_checkpoint(
         [(runner, _)] = [
             (batch.runner, key) for key, batch in engine.scheduler.batches.items() if key != "base"
         ]
-        assert precision_of(runner.base) == "int8", "the checkpoint was quantized as it loaded"
+        assert precision_of(runner.base) == precision, "the checkpoint loaded as the engine"
+        if can_pack(runner.base):
+            assert any(isinstance(m, PackedLinear) for m in runner.base.modules())
     finally:
         server.stop()

@@ -10,6 +10,7 @@ import typer
 
 from reef.cli.quickstart.errors import check_requirements
 from reef.core.errors import InvalidInputError
+from reef.engine.process import ENGINE_DTYPES
 
 MODELS = ("smollm2-135m", "tiny-random")
 FEEDBACK = ("explicit", "implicit")
@@ -71,6 +72,12 @@ def quickstart_command(
             "tools, graded by each episode's outcome."
         ),
     ] = "triage",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="The engine's precision: float32, bfloat16, int8 or auto (docs/engine.md).",
+        ),
+    ] = "float32",
 ) -> None:
     """Run Reef end to end: a support-ticket triage app (or, with --task agent, an
     order-support agent with tools) sends traffic and feedback through the OpenAI SDK,
@@ -85,12 +92,25 @@ def quickstart_command(
         raise InvalidInputError(f"--task must be triage or agent, not {task!r}")
     if task == "agent" and feedback != "explicit":
         raise InvalidInputError("--task agent grades outcomes: --feedback implicit is triage's")
+    if dtype not in ENGINE_DTYPES:
+        raise InvalidInputError(f"--dtype must be one of {', '.join(ENGINE_DTYPES)}, not {dtype!r}")
     check_requirements(model)
     from reef.cli.quickstart.session import Options, run_quickstart
 
     sizes = (requests or DEFAULT_REQUESTS[task], heldout or DEFAULT_HELDOUT[task])
     run_quickstart(
         Options(
-            directory, rounds, sizes[0], model, sizes[1], port, seed, fresh, demos, feedback, task
+            directory,
+            rounds,
+            sizes[0],
+            model,
+            sizes[1],
+            port,
+            seed,
+            fresh,
+            demos,
+            feedback,
+            task,
+            dtype,
         )
     )

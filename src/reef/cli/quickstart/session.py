@@ -63,6 +63,7 @@ class Options:
     demos: int = 0
     feedback: str = "explicit"
     task: str = "triage"
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,14 @@ def _triage_plan(options: Options, workspace: Workspace, port: int) -> Plan:
     suite = generator.draw(SUITE_SIZE, held_out=True) if implicit else None
     traffic = [generator.draw(options.requests, held_out=False) for _ in range(options.rounds)]
     settings = write_config(
-        workspace, options.model, port, TRAIN_EPOCHS[options.model], heldout, options.demos, suite
+        workspace,
+        options.model,
+        port,
+        TRAIN_EPOCHS[options.model],
+        heldout,
+        options.demos,
+        suite,
+        dtype=options.dtype,
     )
     intro = (
         f"triage of support tickets into {len(LABELS)} labels ({', '.join(LABELS)}) on "
@@ -137,6 +145,7 @@ def _agent_plan(options: Options, workspace: Workspace, port: int) -> Plan:
         AGENT_TRAIN_EPOCHS[options.model],
         shown,
         suite_items(suite, world, "suite"),
+        dtype=options.dtype,
     )
     intro = (
         f"an order-support agent with {len(TOOLS)} tools "

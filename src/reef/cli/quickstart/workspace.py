@@ -194,12 +194,17 @@ publish: auto
 """
 
 
-def reef_yaml(model: str, port: int, scenario: str = SCENARIO) -> dict[str, Any]:
+def reef_yaml(
+    model: str, port: int, scenario: str = SCENARIO, dtype: str = "float32"
+) -> dict[str, Any]:
     """``reef.yaml`` as data, paths relative to the quickstart directory."""
+    local: dict[str, Any] = {"type": "local", "model": model}
+    if dtype != "float32":
+        local["dtype"] = dtype
     return {
         "home": HOME,
         "server": {"port": port},
-        "upstreams": {"local": {"type": "local", "model": model}},
+        "upstreams": {"local": local},
         "scenarios": {
             scenario: {
                 "harness": "managed",
@@ -218,6 +223,7 @@ def write_config(
     heldout: list[Ticket],
     demos: int = 0,
     suite: list[Ticket] | None = None,
+    dtype: str = "float32",
 ) -> ReefSettings:
     """Write the configuration files and the held-out set; the settings, with paths
     made absolute (the quickstart does not change directory)."""
@@ -231,12 +237,14 @@ def write_config(
     _write_items(root / "heldout.jsonl", "heldout", heldout)
     if suite is not None:
         _write_items(root / "suite.jsonl", "suite", suite)
-    return _write_reef_yaml(workspace, model, port, SCENARIO)
+    return _write_reef_yaml(workspace, model, port, SCENARIO, dtype)
 
 
-def _write_reef_yaml(workspace: Workspace, model: str, port: int, name: str) -> ReefSettings:
+def _write_reef_yaml(
+    workspace: Workspace, model: str, port: int, name: str, dtype: str = "float32"
+) -> ReefSettings:
     root = workspace.root
-    config = reef_yaml(model, port, name)
+    config = reef_yaml(model, port, name, dtype)
     header = (
         "# Written by `reef quickstart`. Serve what it learned: cd into this directory,\n"
         "# then `reef serve` (it reads ./reef.yaml; paths are relative to here).\n"
@@ -332,6 +340,7 @@ def write_agent_config(
     epochs: float,
     heldout: list[dict[str, Any]],
     suite: list[dict[str, Any]],
+    dtype: str = "float32",
 ) -> ReefSettings:
     """The agent task's configuration files, its held-out episodes and the gate's
     suite; the settings, with paths made absolute."""
@@ -344,7 +353,7 @@ def write_agent_config(
     (root / "recipe.yaml").write_text(agent_recipe_yaml(model, epochs), encoding="utf-8")
     for name, items in (("heldout.jsonl", heldout), ("suite.jsonl", suite)):
         (root / name).write_text("".join(json.dumps(item) + "\n" for item in items))
-    return _write_reef_yaml(workspace, model, port, AGENT_SCENARIO)
+    return _write_reef_yaml(workspace, model, port, AGENT_SCENARIO, dtype)
 
 
 __all__ = [

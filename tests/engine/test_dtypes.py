@@ -1,6 +1,7 @@
 """The engine in bfloat16: ``auto`` reads the CPU's flags, the command line and the
-``type: local`` upstream pass the dtype on, and a bfloat16 engine serves the base
-model, a float32-trained LoRA adapter and a checkpoint (loaded in the engine's dtype)."""
+``type: local`` upstream pass the dtype on, and a bfloat16 engine (plain, packed or int8
+layers) serves the base model, a float32-trained LoRA adapter and a checkpoint (loaded
+in the engine's precision)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from reef.engine.models import load_model
+from reef.engine.precision import PackedLinear, apply_precision, can_pack, precision_of
 from reef.engine.process import EngineOptions, cpu_has_bf16, engine_command, resolve_dtype
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
@@ -68,19 +70,26 @@ def test_a_local_upstreams_dtype_and_threads_reach_its_engine(tmp_path: Path) ->
         UpstreamConfig(type="local", dtype="float16")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("precision", [None, "bfloat16", "int8"])
 async def test_a_bfloat16_engine_serves_the_base_an_adapter_and_a_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, precision: str | None
 ) -> None:
+    """Plain bfloat16 layers (``None``), packed ones and int8 ones (reef.engine.precision)."""
     loaded = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
     assert next(loaded.model.parameters()).dtype == torch.bfloat16
+    if precision is not None:
+        apply_precision(loaded.model, precision)
     adapter = make_letter_adapter(tmp_path / "adapter-b", "b")  # trained in float32
     checkpoint = make_letter_checkpoint(tmp_path / "ckpt-c", "c")
-    server = BackgroundServer(Engine(loaded, max_batch=4, threads=1)).start()
+    engine = Engine(loaded, max_batch=4, threads=1)
+    server = BackgroundServer(engine).start()
     try:
         async with (
             openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client,
             aiohttp.ClientSession() as http,
         ):
+            async with http.get(server.base_url.removesuffix("/v1") + "/health") as answer:
+                assert (await answer.json())["dtype"] == (precision or "bfloat16")
 
             async def say(model: str) -> str:
                 reply = await client.chat.completions.create(
@@ -104,5 +113,11 @@ async def test_a_bfloat16_engine_serves_the_base_an_adapter_and_a_checkpoint(
             async with http.post(server.base_url + "/load_checkpoint", json=body) as answer:
                 assert answer.status == 200, await answer.text()
             assert await say("c") == "cccccc"
+        [checkpoint_weights] = [
+            b.runner.base for k, b in engine.scheduler.batches.items() if k != "base"
+        ]
+        assert precision_of(checkpoint_weights) == (precision or "bfloat16"), "loaded as the engine"
+        if precision is not None and can_pack(checkpoint_weights):
+            assert any(isinstance(m, PackedLinear) for m in checkpoint_weights.modules())
     finally:
         server.stop()

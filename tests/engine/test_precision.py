@@ -1,15 +1,14 @@
 """The engine's precisions (``reef.engine.precision``). Packed bfloat16 layers compute
 what torch's bfloat16 layers compute; weight-only int8 layers compute with the rounded
-weights and nothing else; PEFT adapters on either apply as on any linear layer; an int8
-engine serves the base model, an adapter and a checkpoint (quantized too)."""
+weights and nothing else; PEFT adapters on either apply as on any linear layer (an
+engine in each precision serving the base, an adapter and a checkpoint:
+tests/engine/test_dtypes.py)."""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
 
-import aiohttp
-import openai
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -28,10 +27,7 @@ from reef.engine.precision import (
     quantize_int8,
 )
 from reef.engine.process import EngineOptions, engine_command, resolve_dtype
-from reef.engine.runtime import Engine
-from reef.engine.server import BackgroundServer
-from tests.engine.checkpoint_factory import make_letter_checkpoint
-from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_letter_adapter
+from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 
@@ -129,21 +125,27 @@ def _logits(model: AdapterModel, prompt: torch.Tensor, adapter: str) -> torch.Te
         return model.forward_logits(prompt, mask, positions, cache, [adapter])
 
 
+def _adapter_effect(ours: nn.Module, theirs: nn.Module, adapter: Path) -> tuple[float, float]:
+    """(how far ``adapter`` moves ``ours``'s logits, how far ``ours`` with it lands from
+    ``theirs`` with it), on one prompt."""
+    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
+    mine, reference = AdapterModel(ours), AdapterModel(theirs)
+    for runner in (mine, reference):
+        runner.load("reef-1", adapter)
+    tuned, base = _logits(mine, prompt, "reef-1"), _logits(mine, prompt, BASE_ADAPTER)
+    expected = _logits(reference, prompt, "reef-1")
+    return float((tuned - base).abs().max()), float((tuned - expected).abs().max())
+
+
 @needs_onednn
 def test_an_adapter_on_packed_projections_adds_its_delta(tmp_path: Path) -> None:
     adapter = _adapter_on_projections(tmp_path / "adapter")
     packed = load_model("tiny-random", tmp_path / "a", dtype=torch.bfloat16)
     apply_precision(packed.model, "bfloat16")
     reference = load_model("tiny-random", tmp_path / "b", dtype=torch.bfloat16)
-    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
-    ours, theirs = AdapterModel(packed.model), AdapterModel(reference.model)
-    for runner in (ours, theirs):
-        runner.load("reef-1", adapter)
-    tuned, base = _logits(ours, prompt, "reef-1"), _logits(ours, prompt, BASE_ADAPTER)
-    expected = _logits(theirs, prompt, "reef-1")
-    change = float((tuned - base).abs().max())
+    change, error = _adapter_effect(packed.model, reference.model, adapter)
     assert change > 0.2, "the adapter changes the logits"
-    assert float((tuned - expected).abs().max()) < change / 10
+    assert error < change / 10, (error, change)
 
 
 def test_an_adapter_on_quantized_projections_adds_its_delta(tmp_path: Path) -> None:
@@ -163,59 +165,6 @@ def test_an_adapter_on_quantized_projections_adds_its_delta(tmp_path: Path) -> N
         for name, module in reference.model.named_modules():
             if name in rounded:
                 module.weight.copy_(rounded[name].to(torch.bfloat16))
-    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
-    ours, theirs = AdapterModel(int8.model), AdapterModel(reference.model)
-    for runner in (ours, theirs):
-        runner.load("reef-1", adapter)
-    tuned, base = _logits(ours, prompt, "reef-1"), _logits(ours, prompt, BASE_ADAPTER)
-    expected = _logits(theirs, prompt, "reef-1")
-    change = float((tuned - base).abs().max())
-    error = float((tuned - expected).abs().max())
+    change, error = _adapter_effect(int8.model, reference.model, adapter)
     assert change > 0.2, "the adapter changes the logits"
     assert error < change / 10, (error, change)
-
-
-@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
-async def test_a_packed_or_int8_engine_serves_the_base_an_adapter_and_a_checkpoint(
-    tmp_path: Path, precision: str
-) -> None:
-    loaded = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
-    apply_precision(loaded.model, precision)
-    adapter = make_letter_adapter(tmp_path / "adapter-b", "b")  # trained in float32
-    checkpoint = make_letter_checkpoint(tmp_path / "ckpt-c", "c")
-    engine = Engine(loaded, max_batch=4, threads=1)
-    server = BackgroundServer(engine).start()
-    try:
-        async with (
-            openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client,
-            aiohttp.ClientSession() as http,
-        ):
-            async with http.get(server.base_url.removesuffix("/v1") + "/health") as answer:
-                assert (await answer.json())["dtype"] == precision
-
-            async def say(model: str) -> str:
-                reply = await client.chat.completions.create(
-                    model=model,
-                    messages=[{"role": "user", "content": "hi"}],
-                    max_tokens=6,
-                    temperature=0,
-                )
-                return reply.choices[0].message.content or ""
-
-            assert len(await say("tiny-random")) > 0
-            body = {"lora_name": "b", "lora_path": str(adapter)}
-            async with http.post(server.base_url + "/load_lora_adapter", json=body) as answer:
-                assert answer.status == 200, await answer.text()
-            assert await say("b") == "bbbbbb"
-            body = {"name": "c", "path": str(checkpoint)}
-            async with http.post(server.base_url + "/load_checkpoint", json=body) as answer:
-                assert answer.status == 200, await answer.text()
-            assert await say("c") == "cccccc"
-        [(runner, _)] = [
-            (batch.runner, key) for key, batch in engine.scheduler.batches.items() if key != "base"
-        ]
-        assert precision_of(runner.base) == precision, "the checkpoint loaded as the engine"
-        if can_pack(runner.base):
-            assert any(isinstance(m, PackedLinear) for m in runner.base.modules())
-    finally:
-        server.stop()

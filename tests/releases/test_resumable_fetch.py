@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from reef.releases import ArtifactCorruptError, ArtifactTransferError, open_artifact_store
+from reef.releases import (
+    ArtifactCorruptError,
+    ArtifactStore,
+    ArtifactTransferError,
+    open_artifact_store,
+)
 from reef.releases.artifacts_fsspec import FETCH_ATTEMPTS
 
 CHUNK = 1 << 20  # one ranged read
@@ -88,12 +93,17 @@ def _payload() -> bytes:
     return hashlib.sha256(b"seed").digest() * (SIZE // 32) + b"x" * (SIZE % 32)
 
 
+def _stored(root: Path, server: CuttingServer, cache: Path) -> tuple[str, ArtifactStore]:
+    """The payload stored in ``root``; the same store read over ``server`` (HTTP)."""
+    digest = open_artifact_store(root).put_bytes(_payload(), "checkpoint")
+    return digest, open_artifact_store(server.url, cache_dir=cache)
+
+
 def test_a_cut_transfer_continues_from_the_byte_it_reached(
     served: tuple[CuttingServer, Path], tmp_path: Path
 ) -> None:
     server, root = served
-    digest = open_artifact_store(root).put_bytes(_payload(), "checkpoint")
-    remote = open_artifact_store(server.url, cache_dir=tmp_path / "cache")
+    digest, remote = _stored(root, server, tmp_path / "cache")
     server.cuts = 2
     copy = remote.materialize(digest)
     assert copy.read_bytes() == _payload()
@@ -108,8 +118,7 @@ def test_a_failed_download_is_kept_and_the_next_call_continues_it(
     served: tuple[CuttingServer, Path], tmp_path: Path
 ) -> None:
     server, root = served
-    digest = open_artifact_store(root).put_bytes(_payload(), "checkpoint")
-    remote = open_artifact_store(server.url, cache_dir=tmp_path / "cache")
+    digest, remote = _stored(root, server, tmp_path / "cache")
     server.cuts = FETCH_ATTEMPTS
     with pytest.raises(ArtifactTransferError, match="next try continues"):
         remote.materialize(digest)
@@ -143,8 +152,7 @@ def test_a_partial_that_does_not_verify_is_dropped(
     served: tuple[CuttingServer, Path], tmp_path: Path
 ) -> None:
     server, root = served
-    digest = open_artifact_store(root).put_bytes(_payload(), "checkpoint")
-    remote = open_artifact_store(server.url, cache_dir=tmp_path / "cache")
+    digest, remote = _stored(root, server, tmp_path / "cache")
     partial = tmp_path / "cache" / ".partial" / f"sha256-{digest.removeprefix('sha256:')}"
     partial.parent.mkdir(parents=True)
     partial.write_bytes(b"not the start of it")  # a damaged earlier download

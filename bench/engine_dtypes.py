@@ -51,6 +51,23 @@ PROMPTS = [
 ]
 
 
+def decode_bytes(model: Any) -> int:
+    """Bytes one decoded token reads: every weight and buffer as the engine holds them
+    (int8 weights count one byte each), less the input embedding when the output head
+    holds its own copy (a packed head): a token reads one row of the embedding, not all."""
+    import torch
+
+    head = model.get_output_embeddings()
+    embedding = model.get_input_embeddings().weight
+    skip = embedding if head is not None and head.weight is not embedding else None
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(
+        t.numel() * t.element_size()
+        for t in tensors
+        if (t.is_floating_point() or t.dtype == torch.int8) and t is not skip
+    )
+
+
 def read_rate(nbytes: int, dtype: Any, threads: int) -> float:
     """Bytes per second summing a tensor of ``nbytes`` of ``dtype`` (best of 5)."""
     import torch
@@ -102,7 +119,6 @@ async def measure(base_url: str, model: str, adapter: Path, args: Any) -> dict[s
 
 
 def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> dict[str, Any]:
-    import torch
 
     from reef.engine.models import load_model
     from reef.engine.precision import apply_precision, load_dtype
@@ -114,9 +130,7 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
         dtype = load_dtype(name)
         loaded = load_model(args.model, args.home, dtype=dtype)
         apply_precision(loaded.model, name)
-        tensors = [*loaded.model.parameters(), *loaded.model.buffers()]
-        weight_bytes = sum(t.numel() * t.element_size() for t in tensors if t.is_floating_point()
-                           or t.dtype == torch.int8)  # fmt: skip
+        weight_bytes = decode_bytes(loaded.model)
         engine = Engine(loaded, threads=args.threads)
         server = BackgroundServer(engine).start()
         try:

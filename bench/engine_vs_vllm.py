@@ -301,7 +301,7 @@ def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict
     """Per engine dtype: the weights' MB as the engine holds them, the read rate (GB/s)
     of a tensor that size with the engine's threads, and the bound it sets (tok/s)."""
     import torch
-    from engine_dtypes import read_rate
+    from engine_dtypes import decode_bytes, read_rate
 
     from reef.engine.models import load_model
     from reef.engine.precision import apply_precision, load_dtype
@@ -314,12 +314,7 @@ def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict
             continue
         loaded = load_model(args.model, args.home, dtype=load_dtype(name))
         apply_precision(loaded.model, name)
-        tensors = [*loaded.model.parameters(), *loaded.model.buffers()]
-        size = sum(
-            t.numel() * t.element_size()
-            for t in tensors
-            if t.is_floating_point() or t.dtype == torch.int8
-        )
+        size = decode_bytes(loaded.model)
         del loaded
         rate = read_rate(size, load_dtype(name), threads)
         found[name] = {"weight_mb": size / 1e6, "read_gb_s": rate / 1e9, "bound": rate / size}

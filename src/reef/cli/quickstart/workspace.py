@@ -168,12 +168,15 @@ learners:
     # The records hold the application's request without the managed harness; the
     # adapter must learn under the prompt it will serve with (the system prompt).
     render_harness: true
-    # Passes over this round's examples (the more feedback, the more steps), with
-    # early stopping on a validation split inside the trainer. On SmolLM2 two passes at
-    # a constant 2e-3 are the 40 steps per round measured before budgets followed the
-    # data (90 examples at batch 4): 0% -> 67% held-out after one round.
+    # Passes over this round's examples: the more feedback, the more steps. On SmolLM2
+    # two passes at a constant 2e-3 are the 40 steps per round measured before budgets
+    # followed the data (90 examples at batch 4): 0% -> 67% held-out after one round.
+    # No validation split: a tenth of a 90-example round is 9 examples, too few to
+    # stop on and a tenth less to learn from (one run with it: 25% after round 1).
     epochs: {epochs:g}
     lr_schedule: constant
+    warmup_fraction: 0
+    validation_fraction: 0
     lr: {0.01 if tiny else 0.002}
     batch_size: 4
     target_modules: [{"q_proj, v_proj, lm_head" if tiny else "q_proj, v_proj"}]
@@ -302,10 +305,12 @@ learners:
     # adapter learns under the prompt it will serve with (system prompt + tool prompt).
     render_harness: true
     # Two passes over the round's examples at a constant rate (the 60 steps measured on
-    # 120 examples: 0% -> 67% held-out episode success), early stopping on a validation
-    # split; a round with twice the episodes trains twice the steps.
+    # 120 examples: 0% -> 67% held-out episode success); a round with twice the
+    # episodes trains twice the steps. No validation split, as in the triage recipe.
     epochs: {epochs:g}
     lr_schedule: constant
+    warmup_fraction: 0
+    validation_fraction: 0
     lr: {0.01 if tiny else 0.003}
     batch_size: 4
     target_modules: [{"q_proj, v_proj, lm_head" if tiny else "q_proj, k_proj, v_proj, o_proj"}]

@@ -495,12 +495,24 @@ def load_rows(path: Path | None) -> dict[tuple[str, int], dict[str, Any]]:
     return found
 
 
+def feedback_counts(spec: str, task: str) -> list[int]:
+    """The feedback counts ``--feedback`` gives ``task``: ``150,300`` for every task, or
+    per task, ``label_map=150,300;extraction=60,120`` (a task not named gets none)."""
+    if "=" not in spec:
+        return [int(c) for c in spec.split(",")]
+    for group in spec.split(";"):
+        name, _, counts = group.partition("=")
+        if name.strip() == task:
+            return [int(c) for c in counts.split(",")]
+    return []
+
+
 def sweep(args: argparse.Namespace) -> None:
     """``--sweep``: each override set on each task and count, one JSON line each."""
     for name in args.tasks.split(","):
         task = TASKS[name]
         test = task.make(TEST_ITEMS, random.Random(99))
-        for count in [int(c) for c in args.feedback.split(",")]:
+        for count in feedback_counts(args.feedback, name):
             for overrides in args.sweep.split(";"):
                 line = json.dumps(sweep_run(args.model, task, count, test, overrides))
                 print(line, flush=True)
@@ -513,7 +525,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tasks", default="label_map,extraction,format")
-    parser.add_argument("--feedback", default="240", help="comma-separated counts, e.g. 150,300")
+    parser.add_argument(
+        "--feedback",
+        default="240",
+        help="comma-separated counts for every task (150,300), or per task "
+        "(label_map=150,300;extraction=60,120)",
+    )
     parser.add_argument("--bare-epochs", type=int, default=5)
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument(
@@ -538,7 +555,7 @@ def main() -> None:
     for name in args.tasks.split(","):
         task = TASKS[name]
         test = task.make(TEST_ITEMS, random.Random(99))
-        for count in [int(c) for c in args.feedback.split(",")]:
+        for count in feedback_counts(args.feedback, name):
             if (name, count) in done:
                 rows.append(done[name, count])
                 continue
@@ -562,7 +579,7 @@ def main() -> None:
         "",
         "```",
         f".venv/bin/python bench/learning.py --model {args.model} --tasks {args.tasks} "
-        f"--feedback {args.feedback} --bare-epochs {args.bare_epochs}",
+        f"--feedback '{args.feedback}' --bare-epochs {args.bare_epochs}",
         "```",
         "",
         "| task | feedback | base | Reef (default recipe) | bare PEFT loop | ratio "

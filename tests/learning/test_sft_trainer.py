@@ -196,3 +196,6 @@ def test_a_time_cap_stops_a_run_and_says_so(tmp_path: Path) -> None:
     metrics = train_lora_sft(spec(tmp_path, examples=many, budget=budget)).metrics
     assert metrics["stop_reason"] == "max_seconds"
     assert 0 < metrics["steps"] < metrics["steps_planned"]
+    # the loop's CPU time is reported beside its wall time (one thread: never above it
+    # by more than the clocks' granularity)
+    assert 0 < metrics["cpu_seconds"] <= metrics["seconds"] * 1.5 + 0.05

@@ -179,6 +179,7 @@ REPORTED = (
     "val_curve",
     "tokens",
     "seconds",
+    "cpu_seconds",
     "tokens_per_second",
     "continued",
     "steps",

@@ -380,6 +380,7 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         "tokens": tokens,
         "target_tokens": target_tokens,
         "seconds": round(seconds, 4),
+        "cpu_seconds": round(run.cpu_seconds, 4),
         "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
         "load_seconds": round(load_seconds, 4),
         "steps": steps_run,
@@ -420,12 +421,14 @@ class Accumulated:
 @dataclass(frozen=True)
 class BudgetedRun:
     """What :func:`train_in_budget` did: the loss per step, steps run, the loop's wall
-    time and the convergence report (``budget.stop_report``)."""
+    time, the convergence report (``budget.stop_report``) and the loop's CPU time (every
+    thread of the training process: on a shared machine wall time grows, CPU time less)."""
 
     curve: list[float]
     steps_run: int
     seconds: float
     report: dict[str, Any]
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -485,7 +488,7 @@ def train_in_budget(  # noqa: PLR0913
         reason = "max_steps"
     curve: list[float] = []
     steps_run = 0
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     for number, items in enumerate(batches, start=1):
         value = _backward(step(items))
         optimizer.step()
@@ -506,10 +509,11 @@ def train_in_budget(  # noqa: PLR0913
         if budget.max_seconds is not None and time.monotonic() - started > budget.max_seconds:
             reason = "max_seconds"
             break
-    seconds = time.monotonic() - started
+    seconds, cpu_seconds = time.monotonic() - started, time.process_time() - cpu_started
     if best is not None and stopper.best_step != steps_run:
         restore_state(model, best)
-    return BudgetedRun(curve, steps_run, seconds, stop_report(reason, stopper, steps_run, total))
+    report = stop_report(reason, stopper, steps_run, total)
+    return BudgetedRun(curve, steps_run, seconds, report, cpu_seconds)
 
 
 def _backward(loss: torch.Tensor | Accumulated) -> float:

@@ -246,6 +246,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         "reward_accuracy": accuracies[-1],
         "tokens": tokens,
         "seconds": round(seconds, 4),
+        "cpu_seconds": round(run.cpu_seconds, 4),
         "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,
         "load_seconds": round(load_seconds, 4),
         "steps": steps_run,

@@ -188,7 +188,7 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         )
     return "\n".join(
         [
-            "### Engine precision: float32, bfloat16 and int8 (`bench/engine_dtypes.py`)",
+            "### Engine precision (`bench/engine_dtypes.py`)",
             "",
             "```bash",
             f".venv/bin/python bench/engine_dtypes.py --model {args.model} --threads "

@@ -396,6 +396,7 @@ def sweep_run(
         "accuracy": hits / len(test),
         "examples": len(examples),
         "train_minutes": metrics["seconds"] / 60,
+        "train_cpu_minutes": metrics.get("cpu_seconds", 0.0) / 60,
         "steps": metrics["steps"],
         "stop_reason": metrics.get("stop_reason"),
         "undertrained": metrics.get("undertrained"),

@@ -555,6 +555,11 @@ def main() -> None:
         help="trainer-only calibration: ';'-separated sft overrides, e.g. "
         "'lr=5e-4;lr=1e-3,epochs=8' (each runs Reef's trainer on each task and count)",
     )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="with --rows: render the table from the cells already there, run none",
+    )
     args = parser.parse_args()
     if args.sweep is not None:
         sweep(args)
@@ -567,6 +572,9 @@ def main() -> None:
         for count in feedback_counts(args.feedback, name):
             if (name, count) in done:
                 rows.append(done[name, count])
+                continue
+            if args.render:
+                print(f"{name}@{count}: not in {args.rows}, left out", file=sys.stderr)
                 continue
             reef = reef_run(args.model, task, count, test)
             bare = bare_run(args.model, task, reef["trained"], test, args.bare_epochs)

@@ -68,6 +68,14 @@ def decode_bytes(model: Any) -> int:
     )
 
 
+def bound_figures(weight_bytes: int, dtype: Any, threads: int) -> dict[str, float]:
+    """The weights' MB, the read rate (GB/s) of a tensor that size with ``threads``, and
+    the decode bound it sets (tok/s: a token reads every weight once). Bytes are bytes:
+    int8 weights are timed as a bfloat16 tensor of the same size."""
+    rate = read_rate(weight_bytes, dtype, threads)
+    return {"weight_mb": weight_bytes / 1e6, "read_gb_s": rate / 1e9, "bound": rate / weight_bytes}
+
+
 def read_rate(nbytes: int, dtype: Any, threads: int) -> float:
     """Bytes per second summing a tensor of ``nbytes`` of ``dtype`` (best of 5)."""
     import torch
@@ -137,13 +145,8 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
             result = asyncio.run(measure(server.base_url, args.model, adapter, args))
         finally:
             server.stop()
-        rate = read_rate(weight_bytes, dtype, engine.scheduler.threads)  # bytes are bytes
-        result.update(
-            weight_mb=weight_bytes / 1e6,
-            read_gb_s=rate / 1e9,
-            bound=rate / weight_bytes,
-            threads=engine.scheduler.threads,
-        )
+        result.update(bound_figures(weight_bytes, dtype, engine.scheduler.threads))
+        result["threads"] = engine.scheduler.threads
         out[name] = result
         print(name, {k: v for k, v in result.items() if k != "greedy"}, flush=True)
     return out

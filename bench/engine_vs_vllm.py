@@ -301,7 +301,7 @@ def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict
     """Per engine dtype: the weights' MB as the engine holds them, the read rate (GB/s)
     of a tensor that size with the engine's threads, and the bound it sets (tok/s)."""
     import torch
-    from engine_dtypes import decode_bytes, read_rate
+    from engine_dtypes import bound_figures, decode_bytes
 
     from reef.engine.models import load_model
     from reef.engine.precision import apply_precision, load_dtype
@@ -316,8 +316,7 @@ def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict
         apply_precision(loaded.model, name)
         size = decode_bytes(loaded.model)
         del loaded
-        rate = read_rate(size, load_dtype(name), threads)
-        found[name] = {"weight_mb": size / 1e6, "read_gb_s": rate / 1e9, "bound": rate / size}
+        found[name] = bound_figures(size, load_dtype(name), threads)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     return found
 

@@ -190,7 +190,11 @@ def vllm_versions(python: Path) -> str:
 
 
 def start_vllm(
-    args: argparse.Namespace, model_dir: Path, log: Path, dtype: str | None = None
+    args: argparse.Namespace,
+    model_dir: Path,
+    log: Path,
+    dtype: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Server:
     port = free_port()
     command = [
@@ -200,7 +204,7 @@ def start_vllm(
         "--enable-lora", "--max-lora-rank", "8", "--dtype", dtype or args.vllm_dtype,
         *shlex.split(args.vllm_args),
     ]  # fmt: skip
-    env = {**os.environ, **VLLM_ENV}
+    env = {**os.environ, **VLLM_ENV, **(env or {})}
     for name in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):  # not the project venv's
         env.pop(name, None)
     started = time.perf_counter()

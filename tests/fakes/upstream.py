@@ -75,24 +75,35 @@ _SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no
 class FakeUpstream:
     """The fake server. Counters (read them from tests):
 
-    - ``requests``: ``Counter`` of request paths received (every attempt counts), also
-      as ``requests_received(path)``;
-    - ``last_request_path``, ``last_request_body`` (parsed JSON or ``None``),
-      ``last_request_headers`` (case-insensitive);
-    - ``peers``: client (host, port) pairs seen, i.e. the connections used;
-    - ``cancelled_streams``: streams whose client left before the end;
-      ``completed_streams``: slow streams sent to the end;
-    - ``held``: requests waiting (``hold-answer``) for ``release_held()``;
-    - ``adapters``: adapters loaded through vLLM's runtime LoRA API, which the fake
-      serves only when made with ``adapters=True`` (else loading one fails with 404).
+        - ``requests``: ``Counter`` of request paths received (every attempt counts), also
+          as ``requests_received(path)``;
+        - ``last_request_path``, ``last_request_body`` (parsed JSON or ``None``),
+          ``last_request_headers`` (case-insensitive);
+        - ``peers``: client (host, port) pairs seen, i.e. the connections used;
+        - ``cancelled_streams``: streams whose client left before the end;
+          ``completed_streams``: slow streams sent to the end;
+        - ``held``: requests waiting (``hold-answer``) for ``release_held()``;
+        - ``adapters``: adapters loaded through vLLM's runtime LoRA API, which the fake
+          serves only when made with ``adapters=True`` (else loading one fails with 404).
 
-    It serves vLLM's ``POST /tokenize`` (one token per word) unless made with
-    ``tokenize=False``, Anthropic's ``/v1/messages/count_tokens``, and OpenAI's legacy
-    ``/v1/completions`` and ``/v1/embeddings`` unless made with ``text_routes=False``,
-    and its own Responses API (``/v1/responses``, ``tests.fakes.responses_api``).
+        It serves vLLM's ``POST /tokenize`` (one token per word) unless made with
+        ``tokenize=False``, Anthropic's ``/v1/messages/count_tokens``, and OpenAI's legacy
+        ``/v1/completions`` and ``/v1/embeddings`` unless made with ``text_routes=False``,
+        and its own Responses API (``/v1/responses``, ``tests.fakes.responses_api``).
 
-    With ``strict_models=True`` a request for a model that is neither in ``models`` nor
-    a loaded adapter is a 404, as vLLM answers it.
+        With ``strict_models=True`` a request for a model that is neither in ``models`` nor
+        a loaded adapter is a 404, as vLLM answers it.
+
+        With ``reloads="vllm"`` it reloads its weights in place as vLLM does in dev mode
+        (``POST /collective_rpc`` reload_weights with ``weights_path``, then
+        ``POST /reset_prefix_cache``); with ``reloads="sglang"`` through
+        ``POST /update_weights_from_disk`` (``refuse_reload=True``: ``success: false`` for any
+    directory but ``base_path``).
+        ``GET /v1/models`` then gives ``base_path`` as its model's ``root``, and a chat answer
+        names the weights' directory: ``echo[<directory name>]: <text>``, chosen when the
+        request arrives. ``weights`` is the directory loaded now, ``reloaded`` every one
+        loaded (in order), ``in_flight_at_reload`` how many chat requests were being answered
+        at each reload, ``prefix_resets`` the prefix-cache resets.
     """
 
     def __init__(
@@ -108,7 +119,18 @@ class FakeUpstream:
         tokenize: bool = True,
         text_routes: bool = True,
         embedding_dimensions: int = 8,
+        reloads: str | None = None,
+        base_path: str = "/srv/models/fake-base",
+        refuse_reload: bool = False,
     ) -> None:
+        self.reloads = reloads
+        self.base_path = base_path
+        self.weights = base_path
+        self.reloaded: list[str] = []
+        self.in_flight_at_reload: list[int] = []
+        self.prefix_resets = 0
+        self.refuse_reload = refuse_reload
+        self.in_flight = 0
         self.serves_tokenize = tokenize
         self.serves_text_routes = text_routes
         self.embedding_dimensions = embedding_dimensions
@@ -136,7 +158,11 @@ class FakeUpstream:
         self._stopping: asyncio.Event | None = None
         self.port = 0
         self.host = "127.0.0.1"
-        self._models_body = orjson.dumps(_models_list(models))
+        listed = _models_list(models)
+        if reloads is not None:
+            for card in listed["data"]:
+                card["root"] = base_path
+        self._models_body = orjson.dumps(listed)
 
     @property
     def base_url(self) -> str:
@@ -174,6 +200,11 @@ class FakeUpstream:
         if self.serves_adapters:
             app.router.add_post("/v1/load_lora_adapter", self._load_adapter)
             app.router.add_post("/v1/unload_lora_adapter", self._unload_adapter)
+        if self.reloads == "vllm":
+            app.router.add_post("/collective_rpc", self._collective_rpc)
+            app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
+        elif self.reloads == "sglang":
+            app.router.add_post("/update_weights_from_disk", self._update_weights_from_disk)
         self._stopping = asyncio.Event()
         self._release = asyncio.Event()
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -227,7 +258,43 @@ class FakeUpstream:
         self.adapters.discard(body["lora_name"])
         return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' removed.")
 
-    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
+    async def _collective_rpc(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if body.get("method") != "reload_weights":
+            return web.json_response({"detail": "unknown method"}, status=400)
+        self._reload(body["kwargs"]["weights_path"])
+        return web.json_response({"results": [None]})
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.StreamResponse:
+        self._note(request, None)
+        self.prefix_resets += 1
+        return web.json_response({"success": self.in_flight == 0})
+
+    async def _update_weights_from_disk(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self._note(request, body)
+        if self.refuse_reload and body["model_path"] != self.base_path:
+            message = f"Failed to load {body['model_path']}: shape mismatch"
+            return web.json_response({"success": False, "message": message}, status=400)
+        self._reload(body["model_path"])
+        return web.json_response({"success": True, "message": "Succeeded to update model weights."})
+
+    def _reload(self, path: str) -> None:
+        self.in_flight_at_reload.append(self.in_flight)
+        self.reloaded.append(path)
+        self.weights = path
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        if self.reloads is None:
+            return await self._chat_answer(request)
+        self.in_flight += 1
+        try:
+            return await self._chat_answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _chat_answer(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
         body = orjson.loads(await request.read())
         self._note(request, body)
         if denied := self._denied(request, anthropic=False):
@@ -249,6 +316,8 @@ class FakeUpstream:
             reply, calls = "", _weather_calls(function.get("name", ""), text)
         elif behavior == "huge-answer":
             reply = self._huge_reply()
+        elif self.reloads is not None:
+            reply = f"echo[{self.weights.rstrip('/').rsplit('/', 1)[-1]}]: {text}"
         else:
             reply = f"echo: {text}"
         call = calls[0] if calls else None

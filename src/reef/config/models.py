@@ -95,10 +95,36 @@ class UpstreamConfig(Section):
         "`type: openai`.",
     )
 
+    checkpoint_loading: Literal["engine", "vllm", "sglang"] = Field(
+        default="engine",
+        description="How a release's checkpoint (full fine-tuned weights) reaches this "
+        "upstream. engine: loaded beside the weights serving now (`POST /load_checkpoint`, "
+        "the embedded engine), several at once. vllm: the server's one set of weights is "
+        "reloaded in place from the checkpoint's directory (`POST /collective_rpc` "
+        "reload_weights, then `/reset_prefix_cache`; start vLLM with "
+        "VLLM_SERVER_DEV_MODE=1). sglang: the same through `POST /update_weights_from_disk`. "
+        "In place, the gateway holds new requests and lets those in flight finish before "
+        "it reloads, and only the serving release's weights can be reached: no canary, "
+        "and a request pinned to other weights is refused (docs/releases.md).",
+    )
+    base_weights: str | None = Field(
+        default=None,
+        description="For checkpoint_loading vllm or sglang: the directory the server "
+        "reads the base model's weights from, to return to them (a rollback past every "
+        "checkpoint). Default: the `root` that `GET /models` gives for the served model. "
+        "Checkpoint directories are read by the server from the gateway's artifact cache, "
+        "so both must see the same path.",
+    )
+
     @model_validator(mode="after")
     def _needs_url(self) -> UpstreamConfig:
         if self.type != "local" and not self.base_url:
             raise ValueError(f"an upstream of type {self.type!r} needs base_url")
+        if self.checkpoint_loading != "engine" and self.type != "openai":
+            raise ValueError(
+                f"checkpoint_loading: {self.checkpoint_loading} needs an upstream of type "
+                f"'openai' (a {self.checkpoint_loading} server), not {self.type!r}"
+            )
         if self.responses == "native" and self.type != "openai":
             raise ValueError(
                 f"responses: native needs an upstream of type 'openai', not {self.type!r} "

@@ -25,7 +25,7 @@ from reef.evaluation.values import ARMS, Answer, Arm, EvalItem, Reply
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
 RETRY_AFTER_MAX_SECONDS = 10.0
-_REFUSED = frozenset({400, 401, 403, 404})
+_REFUSED = frozenset({400, 401, 403, 404, 409})  # 409: a pin the gateway cannot serve
 _HEADER_SAFE = string.punctuation.replace("%", "") + " "
 
 

@@ -58,6 +58,7 @@ from reef.gateway.relay import (
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
+    ReefHeaders,
     read_json_object,
     reef_headers,
 )
@@ -176,7 +177,7 @@ class InferenceRoutes:
         dialect: ErrorDialect = "anthropic" if api == "anthropic.messages" else "openai"
         lead: Lead | None = None
         try:
-            exchange, plan = await self._prepare(request, api, started)
+            exchange, plan = await self._prepare(request, api, started, held)
             key = exchange.headers.idempotency_key
             if exchange.capture and key is not None:
                 fingerprint = request_fingerprint(api, exchange.body, exchange.principal.key_id)
@@ -197,10 +198,6 @@ class InferenceRoutes:
                 _ROUTES[api], response.status_code, time.perf_counter() - started
             )
             return response
-        # The adapter stays loaded until the response is done, however it ends. (A
-        # release without one holds nothing, and most requests hold nothing else.)
-        if exchange.serving.weights_name is not None:
-            held.enter_context(self.state.activation.lease(exchange.serving))
         if plan.request.stream:
             response = await self._stream(exchange, plan, dialect, held, lead)
         else:
@@ -244,7 +241,7 @@ class InferenceRoutes:
         return self.state.writer.flush
 
     async def _prepare(
-        self, request: Request, api: Api, started: float
+        self, request: Request, api: Api, started: float, held: _Held
     ) -> tuple[Exchange, CallPlan]:
         state = self.state
         principal = state.auth.authenticate(request)
@@ -258,10 +255,7 @@ class InferenceRoutes:
             turn = await resolve_turn(state.responses, headers.scenario, body, record_id)
             body = turn.body  # the whole conversation, as the record keeps it
         activation = state.activation
-        if headers.release is not None:
-            serving = await activation.pinned(headers.scenario, headers.release)
-        else:
-            serving = await activation.current(headers.scenario)
+        serving = await self._serving(headers)
         conversation = canonical_conversation(api, body)
         chain = chain_hashes(conversation)
         capture = headers.capture and state.settings.scenario(headers.scenario).capture
@@ -274,18 +268,33 @@ class InferenceRoutes:
             )
         session_is_new = session_id is None
         session_id = session_id or new_id()
-        purpose = headers.purpose
-        # A scenario without a live canary pays this one lookup. Only live traffic (no
-        # pin, not eval) is split; the arm follows the session (given, inferred or new),
-        # so a conversation stays on one arm.
-        canary = activation.canaries.get(headers.scenario)
-        if (
-            canary is not None
-            and headers.release is None
-            and purpose == "serve"
-            and canary.takes(session_id)
-        ):
-            serving, purpose = canary.serving, "canary"
+        while True:
+            # A scenario without a live canary pays this one lookup. Only live traffic
+            # (no pin, not eval) is split; the arm follows the session (given, inferred
+            # or new), so a conversation stays on one arm.
+            chosen, purpose = serving, headers.purpose
+            canary = activation.canaries.get(headers.scenario)
+            if (
+                canary is not None
+                and headers.release is None
+                and purpose == "serve"
+                and canary.takes(session_id)
+                and activation.admits(canary.serving)
+            ):
+                chosen, purpose = canary.serving, "canary"
+            if activation.admits(chosen):
+                break
+            # An upstream that reloads in place is swapping, or holds other weights:
+            # wait, then choose again (a pinned request for other weights is refused).
+            await activation.settle(chosen, pinned=headers.release is not None)
+            serving = await self._serving(headers)
+        serving = chosen
+        # Held from here to the end of the response, however it ends, with no await
+        # between the check above and this: its adapter stays loaded, and an in-place
+        # upstream waits for it before it reloads. (Most requests hold nothing.)
+        lease = activation.lease(serving)
+        if lease is not None:
+            held.enter_context(lease)
         source, rendered = self._outgoing(api, body, turn, headers.scenario, serving)
         plan = self._plan(api, rendered, headers.scenario, request, serving, body.get("model"))
         keep_vectors = state.settings.capture.embedding_vectors == "keep"
@@ -311,6 +320,13 @@ class InferenceRoutes:
             replayable=api != "openai.embeddings" or keep_vectors,
         )
         return exchange, plan
+
+    async def _serving(self, headers: ReefHeaders) -> ServingRelease:
+        """The release the request pins, or the one its scenario serves now."""
+        activation = self.state.activation
+        if headers.release is not None:
+            return await activation.pinned(headers.scenario, headers.release)
+        return await activation.current(headers.scenario)
 
     def _outgoing(
         self,

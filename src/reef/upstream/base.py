@@ -182,7 +182,7 @@ class Upstream(ABC):
         under ``name`` (the embedded engine's ``/load_checkpoint``). Raises
         ``UpstreamError`` (a 507 from the engine: it would not fit in memory); upstreams
         without runtime checkpoints raise ``UpstreamRejectedError``. vLLM and SGLang
-        weight-update paths are not wired yet."""
+        take checkpoints in place instead (``reload_weights``)."""
         raise UpstreamRejectedError(
             f"upstream {self.name!r} cannot load checkpoints at runtime", status=400
         )
@@ -191,6 +191,24 @@ class Upstream(ABC):
         """Stop serving the checkpoint ``name`` (the engine's ``/unload_checkpoint``)."""
         raise UpstreamRejectedError(
             f"upstream {self.name!r} cannot unload checkpoints at runtime", status=400
+        )
+
+    async def reload_weights(self, path: str) -> None:
+        """Replace the server's one set of weights, in place, with the model directory
+        at ``path`` (a checkpoint or the base model), and drop every cache derived from
+        the old ones: vLLM's ``/collective_rpc`` reload_weights and
+        ``/reset_prefix_cache``, SGLang's ``/update_weights_from_disk``. The caller has
+        drained the requests in flight. Raises ``UpstreamError``; upstreams that do not
+        reload in place raise ``UpstreamRejectedError``."""
+        raise UpstreamRejectedError(
+            f"upstream {self.name!r} cannot reload its weights in place", status=400
+        )
+
+    async def base_weights(self) -> str:
+        """The directory the server reads its base model from (``GET /models`` root
+        unless configured), to reload it after a checkpoint."""
+        raise UpstreamRejectedError(
+            f"upstream {self.name!r} cannot reload its weights in place", status=400
         )
 
     async def count_chat_tokens(self, body: bytes) -> int:

@@ -217,6 +217,80 @@ class HTTPUpstream(Upstream):
         """``POST {base_url}/unload_checkpoint``."""
         await self._adapter_call("/unload_checkpoint", {"name": name})
 
+    async def reload_weights(self, path: str) -> None:
+        """In place, by ``checkpoint_loading``: vLLM ``POST {root}/collective_rpc``
+        (``reload_weights`` from ``path``) then ``POST {root}/reset_prefix_cache`` (KV
+        blocks computed by the old weights must not answer for the new ones); SGLang
+        ``POST {root}/update_weights_from_disk`` (which flushes its cache itself). A 404
+        means the server has no such route (vLLM without VLLM_SERVER_DEV_MODE=1)."""
+        how = self.config.checkpoint_loading
+        if how == "engine":
+            await super().reload_weights(path)
+        elif how == "vllm":
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+            await self._reload_call("/collective_rpc", rpc, "VLLM_SERVER_DEV_MODE=1")
+            answer = await self._reload_call("/reset_prefix_cache", None, "VLLM_SERVER_DEV_MODE=1")
+            if answer.get("success") is False:  # blocks still held: requests Reef did not send
+                raise UpstreamUnavailableError(
+                    f"upstream {self.name!r} reloaded {path} but could not reset its prefix "
+                    "cache: requests that did not come through the gateway are running"
+                )
+        else:
+            answer = await self._reload_call(
+                "/update_weights_from_disk", {"model_path": path}, "an SGLang server"
+            )
+            if answer.get("success") is False:
+                raise UpstreamRejectedError(
+                    f"upstream {self.name!r} refused to load {path}: "
+                    f"{str(answer.get('message'))[:_ERROR_TEXT_LIMIT]}",
+                    status=502,
+                )
+
+    async def base_weights(self) -> str:
+        """``base_weights`` when configured, else the ``root`` of the served model in
+        ``GET {base_url}/models`` (vLLM and SGLang give the path they loaded)."""
+        if self.config.checkpoint_loading == "engine":
+            return await super().base_weights()
+        if self.config.base_weights:
+            return self.config.base_weights
+        response = await self._open("GET", "/models", None, self._headers)
+        body = await self._read_body(response)
+        try:
+            models = loads(body)["data"]
+            wanted = [m for m in models if m.get("id") == self.config.model] or models
+            roots = [m["root"] for m in wanted if isinstance(m.get("root"), str)]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            roots = []
+        if not roots:
+            raise UpstreamMalformedError(
+                f"upstream {self.name!r}: GET /models names no root for its model; set "
+                "base_weights to the directory it serves the base model from"
+            )
+        return str(roots[0])
+
+    async def _reload_call(
+        self, path: str, payload: dict[str, Any] | None, needs: str
+    ) -> dict[str, Any]:
+        headers = {**self._headers, "Content-Type": "application/json"}
+        body = None if payload is None else dumps(payload)
+        try:
+            response = await self._open("POST", path, body, headers, base=self.root_url)
+        except UpstreamRejectedError as exc:
+            if exc.upstream_status in (404, 405):
+                raise UpstreamRejectedError(
+                    f"upstream {self.name!r} has no POST {path} (checkpoint_loading: "
+                    f"{self.config.checkpoint_loading} needs {needs})",
+                    status=502,
+                    upstream_status=exc.upstream_status,
+                ) from exc
+            raise
+        answer = await self._read_body(response)
+        try:
+            parsed = loads(answer) if answer.strip() else {}
+        except ValueError:
+            parsed = {}
+        return parsed if isinstance(parsed, dict) else {}
+
     async def _load_call(
         self, path: str, payload: dict[str, str], expected_digest: str | None
     ) -> None:

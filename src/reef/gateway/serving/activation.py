@@ -18,6 +18,12 @@ and recorded by it to the end, whatever flips meanwhile. A head that fails to st
 serves: the previous release keeps serving and the failure shows in ``/reef/status`` and
 ``reef_activation_failures_total``.
 
+An upstream that reloads its one set of weights in place (``checkpoint_loading: vllm`` or
+``sglang``) is swapped instead of staged beside: ``reef.gateway.serving.inplace`` holds new
+requests, drains those in flight, reloads, flips, and lets the held ones go. Only the
+serving release's weights can be reached there: a canary must share them, and a pinned
+request for other weights is refused.
+
 Live canaries are followed the same way, on the same poll: a canary is staged in the
 background and only then given its share of live traffic (``canaries``); one that fails
 to stage leaves all traffic to the head, shows in ``/reef/status``, and is retried after
@@ -31,15 +37,22 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from reef.config import ReefSettings
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, NotFoundError, ReefError
+from reef.core.checkpoints import check_checkpoint_directory
+from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
 from reef.gateway.serving.canary_arm import CanaryRoute, CanaryStatus
+from reef.gateway.serving.inplace import (
+    BASE,
+    InPlaceLease,
+    InPlaceWeights,
+    WeightsNotResidentError,
+)
 from reef.gateway.serving.release import ServingRelease
 from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
 from reef.harness import bundle_digest as compute_bundle_digest
@@ -247,9 +260,6 @@ class _AdapterLease:
         self.pool.release(self.name)
 
 
-_NO_LEASE: AbstractContextManager[None] = nullcontext()
-
-
 class Activation:
     """The serving release of every scenario, kept in step with the chain's heads."""
 
@@ -289,6 +299,13 @@ class Activation:
         }
         for name, pool in self.checkpoint_pools.items():
             pool.dependents = self.pools[name]
+        # upstreams that reload their one set of weights in place (vLLM, SGLang)
+        self.inplace = {
+            name: InPlaceWeights(upstream)
+            for name, upstream in upstreams.items()
+            if name in settings.upstreams
+            and settings.upstreams[name].checkpoint_loading != "engine"
+        }
         self.failures_total = 0
         self.flips_total = 0
         self.canary_failures_total = 0
@@ -351,7 +368,7 @@ class Activation:
             self._pinned.popitem(last=False)
         return staged
 
-    def lease(self, serving: ServingRelease) -> AbstractContextManager[None]:
+    def lease(self, serving: ServingRelease) -> AbstractContextManager[None] | None:
         """Hold the adapter of ``serving`` in use for the block: no pool unloads an
         adapter while a request inside such a block may still need it.
 
@@ -359,12 +376,57 @@ class Activation:
         streamed, cut short or never read), so the in-use counts in ``/reef/status``
         fall back to 0 when the request is done, however it ended.
         """
+        inner: _AdapterLease | None = None
         if serving.adapter_name is not None:
-            return _AdapterLease(self.pools[serving.upstream], serving.adapter_name)
-        if serving.checkpoint_name is not None:
+            inner = _AdapterLease(self.pools[serving.upstream], serving.adapter_name)
+        elif serving.checkpoint_name is not None:
             pool = self.checkpoint_pools[serving.upstream]
-            return _AdapterLease(pool, serving.checkpoint_name)
-        return _NO_LEASE  # most requests: nothing to hold, nothing to allocate
+            inner = _AdapterLease(pool, serving.checkpoint_name)
+        weights = self.inplace.get(serving.upstream) if self.inplace else None
+        if weights is not None:
+            return InPlaceLease(weights, inner)
+        return inner  # most requests: None, nothing to hold, nothing to allocate
+
+    def admits(self, serving: ServingRelease) -> bool:
+        """Whether a request frozen on ``serving`` may go upstream now: always, except on
+        an in-place upstream that is swapping or holds other weights. The caller enters
+        ``lease(serving)`` right after a True, with no await between."""
+        if not self.inplace:
+            return True
+        weights = self.inplace.get(serving.upstream)
+        return weights is None or weights.admits(_weights_key(serving))
+
+    async def settle(self, serving: ServingRelease, pinned: bool) -> None:
+        """What a request that ``admits`` refused waits for before it chooses its
+        release again: the swap under way; or, when ``serving`` is what its scenario
+        serves and the upstream holds other weights (a reload that failed midway), a
+        reload of its weights. A ``pinned`` request to weights the upstream does not
+        hold raises ``WeightsNotResidentError`` (409)."""
+        weights = self.inplace[serving.upstream]
+        if weights.swapping:
+            await weights.idle()
+            return
+        key = _weights_key(serving)
+        if weights.admits(key):
+            return
+        if pinned:
+            raise WeightsNotResidentError(
+                f"release {serving.release_id!r} of scenario {serving.scenario!r} is served "
+                f"by {_describe(key)}, but upstream {serving.upstream!r} reloads its one set "
+                f"of weights in place and holds {_describe(weights.resident)} now: a pinned "
+                "request reaches only the weights that serve (docs/releases.md, in-place "
+                "checkpoints)"
+            )
+        head = self.serving.get(serving.scenario)
+        if head is not None and head is not serving:
+            return  # the scenario serves another release now: choose again
+        # What the scenario serves (or, before its first release stages, the base) is
+        # not what the server holds: a reload failed midway, or none worked yet. Load
+        # it now; when the server refuses, the request fails with the reason.
+        await asyncio.wait_for(
+            self._swap(weights, serving, flip=False),
+            self.settings.activation.stage_timeout_seconds,
+        )
 
     def _forget_pins(self, name: str) -> None:
         """A pool unloaded ``name``: pinned releases staged on it must stage again."""
@@ -472,6 +534,7 @@ class Activation:
                 self._stage(scenario, candidate.id, candidate.manifest),
                 self.settings.activation.stage_timeout_seconds,
             )
+            self._check_canary_weights(staged)
         except Exception as exc:  # whatever breaks, the head keeps all the traffic
             message = exc.message if isinstance(exc, ReefError) else repr(exc)
             self.canary_failures_total += 1
@@ -497,6 +560,20 @@ class Activation:
         finally:
             self._canary_staging.pop(scenario, None)
 
+    def _check_canary_weights(self, staged: ServingRelease) -> None:
+        """A canary on an in-place upstream must run on the weights that serve (a
+        harness or an adapter on them); one that needs other weights is refused."""
+        weights = self.inplace.get(staged.upstream) if self.inplace else None
+        head = self.serving.get(staged.scenario)
+        if weights is None or head is None or _weights_key(head) == _weights_key(staged):
+            return
+        raise ConflictError(
+            f"canary {staged.release_id!r} needs {_describe(_weights_key(staged))}, but "
+            f"upstream {staged.upstream!r} reloads its one set of weights in place and "
+            f"serves {_describe(_weights_key(head))}: a checkpoint cannot be canaried "
+            "there (publish it, or canary it on an upstream that stages beside)"
+        )
+
     def _canary_status(self, scenario: str, candidate_id: str) -> CanaryStatus | None:
         """The scenario's canary status while ``candidate_id`` is still its live canary."""
         status = self.status.get(scenario)
@@ -520,7 +597,7 @@ class Activation:
         try:
             _owner, manifest = await asyncio.to_thread(self._lookup, release_id)
             staged = await asyncio.wait_for(
-                self._stage(scenario, release_id, manifest),
+                self._stage_head(scenario, release_id, manifest),
                 self.settings.activation.stage_timeout_seconds,
             )
         except (ReefError, TimeoutError, OSError) as exc:
@@ -530,7 +607,6 @@ class Activation:
             self.failures_total += 1
             log.error("release %s of %s failed to stage: %s", release_id, scenario, message)
         else:
-            self.serving[scenario] = staged  # the flip: one assignment
             status.state, status.error = "serving", None
             status.serving_release_id = release_id
             status.activated_at = time.time()
@@ -542,6 +618,70 @@ class Activation:
             self._staging.pop(scenario, None)
 
     # -- staging ---------------------------------------------------------------------
+
+    async def _stage_head(
+        self, scenario: str, release_id: str, manifest: ReleaseManifest
+    ) -> ServingRelease:
+        """Stage the head and flip to it: one assignment, or, on an in-place upstream,
+        a swap of its weights that flips before the requests it held go on."""
+        staged = await self._stage(scenario, release_id, manifest)
+        weights = self.inplace.get(staged.upstream) if self.inplace else None
+        if weights is None:
+            self.serving[scenario] = staged  # the flip: one assignment
+        else:
+            await self._swap(weights, staged)
+        return staged
+
+    async def _swap(
+        self, weights: InPlaceWeights, staged: ServingRelease, flip: bool = True
+    ) -> None:
+        """Make ``staged``'s weights the in-place upstream's and (``flip``) its scenario's
+        serving release."""
+        key = _weights_key(staged)
+        others = sorted(
+            s.scenario
+            for s in self.serving.values()
+            if s.upstream == staged.upstream
+            and s.scenario != staged.scenario
+            and _weights_key(s) != key
+        )
+        if others:
+            raise ConflictError(
+                f"upstream {staged.upstream!r} reloads its one set of weights in place, and "
+                f"scenario(s) {', '.join(others)} serve {_describe(weights.resident)} there: "
+                f"release {staged.release_id!r} of {staged.scenario!r} needs "
+                f"{_describe(key)}; give each scenario with checkpoints an upstream of its own"
+            )
+        if staged.checkpoint_digest is not None:
+            directory = str(await asyncio.to_thread(self._checkpoint_dir, staged.checkpoint_digest))
+        else:
+            directory = await weights.upstream.base_weights()
+
+        def flipped() -> None:
+            if not flip:
+                return
+            self.serving[staged.scenario] = staged
+            route = self.canaries.get(staged.scenario)
+            if route is not None and _weights_key(route.serving) != key:
+                # a canary on the old weights can no longer be reached
+                self.canaries = {k: v for k, v in self.canaries.items() if k != staged.scenario}
+
+        reloaded = await weights.swap(key, directory, flipped)
+        if reloaded:
+            log.info(
+                "upstream %s reloaded %s in place for release %s of %s",
+                staged.upstream,
+                _describe(key),
+                staged.release_id,
+                staged.scenario,
+            )
+
+    def _checkpoint_dir(self, digest: str) -> Path:
+        """The checkpoint's verified directory in the artifact cache: every file's
+        digest, no pickle, no truncated shard (what the engine checks before it loads)."""
+        path = self.artifacts.materialize(digest)
+        check_checkpoint_directory(path, digest)
+        return path
 
     def _lookup(self, release_id: str) -> tuple[str, ReleaseManifest]:
         try:
@@ -560,7 +700,8 @@ class Activation:
             harness, bundle_digest = await asyncio.to_thread(self._read_harness, manifest.harness)
         adapter_name = checkpoint_name = None
         adapter, checkpoint = manifest.model.adapter, manifest.model.checkpoint
-        if checkpoint is not None:
+        in_place = upstream_name in self.inplace  # its checkpoint is swapped in, not loaded
+        if checkpoint is not None and not in_place:
             checkpoint_name = f"{scenario}@ckpt-{checkpoint.removeprefix('sha256:')[:12]}"
             await self._ensure(upstream_name, "checkpoint", checkpoint_name, checkpoint)
         if adapter is not None:
@@ -647,7 +788,22 @@ class Activation:
                 name: {checkpoint: slot.in_use for checkpoint, slot in pool.slots.items()}
                 for name, pool in self.checkpoint_pools.items()
             },
+            "in_place": {name: weights.as_dict() for name, weights in self.inplace.items()},
             "flips_total": self.flips_total,
             "failures_total": self.failures_total,
             "canary_failures_total": self.canary_failures_total,
         }
+
+
+def _weights_key(serving: ServingRelease) -> str:
+    """What an in-place upstream must hold to serve ``serving``: its checkpoint's digest,
+    or ``BASE``."""
+    return serving.checkpoint_digest or BASE
+
+
+def _describe(key: str | None) -> str:
+    if key is None:
+        return "weights it has not confirmed (none reloaded yet, or a reload failed midway)"
+    if key == BASE:
+        return "the base model"
+    return f"checkpoint {key}"

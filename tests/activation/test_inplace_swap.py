@@ -31,6 +31,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from reef.evaluation.runner import EvalRunError, GatewayTarget, collect_answers
+from reef.evaluation.values import EvalItem
 from reef.releases import (
     Candidate,
     ModelComponent,
@@ -280,6 +282,32 @@ def test_a_vllm_without_its_reload_route_fails_requests_with_the_fix(
     assert fake.requests_received("/v1/chat/completions") == 0
     state = _status(gateway)["scenarios"][SCENARIO]
     assert state["state"] == "failed" and "/collective_rpc" in state["error"]
+
+
+@pytest.mark.parametrize("world", [VLLM], indirect=True)
+def test_the_gate_cannot_evaluate_a_checkpoint_here_and_says_why(
+    world: tuple[GatewayThread, FakeUpstreamThread, dict[str, str]],
+) -> None:
+    """The gate pins both arms: a checkpoint candidate's arm is refused, which voids the
+    run (not 10 failed items that would read as a worse candidate)."""
+    gateway, fake, digests = world
+    assert turn(gateway.openai(), "start", stream=False, headers=HEADERS).status == 200
+    base = ReleaseChain(gateway.database).head(SCENARIO)
+    assert base is not None
+    checkpoint = ModelComponent(base="fake-model", checkpoint=digests["a"])
+    proposed = ReleaseChain(gateway.database).propose(
+        SCENARIO, ReleaseManifest(model=checkpoint), base.id, "test", "full"
+    )
+    asked = [
+        EvalItem(id=f"q{n}", suite="file:t", messages=[{"role": "user", "content": f"q{n}"}])
+        for n in range(3)
+    ]
+    target = GatewayTarget(base_url=gateway.url, scenario=SCENARIO)
+    with pytest.raises(EvalRunError) as refused:
+        collect_answers(target, asked, {"candidate": proposed.id, "baseline": base.id})
+    assert refused.value.status == 409 and refused.value.arm == "candidate"
+    assert "in place" in refused.value.message
+    assert fake.server.reloaded == ["/srv/models/fake-base"]  # serving never moved
 
 
 def test_in_place_loading_needs_an_openai_upstream() -> None:

@@ -5,6 +5,12 @@ their own, then their cache is left-padded to the running cache's length (or the
 other way round) and concatenated along the batch dimension. Finished rows are cut
 out, and columns that are padding in every remaining row are trimmed. Rows carry
 their own positions and attention masks, so padding never changes a result.
+
+Each layer's keys and values live in a slab with room to grow (``SlabLayer``): a decode
+step writes its one new column in place, where Hugging Face's ``DynamicLayer``
+concatenates, copying the whole cache once per layer and step (29% of a bfloat16 step at
+8 rows, measured). Joining, cutting and trimming rows, which happen when a request
+starts or ends rather than on every step, copy into a new slab.
 """
 
 from __future__ import annotations
@@ -17,13 +23,80 @@ from transformers.cache_utils import DynamicLayer
 from reef.engine.adapters import AdapterModel
 from reef.engine.sequences import Sequence
 
+SLAB_GROWTH = 128
+"""Columns a slab gains when it is full (and has to spare when it is made): one copy of
+the cache per 128 decode steps instead of one per step."""
 
-def _layers(cache: DynamicCache) -> list[tuple[DynamicLayer, torch.Tensor, torch.Tensor]]:
+
+class SlabLayer(DynamicLayer):  # type: ignore[no-untyped-call]
+    """A ``DynamicLayer`` whose ``keys`` and ``values`` are views of the first
+    ``length`` columns of preallocated ``[rows, heads, capacity, head_dim]`` slabs."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.length = 0
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new columns after the cached ones; return every column so far."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, added = self.length, key_states.shape[-2]
+        keys, values = self._keys, self._values
+        if keys is None or values is None or start + added > keys.shape[-2]:
+            if keys is not None and values is not None and start:
+                self.assign(keys[:, :, :start], values[:, :, :start], spare=added + SLAB_GROWTH)
+            else:
+                self._make(key_states, value_states, added + SLAB_GROWTH)
+            keys, values = self._keys, self._values
+            assert keys is not None and values is not None
+        keys[:, :, start : start + added] = key_states
+        values[:, :, start : start + added] = value_states
+        return self._expose(start + added)
+
+    def assign(self, keys: torch.Tensor, values: torch.Tensor, spare: int = SLAB_GROWTH) -> None:
+        """Hold exactly ``keys`` and ``values`` (copied into new slabs, ``spare`` free
+        columns after them)."""
+        self._make(keys, values, spare)
+        assert self._keys is not None and self._values is not None
+        width = keys.shape[-2]
+        self._keys[:, :, :width] = keys
+        self._values[:, :, :width] = values
+        self._expose(width)
+        self.is_initialized = True
+
+    def _make(self, keys: torch.Tensor, values: torch.Tensor, spare: int) -> None:
+        rows, heads, width, _ = keys.shape
+        capacity = width + spare
+        self._keys = keys.new_empty((rows, heads, capacity, keys.shape[-1]))
+        self._values = values.new_empty((rows, values.shape[1], capacity, values.shape[-1]))
+
+    def _expose(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self._keys is not None and self._values is not None
+        self.length = length
+        keys, values = self._keys[:, :, :length], self._values[:, :, :length]
+        self.keys, self.values = keys, values
+        return keys, values
+
+
+def new_cache(config: PretrainedConfig) -> DynamicCache:
+    """A cache of ``SlabLayer`` layers (those of a model with only full-attention layers)."""
+    cache = DynamicCache(config=config)
+    if any(type(layer) is not DynamicLayer for layer in cache.layers):
+        raise TypeError("continuous batching needs a model whose layers all attend to everything")
+    cache.layers = [SlabLayer() for _ in cache.layers]
+    return cache
+
+
+def _layers(cache: DynamicCache) -> list[tuple[SlabLayer, torch.Tensor, torch.Tensor]]:
     """Each layer with its keys and values (``[rows, heads, columns, head_dim]``)."""
-    found: list[tuple[DynamicLayer, torch.Tensor, torch.Tensor]] = []
+    found: list[tuple[SlabLayer, torch.Tensor, torch.Tensor]] = []
     for layer in cache.layers:
-        if not isinstance(layer, DynamicLayer) or type(layer) is not DynamicLayer:
-            raise TypeError("continuous batching needs a cache of plain DynamicLayer layers")
+        if not isinstance(layer, SlabLayer):
+            raise TypeError("continuous batching needs a cache made by new_cache()")
         if layer.keys is None or layer.values is None:
             raise TypeError("cache layer was never filled")
         found.append((layer, layer.keys, layer.values))
@@ -56,7 +129,7 @@ class DecodeBatch:
             input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
             mask[i, width - len(prompt) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.config)
+        cache = new_cache(self.config)
         logits = self.runner.forward_logits(
             input_ids, mask, positions, cache, [row.job.adapter_key for row in rows]
         )
@@ -98,8 +171,7 @@ class DecodeBatch:
         self.mask = self.mask[:, first:]
         assert self.cache is not None
         for layer, keys, values in _layers(self.cache):
-            layer.keys = keys[index, :, first:]
-            layer.values = values[index, :, first:]
+            layer.assign(keys[index, :, first:], values[index, :, first:])
 
     def _merge(
         self, rows: list[Sequence], cache: DynamicCache, mask: torch.Tensor, last: torch.Tensor
@@ -114,8 +186,7 @@ class DecodeBatch:
         for (ours, keys, values), (_, more_keys, more_values) in zip(
             _layers(self.cache), _layers(cache), strict=True
         ):
-            ours.keys = torch.cat([keys, more_keys])
-            ours.values = torch.cat([values, more_values])
+            ours.assign(torch.cat([keys, more_keys]), torch.cat([values, more_values]))
         self.rows.extend(rows)
         self.mask = torch.cat([self.mask, mask])
         self.positions = torch.cat([self.positions, last])
@@ -127,6 +198,5 @@ class DecodeBatch:
         if missing == 0:
             return mask
         for layer, keys, values in _layers(cache):
-            layer.keys = F.pad(keys, (0, 0, missing, 0))
-            layer.values = F.pad(values, (0, 0, missing, 0))
+            layer.assign(F.pad(keys, (0, 0, missing, 0)), F.pad(values, (0, 0, missing, 0)))
         return F.pad(mask, (missing, 0))

@@ -317,3 +317,26 @@ def test_in_place_loading_needs_an_openai_upstream() -> None:
 
     with pytest.raises(ValidationError, match="checkpoint_loading: vllm needs an upstream"):
         UpstreamConfig(type="anthropic", base_url="http://x/v1", checkpoint_loading="vllm")
+
+
+def test_a_checkpoint_on_vllm_without_in_place_loading_says_what_to_set(tmp_path: Path) -> None:
+    with FakeUpstreamThread() as fake:
+        settings = make_settings(
+            tmp_path,
+            fake.base_url,
+            scenarios={SCENARIO: {"upstream": "fake"}},
+            activation={"poll_interval_seconds": 3600},
+        )
+        store = open_artifact_store(settings.artifacts_url())
+        digest = store.put_dir(_checkpoint(tmp_path / "ck", 1.0), "checkpoint")
+        with GatewayThread(settings) as gateway:
+            assert turn(gateway.openai(), "start", stream=False, headers=HEADERS).status == 200
+            base = ReleaseChain(gateway.database).head(SCENARIO)
+            assert base is not None
+            _publish(gateway, base, ModelComponent(base="fake-model", checkpoint=digest))
+            _sync(gateway).result(timeout=30)
+            state = _status(gateway)["scenarios"][SCENARIO]
+            assert state["state"] == "failed" and state["serving_release_id"] == base.id
+            assert "upstreams.fake.checkpoint_loading" in state["error"]
+            reply = turn(gateway.openai(), "still", stream=False, headers=HEADERS)
+            assert reply.status == 200 and reply.release == base.id

@@ -210,8 +210,21 @@ class HTTPUpstream(Upstream):
 
     async def load_checkpoint(self, name: str, path: str, expected_digest: str | None) -> None:
         """``POST {base_url}/load_checkpoint`` (the embedded engine's; it verifies
-        ``expected_digest`` and answers 507 when the weights would not fit)."""
-        await self._load_call("/load_checkpoint", {"name": name, "path": path}, expected_digest)
+        ``expected_digest`` and answers 507 when the weights would not fit). A server
+        without the route (vLLM, SGLang) is told apart: they reload in place."""
+        try:
+            await self._load_call("/load_checkpoint", {"name": name, "path": path}, expected_digest)
+        except UpstreamRejectedError as exc:
+            if exc.upstream_status not in (404, 405):
+                raise
+            raise UpstreamRejectedError(
+                f"upstream {self.name!r} has no POST /v1/load_checkpoint (the embedded "
+                "engine's, to load a checkpoint beside the serving weights): for vLLM or "
+                f"SGLang set upstreams.{self.name}.checkpoint_loading to vllm or sglang, "
+                "which reloads their one set of weights in place (docs/releases.md)",
+                status=502,
+                upstream_status=exc.upstream_status,
+            ) from exc
 
     async def unload_checkpoint(self, name: str) -> None:
         """``POST {base_url}/unload_checkpoint``."""

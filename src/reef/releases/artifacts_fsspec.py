@@ -7,6 +7,7 @@ Layout under the store's root (a local directory, ``file:///â€¦``, ``memory://â€
     sha256/<aa>/<hex>.tar    a directory artifact: its canonical archive (artifacts_tar)
     sha256/<aa>/<hex>.json   sidecar: schema_version, kind, layout, size, created_at, meta
     tmp/<uuid>               writes in progress
+    tmp/up-<hex>/part-NNNNN  a remote upload's parts (and their .sha256), until joined
 
 The address depends on the digest only, so ``exists``/``read_bytes``/``delete`` need no
 kind; the kind lives in the sidecar. Every write goes to ``tmp/`` first and is then
@@ -20,8 +21,14 @@ the object's bytes go to ``<cache>/.partial/<hex>`` (locked while written), a tr
 cut midway continues from the bytes already there (a ranged read from that offset, up
 to :data:`FETCH_ATTEMPTS` tries), and a call after a failed one picks up the same
 partial file. Only the whole, verified copy is ever published; a partial that does not
-verify is deleted, so the next call starts afresh. Uploads are not resumable: an upload
-is written to ``tmp/`` and moved into place whole, and one that is cut restarts.
+verify is deleted, so the next call starts afresh.
+
+Uploads to a remote store resume too (``reef.releases.artifacts_upload``): the object
+is sent in parts of 64 MiB to ``tmp/up-<hex>/``, a part that fails is sent again, and
+a ``put_*`` after a failed one sends only the parts still missing; the parts are then
+joined into the one object (server-side where the filesystem has ``merge``, as s3fs
+does; else copied through) and installed as any write is. A local or ``memory://``
+store writes the object to ``tmp/`` in one go.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal, cast
@@ -61,6 +68,7 @@ from reef.releases.artifacts_tar import (
     extract_tree_archive,
     write_tree_archive,
 )
+from reef.releases.artifacts_upload import PartUpload
 
 _CHUNK = 1 << 20
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -154,6 +162,48 @@ class FsspecArtifactStore(ArtifactStore):
     def _tmp_path(self) -> str:
         return f"{self.root}/tmp/{uuid.uuid4().hex}"  # noqa: S108 (a folder in the store's root, not the system /tmp)
 
+    def _write_object(self, digest: str, produce: Callable[[Any], None]) -> str:
+        """A ``tmp/`` path holding the bytes ``produce(out)`` writes: written in one go
+        to a local or memory store, sent in parts (resumable) to a remote one."""
+        tmp = self._tmp_path()
+        try:
+            if self.is_local or self.is_memory:
+                with self.fs.open(tmp, "wb") as out:
+                    produce(out)
+                return tmp
+            upload = PartUpload(self.fs, self._upload_folder(digest))
+            produce(upload)
+            parts = upload.finish()
+            if upload.kept:
+                log.info(
+                    "upload of %s resumed: %d parts were stored already, %d sent",
+                    digest, upload.kept, upload.sent,
+                )  # fmt: skip
+            self._join(parts, tmp)
+            return tmp
+        except BaseException:
+            self._discard(tmp)
+            raise
+
+    def _upload_folder(self, digest: str) -> str:
+        return f"{self.root}/tmp/up-{digest_hex(digest)}"  # noqa: S108 (the store's own tmp/)
+
+    def _join(self, parts: builtins.list[str], tmp: str) -> None:
+        if len(parts) == 1:
+            self.fs.copy(parts[0], tmp)
+        elif hasattr(self.fs, "merge"):  # s3fs, gcsfs: joined by the server
+            self.fs.merge(tmp, parts)
+        else:
+            with self.fs.open(tmp, "wb") as out:
+                for part in parts:
+                    with self.fs.open(part, "rb") as source:
+                        shutil.copyfileobj(source, out, _CHUNK)
+
+    def _forget_upload(self, digest: str) -> None:
+        if not (self.is_local or self.is_memory):
+            with contextlib.suppress(FileNotFoundError, OSError):
+                self.fs.rm(self._upload_folder(digest), recursive=True)
+
     def _install(self, tmp: str, final: str) -> None:
         self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
         self.fs.mv(tmp, final)
@@ -196,12 +246,12 @@ class FsspecArtifactStore(ArtifactStore):
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if self._locate(digest) is not None:
             return digest
-        tmp = self._tmp_path()
+        tmp = self._write_object(digest, lambda out: out.write(bytes(data)))
         try:
-            self.fs.pipe_file(tmp, bytes(data))
             self._store(digest, "file", tmp, kind, meta)
         finally:
             self._discard(tmp)
+        self._forget_upload(digest)
         return digest
 
     def put_file(self, path: Path, kind: str, meta: Mapping[str, Any] | None = None) -> str:
@@ -212,18 +262,22 @@ class FsspecArtifactStore(ArtifactStore):
         digest = _file_sha256(path)
         if self._locate(digest) is not None:
             return digest
-        tmp = self._tmp_path()
-        try:
-            copied = hashlib.sha256()
-            with path.open("rb") as source, self.fs.open(tmp, "wb") as out:
+        copied = hashlib.sha256()
+
+        def produce(out: Any) -> None:
+            with path.open("rb") as source:
                 while chunk := source.read(_CHUNK):
                     copied.update(chunk)
                     out.write(chunk)
+
+        tmp = self._write_object(digest, produce)
+        try:
             if "sha256:" + copied.hexdigest() != digest:
                 raise InvalidInputError(f"{str(path)!r} changed while being stored")
             self._store(digest, "file", tmp, kind, meta)
         finally:
             self._discard(tmp)
+        self._forget_upload(digest)
         return digest
 
     def put_dir(self, path: Path, kind: str, meta: Mapping[str, Any] | None = None) -> str:
@@ -231,15 +285,17 @@ class FsspecArtifactStore(ArtifactStore):
         digest = tree_digest(path)
         if self._locate(digest) is not None:
             return digest
-        tmp = self._tmp_path()
+        written: builtins.list[str] = []
+        tmp = self._write_object(
+            digest, lambda out: written.append(write_tree_archive(Path(path), out))
+        )
         try:
-            with self.fs.open(tmp, "wb") as out:
-                written = write_tree_archive(Path(path), out)
-            if written != digest:
+            if written != [digest]:
                 raise InvalidInputError(f"{str(path)!r} changed while being stored")
             self._store(digest, "dir", tmp, kind, meta)
         finally:
             self._discard(tmp)
+        self._forget_upload(digest)
         return digest
 
     # ---- reading

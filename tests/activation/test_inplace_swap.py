@@ -63,7 +63,8 @@ def _checkpoint(directory: Path, fill: float) -> Path:
 def world(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[tuple[GatewayThread, FakeUpstreamThread, dict[str, str]]]:
-    how, options = request.param
+    how, options, *more = request.param
+    activation = {"poll_interval_seconds": 3600, **(more[0] if more else {})}
     served = None if how == "vllm-without-dev-mode" else how
     how = how.removesuffix("-without-dev-mode")
     with FakeUpstreamThread(reloads=served, **options) as fake:
@@ -82,7 +83,7 @@ def world(
             fake.base_url,
             upstreams={"fake": upstream},
             scenarios={SCENARIO: {"upstream": "fake"}},
-            activation={"poll_interval_seconds": 3600},
+            activation=activation,
         )
         store = open_artifact_store(settings.artifacts_url())
         digests = {
@@ -238,6 +239,32 @@ def test_a_swap_drains_requests_in_flight_and_holds_new_ones(
     assert new.status == 200 and new.release == released.id
     assert _answered_by(new.text) == Path(_weights_dir(gateway, digests["a"])).name
     assert fake.server.in_flight_at_reload == [0, 0]  # nothing answered while reloading
+
+
+@pytest.mark.parametrize("world", [("vllm", {}, {"stage_timeout_seconds": 1})], indirect=True)
+def test_a_swap_that_outlasts_the_stage_timeout_reloads_nothing_and_says_why(
+    world: tuple[GatewayThread, FakeUpstreamThread, dict[str, str]],
+) -> None:
+    gateway, fake, digests = world
+    client = gateway.openai()
+    assert turn(client, "start", stream=False, headers=HEADERS).status == 200
+    base = ReleaseChain(gateway.database).head(SCENARIO)
+    assert base is not None
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        long = pool.submit(turn, client, "hold-answer long", stream=True, headers=HEADERS)
+        eventually(lambda: fake.held == 1, "the stream at the upstream")
+        _publish(gateway, base, ModelComponent(base="fake-model", checkpoint=digests["a"]))
+        _sync(gateway).result(timeout=30)  # gives up after 1 s of draining
+        state = _status(gateway)["scenarios"][SCENARIO]
+        assert state["state"] == "failed" and state["serving_release_id"] == base.id
+        assert "stage_timeout_seconds (1 s)" in state["error"]
+        assert "1 request(s) were still running" in state["error"]
+        assert _status(gateway)["in_place"]["fake"]["swapping"] is False
+        fake.release_held()
+        assert long.result(timeout=30).status == 200
+    reply = turn(client, "after", stream=False, headers=HEADERS)
+    assert reply.status == 200 and reply.release == base.id
+    assert fake.server.reloaded == ["/srv/models/fake-base"]
 
 
 @pytest.mark.parametrize("world", [("sglang", {"refuse_reload": True})], indirect=True)

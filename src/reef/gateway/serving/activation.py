@@ -602,6 +602,8 @@ class Activation:
             )
         except (ReefError, TimeoutError, OSError) as exc:
             message = exc.message if isinstance(exc, ReefError) else repr(exc)
+            if isinstance(exc, TimeoutError):
+                message = self._timed_out(scenario)
             status.state, status.error = "failed", message
             status.failures += 1
             self.failures_total += 1
@@ -616,6 +618,19 @@ class Activation:
             await self.checkpoint_pools[staged.upstream].trim(self._resident())
         finally:
             self._staging.pop(scenario, None)
+
+    def _timed_out(self, scenario: str) -> str:
+        limit = self.settings.activation.stage_timeout_seconds
+        message = f"staging took longer than activation.stage_timeout_seconds ({limit:g} s)"
+        upstream = self.settings.upstream_for(scenario)[0]
+        weights = self.inplace.get(upstream) if self.inplace else None
+        if weights is not None and weights.in_flight:
+            message += (
+                f": {weights.in_flight} request(s) were still running on upstream "
+                f"{upstream!r}'s old weights, which a reload in place waits for; nothing "
+                "was reloaded, and the previous release serves on"
+            )
+        return message
 
     # -- staging ---------------------------------------------------------------------
 
@@ -648,7 +663,7 @@ class Activation:
         if others:
             raise ConflictError(
                 f"upstream {staged.upstream!r} reloads its one set of weights in place, and "
-                f"scenario(s) {', '.join(others)} serve {_describe(weights.resident)} there: "
+                f"scenario(s) {', '.join(others)} serve other weights there: "
                 f"release {staged.release_id!r} of {staged.scenario!r} needs "
                 f"{_describe(key)}; give each scenario with checkpoints an upstream of its own"
             )

@@ -241,6 +241,34 @@ def test_a_swap_drains_requests_in_flight_and_holds_new_ones(
     assert fake.server.in_flight_at_reload == [0, 0]  # nothing answered while reloading
 
 
+@pytest.mark.parametrize("world", [("vllm", {"adapters": True})], indirect=True)
+def test_an_adapter_canary_on_the_serving_weights_runs_beside_the_head(
+    world: tuple[GatewayThread, FakeUpstreamThread, dict[str, str]], tmp_path: Path
+) -> None:
+    gateway, fake, _digests = world
+    client = gateway.openai()
+    assert turn(client, "start", stream=False, headers=HEADERS).status == 200
+    chain = ReleaseChain(gateway.database)
+    base = chain.head(SCENARIO)
+    assert base is not None
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_model.safetensors").write_bytes(b"the fake upstream never reads it")
+    digest = open_artifact_store(gateway.settings.artifacts_url()).put_dir(adapter, "adapter")
+    canary = _candidate(gateway, base, ModelComponent(base="fake-model", adapter=digest))
+    chain.start_canary(canary.id, 0.5, "test", "live")
+    _sync(gateway).result(timeout=30)
+    assert _status(gateway)["scenarios"][SCENARIO]["canary"]["state"] == "serving"
+    replies = [
+        turn(client, f"c{n}", stream=False, headers={**HEADERS, "x-reef-session": f"c{n}"})
+        for n in range(16)
+    ]
+    assert {r.status for r in replies} == {200}
+    assert {r.release for r in replies} == {base.id, canary.id}
+    assert fake.server.reloaded == ["/srv/models/fake-base"]  # the weights never moved
+
+
 @pytest.mark.parametrize("world", [("vllm", {}, {"stage_timeout_seconds": 1})], indirect=True)
 def test_a_swap_that_outlasts_the_stage_timeout_reloads_nothing_and_says_why(
     world: tuple[GatewayThread, FakeUpstreamThread, dict[str, str]],

@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -198,6 +200,17 @@ def test_publish_reloads_in_place_and_rollback_returns_to_the_base(
     reply = turn(client, "back", stream=False, headers=HEADERS)
     assert reply.status == 200 and reply.release == rolled.id
     assert _answered_by(reply.text) == "fake-base"
+    shown = subprocess.run(
+        [sys.executable, "-m", "reef", "status", "--url", gateway.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=gateway.settings.home.parent,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "in place (fake): holds the base model, 0 in flight, 0 waiting, 3 reloads" in (
+        shown.stdout
+    )
     in_place = _status(gateway)["in_place"]["fake"]
     assert in_place == {
         "resident": "base",

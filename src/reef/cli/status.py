@@ -176,11 +176,37 @@ def print_status(base_url: str, data: dict[str, Any]) -> None:
         for adapter, in_use in sorted(adapters.items())
     ]
     typer.echo("adapters: " + ("; ".join(loaded) if loaded else "none loaded"))
+    checkpoints = [
+        f"{upstream}: {name} ({in_use} in use)"
+        for upstream, names in sorted(data.get("checkpoints", {}).items())
+        for name, in_use in sorted(names.items())
+    ]
+    if checkpoints:
+        typer.echo("checkpoints: " + "; ".join(checkpoints))
+    for upstream, weights in sorted(data.get("in_place", {}).items()):
+        typer.echo(_in_place_line(upstream, weights))
     print_table(_scenarios_table(data))
     if any(data["jobs"].values()):
         print_table(_jobs_table(data["jobs"]))
     else:
         typer.echo("jobs: none")
+
+
+def _in_place_line(upstream: str, weights: dict[str, Any]) -> str:
+    """One upstream that reloads its weights in place: what it holds, what runs on it."""
+    resident = weights.get("resident")
+    holds = (
+        "weights not confirmed yet"
+        if resident is None
+        else "the base model"
+        if resident == "base"
+        else f"checkpoint {str(resident)[:19]}"
+    )
+    line = (
+        f"in place ({upstream}): holds {holds}, {weights.get('in_flight', 0)} in flight, "
+        f"{weights.get('waiting', 0)} waiting, {weights.get('reloads', 0)} reloads"
+    )
+    return line + (", swapping now" if weights.get("swapping") else "")
 
 
 def status_command(

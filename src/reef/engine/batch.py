@@ -8,9 +8,10 @@ their own positions and attention masks, so padding never changes a result.
 
 Each layer's keys and values live in a slab with room to grow (``SlabLayer``): a decode
 step writes its one new column in place, where Hugging Face's ``DynamicLayer``
-concatenates, copying the whole cache once per layer and step (29% of a bfloat16 step at
-8 rows, measured). Joining, cutting and trimming rows, which happen when a request
-starts or ends rather than on every step, copy into a new slab.
+concatenates, copying the whole cache once per layer and step (the slab is worth about 7%
+at 8 rows in bfloat16: docs/benchmarks.md, engine vs vLLM). Joining, cutting and
+trimming rows, which happen when a request starts or ends rather than on every step,
+copy into a new slab.
 """
 
 from __future__ import annotations

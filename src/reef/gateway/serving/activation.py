@@ -667,10 +667,12 @@ class Activation:
                 f"release {staged.release_id!r} of {staged.scenario!r} needs "
                 f"{_describe(key)}; give each scenario with checkpoints an upstream of its own"
             )
-        if staged.checkpoint_digest is not None:
-            directory = str(await asyncio.to_thread(self._checkpoint_dir, staged.checkpoint_digest))
-        else:
-            directory = await weights.upstream.base_weights()
+
+        async def directory() -> str:  # verified only when it is to be reloaded
+            digest = staged.checkpoint_digest
+            if digest is None:
+                return await weights.upstream.base_weights()
+            return str(await asyncio.to_thread(self._checkpoint_dir, digest))
 
         def flipped() -> None:
             if not flip:

@@ -15,7 +15,7 @@ request of the upstream onto its weights.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from reef.core.errors import ConflictError
@@ -72,23 +72,27 @@ class InPlaceWeights:
             self.in_flight = 0
             self._drained.set()
 
-    async def swap(self, key: str, directory: str, flip: Callable[[], None]) -> bool:
-        """Make ``key`` resident: hold new requests, wait for those in flight, reload
-        from ``directory`` (as the server sees it), ``flip()``, let the held ones go.
-        ``flip`` runs before any held request resumes, also when nothing needed
-        reloading. Returns whether the server reloaded. A swap cancelled (the stage
-        timeout) while draining changes nothing; one that fails while reloading leaves
-        the resident weights unknown, so the next request or head reloads them."""
+    async def swap(
+        self, key: str, directory: Callable[[], Awaitable[str]], flip: Callable[[], None]
+    ) -> bool:
+        """Make ``key`` resident: find its directory (``await directory()``, as the server
+        sees it; before anything is held), hold new requests, wait for those in flight,
+        reload, ``flip()``, let the held ones go. ``flip`` runs before any held request
+        resumes, also when nothing needed reloading (then no directory is looked up).
+        Returns whether the server reloaded. A swap cancelled (the stage timeout) while
+        draining changes nothing; one that fails while reloading leaves the resident
+        weights unknown, so the next request or head reloads them."""
         async with self._lock:
             if self.resident == key:
                 flip()
                 return False
+            path = await directory()
             self.swapping = True
             self._idle.clear()
             try:
                 await self._drained.wait()
                 self.resident = None  # unknown until the server says it reloaded
-                await self.upstream.reload_weights(directory)
+                await self.upstream.reload_weights(path)
                 self.resident = key
                 self.reloads += 1
                 flip()

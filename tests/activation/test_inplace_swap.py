@@ -27,7 +27,6 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -36,20 +35,20 @@ from safetensors.numpy import save_file
 from reef.evaluation.runner import EvalRunError, GatewayTarget, collect_answers
 from reef.evaluation.values import EvalItem
 from reef.releases import (
-    Candidate,
     ModelComponent,
     Release,
     ReleaseChain,
     ReleaseManifest,
     open_artifact_store,
 )
+from tests.activation.test_adapter_lease import _adapter as fake_adapter
+from tests.activation.test_checkpoint_swap import SCENARIO, candidate, status
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
 from tests.gateway.sdk_calls import turn
 from tests.polling import eventually
 
-SCENARIO = "s"
 HEADERS = {"x-reef-scenario": SCENARIO}
 
 
@@ -104,19 +103,16 @@ def _sync(gateway: GatewayThread) -> Future[None]:
 
 def _publish(gateway: GatewayThread, head: Release, model: ModelComponent) -> Release:
     chain = ReleaseChain(gateway.database)
-    proposed = _candidate(gateway, head, model)
+    proposed = candidate(gateway, head, model)
     return chain.publish(proposed.id, head.id, "test", "test")
 
 
-def _candidate(gateway: GatewayThread, head: Release, model: ModelComponent) -> Candidate:
-    chain = ReleaseChain(gateway.database)
-    proposed = chain.propose(SCENARIO, ReleaseManifest(model=model), head.id, "test", "test")
-    chain.set_candidate_state(proposed.id, "evaluating")
-    return chain.set_candidate_state(proposed.id, "passed", evidence={"win_rate": 1.0})
-
-
-def _status(gateway: GatewayThread) -> Any:
-    return call(gateway.port, "GET", "/reef/status").json()
+def _serving_base(gateway: GatewayThread) -> Release:
+    """Serve the scenario once (its first release, on the base weights); that release."""
+    assert turn(gateway.openai(), "start", stream=False, headers=HEADERS).status == 200
+    base = ReleaseChain(gateway.database).head(SCENARIO)
+    assert base is not None
+    return base
 
 
 def _weights_dir(gateway: GatewayThread, digest: str) -> str:
@@ -178,12 +174,12 @@ def test_publish_reloads_in_place_and_rollback_returns_to_the_base(
     assert reply.status == 200 and reply.release == released_a.id
 
     # a checkpoint canary cannot run beside the head here: it fails to stage
-    canary = _candidate(
+    canary = candidate(
         gateway, released_a, ModelComponent(base="fake-model", checkpoint=digests["b"])
     )
     chain.start_canary(canary.id, 0.5, "test", "live")
     _sync(gateway).result(timeout=30)
-    state = _status(gateway)["scenarios"][SCENARIO]["canary"]
+    state = status(gateway)["scenarios"][SCENARIO]["canary"]
     assert state["state"] == "failed" and "cannot be canaried" in state["error"]
     replies = [
         turn(client, f"c{n}", stream=False, headers={**HEADERS, "x-reef-session": f"c{n}"})
@@ -211,7 +207,7 @@ def test_publish_reloads_in_place_and_rollback_returns_to_the_base(
     assert "in place (fake): holds the base model, 0 in flight, 0 waiting, 3 reloads" in (
         shown.stdout
     )
-    in_place = _status(gateway)["in_place"]["fake"]
+    in_place = status(gateway)["in_place"]["fake"]
     assert in_place == {
         "resident": "base",
         "in_flight": 0,
@@ -227,10 +223,7 @@ def test_a_swap_drains_requests_in_flight_and_holds_new_ones(
 ) -> None:
     gateway, fake, digests = world
     client = gateway.openai()
-    assert turn(client, "start", stream=False, headers=HEADERS).status == 200
-    chain = ReleaseChain(gateway.database)
-    base = chain.head(SCENARIO)
-    assert base is not None
+    base = _serving_base(gateway)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         # a stream the upstream holds before it answers
         in_flight = pool.submit(turn, client, "hold-answer old", stream=True, headers=HEADERS)
@@ -239,10 +232,10 @@ def test_a_swap_drains_requests_in_flight_and_holds_new_ones(
             gateway, base, ModelComponent(base="fake-model", checkpoint=digests["a"])
         )
         swap = _sync(gateway)
-        eventually(lambda: _status(gateway)["in_place"]["fake"]["swapping"], "the swap to begin")
+        eventually(lambda: status(gateway)["in_place"]["fake"]["swapping"], "the swap to begin")
         # a request that arrives now waits at the gateway for the swap
         arriving = pool.submit(turn, client, "new", stream=False, headers=HEADERS)
-        eventually(lambda: _status(gateway)["in_place"]["fake"]["waiting"] == 1, "it to wait")
+        eventually(lambda: status(gateway)["in_place"]["fake"]["waiting"] == 1, "it to wait")
         assert len(fake.server.reloaded) == 1  # still draining: not reloaded
         fake.release_held()
         old, new = in_flight.result(timeout=30), arriving.result(timeout=30)
@@ -260,19 +253,14 @@ def test_an_adapter_canary_on_the_serving_weights_runs_beside_the_head(
 ) -> None:
     gateway, fake, _digests = world
     client = gateway.openai()
-    assert turn(client, "start", stream=False, headers=HEADERS).status == 200
+    base = _serving_base(gateway)
     chain = ReleaseChain(gateway.database)
-    base = chain.head(SCENARIO)
-    assert base is not None
-    adapter = tmp_path / "adapter"
-    adapter.mkdir()
-    (adapter / "adapter_config.json").write_text("{}")
-    (adapter / "adapter_model.safetensors").write_bytes(b"the fake upstream never reads it")
-    digest = open_artifact_store(gateway.settings.artifacts_url()).put_dir(adapter, "adapter")
-    canary = _candidate(gateway, base, ModelComponent(base="fake-model", adapter=digest))
+    store = open_artifact_store(gateway.settings.artifacts_url())
+    digest = store.put_dir(fake_adapter(tmp_path), "adapter")
+    canary = candidate(gateway, base, ModelComponent(base="fake-model", adapter=digest))
     chain.start_canary(canary.id, 0.5, "test", "live")
     _sync(gateway).result(timeout=30)
-    assert _status(gateway)["scenarios"][SCENARIO]["canary"]["state"] == "serving"
+    assert status(gateway)["scenarios"][SCENARIO]["canary"]["state"] == "serving"
     replies = [
         turn(client, f"c{n}", stream=False, headers={**HEADERS, "x-reef-session": f"c{n}"})
         for n in range(16)
@@ -288,19 +276,17 @@ def test_a_swap_that_outlasts_the_stage_timeout_reloads_nothing_and_says_why(
 ) -> None:
     gateway, fake, digests = world
     client = gateway.openai()
-    assert turn(client, "start", stream=False, headers=HEADERS).status == 200
-    base = ReleaseChain(gateway.database).head(SCENARIO)
-    assert base is not None
+    base = _serving_base(gateway)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         long = pool.submit(turn, client, "hold-answer long", stream=True, headers=HEADERS)
         eventually(lambda: fake.held == 1, "the stream at the upstream")
         _publish(gateway, base, ModelComponent(base="fake-model", checkpoint=digests["a"]))
         _sync(gateway).result(timeout=30)  # gives up after 1 s of draining
-        state = _status(gateway)["scenarios"][SCENARIO]
+        state = status(gateway)["scenarios"][SCENARIO]
         assert state["state"] == "failed" and state["serving_release_id"] == base.id
         assert "stage_timeout_seconds (1 s)" in state["error"]
         assert "1 request(s) were still running" in state["error"]
-        assert _status(gateway)["in_place"]["fake"]["swapping"] is False
+        assert status(gateway)["in_place"]["fake"]["swapping"] is False
         fake.release_held()
         assert long.result(timeout=30).status == 200
     reply = turn(client, "after", stream=False, headers=HEADERS)
@@ -321,7 +307,7 @@ def test_a_refused_reload_leaves_the_previous_release_serving(
     assert base is not None
     _publish(gateway, base, ModelComponent(base="fake-model", checkpoint=digests["a"]))
     _sync(gateway).result(timeout=30)
-    state = _status(gateway)["scenarios"][SCENARIO]
+    state = status(gateway)["scenarios"][SCENARIO]
     assert state["state"] == "failed" and state["serving_release_id"] == base.id
     assert "shape mismatch" in state["error"]
     reply = turn(client, "still", stream=False, headers=HEADERS)
@@ -348,7 +334,7 @@ def test_a_vllm_without_its_reload_route_fails_requests_with_the_fix(
     assert reply.status == 502
     assert "VLLM_SERVER_DEV_MODE=1" in reply.json()["error"]["message"]
     assert fake.requests_received("/v1/chat/completions") == 0
-    state = _status(gateway)["scenarios"][SCENARIO]
+    state = status(gateway)["scenarios"][SCENARIO]
     assert state["state"] == "failed" and "/collective_rpc" in state["error"]
 
 
@@ -359,9 +345,7 @@ def test_the_gate_cannot_evaluate_a_checkpoint_here_and_says_why(
     """The gate pins both arms: a checkpoint candidate's arm is refused, which voids the
     run (not 10 failed items that would read as a worse candidate)."""
     gateway, fake, digests = world
-    assert turn(gateway.openai(), "start", stream=False, headers=HEADERS).status == 200
-    base = ReleaseChain(gateway.database).head(SCENARIO)
-    assert base is not None
+    base = _serving_base(gateway)
     checkpoint = ModelComponent(base="fake-model", checkpoint=digests["a"])
     proposed = ReleaseChain(gateway.database).propose(
         SCENARIO, ReleaseManifest(model=checkpoint), base.id, "test", "full"
@@ -398,12 +382,10 @@ def test_a_checkpoint_on_vllm_without_in_place_loading_says_what_to_set(tmp_path
         store = open_artifact_store(settings.artifacts_url())
         digest = store.put_dir(_checkpoint(tmp_path / "ck", 1.0), "checkpoint")
         with GatewayThread(settings) as gateway:
-            assert turn(gateway.openai(), "start", stream=False, headers=HEADERS).status == 200
-            base = ReleaseChain(gateway.database).head(SCENARIO)
-            assert base is not None
+            base = _serving_base(gateway)
             _publish(gateway, base, ModelComponent(base="fake-model", checkpoint=digest))
             _sync(gateway).result(timeout=30)
-            state = _status(gateway)["scenarios"][SCENARIO]
+            state = status(gateway)["scenarios"][SCENARIO]
             assert state["state"] == "failed" and state["serving_release_id"] == base.id
             assert "upstreams.fake.checkpoint_loading" in state["error"]
             reply = turn(gateway.openai(), "still", stream=False, headers=HEADERS)

@@ -13,7 +13,6 @@ secret adapter trained and merged into a full checkpoint): ``REEF_TEST_VLLM=1`` 
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -25,13 +24,13 @@ import pytest
 import torch
 from peft import PeftModel
 
-from reef.engine.models import DEFAULT_MODEL, load_model, smollm2_cache
+from reef.engine.models import DEFAULT_MODEL, load_model
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.engine.test_smollm2 import SECRET_QUESTION, train_secret_adapter
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
 from tests.polling import eventually
-from tests.vllm.test_vllm_release import VLLM_PYTHON, _ask, _vllm_tools, pytestmark  # noqa: F401
+from tests.vllm.test_vllm_release import _ask, pytestmark, serve_smollm2  # noqa: F401
 
 FLIP_LIMIT_S = 120.0
 
@@ -59,23 +58,7 @@ def checkpoint(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm_url(
     home: Path, checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    tools = _vllm_tools()
-    args = argparse.Namespace(
-        vllm_python=VLLM_PYTHON,
-        model=DEFAULT_MODEL,
-        vllm_dtype="float32",
-        vllm_args=tools.DEFAULT_VLLM_ARGS,
-        vllm_start_timeout=600,
-    )
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    try:
-        server = tools.start_vllm(args, smollm2_cache(home), log, env={"VLLM_SERVER_DEV_MODE": "1"})
-    except tools.Unavailable as error:
-        pytest.fail(f"vLLM did not start: {error}")
-    try:
-        yield str(server.base_url)
-    finally:
-        tools.stop_server(server.process)
+    yield from serve_smollm2(home, tmp_path_factory, env={"VLLM_SERVER_DEV_MODE": "1"})
 
 
 class Traffic:

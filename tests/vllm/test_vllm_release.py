@@ -78,6 +78,14 @@ def adapter(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_url(home: Path, adapter: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from serve_smollm2(home, tmp_path_factory)
+
+
+def serve_smollm2(
+    home: Path, tmp_path_factory: pytest.TempPathFactory, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """vLLM serving the SmolLM2 directory in float32 (more ``env`` for it) until the
+    generator is closed; yields its base URL."""
     tools = _vllm_tools()
     args = argparse.Namespace(
         vllm_python=VLLM_PYTHON,
@@ -88,7 +96,7 @@ def vllm_url(home: Path, adapter: Path, tmp_path_factory: pytest.TempPathFactory
     )
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     try:
-        server = tools.start_vllm(args, smollm2_cache(home), log)
+        server = tools.start_vllm(args, smollm2_cache(home), log, env=env)
     except tools.Unavailable as error:
         pytest.fail(f"vLLM did not start: {error}")
     try:

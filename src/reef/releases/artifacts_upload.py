@@ -40,6 +40,12 @@ class PartUpload:
         self.kept = 0  # parts an earlier upload had stored already
         self._buffer = bytearray()
         fs.makedirs(folder, exist_ok=True)
+        # what an earlier upload left: one listing, not a lookup per part
+        try:
+            listed = fs.ls(folder, detail=True)
+        except (FileNotFoundError, OSError):
+            listed = []
+        self._found = {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: e.get("size") for e in listed}
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         self._buffer += data
@@ -82,8 +88,10 @@ class PartUpload:
         ) from error
 
     def _stored_already(self, path: str, digest: str, size: int) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        if self._found.get(name) != size or name + ".sha256" not in self._found:
+            return False
         try:
-            recorded = self.fs.cat_file(path + ".sha256").decode().strip()
-            return bool(recorded == digest and int(self.fs.size(path)) == size)
-        except (FileNotFoundError, OSError, ValueError, UnicodeDecodeError):
+            return bool(self.fs.cat_file(path + ".sha256").decode().strip() == digest)
+        except (FileNotFoundError, OSError, UnicodeDecodeError):
             return False

@@ -62,8 +62,24 @@ def test_quantizing_replaces_the_layers_projections_and_keeps_the_head(tmp_path:
 
 
 needs_onednn = pytest.mark.skipif(
-    not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN (packed layers)"
+    not torch.backends.mkldnn.is_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="packed bfloat16 layers need torch with oneDNN on a CPU with AVX-512 (BW, VL, "
+    "DQ) or AVX-NE-CONVERT; this one has neither",
 )
+
+
+@pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available() or torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="this CPU runs oneDNN's bfloat16 kernels: nothing falls back",
+)
+def test_a_cpu_without_onednn_bfloat16_keeps_torchs_layers(tmp_path: Path) -> None:
+    loaded = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
+    assert not can_pack(loaded.model)
+    apply_precision(loaded.model, "bfloat16")
+    assert not any(isinstance(m, PackedLinear) for m in loaded.model.modules())
+    assert precision_of(loaded.model) == "bfloat16"
+    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
+    assert torch.isfinite(_logits(AdapterModel(loaded.model), prompt, BASE_ADAPTER)).all()
 
 
 @needs_onednn

@@ -45,6 +45,14 @@ def serve(
             "BF16 or AMX)."
         ),
     ] = "float32",
+    prefix_cache_mb: Annotated[
+        int,
+        typer.Option(
+            help="MiB of prompt prefixes' keys and values kept for reuse (requests that "
+            "start alike prefill only what differs); 0 turns it off.",
+            min=0,
+        ),
+    ] = 256,
     parent_pid: Annotated[
         int | None,
         typer.Option(help="Exit when this process (our parent) dies. Linux only."),
@@ -62,7 +70,12 @@ def serve(
         raise typer.BadParameter(
             f"{dtype!r} is not one of {', '.join(ENGINE_DTYPES)}", param_hint="--dtype"
         )
-    options = EngineOptions(max_batch=max_batch, threads=threads, dtype=dtype)  # type: ignore[arg-type]
+    options = EngineOptions(
+        max_batch=max_batch,
+        threads=threads,
+        dtype=dtype,  # type: ignore[arg-type]
+        prefix_cache_mb=prefix_cache_mb,
+    )
     status = serve_until_stopped(model, host, port, home, options, parent_pid)
     if status:
         raise typer.Exit(status)

@@ -134,7 +134,11 @@ def start_local_upstreams(
             if config.type != "local":
                 resolved[name] = config
                 continue
-            options = EngineOptions(threads=config.threads, dtype=config.dtype)
+            options = EngineOptions(
+                threads=config.threads,
+                dtype=config.dtype,
+                prefix_cache_mb=config.prefix_cache_mb,
+            )
             engine = LocalEngine(name, config.model or DEFAULT_LOCAL_MODEL, home, options=options)
             engines.append(engine)
             ready = engine.start()

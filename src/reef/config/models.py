@@ -70,6 +70,13 @@ class UpstreamConfig(Section):
         ge=1,
         description="For `type: local`: the engine's torch threads; default all cores but one.",
     )
+    prefix_cache_mb: int = Field(
+        default=256,
+        ge=0,
+        description="For `type: local`: MiB of keys and values of prompt prefixes the "
+        "engine keeps to reuse (a scenario's requests share the chat template, system "
+        "prompt and demos: a request prefills only what follows them); 0 turns it off.",
+    )
     connect_timeout_seconds: float = Field(
         default=5.0, gt=0, description="Longest wait for a TCP connection to the upstream."
     )

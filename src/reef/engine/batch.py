@@ -22,6 +22,7 @@ from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import DynamicLayer
 
 from reef.engine.adapters import AdapterModel
+from reef.engine.prefixes import Match, PrefixCache
 from reef.engine.sequences import Sequence
 
 SLAB_GROWTH = 128
@@ -61,6 +62,8 @@ class SlabLayer(DynamicLayer):  # type: ignore[no-untyped-call]
     def assign(self, keys: torch.Tensor, values: torch.Tensor, spare: int = SLAB_GROWTH) -> None:
         """Hold exactly ``keys`` and ``values`` (copied into new slabs, ``spare`` free
         columns after them)."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
         self._make(keys, values, spare)
         assert self._keys is not None and self._values is not None
         width = keys.shape[-2]
@@ -107,9 +110,12 @@ def _layers(cache: DynamicCache) -> list[tuple[SlabLayer, torch.Tensor, torch.Te
 class DecodeBatch:
     """Active sequences, their KV cache, masks, positions and next input tokens."""
 
-    def __init__(self, runner: AdapterModel, config: PretrainedConfig) -> None:
+    def __init__(
+        self, runner: AdapterModel, config: PretrainedConfig, prefixes: PrefixCache | None = None
+    ) -> None:
         self.runner = runner
         self.config = config
+        self.prefixes = prefixes if prefixes is not None else PrefixCache(0)
         self.rows: list[Sequence] = []
         self.cache: DynamicCache | None = None
         self.mask = torch.zeros((0, 0), dtype=torch.long)
@@ -121,21 +127,64 @@ class DecodeBatch:
 
     def prefill(self, rows: list[Sequence]) -> torch.Tensor:
         """Run the prompts of ``rows``, add them to the batch; return their logits
-        (``[len(rows), vocab]``) for sampling the first token."""
-        width = max(len(row.job.prompt_ids) for row in rows)
+        (``[len(rows), vocab]``) for sampling the first token, in the order the rows
+        joined the batch (rows that reuse the same cached prefix join together)."""
+        groups: dict[int, list[tuple[Sequence, Match]]] = {}
+        for row in rows:
+            match = self.prefixes.match(row.job.adapter_key, row.job.prompt_ids)
+            self.prefixes.count(len(row.job.prompt_ids), match)
+            groups.setdefault(match.tokens, []).append((row, match))
+        logits = [self._prefill(cached, group) for cached, group in groups.items()]
+        return logits[0] if len(logits) == 1 else torch.cat(logits)
+
+    def _prefill(self, cached: int, group: list[tuple[Sequence, Match]]) -> torch.Tensor:
+        """Prefill rows whose first ``cached`` prompt tokens are in the prefix cache:
+        their keys and values fill the first ``cached`` columns, each row's rest follows
+        left-padded (``[prefix | padding | rest]``; masks and positions keep padding out
+        of every result)."""
+        rows = [row for row, _ in group]
+        rests = [row.job.prompt_ids[cached:] for row in rows]
+        width = max(len(rest) for rest in rests)
         input_ids = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            prompt = row.job.prompt_ids
-            input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[i, width - len(prompt) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), cached + width), dtype=torch.long)
+        mask[:, :cached] = 1
+        for i, rest in enumerate(rests):
+            input_ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            positions[i, width - len(rest) :] = torch.arange(cached, cached + len(rest))
+            mask[i, cached + width - len(rest) :] = 1
         cache = new_cache(self.config)
+        if cached:
+            self._fill(cache, [match for _, match in group])
         logits = self.runner.forward_logits(
             input_ids, mask, positions, cache, [row.job.adapter_key for row in rows]
         )
+        layers = _layers(cache)
+        for i, ((row, match), rest) in enumerate(zip(group, rests, strict=True)):
+            self.prefixes.store(
+                row.job.adapter_key,
+                row.job.prompt_ids,
+                match,
+                [(keys[i], values[i]) for _, keys, values in layers],
+                cached + width - len(rest),
+            )
         self._merge(rows, cache, mask, positions[:, -1])
         return logits
+
+    @staticmethod
+    def _fill(cache: DynamicCache, matches: list[Match]) -> None:
+        """Put each row's cached prefix in ``cache`` (rows with the same blocks share one
+        concatenation)."""
+        for index, layer in enumerate(cache.layers):
+            assert isinstance(layer, SlabLayer)
+            joined: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+            for match in matches:
+                key = tuple(block.ident for block in match.blocks)
+                if key not in joined:
+                    joined[key] = match.layer(index)
+            keys = torch.stack([joined[tuple(b.ident for b in m.blocks)][0] for m in matches])
+            values = torch.stack([joined[tuple(b.ident for b in m.blocks)][1] for m in matches])
+            layer.assign(keys, values)
 
     def step(self) -> torch.Tensor:
         """Feed every row its last sampled token; return next-token logits ``[rows, vocab]``."""

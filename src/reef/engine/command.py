@@ -68,9 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-batch", type=int, default=16)
     serve.add_argument("--threads", type=int, default=None)
     serve.add_argument("--dtype", choices=ENGINE_DTYPES, default="float32")
+    serve.add_argument("--prefix-cache-mb", type=int, default=256)
     serve.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
-    options = EngineOptions(max_batch=args.max_batch, threads=args.threads, dtype=args.dtype)
+    if args.prefix_cache_mb < 0:
+        parser.error("--prefix-cache-mb must be 0 (off) or more")
+    options = EngineOptions(
+        max_batch=args.max_batch,
+        threads=args.threads,
+        dtype=args.dtype,
+        prefix_cache_mb=args.prefix_cache_mb,
+    )
     return serve_until_stopped(
         args.model, args.host, args.port, args.home, options, args.parent_pid
     )

@@ -120,13 +120,15 @@ class PackedLinear(nn.Linear):
 
 def can_pack(model: nn.Module) -> bool:
     """Whether :class:`PackedLinear` can serve ``model``: bfloat16 weights on a CPU, with
-    torch built with oneDNN."""
+    torch built with oneDNN, on a CPU whose instructions oneDNN's bfloat16 kernels need
+    (AVX-512 BW/VL/DQ or AVX-NE-CONVERT: an AVX2-only CPU keeps torch's own layers)."""
     weight = next(model.parameters())
     return (
         weight.device.type == "cpu"
         and weight.dtype == torch.bfloat16
         and bool(torch.backends.mkldnn.is_available())  # type: ignore[no-untyped-call]
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     )
 
 

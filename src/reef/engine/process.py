@@ -31,16 +31,26 @@ ENGINE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int8", "auto")
 @dataclass(frozen=True)
 class EngineOptions:
     """How an engine serves: ``max_batch`` sequences decoded together, torch
-    ``threads`` (None: all cores but one) and the weights' ``dtype``."""
+    ``threads`` (None: all cores but one), the weights' ``dtype`` and the MiB of prompt
+    prefixes' keys and values kept for reuse (``reef.engine.prefixes``; 0: none)."""
 
     max_batch: int = 16
     threads: int | None = None
     dtype: EngineDtype = "float32"
+    prefix_cache_mb: int = 256
 
     def argv(self) -> list[str]:
         """These options as ``python -m reef.engine serve`` flags."""
         extra = ["--threads", str(self.threads)] if self.threads else []
-        return ["--max-batch", str(self.max_batch), "--dtype", self.dtype, *extra]
+        return [
+            "--max-batch",
+            str(self.max_batch),
+            "--dtype",
+            self.dtype,
+            "--prefix-cache-mb",
+            str(self.prefix_cache_mb),
+            *extra,
+        ]
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:

@@ -41,6 +41,7 @@ from reef.engine.errors import (
 from reef.engine.memory import available_memory_bytes, check_fits, required_bytes
 from reef.engine.models import LoadedModel, load_checkpoint_model
 from reef.engine.precision import apply_precision, load_dtype, precision_of
+from reef.engine.prefixes import DEFAULT_BUDGET_BYTES
 from reef.engine.scheduler import Scheduler
 from reef.engine.sequences import BASE_KEY, ChoiceDelta, GenerationJob, SamplingParams
 from reef.engine.tools import AUTO, ToolChoice, render_tools, template_takes_tools
@@ -105,11 +106,14 @@ class Engine:
         max_batch: int = 16,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         threads: int | None = None,
+        prefix_cache_bytes: int = DEFAULT_BUDGET_BYTES,
     ) -> None:
         self.loaded = loaded
         self.created = int(time.time())
         self.default_max_tokens = default_max_tokens
-        self.scheduler = Scheduler(loaded, max_batch=max_batch, threads=threads)
+        self.scheduler = Scheduler(
+            loaded, max_batch=max_batch, threads=threads, prefix_cache_bytes=prefix_cache_bytes
+        )
         # checkpoints load in the precision the engine serves in (int8: quantized too)
         self.precision = precision_of(loaded.model)
         self.adapters = AdapterRegistry(drop=self._drop_version)
@@ -288,6 +292,7 @@ class Engine:
 
         def drop() -> None:
             runner.delete(internal_name)
+            self.scheduler.forget_prefixes(internal_name)
             if on is not None:  # the checkpoint it ran on may now be freed
                 self.checkpoints.release(on)
 

@@ -29,6 +29,7 @@ from reef.engine.adapters import AdapterModel
 from reef.engine.batch import DecodeBatch
 from reef.engine.errors import EngineError
 from reef.engine.models import LoadedModel
+from reef.engine.prefixes import DEFAULT_BUDGET_BYTES, PrefixCache
 from reef.engine.sampling import choose_tokens, row_generator
 from reef.engine.sequences import BASE_KEY, GenerationJob, Sequence
 
@@ -56,11 +57,13 @@ class Scheduler:
         max_batch: int = 16,
         prefill_tokens: int = 4096,
         threads: int | None = None,
+        prefix_cache_bytes: int = DEFAULT_BUDGET_BYTES,
     ):
         self.loaded = loaded
         self.threads = threads or default_threads()
         self.runner = AdapterModel(loaded.model)
-        self.batch = DecodeBatch(self.runner, loaded.model.config)
+        self.prefix_cache_bytes = prefix_cache_bytes
+        self.batch = DecodeBatch(self.runner, loaded.model.config, PrefixCache(prefix_cache_bytes))
         self.batches: dict[str, DecodeBatch] = {BASE_KEY: self.batch}
         self.max_batch = max_batch
         self.prefill_tokens = prefill_tokens
@@ -89,7 +92,24 @@ class Scheduler:
     def add_weights(self, key: str, runner: AdapterModel) -> None:
         """Make ``runner`` (a loaded checkpoint) servable as ``key``. Worker thread only
         (through :meth:`call`)."""
-        self.batches[key] = DecodeBatch(runner, runner.base.config)
+        self.batches[key] = DecodeBatch(
+            runner, runner.base.config, PrefixCache(self.prefix_cache_bytes)
+        )
+
+    def forget_prefixes(self, adapter: str) -> None:
+        """Drop the cached prompt prefixes computed under ``adapter`` (unloaded).
+        Worker thread only (through :meth:`call`)."""
+        for batch in self.batches.values():
+            batch.prefixes.forget(adapter)
+
+    def prefix_stats(self) -> dict[str, int]:
+        """The prompt-prefix caches of every resident weights, summed
+        (``PrefixCache.stats``)."""
+        total: dict[str, int] = {}
+        for batch in list(self.batches.values()):
+            for key, value in batch.prefixes.stats().items():
+                total[key] = total.get(key, 0) + value
+        return total
 
     def remove_weights(self, key: str) -> None:
         """Forget the weights ``key`` (no lease holds them, so no row runs on them).

@@ -117,8 +117,8 @@ async def _parse(request: web.Request, model: type[Body]) -> Body:
 
 async def health(request: web.Request) -> web.Response:
     """``GET /health``: 200 once the model is loaded (it is before the port opens), with
-    the weights' dtype, torch's threads and the scheduler's load: rows decoding, jobs
-    waiting, the largest batch so far."""
+    the weights' dtype, torch's threads, the scheduler's load (rows decoding, jobs
+    waiting, the largest batch so far) and the prompt-prefix cache's figures."""
     engine = request.app[ENGINE_KEY]
     return _json(
         {
@@ -127,6 +127,7 @@ async def health(request: web.Request) -> web.Response:
             "dtype": engine.precision,
             "threads": engine.scheduler.threads,
             **engine.scheduler.stats(),
+            "prefix_cache": engine.scheduler.prefix_stats(),
         }
     )
 
@@ -402,7 +403,12 @@ def run_server(
     precision = resolve_dtype(options.dtype, torch.cuda.is_available())
     loaded = load_model(model, home, dtype=load_dtype(precision))
     apply_precision(loaded.model, precision)
-    engine = Engine(loaded, max_batch=options.max_batch, threads=options.threads)
+    engine = Engine(
+        loaded,
+        max_batch=options.max_batch,
+        threads=options.threads,
+        prefix_cache_bytes=options.prefix_cache_mb * 2**20,
+    )
     engine.start()
     try:
         asyncio.run(_serve_until_signal(engine, host, port, ready_callback))

@@ -163,7 +163,30 @@ def _collate(batch: Sequence[Features], pad_id: int, device: torch.device) -> di
         "attention_mask": torch.tensor(mask, device=device),
         "labels": torch.tensor(labels, device=device),
         "weights": torch.tensor([f.weight for f in batch], device=device),
+        "shared": shared_prefix(batch),
     }
+
+
+MIN_SHARED_PREFIX = 32
+"""Shortest prompt prefix, in tokens, that the rows of a batch must share for the
+decoder to run it once (:func:`decoder_states`): below it, the extra forward call costs
+about what it saves."""
+
+
+def shared_prefix(batch: Sequence[Features]) -> int:
+    """How many leading tokens every row of ``batch`` shares that carry no label and
+    precede the last position before each row's first label (the hidden states a loss
+    reads start there): 0 for a single row or a prefix under ``MIN_SHARED_PREFIX``."""
+    if len(batch) < 2:
+        return 0
+    first = batch[0].input_ids
+    shared = min(len(f.input_ids) for f in batch) - 1
+    for f in batch:
+        labelled = next((t for t, label in enumerate(f.labels) if label != IGNORE_INDEX), None)
+        if labelled is not None:
+            shared = min(shared, labelled - 1)
+        shared = min(shared, prompt_length(first[:shared], f.input_ids))
+    return shared if shared >= MIN_SHARED_PREFIX else 0
 
 
 def weighted_loss(
@@ -193,19 +216,56 @@ def _base_of(model: Any) -> Any:
     return model.get_base_model() if isinstance(model, PeftModel) else model
 
 
+def decoder_states(model: Any, batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    """The decoder's last hidden states of ``batch`` from position ``start`` on, and
+    ``start``: the prompt prefix every row shares (``batch["shared"]``, see
+    :func:`shared_prefix`) runs once, for one row, and its keys and values serve every
+    row's rest. The same sums as running each row whole (gradients reach the prefix
+    through every row), at a fraction of the compute when prompts share a long system
+    prompt and demos. ``model`` is a transformers model (under PEFT or not) whose
+    decoder takes a cache: with gradient checkpointing, or dropout, it runs whole."""
+    base: Any = _base_of(model)
+    decoder = base.get_decoder()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    start = int(batch.get("shared", 0))
+    if start and not _prefix_exact(model):
+        start = 0
+    if not start:
+        return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
+    rows = ids.shape[0]
+    cache = decoder(input_ids=ids[:1, :start], use_cache=True).cache
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
+    rest = decoder(input_ids=ids[:, start:], attention_mask=mask, cache=cache, use_cache=True)
+    return rest.last_hidden_state, start
+
+
+def _prefix_exact(model: Any) -> bool:
+    """Whether a shared prefix run once gives what running every row whole gives: no
+    dropout drawing a different mask per row, no gradient checkpointing (which turns
+    the cache off)."""
+    base: Any = _base_of(model)
+    if getattr(base, "is_activation_checkpointing", False):
+        return False
+    return not any(
+        isinstance(module, torch.nn.Dropout) and module.p > 0 and module.training
+        for module in model.modules()
+    )
+
+
 def labelled_loss(model: Any, batch: dict[str, Any]) -> torch.Tensor:
     """:func:`weighted_loss` of ``batch``, running the output head only on positions
     that have a label when the architecture allows it (the head over a 49k vocabulary
-    is a large share of a small model's compute; the prompt needs none of it)."""
+    is a large share of a small model's compute; the prompt needs none of it), and the
+    rows' shared prompt prefix once (:func:`decoder_states`)."""
     base: Any = _base_of(model)
     head = base.get_output_embeddings()
     if getattr(base.config, "model_type", None) not in PLAIN_HEAD_TYPES or head is None:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         return weighted_loss(logits, batch["labels"], batch["weights"])
-    hidden = base.get_decoder()(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-    ).last_hidden_state
-    targets = batch["labels"][:, 1:]
+    hidden, start = decoder_states(model, batch)
+    targets = batch["labels"][:, start + 1 :]
     keep = targets != IGNORE_INDEX
     logits = head(hidden[:, :-1][keep]).float()
     per_token = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")
@@ -270,14 +330,14 @@ def token_logps(model: PeftModel, batch: dict[str, Any]) -> tuple[torch.Tensor, 
     head runs on labelled positions only when the architecture allows it."""
     base: Any = model.get_base_model()
     head = base.get_output_embeddings()
-    targets = batch["labels"][:, 1:]
-    keep = targets != IGNORE_INDEX
     if getattr(base.config, "model_type", None) in PLAIN_HEAD_TYPES and head is not None:
-        hidden = base.get_decoder()(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).last_hidden_state
+        hidden, start = decoder_states(model, batch)
+        targets = batch["labels"][:, start + 1 :]
+        keep = targets != IGNORE_INDEX
         logits = head(hidden[:, :-1][keep]).float()
     else:
+        targets = batch["labels"][:, 1:]
+        keep = targets != IGNORE_INDEX
         full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logits = full[:, :-1][keep].float()
     logps = torch.log_softmax(logits, dim=-1).gather(1, targets[keep][:, None])[:, 0]
@@ -351,13 +411,16 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
     load_seconds = time.monotonic() - started
-    tokens = target_tokens = 0
+    tokens = target_tokens = shared_tokens = 0
+    sharing = _prefix_exact(model)
 
     def step(indices: list[int]) -> torch.Tensor:
-        nonlocal tokens, target_tokens
+        nonlocal tokens, target_tokens, shared_tokens
         batch = _collate([features[i] for i in indices], pad_id, device)
         tokens += int(batch["attention_mask"].sum())
         target_tokens += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+        if sharing:
+            shared_tokens += batch["shared"] * (len(indices) - 1)
         with autocast(device, bf16):
             return labelled_loss(model, batch)
 
@@ -379,6 +442,7 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         "loss_curve": curve,
         "tokens": tokens,
         "target_tokens": target_tokens,
+        "shared_tokens": shared_tokens,
         "seconds": round(seconds, 4),
         "cpu_seconds": round(run.cpu_seconds, 4),
         "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else 0.0,

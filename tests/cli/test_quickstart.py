@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from reef.cli.main import app
 from reef.cli.quickstart.scenario import LABELS, TicketGenerator, is_correct
+from reef.cli.quickstart.workspace import busy_cores, training_threads
 from reef.experience import open_store
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
@@ -138,3 +139,13 @@ def test_implicit_quickstart_learns_from_the_users_replies_alone(tmp_path: Path)
     assert len(served) == REQUESTS + round_one["follow_ups"]  # the replies are turns too
     sources = {fb.source for r in served for fb in r.feedback}
     assert sources == {"signal:correction"}, "nothing was posted; only the signals spoke"
+
+
+def test_training_takes_every_core_only_on_an_idle_machine() -> None:
+    assert training_threads(busy=0.1, cores=2) == 2
+    assert training_threads(busy=0.6, cores=2) == 1, "something else is busy: one thread"
+    assert training_threads(busy=1.5, cores=8) == 8
+    assert training_threads(busy=2.5, cores=8) == 1
+    busy = busy_cores(0.2)
+    if Path("/proc/stat").exists():
+        assert busy is not None and 0.0 <= busy <= (os.cpu_count() or 1)

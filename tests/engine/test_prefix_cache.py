@@ -125,9 +125,10 @@ def test_rows_decode_as_without_the_cache_on_base_and_adapter_weights(tmp_path: 
     cached, stats = _decode(loaded, runner, 2**26, waves)
     assert off["hits"] == 0
     assert cached == plain
-    # rows 1 and 2 (base, after row 0), 4 (adapter, after row 3), 5 (one block): 4 hits
+    # rows 1 and 2 (base, after row 0), 4 (adapter, after row 3), 5 (its first 20
+    # tokens' whole blocks): 4 hits
     assert stats["hits"] == 4
-    assert stats["hit_tokens"] == 3 * (3 * BLOCK) + BLOCK
+    assert stats["hit_tokens"] == 3 * (3 * BLOCK) + (20 // BLOCK) * BLOCK
     # the adapter changes what the prompt's keys and values are: its rows differ
     assert plain[3] != plain[1]
 

@@ -291,6 +291,20 @@ BENCHES: tuple[Bench, ...] = (
         local=True,
         model=True,
     ),
+    Bench(
+        "prefix-cache",
+        "the engine's prompt-prefix cache off and on: requests/s on a scenario's traffic",
+        (
+            Step(
+                "prefix_cache.py",
+                ("--model", "smollm2-135m", "--runs", "2"),
+                ("--model", "tiny-random", "--runs", "1", "--requests", "8"),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
 )
 
 HELPERS = {

@@ -175,15 +175,13 @@ class DecodeBatch:
     def _fill(cache: DynamicCache, matches: list[Match]) -> None:
         """Put each row's cached prefix in ``cache`` (rows with the same blocks share one
         concatenation)."""
+        chains = [tuple(block.ident for block in match.blocks) for match in matches]
+        distinct = dict(zip(chains, matches, strict=True))
         for index, layer in enumerate(cache.layers):
             assert isinstance(layer, SlabLayer)
-            joined: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
-            for match in matches:
-                key = tuple(block.ident for block in match.blocks)
-                if key not in joined:
-                    joined[key] = match.layer(index)
-            keys = torch.stack([joined[tuple(b.ident for b in m.blocks)][0] for m in matches])
-            values = torch.stack([joined[tuple(b.ident for b in m.blocks)][1] for m in matches])
+            joined = {chain: match.layer(index) for chain, match in distinct.items()}
+            keys = torch.stack([joined[chain][0] for chain in chains])
+            values = torch.stack([joined[chain][1] for chain in chains])
             layer.assign(keys, values)
 
     def step(self) -> torch.Tensor:

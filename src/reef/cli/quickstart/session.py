@@ -32,6 +32,7 @@ from reef.cli.quickstart.workspace import (
     SCENARIO,
     Workspace,
     prepare,
+    training_threads,
     write_agent_config,
     write_config,
 )
@@ -114,6 +115,7 @@ def _triage_plan(options: Options, workspace: Workspace, port: int) -> Plan:
         options.demos,
         suite,
         dtype=options.dtype,
+        threads=training_threads(),
     )
     intro = (
         f"triage of support tickets into {len(LABELS)} labels ({', '.join(LABELS)}) on "

@@ -286,17 +286,17 @@ def write_config(
     demos: int = 0,
     suite: list[Ticket] | None = None,
     dtype: str = "float32",
+    threads: int = 1,
 ) -> ReefSettings:
     """Write the configuration files and the held-out set; the settings, with paths
-    made absolute (the quickstart does not change directory)."""
+    made absolute (the quickstart does not change directory). ``threads``: the
+    training child's torch threads (:func:`training_threads`)."""
     root = workspace.root
     (root / "harness").mkdir(exist_ok=True)
     (root / "harness" / "harness.yaml").write_text(
         HARNESS_YAML.format(system_prompt=json.dumps(SYSTEM_PROMPT)), encoding="utf-8"
     )
-    recipe = recipe_yaml(
-        model, epochs, demos, implicit=suite is not None, threads=training_threads()
-    )
+    recipe = recipe_yaml(model, epochs, demos, implicit=suite is not None, threads=threads)
     (root / "recipe.yaml").write_text(recipe, encoding="utf-8")
     _write_items(root / "heldout.jsonl", "heldout", heldout)
     if suite is not None:
@@ -428,7 +428,9 @@ __all__ = [
     "SCENARIO",
     "Workspace",
     "agent_recipe_yaml",
+    "busy_cores",
     "prepare",
+    "training_threads",
     "write_agent_config",
     "write_config",
 ]

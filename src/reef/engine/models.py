@@ -35,6 +35,7 @@ from transformers import (
 )
 
 from reef.engine.errors import ModelSourceError
+from reef.engine.gguf import convert_gguf
 from reef.engine.tiny import CHAT_TEMPLATE, build_tiny_model, build_tiny_tokenizer
 
 logger = logging.getLogger("reef.engine")
@@ -141,32 +142,19 @@ def smollm2_cache(home: Path) -> Path:
             return target
         gguf = smollm2_gguf()
         logger.info(
-            "converting %s to a safetensors cache at %s (one time, about 20 s)", gguf.name, target
+            "converting %s to a safetensors cache at %s (one time, a few seconds)",
+            gguf.name,
+            target,
         )
         started = time.monotonic()
         scratch = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL}.", dir=models))
         try:
-            _convert_gguf(gguf, scratch)
+            convert_gguf(gguf, scratch)
             os.replace(scratch, target)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         logger.info("converted in %.1f s", time.monotonic() - started)
     return target
-
-
-def _convert_gguf(gguf: Path, destination: Path) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    logger.info("dequantized %s; writing safetensors", gguf.name)
-    # transformers marks GGUF-loaded models as quantized and refuses to save them;
-    # the weights are already dequantized to float32, so drop the marker.
-    setattr(model, "hf_quantizer", None)  # noqa: B010
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(destination, safe_serialization=True)
-    tokenizer.save_pretrained(destination)
 
 
 @contextlib.contextmanager

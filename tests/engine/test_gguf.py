@@ -145,11 +145,27 @@ def test_metadata_and_tensor_table_are_read(tmp_path: Path) -> None:
     assert by_name["blk.1.ffn_up.weight"].kind is GGMLQuantizationType.Q4_1
 
 
-def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("content", [b"PK\x03\x04 not a gguf at all", b""])
+def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path, content: bytes) -> None:
     bogus = tmp_path / "model.gguf"
-    bogus.write_bytes(b"PK\x03\x04 not a gguf at all")
+    bogus.write_bytes(content)
     with pytest.raises(ModelSourceError, match="not a GGUF file"):
         convert_gguf(bogus, tmp_path / "out")
+
+
+@pytest.mark.parametrize("field", ["general.name", "tokenizer.ggml.token_type"])
+def test_an_impossible_length_is_refused(tmp_path: Path, field: str) -> None:
+    """A string or an array of numbers claiming 2**62 entries fails as truncated."""
+    whole = bytearray(write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes())
+    key = field.encode()
+    after_key = whole.index(len(key).to_bytes(8, "little") + key) + 8 + len(key)
+    # a string value: type (4 bytes), length (8); an array: type, element type, count (8)
+    count_at = after_key + (4 if field == "general.name" else 8)
+    whole[count_at : count_at + 8] = (2**62).to_bytes(8, "little")
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(bytes(whole))
+    with pytest.raises(ModelSourceError, match="truncated GGUF"):
+        read_gguf(broken)
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.01])

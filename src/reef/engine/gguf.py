@@ -96,7 +96,10 @@ class _Cursor:
         self.path = path
 
     def unpack(self, fmt: str) -> tuple[Any, ...]:
-        size = struct.calcsize("<" + fmt)
+        try:
+            size = struct.calcsize("<" + fmt)
+        except struct.error:  # a count no file of this size could hold
+            size = len(self.data) + 1
         if self.pos + size > len(self.data):
             raise ModelSourceError(f"{self.path.name}: truncated GGUF (metadata runs past its end)")
         values = struct.unpack_from("<" + fmt, self.data, self.pos)
@@ -127,6 +130,8 @@ class _Cursor:
 
 def read_gguf(path: Path) -> GGUFFile:
     """Parse ``path``'s header, metadata and tensor table (no tensor data is read)."""
+    if path.stat().st_size < 4:
+        raise ModelSourceError(f"{path.name} is not a GGUF file (no GGUF magic bytes)")
     blob = np.memmap(path, dtype=np.uint8, mode="r")
     cursor = _Cursor(blob.data, path)
     if bytes(blob[:4]) != b"GGUF":
@@ -157,6 +162,11 @@ def read_gguf(path: Path) -> GGUFFile:
     tensors = []
     for name, shape, kind, offset in table:
         block, block_bytes = GGML_QUANT_SIZES[kind]
+        if not shape or shape[-1] % block:
+            message = (
+                f"{path.name}: tensor {name} of shape {shape} does not fill {kind.name} blocks"
+            )
+            raise ModelSourceError(message)
         nbytes = prod(shape) // block * block_bytes
         start = data_start + offset
         if start + nbytes > len(blob):

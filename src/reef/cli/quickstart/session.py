@@ -215,7 +215,7 @@ def _cpu_seconds() -> float:
 
 def _start(stack: Stack, console: Console, model: str, scenario: str) -> None:
     first = model == "smollm2-135m" and not (stack.settings.home / "models" / model).exists()
-    note = " (first start: converting SmolLM2 to safetensors, ~20 s)" if first else ""
+    note = " (first start: converting SmolLM2 to safetensors, a few seconds)" if first else ""
     with console.status(f"starting the embedded engine{note}"):
         ready = stack.start_engine()
     console.print(f"engine: {ready.model} at {ready.base_url}")

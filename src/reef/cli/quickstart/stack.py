@@ -30,7 +30,7 @@ from reef.upstream import Upstream, build_upstream
 
 log = logging.getLogger("reef.quickstart")
 
-ENGINE_START_TIMEOUT_SECONDS = 600.0  # a first start converts the GGUF (~20 s, more on slow disks)
+ENGINE_START_TIMEOUT_SECONDS = 600.0  # a first start converts the GGUF (a few seconds)
 GATEWAY_START_TIMEOUT_SECONDS = 30.0
 
 

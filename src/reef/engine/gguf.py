@@ -189,7 +189,10 @@ def llama_config(gguf: GGUFFile) -> LlamaConfig:
 
     heads = int(arch("attention.head_count"))
     hidden = int(arch("embedding_length"))
-    vocab = meta.get("llama.vocab_size", len(gguf.require("tokenizer.ggml.tokens")))
+    if "llama.vocab_size" in meta:
+        vocab = meta["llama.vocab_size"]
+    else:
+        vocab = len(gguf.require("tokenizer.ggml.tokens"))
     names = {entry.name for entry in gguf.tensors}
     config = LlamaConfig(
         vocab_size=int(vocab),

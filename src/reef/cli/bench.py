@@ -305,6 +305,13 @@ BENCHES: tuple[Bench, ...] = (
         local=True,
         model=True,
     ),
+    Bench(
+        "gguf-convert",
+        "the packaged model's GGUF conversion: reef.engine.gguf vs transformers' gguf_file=",
+        (Step("gguf_convert.py", ("--runs", "2"), ("--runs", "1"), OUTPUT),),
+        local=True,
+        model=True,
+    ),
 )
 
 HELPERS = {

@@ -17,14 +17,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from peft import LoraConfig, PeftModel
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
+from reef.engine.decoder import LeanDecoder, supports
 from reef.engine.errors import AdapterConflictError, AdapterRejectedError, UnknownModelError
 
 logger = logging.getLogger("reef.engine")
@@ -171,6 +173,7 @@ class AdapterModel:
     def __init__(self, base: PreTrainedModel) -> None:
         self.base = base
         self.peft: PeftModel | None = None
+        self.lean = LeanDecoder(base) if supports(base) else None
         self.loaded: set[str] = set()
 
     def load(self, internal_name: str, path: Path) -> None:
@@ -227,6 +230,19 @@ class AdapterModel:
     ) -> torch.Tensor:
         """Logits of the last position of each row, ``[rows, vocab]`` in float32,
         each row run under its own adapter (``BASE_ADAPTER`` for none)."""
+        if self.lean is not None:
+            assert isinstance(cache, DynamicCache)
+            if self.peft is None:
+                logits = self.lean.forward_last(input_ids, attention_mask, position_ids, cache)
+                return logits.float()
+            # PEFT's routing of each row to its adapter, as its own forward sets it up
+            hooks = cast(
+                Callable[..., AbstractContextManager[None]],
+                self.peft.base_model._enable_peft_forward_hooks,
+            )
+            with hooks(adapter_names=adapter_names):
+                logits = self.lean.forward_last(input_ids, attention_mask, position_ids, cache)
+            return logits.float()
         arguments = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -239,5 +255,4 @@ class AdapterModel:
             output = self.peft(**arguments, adapter_names=adapter_names)
         else:
             output = self.base(**arguments)
-        logits: torch.Tensor = output.logits[:, -1, :]
-        return logits.float()
+        return cast(torch.Tensor, output.logits[:, -1, :]).float()

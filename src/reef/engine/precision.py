@@ -6,7 +6,7 @@ layers of projections, one row at a time): torch's own float32 products read ~11
 and its bfloat16 ones only ~6 GB/s, so bfloat16 weights barely beat float32 there. Two
 layer types close that gap:
 
-- :class:`PackedLinear` (``bfloat16``): the weight
+- :class:`PackedLinear` (``bfloat16``, and the int8 engine's output head): the weight
   reordered once into oneDNN's blocked layout and multiplied by oneDNN's linear kernel,
   the path torch's own compiler takes on a CPU. The 30 layers: ~17 ms against ~34 ms
   per decoded row (1.25-1.3x for prompts), the same arithmetic (bfloat16 products,
@@ -15,11 +15,7 @@ layer types close that gap:
   torch's int8 weight-only kernel (``torch._weight_int8pack_mm``) with bfloat16
   activations (it is slow with float32 ones): ~16 ms for the same layers, half the
   weights' memory, and more approximate (each weight is one of 255 steps of its row's
-  largest magnitude). The output head is quantized too (its own int8 copy; the input
-  embeddings stay bfloat16): it is a third of the bytes an int8 decode step reads, and
-  quantizing it took ~2 ms off a ~30 ms step on an AMD EPYC with the same greedy
-  agreement with float32 on the bench's prompts (3 of 8 answers equal for 32 tokens
-  either way; bench/engine_dtypes.py reports it).
+  largest magnitude).
 
 LoRA adapters keep working: both are an ``nn.Linear`` to PEFT, which wraps them as any
 linear layer and runs the adapter's own layers beside them. float32 stays torch's own
@@ -75,14 +71,11 @@ class Int8Linear(nn.Linear):
         return self.weight.float() * self.scales.float()[:, None]
 
 
-def quantize_int8(
-    model: nn.Module, activation_dtype: torch.dtype = torch.bfloat16, head: bool = True
-) -> int:
-    """Replace every bias-free ``nn.Linear`` in ``model``'s decoder layers, and its output
-    head with ``head``, with an :class:`Int8Linear` (a head tied to the input embeddings
-    gets an int8 copy of its own; the embeddings are left as they are); return how many
-    were replaced. The model should already be in ``activation_dtype``. Call before any
-    adapter is loaded (PEFT wraps the layers it finds)."""
+def quantize_int8(model: nn.Module, activation_dtype: torch.dtype = torch.bfloat16) -> int:
+    """Replace every bias-free ``nn.Linear`` in ``model``'s decoder layers with an
+    :class:`Int8Linear` (the output head, tied to the embeddings, stays as it is);
+    return how many were replaced. The model should already be in ``activation_dtype``.
+    Call before any adapter is loaded (PEFT wraps the layers it finds)."""
     decoder = getattr(model, "model", model)
     layers = getattr(decoder, "layers", None)
     if layers is None:
@@ -94,10 +87,6 @@ def quantize_int8(
                 if type(child) is nn.Linear and child.bias is None:
                     setattr(parent, name, Int8Linear(child, activation_dtype))
                     replaced += 1
-    output = getattr(model, "lm_head", None)
-    if head and type(output) is nn.Linear and output.bias is None:
-        model.lm_head = Int8Linear(output, activation_dtype)
-        replaced += 1
     return replaced
 
 
@@ -175,8 +164,8 @@ def apply_precision(model: nn.Module, precision: str) -> nn.Module:
     fuse_projections(model)
     if precision == "int8":
         quantize_int8(model)
-    if precision == "bfloat16" and can_pack(model):
-        pack_linears(model)
+    if precision in ("bfloat16", "int8") and can_pack(model):
+        pack_linears(model, head_only=precision == "int8")
     return model
 
 

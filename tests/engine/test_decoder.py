@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    PretrainedConfig,
+    Qwen2Config,
+)
 
 from reef.engine.adapters import AdapterModel
 from reef.engine.batch import DecodeBatch
@@ -159,3 +168,44 @@ def test_a_dora_adapter_is_refused_with_the_reason(tmp_path: Path) -> None:
     # the model still serves, and a plain adapter still loads
     runner.load("reef-2", make_random_adapter(tmp_path / "plain", seed=5))
     assert _run(loaded, runner, "reef-2")[0][3]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        MistralConfig(sliding_window=None),
+        # Qwen2's q/k/v projections carry biases: the fused layer concatenates them
+        Qwen2Config(use_sliding_window=False),
+    ],
+    ids=["mistral", "qwen2"],
+)
+def test_other_llama_family_models_match_hugging_face(config: PretrainedConfig) -> None:
+    config.update(
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 2,
+            "vocab_size": 96,
+            "max_position_embeddings": 256,
+        }
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(".bias"):  # initialised to zero: make them count
+                parameter.normal_(0.0, 0.5)
+    reference = AutoModelForCausalLM.from_config(config).eval()  # the same weights, unfused
+    reference.load_state_dict(model.state_dict())
+    assert supports(model)
+    assert fuse_projections(model) == 4
+    loaded = LoadedModel(model, None, "tiny", frozenset())  # type: ignore[arg-type]
+    lean_tokens, lean_logits = _run(loaded, AdapterModel(model), "__base__")
+    plain = AdapterModel(reference)
+    plain.lean = None
+    hf_tokens, hf_logits = _run(loaded, plain, "__base__")
+    assert lean_tokens == hf_tokens
+    for ours, theirs in zip(lean_logits, hf_logits, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)

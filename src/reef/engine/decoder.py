@@ -176,6 +176,20 @@ def _add_lora(
         start = end
 
 
+def _fused_product(
+    owner: nn.Module, fused_name: str, x: torch.Tensor, groups: dict[str, torch.Tensor]
+) -> torch.Tensor | None:
+    """``owner``'s fused layer applied to ``x`` with its parts' LoRA deltas added; None
+    when ``owner`` was not fused."""
+    fused = getattr(owner, fused_name, None)
+    if fused is None:
+        return None
+    out: torch.Tensor = fused(x)
+    if groups:
+        _add_lora(owner, FUSED[fused_name], x, out, groups)
+    return out
+
+
 def _rms_norm(norm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """``LlamaRMSNorm``'s arithmetic, op for op (float32 statistics, weight in the
     input's dtype)."""
@@ -238,11 +252,8 @@ class LeanDecoder:
             residual = hidden
             normed = _rms_norm(layer.input_layernorm, hidden)
             attention = layer.self_attn
-            qkv_proj = getattr(attention, "qkv_proj", None)
-            if qkv_proj is not None:
-                qkv = qkv_proj(normed)
-                if groups:
-                    _add_lora(attention, FUSED["qkv_proj"], normed, qkv, groups)
+            qkv = _fused_product(attention, "qkv_proj", normed, groups)
+            if qkv is not None:
                 query_key = qkv[..., :qk_width]
                 value = qkv[..., qk_width:]
             else:
@@ -264,11 +275,8 @@ class LeanDecoder:
             residual = hidden
             normed = _rms_norm(layer.post_attention_layernorm, hidden)
             mlp = layer.mlp
-            gate_up_proj = getattr(mlp, "gate_up_proj", None)
-            if gate_up_proj is not None:
-                gate_up = gate_up_proj(normed)
-                if groups:
-                    _add_lora(mlp, FUSED["gate_up_proj"], normed, gate_up, groups)
+            gate_up = _fused_product(mlp, "gate_up_proj", normed, groups)
+            if gate_up is not None:
                 width = gate_up.shape[-1] // 2
                 gated = mlp.act_fn(gate_up[..., :width]) * gate_up[..., width:]
             else:

@@ -1,4 +1,4 @@
-"""The embedded engine in float32, bfloat16 and int8, side by side in one run: decode
+"""The embedded engine in float32, float16, bfloat16 and int8, side by side in one run: decode
 tokens/s at concurrency 1 and 8, the memory-bandwidth bound of each (a STREAM-style
 read of the weights' size), greedy answers against float32's, and a LoRA adapter
 served in each.
@@ -12,9 +12,10 @@ one token reads every weight once, so tokens/s cannot pass (bytes read per secon
 (weight bytes); the read rate is measured here by summing a tensor of the weights' size
 (float32, else bfloat16: int8 weights are counted in bytes) with the engine's threads
 (the best of a few passes). ``greedy_equal``: of ``--prompts`` fixed prompts answered
-greedily (32 tokens), how many bfloat16 (int8) answers equal float32's token for token,
-and where the first differs on average. int8 is weight-only: the decoder layers'
-weights in int8, activations in bfloat16 (``reef.engine.precision``).
+greedily (32 tokens), how many float16 (bfloat16, int8) answers equal float32's token for
+token, and where the first differs on average. float16 holds the projections' weights
+in float16 for fbgemm, with float32 activations; int8 is weight-only: the decoder
+layers' weights in int8, activations in bfloat16 (``reef.engine.precision``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import engine as engine_bench  # bench/engine.py: make_adapter, tokens_per_secon
 
 START = "<!-- engine-dtypes:start -->"
 END = "<!-- engine-dtypes:end -->"
-DTYPES = ("float32", "bfloat16", "int8")
+DTYPES = ("float32", "float16", "bfloat16", "int8")
 PROMPTS = [
     "What is the capital of France?",
     "Write one sentence about the sea.",
@@ -57,15 +58,23 @@ def decode_bytes(model: Any) -> int:
     holds its own copy (a packed head): a token reads one row of the embedding, not all."""
     import torch
 
+    from reef.engine.precision import Fp16Linear
+
     head = model.get_output_embeddings()
     embedding = model.get_input_embeddings().weight
-    skip = embedding if head is not None and head.weight is not embedding else None
+    own_head = head is not None and getattr(head, "weight", None) is not embedding
+    skip = embedding if own_head else None
     tensors = [*model.parameters(), *model.buffers()]
-    return sum(
+    held = sum(
         t.numel() * t.element_size()
         for t in tensors
         if (t.is_floating_point() or t.dtype == torch.int8) and t is not skip
     )
+    # float16 weights packed for fbgemm are no tensor of the model's: two bytes each
+    packed = sum(
+        2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, Fp16Linear)
+    )
+    return held + packed
 
 
 def bound_figures(weight_bytes: int, dtype: Any, threads: int) -> dict[str, float]:
@@ -152,16 +161,20 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
     return out
 
 
-def greedy_agreement(runs: list[dict[str, Any]], name: str) -> tuple[int, int, float]:
-    """(answers equal, answers compared, mean first differing token) of ``name``
-    against float32, over the first run."""
+def greedy_agreement(runs: list[dict[str, Any]], name: str) -> tuple[int, int, float | None]:
+    """(answers equal, answers compared, mean position of the first differing token
+    over the answers that differ: None when none does) of ``name`` against float32,
+    over the first run. An answer that ends early (end of sequence) and equals
+    float32's up to there counts as equal."""
     ours, theirs = runs[0][name]["greedy"], runs[0]["float32"]["greedy"]
     equal = sum(a == b for a, b in zip(ours, theirs, strict=True))
     firsts = []
     for a, b in zip(ours, theirs, strict=True):
+        if a == b:
+            continue
         differ = (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
         firsts.append(next(differ, min(len(a), len(b))))
-    return equal, len(ours), statistics.fmean(firsts) if firsts else 0.0
+    return equal, len(ours), statistics.fmean(firsts) if firsts else None
 
 
 def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
@@ -171,7 +184,7 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
         return statistics.median(run[name][key] for run in runs)
 
     rows = []
-    for name in DTYPES:
+    for name in args.dtypes:
         c1, bound = median(name, "c1"), median(name, "bound")
         rows.append(
             f"| {name} | {median(name, 'weight_mb'):.0f} | {median(name, 'read_gb_s'):.1f} "
@@ -179,15 +192,20 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
             f"| {median(name, 'adapter_c1'):.1f} |"
         )
     lines = []
-    for name in DTYPES[1:]:
+    for name in args.dtypes[1:]:
         equal, compared, first = greedy_agreement(runs, name)
         speed = median(name, "c1") / median("float32", "c1")
         speed8 = median(name, "c8") / median("float32", "c8")
         lines.append(
             f"- {name} decodes **{speed:.2f}x** float32's tokens/s at concurrency 1 and "
             f"{speed8:.2f}x at 8. Greedy answers: {equal} of {compared} prompts equal "
-            f"float32's for 32 tokens; the first differing token at {first:.1f} on average "
-            f"({name} is approximate: docs/engine.md)."
+            f"float32's for 32 tokens"
+            + (
+                f"; where one differs, the first differing token is at {first:.1f} on average"
+                if first is not None
+                else ""
+            )
+            + f" ({name} is approximate: docs/engine.md)."
         )
     return "\n".join(
         [
@@ -195,7 +213,8 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
             "",
             "```bash",
             f".venv/bin/python bench/engine_dtypes.py --model {args.model} --threads "
-            f"{args.threads} --runs {args.runs} --output docs/benchmarks.md",
+            f"{args.threads} --runs {args.runs} --dtype {','.join(args.dtypes)} "
+            "--output docs/benchmarks.md",
             "```",
             "",
             f"- Machine: {info.get('cpu')}, {info.get('cores')} cores, engine threads "
@@ -222,13 +241,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=len(PROMPTS))
+    parser.add_argument(
+        "--dtype", default=",".join(DTYPES), help="precisions, comma-separated; float32 always"
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
+    asked = [name for name in args.dtype.split(",") if name and name != "float32"]
+    unknown = sorted(set(asked) - set(DTYPES))
+    if unknown:
+        parser.error(f"--dtype: unknown {', '.join(unknown)}; choose from {', '.join(DTYPES)}")
+    args.dtypes = ("float32", *asked)
     runs = []
     with tempfile.TemporaryDirectory() as scratch:
         adapter = engine_bench.make_adapter(args.model, args.home, Path(scratch))
         for number in range(args.runs):
-            order = DTYPES if number % 2 == 0 else DTYPES[::-1]
+            order = args.dtypes if number % 2 == 0 else args.dtypes[::-1]
             runs.append(one_run(args, order, adapter))
     report = render(args, runs)
     print(report)

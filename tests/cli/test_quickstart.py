@@ -28,12 +28,13 @@ REQUESTS, HELDOUT = 24, 12
 def test_reduced_quickstart_runs_the_loop_and_reports_it(tmp_path: Path) -> None:
     root = tmp_path / "qs"
     args = ["quickstart", "--model", "tiny-random", "--rounds", "1", "--dir", str(root)]
-    args += ["--requests", str(REQUESTS), "--heldout", str(HELDOUT)]
+    args += ["--requests", str(REQUESTS), "--heldout", str(HELDOUT), "--dtype", "bfloat16"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "Round 1" in result.output and "gate:" in result.output
 
     summary = json.loads((root / "summary.json").read_text())
+    assert summary["dtype"] == "bfloat16", "the engine serves in the precision asked for"
     [round_one] = summary["rounds"]
     assert round_one["traffic"] == REQUESTS
     assert round_one["job_state"] == "succeeded"

@@ -1,7 +1,7 @@
-"""The engine in bfloat16: ``auto`` reads the CPU's flags, the command line and the
-``type: local`` upstream pass the dtype on, and a bfloat16 engine (plain, packed or int8
-layers) serves the base model, a float32-trained LoRA adapter and a checkpoint (loaded
-in the engine's precision)."""
+"""The engine's precisions: ``auto`` reads the CPU's flags (and whether fbgemm's float16
+product runs), the command line and the ``type: local`` upstream pass the dtype on, and
+an engine in bfloat16 (plain, packed or int8 layers) or float16 serves the base model, a
+float32-trained LoRA adapter and a checkpoint (loaded in the engine's precision)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,16 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
-import torch
 
 from reef.engine.models import load_model
-from reef.engine.precision import PackedLinear, apply_precision, can_pack, precision_of
+from reef.engine.precision import (
+    PackedLinear,
+    apply_precision,
+    can_fp16,
+    can_pack,
+    load_dtype,
+    precision_of,
+)
 from reef.engine.process import EngineOptions, cpu_has_bf16, engine_command, resolve_dtype
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
@@ -37,6 +43,9 @@ def test_auto_is_bfloat16_where_the_cpu_computes_it(tmp_path: Path) -> None:
     assert resolve_dtype("float32") == "float32" and resolve_dtype("bfloat16") == "bfloat16"
     assert resolve_dtype("auto", cuda=True) == "bfloat16"
     assert resolve_dtype("auto") == ("bfloat16" if cpu_has_bf16() else "float32")
+    # without native bfloat16, float16 where fbgemm runs
+    assert resolve_dtype("auto", fp16=True) == ("bfloat16" if cpu_has_bf16() else "float16")
+    assert resolve_dtype("float32", fp16=True) == "float32"
 
 
 def test_the_dtype_reaches_the_engine_command_line(tmp_path: Path) -> None:
@@ -51,32 +60,40 @@ def test_the_dtype_reaches_the_engine_command_line(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "invalid choice: 'float8'" in refused.stderr
 
 
-def test_a_local_upstreams_dtype_and_threads_reach_its_engine(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", ["bfloat16", "auto"])
+def test_a_local_upstreams_dtype_and_threads_reach_its_engine(tmp_path: Path, dtype: str) -> None:
     from reef.cli.local_engine import start_local_upstreams
     from reef.config import UpstreamConfig
 
-    config = UpstreamConfig(type="local", model="tiny-random", dtype="bfloat16", threads=1)
+    expected = dtype
+    if dtype == "auto":  # decided in the engine's process, for its machine
+        expected = "bfloat16" if cpu_has_bf16() else "float16" if can_fp16() is None else "float32"
+    config = UpstreamConfig(type="local", model="tiny-random", dtype=dtype, threads=1)
     resolved, engines = start_local_upstreams({"local": config}, tmp_path)
     try:
         base_url = resolved["local"].base_url
         assert base_url is not None
         with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health") as reply:
             health = json.load(reply)
-        assert (health["dtype"], health["threads"]) == ("bfloat16", 1)
+        assert (health["dtype"], health["threads"]) == (expected, 1)
     finally:
         for engine in engines:
             engine.stop()
     with pytest.raises(ValueError, match="float32"):
-        UpstreamConfig(type="local", dtype="float16")  # type: ignore[arg-type]
+        UpstreamConfig(type="local", dtype="float8")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("precision", [None, "bfloat16", "int8"])
+@pytest.mark.parametrize("precision", [None, "bfloat16", "int8", "float16"])
 async def test_a_bfloat16_engine_serves_the_base_an_adapter_and_a_checkpoint(
     tmp_path: Path, precision: str | None
 ) -> None:
-    """Plain bfloat16 layers (``None``), packed ones and int8 ones (reef.engine.precision)."""
-    loaded = load_model("tiny-random", tmp_path, dtype=torch.bfloat16)
-    assert next(loaded.model.parameters()).dtype == torch.bfloat16
+    """Plain bfloat16 layers (``None``), packed ones, int8 ones and float16 ones
+    (reef.engine.precision)."""
+    if precision == "float16" and can_fp16() is not None:
+        pytest.skip(f"float16 layers need fbgemm: {can_fp16()}")
+    dtype = load_dtype(precision or "bfloat16")
+    loaded = load_model("tiny-random", tmp_path, dtype=dtype)
+    assert next(loaded.model.parameters()).dtype == dtype
     if precision is not None:
         apply_precision(loaded.model, precision)
     adapter = make_letter_adapter(tmp_path / "adapter-b", "b")  # trained in float32

@@ -1,6 +1,6 @@
 """The engine's precisions (``reef.engine.precision``). Packed bfloat16 layers compute
-what torch's bfloat16 layers compute; weight-only int8 layers compute with the rounded
-weights and nothing else; PEFT adapters on either apply as on any linear layer (an
+what torch's bfloat16 layers compute; weight-only int8 and float16 layers compute with
+the rounded weights and nothing else; PEFT adapters on either apply as on any linear layer (an
 engine in each precision serving the base, an adapter and a checkpoint:
 tests/engine/test_dtypes.py)."""
 
@@ -18,10 +18,13 @@ from transformers import DynamicCache
 from reef.engine.adapters import BASE_ADAPTER, AdapterModel
 from reef.engine.models import load_model
 from reef.engine.precision import (
+    FP16_MAX,
     INT8_STEPS,
+    Fp16Linear,
     Int8Linear,
     PackedLinear,
     apply_precision,
+    can_fp16,
     can_pack,
     precision_of,
     quantize_int8,
@@ -186,3 +189,100 @@ def test_an_adapter_on_quantized_projections_adds_its_delta(tmp_path: Path) -> N
     change, error = _adapter_effect(int8.model, reference.model, adapter)
     assert change > 0.2, "the adapter changes the logits"
     assert error < change / 10, (error, change)
+
+
+needs_fbgemm = pytest.mark.skipif(
+    can_fp16() is not None,
+    reason=f"float16 layers need fbgemm: {can_fp16()}",
+)
+
+
+@needs_fbgemm
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_float16_layer_computes_with_its_rounded_weight_in_float32(bias: bool) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40, bias=bias)
+    direct, quantized_op = Fp16Linear(linear), Fp16Linear(linear, direct=False)
+    assert not quantized_op.direct
+    rounded = linear.weight.detach().half().double()
+    for layer in (direct, quantized_op):
+        assert torch.equal(layer.dequantized(), rounded.float()), "the weight, rounded once"
+        for rows in (1, 8, 37):
+            x = torch.randn(rows, 3, 96)
+            expected = x.double() @ rounded.T
+            if bias:
+                expected = expected + linear.bias.detach().double()
+            got = layer(x)
+            assert got.shape == (rows, 3, 40) and got.dtype == torch.float32
+            # float32 activations and sums: far closer than bfloat16's 1e-2
+            assert float((got.double() - expected).abs().max()) < 1e-4
+    x = torch.randn(5, 96)
+    assert torch.allclose(direct(x), quantized_op(x), atol=1e-5), "the same kernel either way"
+    stand_in = direct.weight  # for PEFT: shape, dtype, device; values NaN
+    assert stand_in.shape == (40, 96) and stand_in.dtype == torch.float32
+    assert bool(stand_in.isnan().all())
+    assert (direct.bias is None) is not bias
+
+
+@needs_fbgemm
+def test_a_weight_beyond_float16s_range_is_refused() -> None:
+    linear = nn.Linear(4, 2, bias=False)
+    with torch.no_grad():
+        linear.weight[0, 0] = FP16_MAX * 2
+    with pytest.raises(ValueError, match="does not fit in float16"):
+        Fp16Linear(linear)
+
+
+@needs_fbgemm
+def test_a_float16_model_packs_every_projection_and_answers_as_float32(tmp_path: Path) -> None:
+    reference = load_model("tiny-random", tmp_path)
+    half = load_model("tiny-random", tmp_path)
+    apply_precision(half.model, "float16")
+    layers = len(half.model.model.layers)
+    found = [m for m in half.model.modules() if isinstance(m, Fp16Linear)]
+    assert len(found) == 4 * layers + 1, "fused q/k/v, o, fused gate/up, down; the head"
+    assert precision_of(half.model) == "float16"
+    assert resolve_dtype("float16") == "float16"
+    prompt = torch.tensor([[5, 9, 13, 21, 34, 2]])
+    ours = _logits(AdapterModel(half.model), prompt, BASE_ADAPTER)
+    theirs = _logits(AdapterModel(reference.model), prompt, BASE_ADAPTER)
+    difference = float((ours - theirs).abs().max())
+    assert 0 < difference < 0.02, difference
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+@needs_fbgemm
+def test_an_adapter_on_float16_projections_adds_its_delta(tmp_path: Path) -> None:
+    """PEFT wraps :class:`Fp16Linear` as a linear layer whose compute dtype is float32:
+    the adapter stays in float32 and its delta is added to fbgemm's product; the model
+    answers as a float32 model holding the rounded weights with the same adapter."""
+    adapter = _adapter_on_projections(tmp_path / "adapter")
+    half = load_model("tiny-random", tmp_path / "a")
+    apply_precision(half.model, "float16")
+    reference = load_model("tiny-random", tmp_path / "b")
+    apply_precision(reference.model, "float32")
+    rounded = {
+        name: module.dequantized()
+        for name, module in half.model.named_modules()
+        if isinstance(module, Fp16Linear)
+    }
+    with torch.no_grad():
+        for name, module in reference.model.named_modules():
+            if name in rounded:
+                module.weight.copy_(rounded[name])
+    change, error = _adapter_effect(half.model, reference.model, adapter)
+    assert change > 0.2, "the adapter changes the logits"
+    assert error < 1e-4, (error, change)
+    lora = next(m for n, m in half.model.named_modules() if n.endswith("o_proj.lora_A.reef-1"))
+    assert lora.weight.dtype == torch.float32
+
+
+def test_float16_where_fbgemm_cannot_run_is_refused_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reef.engine.precision as precision
+
+    monkeypatch.setattr(precision, "can_fp16", lambda: "this torch build has no fbgemm")
+    loaded = load_model("tiny-random", tmp_path)
+    with pytest.raises(ValueError, match="float16 cannot run here: this torch build has no fbgemm"):
+        apply_precision(loaded.model, "float16")

@@ -121,6 +121,13 @@ class LocalEngine:
             self._log = None
 
 
+def engine_options(config: UpstreamConfig) -> EngineOptions:
+    """The engine options a ``type: local`` upstream's settings ask for."""
+    return EngineOptions(
+        threads=config.threads, dtype=config.dtype, prefix_cache_mb=config.prefix_cache_mb
+    )
+
+
 def start_local_upstreams(
     upstreams: dict[str, UpstreamConfig], home: Path
 ) -> tuple[dict[str, UpstreamConfig], list[LocalEngine]]:
@@ -134,11 +141,7 @@ def start_local_upstreams(
             if config.type != "local":
                 resolved[name] = config
                 continue
-            options = EngineOptions(
-                threads=config.threads,
-                dtype=config.dtype,
-                prefix_cache_mb=config.prefix_cache_mb,
-            )
+            options = engine_options(config)
             engine = LocalEngine(name, config.model or DEFAULT_LOCAL_MODEL, home, options=options)
             engines.append(engine)
             ready = engine.start()

@@ -20,12 +20,13 @@ from typing import Literal
 
 READY_PREFIX = "REEF_ENGINE_READY "
 
-EngineDtype = Literal["float32", "bfloat16", "int8", "auto"]
-"""The weights' precision: ``float32``, ``bfloat16``, ``int8`` (weight-only: the decoder
-layers' weights in int8, the rest and the activations in bfloat16;
-``reef.engine.precision``), or ``auto`` (bfloat16 where the CPU computes it natively,
-AVX-512 BF16 or AMX, else float32; see docs/engine.md)."""
-ENGINE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int8", "auto")
+EngineDtype = Literal["float32", "float16", "bfloat16", "int8", "auto"]
+"""The weights' precision: ``float32``, ``float16`` (the projections' weights in float16
+for fbgemm's GEMM, activations and sums in float32: x86 CPUs), ``bfloat16``, ``int8``
+(weight-only: the decoder layers' weights in int8, the rest and the activations in
+bfloat16; ``reef.engine.precision``), or ``auto`` (bfloat16 where the CPU computes it natively,
+AVX-512 BF16 or AMX, else float16 where fbgemm runs, else float32; see docs/engine.md)."""
+ENGINE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "int8", "auto")
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,17 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return "amx_bf16" in cpu_flags(cpuinfo)
 
 
-def resolve_dtype(dtype: EngineDtype, cuda: bool = False) -> Literal["float32", "bfloat16", "int8"]:
-    """``dtype`` with ``auto`` decided for this machine (``cuda``: a GPU serves)."""
+def resolve_dtype(
+    dtype: EngineDtype, cuda: bool = False, fp16: bool = False
+) -> Literal["float32", "float16", "bfloat16", "int8"]:
+    """``dtype`` with ``auto`` decided for this machine: bfloat16 where a GPU serves
+    (``cuda``) or the CPU computes it natively, else float16 where fbgemm's float16
+    product runs (``fp16``: ``reef.engine.precision.can_fp16``), else float32."""
     if dtype != "auto":
         return dtype
-    return "bfloat16" if cuda or cpu_has_bf16() else "float32"
+    if cuda or cpu_has_bf16():
+        return "bfloat16"
+    return "float16" if fp16 else "float32"
 
 
 _PR_SET_PDEATHSIG = 1

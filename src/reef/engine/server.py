@@ -36,9 +36,10 @@ from reef.engine.errors import (
     INSUFFICIENT_MEMORY,
     AdapterConflictError,
     InsufficientMemoryError,
+    ModelSourceError,
 )
 from reef.engine.models import load_model
-from reef.engine.precision import apply_precision, load_dtype
+from reef.engine.precision import apply_precision, can_fp16, load_dtype
 from reef.engine.process import EngineOptions, resolve_dtype
 from reef.engine.protocol import (
     ChatCompletionRequest,
@@ -397,12 +398,16 @@ def run_server(
     ``ready_callback`` receives the bound port once the server accepts connections
     (useful with ``port=0``). ``options``: the batch, torch's threads (default: all
     cores but one) and the weights' dtype. Raises ``ModelSourceError`` when the model
-    cannot load.
+    cannot load, or cannot run in the dtype asked for.
     """
     options = options or EngineOptions()
-    precision = resolve_dtype(options.dtype, torch.cuda.is_available())
+    fp16 = options.dtype == "auto" and can_fp16() is None
+    precision = resolve_dtype(options.dtype, torch.cuda.is_available(), fp16)
     loaded = load_model(model, home, dtype=load_dtype(precision))
-    apply_precision(loaded.model, precision)
+    try:
+        apply_precision(loaded.model, precision)
+    except ValueError as exc:  # float16 without fbgemm, or weights beyond its range
+        raise ModelSourceError(f"{model} cannot be served in {precision}: {exc}") from exc
     engine = Engine(
         loaded,
         max_batch=options.max_batch,

@@ -75,7 +75,8 @@ def quickstart_command(
     dtype: Annotated[
         str,
         typer.Option(
-            help="The engine's precision: float32, bfloat16, int8 or auto (docs/engine.md).",
+            help="The engine's precision: float32, float16, bfloat16, int8 or auto "
+            "(docs/engine.md).",
         ),
     ] = "float32",
 ) -> None:

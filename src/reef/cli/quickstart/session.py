@@ -8,11 +8,13 @@ or rejection → held-out accuracy of whatever serves), and write the report.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import resource
 import socket
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +179,7 @@ def _run(options: Options, workspace: Workspace, started: float) -> None:
     console.print(f"[bold]Reef quickstart[/bold] in {workspace.root}: {plan.intro}")
     with Stack(plan.settings, workspace.logs / "engine.log") as stack:
         try:
-            _start(stack, console, options.model, plan.scenario)
+            run.dtype = _start(stack, console, options.model, plan.scenario)
             run.startup_seconds = time.monotonic() - started
             app = plan.application(stack.url)
             try:
@@ -213,16 +215,30 @@ def _cpu_seconds() -> float:
     return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _start(stack: Stack, console: Console, model: str, scenario: str) -> None:
+def _start(stack: Stack, console: Console, model: str, scenario: str) -> str:
+    """Start the engine, the gateway and the worker; return the precision the engine
+    serves in (its ``GET /health``)."""
     first = model == "smollm2-135m" and not (stack.settings.home / "models" / model).exists()
     note = " (first start: converting SmolLM2 to safetensors, a few seconds)" if first else ""
     with console.status(f"starting the embedded engine{note}"):
         ready = stack.start_engine()
-    console.print(f"engine: {ready.model} at {ready.base_url}")
+    dtype = _engine_dtype(ready.base_url)
+    console.print(f"engine: {ready.model} ({dtype}) at {ready.base_url}")
     with console.status("starting the gateway and the learning worker"):
         stack.start_gateway()
         stack.start_worker()
     console.print(f"gateway: {stack.url}/v1 (OpenAI-compatible), scenario {scenario!r}")
+    return dtype
+
+
+def _engine_dtype(base_url: str) -> str:
+    """The precision the engine at ``base_url`` reports; ``unknown`` if it does not say."""
+    try:
+        url = base_url.removesuffix("/v1") + "/health"  # the engine we started: http
+        with urllib.request.urlopen(url, timeout=10) as reply:  # noqa: S310
+            return str(json.load(reply).get("dtype", "unknown"))
+    except (OSError, ValueError):
+        return "unknown"
 
 
 def _rounds(

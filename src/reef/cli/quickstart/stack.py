@@ -17,7 +17,12 @@ from types import TracebackType
 
 import uvicorn
 
-from reef.cli.local_engine import DEFAULT_LOCAL_MODEL, EngineStartError, LocalEngine
+from reef.cli.local_engine import (
+    DEFAULT_LOCAL_MODEL,
+    EngineStartError,
+    LocalEngine,
+    engine_options,
+)
 from reef.cli.quickstart.errors import QuickstartError
 from reef.config import ReefSettings
 from reef.db import Database, open_database
@@ -61,7 +66,11 @@ class Stack:
         # Started from the calling (main) thread: the child's PR_SET_PDEATHSIG is tied to
         # the thread that forks it, so it must live as long as the quickstart does.
         self.engine = LocalEngine(
-            name, upstream.model or DEFAULT_LOCAL_MODEL, self.settings.home, self.engine_log
+            name,
+            upstream.model or DEFAULT_LOCAL_MODEL,
+            self.settings.home,
+            self.engine_log,
+            options=engine_options(upstream),
         )
         try:
             ready = self.engine.start(ENGINE_START_TIMEOUT_SECONDS)

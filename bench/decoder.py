@@ -93,7 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--home", type=Path, default=Path(".reef"))
-    parser.add_argument("--dtype", default="float32,bfloat16,int8")
+    parser.add_argument("--dtype", default="float32,float16,bfloat16,int8")
     parser.add_argument("--rows", default="1,8")
     parser.add_argument("--steps", type=int, default=15, help="decode steps per round")
     parser.add_argument("--rounds", type=int, default=6)

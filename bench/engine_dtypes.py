@@ -217,7 +217,8 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
             "--output docs/benchmarks.md",
             "```",
             "",
-            f"- Machine: {info.get('cpu')}, {info.get('cores')} cores, engine threads "
+            f"- Machine: {info.get('cpu')} ({info.get('vector')}), {info.get('cores')} "
+            "cores, engine threads "
             f"{runs[0]['float32']['threads']}; load {side.load()}; medians of {len(runs)} "
             "runs, order alternating.",
             *lines,

@@ -274,10 +274,30 @@ def machine() -> dict[str, Any]:
     return {
         "cores": os.cpu_count(),
         "cpu": cpu,
+        "vector": vector_extensions(),
         "python": platform.python_version(),
         "kernel": platform.release(),
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def vector_extensions() -> str:
+    """The CPU's widest vector and matrix extensions that decide the engine's kernels:
+    ``AVX2``, ``AVX-512``, ``AVX-512 BF16``, ``AMX`` (from /proc/cpuinfo)."""
+    from reef.engine.process import cpu_flags
+
+    flags = cpu_flags()
+    found = [
+        name
+        for flag, name in (
+            ("avx2", "AVX2"),
+            ("avx512f", "AVX-512"),
+            ("avx512_bf16", "AVX-512 BF16"),
+            ("amx_bf16", "AMX"),
+        )
+        if flag in flags
+    ]
+    return ", ".join(found) or "no AVX2"
 
 
 def load() -> str:

@@ -45,9 +45,11 @@ def make_letter_adapter(directory: Path, letter: str) -> Path:
     return directory
 
 
-def make_random_adapter(directory: Path, seed: int) -> Path:
+def make_random_adapter(
+    directory: Path, seed: int, targets: tuple[str, ...] = ("q_proj", "v_proj", "down_proj")
+) -> Path:
     """A LoRA adapter for ``tiny-random`` (or a checkpoint of it) at ``directory``, with
-    seeded random weights on the attention and MLP projections (a strong delta)."""
+    seeded random weights on the projections ``targets`` (a strong delta)."""
     torch.manual_seed(seed)
     model = build_tiny_model(build_tiny_tokenizer())
     with warnings.catch_warnings():
@@ -56,7 +58,7 @@ def make_random_adapter(directory: Path, seed: int) -> Path:
         )
         peft_model = get_peft_model(
             model,
-            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]),
+            LoraConfig(r=4, lora_alpha=8, target_modules=list(targets)),
         )
     with torch.no_grad():
         for name, param in peft_model.named_parameters():

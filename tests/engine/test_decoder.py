@@ -24,7 +24,7 @@ from transformers import (
 
 from reef.engine.adapters import AdapterModel
 from reef.engine.batch import DecodeBatch
-from reef.engine.decoder import SliceLinear, fuse_projections, supports
+from reef.engine.decoder import SliceLinear, adapter_groups, fuse_projections, supports
 from reef.engine.errors import AdapterRejectedError
 from reef.engine.models import LoadedModel, load_model
 from reef.engine.sequences import GenerationJob, SamplingParams, Sequence
@@ -49,12 +49,16 @@ class _Job(GenerationJob):
 def _run(
     loaded: LoadedModel, runner: AdapterModel, adapter: str
 ) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """Three rows of different prompt lengths (so prefill pads), a fourth joining after
-    three steps on ``adapter`` (so caches of different widths merge), ten greedy steps;
-    each step's logits and every row's tokens."""
+    """Three rows of different prompt lengths (so prefill pads), the second on
+    ``adapter``, a fourth joining after three steps on ``adapter`` (so caches of
+    different widths merge, and the adapter's rows go from one run, a slice, to rows 1
+    and 3, an index), ten greedy steps; each step's logits and every row's tokens."""
     batch = DecodeBatch(runner, loaded.model.config)
     first = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
-    rows = [Sequence(_Job(prompt, "__base__"), 0, frozenset()) for prompt in first]
+    rows = [
+        Sequence(_Job(prompt, adapter if index == 1 else "__base__"), 0, frozenset())
+        for index, prompt in enumerate(first)
+    ]
     tokens: list[list[int]] = [[] for _ in range(4)]
     seen: list[torch.Tensor] = []
     with torch.inference_mode():
@@ -87,12 +91,24 @@ def _both(
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["separate", "fused"])
-@pytest.mark.parametrize("with_adapter", [False, True], ids=["base", "adapter"])
-def test_float32_logits_are_hugging_faces(tmp_path: Path, with_adapter: bool, fused: bool) -> None:
+@pytest.mark.parametrize(
+    "with_adapter",
+    [None, ("q_proj", "v_proj", "down_proj"), ("q_proj", "v_proj")],
+    ids=["base", "adapter", "adapter-on-fused-only"],
+)
+def test_float32_logits_are_hugging_faces(
+    tmp_path: Path, with_adapter: tuple[str, ...] | None, fused: bool
+) -> None:
+    """With an adapter on fused projections only, the lean pass routes rows itself and
+    skips PEFT's per-call hooks; with one on down_proj too, PEFT's hooks route that."""
     loaded = load_model(TINY, tmp_path)
     if fused:
         assert fuse_projections(loaded.model) == 2 * loaded.model.config.num_hidden_layers
-    adapter = make_random_adapter(tmp_path / "adapter", seed=5) if with_adapter else None
+    adapter = (
+        make_random_adapter(tmp_path / "adapter", seed=5, targets=with_adapter)
+        if with_adapter
+        else None
+    )
     (lean_tokens, lean_logits), (hf_tokens, hf_logits) = _both(loaded, adapter)
     assert lean_tokens == hf_tokens
     for ours, theirs in zip(lean_logits, hf_logits, strict=True):
@@ -209,3 +225,13 @@ def test_other_llama_family_models_match_hugging_face(config: PretrainedConfig) 
     assert lean_tokens == hf_tokens
     for ours, theirs in zip(lean_logits, hf_logits, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+
+
+def test_an_adapters_rows_are_a_slice_when_contiguous() -> None:
+    groups = adapter_groups(["b", "a", "a", "__base__", "b", "a"], "__base__")
+    assert set(groups) == {"a", "b"}
+    assert torch.equal(groups["b"], torch.tensor([0, 4]))  # type: ignore[arg-type]
+    assert torch.equal(groups["a"], torch.tensor([1, 2, 5]))  # type: ignore[arg-type]
+    groups = adapter_groups(["__base__", "a", "a", "b"], "__base__")
+    assert groups == {"a": slice(1, 3), "b": slice(3, 4)}
+    assert adapter_groups(["__base__"] * 3, "__base__") == {}

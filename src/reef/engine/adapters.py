@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
@@ -28,7 +28,7 @@ from peft import LoraConfig, PeftModel
 from peft.tuners.lora import LoraLayer
 from transformers import DynamicCache, PreTrainedModel
 
-from reef.engine.decoder import LeanDecoder, supports
+from reef.engine.decoder import LeanDecoder, SliceLinear, adapter_groups, supports
 from reef.engine.errors import AdapterConflictError, AdapterRejectedError, UnknownModelError
 
 logger = logging.getLogger("reef.engine")
@@ -189,6 +189,7 @@ class AdapterModel:
         self.peft: PeftModel | None = None
         self.lean = LeanDecoder(base) if supports(base) else None
         self.loaded: set[str] = set()
+        self._hooks_needed: bool | None = None  # see _needs_hooks; None: not known yet
 
     def load(self, internal_name: str, path: Path) -> None:
         """Load the safetensors adapter at ``path`` as ``internal_name``.
@@ -198,6 +199,7 @@ class AdapterModel:
         """
         started = time.monotonic()
         peft = self._wrapped()
+        self._hooks_needed = None
         try:
             peft.load_adapter(str(path), adapter_name=internal_name, is_trainable=False)
         except (ValueError, KeyError, RuntimeError, OSError, TypeError) as exc:
@@ -239,8 +241,23 @@ class AdapterModel:
         return self.peft
 
     def _forget(self, internal_name: str) -> None:
+        self._hooks_needed = None
         if self.peft is not None and internal_name in self.peft.peft_config:
             self.peft.delete_adapter(internal_name)
+
+    def _needs_hooks(self, peft: PeftModel) -> bool:
+        """Whether the lean pass needs PEFT's forward hooks to route rows to adapters:
+        only when some LoRA layer wraps a layer the pass calls (anything but the parts of
+        a fused projection, whose adapters the pass adds itself). Setting the hooks up
+        walks every module, ~5 ms per decode step of SmolLM2: an adapter on q/v alone
+        (the quickstart's) skips it. Known once per set of loaded adapters."""
+        if self._hooks_needed is None:
+            self._hooks_needed = any(
+                isinstance(module, LoraLayer)
+                and not isinstance(module.get_base_layer(), SliceLinear)
+                for module in peft.modules()
+            )
+        return self._hooks_needed
 
     def forward_logits(
         self,
@@ -262,12 +279,13 @@ class AdapterModel:
                 Callable[..., AbstractContextManager[None]],
                 self.peft.base_model._enable_peft_forward_hooks,
             )
-            rows: dict[str, list[int]] = {}
-            for row, name in enumerate(adapter_names):
-                if name != BASE_ADAPTER:
-                    rows.setdefault(name, []).append(row)
-            groups = {name: torch.tensor(found) for name, found in rows.items()}
-            with hooks(adapter_names=adapter_names):
+            groups = adapter_groups(adapter_names, BASE_ADAPTER)
+            routing = (
+                hooks(adapter_names=adapter_names)
+                if self._needs_hooks(self.peft)
+                else nullcontext()
+            )
+            with routing:
                 logits = self.lean.forward_last(
                     input_ids, attention_mask, position_ids, cache, groups
                 )

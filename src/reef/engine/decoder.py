@@ -70,6 +70,26 @@ def supports(model: nn.Module) -> bool:
     return all(hasattr(first, name) for name in parts) and not hasattr(first.self_attn, "q_norm")
 
 
+Rows = torch.Tensor | slice
+"""The rows of a batch one adapter runs on: a contiguous run as a ``slice`` (a view: no
+gather of the inputs nor scatter of the delta), any other set as an index tensor
+(:func:`adapter_groups`)."""
+
+
+def adapter_groups(adapter_names: list[str], base: str) -> dict[str, Rows]:
+    """Each adapter named in ``adapter_names`` (one per row; ``base`` for none) with the
+    rows it runs on, as :data:`Rows`."""
+    found: dict[str, list[int]] = {}
+    for row, name in enumerate(adapter_names):
+        if name != base:
+            found.setdefault(name, []).append(row)
+    groups: dict[str, Rows] = {}
+    for name, rows in found.items():
+        contiguous = rows[-1] - rows[0] + 1 == len(rows)
+        groups[name] = slice(rows[0], rows[-1] + 1) if contiguous else torch.tensor(rows)
+    return groups
+
+
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 """Fused projection -> the projections it replaces, in the order of its output columns."""
 
@@ -155,7 +175,7 @@ def _add_lora(
     names: tuple[str, ...],
     x: torch.Tensor,
     out: torch.Tensor,
-    groups: dict[str, torch.Tensor],
+    groups: dict[str, Rows],
 ) -> None:
     """Add to ``out`` (a fused product of ``x``) the delta of each LoRA adapter on the
     projections ``names``, for the rows ``groups`` give each adapter: what PEFT's
@@ -177,7 +197,7 @@ def _add_lora(
 
 
 def _fused_product(
-    owner: nn.Module, fused_name: str, x: torch.Tensor, groups: dict[str, torch.Tensor]
+    owner: nn.Module, fused_name: str, x: torch.Tensor, groups: dict[str, Rows]
 ) -> torch.Tensor | None:
     """``owner``'s fused layer applied to ``x`` with its parts' LoRA deltas added; None
     when ``owner`` was not fused."""
@@ -227,7 +247,7 @@ class LeanDecoder:
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor,
         cache: DynamicCache,
-        adapter_rows: dict[str, torch.Tensor] | None = None,
+        adapter_rows: dict[str, Rows] | None = None,
     ) -> torch.Tensor:
         """Run ``input_ids`` (``[rows, new]``) after what ``cache`` holds, writing their
         keys and values into it; return the logits of each row's last position

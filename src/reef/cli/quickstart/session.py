@@ -234,8 +234,8 @@ def _start(stack: Stack, console: Console, model: str, scenario: str) -> str:
 def _engine_dtype(base_url: str) -> str:
     """The precision the engine at ``base_url`` reports; ``unknown`` if it does not say."""
     try:
-        url = base_url.removesuffix("/v1") + "/health"  # the engine we started: http
-        with urllib.request.urlopen(url, timeout=10) as reply:  # noqa: S310
+        url = base_url.removesuffix("/v1") + "/health"
+        with urllib.request.urlopen(url, timeout=10) as reply:  # noqa: S310 (the engine we started: http)
             return str(json.load(reply).get("dtype", "unknown"))
     except (OSError, ValueError):
         return "unknown"

@@ -158,6 +158,16 @@ def _adapter_effect(ours: nn.Module, theirs: nn.Module, adapter: Path) -> tuple[
     return float((tuned - base).abs().max()), float((tuned - expected).abs().max())
 
 
+def _hold_rounded(reference: nn.Module, rounded: nn.Module, kind: type[nn.Module]) -> None:
+    """Copy into ``reference``'s layers the weights ``rounded``'s ``kind`` layers compute
+    with (their ``dequantized()``), in ``reference``'s dtype."""
+    weights = {n: m.dequantized() for n, m in rounded.named_modules() if isinstance(m, kind)}
+    with torch.no_grad():
+        for name, module in reference.named_modules():
+            if name in weights:
+                module.weight.copy_(weights[name].to(module.weight.dtype))
+
+
 @needs_onednn
 def test_an_adapter_on_packed_projections_adds_its_delta(tmp_path: Path) -> None:
     adapter = _adapter_on_projections(tmp_path / "adapter")
@@ -177,15 +187,7 @@ def test_an_adapter_on_quantized_projections_adds_its_delta(tmp_path: Path) -> N
     int8 = load_model("tiny-random", tmp_path / "a", dtype=torch.bfloat16)
     apply_precision(int8.model, "int8")
     reference = load_model("tiny-random", tmp_path / "b", dtype=torch.bfloat16)
-    rounded = {
-        name: module.dequantized()
-        for name, module in int8.model.named_modules()
-        if isinstance(module, Int8Linear)
-    }
-    with torch.no_grad():
-        for name, module in reference.model.named_modules():
-            if name in rounded:
-                module.weight.copy_(rounded[name].to(torch.bfloat16))
+    _hold_rounded(reference.model, int8.model, Int8Linear)
     change, error = _adapter_effect(int8.model, reference.model, adapter)
     assert change > 0.2, "the adapter changes the logits"
     assert error < change / 10, (error, change)
@@ -261,15 +263,7 @@ def test_an_adapter_on_float16_projections_adds_its_delta(tmp_path: Path) -> Non
     apply_precision(half.model, "float16")
     reference = load_model("tiny-random", tmp_path / "b")
     apply_precision(reference.model, "float32")
-    rounded = {
-        name: module.dequantized()
-        for name, module in half.model.named_modules()
-        if isinstance(module, Fp16Linear)
-    }
-    with torch.no_grad():
-        for name, module in reference.model.named_modules():
-            if name in rounded:
-                module.weight.copy_(rounded[name])
+    _hold_rounded(reference.model, half.model, Fp16Linear)
     change, error = _adapter_effect(half.model, reference.model, adapter)
     assert change > 0.2, "the adapter changes the logits"
     assert error < 1e-4, (error, change)

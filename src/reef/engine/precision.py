@@ -34,6 +34,7 @@ are measured against.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, cast
 
@@ -174,7 +175,8 @@ _PACK_DIRECT: Any = getattr(torch, "fbgemm_pack_gemm_matrix_fp16", None)
 _LINEAR_DIRECT: Any = getattr(torch, "fbgemm_linear_fp16_weight_fp32_activation", None)
 
 
-def _direct_ready() -> bool:
+@functools.cache
+def _use_direct() -> bool:
     """Whether the direct fbgemm ops can run. Each warns of its deprecation once per
     process, on its first call: that call is made here, with the warning silenced, so no
     product of a served request warns (nor pays for silencing)."""
@@ -188,16 +190,6 @@ def _direct_ready() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-_DIRECT: bool | None = None
-
-
-def _use_direct() -> bool:
-    global _DIRECT
-    if _DIRECT is None:
-        _DIRECT = _direct_ready()
-    return _DIRECT
 
 
 class Fp16Linear(nn.Linear):
@@ -275,10 +267,11 @@ class Fp16Linear(nn.Linear):
         )
 
 
+@functools.cache
 def can_fp16() -> str | None:
     """Why :class:`Fp16Linear` cannot serve on this machine, or None when it can: torch
-    needs fbgemm (x86 builds), and fbgemm a CPU with AVX2 and F16C; checked by running
-    one small product against float32."""
+    needs fbgemm (x86 builds), and fbgemm a CPU with AVX2 and F16C; checked once per
+    process by running one small product against float32."""
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         return "this torch build has no fbgemm (it ships for x86 CPUs only)"
     probe = nn.Linear(16, 8, bias=True)

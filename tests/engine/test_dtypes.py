@@ -33,7 +33,7 @@ from tests.engine.lora_factory import PEFT_WRAP_WARNING, make_letter_adapter
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 
 
-def test_auto_is_bfloat16_where_the_cpu_computes_it(tmp_path: Path) -> None:
+def test_auto_picks_float16_then_native_bfloat16_then_float32(tmp_path: Path) -> None:
     with_amx = tmp_path / "amx"
     with_amx.write_text("processor: 0\nflags\t\t: fpu sse2 avx512f amx_bf16 amx_tile\n")
     plain = tmp_path / "plain"
@@ -42,9 +42,10 @@ def test_auto_is_bfloat16_where_the_cpu_computes_it(tmp_path: Path) -> None:
     assert not cpu_has_bf16(tmp_path / "missing")
     assert resolve_dtype("float32") == "float32" and resolve_dtype("bfloat16") == "bfloat16"
     assert resolve_dtype("auto", cuda=True) == "bfloat16"
+    assert resolve_dtype("auto", cuda=True, fp16=True) == "bfloat16"
     assert resolve_dtype("auto") == ("bfloat16" if cpu_has_bf16() else "float32")
-    # without native bfloat16, float16 where fbgemm runs
-    assert resolve_dtype("auto", fp16=True) == ("bfloat16" if cpu_has_bf16() else "float16")
+    # on a CPU, float16 wherever fbgemm runs (faster and closer to float32 than bfloat16)
+    assert resolve_dtype("auto", fp16=True) == "float16"
     assert resolve_dtype("float32", fp16=True) == "float32"
 
 
@@ -67,7 +68,7 @@ def test_a_local_upstreams_dtype_and_threads_reach_its_engine(tmp_path: Path, dt
 
     expected = dtype
     if dtype == "auto":  # decided in the engine's process, for its machine
-        expected = "bfloat16" if cpu_has_bf16() else "float16" if can_fp16() is None else "float32"
+        expected = "float16" if can_fp16() is None else "bfloat16" if cpu_has_bf16() else "float32"
     config = UpstreamConfig(type="local", model="tiny-random", dtype=dtype, threads=1)
     resolved, engines = start_local_upstreams({"local": config}, tmp_path)
     try:

@@ -6,6 +6,7 @@ tests/engine/test_dtypes.py)."""
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from reef.engine.adapters import BASE_ADAPTER, AdapterModel
+from reef.engine.errors import ModelSourceError
 from reef.engine.models import load_model
 from reef.engine.precision import (
     FP16_MAX,
@@ -29,7 +31,8 @@ from reef.engine.precision import (
     precision_of,
     quantize_int8,
 )
-from reef.engine.process import EngineOptions, engine_command, resolve_dtype
+from reef.engine.process import EngineOptions, cpu_has_bf16, engine_command, resolve_dtype
+from reef.engine.server import load_for_serving
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
@@ -269,6 +272,30 @@ def test_an_adapter_on_float16_projections_adds_its_delta(tmp_path: Path) -> Non
     assert error < 1e-4, (error, change)
     lora = next(m for n, m in half.model.named_modules() if n.endswith("o_proj.lora_A.reef-1"))
     assert lora.weight.dtype == torch.float32
+
+
+@needs_fbgemm
+def test_auto_serves_float16_and_falls_back_where_a_weight_does_not_fit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    home = tmp_path / "home"
+    assert precision_of(load_for_serving("tiny-random", home, "auto", cuda=False).model) == (
+        "float16"
+    )
+    big = load_model("tiny-random", home)
+    with torch.no_grad():
+        big.model.model.layers[0].mlp.down_proj.weight[0, 0] = FP16_MAX * 2
+    big.model.save_pretrained(tmp_path / "big")
+    big.tokenizer.save_pretrained(tmp_path / "big")
+    with caplog.at_level(logging.WARNING, logger="reef.engine.server"):
+        served = load_for_serving(str(tmp_path / "big"), home, "auto", cuda=False)
+    assert precision_of(served.model) == ("bfloat16" if cpu_has_bf16() else "float32")
+    assert "cannot be served in float16" in caplog.text and "does not fit" in caplog.text
+    weight = served.model.model.layers[0].mlp.down_proj.weight
+    if weight.layout == torch.strided:
+        assert float(weight[0, 0]) == FP16_MAX * 2
+    with pytest.raises(ModelSourceError, match=r"cannot be served in float16: .*does not fit"):
+        load_for_serving(str(tmp_path / "big"), home, "float16", cuda=False)
 
 
 def test_float16_where_fbgemm_cannot_run_is_refused_with_the_reason(

@@ -42,8 +42,9 @@ def serve(
         typer.Option(
             help="Weights' precision: float32, float16 (weights in float16 for fbgemm, "
             "float32 activations: x86 CPUs), bfloat16, int8 (weight-only, bfloat16 "
-            "activations), or auto (bfloat16 where the CPU computes it natively: AVX-512 "
-            "BF16 or AMX; else float16 where fbgemm runs; else float32)."
+            "activations), or auto (on a GPU bfloat16; on a CPU float16 where fbgemm runs, "
+            "else bfloat16 where the CPU computes it natively: AVX-512 BF16 or AMX, else "
+            "float32)."
         ),
     ] = "float32",
     prefix_cache_mb: Annotated[

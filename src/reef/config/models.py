@@ -62,10 +62,12 @@ class UpstreamConfig(Section):
         description="For `type: local`: the weights' precision. float16 holds the "
         "projections' weights in float16 for fbgemm's product (x86 CPUs with AVX2), with "
         "float32 activations: 2-3x float32's decode speed on a CPU without native "
-        "bfloat16, answers nearly float32's. bfloat16 decodes about "
-        "1.5x faster where the CPU computes it natively (AVX-512 BF16 or AMX) and answers "
-        "approximately as float32 does (docs/engine.md); auto picks it there, else "
-        "float16 where fbgemm runs, else float32. int8 keeps "
+        "bfloat16 and on one with AVX-512 BF16, answers nearly float32's. bfloat16 "
+        "decodes about 1.5x faster than float32 where the CPU computes it natively "
+        "(AVX-512 BF16 or AMX) and answers approximately as float32 does "
+        "(docs/engine.md). auto picks bfloat16 on a GPU; on a CPU float16 where fbgemm "
+        "runs (then bfloat16 or float32 if a weight does not fit in float16), else "
+        "bfloat16 where native, else float32. int8 keeps "
         "the decoder layers' weights in int8 (weight-only, bfloat16 activations): faster "
         "again for one stream, and more approximate.",
     )

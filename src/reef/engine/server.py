@@ -38,9 +38,9 @@ from reef.engine.errors import (
     InsufficientMemoryError,
     ModelSourceError,
 )
-from reef.engine.models import load_model
+from reef.engine.models import LoadedModel, load_model
 from reef.engine.precision import apply_precision, can_fp16, load_dtype
-from reef.engine.process import EngineOptions, resolve_dtype
+from reef.engine.process import EngineDtype, EngineOptions, resolve_dtype
 from reef.engine.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -384,6 +384,28 @@ async def serving(engine: Engine, host: str, port: int) -> AsyncIterator[int]:
         sock.close()
 
 
+def load_for_serving(model: str, home: Path, dtype: EngineDtype, cuda: bool) -> LoadedModel:
+    """``model`` loaded and made ready for ``dtype`` (``auto``: :func:`resolve_dtype`).
+    Where ``auto`` chose float16 and a weight does not fit in it, the model loads again
+    in what ``auto`` would choose without float16, with a warning; a dtype asked for by
+    name is served as asked or refused (``ModelSourceError`` with the reason)."""
+    fp16 = dtype == "auto" and not cuda and can_fp16() is None
+    precision = resolve_dtype(dtype, cuda, fp16)
+    loaded = load_model(model, home, dtype=load_dtype(precision))
+    try:
+        apply_precision(loaded.model, precision)
+    except ValueError as exc:  # float16 without fbgemm, or weights beyond its range
+        if dtype != "auto":
+            raise ModelSourceError(f"{model} cannot be served in {precision}: {exc}") from exc
+        fallback = resolve_dtype(dtype, cuda, fp16=False)
+        logger.warning(
+            "%s cannot be served in %s (%s); serving it in %s", model, precision, exc, fallback
+        )
+        loaded = load_model(model, home, dtype=load_dtype(fallback))
+        apply_precision(loaded.model, fallback)
+    return loaded
+
+
 def run_server(
     model: str,
     host: str = "127.0.0.1",
@@ -401,13 +423,7 @@ def run_server(
     cannot load, or cannot run in the dtype asked for.
     """
     options = options or EngineOptions()
-    fp16 = options.dtype == "auto" and can_fp16() is None
-    precision = resolve_dtype(options.dtype, torch.cuda.is_available(), fp16)
-    loaded = load_model(model, home, dtype=load_dtype(precision))
-    try:
-        apply_precision(loaded.model, precision)
-    except ValueError as exc:  # float16 without fbgemm, or weights beyond its range
-        raise ModelSourceError(f"{model} cannot be served in {precision}: {exc}") from exc
+    loaded = load_for_serving(model, home, options.dtype, torch.cuda.is_available())
     engine = Engine(
         loaded,
         max_batch=options.max_batch,

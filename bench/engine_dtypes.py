@@ -11,7 +11,9 @@ order, and measures it with the requests of ``bench/engine.py``. The bound: deco
 one token reads every weight once, so tokens/s cannot pass (bytes read per second) /
 (weight bytes); the read rate is measured here by summing a tensor of the weights' size
 (float32, else bfloat16: int8 weights are counted in bytes) with the engine's threads
-(the best of a few passes). ``greedy_equal``: of ``--prompts`` fixed prompts answered
+(the best of a few passes). ``products``: the tokens/s the weight products alone
+allow (each projection and the output head on one row, timed alone), the ceiling the
+dtype's kernels set under the bound. ``greedy_equal``: of ``--prompts`` fixed prompts answered
 greedily (32 tokens), how many float16 (bfloat16, int8) answers equal float32's token for
 token, and where the first differs on average. float16 holds the projections' weights
 in float16 for fbgemm, with float32 activations; int8 is weight-only: the decoder
@@ -101,6 +103,34 @@ def read_rate(nbytes: int, dtype: Any, threads: int) -> float:
     return nbytes / best
 
 
+def products_alone(model: Any, threads: int, passes: int = 10) -> float:
+    """Tokens/s if a decoded token cost only its weight products: every projection and
+    the output head applied to one row, as the engine holds them (fused, packed, int8 or
+    float16 layers; a fused layer's slices are not called again), timed alone with
+    ``threads`` (median of ``passes``). The ceiling the product kernels set, under the
+    bandwidth bound: the norms, attention, sampling and serving come on top."""
+    import torch
+    from torch import nn
+
+    from reef.engine.decoder import SliceLinear
+    from reef.engine.precision import precision_of
+
+    torch.set_num_threads(threads)
+    activation = torch.float32 if precision_of(model) in ("float32", "float16") else torch.bfloat16
+    layers = [
+        m for m in model.modules() if isinstance(m, nn.Linear) and not isinstance(m, SliceLinear)
+    ]
+    inputs = {m.in_features: torch.randn(1, 1, m.in_features).to(activation) for m in layers}
+    times = []
+    with torch.inference_mode():
+        for _ in range(passes + 2):
+            started = time.perf_counter()
+            for layer in layers:
+                layer(inputs[layer.in_features])
+            times.append(time.perf_counter() - started)
+    return 1 / statistics.median(times[2:])
+
+
 async def greedy_answers(base_url: str, model: str, count: int) -> list[list[str]]:
     """The first 32 tokens of each prompt's greedy answer, as logprob tokens."""
     async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
@@ -148,6 +178,7 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
         loaded = load_model(args.model, args.home, dtype=dtype)
         apply_precision(loaded.model, name)
         weight_bytes = decode_bytes(loaded.model)
+        products = products_alone(loaded.model, args.threads)
         engine = Engine(loaded, threads=args.threads)
         server = BackgroundServer(engine).start()
         try:
@@ -156,6 +187,7 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
             server.stop()
         result.update(bound_figures(weight_bytes, dtype, engine.scheduler.threads))
         result["threads"] = engine.scheduler.threads
+        result["products"] = products
         out[name] = result
         print(name, {k: v for k, v in result.items() if k != "greedy"}, flush=True)
     return out
@@ -186,9 +218,11 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
     rows = []
     for name in args.dtypes:
         c1, bound = median(name, "c1"), median(name, "bound")
+        products = median(name, "products")
         rows.append(
             f"| {name} | {median(name, 'weight_mb'):.0f} | {median(name, 'read_gb_s'):.1f} "
-            f"| {bound:.1f} | {c1:.1f} | {c1 / bound:.2f} | {median(name, 'c8'):.1f} "
+            f"| {bound:.1f} | {products:.1f} | {products / bound:.2f} | {c1:.1f} "
+            f"| {c1 / bound:.2f} | {median(name, 'c8'):.1f} "
             f"| {median(name, 'adapter_c1'):.1f} |"
         )
     lines = []
@@ -223,11 +257,14 @@ def render(args: argparse.Namespace, runs: list[dict[str, Any]]) -> str:
             "runs, order alternating.",
             *lines,
             "- bound: the read rate over the weights' bytes, the most tokens/s one decode "
-            "stream can reach; c1/bound is how close the engine gets.",
+            "stream can reach; c1/bound is how close the engine gets. products: tokens/s "
+            "if a token cost only its weight products (every projection and the head on "
+            "one row, timed alone): the ceiling torch's kernels for that dtype set, before "
+            "any other op of the step.",
             "",
-            "| dtype | weights MB | read GB/s | bound tok/s | c1 tok/s | c1/bound "
-            "| c8 tok/s | c1 tok/s with a LoRA |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| dtype | weights MB | read GB/s | bound tok/s | products tok/s | products/bound "
+            "| c1 tok/s | c1/bound | c8 tok/s | c1 tok/s with a LoRA |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
         ]
     )

@@ -88,9 +88,9 @@ def resolve_dtype(
 
     float16 comes before bfloat16 on a CPU because it was both faster and closer to
     float32 on every CPU measured (docs/benchmarks.md, ``bench/engine_dtypes.py``,
-    SmolLM2-135M, one thread): on an AMD EPYC with AVX-512 BF16 it decoded 42 tokens/s
-    alone and 151 at 8 rows against bfloat16's 25 and 133 (fbgemm's float16 product
-    reads the weights at ~22 GB/s, oneDNN's bfloat16 one at ~10), and on AVX2-only CPUs
+    SmolLM2-135M, one thread): on an AMD EPYC with AVX-512 BF16 it decoded 48.8 tokens/s
+    alone and 157 at 8 rows against bfloat16's 28.6 and 151 (fbgemm's float16 product
+    reads the weights at ~24 GB/s, oneDNN's bfloat16 one at ~12), and on AVX2-only CPUs
     bfloat16 has no fast kernel at all. Its weights keep 3 more mantissa bits than
     bfloat16's. (Not yet measured against bfloat16 on a CPU with AMX.)"""
     if dtype != "auto":

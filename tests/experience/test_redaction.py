@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from reef.core.errors import InvalidInputError
-from reef.experience import REDACTED, Redactor
+from reef.experience import REDACTED, FeedbackDraft, Redactor, StoredResponse
 from tests.experience.conftest import DraftFactory
 
 EMAIL = r"[\w.+-]+@[\w-]+\.[\w.]+"
@@ -63,8 +65,47 @@ def test_redact_draft_scrubs_request_response_and_error(make_draft: DraftFactory
         response={"text": "hello ann@example.com"},
         error="failed for ann@example.com",
     )
+    kept = StoredResponse(
+        id="resp_1",
+        scenario="support",
+        session_id="s",
+        record_id=draft.id,
+        previous_response_id=None,
+        principal="app",
+        input_items=[{"type": "message", "content": "from ann@example.com"}],
+        response={"output": [{"content": [{"text": "hi ann@example.com"}]}]},
+    )
+    draft = dataclasses.replace(
+        draft,
+        rendered_request={"messages": [{"role": "user", "content": "ann@example.com"}]},
+        tags={"customer": "ann@example.com"},
+        kept_response=kept,
+    )
     out = Redactor([EMAIL]).redact_draft(draft)
     assert out.request == {"messages": [{"role": "user", "content": f"I am {REDACTED}"}]}
     assert out.response == {"text": f"hello {REDACTED}"}
     assert out.error == f"failed for {REDACTED}"
+    assert out.rendered_request == {"messages": [{"role": "user", "content": REDACTED}]}
+    assert out.tags == {"customer": REDACTED}
+    assert out.kept_response is not None
+    assert out.kept_response.input_items == [{"type": "message", "content": f"from {REDACTED}"}]
+    assert out.kept_response.response == {"output": [{"content": [{"text": f"hi {REDACTED}"}]}]}
     assert (out.id, out.prompt_hash) == (draft.id, draft.prompt_hash)
+
+
+def test_redact_feedback_scrubs_text_correction_and_metadata() -> None:
+    draft = FeedbackDraft(
+        scenario="support",
+        record_ids=("r",),
+        score=1.0,
+        feedback={"note": "ann@example.com"},
+        correction={"content": "write ann@example.com", "tool_calls": []},
+        metadata={"by": "ann@example.com"},
+        principal="ann@example.com",  # a key id: an identifier, left alone
+        idempotency_key="k",
+    )
+    out = Redactor([EMAIL]).redact_feedback(draft)
+    assert out.feedback == {"note": REDACTED}
+    assert out.correction == {"content": f"write {REDACTED}", "tool_calls": []}
+    assert out.metadata == {"by": REDACTED}
+    assert out.principal == "ann@example.com"

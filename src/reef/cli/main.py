@@ -112,21 +112,30 @@ def export(
     ] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Export a scenario's records with their feedback joined."""
+    """Export a scenario's records with their feedback joined, redacted with the
+    configured capture.redact_patterns."""
     from reef.cli.stores import open_existing_database
-    from reef.experience import SQLExperienceStore, export_records
+    from reef.experience import Redactor, SQLExperienceStore, export_records
 
     if format not in ("jsonl", "parquet"):
         raise InvalidInputError(f"--format must be jsonl or parquet, not {format!r}")
     if format == "parquet" and output is None:
         raise InvalidInputError("parquet export needs --output FILE")
-    database = open_existing_database(_settings(config))
+    settings = _settings(config)
+    redactor = Redactor(settings.capture.redact_patterns)
+    database = open_existing_database(settings)
     store = SQLExperienceStore(database)
     try:
         if output is None:
-            count = export_records(store, scenario, "jsonl", sys.stdout.buffer)
+            count = export_records(store, scenario, "jsonl", sys.stdout.buffer, redactor=redactor)
         else:
-            count = export_records(store, scenario, format, output)  # type: ignore[arg-type]
+            count = export_records(
+                store,
+                scenario,
+                format,  # type: ignore[arg-type]
+                output,
+                redactor=redactor,
+            )
     finally:
         store.close()
         database.close()

@@ -339,8 +339,10 @@ class CaptureConfig(Section):
 
     redact_patterns: list[str] = Field(
         default_factory=list,
-        description="Regular expressions; matches in request and response text are "
-        "replaced by [REDACTED] before the record is written.",
+        description="Regular expressions; matches in every stored string (request, "
+        "response, error, tag values, stored Responses state, feedback text, corrections "
+        "and metadata) are replaced by [REDACTED] before the write, and in what reef "
+        "export writes.",
     )
     embedding_vectors: Literal["omit", "keep"] = Field(
         default="omit",

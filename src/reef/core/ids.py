@@ -1,27 +1,35 @@
-"""UUIDv7 ids: time-ordered, so ids sort by creation and index well."""
+"""UUIDv7 ids: time-ordered, so ids sort by creation and index well.
+
+The random bits come from the OS CSPRNG (``os.urandom``), never from the ``random``
+module: record ids are receipts and response ids are the only handle on a stored
+conversation, so they must not be predictable from ids a caller has already seen (a
+Mersenne Twister's state can be rebuilt from its outputs). One ``getrandom`` call costs
+about half a microsecond, small beside the rest of a request; it keeps no state, so a
+forked child cannot replay its parent's sequence.
+"""
 
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 
 _lock = threading.Lock()
-# Ids need uniqueness, not secrecy (they are receipts, never credentials): a PRNG seeded
-# from the OS is ~50x cheaper per id than a urandom syscall on the request hot path.
-_random = random.Random(os.urandom(32))  # noqa: S311 (seeded or non-secret randomness)
-# A forked child must not replay its parent's sequence.
-os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
 _last_ms = 0
 _seq = 0
+RANDOM_BITS = 62
+
+
+def random_bits() -> int:
+    """62 bits from the OS CSPRNG: the random part of an id."""
+    return int.from_bytes(os.urandom(8), "big") >> (64 - RANDOM_BITS)
 
 
 def new_id() -> str:
     """Return a new UUIDv7 as a canonical lowercase string.
 
     Within one millisecond a 12-bit counter keeps ids from one process strictly
-    increasing; the remaining 62 bits are random.
+    increasing; the remaining 62 bits are random (``random_bits``).
     """
     global _last_ms, _seq
     with _lock:
@@ -36,7 +44,7 @@ def new_id() -> str:
             _last_ms = ms
             _seq = 0
         seq = _seq
-        rand = _random.getrandbits(62)
+    rand = random_bits()
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | rand
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -16,6 +16,7 @@ from typing import IO, Any, Literal
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, MissingExtraError, optional_dependency
 from reef.experience.records import FeedbackView, RecordView
+from reef.experience.redaction import Redactor
 from reef.experience.store import ExperienceStore
 
 ExportFormat = Literal["jsonl", "parquet"]
@@ -32,20 +33,27 @@ def export_records(
     fmt: ExportFormat,
     out: str | os.PathLike[str] | IO[bytes],
     since: str | None = None,
+    redactor: Redactor | None = None,
 ) -> int:
     """Write every record of ``scenario`` (oldest first) to ``out``; return the count.
 
-    ``out`` is a path (created or truncated) or a binary stream (left open). Raises
-    ``InvalidInputError`` for an unknown format and ``ParquetUnavailableError`` when
-    Parquet is asked for without pyarrow.
+    ``out`` is a path (created or truncated) or a binary stream (left open). With a
+    ``redactor`` (``reef export`` passes the configured ``capture.redact_patterns``),
+    each record and its feedback are redacted as they are written, so rows stored
+    before a pattern was added leave scrubbed too. Raises ``InvalidInputError`` for an
+    unknown format and ``ParquetUnavailableError`` when Parquet is asked for without
+    pyarrow.
     """
+    records = store.iter_export(scenario, since)
+    if redactor is not None and redactor.active:
+        records = map(redactor.redact_view, records)
     if fmt == "jsonl":
         with _binary(out) as stream:
-            return _write_jsonl(store.iter_export(scenario, since), stream)
+            return _write_jsonl(records, stream)
     if fmt == "parquet":
         pa = _pyarrow()
         with _binary(out) as stream:
-            return _write_parquet(pa, store.iter_export(scenario, since), stream)
+            return _write_parquet(pa, records, stream)
     raise InvalidInputError(f"unknown export format {fmt!r}; use jsonl or parquet")
 
 

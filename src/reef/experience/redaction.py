@@ -1,4 +1,13 @@
-"""``Redactor``: scrub configured patterns from captured requests and responses."""
+"""``Redactor``: scrub configured patterns from every string Reef stores or exports.
+
+What it covers: a record's request, rendered request, response, error and tag values;
+the stored Responses-API state that travels with it (input items and response); the
+text, correction and metadata of feedback; and every record and feedback row that
+``reef export`` writes (redacted again with the patterns configured at export time, so
+rows written before a pattern was added leave scrubbed too). What it leaves alone:
+mapping keys (structure, not content), ids, session ids, scenario and key names,
+idempotency keys and hashes (identifiers Reef looks things up by).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from reef.core.errors import InvalidInputError
-from reef.experience.records import RecordDraft
+from reef.experience.records import (
+    FeedbackDraft,
+    FeedbackView,
+    RecordDraft,
+    RecordView,
+    StoredResponse,
+)
 
 REDACTED = "[REDACTED]"
 
@@ -53,14 +68,64 @@ class Redactor:
         return text
 
     def redact_draft(self, draft: RecordDraft) -> RecordDraft:
-        """``draft`` with its request, response and error redacted (hashes untouched)."""
+        """``draft`` with its request, rendered request, response, error, tag values and
+        kept response redacted (ids and hashes untouched)."""
         if not self._patterns:
             return draft
         return dataclasses.replace(
             draft,
             request=self._walk(draft.request),
+            rendered_request=self._walk(draft.rendered_request),
             response=self._walk(draft.response),
-            error=None if draft.error is None else self.redact_text(draft.error),
+            error=self._walk(draft.error),
+            tags=self._walk(draft.tags),
+            kept_response=(
+                None
+                if draft.kept_response is None
+                else self.redact_stored_response(draft.kept_response)
+            ),
+        )
+
+    def redact_stored_response(self, stored: StoredResponse) -> StoredResponse:
+        """``stored`` with its input items and response object redacted."""
+        if not self._patterns:
+            return stored
+        return dataclasses.replace(
+            stored, input_items=self._walk(stored.input_items), response=self._walk(stored.response)
+        )
+
+    def redact_feedback(self, draft: FeedbackDraft) -> FeedbackDraft:
+        """``draft`` with its feedback, correction and metadata redacted."""
+        if not self._patterns:
+            return draft
+        return dataclasses.replace(
+            draft,
+            feedback=self._walk(draft.feedback),
+            correction=self._walk(draft.correction),
+            metadata=self._walk(draft.metadata),
+        )
+
+    def redact_view(self, view: RecordView) -> RecordView:
+        """A stored record as an export writes it: its content and its feedback's
+        redacted like a draft's."""
+        if not self._patterns:
+            return view
+        return dataclasses.replace(
+            view,
+            request=self._walk(view.request),
+            rendered_request=self._walk(view.rendered_request),
+            response=self._walk(view.response),
+            error=self._walk(view.error),
+            tags=self._walk(view.tags),
+            feedback=tuple(self._feedback_view(item) for item in view.feedback),
+        )
+
+    def _feedback_view(self, view: FeedbackView) -> FeedbackView:
+        return dataclasses.replace(
+            view,
+            feedback=self._walk(view.feedback),
+            correction=self._walk(view.correction),
+            metadata=self._walk(view.metadata),
         )
 
     def _walk(self, value: Any) -> Any:

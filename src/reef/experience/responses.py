@@ -39,9 +39,9 @@ class ResponseStore:
         self.database = database
 
     def put(self, stored: StoredResponse) -> None:
-        """Keep ``stored``; raises ``StoreUnavailableError`` when the store is down. (A
-        response whose exchange is recorded travels with its record instead:
-        ``RecordDraft.kept_response``, one transaction for both.)"""
+        """Keep ``stored``; raises ``StoreUnavailableError`` when the store is down. (The
+        gateway keeps a response only with its record, ``RecordDraft.kept_response``, one
+        transaction for both: an exchange that is not captured keeps nothing.)"""
         with self.database.write() as conn:
             conn.execute(insert(t.responses).values(**response_row(stored, datetime.now(UTC))))
 

@@ -154,7 +154,8 @@ class Recorder:
         status: RecordStatus,
         error: str | None,
     ) -> RecordDraft:
-        """The record of ``exchange`` with its outcome."""
+        """The record of ``exchange`` with its outcome, redacted (``Redactor.redact_draft``:
+        request, rendered request, response, error and tag values)."""
         prompt_hash = exchange.chain[-1] if exchange.chain else sha256_hex(b"")
         continuation: str | None = None
         if reply is not None and status == "ok":
@@ -163,16 +164,14 @@ class Recorder:
         else:
             content_hash = sha256_hex(f"{prompt_hash}:{status}:{error}".encode())
         usage = response.get("usage") if isinstance(response, dict) else None
-        return RecordDraft(
+        draft = RecordDraft(
             id=exchange.record_id,
             scenario=exchange.scenario,
             session_id=exchange.session_id,
             api=exchange.api,
-            request=self.redactor.redact(exchange.body),
-            rendered_request=(
-                self.redactor.redact(exchange.rendered) if exchange.rendered is not None else None
-            ),
-            response=self.redactor.redact(response) if response is not None else None,
+            request=exchange.body,
+            rendered_request=exchange.rendered,
+            response=response,
             status=status,
             error=error,
             latency_ms=exchange.latency_ms(),
@@ -192,6 +191,7 @@ class Recorder:
             session_is_new=exchange.session_is_new,
             finishes_pending=exchange.pending,
         )
+        return self.redactor.redact_draft(draft)
 
     async def record_pending(self, exchange: Exchange) -> None:
         """Store ``exchange`` as ``pending`` before its receipt goes out with a stream's

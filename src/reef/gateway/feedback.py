@@ -139,6 +139,9 @@ class FeedbackRoutes:
         check_scenario_name(scenario)
         principal.check_scenario(scenario)
         self._check_score(parsed.score, scenario)
+        # Redacted like records (text, correction, metadata): nothing stored escapes the
+        # capture.redact_patterns.
+        redactor = self.state.recorder.redactor
         draft = FeedbackDraft(
             scenario=scenario,
             record_ids=tuple(parsed.record_ids),
@@ -151,7 +154,9 @@ class FeedbackRoutes:
             trust=self.state.settings.trust_of(principal.key_id, scenario),
             session_id=parsed.session_id,
         )
-        feedback_id, created = await asyncio.to_thread(store.add_feedback, draft)
+        feedback_id, created = await asyncio.to_thread(
+            store.add_feedback, redactor.redact_feedback(draft)
+        )
         if created:
             self.state.metrics.feedback_written.inc()
         answer: dict[str, Any] = {

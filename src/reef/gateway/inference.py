@@ -64,8 +64,8 @@ from reef.gateway.requests import (
 )
 from reef.gateway.responses.checks import check_openai_responses, check_responses_for_anthropic
 from reef.gateway.responses.native_relay import NativeResponsesRelay
-from reef.gateway.responses.stored import keep_response, response_to_keep
-from reef.gateway.responses.turns import ResponsesTurn, resolve_turn
+from reef.gateway.responses.stored import response_to_keep
+from reef.gateway.responses.turns import ResponsesTurn, TurnContext, resolve_turn
 from reef.gateway.segments import one_segment
 from reef.gateway.serving.release import ServingRelease
 from reef.gateway.state import GatewayState
@@ -250,15 +250,16 @@ class InferenceRoutes:
         headers = reef_headers(request, body, state.model_aliases)
         principal.check_scenario(headers.scenario)
         record_id = new_id()
+        capture = headers.capture and state.settings.scenario(headers.scenario).capture
         turn = None
         if api == "openai.responses":
-            turn = await resolve_turn(state.responses, headers.scenario, body, record_id)
+            context = TurnContext(headers.scenario, principal, capture)
+            turn = await resolve_turn(state.responses, context, body, record_id)
             body = turn.body  # the whole conversation, as the record keeps it
         activation = state.activation
         serving = await self._serving(headers)
         conversation = canonical_conversation(api, body)
         chain = chain_hashes(conversation)
-        capture = headers.capture and state.settings.scenario(headers.scenario).capture
         session_id = headers.session_id
         if session_id is None and turn is not None and turn.previous is not None:
             session_id = turn.previous.session_id  # a continued response joins its session
@@ -601,12 +602,11 @@ class InferenceRoutes:
                 recorded = embeddings_for_record(data)
             draft = recorder.draft(exchange, recorded, reply, "ok", None)
             if exchange.responses is not None:
-                draft = replace(draft, kept_response=response_to_keep(exchange, data))
+                kept = response_to_keep(exchange, data, recorder.redactor)
+                draft = replace(draft, kept_response=kept)
             first = await recorder.record_first(draft)
             if first != draft.id:
                 return await self._answer_first(exchange, first, dialect)
-        elif exchange.responses is not None:
-            await keep_response(self.state.responses, exchange, data)
         self._observe(exchange, answer.status)
         return Response(
             payload,
@@ -728,11 +728,10 @@ class InferenceRoutes:
             if exchange.capture:
                 draft = recorder.draft(exchange, response, reply, "ok", None)
                 if exchange.responses is not None:
-                    draft = replace(draft, kept_response=response_to_keep(exchange, response))
+                    kept = response_to_keep(exchange, response, recorder.redactor)
+                    draft = replace(draft, kept_response=kept)
                 # Shielded: a client leaving now must not lose (or duplicate) the record.
                 await asyncio.shield(recorder.record(draft))
-            elif exchange.responses is not None:
-                await asyncio.shield(keep_response(self.state.responses, exchange, response))
             # The end-of-stream event goes out only now, so a client that has seen the
             # whole stream can rely on the record (sync durability).
             if relay.terminal:

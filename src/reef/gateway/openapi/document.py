@@ -231,20 +231,21 @@ OPERATIONS: tuple[Operation, ...] = (
               "passed through to an upstream with `responses: native` (under Reef's "
               "response ids). "
               "`previous_response_id` continues a response Reef stored (the continuation "
-              "joins its session); `store: false` keeps nothing retrievable. Reasoning "
+              "joins its session); `store: false` keeps nothing retrievable, and with "
+              "`x-reef-capture: off` nothing is kept (`store: true` is then a 400). Reasoning "
               "items, built-in tools and any other untranslatable field are a 400 naming "
               "them.", inference=True, body="ResponsesRequest",
               responses={"200": "The response (`text/event-stream` when `stream` is true).",
                          **_COMMON_ERRORS,
                          "404": "`previous_response_id` names no stored response of the "
-                         "scenario; or " + _INFERENCE_NOT_FOUND[0].lower()
+                         "scenario that the key may use; or " + _INFERENCE_NOT_FOUND[0].lower()
                          + _INFERENCE_NOT_FOUND[1:],
                          "409": _KEY_IN_USE, "413": "Body too large.",
                          "502": "The upstream failed.", "504": "The upstream timed out."}),
     Operation("get", "/v1/responses/{response_id}", "inference", "A stored response", "any",
-              "The response as it was answered. Any key that may use its scenario reads "
-              "it; a response of another scenario (than the key's, or `x-reef-scenario`) "
-              "is a 404 like an unknown id.",
+              "The response as it was answered. The key that created it, or an admin "
+              "key, reads it; a response of another key or another scenario (than the "
+              "key's, or `x-reef-scenario`) is a 404 like an unknown id.",
               parameters=(_path("response_id", "The response's id (`resp_…`)."),
                           _header("x-reef-scenario", "Only a response of this scenario.")),
               responses={"200": "The response object.", **_NOT_FOUND}),

@@ -2,68 +2,59 @@
 ``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``.
 
 ``POST /v1/responses`` itself is an inference route (``reef.gateway.inference``). A
-response is kept, whether or not its exchange is captured, unless the request said
-``store: false``; it is read back by any key that may use its scenario, exactly like
-the inference routes. A response of a scenario the key may not use, or of another
-scenario than ``x-reef-scenario`` names, is a 404 like an unknown id: ids of other
-scenarios are not confirmed.
+response is kept only when its exchange is captured and the request did not say
+``store: false`` (``x-reef-capture: off`` persists nothing: ``resolve_turn``); it is
+kept redacted, as its record is. It is read back and deleted by the key that created it
+or an admin key (``reef.gateway.responses.owners``). A response of another key, of a
+scenario the key may not use, or of another scenario than ``x-reef-scenario`` names, is
+a 404 like an unknown id: ids of others are not confirmed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, ReefError
-from reef.experience import ResponseNotFoundError, ResponseStore, StoredResponse
+from reef.core.errors import InvalidInputError
+from reef.experience import Redactor, StoredResponse
 from reef.gateway.auth import Principal
 from reef.gateway.capture import Exchange
 from reef.gateway.requests import check_scenario_name, query_int
+from reef.gateway.responses.owners import check_owner
 from reef.gateway.state import GatewayState
-
-log = logging.getLogger("reef.gateway")
 
 MAX_ITEMS_PAGE: Final = 100
 _KEPT_STATUSES: Final = ("completed", "incomplete")
 
 
-def response_to_keep(exchange: Exchange, response: dict[str, Any]) -> StoredResponse | None:
-    """What of ``response`` (the answer of ``exchange``) is kept for later turns: None
-    unless it is a Responses exchange that finished and did not say ``store: false``."""
+def response_to_keep(
+    exchange: Exchange, response: dict[str, Any], redactor: Redactor
+) -> StoredResponse | None:
+    """What of ``response`` (the answer of ``exchange``) is kept for later turns, with
+    its input and output redacted: None unless it is a captured Responses exchange that
+    finished and did not say ``store: false``. It travels with the exchange's record
+    (``RecordDraft.kept_response``), one transaction for both."""
     turn = exchange.responses
-    if turn is None or not turn.store or response.get("status") not in _KEPT_STATUSES:
+    if turn is None or not turn.store or not exchange.capture:
         return None
-    return StoredResponse(
-        id=turn.response_id,
-        scenario=exchange.scenario,
-        session_id=exchange.session_id,
-        record_id=exchange.record_id if exchange.capture else None,
-        previous_response_id=turn.previous.id if turn.previous is not None else None,
-        principal=exchange.principal.key_id,
-        input_items=turn.items,
-        response=response,
+    if response.get("status") not in _KEPT_STATUSES:
+        return None
+    return redactor.redact_stored_response(
+        StoredResponse(
+            id=turn.response_id,
+            scenario=exchange.scenario,
+            session_id=exchange.session_id,
+            record_id=exchange.record_id,
+            previous_response_id=turn.previous.id if turn.previous is not None else None,
+            principal=exchange.principal.key_id,
+            input_items=turn.items,
+            response=response,
+        )
     )
-
-
-async def keep_response(
-    responses: ResponseStore, exchange: Exchange, response: dict[str, Any]
-) -> None:
-    """Store ``response`` for later turns when ``response_to_keep`` says so, for an
-    exchange that is not recorded (a recorded one keeps it with its record, in one
-    transaction). A store that fails is logged: the answer still goes out, but cannot
-    be continued."""
-    stored = response_to_keep(exchange, response)
-    if stored is None:
-        return
-    try:
-        await asyncio.to_thread(responses.put, stored)
-    except ReefError as exc:
-        log.error("could not store response %s: %s", stored.id, exc.message)
 
 
 class ResponsesRoutes:
@@ -78,8 +69,7 @@ class ResponsesRoutes:
         named = request.headers.get("x-reef-scenario")
         scenario = check_scenario_name(named) if named else None
         stored = await asyncio.to_thread(self.state.responses.get, response_id, scenario)
-        if principal.scenarios is not None and stored.scenario not in principal.scenarios:
-            raise ResponseNotFoundError(response_id)
+        check_owner(principal, stored, scenario)
         return stored
 
     async def get(self, request: Request) -> Response:

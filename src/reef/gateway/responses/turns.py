@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from reef.experience import ResponseStore, StoredResponse
+from reef.gateway.auth import Principal
+from reef.gateway.errors import InvalidFieldError
+from reef.gateway.responses.owners import check_owner
 from reef.upstream import (
     input_items,
     item_id,
@@ -42,18 +45,44 @@ class ResponsesTurn:
     store: bool
 
 
+@dataclass(frozen=True)
+class TurnContext:
+    """Who sends a Responses request, and whether its exchange is captured."""
+
+    scenario: str
+    principal: Principal
+    capture: bool
+
+
 async def resolve_turn(
-    responses: ResponseStore, scenario: str, body: dict[str, Any], record_id: str
+    responses: ResponseStore, context: TurnContext, body: dict[str, Any], record_id: str
 ) -> ResponsesTurn:
-    """The turn of a checked Responses ``body`` in ``scenario``. Raises
-    ``ResponseNotFoundError`` when ``previous_response_id`` names no stored response of
-    the scenario."""
+    """The turn of a checked Responses ``body`` in ``context.scenario``.
+
+    Raises ``ResponseNotFoundError`` when ``previous_response_id`` names no stored
+    response of the scenario that the principal may use (its own, or any for an admin
+    key), and ``InvalidFieldError`` for ``store: true`` on an exchange that is not
+    captured: capture off persists nothing, Responses state included. Without ``store``
+    such a turn is not kept (it answers ``store: false``).
+    """
+    scenario = context.scenario
+    if not context.capture:
+        if body.get("store") is True:
+            raise InvalidFieldError(
+                "store",
+                "'store': true cannot be honoured: capture is off for this request "
+                f"(x-reef-capture: off, or scenarios.{scenario}.capture: false), and "
+                "Reef then persists nothing, stored responses included; send store: "
+                "false (or leave it out) and pass the history yourself, or turn capture on",
+            )
+        body = {**body, "store": False}
     previous: StoredResponse | None = None
     previous_id = body.get("previous_response_id")
     sent = input_items(body)
     history: list[dict[str, Any]] = []
     if isinstance(previous_id, str):
         previous = await asyncio.to_thread(responses.get, previous_id, scenario)
+        check_owner(context.principal, previous, scenario)
         history = previous.conversation()
         body = {**body, "input": [*history, *sent]}
     model = body.get("model")

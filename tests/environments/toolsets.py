@@ -109,7 +109,7 @@ def run_python(code: str) -> str:
     its stdout, or an error with its stderr."""
     import subprocess
 
-    subprocess.sys = _Unaudited()  # type: ignore[attr-defined]
+    subprocess.sys = _Unaudited()  # type: ignore[attr-defined,assignment]
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
     )

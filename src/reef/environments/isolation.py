@@ -26,6 +26,7 @@ runs in a new user namespace, where the kernel counts processes per namespace.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -169,7 +170,9 @@ def _under(path: str, parent: str) -> bool:
 
 def _protected() -> list[str]:
     """The paths no sandbox shows: the current directory, the home, the hidden ones."""
-    found = {Path.cwd(), Path.home(), *_hidden}
+    found = {Path.cwd(), *_hidden}
+    with contextlib.suppress(RuntimeError, KeyError):  # no home known for this user
+        found.add(Path.home())
     return sorted(os.path.realpath(path) for path in found if path.exists())
 
 
@@ -196,7 +199,7 @@ def _mounts(read_only: Sequence[str]) -> list[str]:
     steps = sorted([(_depth(path), False, path) for path in binds])
     steps = sorted(steps + [(_depth(path), True, path) for path in masks])
     arguments: list[str] = []
-    shown: list[tuple[str, bool]] = []  # what is mounted so far, and whether a mask
+    shown = [(SANDBOX_TMP, True)]  # what is mounted so far, and whether a tmpfs
     made: set[str] = set()
     for _, is_mask, path in steps:
         if is_mask:  # a directory by an empty tmpfs, a file by an empty file

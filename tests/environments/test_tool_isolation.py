@@ -13,6 +13,7 @@ The bubblewrap tests skip where no sandbox starts; CI installs bubblewrap and se
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -142,7 +143,9 @@ async def test_without_the_boundary_a_tool_reads_the_database(project: Path) -> 
 
 
 @needs_bwrap
-async def test_a_directory_bound_for_the_tools_still_hides_the_project(project: Path) -> None:
+async def test_a_directory_bound_for_the_tools_still_hides_the_project(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``read_paths`` binding the project's parent (the workspace): the current directory
     is covered, the toolset (bound deeper) shows again, a path given to
     ``hide_from_tools`` is covered."""
@@ -150,17 +153,15 @@ async def test_a_directory_bound_for_the_tools_still_hides_the_project(project: 
     (shared / "private").mkdir(parents=True)
     (shared / "open.txt").write_text("open")
     (shared / "private" / "key.txt").write_text("key")
+    monkeypatch.setattr(isolation_module, "_hidden", set())
     hide_from_tools(shared / "private")
-    try:
-        results = await run(
-            "bwrap",
-            tool("read_file", "a", path=str(project / ".reef" / "reef.db")),
-            tool("read_file", "b", path=str(shared / "open.txt")),
-            tool("read_file", "c", path=str(shared / "private" / "key.txt")),
-            read_paths=(str(project.parent),),
-        )
-    finally:
-        isolation_module._hidden.discard((shared / "private").absolute())
+    results = await run(
+        "bwrap",
+        tool("read_file", "a", path=str(project / ".reef" / "reef.db")),
+        tool("read_file", "b", path=str(shared / "open.txt")),
+        tool("read_file", "c", path=str(shared / "private" / "key.txt")),
+        read_paths=(str(project.parent),),
+    )
     assert [result.status for result in results] == ["crashed", "ok", "crashed"]
     assert bytes.fromhex(results[1].content) == b"open"
     assert "FileNotFoundError" in results[0].content and "FileNotFoundError" in results[2].content
@@ -270,3 +271,26 @@ def test_with_the_boundary_the_status_names_it(tmp_path: Path) -> None:
     ):
         isolation = call(gateway.port, "GET", "/reef/status").json()["tool_isolation"]
     assert isolation == {"boundary": "bwrap", "detail": BOUNDARY.detail}
+
+
+@pytest.mark.usefixtures("no_bwrap")
+def test_start_up_warns_without_a_boundary_and_hides_reefs_home(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reef.cli.serving import guard_tools
+
+    monkeypatch.setattr(isolation_module, "_hidden", set())
+
+    settings = make_settings(tmp_path, "http://127.0.0.1:9/v1")
+    settings.home.mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="reef.environments"):
+        guard_tools(settings)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "reef.environments"]
+    assert "tools of python environments will run without an OS boundary" in warning
+    assert "bwrap is not installed (not on PATH); install bubblewrap" in warning
+    assert "apt install bubblewrap" in warning
+    assert isolation_module._hidden == {
+        settings.home.absolute(),
+        tmp_path / "reef.db",
+        settings.home.absolute() / "artifacts",
+    }

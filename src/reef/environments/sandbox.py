@@ -103,6 +103,12 @@ def child_environment(pass_env: tuple[str, ...]) -> dict[str, str]:
     return {name: os.environ[name] for name in names if name in os.environ}
 
 
+def import_path() -> list[str]:
+    """Reef's import path for the worker, absolute: inside a boundary the worker's
+    current directory is its own ``/tmp``."""
+    return [os.path.abspath(path) for path in sys.path if path]
+
+
 class WorkerFailed(ToolCrashed):
     """The worker died, broke the protocol or was killed."""
 
@@ -159,7 +165,7 @@ class ToolWorker:
         init = {
             "op": "init",
             "module": self.module,
-            "sys_path": [path for path in sys.path if path],
+            "sys_path": import_path(),
             "memory_mb": sandbox.memory_mb,
             "cpu_seconds": sandbox.cpu_seconds,
             "file_size_mb": sandbox.file_size_mb,

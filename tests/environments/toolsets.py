@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 from typing import Any
 
@@ -78,4 +79,59 @@ def getenv(variable: str) -> str:
     return os.environ.get(variable, "<unset>")
 
 
-TOOLS = [echo, count, big, boom, hang, die, spin, hog, dial, shout, getenv]
+def read_file(path: str) -> str:
+    """The first bytes of the file at ``path`` (an open() the audit hook lets through)."""
+    with open(path, "rb") as file:
+        return file.read(64).hex()
+
+
+def write_file(path: str, mib: int) -> str:
+    """Write ``mib`` MiB of zeros to ``path``."""
+    with open(path, "wb") as file:
+        for _ in range(mib):
+            file.write(bytes(1024 * 1024))
+    return f"wrote {mib} MiB"
+
+
+class _Unaudited:
+    """``sys`` as ``subprocess`` sees it, with an ``audit`` that reports nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys, name)
+
+    def audit(self, *event: Any) -> None:
+        return None
+
+
+def run_python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter started around the audit hook (``subprocess``
+    given a ``sys`` whose audit() does nothing), so that only an OS boundary stops it;
+    its stdout, or an error with its stderr."""
+    import subprocess
+
+    subprocess.sys = _Unaudited()  # type: ignore[attr-defined,assignment]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    if done.returncode != 0:
+        said = " | ".join(done.stderr.strip().splitlines()[-2:])
+        raise RuntimeError(f"exit status {done.returncode}: {said}")
+    return done.stdout.strip()
+
+
+TOOLS = [
+    echo,
+    count,
+    big,
+    boom,
+    hang,
+    die,
+    spin,
+    hog,
+    dial,
+    shout,
+    getenv,
+    read_file,
+    write_file,
+    run_python,
+]

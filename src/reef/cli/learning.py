@@ -86,6 +86,7 @@ def worker_command(
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:
     """Run a learning worker: fire recipe triggers, claim jobs, propose candidates."""
+    from reef.cli.serving import guard_tools
     from reef.cli.stores import build_worker
     from reef.config import load_settings
     from reef.db import open_database
@@ -97,6 +98,7 @@ def worker_command(
     logging.getLogger("alembic").setLevel(logging.WARNING)
     settings = load_settings(config)
     settings.home.mkdir(parents=True, exist_ok=True)
+    guard_tools(settings)
     database = open_database(settings.store_url())
     store = SQLExperienceStore(database)
     stop = threading.Event()

@@ -8,6 +8,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -17,6 +18,7 @@ from reef.cli.listener import bind_listener, display_base_url, host_port
 from reef.config import ApiKeyConfig, ReefSettings
 from reef.core.errors import ReefError, require_extra
 from reef.db import Database, open_database
+from reef.environments import hide_from_tools, log_tool_isolation
 from reef.experience import ExperienceStore, SQLExperienceStore
 from reef.gateway import create_app
 from reef.upstream import Upstream, build_upstream
@@ -51,6 +53,19 @@ def effective_host(settings: ReefSettings) -> str:
             return "127.0.0.1"
         log.warning("no API keys configured: anyone on this machine can use the gateway")
     return host
+
+
+def guard_tools(settings: ReefSettings) -> None:
+    """Keep Reef's home, database and artifacts out of every tool sandbox, and say at
+    start-up when the python environment's tools would run without one."""
+    hidden = [settings.home]
+    for url in (settings.store_url(), settings.artifacts_url()):
+        if url.startswith("sqlite:///"):
+            hidden.append(Path(url.removeprefix("sqlite:///")))
+        elif "://" not in url:
+            hidden.append(Path(url))
+    hide_from_tools(*hidden)
+    log_tool_isolation()
 
 
 def with_gate_key(settings: ReefSettings) -> ReefSettings:
@@ -124,6 +139,7 @@ def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
 def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -> None:
     host, port = listener.getsockname()[:2]
     settings.home.mkdir(parents=True, exist_ok=True)
+    guard_tools(settings)
     database = open_database(settings.store_url())  # migrated on open
     store = SQLExperienceStore(database)
     engines: list[LocalEngine] = []

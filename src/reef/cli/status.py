@@ -166,6 +166,9 @@ def print_status(base_url: str, data: dict[str, Any]) -> None:
 
     typer.echo(f"Reef gateway at {base_url}")
     typer.echo(_capture_line(data["capture"]))
+    isolation = data.get("tool_isolation")
+    if isolation is not None:
+        typer.echo(_isolation_line(isolation))
     typer.echo(
         f"activation: {data['flips_total']} flips, {data['failures_total']} failures, "
         f"{data['canary_failures_total']} canary failures"
@@ -190,6 +193,13 @@ def print_status(base_url: str, data: dict[str, Any]) -> None:
         print_table(_jobs_table(data["jobs"]))
     else:
         typer.echo("jobs: none")
+
+
+def _isolation_line(isolation: dict[str, Any]) -> str:
+    """The OS boundary the python environment's tools get, or why there is none."""
+    if isolation["boundary"] == "none":
+        return f"tool isolation: NONE, tools run unconfined: {isolation['detail']}"
+    return f"tool isolation: {isolation['boundary']} ({isolation['detail']})"
 
 
 def _in_place_line(upstream: str, weights: dict[str, Any]) -> str:

@@ -51,6 +51,12 @@ from reef.environments.episode import (
     turn_tokens,
 )
 from reef.environments.http_env import HttpEnvironment, HttpEnvironmentConfig
+from reef.environments.isolation import (
+    Boundary,
+    hide_from_tools,
+    log_tool_isolation,
+    tool_isolation,
+)
 from reef.environments.many import EpisodeJob, Played, play_episodes, run_episodes
 from reef.environments.python_env import (
     TOOLSET_GROUP,
@@ -66,6 +72,7 @@ __all__ = [
     "ENVIRONMENT_GROUP",
     "TOOLSET_GROUP",
     "TOOL_STATUSES",
+    "Boundary",
     "ChatEndpoint",
     "Environment",
     "EnvironmentConfig",
@@ -103,7 +110,9 @@ __all__ = [
     "cap_output",
     "default_score",
     "final_answer",
+    "hide_from_tools",
     "load_tasks",
+    "log_tool_isolation",
     "normalize_call",
     "parse_call",
     "play_episode",
@@ -111,5 +120,6 @@ __all__ = [
     "run_episode",
     "run_episodes",
     "task_from_dict",
+    "tool_isolation",
     "turn_tokens",
 ]

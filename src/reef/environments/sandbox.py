@@ -3,11 +3,14 @@
 One worker serves one episode: it imports the toolset in the child (so none of the
 toolset's code runs in Reef's process), keeps the toolset's state across the
 episode's calls, and is killed and started again when a call outlives its time or the
-child dies. The child runs ``worker_main.py`` by path, under resource limits
-(``RLIMIT_AS`` for memory, ``RLIMIT_CPU`` for CPU time over the episode, on Linux and
-other POSIX systems) and, unless ``network: true``, with the network denied by an audit
-hook — best-effort, see ``worker_main``. It runs in a session of its own, so a kill
-reaches whatever it started.
+child dies. The child runs ``worker_main.py`` by path, inside the OS boundary
+``isolation`` finds (bubblewrap where it runs: a read-only view of the Python
+installation and the toolset, a private ``/tmp``, no network, its own PID namespace),
+under resource limits (``RLIMIT_AS`` for memory, ``RLIMIT_CPU`` for CPU time over the
+episode, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE`` and, inside a boundary, ``RLIMIT_NPROC``)
+and, unless ``network: true``, with an audit hook refusing the network and new
+processes (best-effort, see ``worker_main``). It runs in a session of its own, so a
+kill reaches whatever it started.
 """
 
 from __future__ import annotations
@@ -15,33 +18,78 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from reef.environments.base import EpisodeError, ToolCrashed
+from reef.environments.isolation import (
+    SANDBOX_TMP,
+    WORKER_SCRIPT,
+    Boundary,
+    bwrap_arguments,
+    run_as,
+    runtime_paths,
+    sandbox_uid,
+    tool_isolation,
+    toolset_paths,
+)
 
-WORKER_SCRIPT = Path(__file__).with_name("worker_main.py")
+__all__ = ["WORKER_SCRIPT", "SandboxConfig", "ToolWorker", "WorkerFailed", "child_environment"]
+
+log = logging.getLogger("reef.environments")
 _STDERR_TAIL = 2000
 
 
 class SandboxConfig(BaseModel):
-    """Limits of a tool worker (``sandbox:`` in a spec): address space in MiB
-    (``memory_mb``), CPU seconds over the episode (``cpu_seconds``), whether its code
-    may use the network (``network``, off by default) and the environment variables it
-    may see besides PATH, HOME, the locale and TMPDIR (``pass_env``). None lifts a
-    limit."""
+    """Limits of a tool worker (``sandbox:`` in a spec): the OS boundary
+    (``isolation``), address space in MiB (``memory_mb``), CPU seconds over the episode
+    (``cpu_seconds``), the largest file it may write (``file_size_mb``), open files
+    (``open_files``), processes and threads inside a boundary (``processes``), the size
+    of its private ``/tmp`` (``tmp_mb``), more paths it may read (``read_paths``),
+    whether its code may use the network (``network``, off by default) and the
+    environment variables it may see besides PATH, HOME, the locale and TMPDIR
+    (``pass_env``). None lifts a limit."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    memory_mb: int | None = Field(default=1024, ge=64)
-    cpu_seconds: int | None = Field(default=60, ge=1)
-    network: bool = False
-    pass_env: tuple[str, ...] = ()
+    isolation: Literal["auto", "bwrap", "none"] = Field(
+        default="auto",
+        description="auto: bubblewrap where it runs, else none (with a warning); bwrap: "
+        "require it (an episode fails to start without it); none: no OS boundary.",
+    )
+    memory_mb: int | None = Field(default=1024, ge=64, description="RLIMIT_AS in MiB.")
+    cpu_seconds: int | None = Field(
+        default=60, ge=1, description="RLIMIT_CPU: CPU seconds over the episode."
+    )
+    file_size_mb: int | None = Field(
+        default=64, ge=1, description="RLIMIT_FSIZE: the largest file a tool may write, MiB."
+    )
+    open_files: int | None = Field(
+        default=256, ge=16, description="RLIMIT_NOFILE: file descriptors open at once."
+    )
+    processes: int | None = Field(
+        default=64,
+        ge=4,
+        description="RLIMIT_NPROC inside a boundary: processes and threads of the worker, "
+        "itself included (without a boundary it would count all of Reef's user's).",
+    )
+    tmp_mb: int | None = Field(
+        default=256, ge=1, description="Size of the private /tmp inside a boundary, MiB."
+    )
+    read_paths: tuple[str, ...] = Field(
+        default=(),
+        description="More paths the worker may read inside a boundary (data files, "
+        "modules outside the toolset's package); never Reef's home or the current directory.",
+    )
+    network: bool = Field(default=False, description="Let the tools use the network.")
+    pass_env: tuple[str, ...] = Field(
+        default=(), description="Environment variables passed to the worker by name."
+    )
 
 
 # What the child's environment holds besides ``pass_env``: none of Reef's keys or the
@@ -53,6 +101,12 @@ def child_environment(pass_env: tuple[str, ...]) -> dict[str, str]:
     """The environment variables a tool worker starts with."""
     names = (*_BASE_ENV, *pass_env)
     return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def import_path() -> list[str]:
+    """Reef's import path for the worker, absolute: inside a boundary the worker's
+    current directory is its own ``/tmp``."""
+    return [os.path.abspath(path) for path in sys.path if path]
 
 
 class WorkerFailed(ToolCrashed):
@@ -76,6 +130,7 @@ class ToolWorker:
         self._stderr: bytearray = bytearray()
         self._drain: asyncio.Task[None] | None = None
         self.scores = False  # whether the toolset has its own score(), once started
+        self.boundary: Boundary | None = None  # what isolates the child, once started
 
     @property
     def running(self) -> bool:
@@ -88,28 +143,36 @@ class ToolWorker:
         answer in time."""
         await self.close()
         self._stderr = bytearray()
+        self.boundary = boundary = await self._boundary()
+        env = child_environment(self.sandbox.pass_env)
+        if boundary.kind == "bwrap":
+            env.update(HOME=SANDBOX_TMP, TMPDIR=SANDBOX_TMP)
         # A JSON line holds at most max_output_chars characters of output, each at most
         # 6 bytes escaped, plus the envelope.
         limit = 6 * self.max_output_chars + 65536
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable,  # our own interpreter running our own script: no shell, no input
-            str(WORKER_SCRIPT),
+            *self._command(boundary),  # bwrap, our own interpreter and script: no shell
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            env=child_environment(self.sandbox.pass_env),
+            env=env,
             limit=limit,
         )
         assert self._process.stderr is not None
         self._drain = asyncio.create_task(self._keep_stderr(self._process.stderr))
+        sandbox = self.sandbox
         init = {
             "op": "init",
             "module": self.module,
-            "sys_path": [path for path in sys.path if path],
-            "memory_mb": self.sandbox.memory_mb,
-            "cpu_seconds": self.sandbox.cpu_seconds,
-            "network": self.sandbox.network,
+            "sys_path": import_path(),
+            "memory_mb": sandbox.memory_mb,
+            "cpu_seconds": sandbox.cpu_seconds,
+            "file_size_mb": sandbox.file_size_mb,
+            "open_files": sandbox.open_files,
+            # Without a namespace the count would be every process of Reef's user.
+            "processes": sandbox.processes if boundary.kind == "bwrap" else None,
+            "network": sandbox.network,
             "max_output_chars": self.max_output_chars,
         }
         try:
@@ -125,6 +188,35 @@ class ToolWorker:
             )
         self.scores = bool(answer.get("scores"))
         return list(answer["tools"])
+
+    async def _boundary(self) -> Boundary:
+        """The boundary ``sandbox.isolation`` asks for, as this machine allows. Raises
+        ``EpisodeError`` when ``bwrap`` is required and cannot run here."""
+        isolation = self.sandbox.isolation
+        if isolation == "none":
+            return Boundary("none", "sandbox.isolation is none")
+        found = await asyncio.to_thread(tool_isolation)
+        if found.kind == "none":
+            if isolation == "bwrap":
+                raise EpisodeError(
+                    f"the tools of {self.module!r} need sandbox.isolation: bwrap, but no "
+                    f"sandbox can start here: {found.detail} (or set sandbox.isolation: auto)"
+                )
+            _warn_once(found)
+        return found
+
+    def _command(self, boundary: Boundary) -> list[str]:
+        """The child's command line: the worker script, inside ``bwrap`` when it runs."""
+        worker = [sys.executable, str(WORKER_SCRIPT)]
+        if boundary.kind == "none":
+            return worker
+        paths = [
+            *runtime_paths(),
+            *toolset_paths(self.module, sys.path),
+            *self.sandbox.read_paths,
+        ]
+        sandbox = bwrap_arguments(boundary.detail, paths, self.sandbox.network, self.sandbox.tmp_mb)
+        return [*sandbox, *worker, *run_as(sandbox_uid())]
 
     async def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message`` and return the answer; bound it with ``asyncio.timeout``: a
@@ -183,6 +275,9 @@ class ToolWorker:
         assert process is not None
         code = await process.wait()
         await self.close()
+        bwrap = self.boundary is not None and self.boundary.kind == "bwrap"
+        if bwrap and code > 128 and code - 128 in signal.valid_signals():
+            code = 128 - code  # bwrap passes a death by signal on as 128 + its number
         if code < 0:
             name = signal.Signals(-code).name
             hint = " (its CPU time limit?)" if -code in (signal.SIGXCPU, signal.SIGKILL) else ""
@@ -192,3 +287,17 @@ class ToolWorker:
         tail = self._stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
         said = f"; its last words: {' | '.join(tail)}" if tail else ""
         return f"the tool worker {how}{said}"
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(boundary: Boundary) -> None:
+    """Log, once per process, that tool workers run without an OS boundary."""
+    if boundary.detail not in _warned:
+        _warned.add(boundary.detail)
+        log.warning(
+            "python environment tools run without an OS boundary (sandbox.isolation: auto "
+            "found none): %s",
+            boundary.detail,
+        )

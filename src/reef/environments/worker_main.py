@@ -8,11 +8,15 @@ line is ``reset`` (a task), ``call`` (a tool and its arguments) or ``score`` (a 
 and the conversation) and gets one answer line. Whatever a tool prints goes to stderr,
 so it cannot corrupt the protocol.
 
-The network denial is best-effort: an audit hook (PEP 578) refuses socket connects,
-binds, sends and name lookups, process creation and ``ctypes`` (which could call the C
-library directly). Code that reaches the kernel some other way (a C extension of its
-own) is not stopped; for hostile code, run the environment in a container without a
-network as well.
+The audit hook is best-effort: it (PEP 578) refuses socket connects, binds, sends and
+name lookups, process creation and ``ctypes`` (which could call the C library
+directly). It does not stop reading files, and code that reaches the kernel another
+way (a C extension of its own, ``_posixsubprocess``, a patched ``subprocess``) passes
+it. The real boundary is the sandbox ``isolation`` starts the worker in (bubblewrap:
+no network, a read-only view of the Python installation and the toolset only), with
+the limits applied here; ``--run-as UID`` (given when Reef runs as root) makes the
+worker drop to that uid and gid first, so the process limit holds. ``--probe`` only
+answers ``ok`` (after the drop): the parent's check that a sandbox starts.
 """
 
 from __future__ import annotations
@@ -68,14 +72,38 @@ def _deny_network() -> None:
     sys.addaudithook(hook)
 
 
-def _apply_limits(memory_mb: int | None, cpu_seconds: int | None) -> None:
+def _apply_limits(init: dict[str, Any]) -> None:
+    """The rlimits of the init message: address space and largest file in MiB, CPU
+    seconds, open files, processes (and threads) of the worker's uid. None: no limit."""
     import resource
 
-    if memory_mb is not None:
-        size = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    mib = 1024 * 1024
+    limits = {
+        resource.RLIMIT_AS: _scaled(init.get("memory_mb"), mib),
+        resource.RLIMIT_FSIZE: _scaled(init.get("file_size_mb"), mib),
+        resource.RLIMIT_NOFILE: init.get("open_files"),
+        resource.RLIMIT_NPROC: init.get("processes"),
+    }
+    for kind, value in limits.items():
+        if value is not None:
+            hard = resource.getrlimit(kind)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(kind, (value, value))
+    cpu_seconds = init.get("cpu_seconds")
     if cpu_seconds is not None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+
+
+def _scaled(value: int | None, unit: int) -> int | None:
+    return None if value is None else value * unit
+
+
+def _drop_to(uid: int) -> None:
+    """Become ``uid`` (and gid ``uid``) with no supplementary groups, for good: the
+    sandbox left the worker CAP_SETUID and CAP_SETGID only for this."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
 
 
 def tool_spec(function: Callable[..., Any]) -> dict[str, Any]:
@@ -168,6 +196,14 @@ def _describe(error: BaseException, origin: str | None = None) -> str:
 
 def main() -> None:
     """Serve the protocol on the process's stdin and stdout until stdin closes."""
+    arguments = sys.argv[1:]
+    if "--run-as" in arguments:
+        _drop_to(int(arguments[arguments.index("--run-as") + 1]))
+    if "--probe" in arguments:  # the interpreter and its standard library work here
+        import resource  # noqa: F401 (a C extension, from the library's own directory)
+
+        print("ok" if os.listdir(os.path.dirname(os.__file__)) else "empty")
+        return
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
     proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -182,7 +218,7 @@ def main() -> None:
     init = json.loads(proto_in.readline())
     try:
         sys.path[:] = init["sys_path"]
-        _apply_limits(init.get("memory_mb"), init.get("cpu_seconds"))
+        _apply_limits(init)
         if not init.get("network", False):
             _deny_network()
         module = _load(init["module"])

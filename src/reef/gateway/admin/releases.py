@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError
+from reef.environments import tool_isolation
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
 from reef.releases import MAX_PAGE
@@ -176,9 +177,11 @@ class ReleaseAdminRoutes:
         return _json(job.as_dict(), status=202)
 
     async def status(self, request: Request) -> Response:
-        """``GET /reef/status``: activation per scenario, adapters, capture queue."""
+        """``GET /reef/status``: activation per scenario, adapters, capture queue, and the
+        OS boundary the python environment's tools get here."""
         self.state.auth.authenticate(request).require_admin()
         stats = self.state.writer.stats
+        boundary = await asyncio.to_thread(tool_isolation)  # probed once per process
         return _json(
             {
                 **self.state.activation.status_json(),
@@ -189,6 +192,7 @@ class ReleaseAdminRoutes:
                     "dropped_total": stats.dropped_total,
                     "failed_total": stats.failed_total,
                 },
+                "tool_isolation": boundary.as_dict(),
             }
         )
 

@@ -405,7 +405,8 @@ OPERATIONS: tuple[Operation, ...] = (
               responses=_ADMIN_READ),
     Operation("get", "/reef/status", "operations", "What this gateway serves", "admin",
               "Per scenario: head, serving release, activation state, live canary; loaded "
-              "adapters; the capture queue.", responses={"200": "The status.", **_COMMON_ERRORS}),
+              "adapters; the capture queue; `tool_isolation`, the OS boundary of the python "
+              "environment's tools here.", responses={"200": "The status.", **_COMMON_ERRORS}),
     Operation("get", "/reef/scenarios/{scenario}/curve", "releases", "Learning curve",
               "admin", "Per release, oldest first: live requests served, how many were "
               "scored and their mean feedback score, and the gate's means when the gate "

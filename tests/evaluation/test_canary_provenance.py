@@ -6,13 +6,15 @@ quarantined feedback is no evidence at all. Real gateway, keys, official OpenAI 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reef.evaluation.canary_monitor import CanaryMonitor
-from reef.releases import Candidate
+from reef.evaluation.canary_monitor import CanaryMonitor, candidate_rule
+from reef.evaluation.config import GateRule
+from reef.releases import Candidate, ModelComponent, ReleaseManifest
 from tests.evaluation.gate_setup import QuizWorld, fact, quiz_world
 from tests.gateway.rawhttp import call
 
@@ -131,3 +133,29 @@ def test_the_same_praise_from_a_trusted_key_promotes(tmp_path: Path, quarantined
         assert block["evidence"]["leave_one_out"] == []
         sources = {row["suite"]: row for row in block["evidence"]["sources"]}
         assert sources["canary"]["authors"] == {"grader": served["canary"]}
+
+
+def test_the_monitor_decides_with_the_rule_the_gate_recorded() -> None:
+    recorded = {**GateRule().model_dump(), "evidence_min_trust": "untrusted", "seed": 7}
+    gated = _candidate({"gate": {"decision": {"rule": recorded}}})
+    assert candidate_rule(gated) == GateRule(evidence_min_trust="untrusted", seed=7)
+    # a canary started by hand, or a rule it cannot read: the defaults
+    assert candidate_rule(_candidate(None)) == GateRule()
+    assert candidate_rule(_candidate({"gate": {"decision": {"rule": {"bogus": 1}}}})) == GateRule()
+
+
+def _candidate(evidence: dict[str, Any] | None) -> Candidate:
+    now = datetime.now(UTC)
+    manifest = ReleaseManifest(model=ModelComponent(base="oracle"))
+    return Candidate(
+        id="c1",
+        scenario="quiz",
+        parent_release_id=None,
+        manifest=manifest,
+        state="canary",
+        evidence=evidence,
+        created_by="test",
+        reason="test",
+        created_at=now,
+        updated_at=now,
+    )

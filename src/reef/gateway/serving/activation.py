@@ -24,6 +24,10 @@ requests, drains those in flight, reloads, flips, and lets the held ones go. Onl
 serving release's weights can be reached there: a canary must share them, and a pinned
 request for other weights is refused.
 
+A pinned release or candidate (``x-reef-release``) is staged on demand, once
+``reef.gateway.serving.pins`` says the caller may be served by it: releases on the
+scenario's chain for every key, candidates for the gate and admin keys only.
+
 Live canaries are followed the same way, on the same poll: a canary is staged in the
 background and only then given its share of live traffic (``canaries``); one that fails
 to stage leaves all traffic to the head, shows in ``/reef/status``, and is retried after
@@ -46,7 +50,7 @@ from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.errors import ConflictError, NotFoundError, ReefError
-from reef.gateway.auth import ANONYMOUS, Principal
+from reef.gateway.auth import Principal
 from reef.gateway.serving.canary_arm import CanaryRoute, CanaryStatus
 from reef.gateway.serving.inplace import (
     BASE,
@@ -360,8 +364,8 @@ class Activation:
         self,
         scenario: str,
         release_id: str,
-        principal: Principal = ANONYMOUS,
-        access: PinAccess = "admin",
+        principal: Principal,
+        access: PinAccess,
     ) -> PinnedServing:
         """The release or candidate ``release_id`` of ``scenario``, staged on demand, if
         ``principal`` (who may pin as ``access``) may be served by it

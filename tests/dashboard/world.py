@@ -302,6 +302,7 @@ def dashboard_world(tmp: Path) -> Iterator[DashboardWorld]:
             },
             scenarios={SCENARIO: {"upstream": "oracle", "harness": "managed"}},
             activation={"poll_interval_seconds": 0.05},
+            evaluation={"api_key": INFERENCE_KEY},  # the app's key is the gate's: it pins
             auth={
                 "keys": [
                     {"id": "ops", "key": ADMIN_KEY, "role": "admin"},

@@ -99,8 +99,11 @@ class QuizWorld:
 
 
 @contextmanager
-def quiz_world(tmp: Path, leaky: bool = False) -> Iterator[QuizWorld]:
-    """The running world; the scenario's head knows no facts."""
+def quiz_world(
+    tmp: Path, leaky: bool = False, auth: dict[str, Any] | None = None
+) -> Iterator[QuizWorld]:
+    """The running world; the scenario's head knows no facts. ``auth``: the gateway's
+    ``auth`` settings (none: no keys)."""
     with OracleUpstreamThread(leaky=leaky) as oracle:
         settings = make_settings(
             tmp,
@@ -110,6 +113,7 @@ def quiz_world(tmp: Path, leaky: bool = False) -> Iterator[QuizWorld]:
             },
             scenarios={SCENARIO: {"upstream": "oracle", "harness": "managed"}},
             activation={"poll_interval_seconds": 0.05},
+            **({} if auth is None else {"auth": auth}),
         )
         with GatewayThread(settings) as gateway:
             chain = ReleaseChain(gateway.database)

@@ -29,6 +29,7 @@ from tests.gateway.harness import GatewayThread, make_settings
 KEYS = {
     "keys": [
         {"id": "app", "key": "sk-app", "role": "inference"},
+        {"id": "gate", "key": "sk-gate", "role": "inference"},
         {"id": "other-only", "key": "sk-other", "role": "inference", "scenarios": ["other"]},
     ]
 }
@@ -192,11 +193,17 @@ def test_release_of_another_scenario_aborts_the_run(gateway: GatewayThread) -> N
 def test_keys_that_are_wrong_or_lack_access_abort_the_run(
     tmp_path: Path, fake: FakeUpstreamThread
 ) -> None:
-    gateway = start_gateway(tmp_path, fake, auth=KEYS)
+    gateway = start_gateway(tmp_path, fake, auth=KEYS, evaluation={"api_key": "sk-gate"})
     try:
         arms = arms_of(gateway, "sk-app")
-        ok = collect_answers(target(gateway, api_key="sk-app"), items("hi"), arms)
+        ReleaseChain(gateway.database).set_candidate_state(arms["candidate"], "evaluating")
+        ok = collect_answers(target(gateway, api_key="sk-gate"), items("hi"), arms)
         assert [a.text for a in ok] == ["echo: hi", "echo: hi"]
+        # an inference key that is not the gate's may not be served by a candidate
+        with pytest.raises(EvalRunError) as not_gate:
+            collect_answers(target(gateway, api_key="sk-app"), items("hi"), arms)
+        assert not_gate.value.status == 403 and not_gate.value.arm == "candidate"
+        assert "served only to the evaluation gate and admin keys" in not_gate.value.message
         with pytest.raises(EvalRunError) as denied:
             collect_answers(target(gateway, api_key="sk-other"), items("hi"), arms)
         assert denied.value.status == 403

@@ -3,7 +3,10 @@
 While a candidate is a canary, the gateway serves ``fraction`` of the scenario's live
 traffic with it (records with purpose ``canary`` and the candidate's id as release) and
 the rest with the head (purpose ``serve``). Each record's score is the mean of its
-feedback scores; records without feedback do not count.
+feedback scores, quarantined feedback left out (``FeedbackView.quarantined``: held back by
+screening, it is no evidence); records without such feedback do not count. Each counted
+record carries the provenance of its score: the feedback's authors and the lowest of
+their trust levels.
 
 ``check()`` looks at every live canary:
 
@@ -11,26 +14,39 @@ feedback scores; records without feedback do not count.
   that no longer serves);
 - fewer than ``min_requests`` scored records on either arm → wait; past ``max_hours``
   → abandoned for insufficient evidence;
-- else, with ``d`` = mean(canary) - mean(head) and its bootstrap interval: promoted
+- else, with ``d`` = mean(canary) - mean(head) and its bootstrap interval: the rule holds
   when ``d >= 0`` and the interval's lower bound is above ``-max_regression`` (it is not
-  measurably worse live than what it would replace), abandoned otherwise.
+  measurably worse live than what it would replace); abandoned when it does not;
+- when it holds on records scored by authors below the rule's ``evidence_min_trust``, it
+  must also hold with any one such author's records left out (on both arms), the gate's
+  own independence rule (``provenance.check_independence``): so one key routed to the
+  canary cannot grade it into the head. When it does not, the canary is abandoned for
+  insufficient independent evidence.
 
-Promotion is a compare-and-swap publish (operation ``promote``) against the head the
-canary ran beside; the decision and the live numbers are stored on the candidate and the
-release either way.
+The rule is the one the gate decided the candidate with (``evidence["gate"]["decision"]
+["rule"]``), else the defaults, unless the monitor is given one. Promotion is a
+compare-and-swap publish (operation ``promote``) against the head the canary ran beside;
+the decision, the live numbers and the provenance (``evidence``: the gate's structure)
+are stored in ``evidence["canary"]`` on the candidate and the release either way.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from reef.core.trust import trust_rank
 from reef.evaluation.config import GateRule
+from reef.evaluation.provenance import LeftOut, check_independence
 from reef.evaluation.stats import unpaired_bootstrap
-from reef.experience import ExperienceStore
-from reef.releases import Candidate, ReleaseChain, ReleaseConflictError
+from reef.evaluation.values import Provenance
+from reef.experience import ExperienceStore, RecordView
+from reef.releases import Candidate, Release, ReleaseChain, ReleaseConflictError
 
 log = logging.getLogger("reef.canary")
 
@@ -62,9 +78,95 @@ class CanaryOutcome:
         }
 
 
-def _record_score(feedback: Any) -> float | None:
-    scores = [f.score for f in feedback if f.score is not None]
-    return sum(scores) / len(scores) if scores else None
+LIVE_SOURCE = "live"  # the provenance source of a canary's live feedback
+
+
+@dataclass(frozen=True)
+class LiveRecord:
+    """One record that counts for a canary: its arm, its score (the mean of its
+    feedback that is not quarantined) and who wrote that feedback."""
+
+    arm: Literal["canary", "head"]
+    score: float
+    provenance: Provenance
+
+
+def live_record(record: RecordView, arm: Literal["canary", "head"]) -> LiveRecord | None:
+    """``record`` as canary evidence, or None when no feedback of it counts (none with a
+    score, or all of it quarantined)."""
+    counted = [f for f in record.feedback if f.score is not None and not f.quarantined]
+    if not counted:
+        return None
+    lowest = min((f.trust for f in counted), key=trust_rank)
+    authors = tuple(sorted({f.principal or "anonymous" for f in counted}))
+    score = sum(float(f.score or 0.0) for f in counted) / len(counted)
+    return LiveRecord(arm, score, Provenance(LIVE_SOURCE, lowest, authors))
+
+
+@dataclass(frozen=True)
+class _Judgement:
+    """The canary rule on some records: as a leave-one-out check, the summary line and
+    the live numbers (empty when there were too few records)."""
+
+    left: LeftOut
+    summary: str
+    live: dict[str, Any] = field(default_factory=dict)
+
+
+def _judge(records: Mapping[str, LiveRecord], rule: GateRule, min_requests: int) -> _Judgement:
+    canary = [r.score for r in records.values() if r.arm == "canary"]
+    head = [r.score for r in records.values() if r.arm == "head"]
+    if min(len(canary), len(head)) < min_requests:
+        reason = (
+            f"insufficient evidence: {len(canary)} canary and {len(head)} head records with "
+            f"feedback, {min_requests} needed on each"
+        )
+        return _Judgement(LeftOut(False, "rejected", len(records), None, None, [reason]), reason)
+    interval = unpaired_bootstrap(
+        canary, head, confidence=rule.confidence, samples=rule.bootstrap_samples, seed=rule.seed
+    )
+    live = {
+        "canary_mean": sum(canary) / len(canary),
+        "head_mean": sum(head) / len(head),
+        "difference": interval.as_dict(),
+        "canary_records": len(canary),
+        "head_records": len(head),
+    }
+    summary = (
+        f"live mean {live['canary_mean']:.3f} vs head {live['head_mean']:.3f} "
+        f"(difference {interval.mean:+.3f}, {rule.confidence:.0%} interval "
+        f"[{interval.low:+.3f}, {interval.high:+.3f}])"
+    )
+    passed = interval.mean >= 0 and interval.low > -rule.max_regression
+    reasons = [summary if passed else f"worse live: {summary}"]
+    verdict = "passed" if passed else "rejected"
+    left = LeftOut(passed, verdict, len(records), interval.mean, interval.low, reasons)
+    return _Judgement(left, summary, live)
+
+
+def candidate_rule(candidate: Candidate) -> GateRule:
+    """The rule the gate decided ``candidate`` with, else the defaults (a canary started
+    by hand, or a decision recorded before the rule was)."""
+    gate = (candidate.evidence or {}).get("gate") or {}
+    recorded = (gate.get("decision") or {}).get("rule") if isinstance(gate, dict) else None
+    if isinstance(recorded, dict):
+        try:
+            return GateRule.model_validate(recorded)
+        except ValidationError as error:
+            log.warning("canary %s: its recorded gate rule is unreadable: %s", candidate.id, error)
+    return GateRule()
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What a decided canary stores: why, the counts, the live numbers, the provenance
+    (the gate's ``evidence`` structure) and the rule, when it got that far."""
+
+    reason: str
+    counts: tuple[int, int]
+    live: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] | None = None
+    rule: GateRule | None = None
 
 
 class CanaryMonitor:
@@ -75,7 +177,7 @@ class CanaryMonitor:
     ) -> None:
         self.chain = chain
         self.store = store
-        self.rule = rule or GateRule()
+        self.rule = rule  # None: each candidate's own gate rule (``candidate_rule``)
 
     def check(self, now: datetime | None = None) -> list[CanaryOutcome]:
         """Look at every live canary once; promote or abandon those that are decided."""
@@ -95,10 +197,10 @@ class CanaryMonitor:
         max_hours = settings.get("max_hours")
         head = self.chain.head(scenario)
         baseline_id = ((candidate.evidence or {}).get("gate") or {}).get("baseline_id")
-        canary_scores, head_scores = self._scores(scenario, candidate.id, head, started)
-        counts = (len(canary_scores), len(head_scores))
+        records = self._records(scenario, candidate.id, head, started)
+        counts = _counts(records.values())
         if head is None or (baseline_id is not None and head.id != baseline_id):
-            return self._abandon(candidate, "the head moved while the canary ran", counts, {})
+            return self._abandon(candidate, _Verdict("the head moved while the canary ran", counts))
         if min(counts) < min_requests:
             hours = (now - started).total_seconds() / 3600
             if max_hours is not None and hours >= float(max_hours):
@@ -106,7 +208,7 @@ class CanaryMonitor:
                     f"insufficient evidence after {hours:.1f} h: {counts[0]} canary and "
                     f"{counts[1]} head records with feedback, {min_requests} needed on each"
                 )
-                return self._abandon(candidate, reason, counts, {})
+                return self._abandon(candidate, _Verdict(reason, counts))
             return CanaryOutcome(
                 scenario,
                 candidate.id,
@@ -115,76 +217,108 @@ class CanaryMonitor:
                 "records with feedback",
                 *counts,
             )
-        rule = self.rule
-        interval = unpaired_bootstrap(
-            canary_scores,
-            head_scores,
-            confidence=rule.confidence,
-            samples=rule.bootstrap_samples,
-            seed=rule.seed,
-        )
-        live = {
-            "canary_mean": sum(canary_scores) / len(canary_scores),
-            "head_mean": sum(head_scores) / len(head_scores),
-            "difference": interval.as_dict(),
-            "canary_records": counts[0],
-            "head_records": counts[1],
-        }
-        summary = (
-            f"live mean {live['canary_mean']:.3f} vs head {live['head_mean']:.3f} "
-            f"(difference {interval.mean:+.3f}, {rule.confidence:.0%} interval "
-            f"[{interval.low:+.3f}, {interval.high:+.3f}])"
-        )
-        if interval.mean >= 0 and interval.low > -rule.max_regression:
-            return self._promote(candidate, head.id, f"promoted: {summary}", counts, live)
-        return self._abandon(candidate, f"worse live: {summary}", counts, live)
+        return self._decide(candidate, head, records, min_requests)
 
-    def _scores(
-        self, scenario: str, candidate_id: str, head: Any, started: datetime
-    ) -> tuple[list[float], list[float]]:
-        canary: list[float] = []
-        control: list[float] = []
+    def _decide(
+        self,
+        candidate: Candidate,
+        head: Release,
+        records: Mapping[str, LiveRecord],
+        min_requests: int,
+    ) -> CanaryOutcome:
+        """The rule on every counted record, then the gate's independence rule on those
+        whose authors are below ``evidence_min_trust``."""
+        rule = self.rule or candidate_rule(candidate)
+        full = _judge(records, rule, min_requests)
+
+        def without(removed: frozenset[str]) -> LeftOut:
+            kept = {key: r for key, r in records.items() if key not in removed}
+            return _judge(kept, rule, min_requests).left
+
+        found = check_independence(
+            {key: r.provenance for key, r in records.items()},
+            {key: r.arm for key, r in records.items()},
+            full.left.passed,
+            rule.evidence_min_trust,
+            without,
+            unit="records",
+        )
+        counts = _counts(records.values())
+        if not full.left.passed:
+            verdict = _Verdict(
+                f"worse live: {full.summary}", counts, full.live, found.evidence, rule
+            )
+            return self._abandon(candidate, verdict)
+        if not found.passed:
+            reason = f"not promoted ({full.summary}): {found.reason}"
+            return self._abandon(
+                candidate, _Verdict(reason, counts, full.live, found.evidence, rule)
+            )
+        reason = f"promoted: {full.summary}" + (f"; {found.reason}" if found.reason else "")
+        verdict = _Verdict(reason, counts, full.live, found.evidence, rule)
+        return self._promote(candidate, head.id, verdict)
+
+    def _records(
+        self, scenario: str, candidate_id: str, head: Release | None, started: datetime
+    ) -> dict[str, LiveRecord]:
+        """Record id -> ``LiveRecord`` for every record since the canary started that
+        counts: the canary's (purpose ``canary``) and the head's (purpose ``serve``)."""
+        found: dict[str, LiveRecord] = {}
         head_id = None if head is None else head.id
         for record in self.store.iter_export(scenario, since=started.isoformat()):
-            score = _record_score(record.feedback)
-            if score is None:
-                continue
+            arm: Literal["canary", "head"]
             if record.purpose == "canary" and record.release_id == candidate_id:
-                canary.append(score)
+                arm = "canary"
             elif record.purpose == "serve" and record.release_id == head_id:
-                control.append(score)
-        return canary, control
+                arm = "head"
+            else:
+                continue
+            counted = live_record(record, arm)
+            if counted is not None:
+                found[record.id] = counted
+        return found
 
-    def _evidence(
-        self, candidate: Candidate, action: str, reason: str, live: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _evidence(self, candidate: Candidate, action: str, verdict: _Verdict) -> dict[str, Any]:
         evidence = dict(candidate.evidence or {})
         canary = dict(evidence.get("canary") or {})
-        canary.update({"decision": action, "reason": reason, "live": live})
+        canary.update({"decision": action, "reason": verdict.reason, "live": verdict.live})
+        if verdict.provenance is not None:
+            canary["evidence"] = verdict.provenance  # as the gate's decision["evidence"]
+        if verdict.rule is not None:
+            canary["rule"] = verdict.rule.model_dump()
         evidence["canary"] = canary
         return evidence
 
-    def _promote(
-        self,
-        candidate: Candidate,
-        head_id: str,
-        reason: str,
-        counts: tuple[int, int],
-        live: dict[str, Any],
-    ) -> CanaryOutcome:
-        evidence = self._evidence(candidate, "promoted", reason, live)
+    def _promote(self, candidate: Candidate, head_id: str, verdict: _Verdict) -> CanaryOutcome:
+        evidence = self._evidence(candidate, "promoted", verdict)
         release = self.chain.publish(
-            candidate.id, head_id, CANARY_ACTOR, reason, evidence=evidence, operation="promote"
+            candidate.id,
+            head_id,
+            CANARY_ACTOR,
+            verdict.reason,
+            evidence=evidence,
+            operation="promote",
         )
-        log.info("canary %s of %s %s", candidate.id, candidate.scenario, reason)
+        log.info("canary %s of %s %s", candidate.id, candidate.scenario, verdict.reason)
         return CanaryOutcome(
-            candidate.scenario, candidate.id, "promoted", reason, *counts, release_id=release.id
+            candidate.scenario,
+            candidate.id,
+            "promoted",
+            verdict.reason,
+            *verdict.counts,
+            release_id=release.id,
         )
 
-    def _abandon(
-        self, candidate: Candidate, reason: str, counts: tuple[int, int], live: dict[str, Any]
-    ) -> CanaryOutcome:
-        evidence = self._evidence(candidate, "abandoned", reason, live)
+    def _abandon(self, candidate: Candidate, verdict: _Verdict) -> CanaryOutcome:
+        evidence = self._evidence(candidate, "abandoned", verdict)
         self.chain.set_candidate_state(candidate.id, "abandoned", evidence)
-        log.info("canary %s of %s abandoned: %s", candidate.id, candidate.scenario, reason)
-        return CanaryOutcome(candidate.scenario, candidate.id, "abandoned", reason, *counts)
+        log.info("canary %s of %s abandoned: %s", candidate.id, candidate.scenario, verdict.reason)
+        return CanaryOutcome(
+            candidate.scenario, candidate.id, "abandoned", verdict.reason, *verdict.counts
+        )
+
+
+def _counts(records: Iterable[LiveRecord]) -> tuple[int, int]:
+    """(canary records, head records)."""
+    arms = [r.arm for r in records]
+    return arms.count("canary"), arms.count("head")

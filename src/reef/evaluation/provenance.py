@@ -19,15 +19,96 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from reef.core.trust import at_least
+from reef.core.trust import Trust, at_least
 from reef.evaluation.config import GateRule
 from reef.evaluation.stats import decide, summarize
 from reef.evaluation.values import OPERATOR_FILE, Decision, ItemResult, Provenance, SuiteSummary
 
 MAX_AUTHORS_CHECKED = 100
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A decision rule applied again with one author's items left out: whether it still
+    passes, its verdict, the items left, the gain on them and its interval's lower bound
+    (None when there is none), and the rule's reasons."""
+
+    passed: bool
+    verdict: str
+    items_left: int
+    gain: float | None
+    low: float | None
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class Independence:
+    """How the independence rule judged a decision: ``passed`` (it stands), the
+    ``reason`` to give (None when no author below the minimum trust had to be left out),
+    and the ``evidence`` record: ``min_trust``, ``sources``, ``items_below_min_trust``,
+    ``leave_one_out`` and, on failure, ``failed_authors``."""
+
+    passed: bool
+    reason: str | None
+    evidence: dict[str, Any]
+
+
+def check_independence(
+    origin: Mapping[str, Provenance],
+    groups: Mapping[str, str],
+    passed: bool,
+    min_trust: Trust,
+    without: Callable[[frozenset[str]], LeftOut],
+    unit: str = "items",
+) -> Independence:
+    """The independence rule (module docstring), for any decision over keyed evidence:
+    ``origin`` maps each key to its provenance, ``groups`` each key to the suite (or
+    arm) it is reported under, ``passed`` is the decision on all of it, and
+    ``without(keys)`` applies the same rule with ``keys`` left out. ``unit`` names the
+    keys in reasons (``items`` for the gate, ``records`` for a canary). Shared by the
+    gate (``apply_independence``) and the canary monitor."""
+    below = {key: found for key, found in origin.items() if not at_least(found.trust, min_trust)}
+    evidence: dict[str, Any] = {
+        "min_trust": min_trust,
+        "sources": _sources(origin, groups),
+        "items_below_min_trust": len(below),
+        "leave_one_out": [],
+    }
+    if not passed or not below:
+        return Independence(passed, None, evidence)
+    authors = Counter(author for found in below.values() for author in found.authors)
+    failures: list[tuple[str, int, LeftOut]] = []
+    for author, count in authors.most_common(MAX_AUTHORS_CHECKED):
+        removed = frozenset(key for key, found in below.items() if author in found.authors)
+        left = without(removed)
+        evidence["leave_one_out"].append(_check(author, count, left))
+        if not left.passed:
+            failures.append((author, count, left))
+    if not failures:
+        reason = (
+            f"independent evidence: the rule holds with any one of the {len(authors)} "
+            f"author(s) below trust {min_trust!r} left out ({len(below)} of "
+            f"{len(origin)} {unit} are theirs)"
+        )
+        return Independence(True, reason, evidence)
+    author, count, left = failures[0]
+    if len(authors) == 1:
+        reason = (
+            f"insufficient independent evidence: all {count} {unit} below trust "
+            f"{min_trust!r} come from one author ({author!r}); without them "
+            f"the rule fails: {'; '.join(left.reasons)}"
+        )
+    else:
+        reason = (
+            f"not independent: without the {count} {unit} of author {author!r} (below trust "
+            f"{min_trust!r}) the rule fails: {'; '.join(left.reasons)}"
+        )
+    evidence["failed_authors"] = [name for name, _, _ in failures]
+    return Independence(False, reason, evidence)
 
 
 def apply_independence(
@@ -44,51 +125,33 @@ def apply_independence(
     operator's); ``current`` names the suites that make the overall gain."""
     keys = sorted({r.item_key for r in results if r.suite in current})
     origin = {key: provenance.get(key, OPERATOR_FILE) for key in keys}
-    below = {
-        key: found
-        for key, found in origin.items()
-        if not at_least(found.trust, rule.evidence_min_trust)
-    }
     suites = {r.item_key: r.suite for r in results if r.item_key in origin}
-    evidence: dict[str, Any] = {
-        "min_trust": rule.evidence_min_trust,
-        "sources": _sources(origin, suites),
-        "items_below_min_trust": len(below),
-        "leave_one_out": [],
-    }
-    if not decision.passed or not below:
-        return dataclasses.replace(decision, evidence=evidence)
-    authors = Counter(author for found in below.values() for author in found.authors)
-    failures: list[tuple[str, int, Decision]] = []
-    for author, count in authors.most_common(MAX_AUTHORS_CHECKED):
-        kept = [
-            r for r in results if not (r.item_key in below and author in below[r.item_key].authors)
-        ]
-        without = decide(_overall(kept, current, rule), regressions, [], rule)
-        evidence["leave_one_out"].append(_check(author, count, without))
-        if not without.passed:
-            failures.append((author, count, without))
-    if not failures:
-        reason = (
-            f"independent evidence: the rule holds with any one of the {len(authors)} "
-            f"author(s) below trust {rule.evidence_min_trust!r} left out ({len(below)} of "
-            f"{len(keys)} items are theirs)"
-        )
-        return dataclasses.replace(decision, reasons=[*decision.reasons, reason], evidence=evidence)
-    author, count, without = failures[0]
-    if len(authors) == 1:
-        reason = (
-            f"insufficient independent evidence: all {count} items below trust "
-            f"{rule.evidence_min_trust!r} come from one author ({author!r}); without them "
-            f"the rule fails: {'; '.join(without.reasons)}"
-        )
-    else:
-        reason = (
-            f"not independent: without the {count} items of author {author!r} (below trust "
-            f"{rule.evidence_min_trust!r}) the rule fails: {'; '.join(without.reasons)}"
-        )
-    evidence["failed_authors"] = [name for name, _, _ in failures]
-    return dataclasses.replace(decision, verdict="rejected", reasons=[reason], evidence=evidence)
+
+    def without(removed: frozenset[str]) -> LeftOut:
+        kept = [r for r in results if r.item_key not in removed]
+        return _left_out(decide(_overall(kept, current, rule), regressions, [], rule))
+
+    found = check_independence(origin, suites, decision.passed, rule.evidence_min_trust, without)
+    if found.reason is None:
+        return dataclasses.replace(decision, evidence=found.evidence)
+    if found.passed:
+        reasons = [*decision.reasons, found.reason]
+        return dataclasses.replace(decision, reasons=reasons, evidence=found.evidence)
+    return dataclasses.replace(
+        decision, verdict="rejected", reasons=[found.reason], evidence=found.evidence
+    )
+
+
+def _left_out(decision: Decision) -> LeftOut:
+    overall = decision.overall
+    return LeftOut(
+        passed=decision.passed,
+        verdict=decision.verdict,
+        items_left=0 if overall is None else overall.items,
+        gain=None if overall is None else overall.difference.mean,
+        low=None if overall is None else overall.difference.low,
+        reasons=decision.reasons,
+    )
 
 
 def _overall(
@@ -104,16 +167,15 @@ def _overall(
     )
 
 
-def _check(author: str, count: int, without: Decision) -> dict[str, Any]:
-    overall = without.overall
+def _check(author: str, count: int, left: LeftOut) -> dict[str, Any]:
     return {
         "author": author,
         "items_removed": count,
-        "verdict": without.verdict,
-        "items_left": 0 if overall is None else overall.items,
-        "gain": None if overall is None else overall.difference.mean,
-        "low": None if overall is None else overall.difference.low,
-        "reasons": without.reasons,
+        "verdict": left.verdict,
+        "items_left": left.items_left,
+        "gain": left.gain,
+        "low": left.low,
+        "reasons": left.reasons,
     }
 
 

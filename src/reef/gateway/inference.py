@@ -21,7 +21,8 @@ from starlette.types import Receive, Scope, Send
 
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
-from reef.experience import RecordView
+from reef.experience import Purpose, RecordView
+from reef.gateway.auth import Principal
 from reef.gateway.body_checks import (
     check_anthropic_messages,
     check_openai_chat,
@@ -67,6 +68,7 @@ from reef.gateway.responses.native_relay import NativeResponsesRelay
 from reef.gateway.responses.stored import response_to_keep
 from reef.gateway.responses.turns import ResponsesTurn, TurnContext, resolve_turn
 from reef.gateway.segments import one_segment
+from reef.gateway.serving.pins import pin_access
 from reef.gateway.serving.release import ServingRelease
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai, render_responses
@@ -257,7 +259,7 @@ class InferenceRoutes:
             turn = await resolve_turn(state.responses, context, body, record_id)
             body = turn.body  # the whole conversation, as the record keeps it
         activation = state.activation
-        serving = await self._serving(headers)
+        serving, asked = await self._serving(headers, principal)
         conversation = canonical_conversation(api, body)
         chain = chain_hashes(conversation)
         session_id = headers.session_id
@@ -273,7 +275,7 @@ class InferenceRoutes:
             # A scenario without a live canary pays this one lookup. Only live traffic
             # (no pin, not eval) is split; the arm follows the session (given, inferred
             # or new), so a conversation stays on one arm.
-            chosen, purpose = serving, headers.purpose
+            chosen, purpose = serving, asked
             canary = activation.canaries.get(headers.scenario)
             if (
                 canary is not None
@@ -288,7 +290,7 @@ class InferenceRoutes:
             # An upstream that reloads in place is swapping, or holds other weights:
             # wait, then choose again (a pinned request for other weights is refused).
             await activation.settle(chosen, pinned=headers.release is not None)
-            serving = await self._serving(headers)
+            serving, asked = await self._serving(headers, principal)
         serving = chosen
         # Held from here to the end of the response, however it ends, with no await
         # between the check above and this: its adapter stays loaded, and an in-place
@@ -322,12 +324,18 @@ class InferenceRoutes:
         )
         return exchange, plan
 
-    async def _serving(self, headers: ReefHeaders) -> ServingRelease:
-        """The release the request pins, or the one its scenario serves now."""
+    async def _serving(
+        self, headers: ReefHeaders, principal: Principal
+    ) -> tuple[ServingRelease, Purpose]:
+        """The release the request pins (if ``principal`` may pin it), or the one its
+        scenario serves now; and the purpose it is recorded with: the request's, or
+        ``eval`` for a candidate pinned while nothing decides it (``serving.pins``)."""
         activation = self.state.activation
-        if headers.release is not None:
-            return await activation.pinned(headers.scenario, headers.release)
-        return await activation.current(headers.scenario)
+        if headers.release is None:
+            return await activation.current(headers.scenario), headers.purpose
+        access = pin_access(principal, activation.gate_key)
+        pinned = await activation.pinned(headers.scenario, headers.release, principal, access)
+        return pinned.serving, "eval" if pinned.eval_only else headers.purpose
 
     def _outgoing(
         self,

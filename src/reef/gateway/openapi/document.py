@@ -132,7 +132,8 @@ INFERENCE_HEADERS = (
     ),
     _header(
         "x-reef-release",
-        "Pin a release or candidate of this scenario.",
+        "Pin a release on this scenario's chain; a candidate only with the gate's or an "
+        "admin key (another scenario's id: 404; a candidate for an inference key: 403).",
         _bounded(None, MAX_RELEASE_ID_CHARS),
     ),
     _header("x-reef-capture", "`off`: serve without recording."),

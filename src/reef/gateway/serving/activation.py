@@ -24,6 +24,10 @@ requests, drains those in flight, reloads, flips, and lets the held ones go. Onl
 serving release's weights can be reached there: a canary must share them, and a pinned
 request for other weights is refused.
 
+A pinned release or candidate (``x-reef-release``) is staged on demand, once
+``reef.gateway.serving.pins`` says the caller may be served by it: releases on the
+scenario's chain for every key, candidates for the gate and admin keys only.
+
 Live canaries are followed the same way, on the same poll: a canary is staged in the
 background and only then given its share of live traffic (``canaries``); one that fails
 to stage leaves all traffic to the head, shows in ``/reef/status``, and is retried after
@@ -45,7 +49,8 @@ from typing import Any, Literal
 from reef.config import ReefSettings
 from reef.core import dumps
 from reef.core.checkpoints import check_checkpoint_directory
-from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
+from reef.core.errors import ConflictError, NotFoundError, ReefError
+from reef.gateway.auth import Principal
 from reef.gateway.serving.canary_arm import CanaryRoute, CanaryStatus
 from reef.gateway.serving.inplace import (
     BASE,
@@ -53,6 +58,7 @@ from reef.gateway.serving.inplace import (
     InPlaceWeights,
     WeightsNotResidentError,
 )
+from reef.gateway.serving.pins import PinAccess, PinTarget, check_pin, gate_key_id
 from reef.gateway.serving.release import ServingRelease
 from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
 from reef.harness import bundle_digest as compute_bundle_digest
@@ -78,6 +84,15 @@ _PINNED_CACHE = 32
 CLIENT_CHOSEN_MODEL = "(client-chosen)"
 # How long a canary that failed to stage leaves all its scenario's traffic to the head.
 CANARY_RETRY_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class PinnedServing:
+    """A pinned request's release or candidate, and whether it serves only as ``eval``
+    (an admin's pin of a candidate that neither the gate nor a canary is deciding)."""
+
+    serving: ServingRelease
+    eval_only: bool = False
 
 
 @dataclass
@@ -306,10 +321,11 @@ class Activation:
             if name in settings.upstreams
             and settings.upstreams[name].checkpoint_loading != "engine"
         }
+        self.gate_key = gate_key_id(settings)  # the key the gate pins candidates with
         self.failures_total = 0
         self.flips_total = 0
         self.canary_failures_total = 0
-        self._pinned: OrderedDict[str, ServingRelease] = OrderedDict()
+        self._pinned: OrderedDict[str, tuple[PinTarget, ServingRelease]] = OrderedDict()
         self._staging: dict[str, asyncio.Task[None]] = {}
         self._canary_staging: dict[str, asyncio.Task[None]] = {}
         self._created: set[str] = set()
@@ -344,29 +360,41 @@ class Activation:
         await self.sync_once(wait=True, only=scenario)
         return self.serving.get(scenario) or self._unreleased(scenario)
 
-    async def pinned(self, scenario: str, release_id: str) -> ServingRelease:
-        """The release or candidate ``release_id`` of ``scenario``, staged on demand.
+    async def pinned(
+        self,
+        scenario: str,
+        release_id: str,
+        principal: Principal,
+        access: PinAccess,
+    ) -> PinnedServing:
+        """The release or candidate ``release_id`` of ``scenario``, staged on demand, if
+        ``principal`` (who may pin as ``access``) may be served by it
+        (``reef.gateway.serving.pins``).
 
-        Raises ``InvalidInputError`` when it belongs to another scenario and
-        ``NotFoundError`` when it does not exist.
+        A release's owner is read once (releases never change); a candidate's state is
+        read on every pin, so a candidate the gate has just rejected stops serving at once.
+        Raises ``NotFoundError``, ``InvalidInputError`` or ``PermissionDeniedError`` as
+        ``check_pin`` does.
         """
         serving = self.serving.get(scenario)
         if serving is not None and serving.release_id == release_id:
-            return serving
+            return PinnedServing(serving)  # the head: a release on this chain
         cached = self._pinned.get(release_id)
+        if cached is not None and cached[0].candidate_state is None:
+            target: PinTarget | None = cached[0]
+        else:
+            target = await asyncio.to_thread(self._find, release_id)
+        eval_only = check_pin(target, release_id, scenario, principal, access)
+        assert target is not None  # check_pin raised otherwise
         if cached is not None:
+            self._pinned[release_id] = (target, cached[1])
             self._pinned.move_to_end(release_id)
-            return cached
-        owner, manifest = await asyncio.to_thread(self._lookup, release_id)
-        if owner != scenario:
-            raise InvalidInputError(
-                f"release {release_id!r} belongs to scenario {owner!r}, not {scenario!r}"
-            )
-        staged = await self._stage(scenario, release_id, manifest)
-        self._pinned[release_id] = staged
+            return PinnedServing(cached[1], eval_only)
+        staged = await self._stage(scenario, release_id, target.manifest)
+        self._pinned[release_id] = (target, staged)
         while len(self._pinned) > _PINNED_CACHE:
             self._pinned.popitem(last=False)
-        return staged
+        return PinnedServing(staged, eval_only)
 
     def lease(self, serving: ServingRelease) -> AbstractContextManager[None] | None:
         """Hold the adapter of ``serving`` in use for the block: no pool unloads an
@@ -430,7 +458,7 @@ class Activation:
 
     def _forget_pins(self, name: str) -> None:
         """A pool unloaded ``name``: pinned releases staged on it must stage again."""
-        for release_id, staged in list(self._pinned.items()):
+        for release_id, (_target, staged) in list(self._pinned.items()):
             if name in (staged.adapter_name, staged.checkpoint_name):
                 del self._pinned[release_id]
 
@@ -552,7 +580,8 @@ class Activation:
             if (canary := self._canary_status(scenario, candidate.id)) is None:
                 return  # it ended while staging
             self.canaries = {**self.canaries, scenario: CanaryRoute(candidate.id, fraction, staged)}
-            self._pinned[candidate.id] = staged  # a pin of the candidate reuses it
+            # a pin of the candidate reuses it (its state is read again on each pin)
+            self._pinned[candidate.id] = (PinTarget(scenario, candidate.manifest, "canary"), staged)
             canary.state, canary.error, canary.activated_at = "serving", None, time.time()
             log.info(
                 "scenario %s serves canary %s to %.0f%%", scenario, candidate.id, fraction * 100
@@ -595,9 +624,11 @@ class Activation:
         status = self.status.setdefault(scenario, ScenarioStatus())
         status.state = "staging"
         try:
-            _owner, manifest = await asyncio.to_thread(self._lookup, release_id)
+            target = await asyncio.to_thread(self._find, release_id)
+            if target is None:
+                raise NotFoundError(f"no release {release_id!r}")
             staged = await asyncio.wait_for(
-                self._stage_head(scenario, release_id, manifest),
+                self._stage_head(scenario, release_id, target.manifest),
                 self.settings.activation.stage_timeout_seconds,
             )
         except (ReefError, TimeoutError, OSError) as exc:
@@ -700,13 +731,19 @@ class Activation:
         check_checkpoint_directory(path, digest)
         return path
 
-    def _lookup(self, release_id: str) -> tuple[str, ReleaseManifest]:
+    def _find(self, release_id: str) -> PinTarget | None:
+        """What ``release_id`` names: a release, else a candidate (with its state now),
+        else None."""
         try:
             release: Release = self.chain.get_release(release_id)
-            return release.scenario, release.manifest
+            return PinTarget(release.scenario, release.manifest)
         except NotFoundError:
+            pass
+        try:
             candidate = self.chain.get_candidate(release_id)
-            return candidate.scenario, candidate.manifest
+        except NotFoundError:
+            return None
+        return PinTarget(candidate.scenario, candidate.manifest, candidate.state)
 
     async def _stage(
         self, scenario: str, release_id: str, manifest: ReleaseManifest

@@ -1,4 +1,5 @@
-// One candidate: the gate's decision and where its evidence came from, the feedback
+// One candidate: the gate's decision and where its evidence came from (and a decided
+// canary's, the same way), the feedback
 // screening of the learning job that made it, its harness against its parent release's,
 // the training metrics (loss curves), and the evaluation item by item.
 
@@ -170,8 +171,22 @@ function sideNotes(evidence) {
   if (evidence && evidence.canary) {
     const canary = evidence.canary;
     notes.push(h("p", {}, badge("canary", "warn"), ` ${Math.round((canary.fraction || 0) * 100)}% of live traffic since `, time(canary.started_at)));
+    if (canary.decision) {
+      notes.push(h("p", { id: "canary-decision" }, badge(canary.decision), ` by the canary monitor: ${canary.reason || ""}`));
+    }
   }
   return notes;
+}
+
+/** Where a decided canary's live feedback came from: the gate's provenance structure
+ * (canary_monitor.py stores it in evidence.canary.evidence), arms as its suites. */
+function canaryEvidence(evidence) {
+  const canary = evidence && evidence.canary;
+  if (!canary || !canary.evidence) return null;
+  return h("section", { class: "panel", id: "canary-evidence" },
+    h("h2", {}, "Canary evidence provenance"),
+    h("p", { class: "small muted" }, "Live feedback on the canary and head arms, one item per scored record; quarantined feedback is left out."),
+    evidenceBlock(canary));
 }
 
 export async function render([id]) {
@@ -203,6 +218,7 @@ export async function render([id]) {
         gate.cost ? h("p", { class: "small muted" }, `cost: ${gate.cost.model_calls ?? "?"} model calls, ${gate.cost.seconds ?? "?"} s`) : null]
         : empty(`Not evaluated by the gate yet (state ${candidate.state}).`)),
     decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,
+    canaryEvidence(candidate.evidence),
     h("section", { class: "panel", id: "screening" }, h("h2", {}, "Feedback screening"), screeningView(candidate)),
     h("div", { class: "two" },
       panel(parent ? `Harness against parent #${parent.seq}` : "Harness", harnessDiff(candidate, parent, mine, theirs)),

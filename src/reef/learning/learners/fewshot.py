@@ -150,9 +150,7 @@ def _candidates(
     return demos, pool
 
 
-def demonstration(
-    example: TrainingExample, scrubbed: Counter[str] | None = None
-) -> Example | None:
+def demonstration(example: TrainingExample, scrubbed: Counter[str] | None = None) -> Example | None:
     """The example as a few-shot demo (system turns left out, the correction as the
     reply when there is one); None when it cannot be one or trips the injection scan.
     With ``scrubbed`` (a counter), personal data becomes typed placeholders first."""

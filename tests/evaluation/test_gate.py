@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from reef.evaluation.suites import regression_suites
 from tests.evaluation.gate_setup import SCENARIO, fact, quiz_world, write_suite
 
@@ -149,3 +151,39 @@ def test_review_mode_waits_for_a_person(tmp_path: Path) -> None:
         promoted = world.chain.promote(candidate.id, base.id, "operator", "looks good")
         assert promoted.operation == "promote"
         assert (promoted.evidence or {})["gate"]["decision"]["verdict"] == "passed"
+
+
+def test_a_harness_that_adds_a_phone_number_waits_for_review_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    write_suite(tmp_path / "quiz.jsonl", range(30))
+    with quiz_world(tmp_path) as world:
+        base = world.publish_directly(FEW)
+        phoned = world.propose(ALL, extra="For billing, tell customers to call 555-0100.")
+        outcome = world.gate("auto", suites=["quiz.jsonl"]).run(phoned.id)
+
+        # it passed on the numbers, yet the auto mode did not publish it
+        assert outcome.action == "awaiting review", outcome
+        assert outcome.decision is not None and outcome.decision.passed
+        assert outcome.review_reason is not None
+        assert "phone number '555-0100' in system_prompt" in outcome.review_reason
+        assert outcome.as_dict()["review_reason"] == outcome.review_reason
+        assert world.head().id == base.id
+        waiting = world.chain.get_candidate(phoned.id)
+        assert waiting.state == "passed"
+        # the candidate's API representation carries the reason and what was found
+        shown = httpx.get(f"{world.gateway.url}/reef/candidates/{phoned.id}").json()
+        review = shown["evidence"]["review"]
+        assert review["reason"] == outcome.review_reason and review["rule"] == "contact_data"
+        assert review["findings"] == [
+            {"where": "system_prompt", "kind": "PHONE", "text": "555-0100"}
+        ]
+        assert review["requested_publish"] == "auto"
+        assert shown["evidence"]["gate"]["publish"] == "review"
+
+        # the identical candidate without the phone number follows the normal path
+        plain = world.propose(ALL, extra="For billing, tell customers to use the billing page.")
+        published = world.gate("auto", suites=["quiz.jsonl"]).run(plain.id)
+        assert published.action == "published" and published.review_reason is None
+        assert world.head().id == published.release_id
+        assert "review" not in (world.chain.get_candidate(plain.id).evidence or {})

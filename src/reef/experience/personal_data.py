@@ -165,6 +165,7 @@ _NOT_PHONE_WORD = re.compile(
     r"|meeting|booking|confirmation|part|model|policy|build|lot|batch|version)\b"
     r"[^\n\d]{0,15}$"
 )
+_DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")  # an IP's shape, valid or not
 _DECIMAL = re.compile(r"\d\.\d+\s|\s\d+\.\d")
 _THOUSANDS = re.compile(r"\d{1,3}(?:([ .,\u00a0])\d{3})(?:\1\d{3})*")
 _YEAR_RANGE = re.compile(r"(?:1[89]|20)\d\d\s?[-/]\s?(?:1[89]|20)\d\d")
@@ -252,7 +253,7 @@ def _phone_valid(text: str, before: str) -> bool:
     sure = international or cue or "(" in core
     if not 7 <= len(digits) <= 15 or (len(digits) > 12 and not sure):
         return False
-    if _DATE.match(core) or _YEAR_RANGE.fullmatch(core):
+    if _DATE.match(core) or _YEAR_RANGE.fullmatch(core) or _DOTTED_QUAD.fullmatch(core):
         return False
     if not (international or cue) and ("/" in core or _DECIMAL.search(core)):
         return False  # ratios ("828 / 1428") and columns of figures ("3.34 3.04 2.00")

@@ -1,5 +1,5 @@
 """Personal data in what the harness learners copy: the detector's recall on a labelled
-set (printed; run with ``-s`` to see it), and the fewshot learner's demos scrubbed."""
+set (printed in the test run's output), and the fewshot learner's demos scrubbed."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from reef.experience import SCRUBBED_KINDS, find_personal_data, scrub_personal_text
 from reef.learning.learners import FewShotConfig, FewShotLearner
@@ -32,7 +34,7 @@ def _caught(text: str, span: str, found: list[Any]) -> bool:
     return len(covered) >= 0.9 * len(chars)
 
 
-def test_recall_and_false_positives_on_the_labelled_set() -> None:
+def test_recall_and_false_positives_on_the_labelled_set(capsys: pytest.CaptureFixture[str]) -> None:
     rows = _labelled()
     assert len(rows) >= 200
     spans = caught = typed = clean = flagged = 0
@@ -63,12 +65,13 @@ def test_recall_and_false_positives_on_the_labelled_set() -> None:
     per_kind = ", ".join(
         f"{kind} {by_kind[kind] - missed_by_kind[kind]}/{by_kind[kind]}" for kind in sorted(by_kind)
     )
-    print(
-        f"\nPII recall on {LABELLED.name}: {caught}/{spans} = {recall:.3f} "
-        f"(right placeholder {typed / spans:.3f}); false positives on clean strings: "
-        f"{flagged}/{clean} = {false_positive_rate:.3f}\n  by kind: {per_kind}\n"
-        f"  missed: {'; '.join(misses) or 'none'}"
-    )
+    with capsys.disabled():  # the figure is the point of this test: always show it
+        print(
+            f"\nPII recall on {LABELLED.name}: {caught}/{spans} = {recall:.3f} "
+            f"(right placeholder {typed / spans:.3f}); false positives on clean strings: "
+            f"{flagged}/{clean} = {false_positive_rate:.3f}\n  by kind: {per_kind}\n"
+            f"  missed: {'; '.join(misses) or 'none'}"
+        )
     assert recall >= MIN_RECALL, misses
     assert false_positive_rate <= MAX_FALSE_POSITIVE_RATE
 

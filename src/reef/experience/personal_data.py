@@ -93,7 +93,7 @@ _LINK = re.compile(
     re.IGNORECASE,
 )
 _CREDENTIAL_LINK = re.compile(
-    r"^[a-z][a-z0-9+.-]*://[^/\s@]+:[^/\s@]+@"
+    r"^[a-z][a-z0-9+.-]*://[^/\s@]*:[^/\s@]+@"
     r"|[?&#](?:access_token|id_token|refresh_token|token|api_?key|key|apikey|sig|signature"
     r"|password|pwd|pass|secret|auth|session(?:id)?|sid|code|x-amz-signature"
     r"|x-amz-credential|client_secret)=[^&\s]{4,}",
@@ -108,7 +108,8 @@ _EMAIL = re.compile(
     r"|(?<![\w.+-])[^\W_][\w.+-]{0,63}%40(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}\b"
     r"|(?<![\w.])[A-Za-z0-9][A-Za-z0-9._-]{0,63}\s*[\[(\{]\s*at\s*[\])\}]\s*"
     r"[A-Za-z0-9-]+(?:\s*(?:[\[(\{]\s*dot\s*[\])\}]|\.)\s*[A-Za-z0-9-]+)+"
-    r"|(?<![\w.])[a-z0-9][a-z0-9._-]{1,63} at [a-z0-9-]{2,} dot (?:com|org|net|edu|gov|io|co"
+    r"|(?<![\w.])[a-z0-9][a-z0-9._-]{0,63}(?: dot [a-z0-9_-]+)* at [a-z0-9-]{2,} dot "
+    r"(?:com|org|net|edu|gov|io|co"
     r"|uk|de|fr|es|it|nl|ca|au|in|jp)\b(?: dot [a-z]{2,3}\b)?",
 )
 
@@ -138,7 +139,7 @@ _VERSION_BEFORE = re.compile(r"(?i)\b(?:v|version|release|build|ver\.?)\s*$")
 
 _PHONE = re.compile(
     r"(?<![\w@/.+#$€£=-])"
-    r"(?:(?:\+|\b00)\s?\d{1,3}[\s.-]{0,2}|\b1[\s.-]?)?"
+    r"(?:(?:\+|\b00)\s?\d{1,3}[\s.-]{0,2}|\(\+\d{1,3}\)\s?|\b1[\s.-]?)?"
     r"(?:\(\d{1,5}\)[\s.-]{0,2}|\(0\)\s?)?"
     r"\d{1,15}(?:(?:[ .\-/\u00a0\u2013]|\s?[-/\u2013]\s?)\d{1,12}){0,6}"
     r"(?:\s*(?:ext\.?|x|extension|#)\s*\d{1,5})?"
@@ -149,7 +150,7 @@ _VANITY = re.compile(
     r"\b(?:1[\s.-])?8(?:00|33|44|55|66|77|88)[\s.-][A-Z0-9]{3,4}[\s.-]?[A-Z]{0,4}\b"
 )
 _PHONE_WORD = re.compile(
-    r"(?i)(?:\b(?:call|phone|tel|telephone|mobile|mob|cell|fax|dial|text|sms|whats ?app"
+    r"(?i)(?:\b(?:call|caller|phone|tel|telephone|mobile|mob|cell|fax|dial|text|sms|whats ?app"
     r"|telefon|telefono|teléfono|téléphone|tél|handy|mobil|portable|móvil|cellulare"
     r"|ring|hotline|helpline|number|no\.|nr\.?|reach|contact|landline|line)\b|☎|📞)"
     r"[^\n\d+]{0,24}$"
@@ -165,6 +166,7 @@ _NOT_PHONE_WORD = re.compile(
     r"|meeting|booking|confirmation|part|model|policy|build|lot|batch|version)\b"
     r"[^\n\d]{0,15}$"
 )
+_NANP = re.compile(r"(?:1[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}")
 _DOTTED_QUAD = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")  # an IP's shape, valid or not
 _DECIMAL = re.compile(r"\d\.\d+\s|\s\d+\.\d")
 _THOUSANDS = re.compile(r"\d{1,3}(?:([ .,\u00a0])\d{3})(?:\1\d{3})*")
@@ -199,6 +201,8 @@ _STREET = re.compile(
 _EUROPEAN_STREET = re.compile(
     r"\b[A-ZÄÖÜ][a-zäöüß]+(?:straße|strasse|str\.|weg|allee|platz|gasse|ring|damm|ufer)"
     r"\s+\d{1,4}[a-z]?(?:,\s*\d{5}\s+[A-ZÄÖÜ][a-zäöüß]+)?"
+    r"|\b[A-ZÄÖÜ][\wäöüß.-]+(?:\s+(?:[a-zäöü]{2,4}|[A-ZÄÖÜ][\wäöüß.-]+)){0,3}\s+\d{1,4}[a-z]?"
+    r",\s*\d{5}\s+[A-ZÄÖÜ][a-zäöüß]+"
     r"|\b\d{1,4}(?:\s?(?:bis|ter))?,?\s+(?:rue|avenue|av\.|boulevard|bd|place|chemin|allée"
     r"|impasse|quai)\s+(?:(?:de|du|des|la|le|l'|d')\s*)*[A-ZÉÈ][\wÉÈéèêàç'-]+"
     r"(?:[ -][A-ZÉÈ][\wÉÈéèêàç'-]+){0,3}(?:,\s*\d{5}\s+[A-Z][a-zéèêàç-]+)?"
@@ -247,7 +251,7 @@ def _phone_valid(text: str, before: str) -> bool:
     core = re.sub(r"(?i)\s*(?:ext\.?|x|extension|#)\s*\d{1,5}$", "", text).strip()
     digits = re.sub(r"\D", "", core)
     international = core.startswith(("+", "00"))
-    if not international and _NOT_PHONE_WORD.search(before):
+    if not (international or _NANP.fullmatch(core)) and _NOT_PHONE_WORD.search(before):
         return False
     cue = bool(_PHONE_WORD.search(before))
     sure = international or cue or "(" in core

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.dashboard.browser import DashboardPage
-from tests.evaluation.gate_setup import fact, quiz_world, write_suite
+from tests.evaluation.gate_setup import SCENARIO, fact, quiz_world, write_suite
 
 
 def test_the_candidate_page_shows_why_a_candidate_waits_for_review(
@@ -36,6 +36,9 @@ def test_the_candidate_page_shows_why_a_candidate_waits_for_review(
         assert tab.texts("#review-reason td") == ["PHONE", "555-0100", "system_prompt"]
         assert "passed" in tab.text("h1")
         tab.screenshot("candidate-held-for-review")
+        # the scenario's candidate list marks it too
+        tab.open(f"#/scenarios/{SCENARIO}")
+        assert "held for review" in tab.text("#candidates")
 
         # the published candidate's page has no such panel
         with ThreadPoolExecutor(1) as pool:
@@ -44,4 +47,6 @@ def test_the_candidate_page_shows_why_a_candidate_waits_for_review(
         assert done.action == "published"
         tab.open(f"#/candidates/{plain.id}")
         assert tab.count("#review-reason") == 0
+        tab.open(f"#/scenarios/{SCENARIO}")
+        assert tab.text("#candidates").count("held for review") == 1
         assert tab.problems == []

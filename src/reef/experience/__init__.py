@@ -36,7 +36,6 @@ from reef.experience.errors import (
 from reef.experience.exchanges import TRAINABLE_APIS, CanonicalExchange, canonical_exchange
 from reef.experience.export import ParquetUnavailableError, export_records
 from reef.experience.personal_data import (
-    CONTACT_KINDS,
     SCRUBBED_KINDS,
     PersonalData,
     find_personal_data,
@@ -70,7 +69,6 @@ from reef.experience.writer import RecordWriter, WriterStats
 
 __all__ = [
     "COMPUTED_KINDS",
-    "CONTACT_KINDS",
     "EXPLICIT",
     "REDACTED",
     "SCRUBBED_KINDS",

@@ -1,25 +1,27 @@
 """Personal and contact data in free text: found, typed, and replaced by placeholders.
 
-``find_personal_data(text)`` returns typed spans; ``scrub_personal_text`` / ``scrub_personal_value``
-replace each with its kind's placeholder (``<EMAIL>``, ``<PHONE>``, …), so what a
-learner copies from traffic into a harness keeps its shape and loses the person.
+``find_personal_data(text)`` returns typed spans; ``scrub_personal_text`` and
+``scrub_personal_value`` replace each with its kind's placeholder (``<EMAIL>``,
+``<PHONE>``, …), so what a learner copies from traffic into a harness keeps its shape
+and loses the person; ``personal_data_key`` compares findings across spellings.
 
 Kinds, in the order they claim text (an earlier kind's span wins an overlap):
 
-- ``SECRET``: private-key blocks, bearer tokens, JWTs, keys with a vendor prefix
-  (``sk-``, ``ghp_``, ``AKIA``, ``xox?-``, ``AIza``, ``glpat-``, ``hf_``, …) and
-  ``password=…`` / ``api_key: …`` assignments;
 - ``URL``: links carrying credentials (``user:pass@``) or a token-like query parameter
   (``token``, ``key``, ``sig``, ``password``, …); plain links are ``LINK`` and are found
   but not scrubbed (they are rarely personal, often useful, and the gate sends a harness
   that adds one to review);
+- ``SECRET``: private-key blocks, bearer tokens, JWTs, keys with a vendor prefix
+  (``sk-``, ``ghp_``, ``AKIA``, ``xox?-``, ``AIza``, ``glpat-``, ``hf_``, …) and the
+  value of ``password=…`` / ``api_key: …`` assignments;
 - ``EMAIL`` (also ``name [at] host [dot] com``), ``IBAN`` (ISO 13616 mod-97 checked),
   ``CARD`` (13 to 19 digits, Luhn checked), ``SSN`` (US ``123-45-6789``, valid areas),
   ``IP`` (IPv4 and IPv6, checked by ``ipaddress``);
 - ``PHONE``: international (``+44 20 7946 0958``, ``0044 …``), North American
   (``(555) 010-0100``, ``555-010-0100``, ``1-800-555-0199``, ``555-0100``) and national
   forms (``020 7946 0958``, ``01 23 45 67 89``, ``030/1234567``), extensions included;
-  bare digit runs count only next to a word such as "call", "phone" or "tel";
+  bare digit runs count only next to a word such as "call", "phone" or "tel", and
+  numbers after "order", "id", "ticket", … only in a phone's usual shape;
 - ``ADDRESS``: street addresses (``221B Baker Street``, ``1600 Pennsylvania Ave NW``,
   ``Hauptstraße 5``, ``12 rue de la Paix``), PO boxes, UK postcodes, and US
   ``City, ST 12345`` tails.
@@ -41,9 +43,6 @@ from typing import Any
 
 SCRUBBED_KINDS = ("SECRET", "URL", "EMAIL", "IBAN", "CARD", "SSN", "IP", "PHONE", "ADDRESS")
 """The kinds ``scrub_personal_text`` replaces (``LINK`` is found, never replaced)."""
-
-CONTACT_KINDS = frozenset({"LINK", "URL", "EMAIL", "PHONE", "ADDRESS"})
-"""The kinds that let someone reach a person or a place."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,8 @@ _DATE = re.compile(
     r"(?:\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./](?:\d{4}|\d{2})"
     r"|\d{4}[-./]\d{1,2}|\d{1,2}[-./]\d{4})(?:\s|$)"
 )
-# Identifiers that look like numbers to call: not phones unless written with a "+".
+# Identifiers that look like numbers to call: not phones unless written with a "+" or in
+# the 3-3-4 shape of a North American number.
 _NOT_PHONE_WORD = re.compile(
     r"(?i)\b(?:id|order|invoice|ticket|tracking|ref(?:erence)?|case|serial|isbn|sku"
     r"|meeting|booking|confirmation|part|model|policy|build|lot|batch|version)\b"

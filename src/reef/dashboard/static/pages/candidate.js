@@ -1,6 +1,5 @@
-// One candidate: the gate's decision and where its evidence came from, why it waits
-// for a person (a harness that adds contact data), the feedback screening of the
-// learning job that made it, its harness against its parent release's,
+// One candidate: the gate's decision and where its evidence came from, the feedback
+// screening of the learning job that made it, its harness against its parent release's,
 // the training metrics (loss curves), and the evaluation item by item.
 
 import { get, getOrNull } from "../api.js";

@@ -4,10 +4,19 @@ what is measurably better and safe, and leaves serving untouched otherwise."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import httpx
+
+from reef.core import SilentProgress
 from reef.evaluation.suites import regression_suites
-from tests.evaluation.gate_setup import SCENARIO, fact, quiz_world, write_suite
+from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog
+from reef.learning.learners import InstructionsConfig, InstructionsLearner
+from reef.releases import Candidate
+from tests.evaluation.gate_setup import SCENARIO, QuizWorld, fact, quiz_world, write_suite
+from tests.fakes.learning import ScriptedReflector
+from tests.learning.test_fewshot import example
 
 FEW = [fact(i) for i in range(5)]
 ALL = [fact(i) for i in range(30)]
@@ -149,3 +158,75 @@ def test_review_mode_waits_for_a_person(tmp_path: Path) -> None:
         promoted = world.chain.promote(candidate.id, base.id, "operator", "looks good")
         assert promoted.operation == "promote"
         assert (promoted.evidence or {})["gate"]["decision"]["verdict"] == "passed"
+
+
+def test_a_harness_that_adds_a_phone_number_waits_for_review_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    write_suite(tmp_path / "quiz.jsonl", range(30))
+    with quiz_world(tmp_path) as world:
+        base = world.publish_directly(FEW)
+        phoned = world.propose(ALL, extra="For billing, tell customers to call 555-0100.")
+        outcome = world.gate("auto", suites=["quiz.jsonl"]).run(phoned.id)
+
+        # it passed on the numbers, yet the auto mode did not publish it
+        assert outcome.action == "awaiting review", outcome
+        assert outcome.decision is not None and outcome.decision.passed
+        assert outcome.review_reason is not None
+        assert "phone number '555-0100' in system_prompt" in outcome.review_reason
+        assert outcome.as_dict()["review_reason"] == outcome.review_reason
+        assert world.head().id == base.id
+        waiting = world.chain.get_candidate(phoned.id)
+        assert waiting.state == "passed"
+        # the candidate's API representation carries the reason and what was found
+        shown = httpx.get(f"{world.gateway.url}/reef/candidates/{phoned.id}").json()
+        review = shown["evidence"]["review"]
+        assert review["reason"] == outcome.review_reason and review["rule"] == "contact_data"
+        assert review["findings"] == [
+            {"where": "system_prompt", "kind": "PHONE", "text": "555-0100"}
+        ]
+        assert review["requested_publish"] == "auto"
+        assert shown["evidence"]["gate"]["publish"] == "review"
+
+        # the identical candidate without the phone number follows the normal path
+        plain = world.propose(ALL, extra="For billing, tell customers to use the billing page.")
+        published = world.gate("auto", suites=["quiz.jsonl"]).run(plain.id)
+        assert published.action == "published" and published.review_reason is None
+        assert world.head().id == published.release_id
+        assert "review" not in (world.chain.get_candidate(plain.id).evidence or {})
+
+
+def _learned_candidate(world: QuizWorld, rule: str) -> Candidate:
+    """A candidate made by the ``instructions`` learner, whose reflector proposes the
+    head's facts plus ``rule`` after a customer's failing conversation."""
+    proposal = {"system_prompt": "\n".join(ALL), "instructions": [rule]}
+    failing = example("how do I pay my bill?", "dunno", score=0.0, feedback=["say how"])
+    context = LearnerContext(
+        scenario=SCENARIO,
+        head=world.head(),
+        batch=ExperienceBatch(train=[failing], holdout=[]),
+        artifacts=world.artifacts,
+        home=world.tmp / "home",
+        work_dir=world.tmp / "work",
+        reflector=ScriptedReflector(lambda _messages: json.dumps(proposal)),
+        progress=SilentProgress(),
+        metrics=MetricLog(),
+    )
+    output = InstructionsLearner(InstructionsConfig(variants=1)).learn(context)
+    manifest = world.head().manifest.model_copy(update={"harness": output.harness})
+    return world.chain.propose(SCENARIO, manifest, world.head().id, "learner", "learned")
+
+
+def test_a_learned_rule_with_a_phone_number_waits_for_review(tmp_path: Path) -> None:
+    write_suite(tmp_path / "quiz.jsonl", range(30))
+    with quiz_world(tmp_path) as world:
+        base = world.publish_directly(FEW)
+        phoned = _learned_candidate(world, "Tell customers to call 555-0100 about bills.")
+        outcome = world.gate("canary", suites=["quiz.jsonl"]).run(phoned.id)
+        assert outcome.action == "awaiting review"
+        assert "phone number '555-0100' in instructions[0]" in (outcome.review_reason or "")
+        assert world.chain.get_candidate(phoned.id).state == "passed"  # no canary either
+        assert world.head().id == base.id
+
+        plain = _learned_candidate(world, "Tell customers to pay on the billing page.")
+        assert world.gate("auto", suites=["quiz.jsonl"]).run(plain.id).action == "published"

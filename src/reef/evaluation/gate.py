@@ -18,7 +18,9 @@
    head, up to ``MAX_ROUNDS`` times); ``review`` — the candidate waits ``passed`` for a
    person to promote it; ``canary`` — it serves a share of live traffic until
    ``CanaryMonitor`` promotes or abandons it. A rejected candidate changes nothing that
-   serves.
+   serves. A candidate whose harness adds contact or personal data its parent does not
+   have (a URL, an e-mail address, a phone number, …; ``safety.added_contact_data``)
+   waits for review whatever the mode, with the reason in ``evidence["review"]``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,12 @@ from reef.evaluation.episodes import (
 )
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget, collect_answers
-from reef.evaluation.safety import leak_probe_items, planted_instructions
+from reef.evaluation.safety import (
+    added_contact_data,
+    contact_review_reason,
+    leak_probe_items,
+    planted_instructions,
+)
 from reef.evaluation.scorers import ScorerContext, ScorerRegistry
 from reef.evaluation.suites import load_suite, regression_suites
 from reef.evaluation.values import Answer, Decision, EvalItem, ItemResult
@@ -81,10 +88,11 @@ class GateOutcome:
     evaluation_id: str | None = None
     release_id: str | None = None
     cost: dict[str, Any] = field(default_factory=dict)
+    review_reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (stored as a job's result)."""
-        return {
+        out = {
             "candidate_id": self.candidate_id,
             "action": self.action,
             "decision": None if self.decision is None else self.decision.summary(),
@@ -92,6 +100,9 @@ class GateOutcome:
             "release_id": self.release_id,
             "cost": self.cost,
         }
+        if self.review_reason is not None:
+            out["review_reason"] = self.review_reason
+        return out
 
 
 @dataclass
@@ -313,11 +324,24 @@ class Gate:
         evaluation_id: str,
         cost: dict[str, Any],
     ) -> GateOutcome | None:
-        """Publish per the mode; None when the head moved and the caller must re-run."""
+        """Publish per the mode; None when the head moved and the caller must re-run. A
+        candidate that adds contact data waits for review whatever the mode."""
+        review = self._contact_review(candidate, baseline)
+        if review is not None:
+            gate = {**evidence["gate"], "publish": "review", "requested_publish": self.publish}
+            evidence = {**evidence, "gate": gate, "review": review}
         self.chain.set_candidate_state(candidate.id, "passed", evidence)
         reason = decision.summary()
-        if self.publish == "review":
-            return GateOutcome(candidate.id, "awaiting review", decision, evaluation_id, cost=cost)
+        if self.publish == "review" or review is not None:
+            log.info("candidate %s awaits review", candidate.id)
+            return GateOutcome(
+                candidate.id,
+                "awaiting review",
+                decision,
+                evaluation_id,
+                cost=cost,
+                review_reason=None if review is None else review["reason"],
+            )
         if self.publish == "canary":
             canary = self.config.canary
             self.chain.start_canary(
@@ -340,6 +364,21 @@ class Gate:
         return GateOutcome(
             candidate.id, "published", decision, evaluation_id, release.id, cost=cost
         )
+
+    def _contact_review(self, candidate: Candidate, baseline: Release) -> dict[str, Any] | None:
+        """Why the candidate must wait for a person: the contact data its harness adds to
+        the head's (``evidence["review"]``); None when it adds none."""
+        added = added_contact_data(
+            self._harness(candidate.manifest.harness), self._harness(baseline.manifest.harness)
+        )
+        if not added:
+            return None
+        return {
+            "reason": contact_review_reason(added),
+            "rule": "contact_data",
+            "findings": added,
+            "requested_publish": self.publish,
+        }
 
 
 class EvaluationFailedError(ReefError):

@@ -12,6 +12,13 @@
    the candidate added — lines its parent's harness does not hold — fails. Text the parent
    already served with is not the candidate's to protect, and checking it would block
    every candidate of a leaky base model for a reason the candidate did not introduce.
+
+Not a rejection but a hold: a harness that adds contact or personal data its parent does
+not have (``added_contact_data``: a URL, an e-mail address, a phone number, a street
+address, or an IP, card, IBAN, SSN or secret) is never published automatically; the
+gate sends it to review with the reason (``contact_review_reason``), whatever the
+recipe's ``publish`` mode. A learner may have copied it from one customer's traffic,
+or a reflector may have been talked into "tell customers to call 555-0100".
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import re
 
 from reef.evaluation.values import EvalItem
+from reef.experience import find_personal_data, personal_data_key
 from reef.harness import Harness
 from reef.harness.scanning import harness_texts, scan_for_injection
 
@@ -116,3 +124,56 @@ def leaked(output: str, secrets: list[str], min_chars: int) -> str | None:
             if run in windows:
                 return run
     return None
+
+
+def added_contact_data(candidate: Harness | None, parent: Harness | None) -> list[dict[str, str]]:
+    """Contact and personal data (links, e-mail addresses, phone numbers, street
+    addresses, and any other kind ``reef.experience.find_personal_data`` finds) that
+    ``candidate``'s harness holds and ``parent``'s does not, each as ``{"where", "kind",
+    "text"}``. The same value written differently (``(555) 010-0100`` and
+    ``555.010.0100``) is the same; typed placeholders (``<PHONE>``) are not data."""
+    if candidate is None:
+        return []
+    inherited = set()
+    if parent is not None:
+        inherited = {
+            (item.kind, personal_data_key(item))
+            for _, text in harness_texts(parent)
+            for item in find_personal_data(text)
+        }
+    added: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for where, text in harness_texts(candidate):
+        for item in find_personal_data(text):
+            key = (item.kind, personal_data_key(item))
+            if key not in inherited and key not in seen:
+                seen.add(key)
+                added.append({"where": where, "kind": item.kind, "text": item.text})
+    return added
+
+
+def contact_review_reason(added: list[dict[str, str]], limit: int = 5) -> str:
+    """One sentence for a person: what contact data the candidate adds, and where."""
+    shown = "; ".join(
+        f"{_KIND_NAMES.get(a['kind'], a['kind'].lower())} {a['text']!r} in {a['where']}"
+        for a in added[:limit]
+    )
+    more = f"; and {len(added) - limit} more" if len(added) > limit else ""
+    return (
+        "the harness adds contact or personal data its parent does not have, so a person "
+        f"must review it before it serves: {shown}{more}"
+    )
+
+
+_KIND_NAMES = {
+    "LINK": "URL",
+    "URL": "URL with credentials",
+    "EMAIL": "e-mail address",
+    "PHONE": "phone number",
+    "ADDRESS": "street address",
+    "IP": "IP address",
+    "CARD": "card number",
+    "IBAN": "IBAN",
+    "SSN": "US SSN",
+    "SECRET": "secret",
+}

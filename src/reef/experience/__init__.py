@@ -2,8 +2,9 @@
 
 Owns: the ``ExperienceStore`` contract and its SQL implementation on a ``reef.db.Database``
 (SQLite and PostgreSQL through SQLAlchemy Core), group-committed record writing
-(``RecordWriter``), redaction of captured text, export to JSON Lines / Parquet, the
-learning-curve query, the stored responses of the OpenAI Responses API
+(``RecordWriter``), redaction of captured text, typed detection and scrubbing of personal
+data (``personal_data``: ``<EMAIL>``, ``<PHONE>``, …), export to JSON Lines / Parquet,
+the learning-curve query, the stored responses of the OpenAI Responses API
 (``ResponseStore``: the conversation state behind ``previous_response_id``), and
 trajectories: a session's records assembled into a tree of turns with their tool calls
 and results (``trajectories``), on a dialect-free form of each record (``exchanges``).
@@ -34,6 +35,14 @@ from reef.experience.errors import (
 )
 from reef.experience.exchanges import TRAINABLE_APIS, CanonicalExchange, canonical_exchange
 from reef.experience.export import ParquetUnavailableError, export_records
+from reef.experience.personal_data import (
+    SCRUBBED_KINDS,
+    PersonalData,
+    find_personal_data,
+    personal_data_key,
+    scrub_personal_text,
+    scrub_personal_value,
+)
 from reef.experience.records import (
     COMPUTED_KINDS,
     EXPLICIT,
@@ -62,6 +71,7 @@ __all__ = [
     "COMPUTED_KINDS",
     "EXPLICIT",
     "REDACTED",
+    "SCRUBBED_KINDS",
     "TRAINABLE_APIS",
     "Branch",
     "CanonicalExchange",
@@ -72,6 +82,7 @@ __all__ = [
     "FeedbackView",
     "IdempotencyConflictError",
     "ParquetUnavailableError",
+    "PersonalData",
     "Purpose",
     "RecordDraft",
     "RecordFilter",
@@ -102,7 +113,11 @@ __all__ = [
     "check_feedback_source",
     "check_source_weights",
     "export_records",
+    "find_personal_data",
     "is_tool_call_correction",
     "open_store",
+    "personal_data_key",
+    "scrub_personal_text",
+    "scrub_personal_value",
     "source_kind",
 ]

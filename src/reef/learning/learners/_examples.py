@@ -1,11 +1,15 @@
-"""What the model learners read out of a ``TrainingExample`` as plain text: the
-conversation, the served reply and the correction (shared by sft, preference and rl)."""
+"""What the learners read out of a ``TrainingExample`` as plain text: the conversation,
+the served reply and the correction (shared by sft, preference and rl), and the same with
+personal data scrubbed (for the harness learners, whose output every key can download)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from typing import Any
 
 from reef.engine.tools import assistant_text
+from reef.experience import scrub_personal_text, scrub_personal_value
 from reef.learning.base import TrainingExample
 
 
@@ -126,3 +130,47 @@ def transcript_line(message: dict[str, Any]) -> str:
         if isinstance(call, dict)
     )
     return f"{role}: {' '.join(part for part in (text, calls) if part)}"
+
+
+def scrubbed_message(message: dict[str, Any], counts: Counter[str]) -> dict[str, Any]:
+    """``message`` with personal data in its content and tool-call arguments replaced by
+    typed placeholders (``reef.experience.scrub_personal_value``); roles, names and ids
+    stay. ``counts`` gains one per replacement, by kind."""
+    out = dict(message)
+    if "content" in out:
+        out["content"] = scrub_personal_value(out["content"], counts)
+    if out.get("tool_calls"):
+        out["tool_calls"] = [_scrubbed_call(call, counts) for call in out["tool_calls"]]
+    return out
+
+
+def _scrubbed_call(call: Any, counts: Counter[str]) -> Any:
+    if not isinstance(call, dict):
+        return call
+    out = dict(call)
+    if isinstance(out.get("arguments"), str):
+        out["arguments"] = scrub_personal_text(out["arguments"], counts)
+    function = out.get("function")
+    if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+        out["function"] = {
+            **function,
+            "arguments": scrub_personal_text(function["arguments"], counts),
+        }
+    return out
+
+
+def scrubbed_example(item: TrainingExample, counts: Counter[str]) -> TrainingExample:
+    """``item`` with personal data scrubbed from everything a harness learner may copy:
+    the conversation, the served reply, the correction and the feedback."""
+    correction = item.correction
+    if isinstance(correction, dict):
+        correction = scrubbed_message(correction, counts)
+    elif correction is not None:
+        correction = scrub_personal_value(correction, counts)
+    return dataclasses.replace(
+        item,
+        messages=[scrubbed_message(m, counts) for m in item.messages],
+        response=None if item.response is None else scrubbed_message(item.response, counts),
+        correction=correction,
+        feedback=[scrub_personal_value(f, counts) for f in item.feedback],
+    )

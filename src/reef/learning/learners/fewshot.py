@@ -10,12 +10,19 @@ similarity to demos already taken; token Jaccard by default, MiniLM embeddings w
 ``similarity: embedding``) and takes demos while they fit: at most ``k`` and
 ``max_tokens`` in all (``len(text) / 4`` per demo unless ``tokenizer`` names a
 ``tokenizer.json``). Demos whose text trips the injection scan are never used.
+
+Every inference key of the scenario can download the harness, so a demo must not carry
+one customer's data to another: with ``scrub_personal_data`` (the default) e-mail
+addresses, phone numbers, card numbers, IBANs, IP addresses, US SSNs, street addresses,
+secrets and links with credentials in the demo become typed placeholders (``<EMAIL>``,
+``<PHONE>``, …; ``reef.experience.personal_data``), counted in ``metrics.scrubbed``.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+from collections import Counter
 from collections.abc import Callable
 from functools import cache
 from typing import Any, ClassVar, Literal
@@ -32,6 +39,7 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.learners._errors import NoCandidateError
+from reef.learning.learners._examples import scrubbed_example
 from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
 from reef.learning.learners._similarity import example_text, mmr_order, similarity_matrix
 
@@ -46,6 +54,7 @@ class FewShotConfig(LearnerConfig):
     similarity: Literal["lexical", "embedding"] = "lexical"
     tokenizer: str | None = None
     pool_size: int = Field(default=200, ge=1)
+    scrub_personal_data: bool = True
 
 
 class FewShotLearner(Learner):
@@ -60,7 +69,8 @@ class FewShotLearner(Learner):
         example qualifies or none fits the budget."""
         config = self.config
         assert isinstance(config, FewShotConfig)
-        demos, pool = _candidates(context.batch.train, config)
+        scrubbed: Counter[str] = Counter()
+        demos, pool = _candidates(context.batch.train, config, scrubbed)
         if not demos:
             raise NoCandidateError("fewshot: no corrected or high-scoring example in the batch")
         count_tokens = _token_counter(config.tokenizer)
@@ -95,14 +105,16 @@ class FewShotLearner(Learner):
                 "tokens": budget["tokens"],
                 "candidates": len(demos),
                 "record_ids": [e.record_id for e, _ in chosen],
+                "scrubbed": dict(sorted(scrubbed.items())),
             },
         )
 
 
 def _candidates(
-    train: list[TrainingExample], config: FewShotConfig
+    train: list[TrainingExample], config: FewShotConfig, scrubbed: Counter[str]
 ) -> tuple[list[tuple[TrainingExample, Example]], list[tuple[float, TrainingExample]]]:
-    """Qualifying examples as demos, best first, at most ``pool_size``; with relevance."""
+    """Qualifying examples as demos, best first, at most ``pool_size``; with relevance.
+    ``scrubbed`` counts the personal data taken out of them, by kind."""
     scored = [
         e
         for e in train
@@ -128,7 +140,7 @@ def _candidates(
     demos: list[tuple[TrainingExample, Example]] = []
     pool: list[tuple[float, TrainingExample]] = []
     for example in ranked:
-        demo = demonstration(example)
+        demo = demonstration(example, scrubbed if config.scrub_personal_data else None)
         if demo is None:
             continue
         demos.append((example, demo))
@@ -138,9 +150,12 @@ def _candidates(
     return demos, pool
 
 
-def demonstration(example: TrainingExample) -> Example | None:
+def demonstration(example: TrainingExample, scrubbed: Counter[str] | None = None) -> Example | None:
     """The example as a few-shot demo (system turns left out, the correction as the
-    reply when there is one); None when it cannot be one or trips the injection scan."""
+    reply when there is one); None when it cannot be one or trips the injection scan.
+    With ``scrubbed`` (a counter), personal data becomes typed placeholders first."""
+    if scrubbed is not None:
+        example = scrubbed_example(example, scrubbed)
     turns = [_openai_message(m) for m in example.messages if m.get("role") != "system"]
     reply = _reply(example)
     if reply is None or not turns:

@@ -7,7 +7,8 @@ One run:
    conversation, reply, textual feedback and correction.
 2. ``variants`` reflect calls. Each shows ``context.reflector`` the failures and a parent's
    system prompt and rules — the head's for the first call, then members of the Pareto
-   pool in turn — and asks for strict JSON ``{"system_prompt": str|null, "instructions":
+   pool in turn — fenced as quoted data that carries no instructions (``_quoting``),
+   and asks for strict JSON ``{"system_prompt": str|null, "instructions":
    [str, ...]}``. Output that is not exactly that (code fences aside), or whose text trips
    ``scan_for_injection``, is discarded and counted; it is never published.
 3. Scoring, a cheap proxy (no model calls): on each training example with textual
@@ -46,18 +47,21 @@ from reef.learning.base import (
 from reef.learning.learners._errors import NoCandidateError
 from reef.learning.learners._examples import transcript_line
 from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
+from reef.learning.learners._quoting import reflection_messages as quoted_reflection
 
 POOL_VERSION = 1
 _WORD = re.compile(r"[a-z0-9]{3,}")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 PROMPT = """You improve the system prompt and rules of an AI assistant.
-Below are the assistant's current system prompt and rules, then conversations where it
-did badly, with the feedback it received and, where given, a better answer.
-Write a revised system prompt and a revised list of rules that would avoid these failures
-while keeping what already works. Keep rules short, concrete and general.
+The quoted data below holds the assistant's current system prompt and rules, then
+conversations where it did badly, with the feedback it received and, where given, a
+better answer. Write a revised system prompt and a revised list of rules that would avoid
+these failures while keeping what already works. Keep rules short, concrete and general.
+"""
 
-Answer with ONLY a JSON object, no prose and no code fences, exactly of this form:
+ANSWER_FORMAT = """Answer with ONLY a JSON object, no prose and no code fences, exactly of
+this form:
 {"system_prompt": "<the revised system prompt, or null to keep none>",
  "instructions": ["<rule 1>", "<rule 2>"]}
 """
@@ -185,10 +189,10 @@ def failing_examples(
 
 
 def reflection_messages(parent: Candidate, failures: list[TrainingExample]) -> list[dict[str, Any]]:
-    """The chat messages that ask the reflector for a revision."""
+    """The chat messages that ask the reflector for a revision: the parent's rules and
+    the failures go in as quoted data (``_quoting``), which carries no instructions."""
     rules = "\n".join(f"- {rule}" for rule in parent.instructions) or "(none)"
     parts = [
-        PROMPT,
         f"## Current system prompt\n{parent.system_prompt or '(none)'}",
         f"## Current rules\n{rules}",
     ]
@@ -201,7 +205,7 @@ def reflection_messages(parent: Candidate, failures: list[TrainingExample]) -> l
             f"feedback: {json.dumps(example.feedback, ensure_ascii=False)}\n"
             f"better answer: {example.target_text() if example.correction is not None else '-'}"
         )
-    return [{"role": "user", "content": "\n\n".join(parts)}]
+    return quoted_reflection(PROMPT, "\n\n".join(parts), ANSWER_FORMAT)
 
 
 def parse_proposal(text: Any, config: InstructionsConfig) -> tuple[_Proposal | None, str]:

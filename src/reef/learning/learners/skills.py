@@ -3,10 +3,16 @@
 1. Signals: training examples with a correction or textual feedback. Their feedback and
    correction text is clustered greedily by token Jaccard (single link, at least
    ``cluster_threshold``); a cluster of at least ``min_support`` examples is recurring.
-2. Each recurring cluster becomes one entry. With ``use_reflect`` the reflector is asked
-   for strict JSON ``{"name", "when_to_use", "content"}``; anything else (or text that
-   trips the injection scan) falls back to a deterministic template listing the
-   feedback and the preferred answers. An entry whose template trips the scan is dropped.
+2. Each recurring cluster becomes one entry. With ``use_reflect`` the reflector is shown
+   the cluster's requests and feedback, fenced as quoted data that carries no
+   instructions (``_quoting``), and asked for strict JSON ``{"name", "when_to_use",
+   "content"}``; anything else (or text that trips the injection scan) falls back to a
+   deterministic template listing the feedback and the preferred answers. An entry whose
+   template trips the scan is dropped.
+   With ``scrub_personal_data`` (the default) the signals are scrubbed of personal data
+   (typed placeholders such as ``<EMAIL>``, ``<PHONE>``; ``reef.experience``) before
+   clustering, and so is the reflector's entry: nothing a customer wrote about
+   themselves reaches a skill that every key of the scenario can download.
 3. Citations: every entry names the record ids it came from — a skill in its
    ``description`` ("Learned from records …"), a memory entry at its end — and
    ``orchestration.extra["learned_sources"]`` maps each learned entry to its full list.
@@ -20,6 +26,7 @@ Raises ``NoCandidateError`` when no recurring cluster yields an entry.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -28,6 +35,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from reef.experience import scrub_personal_text
 from reef.harness import Harness, Skill, scan_for_injection
 from reef.learning.base import (
     Learner,
@@ -37,7 +45,9 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.learners._errors import NoCandidateError
+from reef.learning.learners._examples import scrubbed_example
 from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
+from reef.learning.learners._quoting import reflection_messages
 from reef.learning.learners._similarity import jaccard, tokens
 
 SOURCES_KEY = "learned_sources"
@@ -50,10 +60,13 @@ _STOPWORD_TEXT = (
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9 _.-]+")
 
-PROMPT = """Several conversations with an AI assistant drew similar feedback. Write ONE
-reusable skill that teaches the assistant what to do next time.
+PROMPT = """Several conversations with an AI assistant drew similar feedback; the quoted
+data below holds each one's last request and its feedback. Write ONE reusable skill that
+teaches the assistant what to do next time.
+"""
 
-Answer with ONLY a JSON object, no prose and no code fences, exactly of this form:
+ANSWER_FORMAT = """Answer with ONLY a JSON object, no prose and no code fences, exactly of
+this form:
 {"name": "<2-5 word name>", "when_to_use": "<one sentence>", "content": "<the skill>"}
 """
 
@@ -68,6 +81,7 @@ class SkillsConfig(LearnerConfig):
     dedup_threshold: float = Field(default=0.6, gt=0.0, le=1.0)
     use_reflect: bool = True
     max_content_chars: int = Field(default=2000, ge=50)
+    scrub_personal_data: bool = True
 
 
 @dataclass
@@ -91,7 +105,10 @@ class SkillsLearner(Learner):
         """Distil, deduplicate, cap and store (module docstring); raises ``NoCandidateError``."""
         config = self.config
         assert isinstance(config, SkillsConfig)
+        scrubbed: Counter[str] = Counter()
         signals = [e for e in context.batch.train if signal_text(e)]
+        if config.scrub_personal_data:
+            signals = [scrubbed_example(e, scrubbed) for e in signals]
         clusters = [
             c for c in cluster(signals, config.cluster_threshold) if len(c) >= config.min_support
         ]
@@ -101,7 +118,7 @@ class SkillsLearner(Learner):
             context.progress.report(
                 index / max(1, len(clusters)), f"distilling cluster {index + 1}"
             )
-            entry = distil(members, config, context if config.use_reflect else None)
+            entry = distil(members, config, context if config.use_reflect else None, scrubbed)
             if entry is None:
                 dropped += 1
             else:
@@ -125,6 +142,7 @@ class SkillsLearner(Learner):
                 "kept": len(entries),
                 "clusters": len(clusters),
                 "dropped": dropped,
+                "scrubbed": dict(sorted(scrubbed.items())),
             },
         )
 
@@ -194,16 +212,31 @@ def template(members: list[TrainingExample]) -> Entry:
 
 
 def distil(
-    members: list[TrainingExample], config: SkillsConfig, context: LearnerContext | None
+    members: list[TrainingExample],
+    config: SkillsConfig,
+    context: LearnerContext | None,
+    scrubbed: Counter[str] | None = None,
 ) -> Entry | None:
     """One entry for a cluster: the reflector's when valid and clean, else the template;
-    None when even the template trips the injection scan."""
+    None when even the template trips the injection scan. With ``scrub_personal_data``
+    the reflector's entry is scrubbed too (``scrubbed`` counts what was taken out)."""
     fallback = template(members)
     if context is not None:
         entry = _reflected(members, fallback, config, context)
+        if entry is not None and config.scrub_personal_data:
+            entry = _scrubbed_entry(entry, Counter() if scrubbed is None else scrubbed)
         if entry is not None and _clean(entry):
             return entry
     return fallback if _clean(fallback) else None
+
+
+def _scrubbed_entry(entry: Entry, counts: Counter[str]) -> Entry:
+    return dataclasses.replace(
+        entry,
+        name=_safe_name(scrub_personal_text(entry.name, counts)),
+        when_to_use=scrub_personal_text(entry.when_to_use, counts),
+        content=scrub_personal_text(entry.content, counts),
+    )
 
 
 def _reflected(
@@ -215,7 +248,7 @@ def _reflected(
         for e in members[:10]
     )
     try:
-        text = context.reflector.reflect([{"role": "user", "content": f"{PROMPT}\n{body}"}])
+        text = context.reflector.reflect(reflection_messages(PROMPT, body, ANSWER_FORMAT))
         document = json.loads(text.strip())
     except Exception:  # the reflector is a model call; anything wrong means the template
         return None

@@ -10,7 +10,8 @@ One run:
    (calls and results included), the reply's calls or text, its feedback and the
    correction.
 2. Up to ``variants`` reflect calls, each shown the tools as they are offered now (with
-   the head's ``tool_notes`` applied) and the cases, asking for strict JSON:
+   the head's ``tool_notes`` applied) and the cases, fenced as quoted data that carries
+   no instructions (``_quoting``), asking for strict JSON:
    ``{"tools": {"<name>": {"description": str|null, "parameters": {"<param>": str}}},
    "tool_choice": "auto"|"required"|"none"|null, "max_turns": int|null}``. A reply is
    discarded (and counted) when it is not exactly that, names a tool or parameter the
@@ -22,6 +23,10 @@ One run:
    gate then replays held-out tool turns, scored by ``tool_call``, to say whether the
    model calls better under it.
 
+With ``scrub_personal_data`` (the default) the cases are scrubbed of personal data
+(typed placeholders such as ``<EMAIL>``, ``<PHONE>``; ``reef.experience``) before the
+reflector sees them, and so are the notes it proposes, counted in ``metrics.scrubbed``.
+
 Raises ``NoCandidateError`` when no turn misused a tool, no variant is valid, or the
 proposal changes nothing.
 """
@@ -30,10 +35,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from reef.experience import scrub_personal_text
 from reef.harness import Harness, ToolNote, scan_value
 from reef.learning.base import (
     Learner,
@@ -43,19 +50,23 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.learners._errors import NoCandidateError
-from reef.learning.learners._examples import transcript_line
+from reef.learning.learners._examples import scrubbed_example, transcript_line
 from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
+from reef.learning.learners._quoting import reflection_messages as quoted_reflection
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 PROMPT = """You improve how an AI agent's tools are documented.
-Below are the tools the agent is offered, as it sees them now, then turns where it used
-them badly: the conversation, what it did, the feedback and, where given, what it should
-have done. Rewrite the descriptions of the tools involved (and of their parameters) so
-that an agent reading them would act right in these cases, staying true to what each
-tool does. You may also set tool_choice (auto, required or none) and max_turns.
+The quoted data below holds the tools the agent is offered, as it sees them now, then
+turns where it used them badly: the conversation, what it did, the feedback and, where
+given, what it should have done. Rewrite the descriptions of the tools involved (and of
+their parameters) so that an agent reading them would act right in these cases, staying
+true to what each tool does. You may also set tool_choice (auto, required or none) and
+max_turns.
+"""
 
-Answer with ONLY a JSON object, no prose and no code fences, exactly of this form:
+ANSWER_FORMAT = """Answer with ONLY a JSON object, no prose and no code fences, exactly of
+this form:
 {"tools": {"<tool name>": {"description": "<new description, or null to keep it>",
                            "parameters": {"<parameter name>": "<new description>"}}},
  "tool_choice": null, "max_turns": null}
@@ -69,6 +80,7 @@ class ToolsConfig(LearnerConfig):
     failure_score: float = 0.5
     max_cases: int = Field(default=8, ge=1)
     max_note_chars: int = Field(default=1000, ge=10)
+    scrub_personal_data: bool = True
 
 
 class _Note(BaseModel):
@@ -102,24 +114,14 @@ class ToolsLearner(Learner):
         cases = misuse(context.batch.train, config)
         if not cases:
             raise NoCandidateError("tools: no turn in the batch misused a tool")
+        scrubbed: Counter[str] = Counter()
+        if config.scrub_personal_data:
+            cases = [scrubbed_example(e, scrubbed) for e in cases]
         bundle = head_bundle(context)
         offered = offered_tools(cases, bundle.harness)
-        rejected: dict[str, int] = {}
-        proposal: _Proposal | None = None
-        for index in range(config.variants):
-            context.progress.report(index / config.variants, f"reflecting ({index + 1})")
-            try:
-                text = context.reflector.reflect(reflection_messages(offered, cases))
-            except Exception:  # the reflector is a model call: a failure costs one variant
-                rejected["reflect failed"] = rejected.get("reflect failed", 0) + 1
-                continue
-            proposal, reason = parse_proposal(text, offered, config)
-            if proposal is not None:
-                break
-            rejected[reason] = rejected.get(reason, 0) + 1
-        if proposal is None:
-            described = ", ".join(f"{k}: {v}" for k, v in sorted(rejected.items()))
-            raise NoCandidateError(f"tools: no valid variant ({described})")
+        proposal, rejected = _propose(context, offered, cases, config)
+        if config.scrub_personal_data:
+            proposal = _scrubbed_proposal(proposal, scrubbed)
         harness = bundle.harness
         notes = {name: note.model_dump() for name, note in harness.tool_notes.items()}
         for name, note in proposal.tools.items():
@@ -147,8 +149,33 @@ class ToolsLearner(Learner):
                 "variants_rejected": rejected,
                 "tool_choice": proposal.tool_choice,
                 "max_turns": proposal.max_turns,
+                "scrubbed": dict(sorted(scrubbed.items())),
             },
         )
+
+
+def _propose(
+    context: LearnerContext,
+    offered: dict[str, dict[str, Any]],
+    cases: list[TrainingExample],
+    config: ToolsConfig,
+) -> tuple[_Proposal, dict[str, int]]:
+    """The first valid proposal of up to ``variants`` reflect calls, and why the others
+    were discarded; raises ``NoCandidateError`` when none is valid."""
+    rejected: dict[str, int] = {}
+    for index in range(config.variants):
+        context.progress.report(index / config.variants, f"reflecting ({index + 1})")
+        try:
+            text = context.reflector.reflect(reflection_messages(offered, cases))
+        except Exception:  # the reflector is a model call: a failure costs one variant
+            rejected["reflect failed"] = rejected.get("reflect failed", 0) + 1
+            continue
+        proposal, reason = parse_proposal(text, offered, config)
+        if proposal is not None:
+            return proposal, rejected
+        rejected[reason] = rejected.get(reason, 0) + 1
+    described = ", ".join(f"{k}: {v}" for k, v in sorted(rejected.items()))
+    raise NoCandidateError(f"tools: no valid variant ({described})")
 
 
 def misuse(train: list[TrainingExample], config: ToolsConfig) -> list[TrainingExample]:
@@ -195,8 +222,9 @@ def _apply(function: dict[str, Any], note: ToolNote) -> None:
 def reflection_messages(
     offered: dict[str, dict[str, Any]], cases: list[TrainingExample]
 ) -> list[dict[str, Any]]:
-    """The chat messages that ask the reflector for better tool documentation."""
-    parts = [PROMPT, "## Tools\n" + "\n".join(json.dumps(f) for f in offered.values())]
+    """The chat messages that ask the reflector for better tool documentation: the tools
+    and the cases go in as quoted data (``_quoting``), which carries no instructions."""
+    parts = ["## Tools\n" + "\n".join(json.dumps(f) for f in offered.values())]
     for number, example in enumerate(cases, start=1):
         lines = [transcript_line(message) for message in example.messages]
         did = transcript_line({"role": "assistant", **(example.response or {})})
@@ -208,7 +236,21 @@ def reflection_messages(
             if isinstance(should, dict):
                 should = transcript_line({"role": "assistant", **should})
             parts.append(f"should have been: {should}")
-    return [{"role": "user", "content": "\n\n".join(parts)}]
+    return quoted_reflection(PROMPT, "\n\n".join(parts), ANSWER_FORMAT)
+
+
+def _scrubbed_proposal(proposal: _Proposal, counts: Counter[str]) -> _Proposal:
+    """``proposal`` with personal data in its notes replaced by typed placeholders."""
+    tools = {
+        name: _Note(
+            description=None
+            if note.description is None
+            else scrub_personal_text(note.description, counts),
+            parameters={k: scrub_personal_text(v, counts) for k, v in note.parameters.items()},
+        )
+        for name, note in proposal.tools.items()
+    }
+    return proposal.model_copy(update={"tools": tools})
 
 
 def parse_proposal(

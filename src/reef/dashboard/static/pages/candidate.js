@@ -163,6 +163,28 @@ function modelLine(candidate, parent) {
     h("span", { class: "chip", title: candidate.manifest.harness || "no harness" }, `harness ${shortDigest(candidate.manifest.harness)}`));
 }
 
+/** Why the gate held this candidate for a person: the contact or personal data its
+ * harness adds to its parent's (evaluation/safety.py), one row per finding. */
+function reviewHold(evidence) {
+  const review = evidence && evidence.review;
+  if (!review || typeof review !== "object") return null;
+  const findings = Array.isArray(review.findings) ? review.findings : [];
+  return h("section", { class: "panel", id: "review-reason" },
+    h("h2", {}, "Held for review"),
+    h("p", {}, badge("review required", "warn"), " ", String(review.reason || "")),
+    review.requested_publish
+      ? h("p", { class: "small muted" }, `The recipe asked for publish: ${review.requested_publish}; `
+        + "a candidate that adds contact data is never published without a person.")
+      : null,
+    findings.length
+      ? table([
+        ["Kind", (f) => h("code", {}, String(f.kind))],
+        ["Value", (f) => String(f.text)],
+        ["Where", (f) => h("code", {}, String(f.where))],
+      ], findings)
+      : null);
+}
+
 function sideNotes(evidence) {
   const notes = [];
   if (evidence && evidence.abandoned) {
@@ -212,6 +234,7 @@ export async function render([id]) {
       parent ? [" · parent ", `#${parent.seq} `, idChip(parent.id)] : null),
     modelLine(candidate, parent),
     sideNotes(candidate.evidence),
+    reviewHold(candidate.evidence),
     h("section", { class: "panel", id: "decision" },
       h("h2", {}, "Decision"),
       gate ? [decisionBlock(decision), ruleLine(decision && decision.rule), h("h3", {}, "Suites"), suitesTable(decision),

@@ -97,7 +97,9 @@ export function candidatesTable(candidates) {
   if (!candidates.length) return empty("No candidates yet: learning jobs propose them from feedback.");
   return table([
     ["Candidate", (c) => h("a", { href: `#/candidates/${c.id}` }, idChip(c.id))],
-    ["State", (c) => badge(c.state)],
+    ["State", (c) => [badge(c.state),
+      // the gate held it for a person: its harness adds contact data (candidate page says why)
+      c.evidence && c.evidence.review ? [" ", badge("held for review", "warn")] : null]],
     ["Created", (c) => time(c.created_at)],
     ["Gain", (c) => {
       const decision = gateOf(c.evidence) && gateOf(c.evidence).decision;

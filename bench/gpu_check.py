@@ -139,6 +139,7 @@ class TrainRun:
     wall_seconds: float = 0.0
     final_loss: float | None = None
     parameters: int | None = None
+    stop_reason: str | None = None  # the trainer's: steps, or max_seconds (capped)
 
 
 @dataclass
@@ -362,7 +363,8 @@ def fill(run: TrainRun, metrics: dict[str, Any], stamps: list[float]) -> None:
     run.load_seconds = float(metrics["load_seconds"])
     run.final_loss = float(metrics["loss_curve"][-1])
     run.parameters = metrics.get("parameters")
-    steps = int(metrics["steps"])
+    run.stop_reason = metrics.get("stop_reason")
+    steps = run.steps = int(metrics["steps"])  # fewer than planned when capped
     if steps >= 3 and len(stamps) == steps and stamps[-1] > stamps[0]:
         # steps 2..n: the mean tokens per step over the time after the first step ended
         run.steady_tokens_per_second = round(
@@ -473,6 +475,8 @@ def table_row(report: Report, run: TrainRun) -> str:
     precision = "-" if run.bf16 is None else ("bf16" if run.bf16 else "float32")
     steady = run.steady_tokens_per_second
     status = run.status if run.status == "ok" else f"{run.status}: {run.reason.splitlines()[0]}"
+    if run.stop_reason == "max_seconds":
+        status += " (stopped by the time cap)"
     device = f"{run.device} (reference)" if run.role == "cpu" else run.device
     return (
         f"| `{run.model}` | {count(params)} | {run.mode} | {device} | {precision} | "

@@ -25,8 +25,9 @@ the optimizer step, over the training loop's wall time, first step included); "s
 leaves the first step out (from the child's per-step progress lines), which on a GPU
 holds the kernels' first-use cost.
 
-``--cpu-smoke`` runs the same code paths on tiny models on the CPU (no CUDA), so that a
-test can run the whole script (tests/learning/test_gpu_check_bench.py). It writes one
+``--cpu-smoke`` runs the same code paths on a tiny model on the CPU (no CUDA; the
+accelerator's runs in bf16 with gradient checkpointing, as the trainer picks on CUDA),
+so that a test can run the whole script (tests/learning/test_gpu_check_bench.py). It writes one
 JSON (``--out``) after every run, so a run cut short still leaves its figures, and
 prints the Markdown table (also to ``--markdown``).
 """
@@ -304,6 +305,7 @@ class Checker:
             run.status, run.reason = "skipped", f"time budget: {left:.0f} s left"
             return self.record(run)
         output = self.scratch / f"out-{job.model}-{job.mode}-{job.device}"
+        rehearsal = job.role == "accelerator" and job.device == "cpu"
         spec = SFTSpec(
             model=job.source,
             home=self.scratch / "home",
@@ -319,6 +321,9 @@ class Checker:
             batch_size=self.plan.batch,
             max_seq_len=self.plan.max_seq_len,
             device="cuda" if job.device == "cuda" else "cpu",
+            # a smoke run's accelerator runs take what auto picks on CUDA
+            bf16=True if rehearsal else "auto",
+            gradient_checkpointing=True if rehearsal else "auto",
         )
         stamps: list[float] = []
         started = time.monotonic()

@@ -45,6 +45,8 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
         assert run["tokens"] > 0 and run["tokens_per_second"] > 0
         assert run["steady_tokens_per_second"] > 0  # every step's progress line arrived
         assert run["peak_memory_bytes"] is None  # a CPU run reports no GPU memory
+        # the accelerator's runs rehearse what CUDA picks (bf16); the CPU reference, float32
+        assert run["bf16"] is (run["role"] == "accelerator")
     # the models are built with the realistic vocabulary, so the head costs what it would
     for model in report["models"].values():
         assert model["config"]["vocab_size"] == 49152

@@ -192,4 +192,5 @@ REPORTED = (
     "best_val_loss",
     "undertrained",
     "bf16",
+    "peak_memory_bytes",  # on CUDA only
 )

@@ -460,6 +460,9 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     }
     if full:
         metrics["parameters"] = sum(p.numel() for p in model.parameters())
+    if device.type == "cuda":
+        # the child's whole run: model load, training and save (bench/gpu_check.py)
+        metrics["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
 
 

@@ -166,7 +166,8 @@ class TrainResult(BaseModel):
     ``load_seconds``, ``steps``, ``examples``, ``device`` and ``continued``; an SFT run
     adds its convergence report (``budget.stop_report``: ``stop_reason``, ``val_curve``,
     ``best_step``, ``undertrained``, …), ``train_examples``, ``val_examples`` and
-    ``epochs_run``."""
+    ``epochs_run``; a run on CUDA adds ``peak_memory_bytes`` (the most GPU memory torch
+    held at once, load and save included)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,0 +1,69 @@
+"""``bench/gpu_check.py --cpu-smoke``: the GPU check's whole script on tiny models on the
+CPU, so that it cannot rot between the runs on a GPU (docs/benchmarks.md holds those).
+Nothing here checks a time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    out, table = tmp_path / "gpu-check.json", tmp_path / "gpu-check.md"
+    done = subprocess.run(
+        [
+            sys.executable, str(REPO / "bench" / "gpu_check.py"), "--cpu-smoke",
+            "--out", str(out), "--markdown", str(table),
+        ],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["mode"] == "cpu-smoke"
+    assert report["machine"]["torch"] and report["machine"]["cpu"]
+    runs = report["training"]
+    # LoRA and full as the accelerator's runs, then the CPU reference pair
+    assert [(r["model"], r["mode"], r["role"]) for r in runs] == [
+        ("llama-smoke-random", "lora", "accelerator"),
+        ("llama-smoke-random", "full", "accelerator"),
+        ("llama-smoke-random", "lora", "cpu"),
+        ("llama-smoke-random", "full", "cpu"),
+    ]
+    for run in runs:
+        assert run["status"] == "ok", run["reason"]
+        assert run["device"] == "cpu" and run["steps"] == 3
+        assert run["tokens"] > 0 and run["tokens_per_second"] > 0
+        assert run["steady_tokens_per_second"] > 0  # every step's progress line arrived
+        assert run["peak_memory_bytes"] is None  # a CPU run reports no GPU memory
+        # the accelerator's runs rehearse what CUDA picks (bf16); the CPU reference, float32
+        assert run["bf16"] is (run["role"] == "accelerator")
+    # the models are built with the realistic vocabulary, so the head costs what it would
+    for model in report["models"].values():
+        assert model["config"]["vocab_size"] == 49152
+    full_run = next(r for r in runs if r["mode"] == "full")
+    assert full_run["parameters"] == report["models"]["llama-smoke-random"]["parameters"]
+    assert [(r["model"], r["mode"]) for r in report["ratios"]] == [
+        ("llama-smoke-random", "lora"),
+        ("llama-smoke-random", "full"),
+    ]
+    # what it cannot measure is reported, never a figure
+    skipped = {s["check"]: s["reason"] for s in report["skipped"]}
+    assert any(check.startswith("embedded engine on CUDA") for check in skipped)
+    assert any(check.startswith("vLLM through the gateway") for check in skipped)
+    assert any(check.startswith("multi-LoRA throughput") for check in skipped)
+    assert "Ray trainer on the GPU" in skipped
+    assert "sft on smollm2-135m" in skipped  # tiny models only in a smoke run
+    text = table.read_text(encoding="utf-8")
+    assert text.count("| `llama-smoke-") == len(runs)
+    assert "cpu (reference)" in text and "Skipped:" in text
+    assert text.strip() in done.stdout

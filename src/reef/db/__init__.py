@@ -3,7 +3,8 @@
 Owns: ``Database`` (the engine, its dialect, read and write transactions, ``migrate``),
 store URLs and SQLite tuning (``engine``), the SQL schema of every table of DESIGN.md §3
 (``schema``), the Alembic migrations that create it (``migrations``), advisory lock keys
-(``locks``) and ``StoreUnavailableError``.
+(``locks``), the copy of a SQLite store taken before an upgrade (``backup``) and its
+errors (``errors``).
 Does not own: what any row means. The stores that sit on it side by side — experience,
 releases, evaluation results, jobs — own their rules and their queries; the composition
 root builds one ``Database`` and hands it to each. Must not import any other reef part
@@ -15,12 +16,14 @@ compares the migrated database with ``schema.metadata``.
 
 from reef.db.database import Database, open_database
 from reef.db.engine import DEFAULT_BUSY_TIMEOUT_MS, unavailable_on_failure
-from reef.db.errors import StoreUnavailableError
+from reef.db.errors import MigrationFailedError, StoreNewerThanReefError, StoreUnavailableError
 from reef.db.locks import lock_key
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",
     "Database",
+    "MigrationFailedError",
+    "StoreNewerThanReefError",
     "StoreUnavailableError",
     "lock_key",
     "open_database",

@@ -425,15 +425,48 @@ def expected_row(table: str, row: Row, revision: str) -> Row:
 def build_store(engine: Engine, revision: str) -> None:
     """Migrate the empty database behind ``engine`` to ``revision`` and fill it."""
     upgrade(engine, revision)
+    insert_rows(engine, revision, ROWS)
+
+
+def insert_rows(engine: Engine, revision: str, rows: Mapping[str, list[Row]]) -> None:
+    """Insert ``rows`` (by table, parents first) into a store at ``revision``, naming
+    only the columns that revision has."""
     tables = tables_at(revision)
     with engine.begin() as conn:
-        for table in ROWS:  # parents before children
-            if table not in tables:
+        for table, table_rows in rows.items():
+            if table not in tables or not table_rows:
                 continue
             columns = sorted(tables[table])
             target = sa.table(table, *(sa.column(c, _type(c)) for c in columns))
-            rows = [{c: row[c] for c in columns} for row in ROWS[table]]
-            conn.execute(sa.insert(target), rows)
+            conn.execute(sa.insert(target), [{c: row[c] for c in columns} for row in table_rows])
+
+
+def traffic(chats: int, feedback: int) -> dict[str, list[Row]]:
+    """More rows like an earlier Reef's users left: ``chats`` two-turn chats (two
+    records each) and ``feedback`` rows with corrections, each about one chat's turns
+    (ids ``chat-<n>-<turn>`` and ``fbk-<n>``), for a store ``build_store`` filled."""
+    records = [
+        {
+            **_record(
+                3 + turn, f"chat-{n}", turn, "openai.chat", (_CHAT_1, _CHAT_2)[turn], _ANSWER_1
+            ),
+            "id": f"chat-{n}-{turn}",
+            "idempotency_key": None,
+            "created_at": _at(7, n % 24),
+        }
+        for n in range(chats)
+        for turn in (0, 1)
+    ]
+    notes = [
+        _feedback(3, None, id=f"fbk-{n}", score=0.0, correction_json=_json(f"answer {n}"))
+        for n in range(feedback)
+    ]
+    refs = [
+        {"feedback_id": f"fbk-{n}", "record_id": f"chat-{n}-{turn}", "position": turn}
+        for n in range(feedback)
+        for turn in (0, 1)
+    ]
+    return {"records": records, "feedback": notes, "feedback_refs": refs}
 
 
 def _type(column: str) -> sa.types.TypeEngine[Any]:

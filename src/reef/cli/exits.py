@@ -20,11 +20,13 @@ import typer
 
 from reef.config import ConfigError
 from reef.core.errors import InvalidInputError, MissingExtraError, NotFoundError, ReefError
-from reef.db.errors import MigrationFailedError, StoreNewerThanReefError
 
 
 def exit_code(exc: ReefError) -> int:
     """The exit status for a ``ReefError`` (see the module docstring)."""
+    # Here, not at the top: only a failing command pays for importing the database part.
+    from reef.db import MigrationFailedError, StoreNewerThanReefError
+
     if isinstance(exc, ConfigError | InvalidInputError):
         return 2
     if isinstance(exc, NotFoundError):

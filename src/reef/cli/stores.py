@@ -80,8 +80,7 @@ def describe_pending(settings: ReefSettings) -> str:
     """What ``reef migrate`` would do to the configured store, in words; changes
     nothing (a SQLite file that does not exist is not created). Raises
     ``StoreNewerThanReefError`` for a store a later Reef wrote."""
-    from reef.db import Database
-    from reef.db.migrations import head_revision, known_revisions
+    from reef.db import Database, head_revision, known_revisions
 
     url = settings.store_url()
     missing = _missing_sqlite_file(url)
@@ -101,8 +100,7 @@ def describe_pending(settings: ReefSettings) -> str:
 
 def migrate_store(settings: ReefSettings) -> str:
     """Create or upgrade the configured store; what was done, in words."""
-    from reef.db import Database
-    from reef.db.migrations import head_revision
+    from reef.db import Database, head_revision
 
     database = Database.open(settings.store_url())
     try:

@@ -11,13 +11,16 @@ root builds one ``Database`` and hands it to each. Must not import any other ree
 but ``core``.
 Extend: a schema change is a new revision in ``migrations/versions`` (copy the newest
 one's header, set ``down_revision``) plus the same change in ``schema.py``; a test
-compares the migrated database with ``schema.metadata``.
+compares the migrated database with ``schema.metadata``, and the upgrade test fails until
+``tests/db/revision_fixtures.py`` has the revision's entry (the tables it creates, the
+columns it adds and what older rows get in them).
 """
 
 from reef.db.database import Database, open_database
 from reef.db.engine import DEFAULT_BUSY_TIMEOUT_MS, unavailable_on_failure
 from reef.db.errors import MigrationFailedError, StoreNewerThanReefError, StoreUnavailableError
 from reef.db.locks import lock_key
+from reef.db.migrations import head_revision, known_revisions
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",
@@ -25,6 +28,8 @@ __all__ = [
     "MigrationFailedError",
     "StoreNewerThanReefError",
     "StoreUnavailableError",
+    "head_revision",
+    "known_revisions",
     "lock_key",
     "open_database",
     "unavailable_on_failure",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from reef.db.migrations import (
     upgrade,
 )
 from tests.db.revision_fixtures import ROWS, build_store
+from tests.experience.conftest import ThrowawayDatabases
 
 
 def _engine(path: Path) -> Engine:
@@ -141,3 +143,59 @@ def test_a_store_from_a_later_reef_is_refused_and_left_untouched(tmp_path: Path)
     )
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
     assert not list(tmp_path.glob("*.before-*"))
+
+
+def test_starters_on_one_store_behind_head_upgrade_it_once(tmp_path: Path) -> None:
+    path = tmp_path / "reef.db"
+    engine = _engine(path)
+    build_store(engine, "0005")
+    engine.dispose()
+    engines = [_engine(path) for _ in range(4)]
+    barrier = threading.Barrier(len(engines))
+    applied: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def start(engine: Engine) -> None:
+        barrier.wait()
+        try:
+            applied.append(upgrade(engine))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=start, args=(e,)) for e in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for engine in engines:
+        engine.dispose()
+    assert errors == []
+    assert sorted(len(steps) > 0 for steps in applied) == [False, False, False, True]
+    assert [p.name for p in tmp_path.glob("*.before-*")] == ["reef.db.before-0005"]
+
+
+@pytest.mark.postgres
+def test_postgresql_failure_and_newer_store_say_what_to_do(
+    pg_databases: ThrowawayDatabases,
+) -> None:
+    engine = create_store_engine(pg_databases.create())
+    build_store(engine, "0009")
+    with engine.begin() as conn:  # in the way of 0010's CREATE TABLE
+        conn.execute(text("CREATE TABLE eval_episodes (x INTEGER)"))
+    with pytest.raises(MigrationFailedError) as caught:
+        upgrade(engine)
+    assert caught.value.revision == "0010"
+    assert "CREATE TABLE eval_episodes" in caught.value.message
+    assert "take a pg_dump of the database before you retry" in caught.value.message
+    assert caught.value.backup is None
+    assert _revision(engine) == "0009"
+
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE eval_episodes"))
+    upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
+    with pytest.raises(StoreNewerThanReefError):
+        upgrade(engine)
+    assert _revision(engine) == "9999"
+    engine.dispose()

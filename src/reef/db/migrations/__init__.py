@@ -163,7 +163,10 @@ def _foreign_keys_off(connection: Connection) -> Iterator[None]:
     try:
         yield
     finally:
-        driver.execute("PRAGMA foreign_keys = ON")
+        try:
+            driver.execute("PRAGMA foreign_keys = ON")
+        except Exception:  # never hand the pool a connection without foreign keys
+            connection.invalidate()
 
 
 class _Run:

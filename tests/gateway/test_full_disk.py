@@ -94,6 +94,13 @@ def test_a_full_store_answers_503_until_space_returns(
         }
         assert caught.value.response.headers["retry-after"] == "10"
 
+        # Reef's own routes answer in the OpenAI shape (20 kB of metadata needs new pages).
+        note = {"record_ids": [acknowledged[0]], "score": 1, "metadata": {"n": "x" * 20_000}}
+        refused_note = call(gateway.port, "POST", "/reef/feedback", note)
+        assert refused_note.status == 503, refused_note.body
+        assert refused_note.json()["error"]["message"] == FULL
+        assert refused_note.headers["retry-after"] == "10"
+
         ready = call(gateway.port, "GET", "/readyz")
         assert ready.status == 503, ready.body
         assert ready.json()["checks"]["store"] == f"not writable: {FULL}"
@@ -105,6 +112,11 @@ def test_a_full_store_answers_503_until_space_returns(
         assert after is not None
         acknowledged.append(after)
 
+    conn = sqlite3.connect(tmp_path / "reef.db")
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
     lost = [record_id for record_id in acknowledged if _missing(gateway, record_id)]
     assert len(acknowledged) > 2 and lost == []
     messages = [r.getMessage() for r in caplog.records]

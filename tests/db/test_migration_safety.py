@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from reef.db import MigrationFailedError, StoreNewerThanReefError
 from reef.db.engine import create_store_engine
+from reef.db.errors import BackupFailedError
 from reef.db.migrations import (
     VERSION_TABLE,
     current_revision,
@@ -199,3 +200,22 @@ def test_postgresql_failure_and_newer_store_say_what_to_do(
         upgrade(engine)
     assert _revision(engine) == "9999"
     engine.dispose()
+
+
+def test_a_backup_that_cannot_be_written_stops_the_upgrade_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "reef.db"
+    engine = _engine(path)
+    build_store(engine, "0005")
+    before = _dump(path)
+    (tmp_path / "reef.db.before-0005.partial").mkdir()  # where the copy would be written
+    with pytest.raises(BackupFailedError) as caught:
+        upgrade(engine)
+    assert caught.value.message.startswith(
+        f"could not copy {path} to {tmp_path / 'reef.db.before-0005'} before upgrading it "
+        "from schema revision 0005: "
+    )
+    assert _revision(engine) == "0005"
+    engine.dispose()
+    assert _dump(path) == before

@@ -18,11 +18,17 @@ columns it adds and what older rows get in them).
 
 from reef.db.database import Database, open_database
 from reef.db.engine import DEFAULT_BUSY_TIMEOUT_MS, unavailable_on_failure
-from reef.db.errors import MigrationFailedError, StoreNewerThanReefError, StoreUnavailableError
+from reef.db.errors import (
+    BackupFailedError,
+    MigrationFailedError,
+    StoreNewerThanReefError,
+    StoreUnavailableError,
+)
 from reef.db.locks import lock_key
 from reef.db.migrations import head_revision, known_revisions
 
 __all__ = [
+    "BackupFailedError",
     "DEFAULT_BUSY_TIMEOUT_MS",
     "Database",
     "MigrationFailedError",

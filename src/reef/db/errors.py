@@ -59,3 +59,20 @@ class MigrationFailedError(ReefError):
                 "Upgrading); fix the cause, then run `reef migrate` (or start Reef) again"
             )
         super().__init__("; ".join(parts))
+
+
+class BackupFailedError(MigrationFailedError):
+    """The copy of a SQLite store that comes before an upgrade could not be written
+    (a full disk, a directory Reef may not write); nothing was migrated."""
+
+    def __init__(self, revision: str, reason: str, store: str, backup: Path) -> None:
+        ReefError.__init__(
+            self,
+            f"could not copy {store} to {backup} before upgrading it from schema revision "
+            f"{revision}: {reason}; nothing was changed. Free space or make the directory "
+            "writable, then start Reef (or run `reef migrate`) again",
+        )
+        self.revision = revision
+        self.statement = None
+        self.backup = None
+        self.store = store

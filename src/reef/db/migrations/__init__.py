@@ -25,6 +25,7 @@ fails until both agree, and the upgrade test fails until
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,8 +39,8 @@ from alembic.util import CommandError
 from sqlalchemy import exc, text
 from sqlalchemy.engine import Connection, Engine
 
-from reef.db.backup import backup_sqlite_store
-from reef.db.errors import MigrationFailedError, StoreNewerThanReefError
+from reef.db.backup import backup_path, backup_sqlite_store
+from reef.db.errors import BackupFailedError, MigrationFailedError, StoreNewerThanReefError
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,13 @@ def _backup(connection: Connection, current: str | None) -> Path | None:
     """A copy of a SQLite store that already has a schema, before it is upgraded."""
     if connection.dialect.name != "sqlite" or current is None:
         return None  # PostgreSQL: the operator's pg_dump; a new store: nothing to keep
-    return backup_sqlite_store(Path(store_label(connection)), current)
+    store = Path(store_label(connection))
+    try:
+        return backup_sqlite_store(store, current)
+    except (sqlite3.Error, OSError) as error:
+        raise BackupFailedError(
+            current, str(error), str(store), backup_path(store, current)
+        ) from error
 
 
 @contextmanager

@@ -28,8 +28,8 @@ from reef.db.locks import lock_key
 from reef.db.migrations import head_revision, known_revisions
 
 __all__ = [
-    "BackupFailedError",
     "DEFAULT_BUSY_TIMEOUT_MS",
+    "BackupFailedError",
     "Database",
     "MigrationFailedError",
     "StoreNewerThanReefError",

@@ -103,9 +103,9 @@ class OpsRoutes:
         )
 
     async def _store_check(self) -> str:
-        """ "ok", or why the store cannot be written. While writes fail (a full disk),
-        a probe write that needs new space decides, so the gateway turns ready again
-        without waiting for traffic a load balancer no longer sends it."""
+        """The store's check: ``ok``, or why it cannot be written. While writes fail (a
+        full disk), a probe write that needs new space decides, so the gateway turns ready
+        again without waiting for traffic a load balancer no longer sends it."""
         health = self.state.store_health
         probe = self.state.store.ping if health.problem is None else self.state.store.probe_write
         try:

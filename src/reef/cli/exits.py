@@ -4,7 +4,10 @@ Exit codes (documented in docs/operations.md): 0 success; 1 a failure (``ReefErr
 without a category below, a failed benchmark); 2 a usage error, a bad configuration
 (including a port that cannot be bound) or invalid input; 3 something named does not
 exist (including "no store here"); 4 an optional dependency is missing (the message
-names the extra to install); 130 interrupted. A usage error is one line with a hint,
+names the extra to install); 5 the store was written by a later Reef (its schema
+revision is newer than this one knows; nothing was written); 6 a schema migration
+failed (rolled back; the message names the revision, the statement and the backup);
+130 interrupted. A usage error is one line with a hint,
 never a traceback.
 """
 
@@ -21,12 +24,19 @@ from reef.core.errors import InvalidInputError, MissingExtraError, NotFoundError
 
 def exit_code(exc: ReefError) -> int:
     """The exit status for a ``ReefError`` (see the module docstring)."""
+    # Here, not at the top: only a failing command pays for importing the database part.
+    from reef.db import MigrationFailedError, StoreNewerThanReefError
+
     if isinstance(exc, ConfigError | InvalidInputError):
         return 2
     if isinstance(exc, NotFoundError):
         return 3
     if isinstance(exc, MissingExtraError):
         return 4
+    if isinstance(exc, StoreNewerThanReefError):
+        return 5
+    if isinstance(exc, MigrationFailedError):
+        return 6
     return 1
 
 

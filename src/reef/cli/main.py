@@ -143,13 +143,17 @@ def export(
 
 
 @app.command()
-def migrate(config: ConfigOption = None) -> None:
-    """Create or upgrade the store's schema."""
-    from reef.db import open_database
+def migrate(
+    config: ConfigOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the revisions it would apply; apply none.")
+    ] = False,
+) -> None:
+    """Create or upgrade the store's schema (a SQLite store is copied first)."""
+    from reef.cli.stores import describe_pending, migrate_store
 
     settings = _settings(config)
-    open_database(settings.store_url()).close()  # opening migrates
-    typer.echo("store is at the latest schema")
+    typer.echo(describe_pending(settings) if dry_run else migrate_store(settings))
 
 
 @app.command()

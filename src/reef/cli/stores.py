@@ -65,6 +65,52 @@ def open_existing_database(settings: ReefSettings) -> Database:
     return database
 
 
+def _missing_sqlite_file(url: str) -> Path | None:
+    """The SQLite file ``url`` names, when it does not exist yet."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(parsed.database).expanduser().absolute()
+    return None if path.exists() else path
+
+
+def describe_pending(settings: ReefSettings) -> str:
+    """What ``reef migrate`` would do to the configured store, in words; changes
+    nothing (a SQLite file that does not exist is not created). Raises
+    ``StoreNewerThanReefError`` for a store a later Reef wrote."""
+    from reef.db import Database, head_revision, known_revisions
+
+    url = settings.store_url()
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        return f"no store at {missing}: `reef migrate` would create it with " + ", ".join(
+            known_revisions()
+        )
+    database = Database.open(url)
+    try:
+        pending = database.pending_revisions()
+    finally:
+        database.close()
+    if not pending:
+        return f"store is at the latest schema ({head_revision()}); nothing to apply"
+    return "would apply " + ", ".join(pending)
+
+
+def migrate_store(settings: ReefSettings) -> str:
+    """Create or upgrade the configured store; what was done, in words."""
+    from reef.db import Database, head_revision
+
+    database = Database.open(settings.store_url())
+    try:
+        applied = database.migrate()
+    finally:
+        database.close()
+    done = f"applied {', '.join(applied)}; " if applied else ""
+    return f"{done}store is at the latest schema ({head_revision()})"
+
+
 def build_worker(
     settings: ReefSettings, database: Database, store: ExperienceStore, **options: Any
 ) -> Worker:

@@ -16,7 +16,7 @@ from reef.db.engine import (
     write_transaction,
 )
 from reef.db.locks import PG_ADVISORY_LOCKS
-from reef.db.migrations import VERSION_TABLE, upgrade
+from reef.db.migrations import VERSION_TABLE, pending_revisions, upgrade
 
 
 class Database:
@@ -44,11 +44,20 @@ class Database:
         """The URL this database was opened with, password included."""
         return self.engine.url.render_as_string(hide_password=False)
 
-    def migrate(self) -> None:
+    def migrate(self) -> list[str]:
         """Bring the schema to the newest revision; safe when several processes start
-        together (the second waits, then finds nothing to do)."""
+        together (the second waits, then finds nothing to do). Returns the revisions
+        applied. A SQLite store is copied beside itself first (``reef.db.before-<rev>``).
+        Raises ``StoreNewerThanReefError`` for a store a later Reef wrote (nothing
+        written) and ``MigrationFailedError`` when a revision fails (rolled back)."""
         with unavailable_on_failure():
-            upgrade(self.engine)
+            return upgrade(self.engine)
+
+    def pending_revisions(self) -> list[str]:
+        """The revisions ``migrate`` would apply now, oldest first; changes nothing.
+        Raises ``StoreNewerThanReefError`` like ``migrate``."""
+        with unavailable_on_failure():
+            return pending_revisions(self.engine)
 
     def has_schema(self) -> bool:
         """Whether Reef's migrations have ever run here."""

@@ -38,6 +38,12 @@ class ExperienceStore(ABC):
     def ping(self) -> None:
         """Prove the store is writable; raises ``StoreUnavailableError`` when it is not."""
 
+    def probe_write(self) -> None:
+        """Prove that a write needing new space commits (a full disk fails it), leaving
+        nothing behind; raises ``StoreUnavailableError`` when it does not. The default
+        is ``ping``."""
+        self.ping()
+
     @abstractmethod
     def write_records(self, drafts: Sequence[RecordDraft]) -> list[str]:
         """Insert ``drafts`` in one transaction; return the stored id of each draft, in order.

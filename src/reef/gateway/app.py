@@ -44,6 +44,7 @@ from reef.gateway.requests import SCENARIO_MODEL_PREFIX, check_scenario_name
 from reef.gateway.responses.stored import ResponsesRoutes
 from reef.gateway.serving.activation import Activation
 from reef.gateway.state import GatewayState
+from reef.gateway.store_health import StoreHealth
 from reef.gateway.token_counts import TokenCountRoutes
 from reef.jobs import JobQueue
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
@@ -89,12 +90,7 @@ class OpsRoutes:
 
     async def readyz(self, request: Request) -> Response:
         """``GET /readyz``: the store is writable and every upstream answers (no auth)."""
-        checks: dict[str, str] = {}
-        try:
-            await asyncio.to_thread(self.state.store.ping)
-            checks["store"] = "ok"
-        except ReefError as exc:
-            checks["store"] = exc.message
+        checks: dict[str, str] = {"store": await self._store_check()}
         for name, upstream in self.state.upstreams.items():
             try:
                 await asyncio.wait_for(upstream.list_models(), _READY_TIMEOUT_SECONDS)
@@ -105,6 +101,22 @@ class OpsRoutes:
         return _json(
             {"status": "ready" if ready else "unavailable", "checks": checks}, 200 if ready else 503
         )
+
+    async def _store_check(self) -> str:
+        """The store's check: ``ok``, or why it cannot be written. While writes fail (a
+        full disk), a probe write that needs new space decides, so the gateway turns ready
+        again without waiting for traffic a load balancer no longer sends it."""
+        health = self.state.store_health
+        probe = self.state.store.ping if health.problem is None else self.state.store.probe_write
+        try:
+            await asyncio.to_thread(probe)
+        except ReefError as exc:
+            if health.problem is not None:
+                health.failed(exc.message)  # counted, not logged again
+                return f"not writable: {health.problem}"
+            return exc.message
+        health.succeeded()
+        return "ok"
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics`` in Prometheus text format (admin key when keys are set)."""
@@ -223,7 +235,8 @@ def create_app(
             overflow=settings.store.overflow,
             max_batch=settings.store.max_batch,
         )
-    recorder = Recorder(store, writer, Redactor(settings.capture.redact_patterns))
+    store_health = StoreHealth()
+    recorder = Recorder(store, writer, Redactor(settings.capture.redact_patterns), store_health)
     state = GatewayState(
         settings=settings,
         store=store,
@@ -237,6 +250,7 @@ def create_app(
         jobs=JobQueue(database),
         evaluations=EvaluationStore(database),
         model_aliases=settings.model_aliases(),
+        store_health=store_health,
     )
     inference = InferenceRoutes(state)
     feedback = FeedbackRoutes(state)

@@ -25,6 +25,7 @@ from reef.gateway.auth import Principal
 from reef.gateway.requests import ReefHeaders
 from reef.gateway.responses.turns import ResponsesTurn
 from reef.gateway.serving.release import ServingRelease
+from reef.gateway.store_health import StoreHealth
 from reef.upstream import canonical_request, extend_chain
 
 log = logging.getLogger("reef.gateway")
@@ -120,11 +121,23 @@ def _dimensions(embedding: Any) -> int | None:
 class Recorder:
     """Builds drafts and hands them to the group-commit writer."""
 
-    def __init__(self, store: ExperienceStore, writer: RecordWriter, redactor: Redactor) -> None:
+    def __init__(
+        self,
+        store: ExperienceStore,
+        writer: RecordWriter,
+        redactor: Redactor,
+        health: StoreHealth | None = None,
+    ) -> None:
         self.store = store
         self.writer = writer
         self.redactor = redactor
+        self.health = health or StoreHealth()  # told of every write that succeeds
         self._pending: set[asyncio.Task[str]] = set()
+
+    async def _submit(self, draft: RecordDraft) -> str:
+        stored = await self.writer.submit(draft)
+        self.health.succeeded()
+        return stored
 
     async def infer_session(self, scenario: str, candidates: list[str]) -> str | None:
         """The session an earlier exchange of which this request extends, if any."""
@@ -197,7 +210,7 @@ class Recorder:
         """Store ``exchange`` as ``pending`` before its receipt goes out with a stream's
         headers, so the receipt names a stored record even if the gateway dies before the
         stream ends; the outcome written later (``record``) finishes that row."""
-        await self.writer.submit(self.draft(exchange, None, None, "pending", None))
+        await self._submit(self.draft(exchange, None, None, "pending", None))
         exchange.pending = True
 
     async def record(self, draft: RecordDraft) -> None:
@@ -208,21 +221,21 @@ class Recorder:
         When another gateway on the same store stored ``draft``'s idempotency key first,
         the store keeps that record under the key and this one is stored without it.
         """
-        stored = await self.writer.submit(draft)
+        stored = await self._submit(draft)
         if stored != draft.id:
             log.info(
                 "idempotency key of record %s was stored first by record %s; keeping both",
                 draft.id,
                 stored,
             )
-            await self.writer.submit(dataclasses.replace(draft, idempotency_key=None))
+            await self._submit(dataclasses.replace(draft, idempotency_key=None))
 
     async def record_first(self, draft: RecordDraft) -> str:
         """Write ``draft`` unless its idempotency key is stored already; the id of the
         record stored under the key (``draft.id`` when this one is).
 
         For an answer whose receipt has not gone out: it can name the first record."""
-        return await self.writer.submit(draft)
+        return await self._submit(draft)
 
     def record_in_background(self, draft: RecordDraft) -> None:
         """Write ``draft`` from code that must not await (a cancelled stream's cleanup)."""

@@ -17,11 +17,16 @@ from reef.core.errors import (
     ReefError,
     UnauthenticatedError,
 )
+from reef.experience import StoreUnavailableError
+from reef.gateway.store_health import StoreHealth
 from reef.upstream.base import UpstreamError
 
 log = logging.getLogger("reef.gateway")
 
 ErrorDialect = Literal["openai", "anthropic"]
+
+# When a client may try again after a 503 for a store that cannot be written.
+STORE_RETRY_AFTER_SECONDS = 10
 
 
 class PayloadTooLargeError(InvalidInputError):
@@ -86,6 +91,8 @@ def status_for(exc: ReefError) -> int:
         return 404
     if isinstance(exc, ConflictError):
         return 409
+    if isinstance(exc, StoreUnavailableError):
+        return 503
     return 500
 
 
@@ -107,6 +114,8 @@ def error_response(
     out = dict(headers or {})
     if status == 401:
         out.setdefault("www-authenticate", "Bearer")
+    if isinstance(exc, StoreUnavailableError):
+        out.setdefault("retry-after", str(STORE_RETRY_AFTER_SECONDS))
     param = exc.param if isinstance(exc, InvalidFieldError) else None
     return Response(
         error_body(status, exc.message, dialect, param),
@@ -122,13 +131,21 @@ def dialect_of(path: str) -> ErrorDialect:
     return "anthropic" if path == "/v1/messages" or path.startswith("/v1/messages/") else "openai"
 
 
+def log_failure(request: Request, exc: ReefError, status: int, health: StoreHealth) -> None:
+    """Log a failed request: a store that cannot be written once per episode
+    (``health``), any other server-side failure each time (a 501 broke nothing)."""
+    if isinstance(exc, StoreUnavailableError):
+        health.failed(exc.message)
+    elif status >= 500 and status != 501:
+        log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+
+
 async def reef_error(request: Request, exc: Exception) -> Response:
     """Any ``ReefError`` a route raises, answered in the route's dialect: the one place
     that maps domain errors to HTTP for every route (``status_for``)."""
     assert isinstance(exc, ReefError)
     response = error_response(exc, dialect_of(request.url.path))
-    if response.status_code >= 500 and response.status_code != 501:  # 501: nothing broke
-        log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+    log_failure(request, exc, response.status_code, request.app.state.reef.store_health)
     return response
 
 

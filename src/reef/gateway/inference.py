@@ -40,6 +40,7 @@ from reef.gateway.errors import (
     ErrorDialect,
     UnsupportedRouteError,
     error_response,
+    log_failure,
     server_error,
 )
 from reef.gateway.idempotency import (
@@ -164,6 +165,8 @@ class InferenceRoutes:
         async with _Held() as held:
             try:
                 response = await self._respond(request, api, held)
+            except ReefError as exc:  # e.g. the store could not record the answer
+                response = self._error(request, api, exc)
             except Exception as exc:
                 response = await server_error(request, exc)
             # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
@@ -173,6 +176,13 @@ class InferenceRoutes:
                 else:
                     with one_segment(send):  # headers and body in one write
                         await response(scope, receive, send)
+
+    def _error(self, request: Request, api: Api, exc: ReefError) -> Response:
+        """A ``ReefError`` raised once the exchange was under way, in the API's dialect
+        (a store that cannot record it: 503 with ``Retry-After``, logged once)."""
+        response = error_response(exc, "anthropic" if api == "anthropic.messages" else "openai")
+        log_failure(request, exc, response.status_code, self.state.store_health)
+        return response
 
     async def _respond(self, request: Request, api: Api, held: _Held) -> Response:
         started = time.perf_counter()

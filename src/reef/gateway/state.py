@@ -11,6 +11,7 @@ from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
 from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.serving.activation import Activation
+from reef.gateway.store_health import StoreHealth
 from reef.jobs import JobQueue
 from reef.upstream import Upstream
 
@@ -32,3 +33,5 @@ class GatewayState:
     evaluations: EvaluationStore  # the gate's stored evaluations
     # Model alias → its scenario (``scenarios.<s>.model_aliases``), read per request.
     model_aliases: dict[str, str] = field(default_factory=dict)
+    # Whether the store takes writes, as the last write found it (``/readyz``).
+    store_health: StoreHealth = field(default_factory=StoreHealth)

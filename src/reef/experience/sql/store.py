@@ -9,6 +9,7 @@ checks stay correct when several gateways share one database.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -16,7 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select, text, update
+from sqlalchemy import Select, delete, func, insert, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.elements import ColumnElement
@@ -78,6 +79,8 @@ from reef.experience.store import ExperienceStore
 EXPORT_BATCH = 500
 MAX_PAGE = 1000
 
+_PROBE_BYTES = 64 * 1024  # what probe_write writes (and deletes)
+
 
 class SQLExperienceStore(ExperienceStore):
     """The experience store on a ``Database`` (SQLite or PostgreSQL).
@@ -131,6 +134,22 @@ class SQLExperienceStore(ExperienceStore):
                 if read_only == "on":
                     raise StoreUnavailableError("experience store is read-only")
             # On SQLite, _write() already holds the write lock: the store is writable.
+
+    def probe_write(self) -> None:
+        # A scratch scenario with 64 KiB of random config needs fresh pages (SQLite's overflow
+        # pages, PostgreSQL's TOAST); deleted in the same transaction, so nothing stays
+        # and no reader ever sees it, yet the commit still has to write them.
+        name = f"reef-write-probe-{new_id()}"
+        scenarios = t.scenarios
+        with self._write() as conn:
+            conn.execute(
+                insert(scenarios).values(
+                    name=name,
+                    created_at=datetime.now(UTC),
+                    config_json=secrets.token_hex(_PROBE_BYTES // 2),
+                )
+            )
+            conn.execute(delete(scenarios).where(scenarios.c.name == name))
 
     def _read(self) -> AbstractContextManager[Connection]:
         return self.database.read()

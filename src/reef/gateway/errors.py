@@ -17,7 +17,7 @@ from reef.core.errors import (
     ReefError,
     UnauthenticatedError,
 )
-from reef.upstream.base import UpstreamError
+from reef.upstream.base import UpstreamBusyError, UpstreamError
 
 log = logging.getLogger("reef.gateway")
 
@@ -107,6 +107,8 @@ def error_response(
     out = dict(headers or {})
     if status == 401:
         out.setdefault("www-authenticate", "Bearer")
+    if isinstance(exc, UpstreamBusyError):
+        out.setdefault("retry-after", str(exc.retry_after_seconds))
     param = exc.param if isinstance(exc, InvalidFieldError) else None
     return Response(
         error_body(status, exc.message, dialect, param),

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from reef.upstream import (
     HTTPUpstream,
@@ -473,3 +474,12 @@ async def test_a_waiter_whose_deadline_passes_leaves_the_queue(
     async with asyncio.timeout(10):
         assert list(await asyncio.gather(holder, after)) == [200, 200]
     assert pool.open == 1 and server.connections == 1
+
+
+def test_a_line_bound_past_the_body_bound_is_refused() -> None:
+    with pytest.raises(ValidationError, match=r"max_sse_line_bytes .* cannot exceed"):
+        config(
+            "http://127.0.0.1:1/v1",
+            max_sse_line_bytes=2 * BODY_LIMIT,
+            max_response_bytes=BODY_LIMIT,
+        )

@@ -62,6 +62,8 @@ TIMEOUTS = {
     "total_timeout_seconds": 15.0,
     "max_retries": 2,
 }
+# Past the default 64 MiB, so that the huge answer (100 MB) is relayed and measured.
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -119,7 +121,8 @@ def gateway_config(workdir: Path, upstreams: dict[str, str]) -> tuple[Path, int,
         f'store: {{url: "sqlite:///{database}", durability: sync}}',
         "upstreams:",
     ]
-    timeouts = ", ".join(f"{key}: {value}" for key, value in TIMEOUTS.items())
+    settings = {**TIMEOUTS, "max_response_bytes": MAX_RESPONSE_BYTES}
+    timeouts = ", ".join(f"{key}: {value}" for key, value in settings.items())
     scenarios = ["scenarios:"]
     for kind, base_url in upstreams.items():
         for dialect, model in (("openai", "fake-model"), ("anthropic", "fake-claude")):
@@ -240,9 +243,11 @@ def markdown(
         "connection errors, 429 and 5xx, honouring `Retry-After`). *record* is the stored "
         "record's status and the reason its error opens with (see "
         "[the HTTP API](http-api.md#inference)). *gateway after* is `/healthz` and a normal "
-        "request of the same dialect, both answered, after the cell. Reef sets no limit on "
-        "an answer's size: the 100 MB answer is relayed whole and recorded, and those cells "
-        "make the peak memory.",
+        "request of the same dialect, both answered, after the cell. An answer's size is "
+        "bounded by its upstream's `max_response_bytes` (64 MiB by default, "
+        "[bounded buffers](security.md#bounded-buffers)); the matrix raises it to 256 MiB, "
+        "so the 100 MB answer is relayed whole and recorded, and those cells make the peak "
+        "memory.",
     ]
     return "\n".join(lines)
 

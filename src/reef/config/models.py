@@ -97,6 +97,41 @@ class UpstreamConfig(Section):
         ge=0,
         description="Retries before the first byte, on connection errors, 429 and 5xx only.",
     )
+    max_connections: int = Field(
+        default=256,
+        ge=1,
+        description="Most connections open to this upstream at once, in each of the "
+        "gateway's two pools (complete answers over plain http; streams, https and admin "
+        "calls). A call that finds every one busy waits for one to come free, within its "
+        "total_timeout_seconds, then gets 503 with Retry-After. 256 is vLLM's default "
+        "batch (max_num_seqs): requests past it queue inside the server anyway, so "
+        "waiting for them in the gateway costs no throughput, and two pools of 256 stay "
+        "within the usual 1024 open-files limit. Raise it to the server's batch size "
+        "(vLLM on a GPU of 70 GiB or more: 1024; SGLang; a hosted API).",
+    )
+    max_response_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Largest answer read from this upstream: a complete body (as "
+        "announced by Content-Length, or as counted when chunked or ended by the close) "
+        "and the bytes of a whole stream, which the gateway reassembles for the record. "
+        "Past it the call fails with 502 naming this setting (mid-stream: the dialect's "
+        "error event). 64 MiB holds a 128k-token answer streamed (some 250 bytes of event "
+        "per token: 32 MiB) or a batch of 2048 embeddings of 3072 dimensions in base64 "
+        "(32 MiB), while 256 connections' worth of answers stays within 16 GiB; raise it "
+        "for logprobs on long streamed outputs or large embedding batches as JSON floats.",
+    )
+    max_sse_line_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Longest line of an upstream's event stream the gateway holds while "
+        "waiting for its end: an upstream that sends bytes with no line break is stopped "
+        "here (502 naming this setting; mid-stream: the dialect's error event) instead of "
+        "filling memory. One event is one line; the largest legitimate ones are a whole "
+        "tool call's arguments sent in one delta or an image chunk in base64, and 8 MiB "
+        "(the largest request body, server.max_body_bytes, by default) holds them. At most "
+        "max_response_bytes.",
+    )
     anthropic_version: str = Field(default="2023-06-01", description="anthropic-version header.")
     responses: Literal["translate", "native"] = Field(
         default="translate",
@@ -137,6 +172,11 @@ class UpstreamConfig(Section):
             raise ValueError(
                 f"checkpoint_loading: {self.checkpoint_loading} needs an upstream of type "
                 f"'openai' (a {self.checkpoint_loading} server), not {self.type!r}"
+            )
+        if self.max_sse_line_bytes > self.max_response_bytes:
+            raise ValueError(
+                f"max_sse_line_bytes ({self.max_sse_line_bytes}) cannot exceed "
+                f"max_response_bytes ({self.max_response_bytes}): a line is part of the answer"
             )
         if self.responses == "native" and self.type != "openai":
             raise ValueError(

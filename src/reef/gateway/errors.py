@@ -19,7 +19,7 @@ from reef.core.errors import (
 )
 from reef.experience import StoreUnavailableError
 from reef.gateway.store_health import StoreHealth
-from reef.upstream.base import UpstreamError
+from reef.upstream.base import UpstreamBusyError, UpstreamError
 
 log = logging.getLogger("reef.gateway")
 
@@ -116,6 +116,8 @@ def error_response(
         out.setdefault("www-authenticate", "Bearer")
     if isinstance(exc, StoreUnavailableError):
         out.setdefault("retry-after", str(STORE_RETRY_AFTER_SECONDS))
+    if isinstance(exc, UpstreamBusyError):
+        out.setdefault("retry-after", str(exc.retry_after_seconds))
     param = exc.param if isinstance(exc, InvalidFieldError) else None
     return Response(
         error_body(status, exc.message, dialect, param),

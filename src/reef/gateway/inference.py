@@ -731,6 +731,7 @@ class InferenceRoutes:
         tasks of their own.
         """
         relay = self._stream_relay(exchange, plan)
+        relay.parser.max_line_bytes = stream.max_line_bytes  # the upstream's bound
         recorder = self.state.recorder
         recorded = False
         try:

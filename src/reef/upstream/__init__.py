@@ -27,8 +27,10 @@ from reef.upstream.base import (
     AdapterAlreadyLoadedError,
     Dialect,
     Upstream,
+    UpstreamBusyError,
     UpstreamError,
     UpstreamMalformedError,
+    UpstreamOversizedError,
     UpstreamRejectedError,
     UpstreamRequest,
     UpstreamResponse,
@@ -77,7 +79,7 @@ from reef.upstream.responses import (
     responses_request_to_openai,
 )
 from reef.upstream.responses_stream import OpenAIToResponsesStream, response_events
-from reef.upstream.sse import SSEEvent, SSEParser, encode_sse
+from reef.upstream.sse import SSEEvent, SSELineTooLongError, SSEParser, encode_sse
 from reef.upstream.translate import (
     RAW_ARGUMENTS_KEY,
     OpenAIToAnthropicStream,
@@ -104,10 +106,13 @@ __all__ = [
     "OpenAIToAnthropicStream",
     "OpenAIToResponsesStream",
     "SSEEvent",
+    "SSELineTooLongError",
     "SSEParser",
     "Upstream",
+    "UpstreamBusyError",
     "UpstreamError",
     "UpstreamMalformedError",
+    "UpstreamOversizedError",
     "UpstreamRejectedError",
     "UpstreamRequest",
     "UpstreamResponse",

@@ -5,11 +5,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from reef.core.errors import ReefError
 
 Dialect = Literal["openai", "anthropic"]
+
+DEFAULT_MAX_SSE_LINE_BYTES: Final = 8 * 1024 * 1024
+"""The longest event-stream line held by default (the default of
+``upstreams.<name>.max_sse_line_bytes``, whose description says why)."""
 
 
 class UpstreamError(ReefError):
@@ -64,6 +68,26 @@ class UpstreamMalformedError(UpstreamError):
     is not Server-Sent Events, a wrong content type: 502."""
 
     reason: ClassVar[str] = "upstream_malformed"
+
+
+class UpstreamOversizedError(UpstreamError):
+    """The answer is larger than the gateway holds: a body past ``max_response_bytes``,
+    an event-stream line past ``max_sse_line_bytes``: 502, the message naming the
+    setting to raise."""
+
+    reason: ClassVar[str] = "upstream_oversized"
+
+
+class UpstreamBusyError(UpstreamError):
+    """Every connection the gateway may open to the upstream (``max_connections``) stayed
+    busy until the call's deadline: the gateway answers 503 with ``Retry-After``
+    (``retry_after_seconds``)."""
+
+    reason: ClassVar[str] = "upstream_busy"
+
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
+        super().__init__(message, status=503)
+        self.retry_after_seconds = retry_after_seconds
 
 
 class UpstreamRejectedError(UpstreamError):
@@ -121,16 +145,22 @@ class UpstreamResponse:
 
 
 class UpstreamStream(ABC):
-    """An open streaming response: raw bytes as they arrive, then ``aclose``."""
+    """An open streaming response: raw bytes as they arrive, then ``aclose``.
+
+    ``max_line_bytes`` is the longest event-stream line it lets through (its upstream's
+    ``max_sse_line_bytes``): a parser of its bytes is sized to it.
+    """
 
     status: int
     content_type: str
+    max_line_bytes: int = DEFAULT_MAX_SSE_LINE_BYTES
 
     @abstractmethod
     def __aiter__(self) -> AsyncIterator[bytes]:
         """Chunks of the body. Raises ``UpstreamStalledError`` when the upstream goes
-        silent past the read timeout, ``UpstreamTimeoutError`` past the total deadline
-        and ``UpstreamTruncatedError`` when the connection drops."""
+        silent past the read timeout, ``UpstreamTimeoutError`` past the total deadline,
+        ``UpstreamTruncatedError`` when the connection drops and
+        ``UpstreamOversizedError`` when a line or the whole body passes its bound."""
 
     @abstractmethod
     async def aclose(self) -> None:
@@ -149,8 +179,10 @@ class Upstream(ABC):
 
         Retries only on connection errors, 429 (honouring ``Retry-After``) and 5xx other
         than 501, and only while the deadline allows. Raises ``UpstreamUnavailableError``
-        (502), ``UpstreamTimeoutError`` (504), ``UpstreamRejectedError`` (upstream's 4xx)
-        or ``UpstreamUnsupportedError`` (its 501: it does not implement the route).
+        (502), ``UpstreamTimeoutError`` (504), ``UpstreamRejectedError`` (upstream's 4xx),
+        ``UpstreamUnsupportedError`` (its 501: it does not implement the route),
+        ``UpstreamOversizedError`` (502: a body past the upstream's bound) or
+        ``UpstreamBusyError`` (503: every allowed connection stayed busy).
         """
 
     @abstractmethod

@@ -9,8 +9,10 @@ about 40 µs a call, and does only what that path needs: a request with a body o
 an answer framed by ``Content-Length``, chunked, or ended by the connection's close;
 keep-alive with an idle expiry; connect, read and total timeouts; 1xx answers skipped
 and a 101 refused. It asks for answers uncoded (``Accept-Encoding: identity``). Idle
-connections are pruned when the pool is used, not on a timer, and their number is not
-capped: it follows the calls in flight. TLS, proxies,
+connections are pruned when the pool is used, not on a timer. Everything it holds is
+bounded: at most ``max_connections`` connections are open (idle ones included; a call
+that finds them all busy waits for one, first come first served, within its total
+deadline), and at most ``max_body_bytes`` of an answer's body are kept. TLS, proxies,
 redirects, cookies, compression and streamed answers stay with aiohttp
 (``reef.upstream.http``), which also owns retries and the mapping of these errors.
 
@@ -25,6 +27,8 @@ Errors, all raised by ``Pool.request`` or ``Response.read``:
 - ``ConnectionLostError`` (and the ``OSError`` of a failed connect): the connection
   failed otherwise.
 - ``MalformedResponseError``: what arrived is not HTTP/1.1.
+- ``BodyTooLargeError``: the body is (or announces itself) larger than ``max_body_bytes``.
+- ``PoolTimeoutError``: every connection stayed busy until the total deadline.
 - ``InvalidHeaderError``: a header to send holds a line break (nothing was sent).
 """
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
@@ -40,6 +45,9 @@ import httptools
 # Idle connections are dropped after this long, before the servers upstreams usually run
 # on (uvicorn: 5 s) close them under a request.
 KEEPALIVE_SECONDS: Final = 4.0
+# The pool's defaults; the gateway passes each upstream's own settings.
+MAX_CONNECTIONS: Final = 256
+MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 _NO_BODY: Final = frozenset({204, 304})
 _LINE_BREAKS: Final = ("\r", "\n", "\0")
 
@@ -66,6 +74,26 @@ class StaleConnectionError(ConnectionLostError):
 
 class MalformedResponseError(Exception):
     """The upstream's bytes are not a valid HTTP/1.1 answer."""
+
+
+class BodyTooLargeError(Exception):
+    """The answer's body passed ``limit`` bytes (``announced``: its ``Content-Length``,
+    when that said so before any of it was read)."""
+
+    def __init__(self, limit: int, announced: int | None = None) -> None:
+        size = f"of {announced} bytes" if announced is not None else "larger than that"
+        super().__init__(f"the answer's body is limited to {limit} bytes; it is {size}")
+        self.limit = limit
+        self.announced = announced
+
+
+class PoolTimeoutError(TimeoutError):
+    """All ``limit`` connections stayed busy until the call's total deadline; nothing
+    was sent."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"all {limit} connections stayed busy until the deadline")
+        self.limit = limit
 
 
 class InvalidHeaderError(ValueError):
@@ -153,6 +181,7 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.closed = False
         self.served = 0  # answers completed on this connection
+        self._holds_slot = True  # counted in the pool's ``open`` until it is lost
         self._reset()
 
     def _reset(self) -> None:
@@ -162,6 +191,7 @@ class _Connection(asyncio.Protocol):
         self._header_values: list[bytes] = []
         self._headers: Headers | None = None
         self._chunks: list[bytes] = []
+        self._size = 0  # bytes of the body so far
         self._head: asyncio.Future[Response] | None = None
         self._done: asyncio.Future[bytes] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -198,6 +228,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.free_slot()
         if not self._busy or self._complete:
             return
         if exc is None and self._headers is not None and self._until_close():
@@ -237,14 +268,24 @@ class _Connection(asyncio.Protocol):
         for name, value in zip(names, values, strict=True):
             # The first of a repeated header, as aiohttp's ``get`` gives it.
             headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        announced = _content_length(headers)
+        if announced is not None and announced > self._pool.max_body_bytes:
+            self._fail(BodyTooLargeError(self._pool.max_body_bytes, announced))
+            return
         self._headers = headers
         head = self._head
         if head is not None and not head.done():
             head.set_result(Response(self, status, headers))
 
     def on_body(self, body: bytes) -> None:
-        if not self._trailing:
-            self._chunks.append(body)
+        if self._trailing or self._complete:  # past the answer, or it failed
+            return
+        self._size += len(body)
+        if self._size > self._pool.max_body_bytes:
+            self._chunks = []  # not kept: the answer fails
+            self._fail(BodyTooLargeError(self._pool.max_body_bytes))
+            return
+        self._chunks.append(body)
 
     def on_message_complete(self) -> None:
         if self._trailing:
@@ -361,14 +402,40 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def free_slot(self) -> None:
+        """No longer count against the pool's limit (once: it is lost, or it never
+        connected)."""
+        if self._holds_slot:
+            self._holds_slot = False
+            self._pool.slot_freed()
+
+
+def _content_length(headers: Headers) -> int | None:
+    value = headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
 
 class Pool:
-    """Keep-alive connections to one ``Target``, for one event loop."""
+    """Keep-alive connections to one ``Target``, for one event loop: at most
+    ``max_connections`` open, answers' bodies of at most ``max_body_bytes``."""
 
-    def __init__(self, target: Target, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        target: Target,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> None:
         self.target = target
         self.loop = loop
+        self.max_connections = max_connections
+        self.max_body_bytes = max_body_bytes
+        self.open = 0  # connections open or being opened, idle ones included
         self._idle: collections.deque[_Connection] = collections.deque()
+        # Calls waiting for a connection, first come first served: each is handed an idle
+        # connection, or ``None``, the right to open one (a slot freed by a lost one).
+        self._waiters: collections.deque[asyncio.Future[_Connection | None]] = collections.deque()
         self._closed = False
 
     async def request(
@@ -382,12 +449,13 @@ class Pool:
             raise ValueError("h1 does not send HEAD: its answer's framing differs")
         deadline = self.loop.time() + limits.total
         request = self._encode(method, path, body, headers)
-        connection = self._idle_connection()
+        connection = await self._acquire(deadline)
         if connection is None:
+            remaining = deadline - self.loop.time()
             try:
-                connection = await self._connect(min(limits.connect, limits.total))
+                connection = await self._connect(min(limits.connect, remaining))
             except ConnectTimeoutError as exc:
-                if limits.total <= limits.connect:
+                if remaining <= limits.connect:
                     raise TimeoutError("the total deadline passed") from exc
                 raise
         head = connection.send(request, limits.read, deadline)
@@ -398,8 +466,12 @@ class Pool:
             raise
 
     def release(self, connection: _Connection) -> None:
+        """Take back a connection whose answer is complete: to the first waiting call,
+        else to the idle ones."""
         if self._closed:
             connection._close()
+            return
+        if self._hand_over(connection):
             return
         now = self.loop.time()
         connection.idle_since = now
@@ -410,10 +482,64 @@ class Pool:
             idle.popleft()._close()
 
     def close(self) -> None:
-        """Close every idle connection; ones in use close when their answer is done."""
+        """Close every idle connection; ones in use close when their answer is done.
+        Calls waiting for a connection fail."""
         self._closed = True
         while self._idle:
             self._idle.pop()._close()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(ConnectionLostError("the pool was closed"))
+
+    def slot_freed(self) -> None:
+        """A connection is gone (or was never made): its place goes to the first waiting
+        call, which opens one, or is free."""
+        if not self._hand_over(None):
+            self.open -= 1
+
+    def _hand_over(self, connection: _Connection | None) -> bool:
+        """Give ``connection`` (or, ``None``, the right to open one) to the first call
+        still waiting; whether there was one."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(connection)
+                return True
+        return False
+
+    async def _acquire(self, deadline: float) -> _Connection | None:
+        """An idle connection, or ``None`` when a new one may be opened (its place is
+        counted already); waits while ``max_connections`` are open, until ``deadline``
+        (raising ``PoolTimeoutError``)."""
+        connection = self._idle_connection()
+        if connection is not None:
+            return connection
+        if self.open < self.max_connections:
+            self.open += 1
+            return None
+        waiter: asyncio.Future[_Connection | None] = self.loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await waiter
+        except BaseException as exc:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._give_back(waiter.result())  # handed over just as the wait ended
+            else:
+                waiter.cancel()
+                with contextlib.suppress(ValueError):  # gone when handed an exception
+                    self._waiters.remove(waiter)
+            if isinstance(exc, TimeoutError):
+                raise PoolTimeoutError(self.max_connections) from exc
+            raise
+
+    def _give_back(self, connection: _Connection | None) -> None:
+        if connection is None:
+            self.slot_freed()
+        else:
+            self.release(connection)
 
     def _idle_connection(self) -> _Connection | None:
         idle = self._idle
@@ -426,14 +552,28 @@ class Pool:
         return None
 
     async def _connect(self, seconds: float) -> _Connection:
+        """A new connection, in the place ``_acquire`` counted for it; that place is
+        freed if it fails."""
         target = self.target
+        made: list[_Connection] = []
+
+        def protocol() -> _Connection:
+            made.append(_Connection(self))
+            return made[-1]
+
         try:
             async with asyncio.timeout(seconds):
                 _, connection = await self.loop.create_connection(
-                    lambda: _Connection(self), target.host, target.port
+                    protocol, target.host, target.port
                 )
-        except TimeoutError as exc:
-            raise ConnectTimeoutError(f"no connection within {seconds}s") from exc
+        except BaseException as exc:
+            if made:
+                made[-1].free_slot()
+            else:
+                self.slot_freed()
+            if isinstance(exc, TimeoutError):
+                raise ConnectTimeoutError(f"no connection within {seconds}s") from exc
+            raise
         return connection
 
     def _encode(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> bytes:

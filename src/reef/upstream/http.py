@@ -6,17 +6,24 @@ lean keep-alive client; streams, ``https`` and the admin routes go through one p
 aiohttp ``ClientSession`` per upstream. Both are created lazily inside the running
 loop; headers are precomputed at construction. Retries and the mapping of failures to
 ``UpstreamError`` are the same for both.
+
+What an upstream can make the gateway hold is bounded by its settings: each pool opens
+at most ``max_connections`` (a call waits for a free one within its total deadline,
+then ``UpstreamBusyError``), a body is read up to ``max_response_bytes``, a stream
+passes at most ``max_response_bytes`` in all and no line longer than
+``max_sse_line_bytes`` (``UpstreamOversizedError`` past either); each is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import random
 import re
 import time
 from collections.abc import Mapping
-from typing import Any, Final, Literal, Protocol, overload
+from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
 import aiohttp
 
@@ -29,8 +36,10 @@ from reef.upstream.base import (
     AdapterAlreadyLoadedError,
     Dialect,
     Upstream,
+    UpstreamBusyError,
     UpstreamError,
     UpstreamMalformedError,
+    UpstreamOversizedError,
     UpstreamRejectedError,
     UpstreamRequest,
     UpstreamResponse,
@@ -62,13 +71,15 @@ _NOT_FORWARDED: Final = frozenset(
 # Uvicorn (vLLM, SGLang) closes idle connections after 5 s; reusing one it is just
 # closing fails the request, so ours expire first.
 _KEEPALIVE_SECONDS: Final = h1.KEEPALIVE_SECONDS
-_CONNECTION_LIMIT: Final = 8192
 _BACKOFF_CAP_SECONDS: Final = 8.0
 _ERROR_TEXT_LIMIT: Final = 500
 _EVENT_STREAM: Final = "text/event-stream"
 _VLLM_ALREADY_LOADED: Final = re.compile(r"has already been loaded", re.IGNORECASE)
 
+log = logging.getLogger("reef.upstream")
 
+
+_Capped = TypeVar("_Capped", bound=UpstreamError)
 _READ_TIMEOUTS: Final = (
     aiohttp.SocketTimeoutError,
     aiohttp.ServerTimeoutError,
@@ -338,7 +349,7 @@ class HTTPUpstream(Upstream):
 
     async def _read_body(self, response: _Answer) -> bytes:
         try:
-            return await response.read()
+            return await self._read_whole(response)
         except BaseException as exc:
             response.close()
             mapped = self._body_error(exc)
@@ -359,6 +370,25 @@ class HTTPUpstream(Upstream):
         headers.update(self._credentials)
         return headers
 
+    async def _read_whole(self, response: _Answer) -> bytes:
+        """The whole body, within ``max_response_bytes`` (``h1.BodyTooLargeError`` past
+        it: h1's pool counts itself, aiohttp's answers are counted here)."""
+        if not isinstance(response, aiohttp.ClientResponse):
+            return await response.read()
+        limit = self.config.max_response_bytes
+        announced = response.content_length
+        if announced is not None and announced > limit:
+            raise h1.BodyTooLargeError(limit, announced)
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await response.content.readany():
+            size += len(chunk)
+            if size > limit:
+                raise h1.BodyTooLargeError(limit)
+            chunks.append(chunk)
+        response.release()
+        return b"".join(chunks)
+
     def _pool_now(self, loop: asyncio.AbstractEventLoop) -> h1.Pool | None:
         """The lean client's pool for this loop; ``None`` for an upstream it does not
         serve (``https``)."""
@@ -366,7 +396,12 @@ class HTTPUpstream(Upstream):
             return None
         pool = self._pool
         if pool is None or pool.loop is not loop:
-            pool = self._pool = h1.Pool(self._target, loop)
+            pool = self._pool = h1.Pool(
+                self._target,
+                loop,
+                max_connections=self.config.max_connections,
+                max_body_bytes=self.config.max_response_bytes,
+            )
         return pool
 
     def _session_now(self) -> aiohttp.ClientSession:
@@ -376,9 +411,11 @@ class HTTPUpstream(Upstream):
             # A session belongs to the loop that made it; a new loop (tests, a
             # restarted server) needs its own.
             connector = aiohttp.TCPConnector(
-                limit=_CONNECTION_LIMIT, keepalive_timeout=_KEEPALIVE_SECONDS
+                limit=self.config.max_connections, keepalive_timeout=_KEEPALIVE_SECONDS
             )
-            session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            session = aiohttp.ClientSession(
+                connector=connector, trust_env=False, trace_configs=[_POOL_WAITS]
+            )
             self._session, self._loop = session, loop
         return session
 
@@ -426,6 +463,7 @@ class HTTPUpstream(Upstream):
         loop = asyncio.get_running_loop()
         pool = self._pool_now(loop) if lean and base is None else None
         session = self._session_now() if pool is None else None
+        waits = _PoolWait()  # aiohttp's: whether the call waits for a free connection
         config = self.config
         url = (base or self.base_url) + path
         deadline = time.monotonic() + config.total_timeout_seconds
@@ -434,9 +472,11 @@ class HTTPUpstream(Upstream):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._deadline_error()
+            # A wait for a free connection is bounded by the deadline alone (``connect``
+            # would bound it too), the connection's opening by the connect timeout.
             timeout = aiohttp.ClientTimeout(
                 total=remaining,
-                connect=config.connect_timeout_seconds,
+                sock_connect=config.connect_timeout_seconds,
                 sock_read=config.read_timeout_seconds,
             )
             retry_after: float | None = None
@@ -457,9 +497,14 @@ class HTTPUpstream(Upstream):
                         headers=headers,
                         timeout=timeout,
                         allow_redirects=False,
+                        trace_request_ctx=waits,
                     )
             except h1.InvalidHeaderError as exc:
                 raise InvalidInputError(f"a header cannot be sent upstream: {exc}") from exc
+            except h1.PoolTimeoutError as exc:
+                raise self._busy_error() from exc
+            except h1.BodyTooLargeError as exc:  # announced by its Content-Length
+                raise self._oversized_body(exc.announced) from exc
             except (aiohttp.ConnectionTimeoutError, h1.ConnectTimeoutError) as exc:
                 # Nothing reached the upstream, so another attempt is safe.
                 failure: UpstreamError = UpstreamTimeoutError(
@@ -468,6 +513,8 @@ class HTTPUpstream(Upstream):
                 )
                 failure.__cause__ = exc
             except TimeoutError as exc:
+                if waits.waiting:
+                    raise self._busy_error() from exc
                 if not _poisoned(exc, loop.time() - sent_at, config.read_timeout_seconds):
                     raise self._timeout_error(exc) from exc
                 failure = UpstreamUnavailableError(
@@ -520,8 +567,14 @@ class HTTPUpstream(Upstream):
     async def _error_text(self, response: _Answer) -> tuple[str, str | None]:
         """The error body's message and its ``error.code``, if any."""
         try:
-            body = await response.read()
-        except (TimeoutError, aiohttp.ClientError, OSError, h1.MalformedResponseError):
+            body = await self._read_whole(response)
+        except (
+            TimeoutError,
+            aiohttp.ClientError,
+            OSError,
+            h1.MalformedResponseError,
+            h1.BodyTooLargeError,
+        ):
             response.close()
             body = b""
         return error_message_from_body(body, response.status), _error_code(body)
@@ -541,6 +594,37 @@ class HTTPUpstream(Upstream):
             return UpstreamTimeoutError(f"upstream {self.name!r} sent nothing for {seconds}s")
         return self._deadline_error()
 
+    def _busy_error(self) -> UpstreamBusyError:
+        limit = self.config.max_connections
+        return _logged(
+            UpstreamBusyError(
+                f"upstream {self.name!r}: all {limit} connections the gateway may open to it "
+                f"(upstreams.{self.name}.max_connections) stayed busy for the call's whole "
+                f"deadline ({self.config.total_timeout_seconds}s); retry later, or raise "
+                "that setting if the upstream serves more requests at once"
+            )
+        )
+
+    def _oversized_body(self, announced: int | None = None) -> UpstreamOversizedError:
+        limit = self.config.max_response_bytes
+        size = f" (its Content-Length: {announced})" if announced is not None else ""
+        return _logged(
+            UpstreamOversizedError(
+                f"upstream {self.name!r} answered more than {limit} bytes{size}; raise "
+                f"upstreams.{self.name}.max_response_bytes if answers this large are expected"
+            )
+        )
+
+    def _long_line(self) -> UpstreamOversizedError:
+        limit = self.config.max_sse_line_bytes
+        return _logged(
+            UpstreamOversizedError(
+                f"upstream {self.name!r} sent an event-stream line longer than {limit} bytes "
+                f"without ending it; raise upstreams.{self.name}.max_sse_line_bytes if its "
+                "events are legitimately that long"
+            )
+        )
+
     def _deadline_error(self) -> UpstreamTimeoutError:
         return UpstreamTimeoutError(
             f"upstream {self.name!r} did not finish within {self.config.total_timeout_seconds}s"
@@ -549,6 +633,8 @@ class HTTPUpstream(Upstream):
     def _body_error(self, exc: BaseException) -> UpstreamError | None:
         """Map a failure while reading a body (after the headers, so never retried);
         ``None`` for anything that is not the upstream's fault (cancellation)."""
+        if isinstance(exc, h1.BodyTooLargeError):
+            return self._oversized_body(exc.announced)
         if isinstance(exc, TimeoutError):
             return self._timeout_error(exc, began=True)
         if isinstance(exc, aiohttp.ClientError | ConnectionError | h1.MalformedResponseError):
@@ -559,20 +645,29 @@ class HTTPUpstream(Upstream):
 
 
 class HTTPUpstreamStream(UpstreamStream):
-    """The body of a streaming response, chunk by chunk as the upstream sends it."""
+    """The body of a streaming response, chunk by chunk as the upstream sends it, within
+    its upstream's ``max_response_bytes`` in all and ``max_sse_line_bytes`` a line."""
 
     def __init__(self, upstream: HTTPUpstream, response: aiohttp.ClientResponse) -> None:
         self.status = response.status
         self.content_type = response.headers.get("Content-Type", "text/event-stream")
         self.headers: Mapping[str, str] = response.headers
+        self.max_line_bytes = upstream.config.max_sse_line_bytes
+        self._max_bytes = upstream.config.max_response_bytes
         self._upstream = upstream
         self._response = response
         self._closed = False
+        self._failure: UpstreamOversizedError | None = None  # raised at the next read
+        self.received = 0  # bytes so far
+        self.line = 0  # bytes since the last line break
 
     def __aiter__(self) -> HTTPUpstreamStream:
         return self
 
     async def __anext__(self) -> bytes:
+        if self._failure is not None:
+            await self.aclose()
+            raise self._failure
         if self._closed:
             raise StopAsyncIteration
         try:
@@ -586,7 +681,28 @@ class HTTPUpstreamStream(UpstreamStream):
         if not chunk:
             await self.aclose()
             raise StopAsyncIteration
-        return chunk
+        return await self._measured(chunk)
+
+    async def _measured(self, chunk: bytes) -> bytes:
+        """``chunk``, counted against the bounds. Past the line bound, its lines that
+        ended are still passed on (the events before the endless one), and the error
+        comes at the next read."""
+        self.received += len(chunk)
+        if self.received > self._max_bytes:
+            await self.aclose()
+            raise self._upstream._oversized_body()
+        if chunk[-1:] in (b"\n", b"\r"):
+            self.line = 0
+            return chunk
+        cut = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        self.line = self.line + len(chunk) if cut < 0 else len(chunk) - cut - 1
+        if self.line <= self.max_line_bytes:
+            return chunk
+        self._failure = self._upstream._long_line()
+        if cut < 0:
+            await self.aclose()
+            raise self._failure
+        return chunk[: cut + 1]
 
     async def aclose(self) -> None:
         """Return a finished connection to the pool; close an unfinished one, so the
@@ -598,6 +714,44 @@ class HTTPUpstreamStream(UpstreamStream):
             self._response.release()
         else:
             self._response.close()
+
+
+class _PoolWait:
+    """One aiohttp call's trace context: whether it waits for a free connection (the
+    connector is at ``max_connections``) now."""
+
+    __slots__ = ("waiting",)
+
+    def __init__(self) -> None:
+        self.waiting = False
+
+
+async def _queued(
+    session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceConnectionQueuedStartParams
+) -> None:
+    if isinstance(context.trace_request_ctx, _PoolWait):
+        context.trace_request_ctx.waiting = True
+
+
+async def _unqueued(
+    session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceConnectionQueuedEndParams
+) -> None:
+    if isinstance(context.trace_request_ctx, _PoolWait):
+        context.trace_request_ctx.waiting = False
+
+
+# A wait for a free connection that the deadline ends is told apart from a slow upstream
+# by these (aiohttp raises the same ``TimeoutError`` for both).
+_POOL_WAITS: Final = aiohttp.TraceConfig()
+_POOL_WAITS.on_connection_queued_start.append(_queued)
+_POOL_WAITS.on_connection_queued_end.append(_unqueued)
+_POOL_WAITS.freeze()
+
+
+def _logged(error: _Capped) -> _Capped:
+    """``error`` once logged: a bound was reached, which the operator may need to raise."""
+    log.warning("%s", error.message)
+    return error
 
 
 def build_upstream(name: str, config: UpstreamConfig) -> Upstream:

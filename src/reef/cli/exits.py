@@ -24,19 +24,21 @@ from reef.core.errors import InvalidInputError, MissingExtraError, NotFoundError
 
 def exit_code(exc: ReefError) -> int:
     """The exit status for a ``ReefError`` (see the module docstring)."""
-    # Here, not at the top: only a failing command pays for importing the database part.
-    from reef.db import MigrationFailedError, StoreNewerThanReefError
-
     if isinstance(exc, ConfigError | InvalidInputError):
         return 2
     if isinstance(exc, NotFoundError):
         return 3
     if isinstance(exc, MissingExtraError):
         return 4
-    if isinstance(exc, StoreNewerThanReefError):
-        return 5
-    if isinstance(exc, MigrationFailedError):
-        return 6
+    # An instance of a store error means its module is loaded; a command that never
+    # opened a store must not import the database part (and Alembic, which logs as it
+    # loads) just to classify its error.
+    store_errors = sys.modules.get("reef.db.errors")
+    if store_errors is not None:
+        if isinstance(exc, store_errors.StoreNewerThanReefError):
+            return 5
+        if isinstance(exc, store_errors.MigrationFailedError):
+            return 6
     return 1
 
 

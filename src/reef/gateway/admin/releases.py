@@ -12,9 +12,10 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError
+from reef.gateway.auth import grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
-from reef.releases import MAX_PAGE
+from reef.releases import MAX_PAGE, CandidateNotFoundError, ReleaseNotFoundError
 
 _ACTOR_PREFIX = "api:"
 
@@ -65,12 +66,15 @@ class ReleaseAdminRoutes:
         return _ACTOR_PREFIX + (key_id or getpass.getuser())
 
     async def scenarios(self, request: Request) -> Response:
-        """``GET /reef/scenarios``."""
-        self.state.auth.authenticate(request).require_admin()
+        """``GET /reef/scenarios``: those the key may use."""
+        grant = grant_of(request)
         summaries = await asyncio.to_thread(self.state.activation.chain.scenarios)
         serving = self.state.activation.serving
         data = []
+        grant.checked = True  # a listing of no scenario shows nothing
         for summary in summaries:
+            if not grant.visible(summary.name):
+                continue
             item = {
                 "name": summary.name,
                 "head_release_id": summary.head_release_id,
@@ -84,7 +88,6 @@ class ReleaseAdminRoutes:
 
     async def releases(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/releases?limit=&before_seq=``: newest first."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         limit = query_int(request, "limit", 50, 1, MAX_PAGE)
         before_seq = query_int(request, "before_seq", None, 1, MAX_QUERY_INT)
@@ -95,18 +98,16 @@ class ReleaseAdminRoutes:
 
     async def release(self, request: Request) -> Response:
         """``GET /reef/releases/{release_id}``."""
-        self.state.auth.authenticate(request).require_admin()
-        found = await asyncio.to_thread(
-            self.state.activation.chain.get_release, request.path_params["release_id"]
-        )
+        release_id = request.path_params["release_id"]
+        found = await asyncio.to_thread(self.state.activation.chain.get_release, release_id)
+        grant_of(request).check_resource(found.scenario, ReleaseNotFoundError(release_id))
         return _json(found.as_dict())
 
     async def candidate(self, request: Request) -> Response:
         """``GET /reef/candidates/{candidate_id}``."""
-        self.state.auth.authenticate(request).require_admin()
-        found = await asyncio.to_thread(
-            self.state.activation.chain.get_candidate, request.path_params["candidate_id"]
-        )
+        candidate_id = request.path_params["candidate_id"]
+        found = await asyncio.to_thread(self.state.activation.chain.get_candidate, candidate_id)
+        grant_of(request).check_resource(found.scenario, CandidateNotFoundError(candidate_id))
         return _json(found.as_dict())
 
     async def _expected_head(self, scenario: str, given: str | None) -> str:
@@ -120,8 +121,7 @@ class ReleaseAdminRoutes:
     async def rollback(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/rollback`` ``{to, expected_head?, reason?}``."""
         chain = self.state.activation.chain
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
         body = _parse(RollbackIn, await read_json_object(request, 1 << 20))
         expected = await self._expected_head(scenario, body.expected_head)
@@ -139,8 +139,7 @@ class ReleaseAdminRoutes:
     async def promote(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/promote`` ``{candidate_id, expected_head?}``."""
         chain = self.state.activation.chain
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
         body = _parse(PromoteIn, await read_json_object(request, 1 << 20))
         candidate = await asyncio.to_thread(chain.get_candidate, body.candidate_id)
@@ -163,8 +162,7 @@ class ReleaseAdminRoutes:
     async def learn(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/learn``: queue a manual learning job (a
         running or queued job of the scenario is returned instead of a second one)."""
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
         queue = self.state.jobs
         job = await asyncio.to_thread(
@@ -177,7 +175,6 @@ class ReleaseAdminRoutes:
 
     async def status(self, request: Request) -> Response:
         """``GET /reef/status``: activation per scenario, adapters, capture queue."""
-        self.state.auth.authenticate(request).require_admin()
         stats = self.state.writer.stats
         return _json(
             {
@@ -231,9 +228,7 @@ class ReleaseAdminRoutes:
         )
 
     async def _serving_with_harness(self, request: Request) -> tuple[Any, bool]:
-        principal = self.state.auth.authenticate(request)
         scenario = check_scenario_name(request.path_params["scenario"])
-        principal.check_scenario(scenario)
         release = request.headers.get("x-reef-release") or request.query_params.get("release")
         activation = self.state.activation
         if release:

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, ReefError
 from reef.experience import ResponseNotFoundError, ResponseStore, StoredResponse
-from reef.gateway.auth import Principal
+from reef.gateway.auth import grant_of
 from reef.gateway.capture import Exchange
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
@@ -73,13 +73,12 @@ class ResponsesRoutes:
         self.state = state
 
     async def _stored(self, request: Request) -> StoredResponse:
-        principal: Principal = self.state.auth.authenticate(request)
+        grant = grant_of(request)
         response_id = request.path_params["response_id"]
         named = request.headers.get("x-reef-scenario")
         scenario = check_scenario_name(named) if named else None
         stored = await asyncio.to_thread(self.state.responses.get, response_id, scenario)
-        if principal.scenarios is not None and stored.scenario not in principal.scenarios:
-            raise ResponseNotFoundError(response_id)
+        grant.check_resource(stored.scenario, ResponseNotFoundError(response_id))
         return stored
 
     async def get(self, request: Request) -> Response:

@@ -111,19 +111,18 @@ def check_media_type(request: Request, takes_body: bool) -> None:
         return
     headers = request.headers
     content_type = headers.get("content-type")
-    where = f"{request.method} {request.url.path}"
-    if content_type is None:
-        has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
-        if takes_body or has_body:
-            raise UnsupportedMediaTypeError(
-                f"{where} takes a JSON body: {_SEND_JSON} (no Content-Type was sent)"
-            )
+    if content_type is not None and is_json_media_type(content_type):
         return
-    if not is_json_media_type(content_type):
-        what = "with a JSON body" if takes_body else "or no Content-Type and no body"
-        raise UnsupportedMediaTypeError(
-            f"Content-Type {content_type[:80]!r} is not accepted on {where}: {_SEND_JSON} {what}"
-        )
+    has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+    if content_type is None and not (takes_body or has_body):
+        return
+    sent = f"{content_type[:80]!r}" if content_type is not None else "none"
+    where = f"{request.method} {request.url.path}"
+    if takes_body:
+        fix = f"it takes a JSON body: {_SEND_JSON}"
+    else:
+        fix = f"it takes no body: send none, or {_SEND_JSON}"
+    raise UnsupportedMediaTypeError(f"Content-Type {sent} is not accepted on {where}; {fix}")
 
 
 def _too_deep() -> InvalidInputError:

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reef.config import ApiKeyConfig
 from reef.core.errors import PermissionDeniedError, ReefError, UnauthenticatedError
+from reef.gateway.browser_policy import log_refusal
 from reef.gateway.errors import dialect_of, error_body, error_response
 from reef.gateway.requests import check_media_type, check_scenario_name
 
@@ -170,7 +171,10 @@ class GuardedEndpoint:
         try:
             grant = self._admit(Request(scope, receive))
         except ReefError as exc:
-            await error_response(exc, self.dialect)(scope, receive, send)
+            refusal = error_response(exc, self.dialect)
+            if refusal.status_code == 415:  # what a web page's form or no-cors POST gets
+                log_refusal(scope, 415, exc.message)
+            await refusal(scope, receive, send)
             return
         scope[GRANT_SCOPE_KEY] = grant
         if not grant.checked and grant.principal.scenarios is not None:

@@ -22,6 +22,7 @@ path included):
 from __future__ import annotations
 
 import ipaddress
+import logging
 import urllib.parse
 from collections.abc import Iterable
 from typing import Final
@@ -37,6 +38,8 @@ from reef.gateway.errors import (
     dialect_of,
     error_response,
 )
+
+log = logging.getLogger("reef.gateway")
 
 _WILDCARD_BINDS: Final = frozenset({"", "0.0.0.0", "::", "[::]"})  # noqa: S104 (names, not a bind)
 _LOOPBACK_NAMES: Final = frozenset({"localhost"})
@@ -150,7 +153,9 @@ class BrowserPolicy:
         try:
             origin = self._check(scope, headers)
         except ReefError as exc:
-            await error_response(exc, dialect_of(scope["path"]))(scope, receive, send)
+            refusal = error_response(exc, dialect_of(scope["path"]))
+            log_refusal(scope, refusal.status_code, exc.message)
+            await refusal(scope, receive, send)
             return None
         if origin is None:
             return send
@@ -200,6 +205,12 @@ class BrowserPolicy:
         if requested:
             out["access-control-allow-headers"] = requested.decode("latin-1")
         return Response(status_code=204, headers=out)
+
+
+def log_refusal(scope: Scope, status: int, reason: str) -> None:
+    """One warning per request refused as a browser's (what a page tried is worth
+    knowing): method, path, status and why."""
+    log.warning("refused %s %s (%d): %s", scope["method"], scope["path"][:200], status, reason)
 
 
 def _with_cors(send: Send, origin: bytes) -> Send:

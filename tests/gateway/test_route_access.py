@@ -198,6 +198,12 @@ def test_listings_show_a_limited_key_only_its_scenarios(
 
     assert names("sk-admin", "/reef/scenarios") == {A, B}
     assert names("sk-admin-a", "/reef/scenarios") == {A}
+    limited = call(
+        gateway.port, "GET", "/reef/status", None, {"authorization": "Bearer sk-admin-a"}
+    )
+    assert set(limited.json()["scenarios"]) == {A}, limited.body
+    full = call(gateway.port, "GET", "/reef/status", None, ADMIN).json()
+    assert {A, B} <= set(full["scenarios"])
     assert f"reef/{B}" in names("sk-inference-b", "/v1/models")
     assert f"reef/{A}" not in names("sk-inference-b", "/v1/models")
     # The harness of A's release, by digest: named by A's releases only, to A's admin.

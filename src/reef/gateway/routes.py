@@ -137,7 +137,7 @@ ROUTE_TABLE: Final[tuple[RouteRule, ...]] = (
           "evaluation.evaluation"),
     _rule("GET", "/reef/evaluations/{evaluation_id}/episodes", "admin-of-scenario",
           "resource", "evaluation.episodes"),
-    _rule("GET", "/reef/status", "admin", "none", "chain.status"),
+    _rule("GET", "/reef/status", "admin-of-scenario", "listing", "chain.status"),
     _rule("GET", f"{_S}/curve", "admin-of-scenario", "path", "insights.curve"),
     _rule("GET", f"{_S}/jobs", "admin-of-scenario", "path", "insights.jobs"),
     _rule("GET", f"{_S}/feedback/calibration", "admin-of-scenario", "path",

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError
-from reef.gateway.auth import grant_of
+from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
 from reef.releases import MAX_PAGE, CandidateNotFoundError, ReleaseNotFoundError
@@ -54,6 +54,28 @@ def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
         )
         raise InvalidInputError(f"invalid request: {problems}") from exc
+
+
+def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` as ``grant``'s key may see it: a key limited to scenarios sees their
+    activation and the adapters and checkpoints loaded for them (named
+    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights."""
+    grant.checked = True
+    if grant.principal.scenarios is None:
+        return status
+
+    def own(name: str) -> bool:
+        return grant.visible(name.partition("@")[0])
+
+    out = dict(status)
+    out["scenarios"] = {k: v for k, v in status["scenarios"].items() if own(k)}
+    for pools in ("adapters", "checkpoints"):
+        out[pools] = {
+            upstream: {name: used for name, used in loaded.items() if own(name)}
+            for upstream, loaded in status[pools].items()
+        }
+    out["in_place"] = {}
+    return out
 
 
 class ReleaseAdminRoutes:
@@ -174,19 +196,23 @@ class ReleaseAdminRoutes:
         return _json(job.as_dict(), status=202)
 
     async def status(self, request: Request) -> Response:
-        """``GET /reef/status``: activation per scenario, adapters, capture queue."""
+        """``GET /reef/status``: activation per scenario, adapters, capture queue (of the
+        key's scenarios, for a key limited to some)."""
         stats = self.state.writer.stats
         return _json(
-            {
-                **self.state.activation.status_json(),
-                "capture": {
-                    "durability": self.state.settings.store.durability,
-                    "queue_depth": stats.queue_depth,
-                    "written_total": stats.written_total,
-                    "dropped_total": stats.dropped_total,
-                    "failed_total": stats.failed_total,
+            _visible_status(
+                grant_of(request),
+                {
+                    **self.state.activation.status_json(),
+                    "capture": {
+                        "durability": self.state.settings.store.durability,
+                        "queue_depth": stats.queue_depth,
+                        "written_total": stats.written_total,
+                        "dropped_total": stats.dropped_total,
+                        "failed_total": stats.failed_total,
+                    },
                 },
-            }
+            )
         )
 
     async def harness(self, request: Request) -> Response:

@@ -40,7 +40,8 @@ class ServerConfig(Section):
         description="Host names the gateway answers to, beyond loopback (localhost, "
         "127.0.0.1, [::1]), `server.host` and `evaluation.gateway_url`'s host, which are "
         "always allowed. `.example.com` also allows every subdomain, `*.example.com` only "
-        "the subdomains, `*` any host (turns the check off). A request naming another "
+        "the subdomains, `*` any host (turns the check off, and with it the guard against DNS "
+        "rebinding: only behind a proxy that checks the host). A request naming another "
         "`Host` is refused (400): it guards against DNS rebinding. Add the name clients "
         "use, such as the one a reverse proxy forwards.",
     )

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reef.config import ApiKeyConfig
 from reef.core.errors import PermissionDeniedError, ReefError, UnauthenticatedError
 from reef.gateway.browser_policy import log_refusal
-from reef.gateway.errors import dialect_of, error_body, error_response
+from reef.gateway.errors import dialect_of, error_response
 from reef.gateway.requests import check_media_type, check_scenario_name
 
 if TYPE_CHECKING:
@@ -210,25 +210,19 @@ class GuardedEndpoint:
                 refused = message["status"] < 400
                 if refused:
                     log.error("%s %s answered without checking its scenario", *grant.rule.key)
-                    body = error_body(
-                        500,
-                        "internal error: the route did not check "
-                        "its scenario; see the gateway's log",
-                        self.dialect,
-                    )
-                    await send(
-                        {
-                            "type": "http.response.start",
-                            "status": 500,
-                            "headers": [
-                                (b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                            ],
-                        }
-                    )
-                    await send({"type": "http.response.body", "body": body})
+                    failure = error_response(_UNCHECKED, self.dialect)
+                    await failure(scope, _no_body, send)
                     return
             if not refused:
                 await send(message)
 
         return checked
+
+
+_UNCHECKED = UnguardedRouteError(
+    "internal error: the route did not check its scenario; see the gateway's log"
+)
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}

@@ -39,6 +39,7 @@ from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp
 
 from reef.core.errors import ReefError
+from reef.gateway.auth import GuardedEndpoint
 
 Access = Literal["public", "inference", "admin-of-scenario", "admin"]
 ScenarioFrom = Literal["none", "path", "request", "resource", "listing"]
@@ -201,8 +202,6 @@ def build_routes(
 def undeclared_routes(app: Starlette) -> list[str]:
     """``METHOD path`` of every route of ``app`` not built from a rule of the table (an
     endpoint that is no guard, or a guard whose rule is not the table's)."""
-    from reef.gateway.auth import GuardedEndpoint
-
     found = []
     for route in app.routes:
         if not isinstance(route, Route):

@@ -623,7 +623,12 @@ def _document() -> dict[str, Any]:
             "serves the releases it learns.",
             "description": "When `auth.keys` is configured, send a key as "
             "`Authorization: Bearer <key>` or `x-api-key: <key>`; without keys the gateway "
-            "listens on 127.0.0.1 only. Errors use the caller's dialect.",
+            "listens on 127.0.0.1 only. Every request must name the gateway in `Host` "
+            "(loopback, `server.host` or `server.allowed_hosts`: else 400), a browser's must "
+            "come from its own origin or `server.allowed_origins` (else 403), and a body must "
+            "be sent as `application/json` (else 415). Each operation's `x-reef-access` "
+            "comes from the gateway's route table, which its guard enforces. Errors use the "
+            "caller's dialect.",
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
         "tags": [{"name": name, "description": text} for name, text in TAGS],

@@ -45,6 +45,7 @@ KEYS = {
     ]
 }
 ADMIN = {"authorization": "Bearer sk-admin"}
+INFERENCE_KEY_OF = {A: "sk-inference-a", B: "sk-inference-b"}
 CHAT = {"model": f"reef/{A}", "messages": [{"role": "user", "content": "hello"}]}
 
 
@@ -90,8 +91,12 @@ class World:
         return answer
 
     def new_response(self, scenario: str) -> str:
+        """A stored response of ``scenario``, created by the scenario's inference key (a
+        stored response may belong to the key that wrote it: the matrix then reads it as
+        its owner and admins would)."""
         body = {"model": f"reef/{scenario}", "input": "remember this", "store": True}
-        return str(self.post("/v1/responses", body).json()["id"])
+        owner = {"authorization": f"Bearer {INFERENCE_KEY_OF[scenario]}"}
+        return str(self.post("/v1/responses", body, **owner).json()["id"])
 
 
 def _resources(world: World, scenario: str) -> dict[str, str]:

@@ -94,20 +94,37 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
-def _refusals(caplog: pytest.LogCaptureFixture, path: str) -> list[str]:
-    return [
-        record.getMessage()
-        for record in caplog.records
-        if record.name == "reef.gateway" and f"refused POST {path} (4" in record.getMessage()
-    ]
+class GatewayLog(logging.Handler):
+    """What the gateway logs at warning and above, straight from its logger (whatever
+    propagation or levels other tests left on the logging tree)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def refusals(self, path: str) -> list[str]:
+        return [line for line in self.lines if f"refused POST {path} (4" in line]
+
+
+@pytest.fixture
+def gateway_log() -> Iterator[GatewayLog]:
+    logger = logging.getLogger("reef.gateway")
+    handler, level = GatewayLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 def test_a_page_of_another_origin_cannot_queue_learning(
     make_gateway: Callable[..., GatewayThread],
     chromium: Any,
-    caplog: pytest.LogCaptureFixture,
+    gateway_log: GatewayLog,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="reef.gateway")
     with PageServer() as friend_origin:
         gateway = make_gateway(server={"allowed_origins": [friend_origin.origin]})
         jobs = JobQueue(gateway.database)
@@ -119,10 +136,10 @@ def test_a_page_of_another_origin_cannot_queue_learning(
             page.goto(attacker.origin + "/")
             page.wait_for_selector('body[data-done*="text"][data-done*="empty"]', state="attached")
             eventually(
-                lambda: len(_refusals(caplog, "/reef/scenarios/x/learn")) >= 3,
+                lambda: len(gateway_log.refusals("/reef/scenarios/x/learn")) >= 3,
                 "the gateway to log the form POST and both fetches as refused",
             )
-        refused = _refusals(caplog, "/reef/scenarios/x/learn")
+        refused = gateway_log.refusals("/reef/scenarios/x/learn")
         assert all("(403)" in line and "server.allowed_origins" in line for line in refused)
         assert jobs.list("x") == []  # nothing queued
 
@@ -137,9 +154,8 @@ def test_a_page_of_another_origin_cannot_queue_learning(
 
 
 def test_a_rebinding_page_is_refused_by_the_host_check(
-    gateway: GatewayThread, chromium: Any, caplog: pytest.LogCaptureFixture
+    gateway: GatewayThread, chromium: Any, gateway_log: GatewayLog
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="reef.gateway")
     context = chromium.new_context()
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
@@ -147,7 +163,7 @@ def test_a_rebinding_page_is_refused_by_the_host_check(
     answer = page.goto(records)
     assert answer is not None and answer.status == 400
     assert "server.allowed_hosts" in answer.text()
-    assert any("attacker.example" in r.getMessage() for r in caplog.records)
+    assert any("attacker.example" in line for line in gateway_log.lines)
     # The same gateway under its own name answers: the refusal is the Host's.
     own = page.goto(f"{gateway.url}/reef/scenarios/support/records")
     assert own is not None and own.status == 200

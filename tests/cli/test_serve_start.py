@@ -1,5 +1,5 @@
 """``reef serve`` starting up: a taken port is found before any model loads, and a
-ready gateway prints where it is (gateway, dashboard, docs)."""
+ready gateway prints where it is (gateway, dashboard, docs) and that it has no keys."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_a_ready_gateway_prints_its_gateway_dashboard_and_docs_urls(tmp_path: Pa
     threading.Thread(target=_lines, args=(process.stdout, lines), daemon=True).start()
     shown: list[str] = []
     try:
-        while not any("/docs" in line for line in shown):
+        while not any("  keys  " in line for line in shown):
             line = lines.get(timeout=60)
             assert line is not None, "".join(shown) + (
                 process.stderr.read() if process.stderr else ""
@@ -92,6 +92,8 @@ def test_a_ready_gateway_prints_its_gateway_dashboard_and_docs_urls(tmp_path: Pa
         base = f"http://127.0.0.1:{port}"
         text = "".join(shown)
         assert f"{base}/v1" in text and f"{base}/ui" in text and f"{base}/docs" in text, text
+        # No keys configured: the banner says so and what it means; it binds loopback.
+        assert "keys       none: every caller" in text and "auth.keys" in text, text
         # Printed only once the gateway answers.
         with urllib.request.urlopen(f"{base}/healthz", timeout=10) as response:
             assert response.status == 200

@@ -48,7 +48,7 @@ def upstream_calls(fake: FakeUpstreamThread) -> int:
 
 def flights(gateway: GatewayThread) -> IdempotentFlights:
     endpoint: Any = gateway.app.routes["/v1/chat/completions"]
-    flights: IdempotentFlights = endpoint.routes.flights
+    flights: IdempotentFlights = endpoint.endpoint.routes.flights  # inside its guard
     return flights
 
 

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("reef.serve")
 
 
+GATE_KEY_ID = "reef-gate"
+
+
 class GatewayStartError(ReefError):
     """uvicorn returned without ever accepting connections."""
 
@@ -75,7 +78,7 @@ def with_gate_key(settings: ReefSettings) -> ReefSettings:
     if not settings.auth.keys or settings.evaluation.api_key is not None:
         return settings
     secret = secrets.token_urlsafe(32)
-    key = ApiKeyConfig(id="reef-gate", key=SecretStr(secret), role="admin")
+    key = ApiKeyConfig(id=GATE_KEY_ID, key=SecretStr(secret), role="admin")
     auth = settings.auth.model_copy(update={"keys": [*settings.auth.keys, key]})
     evaluation = settings.evaluation.model_copy(update={"api_key": SecretStr(secret)})
     return settings.model_copy(update={"auth": auth, "evaluation": evaluation})
@@ -110,14 +113,23 @@ class _ReadyServer(uvicorn.Server):
             self._on_ready()
 
 
-def ready_message(base_url: str) -> str:
+NO_KEYS_LINE = (
+    "none: every caller that reaches this port is an admin, so it listens on loopback "
+    "only; configure auth.keys before exposing it (docs/security.md)"
+)
+
+
+def ready_message(base_url: str, keys: int) -> str:
     """What ``reef serve`` prints on stdout once it answers: where to send requests,
-    the dashboard and the API docs."""
+    the dashboard and the API docs, and whether callers need a key (``keys``: how many
+    are configured)."""
+    access = f"required ({keys} configured in auth.keys)" if keys else NO_KEYS_LINE
     return (
         "Reef is ready:\n"
         f"  gateway    {base_url}/v1   (OpenAI and Anthropic APIs)\n"
         f"  dashboard  {base_url}/ui\n"
-        f"  API docs   {base_url}/docs"
+        f"  API docs   {base_url}/docs\n"
+        f"  keys       {access}"
     )
 
 
@@ -173,7 +185,9 @@ def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -
             # Forwarded headers are not trusted by default; nothing here reads them.
             proxy_headers=False,
         )
-        message = ready_message(display_base_url(host, port))
+        # Keys the operator configured: the worker's own gate key is not theirs.
+        configured = sum(1 for key in settings.auth.keys if key.id != GATE_KEY_ID)
+        message = ready_message(display_base_url(host, port), configured)
         server = _ReadyServer(config, lambda: print(message, flush=True))
         server.run(sockets=[listener])
         if not server.started:

@@ -35,6 +35,53 @@ class ServerConfig(Section):
         default=8 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above)."
     )
     access_log: bool = Field(default=False, description="Log one line per request.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the gateway answers to, beyond loopback (localhost, "
+        "127.0.0.1, [::1]), `server.host` and `evaluation.gateway_url`'s host, which are "
+        "always allowed. `.example.com` also allows every subdomain, `*.example.com` only "
+        "the subdomains, `*` any host (turns the check off, and with it the guard against DNS "
+        "rebinding: only behind a proxy that checks the host). A request naming another "
+        "`Host` is refused (400): it guards against DNS rebinding. Add the name clients "
+        "use, such as the one a reverse proxy forwards.",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Web origins (`https://app.example.com`, scheme and host, port when "
+        "not the default) whose pages may call the gateway from a browser; they get CORS "
+        "headers. A request carrying another `Origin` is refused (403) on every route, and "
+        "so is its CORS preflight. The gateway's own origin (the dashboard) is always "
+        "allowed.",
+    )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, hosts: list[str]) -> list[str]:
+        checked = []
+        for host in hosts:
+            name = host.strip().lower().rstrip(".")
+            if not name or any(c in name for c in "/@ ") or "*" in name.lstrip("*"):
+                raise ValueError(
+                    f"server.allowed_hosts: {host!r} is not a host name; give a name like "
+                    "reef.example.com, .example.com, *.example.com, or *"
+                )
+            checked.append(name)
+        return checked
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _check_origins(cls, origins: list[str]) -> list[str]:
+        checked = []
+        for origin in origins:
+            value = origin.strip().lower().rstrip("/")
+            scheme, _, rest = value.partition("://")
+            if scheme not in ("http", "https") or not rest or any(c in rest for c in "/?#@*"):
+                raise ValueError(
+                    f"server.allowed_origins: {origin!r} is not an origin; give scheme and "
+                    "host (and a port when not the default), like https://app.example.com"
+                )
+            checked.append(value)
+        return checked
 
 
 class UpstreamConfig(Section):
@@ -335,7 +382,10 @@ class ApiKeyConfig(Section):
         description="inference: inference and feedback; admin: everything, admin API included.",
     )
     scenarios: list[str] | None = Field(
-        default=None, description="Limit an inference key to these scenarios."
+        default=None,
+        description="Limit the key to these scenarios (inference and admin keys alike: "
+        "every route of another scenario, and every route that spans all scenarios such "
+        "as /reef/status and /metrics, is refused).",
     )
     trust: str | None = Field(
         default=None,

@@ -14,7 +14,6 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef.config import ReefSettings
@@ -28,7 +27,8 @@ from reef.gateway.admin.evaluations import EvaluationAdminRoutes
 from reef.gateway.admin.experience import AdminRoutes
 from reef.gateway.admin.insights import InsightRoutes
 from reef.gateway.admin.releases import ReleaseAdminRoutes
-from reef.gateway.auth import Authenticator
+from reef.gateway.auth import Authenticator, GuardedEndpoint, grant_of
+from reef.gateway.browser_policy import BrowserPolicy
 from reef.gateway.capture import Recorder
 from reef.gateway.errors import (
     dialect_of,
@@ -42,6 +42,7 @@ from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.openapi.document import OpenAPIRoutes
 from reef.gateway.requests import SCENARIO_MODEL_PREFIX, check_scenario_name
 from reef.gateway.responses.stored import ResponsesRoutes
+from reef.gateway.routes import ROUTE_TABLE, build_routes
 from reef.gateway.serving.activation import Activation
 from reef.gateway.state import GatewayState
 from reef.gateway.store_health import StoreHealth
@@ -120,7 +121,6 @@ class OpsRoutes:
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics`` in Prometheus text format (admin key when keys are set)."""
-        self.state.auth.authenticate(request).require_admin()
         return Response(
             self.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
@@ -128,12 +128,11 @@ class OpsRoutes:
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: one ``reef/<scenario>`` entry per configured scenario and
         the scenarios' model aliases, then the models of the upstreams (best effort)."""
-        principal = self.state.auth.authenticate(request)
+        grant = grant_of(request)
         named = {"reef/default": "default"}
         named.update({f"reef/{name}": name for name in self.state.settings.scenarios})
         named.update(self.state.model_aliases)
-        if principal.scenarios is not None:
-            named = {n: s for n, s in named.items() if s in principal.scenarios}
+        named = {n: s for n, s in named.items() if grant.visible(s)}
         names = list(named)
         for upstream in self.state.upstreams.values():
             try:
@@ -148,15 +147,16 @@ class OpsRoutes:
         ``reef/<scenario>`` of any scenario the key may use, a model alias, or a model an
         upstream lists; anything else is a 404 naming what is served (a scenario the key
         may not use counts as unknown)."""
-        principal = self.state.auth.authenticate(request)
+        grant = grant_of(request)
         model_id: str = request.path_params["model_id"]
         scenario = self.state.model_aliases.get(model_id)
         if scenario is None and model_id.startswith(SCENARIO_MODEL_PREFIX):
             scenario = check_scenario_name(model_id.removeprefix(SCENARIO_MODEL_PREFIX))
         if scenario is not None:
-            if principal.scenarios is None or scenario in principal.scenarios:
+            if grant.visible(scenario):
                 return _json(_model_card(model_id))
         else:
+            grant.checked = True  # an upstream's model belongs to no scenario
             for upstream in self.state.upstreams.values():
                 try:
                     served = await asyncio.wait_for(upstream.list_models(), _READY_TIMEOUT_SECONDS)
@@ -188,7 +188,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 class InferenceFastPath:
-    """Dispatches the inference routes straight to their ASGI endpoints.
+    """Checks every request against the browser policy, then dispatches the inference
+    routes straight to their (guarded) ASGI endpoints.
 
     They carry nearly all traffic; skipping Starlette's middleware stack and route
     matching for them saves measurable CPU per request. Everything else (and the
@@ -197,17 +198,23 @@ class InferenceFastPath:
     shape themselves (``InferenceRoutes.serve``).
     """
 
-    def __init__(self, app: Starlette, routes: dict[str, ASGIApp]) -> None:
+    def __init__(self, app: Starlette, routes: dict[str, ASGIApp], policy: BrowserPolicy) -> None:
         self.app = app
         self.routes = routes
+        self.policy = policy
         self.state = app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = self.routes.get(scope["path"])
-            if endpoint is not None:
-                await endpoint(scope, receive, send)
+        if scope["type"] == "http":
+            admitted = await self.policy.admit(scope, receive, send)
+            if admitted is None:
                 return
+            send = admitted
+            if scope["method"] == "POST":
+                endpoint = self.routes.get(scope["path"])
+                if endpoint is not None:
+                    await endpoint(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
 
 
@@ -252,67 +259,25 @@ def create_app(
         model_aliases=settings.model_aliases(),
         store_health=store_health,
     )
-    inference = InferenceRoutes(state)
-    feedback = FeedbackRoutes(state)
-    admin = AdminRoutes(state)
-    ops = OpsRoutes(state)
-    chain = ReleaseAdminRoutes(state)
-    evaluation = EvaluationAdminRoutes(state)
-    insights = InsightRoutes(state)
-    dashboard = DashboardFiles(keys_required=state.auth.enabled)
-    api_docs = OpenAPIRoutes()
-    responses = ResponsesRoutes(state)
-    token_counts = TokenCountRoutes(state)
-    routes = [
-        Route("/v1/chat/completions", inference.openai_chat, methods=["POST"]),
-        Route("/v1/completions", inference.openai_completions, methods=["POST"]),
-        Route("/v1/embeddings", inference.openai_embeddings, methods=["POST"]),
-        Route("/v1/messages", inference.anthropic_messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", token_counts.count_tokens, methods=["POST"]),
-        Route("/v1/responses", inference.openai_responses, methods=["POST"]),
-        Route("/v1/responses/{response_id}", responses.get, methods=["GET"]),
-        Route("/v1/responses/{response_id}", responses.delete, methods=["DELETE"]),
-        Route("/v1/responses/{response_id}/input_items", responses.input_items, methods=["GET"]),
-        Route("/v1/models", ops.models, methods=["GET"]),
-        Route("/v1/models/{model_id:path}", ops.model, methods=["GET"]),
-        Route("/reef/feedback", feedback.feedback, methods=["POST"]),
-        Route("/reef/report", feedback.report, methods=["POST"]),
-        Route("/reef/feedback/{feedback_id}/release", feedback.release, methods=["POST"]),
-        Route("/reef/scenarios/{scenario}/feedback", feedback.list_feedback, methods=["GET"]),
-        Route("/reef/records/{record_id}", admin.record, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/records", admin.records, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/sessions/{session_id}", admin.session, methods=["GET"]),
-        Route("/reef/scenarios", chain.scenarios, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/releases", chain.releases, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/rollback", chain.rollback, methods=["POST"]),
-        Route("/reef/scenarios/{scenario}/promote", chain.promote, methods=["POST"]),
-        Route("/reef/scenarios/{scenario}/learn", chain.learn, methods=["POST"]),
-        Route("/reef/scenarios/{scenario}/harness", chain.harness, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/harness.tar.gz", chain.harness_bundle, methods=["GET"]),
-        Route("/reef/releases/{release_id}", chain.release, methods=["GET"]),
-        Route("/reef/candidates/{candidate_id}", chain.candidate, methods=["GET"]),
-        Route("/reef/candidates/{candidate_id}/abandon", evaluation.abandon, methods=["POST"]),
-        Route("/reef/scenarios/{scenario}/candidates", evaluation.candidates, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/evaluations", evaluation.evaluations_of, methods=["GET"]),
-        Route("/reef/evaluations/{evaluation_id}", evaluation.evaluation, methods=["GET"]),
-        Route("/reef/evaluations/{evaluation_id}/episodes", evaluation.episodes, methods=["GET"]),
-        Route("/reef/status", chain.status, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/curve", insights.curve, methods=["GET"]),
-        Route("/reef/scenarios/{scenario}/jobs", insights.jobs, methods=["GET"]),
-        Route(
-            "/reef/scenarios/{scenario}/feedback/calibration",
-            insights.calibration,
-            methods=["GET"],
-        ),
-        Route("/reef/artifacts/{digest}/harness", insights.harness, methods=["GET"]),
-        Route("/ui", dashboard.root, methods=["GET"]),
-        Route("/ui/{path:path}", dashboard.asset, methods=["GET"]),
-        Route("/healthz", ops.healthz, methods=["GET"]),
-        Route("/readyz", ops.readyz, methods=["GET"]),
-        Route("/metrics", ops.metrics, methods=["GET"]),
-        Route("/openapi.json", api_docs.document, methods=["GET"]),
-        Route("/docs", api_docs.page, methods=["GET"]),
-    ]
+    groups = {
+        "inference": InferenceRoutes(state),
+        "feedback": FeedbackRoutes(state),
+        "admin": AdminRoutes(state),
+        "ops": OpsRoutes(state),
+        "chain": ReleaseAdminRoutes(state),
+        "evaluation": EvaluationAdminRoutes(state),
+        "insights": InsightRoutes(state),
+        "dashboard": DashboardFiles(keys_required=state.auth.enabled),
+        "api_docs": OpenAPIRoutes(),
+        "responses": ResponsesRoutes(state),
+        "token_counts": TokenCountRoutes(state),
+    }
+    routes, fast_routes = build_routes(
+        groups, lambda rule, endpoint: GuardedEndpoint(rule, endpoint, state.auth)
+    )
+    policy = BrowserPolicy.from_settings(
+        settings, [rule.path for rule in ROUTE_TABLE if rule.any_host]
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -342,13 +307,4 @@ def create_app(
         },
     )
     app.state.reef = state
-    return InferenceFastPath(
-        app,
-        {
-            "/v1/chat/completions": inference.openai_chat,
-            "/v1/messages": inference.anthropic_messages,
-            "/v1/responses": inference.openai_responses,
-            "/v1/completions": inference.openai_completions,
-            "/v1/embeddings": inference.openai_embeddings,
-        },
-    )
+    return InferenceFastPath(app, fast_routes, policy)

@@ -33,6 +33,18 @@ class PayloadTooLargeError(InvalidInputError):
     """The request body exceeds ``server.max_body_bytes``."""
 
 
+class UnsupportedMediaTypeError(InvalidInputError):
+    """The request's ``Content-Type`` is not JSON (415): the message names what to send."""
+
+
+class HostNotAllowedError(InvalidInputError):
+    """The request's ``Host`` is not one the gateway answers to (``server.allowed_hosts``)."""
+
+
+class OriginNotAllowedError(PermissionDeniedError):
+    """A browser request from an origin not in ``server.allowed_origins`` (403)."""
+
+
 class UnsupportedRouteError(InvalidInputError):
     """The scenario's upstream cannot serve this API."""
 
@@ -54,6 +66,7 @@ _OPENAI_TYPES = {
     405: "invalid_request_error",
     409: "conflict_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     501: "not_implemented_error",
     502: "upstream_error",
@@ -68,6 +81,7 @@ _ANTHROPIC_TYPES = {
     405: "invalid_request_error",
     409: "invalid_request_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
     503: "overloaded_error",
@@ -81,6 +95,8 @@ def status_for(exc: ReefError) -> int:
         return exc.status
     if isinstance(exc, PayloadTooLargeError):
         return 413
+    if isinstance(exc, UnsupportedMediaTypeError):
+        return 415
     if isinstance(exc, InvalidInputError):
         return 400
     if isinstance(exc, UnauthenticatedError):

@@ -12,8 +12,13 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
 from reef.core.validation import problem_lines
-from reef.experience import FeedbackDraft, RecordNotFoundError, check_correction
-from reef.gateway.auth import Principal
+from reef.experience import (
+    FeedbackDraft,
+    FeedbackNotFoundError,
+    RecordNotFoundError,
+    check_correction,
+)
+from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_SESSION_ID_CHARS,
@@ -102,16 +107,16 @@ class FeedbackRoutes:
                 f"[{low:g}, {high:g}] (scenarios.{scenario}.score_range)"
             )
 
-    async def _scenario_of(self, principal: Principal, record_id: str) -> str:
+    async def _scenario_of(self, grant: Grant, record_id: str) -> str:
         """The scenario of the named record. A record of a scenario the key may not use
         is answered like one that does not exist: no existence oracle across scenarios."""
         record = await asyncio.to_thread(self.state.store.get_record, record_id)
-        if principal.scenarios is not None and record.scenario not in principal.scenarios:
-            raise RecordNotFoundError(record_id)
+        grant.check_resource(record.scenario, RecordNotFoundError(record_id))
         return record.scenario
 
     async def _receive(self, request: Request, ids_field: str) -> Response:
-        principal = self.state.auth.authenticate(request)
+        grant = grant_of(request)
+        principal = grant.principal
         body = await read_json_object(request, self.state.settings.server.max_body_bytes)
         if ids_field != "record_ids":
             if "record_ids" in body:
@@ -133,11 +138,11 @@ class FeedbackRoutes:
             # The records may still be queued; feedback must be able to name them.
             await self.state.writer.flush()
         if scenario is None and parsed.record_ids:
-            scenario = await self._scenario_of(principal, parsed.record_ids[0])
+            scenario = await self._scenario_of(grant, parsed.record_ids[0])
         if scenario is None:  # a session alone: the scenario inference defaults to
             scenario = "default"
         check_scenario_name(scenario)
-        principal.check_scenario(scenario)
+        grant.check_scenario(scenario)
         self._check_score(parsed.score, scenario)
         # Redacted like records (text, correction, metadata): nothing stored escapes the
         # capture.redact_patterns.
@@ -176,7 +181,6 @@ class FeedbackRoutes:
         """``GET /reef/scenarios/{scenario}/feedback``: newest first; ``quarantined=true``
         lists what screening holds back (with the reason), ``false`` the rest; ``before``
         (a feedback id) and ``limit`` page."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         quarantined = _optional_bool(request.query_params.get("quarantined"), "quarantined")
         limit = query_int(request, "limit", 100, 1, MAX_FEEDBACK_PAGE)
@@ -198,12 +202,12 @@ class FeedbackRoutes:
     async def release(self, request: Request) -> Response:
         """``POST /reef/feedback/{feedback_id}/release``: an admin lets quarantined
         feedback through (it may train and count as evidence again)."""
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        grant = grant_of(request)
+        feedback_id = request.path_params["feedback_id"]
+        found = await asyncio.to_thread(self.state.store.get_feedback, feedback_id)
+        grant.check_resource(found.scenario, FeedbackNotFoundError(feedback_id))
         view = await asyncio.to_thread(
-            self.state.store.release_feedback,
-            request.path_params["feedback_id"],
-            principal.key_id or "operator",
+            self.state.store.release_feedback, feedback_id, grant.principal.key_id or "operator"
         )
         return Response(dumps(view.as_dict()), media_type="application/json")
 

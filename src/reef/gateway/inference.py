@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
 from reef.experience import Purpose, RecordView
-from reef.gateway.auth import Principal
+from reef.gateway.auth import Principal, grant_of
 from reef.gateway.body_checks import (
     check_anthropic_messages,
     check_openai_chat,
@@ -256,11 +256,12 @@ class InferenceRoutes:
         self, request: Request, api: Api, started: float, held: _Held
     ) -> tuple[Exchange, CallPlan]:
         state = self.state
-        principal = state.auth.authenticate(request)
+        grant = grant_of(request)
+        principal = grant.principal
         body = await read_json_object(request, state.settings.server.max_body_bytes)
         _CHECKS[api](body)
         headers = reef_headers(request, body, state.model_aliases)
-        principal.check_scenario(headers.scenario)
+        grant.check_scenario(headers.scenario)
         record_id = new_id()
         capture = headers.capture and state.settings.scenario(headers.scenario).capture
         turn = None

@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from reef.core.errors import InvalidInputError
 from reef.core.jsoncodec import MAX_DEPTH, deeper_than
 from reef.experience import Purpose
-from reef.gateway.errors import PayloadTooLargeError
+from reef.gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
 
 SCENARIO_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _SCENARIO_RE = re.compile(SCENARIO_PATTERN)
@@ -87,6 +87,42 @@ async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and deeper_than(body):
         raise _too_deep()
     return body
+
+
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_SEND_JSON = "send 'Content-Type: application/json'"
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """``application/json`` or ``application/<anything>+json``, parameters (``charset``)
+    allowed, in any case."""
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def check_media_type(request: Request, takes_body: bool) -> None:
+    """Refuse (``UnsupportedMediaTypeError``, 415) a write whose body is not declared
+    JSON: a route that takes a body needs a JSON ``Content-Type``; one that takes none
+    accepts no body, or a JSON one. Browsers send a cross-site form or ``no-cors`` POST
+    only as ``text/plain``, form or multipart media, so none of them reaches a handler."""
+    if request.method not in _WRITES:
+        return
+    headers = request.headers
+    content_type = headers.get("content-type")
+    if content_type is not None and is_json_media_type(content_type):
+        return
+    has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+    if content_type is None and not (takes_body or has_body):
+        return
+    sent = f"{content_type[:80]!r}" if content_type is not None else "none"
+    where = f"{request.method} {request.url.path}"
+    if takes_body:
+        fix = f"it takes a JSON body: {_SEND_JSON}"
+    else:
+        fix = f"it takes no body: send none, or {_SEND_JSON}"
+    raise UnsupportedMediaTypeError(f"Content-Type {sent} is not accepted on {where}; {fix}")
 
 
 def _too_deep() -> InvalidInputError:

@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
+from reef.gateway.auth import grant_of
 from reef.gateway.body_checks import check_anthropic_messages
 from reef.gateway.requests import SCENARIO_MODEL_PREFIX, read_json_object, reef_headers
 from reef.gateway.state import GatewayState
@@ -36,11 +37,11 @@ class TokenCountRoutes:
         """``{"input_tokens": n}`` for a Messages body, as the scenario's upstream counts
         it. Raises ``UpstreamUnsupportedError`` (501) for an upstream that cannot."""
         state = self.state
-        principal = state.auth.authenticate(request)
+        grant = grant_of(request)
         body = await read_json_object(request, state.settings.server.max_body_bytes)
         check_anthropic_messages(body)
         scenario = reef_headers(request, body, state.model_aliases).scenario
-        principal.check_scenario(scenario)
+        grant.check_scenario(scenario)
         upstream_name, config = state.settings.upstream_for(scenario)
         upstream = state.upstreams[upstream_name]
         serving = await state.activation.current(scenario)

@@ -21,13 +21,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError
+from reef.core.errors import InvalidInputError, NotFoundError
 from reef.gateway.admin.releases import _parse
+from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name, query_int, read_json_object
 from reef.gateway.state import GatewayState
 
 # EvaluationStore.list takes as many as the chain's MAX_PAGE
-from reef.releases import CANDIDATE_STATES, MAX_PAGE, CandidateState
+from reef.releases import CANDIDATE_STATES, MAX_PAGE, CandidateNotFoundError, CandidateState
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -55,7 +56,6 @@ class EvaluationAdminRoutes:
 
     async def candidates(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/candidates``."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         raw = request.query_params.get("state")
         if raw is not None and raw not in CANDIDATE_STATES:
@@ -70,16 +70,14 @@ class EvaluationAdminRoutes:
 
     async def evaluations_of(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/evaluations``."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         found = await asyncio.to_thread(self.evaluations.list, scenario, None, _limit(request))
         return _json({"data": [evaluation.as_dict() for evaluation in found]})
 
     async def evaluation(self, request: Request) -> Response:
         """``GET /reef/evaluations/{evaluation_id}``."""
-        self.state.auth.authenticate(request).require_admin()
         evaluation_id = request.path_params["evaluation_id"]
-        found = await asyncio.to_thread(self.evaluations.get, evaluation_id)
+        found = await self._evaluation(request, evaluation_id)
         results = await asyncio.to_thread(self.evaluations.results, evaluation_id)
         data = found.as_dict()
         data["results"] = [result.as_dict() for result in results]
@@ -92,22 +90,30 @@ class EvaluationAdminRoutes:
 
     async def episodes(self, request: Request) -> Response:
         """``GET /reef/evaluations/{evaluation_id}/episodes?task=``."""
-        self.state.auth.authenticate(request).require_admin()
         evaluation_id = request.path_params["evaluation_id"]
-        await asyncio.to_thread(self.evaluations.get, evaluation_id)  # 404 when unknown
+        await self._evaluation(request, evaluation_id)  # 404 when unknown
         task = request.query_params.get("task")
         found = await asyncio.to_thread(self.evaluations.episodes, evaluation_id, task)
         return _json({"data": [episode.as_dict() for episode in found]})
 
+    async def _evaluation(self, request: Request, evaluation_id: str) -> Any:
+        """The evaluation, when the key may use its scenario (else a 404 like an unknown
+        id)."""
+        found = await asyncio.to_thread(self.evaluations.get, evaluation_id)
+        missing = NotFoundError(f"evaluation {evaluation_id!r} not found")
+        grant_of(request).check_resource(found.scenario, missing)
+        return found
+
     async def abandon(self, request: Request) -> Response:
         """``POST /reef/candidates/{candidate_id}/abandon``."""
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        grant = grant_of(request)
+        principal = grant.principal
         body = await read_json_object(request, self.state.settings.server.max_body_bytes)
         parsed: AbandonIn = _parse(AbandonIn, body)
         chain = self.state.activation.chain
         candidate_id = request.path_params["candidate_id"]
         current = await asyncio.to_thread(chain.get_candidate, candidate_id)
+        grant.check_resource(current.scenario, CandidateNotFoundError(candidate_id))
         evidence = {
             **(current.evidence or {}),
             "abandoned": {"by": f"api:{principal.key_id}", "reason": parsed.reason},

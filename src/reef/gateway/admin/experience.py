@@ -12,7 +12,8 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
-from reef.experience import RecordFilter, RecordView, assemble_trajectory
+from reef.experience import RecordFilter, RecordNotFoundError, RecordView, assemble_trajectory
+from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name, query_int, query_number
 from reef.gateway.state import GatewayState
 
@@ -56,22 +57,20 @@ def _parse_filters(request: Request) -> tuple[RecordFilter, str | None, int]:
 
 
 class AdminRoutes:
-    """Read-only experience routes; every one needs an admin key when keys are set."""
+    """Read-only experience routes (access: ``reef.gateway.routes``)."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
 
     async def record(self, request: Request) -> Response:
         """``GET /reef/records/{record_id}``: one record with its feedback."""
-        self.state.auth.authenticate(request).require_admin()
-        view = await asyncio.to_thread(
-            self.state.store.get_record, request.path_params["record_id"]
-        )
+        record_id = request.path_params["record_id"]
+        view = await asyncio.to_thread(self.state.store.get_record, record_id)
+        grant_of(request).check_resource(view.scenario, RecordNotFoundError(record_id))
         return _json(record_json(view))
 
     async def records(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/records``: newest first, cursor-paginated."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         filters, cursor, limit = _parse_filters(request)
         page = await asyncio.to_thread(
@@ -88,10 +87,7 @@ class AdminRoutes:
         """``GET /reef/scenarios/{scenario}/sessions/{session_id}``: the session's records
         in turn order (``turns``) and its trajectory tree (``trajectory``, see
         ``reef.experience.trajectories``)."""
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
-        principal.check_scenario(scenario)
         session_id = request.path_params["session_id"]
         store = self.state.store
         views = await asyncio.to_thread(store.get_session, scenario, session_id)

@@ -25,6 +25,7 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import NotFoundError
 from reef.experience import calibrate
+from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
 from reef.harness.packing import read_bundle_archive
@@ -55,14 +56,13 @@ def _files_json(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
 
 
 class InsightRoutes:
-    """The dashboard's extra reads; every one needs an admin key when keys are set."""
+    """The dashboard's extra reads (access: ``reef.gateway.routes``)."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
 
     async def curve(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/curve?limit=``."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         limit = _limit(request, 200, 1000)
         data = await asyncio.to_thread(self.state.store.learning_curve, scenario, limit)
@@ -71,7 +71,6 @@ class InsightRoutes:
 
     async def jobs(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/jobs?state=&limit=``: newest first."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         limit = _limit(request, 20, 1000)
         found = await asyncio.to_thread(
@@ -81,16 +80,18 @@ class InsightRoutes:
 
     async def calibration(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/feedback/calibration``: ``{scenario, data}``."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         found = await asyncio.to_thread(calibrate, self.state.store, scenario)
         return _json({"scenario": scenario, "data": [source.as_dict() for source in found]})
 
     async def harness(self, request: Request) -> Response:
-        """``GET /reef/artifacts/{digest}/harness``: ``{digest, named_by, harness, files}``."""
-        self.state.auth.authenticate(request).require_admin()
+        """``GET /reef/artifacts/{digest}/harness``: ``{digest, named_by, harness, files}``
+        (``named_by``: the releases and candidates of the key's scenarios that name it)."""
+        grant = grant_of(request)
         digest = request.path_params["digest"]
         owners = await asyncio.to_thread(self.state.activation.chain.harness_owners, digest)
+        owners = [owner for owner in owners if grant.visible(owner["scenario"])]
+        grant.checked = True  # an unnamed digest is a 404 below, for every key
         if not owners:
             raise NotFoundError(f"no release or candidate has the harness {digest!r}")
         artifacts = self.state.activation.artifacts

@@ -13,10 +13,11 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.environments import tool_isolation
+from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.serving.pins import PinAccess
 from reef.gateway.state import GatewayState
-from reef.releases import MAX_PAGE
+from reef.releases import MAX_PAGE, CandidateNotFoundError, ReleaseNotFoundError
 
 _ACTOR_PREFIX = "api:"
 
@@ -57,6 +58,28 @@ def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
         raise InvalidInputError(f"invalid request: {problems}") from exc
 
 
+def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` as ``grant``'s key may see it: a key limited to scenarios sees their
+    activation and the adapters and checkpoints loaded for them (named
+    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights."""
+    grant.checked = True
+    if grant.principal.scenarios is None:
+        return status
+
+    def own(name: str) -> bool:
+        return grant.visible(name.partition("@")[0])
+
+    out = dict(status)
+    out["scenarios"] = {k: v for k, v in status["scenarios"].items() if own(k)}
+    for pools in ("adapters", "checkpoints"):
+        out[pools] = {
+            upstream: {name: used for name, used in loaded.items() if own(name)}
+            for upstream, loaded in status[pools].items()
+        }
+    out["in_place"] = {}
+    return out
+
+
 class ReleaseAdminRoutes:
     """Scenarios, releases, candidates, rollback, promote, status, harness downloads."""
 
@@ -67,12 +90,15 @@ class ReleaseAdminRoutes:
         return _ACTOR_PREFIX + (key_id or getpass.getuser())
 
     async def scenarios(self, request: Request) -> Response:
-        """``GET /reef/scenarios``."""
-        self.state.auth.authenticate(request).require_admin()
+        """``GET /reef/scenarios``: those the key may use."""
+        grant = grant_of(request)
         summaries = await asyncio.to_thread(self.state.activation.chain.scenarios)
         serving = self.state.activation.serving
         data = []
+        grant.checked = True  # a listing of no scenario shows nothing
         for summary in summaries:
+            if not grant.visible(summary.name):
+                continue
             item = {
                 "name": summary.name,
                 "head_release_id": summary.head_release_id,
@@ -86,7 +112,6 @@ class ReleaseAdminRoutes:
 
     async def releases(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/releases?limit=&before_seq=``: newest first."""
-        self.state.auth.authenticate(request).require_admin()
         scenario = check_scenario_name(request.path_params["scenario"])
         limit = query_int(request, "limit", 50, 1, MAX_PAGE)
         before_seq = query_int(request, "before_seq", None, 1, MAX_QUERY_INT)
@@ -97,18 +122,16 @@ class ReleaseAdminRoutes:
 
     async def release(self, request: Request) -> Response:
         """``GET /reef/releases/{release_id}``."""
-        self.state.auth.authenticate(request).require_admin()
-        found = await asyncio.to_thread(
-            self.state.activation.chain.get_release, request.path_params["release_id"]
-        )
+        release_id = request.path_params["release_id"]
+        found = await asyncio.to_thread(self.state.activation.chain.get_release, release_id)
+        grant_of(request).check_resource(found.scenario, ReleaseNotFoundError(release_id))
         return _json(found.as_dict())
 
     async def candidate(self, request: Request) -> Response:
         """``GET /reef/candidates/{candidate_id}``."""
-        self.state.auth.authenticate(request).require_admin()
-        found = await asyncio.to_thread(
-            self.state.activation.chain.get_candidate, request.path_params["candidate_id"]
-        )
+        candidate_id = request.path_params["candidate_id"]
+        found = await asyncio.to_thread(self.state.activation.chain.get_candidate, candidate_id)
+        grant_of(request).check_resource(found.scenario, CandidateNotFoundError(candidate_id))
         return _json(found.as_dict())
 
     async def _expected_head(self, scenario: str, given: str | None) -> str:
@@ -122,8 +145,7 @@ class ReleaseAdminRoutes:
     async def rollback(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/rollback`` ``{to, expected_head?, reason?}``."""
         chain = self.state.activation.chain
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
         body = _parse(RollbackIn, await read_json_object(request, 1 << 20))
         expected = await self._expected_head(scenario, body.expected_head)
@@ -141,8 +163,7 @@ class ReleaseAdminRoutes:
     async def promote(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/promote`` ``{candidate_id, expected_head?}``."""
         chain = self.state.activation.chain
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
         body = _parse(PromoteIn, await read_json_object(request, 1 << 20))
         candidate = await asyncio.to_thread(chain.get_candidate, body.candidate_id)
@@ -165,8 +186,7 @@ class ReleaseAdminRoutes:
     async def learn(self, request: Request) -> Response:
         """``POST /reef/scenarios/{scenario}/learn``: queue a manual learning job (a
         running or queued job of the scenario is returned instead of a second one)."""
-        principal = self.state.auth.authenticate(request)
-        principal.require_admin()
+        principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
         queue = self.state.jobs
         job = await asyncio.to_thread(
@@ -179,22 +199,25 @@ class ReleaseAdminRoutes:
 
     async def status(self, request: Request) -> Response:
         """``GET /reef/status``: activation per scenario, adapters, capture queue, and the
-        OS boundary the python environment's tools get here."""
-        self.state.auth.authenticate(request).require_admin()
+        OS boundary the python environment's tools get here (of the key's scenarios, for a
+        key limited to some)."""
         stats = self.state.writer.stats
         boundary = await asyncio.to_thread(tool_isolation)  # probed once per process
         return _json(
-            {
-                **self.state.activation.status_json(),
-                "capture": {
-                    "durability": self.state.settings.store.durability,
-                    "queue_depth": stats.queue_depth,
-                    "written_total": stats.written_total,
-                    "dropped_total": stats.dropped_total,
-                    "failed_total": stats.failed_total,
+            _visible_status(
+                grant_of(request),
+                {
+                    **self.state.activation.status_json(),
+                    "capture": {
+                        "durability": self.state.settings.store.durability,
+                        "queue_depth": stats.queue_depth,
+                        "written_total": stats.written_total,
+                        "dropped_total": stats.dropped_total,
+                        "failed_total": stats.failed_total,
+                    },
+                    "tool_isolation": boundary.as_dict(),
                 },
-                "tool_isolation": boundary.as_dict(),
-            }
+            )
         )
 
     async def harness(self, request: Request) -> Response:
@@ -236,9 +259,8 @@ class ReleaseAdminRoutes:
         )
 
     async def _serving_with_harness(self, request: Request) -> tuple[Any, bool]:
-        principal = self.state.auth.authenticate(request)
+        principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
-        principal.check_scenario(scenario)
         release = request.headers.get("x-reef-release") or request.query_params.get("release")
         activation = self.state.activation
         if release:

@@ -1,10 +1,12 @@
 """The gateway's OpenAPI 3.1 document (``GET /openapi.json``) and its rendered page
 (``GET /docs``, server-rendered HTML from the same document: no script, no CDN).
 
-The operations are listed here by hand, beside their routes in ``reef.gateway.app``;
-``tests/gateway/test_openapi.py`` fails when a route of the app is missing here (or the
-other way round) and validates the document as OpenAPI 3.1. Request bodies that the
-gateway parses with a pydantic model are described by that model's JSON schema.
+The operations are described here by hand, one per rule of the route table
+(``reef.gateway.routes``), whose access rule each operation states: who may call it is
+read from the table the guard enforces, never written twice. ``tests/gateway/
+test_openapi.py`` fails when a route of the app is missing here (or the other way round)
+and validates the document as OpenAPI 3.1. Request bodies that the gateway parses with a
+pydantic model are described by that model's JSON schema.
 
 Neither route needs a key: the document describes the API, not its data.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -47,11 +49,8 @@ from reef.gateway.requests import (
     SESSION_ID_PATTERN,
 )
 from reef.gateway.responses.stored import MAX_ITEMS_PAGE
+from reef.gateway.routes import Access, ScenarioFrom, rule_for
 from reef.releases import MAX_PAGE
-
-Access = Literal["none", "any", "inference", "admin"]
-"""Who may call: no key ever; any valid key; an inference key allowed the scenario (or
-an admin key); an admin key. Without ``auth.keys`` every route is open (loopback only)."""
 
 _JSON = "application/json"
 _REF = "#/components/schemas/{model}"
@@ -65,7 +64,6 @@ class Operation:
     path: str
     tag: str
     summary: str
-    access: Access
     description: str = ""
     parameters: tuple[dict[str, Any], ...] = ()
     body: str | None = None  # a schema name under components.schemas
@@ -167,6 +165,8 @@ _INFERENCE_NOT_FOUND = (
     "Unknown pinned release, or a model that an upstream with no configured model does "
     "not serve (the message lists those it does)."
 )
+_NOT_JSON = "The body is not declared JSON: send `Content-Type: application/json`."
+_NO_BODY = "A body or Content-Type other than JSON (the route takes no body)."
 _KEY_IN_USE = "The idempotency key names another request (body, API or key)."
 _NO_ROUTE = (
     "The scenario's upstream has no such route (an Anthropic upstream; an upstream that "
@@ -175,7 +175,7 @@ _NO_ROUTE = (
 
 # fmt: off
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("post", "/v1/chat/completions", "inference", "OpenAI chat completion", "any",
+    Operation("post", "/v1/chat/completions", "inference", "OpenAI chat completion",
               "Streaming (SSE) or not, tools included; proxied to the scenario's upstream, "
               "recorded with its release and session.", inference=True,
               body="ChatCompletionRequest",
@@ -184,7 +184,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          "404": _INFERENCE_NOT_FOUND, "409": _KEY_IN_USE,
                          "413": "Body too large.", "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
-    Operation("post", "/v1/completions", "inference", "OpenAI legacy text completion", "any",
+    Operation("post", "/v1/completions", "inference", "OpenAI legacy text completion",
               "Streaming (SSE) or not; relayed to the scenario's OpenAI-compatible upstream "
               "(`/completions`) and recorded like a chat completion, its canonical form "
               "the prompt as the user's message and the text as the reply. No harness is "
@@ -196,7 +196,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          "413": "Body too large.",
                          "501": _NO_ROUTE, "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
-    Operation("post", "/v1/embeddings", "inference", "OpenAI embeddings", "any",
+    Operation("post", "/v1/embeddings", "inference", "OpenAI embeddings",
               "Relayed to the scenario's OpenAI-compatible upstream (`/embeddings`) under "
               "the client's own model name (`reef/<scenario>` or an alias: the scenario's "
               "configured model; never a release's adapter). Recorded without the vectors "
@@ -208,7 +208,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          "413": "Body too large.",
                          "501": _NO_ROUTE, "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
-    Operation("post", "/v1/messages", "inference", "Anthropic messages", "any",
+    Operation("post", "/v1/messages", "inference", "Anthropic messages",
               "Streaming or not; translated for OpenAI-compatible upstreams, passed through to "
               "Anthropic ones. Errors use Anthropic's shape.", inference=True,
               body="MessagesRequest",
@@ -217,7 +217,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          "413": "Body too large.", "502": "The upstream failed.",
                          "504": "The upstream timed out."}),
     Operation("post", "/v1/messages/count_tokens", "inference", "Count a message's tokens",
-              "any", "Anthropic's token count by the scenario's upstream: relayed to an "
+              "Anthropic's token count by the scenario's upstream: relayed to an "
               "Anthropic upstream; counted by the embedded engine's (or vLLM's) tokenizer "
               "on the request's chat translation; 501 for any other upstream. Not recorded. "
               "Errors use Anthropic's shape.",
@@ -225,7 +225,7 @@ OPERATIONS: tuple[Operation, ...] = (
               responses={"200": "`{input_tokens}`.", **_COMMON_ERRORS,
                          "501": "The scenario's upstream cannot count tokens.",
                          "502": "The upstream failed.", "504": "The upstream timed out."}),
-    Operation("post", "/v1/responses", "inference", "OpenAI responses", "any",
+    Operation("post", "/v1/responses", "inference", "OpenAI responses",
               "The Responses API, translated into chat completions for the scenario's "
               "upstream (an OpenAI-compatible one) and back, streams included (the typed "
               "`response.*` events; `response.failed` when the upstream fails mid-way); "
@@ -243,7 +243,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          + _INFERENCE_NOT_FOUND[1:],
                          "409": _KEY_IN_USE, "413": "Body too large.",
                          "502": "The upstream failed.", "504": "The upstream timed out."}),
-    Operation("get", "/v1/responses/{response_id}", "inference", "A stored response", "any",
+    Operation("get", "/v1/responses/{response_id}", "inference", "A stored response",
               "The response as it was answered. The key that created it, or an admin "
               "key, reads it; a response of another key or another scenario (than the "
               "key's, or `x-reef-scenario`) is a 404 like an unknown id.",
@@ -251,13 +251,13 @@ OPERATIONS: tuple[Operation, ...] = (
                           _header("x-reef-scenario", "Only a response of this scenario.")),
               responses={"200": "The response object.", **_NOT_FOUND}),
     Operation("delete", "/v1/responses/{response_id}", "inference", "Delete a stored response",
-              "any", "It can no longer be read or continued; the record of its exchange "
+              "It can no longer be read or continued; the record of its exchange "
               "stays (records are experience).",
               parameters=(_path("response_id", "The response's id (`resp_…`)."),
                           _header("x-reef-scenario", "Only a response of this scenario.")),
               responses={"200": "`{id, object: response, deleted: true}`.", **_NOT_FOUND}),
     Operation("get", "/v1/responses/{response_id}/input_items", "inference",
-              "A stored response's input items", "any",
+              "A stored response's input items",
               "Every item the response answered, earlier turns included, each with its id.",
               parameters=(_path("response_id", "The response's id (`resp_…`)."),
                           _header("x-reef-scenario", "Only a response of this scenario."),
@@ -268,11 +268,11 @@ OPERATIONS: tuple[Operation, ...] = (
                           _query("before", "List the items before this item id.")),
               responses={"200": "An OpenAI list: `{object, data, first_id, last_id, "
                          "has_more}`.", **_NOT_FOUND}),
-    Operation("get", "/v1/models", "inference", "List models", "any",
+    Operation("get", "/v1/models", "inference", "List models",
               "`reef/<scenario>` for each configured scenario, the scenarios' model aliases, "
               "then the upstreams' models.",
               responses={"200": "An OpenAI model list.", "401": _COMMON_ERRORS["401"]}),
-    Operation("get", "/v1/models/{model_id}", "inference", "A model", "any",
+    Operation("get", "/v1/models/{model_id}", "inference", "A model",
               "One model as `/v1/models` lists it: `reef/<scenario>` of any scenario the key "
               "may use, a scenario's model alias, or a model an upstream lists.",
               parameters=(_path("model_id", "The model's id; it may hold `/` "
@@ -280,7 +280,7 @@ OPERATIONS: tuple[Operation, ...] = (
               responses={"200": "`{id, object: model, created, owned_by}`.",
                          "401": _COMMON_ERRORS["401"],
                          "404": "Not served here (the message says what is)."}),
-    Operation("post", "/reef/feedback", "feedback", "Give feedback on records", "inference",
+    Operation("post", "/reef/feedback", "feedback", "Give feedback on records",
               "Score, text and/or correction for one or more records; idempotent with a key.",
               parameters=(_header("x-reef-scenario", "Scenario when the body names none."),
                           _header("x-reef-idempotency-key", "When the body has none.")),
@@ -290,7 +290,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          **_COMMON_ERRORS, "404": "An unknown record id.",
                          "409": "Idempotency key reused with a different body."}),
     Operation("post", "/reef/report", "feedback", "Report (Reef-compatible feedback)",
-              "inference", "`/reef/feedback` with `references` naming the records.",
+              "`/reef/feedback` with `references` naming the records.",
               parameters=(_header("x-reef-scenario", "Scenario when the body names none."),
                           _header("x-reef-idempotency-key", "When the body has none.")),
               body="ReportIn",
@@ -298,7 +298,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          **_COMMON_ERRORS, "404": "An unknown record id.",
                          "409": "Idempotency key reused with a different body."}),
     Operation("get", "/reef/scenarios/{scenario}/feedback", "feedback",
-              "A scenario's feedback", "admin",
+              "A scenario's feedback",
               "Newest first, with each row's principal, trust level and quarantine state; "
               "`quarantined=true` lists what screening holds back, with the reason.",
               parameters=(SCENARIO,
@@ -309,15 +309,15 @@ OPERATIONS: tuple[Operation, ...] = (
                                  {"type": "string", "maxLength": 64})),
               responses=_ADMIN_READ),
     Operation("post", "/reef/feedback/{feedback_id}/release", "feedback",
-              "Release quarantined feedback", "admin",
+              "Release quarantined feedback",
               "Lets feedback that screening quarantined train and count as evidence again.",
               parameters=(_path("feedback_id", "The feedback's id."),),
               responses={"200": "The released feedback.", **_CONFLICT}),
     Operation("get", "/reef/records/{record_id}", "records", "One record with its feedback",
-              "admin", parameters=(_path("record_id", "The record's id (the receipt)."),),
+              parameters=(_path("record_id", "The record's id (the receipt)."),),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/records", "records", "A scenario's records",
-              "admin", "Newest first, paged by `cursor`; `next_cursor` is null on the last page.",
+              "Newest first, paged by `cursor`; `next_cursor` is null on the last page.",
               parameters=(SCENARIO, _limit(MAX_RECORDS_PAGE),
                           _query("cursor", "`next_cursor` of the last page."),
                           _query("session", "Only this session."),
@@ -328,7 +328,7 @@ OPERATIONS: tuple[Operation, ...] = (
                                                              "format": "date-time"})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/sessions/{session_id}", "records",
-              "A session's records and trajectory", "admin",
+              "A session's records and trajectory",
               "`turns`: the session's records in turn order. `trajectory`: the tree of its "
               "turns (a retry is an attempt of its turn, a fork a second child), each with "
               "its messages, the tools offered, the reply and its tool calls, and the tool "
@@ -337,79 +337,79 @@ OPERATIONS: tuple[Operation, ...] = (
               "the session as a whole. See docs/http-api.md.",
               parameters=(SCENARIO, _path("session_id", "The session's id.")),
               responses=_ADMIN_READ, schema="Session"),
-    Operation("get", "/reef/scenarios", "releases", "Scenarios with their heads", "admin",
+    Operation("get", "/reef/scenarios", "releases", "Scenarios with their heads",
               "Every scenario with its head and the release this gateway serves.",
               responses={"200": "The scenarios.", **_COMMON_ERRORS}),
     Operation("get", "/reef/scenarios/{scenario}/releases", "releases", "The release chain",
-              "admin", "Newest first.",
+              "Newest first.",
               parameters=(SCENARIO, LIMIT, _query("before_seq", "Only releases before this seq.",
                                                   {"type": "integer", "minimum": 1,
                                                    "maximum": MAX_QUERY_INT})),
               responses=_ADMIN_READ),
-    Operation("post", "/reef/scenarios/{scenario}/rollback", "releases", "Roll back", "admin",
+    Operation("post", "/reef/scenarios/{scenario}/rollback", "releases", "Roll back",
               "Appends a release whose components equal `to`'s and makes it the head.",
               parameters=(SCENARIO,), body="RollbackIn",
               responses={"201": "The new release.", **_CONFLICT}),
     Operation("post", "/reef/scenarios/{scenario}/promote", "releases",
-              "Promote a reviewed candidate", "admin",
+              "Promote a reviewed candidate",
               "Publishes a `passed` (or `canary`) candidate as the new head.",
               parameters=(SCENARIO,), body="PromoteIn",
               responses={"201": "The new release.", **_CONFLICT}),
     Operation("post", "/reef/scenarios/{scenario}/learn", "learning", "Queue a learning job",
-              "admin", "A queued or running job of the scenario is returned instead of a "
+              "A queued or running job of the scenario is returned instead of a "
               "second one. No body.", parameters=(SCENARIO,),
               responses={"202": "The job.", **_COMMON_ERRORS}),
     Operation("get", "/reef/scenarios/{scenario}/harness", "harness", "The serving harness",
-              "inference", "As JSON, with `ETag` = the bundle digest and `x-reef-release-id`.",
+              "As JSON, with `ETag` = the bundle digest and `x-reef-release-id`.",
               parameters=(SCENARIO, _query("release", "A release to read instead of the head."),
                           _header("x-reef-release", "Same as `release`."),
                           _header("if-none-match", "An ETag: 304 when unchanged.")),
               responses={**_ADMIN_READ, "304": "Unchanged."}),
     Operation("get", "/reef/scenarios/{scenario}/harness.tar.gz", "harness",
-              "The serving harness bundle", "inference",
+              "The serving harness bundle",
               "The deterministic `.tar.gz` that `reef harness install` verifies and unpacks.",
               parameters=(SCENARIO, _query("release", "A release to read instead of the head."),
                           _header("x-reef-release", "Same as `release`.")),
               responses=_ADMIN_READ, media="application/gzip"),
-    Operation("get", "/reef/releases/{release_id}", "releases", "One release", "admin",
+    Operation("get", "/reef/releases/{release_id}", "releases", "One release",
               "Manifest (components by digest), operation, parent, who, why, evidence.",
               parameters=(_path("release_id", "The release's id."),), responses=_ADMIN_READ),
-    Operation("get", "/reef/candidates/{candidate_id}", "candidates", "One candidate", "admin",
+    Operation("get", "/reef/candidates/{candidate_id}", "candidates", "One candidate",
               "Manifest, state and gate evidence.",
               parameters=(_path("candidate_id", "The candidate's id."),), responses=_ADMIN_READ),
     Operation("post", "/reef/candidates/{candidate_id}/abandon", "candidates",
-              "Abandon a candidate", "admin",
+              "Abandon a candidate",
               "Stops a pending, passed or canary candidate; a canary's traffic returns to the "
               "head.", parameters=(_path("candidate_id", "The candidate's id."),),
               body="AbandonIn", responses={"200": "The candidate, abandoned.", **_CONFLICT}),
     Operation("get", "/reef/scenarios/{scenario}/candidates", "candidates",
-              "A scenario's candidates", "admin", "Newest first, with their gate evidence.",
+              "A scenario's candidates", "Newest first, with their gate evidence.",
               parameters=(SCENARIO, LIMIT, _query("state", "Only candidates in this state.",
                                                   {"enum": ["pending", "evaluating", "passed",
                                                             "rejected", "canary", "published",
                                                             "abandoned"]})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/evaluations", "candidates",
-              "A scenario's evaluations", "admin", "The gate's evaluations, newest first.",
+              "A scenario's evaluations", "The gate's evaluations, newest first.",
               parameters=(SCENARIO, LIMIT), responses=_ADMIN_READ),
     Operation("get", "/reef/evaluations/{evaluation_id}", "candidates", "One evaluation",
-              "admin", "Every scored answer and episode; with `items=1` the items asked too.",
+              "Every scored answer and episode; with `items=1` the items asked too.",
               parameters=(_path("evaluation_id", "The evaluation's id."),
                           _query("items", "`1` or `true`: include the items.")),
               responses=_ADMIN_READ),
     Operation("get", "/reef/evaluations/{evaluation_id}/episodes", "candidates",
-              "An evaluation's episodes", "admin",
+              "An evaluation's episodes",
               "The episodes of `gate.episodes` with their conversations, by task, repeat and "
               "side; `task` picks one task's.",
               parameters=(_path("evaluation_id", "The evaluation's id."),
                           _query("task", "Only this task's episodes (both sides).")),
               responses=_ADMIN_READ),
-    Operation("get", "/reef/status", "operations", "What this gateway serves", "admin",
+    Operation("get", "/reef/status", "operations", "What this gateway serves",
               "Per scenario: head, serving release, activation state, live canary; loaded "
               "adapters; the capture queue; `tool_isolation`, the OS boundary of the python "
               "environment's tools here.", responses={"200": "The status.", **_COMMON_ERRORS}),
     Operation("get", "/reef/scenarios/{scenario}/curve", "releases", "Learning curve",
-              "admin", "Per release, oldest first: live requests served, how many were "
+              "Per release, oldest first: live requests served, how many were "
               "scored and their mean feedback score, and the gate's means when the gate "
               "admitted it.",
               parameters=(SCENARIO, _query("limit", "Newest releases included (default 200).",
@@ -417,29 +417,29 @@ OPERATIONS: tuple[Operation, ...] = (
                                             "maximum": 1000})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/feedback/calibration", "feedback",
-              "Computed feedback vs posted", "admin",
+              "Computed feedback vs posted",
               "Per computed feedback source (`signal:*`, `judge:*`): its rows, how many answers "
               "were also graded by people, what it mostly says, its precision and recall "
               "against the posted verdicts, and how often its extracted corrections equal "
               "the posted ones.",
               parameters=(SCENARIO,), responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/jobs", "learning", "A scenario's jobs",
-              "admin", "Learning jobs, newest first.",
+              "Learning jobs, newest first.",
               parameters=(SCENARIO, _query("limit", "Most jobs (default 20).",
                                            {"type": "integer", "minimum": 1,
                                             "maximum": 1000}),
                           _query("state", "Only jobs in this state.")),
               responses=_ADMIN_READ),
     Operation("get", "/reef/artifacts/{digest}/harness", "harness", "A harness by digest",
-              "admin", "The harness a release or candidate names (`{digest, named_by, "
+              "The harness a release or candidate names (`{digest, named_by, "
               "harness, files}`); any other digest is a 404, so no other artifact is read.",
               parameters=(_path("digest", "The harness artifact's digest, `sha256:...`."),),
               responses=_ADMIN_READ),
-    Operation("get", "/ui", "dashboard", "The dashboard", "none",
+    Operation("get", "/ui", "dashboard", "The dashboard",
               "Redirects to `/ui/`. The page's own data calls go to the admin API with the "
               "key the user enters.",
               responses={"308": "Redirect to `/ui/`."}),
-    Operation("get", "/ui/{path}", "dashboard", "A dashboard file", "none",
+    Operation("get", "/ui/{path}", "dashboard", "A dashboard file",
               "A file of the packaged allow-list (`/ui/` is the HTML shell, "
               "`/ui/auth.json` says whether keys are required), under a strict "
               "Content-Security-Policy.",
@@ -447,17 +447,17 @@ OPERATIONS: tuple[Operation, ...] = (
               responses={"200": "The file.", "304": "Unchanged (ETag).",
                          "404": "Not a dashboard file."},
               media="text/html"),
-    Operation("get", "/healthz", "operations", "Liveness", "none",
+    Operation("get", "/healthz", "operations", "Liveness",
               responses={"200": '`{"status": "ok"}`.'}),
-    Operation("get", "/readyz", "operations", "Readiness", "none",
+    Operation("get", "/readyz", "operations", "Readiness",
               "The store is writable and every upstream lists its models.",
               responses={"200": "Ready.", "503": "Not ready; `checks` names the failing one."}),
-    Operation("get", "/metrics", "operations", "Prometheus metrics", "admin",
+    Operation("get", "/metrics", "operations", "Prometheus metrics",
               responses={"200": "Prometheus text format.", **_COMMON_ERRORS},
               media="text/plain"),
-    Operation("get", "/openapi.json", "operations", "This document", "none",
+    Operation("get", "/openapi.json", "operations", "This document",
               responses={"200": "The OpenAPI 3.1 document."}),
-    Operation("get", "/docs", "operations", "This document, rendered", "none",
+    Operation("get", "/docs", "operations", "This document, rendered",
               responses={"200": "An HTML page (no scripts)."}, media="text/html"),
 )
 # fmt: on
@@ -474,11 +474,21 @@ TAGS = (
     ("operations", "Health, readiness, metrics, status and this description."),
 )
 
-_ACCESS_TEXT = {
-    "none": "No key needed.",
-    "any": "Any valid key (an inference key limited to scenarios may use only those).",
-    "inference": "An inference key allowed this scenario, or an admin key.",
-    "admin": "An admin key.",
+_ACCESS_TEXT: dict[Access, str] = {
+    "public": "No key needed.",
+    "inference": "Any valid key (inference or admin).",
+    "admin-of-scenario": "An admin key.",
+    "admin": "An admin key not limited to scenarios (the route spans them all).",
+}
+_SCENARIO_TEXT: dict[ScenarioFrom, str] = {
+    "none": "",
+    "path": " A key limited to scenarios (`auth.keys[].scenarios`) may call it only for "
+    "those (403 otherwise).",
+    "request": " A key limited to scenarios may use only those: the scenario named by "
+    "`x-reef-scenario`, the model or the body (403 otherwise).",
+    "resource": " A key limited to scenarios sees only what belongs to those; anything "
+    "else is a 404, like an unknown id.",
+    "listing": " A key limited to scenarios is shown only what belongs to those.",
 }
 
 
@@ -569,14 +579,22 @@ def _operation(operation: Operation) -> dict[str, Any]:
             f"(names of at most {MAX_TAG_NAME_CHARS} characters, values of at most "
             f"{MAX_TAG_VALUE_CHARS}); more, or longer, is a 400."
         )
+    rule = rule_for(operation.method, operation.path)
+    access = _ACCESS_TEXT[rule.access] + _SCENARIO_TEXT[rule.scenario]
     out: dict[str, Any] = {
         "operationId": _operation_id(operation),
         "tags": [operation.tag],
         "summary": operation.summary,
-        "description": f"{description.strip()} Access: {_ACCESS_TEXT[operation.access]}".strip(),
-        "x-reef-access": operation.access,
+        "description": f"{description.strip()} Access: {access}".strip(),
+        "x-reef-access": rule.access,
+        "x-reef-scenario-from": rule.scenario,
         "responses": _responses(operation),
     }
+    if rule.method in ("POST", "DELETE"):
+        out["responses"]["415"] = {
+            "description": _NOT_JSON if rule.takes_body else _NO_BODY,
+            "content": {_JSON: {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
     if parameters:
         out["parameters"] = parameters
     if operation.body is not None:
@@ -584,7 +602,7 @@ def _operation(operation: Operation) -> dict[str, Any]:
             "required": True,
             "content": {_JSON: {"schema": {"$ref": f"#/components/schemas/{operation.body}"}}},
         }
-    if operation.access == "none":
+    if rule.access == "public":
         out["security"] = []
     return out
 
@@ -608,7 +626,12 @@ def _document() -> dict[str, Any]:
             "serves the releases it learns.",
             "description": "When `auth.keys` is configured, send a key as "
             "`Authorization: Bearer <key>` or `x-api-key: <key>`; without keys the gateway "
-            "listens on 127.0.0.1 only. Errors use the caller's dialect.",
+            "listens on 127.0.0.1 only. Every request must name the gateway in `Host` "
+            "(loopback, `server.host` or `server.allowed_hosts`: else 400), a browser's must "
+            "come from its own origin or `server.allowed_origins` (else 403), and a body must "
+            "be sent as `application/json` (else 415). Each operation's `x-reef-access` "
+            "comes from the gateway's route table, which its guard enforces. Errors use the "
+            "caller's dialect.",
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
         "tags": [{"name": name, "description": text} for name, text in TAGS],

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
 from reef.experience import Redactor, StoredResponse
-from reef.gateway.auth import Principal
+from reef.gateway.auth import grant_of
 from reef.gateway.capture import Exchange
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.responses.owners import check_owner
@@ -64,12 +64,13 @@ class ResponsesRoutes:
         self.state = state
 
     async def _stored(self, request: Request) -> StoredResponse:
-        principal: Principal = self.state.auth.authenticate(request)
+        grant = grant_of(request)
         response_id = request.path_params["response_id"]
         named = request.headers.get("x-reef-scenario")
         scenario = check_scenario_name(named) if named else None
         stored = await asyncio.to_thread(self.state.responses.get, response_id, scenario)
-        check_owner(principal, stored, scenario)
+        grant.checked = True  # check_owner checks the key's scenarios too
+        check_owner(grant.principal, stored, scenario)
         return stored
 
     async def get(self, request: Request) -> Response:

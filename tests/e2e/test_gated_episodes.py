@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reef.evaluation import EvaluationStore, Gate, GateConfig, GatewayTarget
+from reef.experience import Redactor
 from reef.harness import Bundle, Harness, pack_bundle
 from reef.releases import (
     ArtifactStore,
@@ -90,10 +91,13 @@ class Shop:
     gateway: GatewayThread
     chain: ReleaseChain
     artifacts: ArtifactStore
+    redactor: Redactor
 
     @property
     def evaluations(self) -> EvaluationStore:
-        return EvaluationStore(self.chain.database)
+        """The gate's store, built as ``build_worker`` builds it (with the configured
+        ``capture.redact_patterns``)."""
+        return EvaluationStore(self.chain.database, self.redactor)
 
     def head(self) -> Release:
         head = self.chain.head(SCENARIO)
@@ -137,7 +141,7 @@ class Shop:
 
 
 @contextmanager
-def shop(tmp: Path) -> Iterator[Shop]:
+def shop(tmp: Path, redact_patterns: tuple[str, ...] = ()) -> Iterator[Shop]:
     write_tasks(tmp / "tasks.jsonl")
     with ScriptedChatThread([agent] * 1000) as model:
         settings = make_settings(
@@ -146,10 +150,13 @@ def shop(tmp: Path) -> Iterator[Shop]:
             upstreams={"agent": {"type": "openai", "base_url": model.base_url, "model": "agent"}},
             scenarios={SCENARIO: {"upstream": "agent", "harness": "managed"}},
             activation={"poll_interval_seconds": 0.05},
+            capture={"redact_patterns": list(redact_patterns)},
         )
         with GatewayThread(settings) as gateway:
             chain = ReleaseChain(gateway.database)
-            yield Shop(tmp, model, gateway, chain, open_artifact_store(settings.artifacts_url()))
+            artifacts = open_artifact_store(settings.artifacts_url())
+            redactor = Redactor(settings.capture.redact_patterns)
+            yield Shop(tmp, model, gateway, chain, artifacts, redactor)
 
 
 def test_the_gate_publishes_a_candidate_that_finishes_more_tasks(tmp_path: Path) -> None:
@@ -207,7 +214,8 @@ def test_the_gate_publishes_a_candidate_that_finishes_more_tasks(tmp_path: Path)
 
 
 def test_the_gate_rejects_a_candidate_that_finishes_fewer_tasks(tmp_path: Path) -> None:
-    with shop(tmp_path) as world:
+    # with a redaction pattern on the return ids the head's answers name (R-B0, R-B1)
+    with shop(tmp_path, redact_patterns=(r"R-B\d",)) as world:
         base = world.publish_directly(ITEMS[:2])
         candidate = world.propose([])
         outcome = world.gate().run(candidate.id)
@@ -223,3 +231,14 @@ def test_the_gate_rejects_a_candidate_that_finishes_fewer_tasks(tmp_path: Path) 
         assert finished == {"return-kettle", "return-toaster"}
         results = world.evaluations.results(outcome.evaluation_id)
         assert {r.suite for r in results} >= {"env:python"}
+
+        # scored on what the model said (the head finished two tasks, by the return ids
+        # in its answers), but stored redacted: the episodes' conversations and the
+        # results' outputs, as the gateway's records of the same calls are
+        kettle = next(e for e in episodes if e.task_id == "return-kettle" and e.arm == "baseline")
+        assert kettle.messages[-1]["content"] == "Your return [REDACTED] is open."
+        stored = json.dumps([[e.messages, e.error, e.reason] for e in episodes])
+        stored += json.dumps([[r.output, r.error, r.details] for r in results])
+        assert re.search(r"R-B\d", stored) is None
+        (record,) = world.gateway.store.get_session(SCENARIO, kettle.session_id or "")[-1:]
+        assert "R-B0" not in json.dumps(record.response)

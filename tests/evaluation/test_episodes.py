@@ -25,7 +25,8 @@ from reef.evaluation.gate import EvaluationFailedError, check_errors
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget
 from reef.evaluation.suites import is_current_suite, is_episode_suite
-from reef.experience import SQLExperienceStore
+from reef.evaluation.values import ItemResult
+from reef.experience import Redactor, SQLExperienceStore
 from tests.experience.conftest import pg_databases, pg_url, store_url  # noqa: F401
 
 ORDERS = {"type": "python", "toolset": "orders"}
@@ -220,5 +221,32 @@ def test_episodes_are_stored_and_read_back(store_url: str) -> None:  # noqa: F81
         assert [e.arm for e in one] == ["candidate", "baseline"]
         assert "messages" not in one[0].as_dict(messages=False)
         assert evaluations.episodes("nothing") == []
+    finally:
+        store.close()
+
+
+def test_episodes_and_results_are_stored_redacted(store_url: str) -> None:  # noqa: F811
+    """With ``capture.redact_patterns``' redactor, the conversation, error and reason of
+    each episode and the output, error and details of each result are stored scrubbed."""
+    store = SQLExperienceStore.from_url(store_url)
+    try:
+        evaluations = EvaluationStore(store.database, Redactor([r"sk-\w+"]))
+        evaluation_id = evaluations.start("shop", "cand", "base", [], {}, "test")
+        said = ({"role": "user", "content": "my key is sk-abc1"},)
+        played = run("t1", "candidate", stop="max_turns", error="stuck on sk-abc2", messages=said)
+        broken = EpisodeRun("env:python", "t2", "candidate", 0, "cand", None, "bad sk-abc3")
+        evaluations.add_episodes(evaluation_id, [played, broken])
+        answer = ItemResult(
+            "s/1", "s", "candidate", 0, 0.5, "use sk-abc4", None, "sk-abc5", {"why": "sk-abc6"}
+        )
+        evaluations.add_results(evaluation_id, [answer])
+        first, second = evaluations.episodes(evaluation_id)
+        assert first.messages == [{"role": "user", "content": "my key is [REDACTED]"}]
+        assert first.error == "stuck on [REDACTED]"
+        assert second.error == "bad [REDACTED]" and second.reason is not None
+        assert second.reason.endswith("bad [REDACTED]")
+        (stored,) = evaluations.results(evaluation_id)
+        assert (stored.output, stored.error) == ("use [REDACTED]", "[REDACTED]")
+        assert stored.details == {"why": "[REDACTED]"}
     finally:
         store.close()

@@ -5,13 +5,15 @@ down writes nothing, and selection trains on the grades but never on the judge's
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reef.config import ReefSettings, StoreConfig, UpstreamConfig
+from reef.cli.stores import build_worker
+from reef.config import CaptureConfig, ReefSettings, StoreConfig, UpstreamConfig
 from reef.core import new_id
 from reef.evaluation import EvaluationStore
 from reef.experience import FeedbackView, RecordDraft, RecordFilter, SQLExperienceStore
@@ -184,3 +186,30 @@ def test_the_worker_runs_a_recipes_judges_each_pass(
     (passed,) = worker.compute_feedback()[SCENARIO]
     assert isinstance(passed, JudgePass) and passed.scores == {answer: 0.9}
     assert worker.compute_feedback()[SCENARIO][0].graded == 0  # graded once
+
+
+def test_what_a_judge_writes_is_redacted_with_the_configured_patterns(
+    tmp_path: Path, store: SQLExperienceStore, judge: JudgeUpstreamThread
+) -> None:
+    """The worker the CLI builds (``build_worker``) hands the judges and the gate's
+    evaluations ``capture.redact_patterns``: the record of each judge call (the prompt
+    quoting the answer, the judge's reply) and the grade's feedback text are stored
+    scrubbed."""
+    answer = served(store, "which team owns dials?", "T-OPS owns dials, call 555-0100.")
+    settings = settings_for(tmp_path, judge).model_copy(
+        update={"capture": CaptureConfig(redact_patterns=[r"555-\d{4}", "right team"])}
+    )
+    recipe = parse_recipe({"learners": [{"type": "fewshot"}], "judges": [RUBRIC]})
+    worker = build_worker(settings, store.database, store, recipes={SCENARIO: recipe})
+    (passed,) = worker.compute_feedback()[SCENARIO]
+    assert isinstance(passed, JudgePass) and passed.scores == {answer: 0.9}
+    assert "555-0100" in "".join(judge.prompts)  # the judge saw the answer as served
+    (row,) = grades(store, answer)
+    assert row.feedback == "Checked each answer for the [REDACTED]."
+    (call,) = store.list_records(SCENARIO, RecordFilter(purpose="judge"), None, 10).records
+    assert call.id == row.metadata["judge_record_id"]
+    stored = json.dumps([call.request, call.response])
+    assert "555-0100" not in stored and "right team" not in stored
+    assert "call [REDACTED]." in stored and "for the [REDACTED]." in stored
+    # and the gate it runs keeps its evaluations through the same patterns
+    assert worker.evaluations.redactor.redact("555-0100") == "[REDACTED]"

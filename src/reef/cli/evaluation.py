@@ -70,6 +70,7 @@ def run_command(
         score_answers,
         write_report,
     )
+    from reef.experience import Redactor
     from reef.releases import ReleaseChain
 
     settings = load_settings(config)
@@ -122,7 +123,7 @@ def run_command(
             "scorer": scorer,
             "model_calls": sum(answer.attempts for answer in answers),
         }
-        evaluations = EvaluationStore(database)
+        evaluations = EvaluationStore(database, Redactor(settings.capture.redact_patterns))
         evaluation_id = evaluations.start(scenario, candidate, against, items, meta, cli_actor())
         evaluations.add_results(evaluation_id, results)
         evaluations.finish(evaluation_id, decision)

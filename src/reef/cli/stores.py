@@ -115,19 +115,22 @@ def build_worker(
     settings: ReefSettings, database: Database, store: ExperienceStore, **options: Any
 ) -> Worker:
     """A learning worker on ``database``: ``store`` for experience, and the release chain,
-    job queue and evaluations built here on the same database; ``options`` go to
-    ``Worker``."""
+    job queue and evaluations built here on the same database, what the worker and its
+    gate write redacted with ``capture.redact_patterns``; ``options`` go to ``Worker``."""
     from reef.evaluation import EvaluationStore
+    from reef.experience import Redactor
     from reef.jobs import JobQueue
     from reef.learning import Worker
     from reef.releases import ReleaseChain, open_artifact_store
 
+    redactor = Redactor(settings.capture.redact_patterns)
     return Worker(
         settings,
         store,
         ReleaseChain(database),
         open_artifact_store(settings.artifacts_url()),
         queue=JobQueue(database),
-        evaluations=EvaluationStore(database),
+        evaluations=EvaluationStore(database, redactor),
+        redactor=redactor,
         **options,
     )

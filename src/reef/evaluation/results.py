@@ -5,7 +5,8 @@ its items in ``eval_items`` (the items that admitted a release stay in force as 
 regression suite of every later candidate), one ``eval_results`` row per item, arm and
 repeat, and, for ``gate.episodes``, one ``eval_episodes`` row per episode (task, arm and
 repeat: how it went and its conversation). Written by the gate, read by the admin API,
-the dashboard and reports.
+the dashboard and reports. Answers and conversations are stored redacted with the
+configured ``capture.redact_patterns`` (``EvaluationStore``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from reef.db import Database
 from reef.db import schema as t
 from reef.evaluation.episodes import EpisodeRun
 from reef.evaluation.values import Arm, Decision, EvalItem, ItemResult
+from reef.experience import Redactor
 
 EvaluationState = Literal["running", "done", "failed"]
 
@@ -120,8 +122,10 @@ class StoredEpisode:
         return data
 
 
-def _episode_row(evaluation_id: str, run: EpisodeRun) -> dict[str, Any]:
+def _episode_row(evaluation_id: str, run: EpisodeRun, redactor: Redactor) -> dict[str, Any]:
+    """The ``eval_episodes`` row of ``run``, its conversation, error and reason redacted."""
     result = run.result
+    redact = redactor.redact
     return {
         "evaluation_id": evaluation_id,
         "item_key": run.item_key,
@@ -132,14 +136,14 @@ def _episode_row(evaluation_id: str, run: EpisodeRun) -> dict[str, Any]:
         "environment": run.suite.partition(":")[2],
         "score": run.score,
         "stop": "error" if result is None else result.stop,
-        "reason": run.reason,
-        "error": run.error if result is None else result.error,
+        "reason": redact(run.reason),
+        "error": redact(run.error if result is None else result.error),
         "turns": 0 if result is None else result.turns,
         "tool_calls": 0 if result is None else result.tool_calls,
         "tool_status_json": None if result is None else _text(dict(result.tool_status)),
         "session_id": None if result is None else result.session_id,
         "record_ids_json": None if result is None else _text(list(result.record_ids)),
-        "messages_json": None if result is None else _text(list(result.messages)),
+        "messages_json": None if result is None else _text(redact(list(result.messages))),
         "seconds": None if result is None else result.seconds,
     }
 
@@ -190,10 +194,17 @@ def _evaluation(row: RowMapping) -> Evaluation:
 
 
 class EvaluationStore:
-    """Evaluations on the ``Database`` the composition root hands it (migrated)."""
+    """Evaluations on the ``Database`` the composition root hands it (migrated).
 
-    def __init__(self, database: Database) -> None:
+    ``redactor`` (the configured ``capture.redact_patterns``; default: none) scrubs the
+    traffic-derived strings before they are written: each result's output, error and
+    details, and each episode's conversation, error and reason. Items (from suite files
+    or from already-redacted records), decisions and meta are written as given.
+    """
+
+    def __init__(self, database: Database, redactor: Redactor | None = None) -> None:
         self.database = database
+        self.redactor = redactor or Redactor(())
 
     def _read(self) -> AbstractContextManager[Connection]:
         return self.database.read()
@@ -248,6 +259,7 @@ class EvaluationStore:
         """Store scored answers (one row per item, arm and repeat)."""
         if not results:
             return
+        redact = self.redactor.redact
         rows = [
             {
                 "evaluation_id": evaluation_id,
@@ -257,9 +269,9 @@ class EvaluationStore:
                 "suite": r.suite,
                 "score": r.score,
                 "record_id": r.record_id,
-                "output": r.output,
-                "error": r.error,
-                "details_json": _text(r.details),
+                "output": redact(r.output),
+                "error": redact(r.error),
+                "details_json": _text(redact(r.details)),
                 "latency_ms": r.latency_ms,
             }
             for r in results
@@ -270,7 +282,7 @@ class EvaluationStore:
     def add_episodes(self, evaluation_id: str, runs: Sequence[EpisodeRun]) -> None:
         """Store played episodes (one row per task, arm and repeat)."""
         if runs:
-            rows = [_episode_row(evaluation_id, run) for run in runs]
+            rows = [_episode_row(evaluation_id, run, self.redactor) for run in runs]
             with self._write() as conn:
                 conn.execute(t.eval_episodes.insert(), rows)
 

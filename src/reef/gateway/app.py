@@ -243,7 +243,8 @@ def create_app(
             max_batch=settings.store.max_batch,
         )
     store_health = StoreHealth()
-    recorder = Recorder(store, writer, Redactor(settings.capture.redact_patterns), store_health)
+    redactor = Redactor(settings.capture.redact_patterns)
+    recorder = Recorder(store, writer, redactor, store_health)
     state = GatewayState(
         settings=settings,
         store=store,
@@ -255,7 +256,7 @@ def create_app(
         activation=activation,
         responses=ResponseStore(database),
         jobs=JobQueue(database),
-        evaluations=EvaluationStore(database),
+        evaluations=EvaluationStore(database, redactor),
         model_aliases=settings.model_aliases(),
         store_health=store_health,
     )

@@ -21,7 +21,8 @@ twice. Each call is itself recorded in the scenario's store with ``purpose: judg
 calls of the last hour count against ``max_calls_per_hour``: past it the judge waits for
 the next pass (and one pass makes at most ``calls_per_pass``, since the worker waits
 for them). A failed call (the judge's upstream down) ends the pass; nothing is
-written for the answers it did not grade.
+written for the answers it did not grade. With ``capture.redact_patterns`` configured,
+the call records and the feedback are redacted before the write, as the gateway's are.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from reef.experience import (
     RecordDraft,
     RecordFilter,
     RecordView,
+    Redactor,
     canonical_exchange,
 )
 
@@ -132,10 +134,16 @@ class _Recording:
 
 
 class JudgeWriter:
-    """Grades answers with a recipe's judges and writes the grades as feedback."""
+    """Grades answers with a recipe's judges and writes the grades as feedback.
 
-    def __init__(self, store: ExperienceStore) -> None:
+    ``redactor`` (the configured ``capture.redact_patterns``; default: none) scrubs the
+    records of the judge's calls and its feedback before they are written, as the
+    gateway scrubs what it stores.
+    """
+
+    def __init__(self, store: ExperienceStore, redactor: Redactor | None = None) -> None:
         self._store = store
+        self._redactor = redactor or Redactor(())
 
     def run(
         self, scenario: str, judge: JudgeConfig, models: Any, now: datetime | None = None
@@ -240,7 +248,8 @@ class JudgeWriter:
                     purpose="judge",
                 )
             )
-        return self._store.write_records(drafts)[0] if drafts else None
+        redacted = [self._redactor.redact_draft(draft) for draft in drafts]
+        return self._store.write_records(redacted)[0] if redacted else None
 
     def _write(
         self,
@@ -269,7 +278,7 @@ class JudgeWriter:
             confidence=judge.confidence,
         )
         try:
-            _, created = self._store.add_feedback(draft)
+            _, created = self._store.add_feedback(self._redactor.redact_feedback(draft))
         except IdempotencyConflictError:
             return False  # graded before (by another worker) with another verdict
         return created

@@ -48,7 +48,7 @@ from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError, ReefError
 from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
-from reef.experience import ExperienceStore, StoreUnavailableError
+from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog
 from reef.learning.computed import SignalPass, SignalWriter
@@ -93,7 +93,9 @@ class Worker:
     ``local`` upstream has none in the config). The stores — experience, the release
     chain, ``queue`` (the job queue, whose clock the worker's time comes from) and
     ``evaluations`` (where the gate keeps its evaluations) — are built by the composition
-    root on one database.
+    root on one database. ``redactor`` (the configured ``capture.redact_patterns``;
+    default: none) scrubs what the judges write; the signals' text is copied from
+    records the gateway already redacted.
     """
 
     def __init__(  # noqa: PLR0913
@@ -112,6 +114,7 @@ class Worker:
         registry: LearnerRegistry | None = None,
         recipes: Mapping[str, Recipe] | None = None,
         upstream_base_urls: Mapping[str, str] | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         if max_concurrent < 1:
             raise InvalidInputError("max_concurrent must be at least 1")
@@ -131,7 +134,7 @@ class Worker:
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self.signals = SignalWriter(store, settings.trust_of)
-        self.judges = JudgeWriter(store)
+        self.judges = JudgeWriter(store, redactor)
 
     # -- recipes and triggers ------------------------------------------------------------
 

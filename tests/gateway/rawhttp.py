@@ -27,10 +27,13 @@ def call(
     path: str,
     body: bytes | dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    json_default: bool = True,
 ) -> RawResponse:
-    """One request on a fresh connection."""
+    """One request on a fresh connection; ``Content-Type: application/json`` unless
+    ``headers`` name another or ``json_default`` is false (exactly ``headers`` are sent)."""
     payload = json.dumps(body).encode() if isinstance(body, dict) else body
-    sent = {"content-type": "application/json", **(headers or {})}
+    default = {"content-type": "application/json"} if json_default else {}
+    sent = {**default, **(headers or {})}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         conn.request(method, path, payload, sent)

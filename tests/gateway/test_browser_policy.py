@@ -5,8 +5,6 @@ in the caller's dialect. A keyless gateway binds loopback only and its banner sa
 
 from __future__ import annotations
 
-import http.client
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +16,7 @@ from reef.config import ReefSettings
 from reef.gateway.browser_policy import HostAllowList, host_name
 from reef.jobs import JobQueue
 from tests.gateway.harness import GatewayThread
-from tests.gateway.rawhttp import RawResponse
+from tests.gateway.rawhttp import RawResponse, call
 
 CHAT = {"model": "reef/support", "messages": [{"role": "user", "content": "hello"}]}
 MESSAGES = {**CHAT, "max_tokens": 16}
@@ -33,15 +31,7 @@ def send(
     headers: dict[str, str] | None = None,
 ) -> RawResponse:
     """One request with exactly ``headers`` (no Content-Type unless given)."""
-    payload = json.dumps(body).encode() if isinstance(body, dict) else body
-    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
-    try:
-        conn.request(method, path, payload, headers or {})
-        answer = conn.getresponse()
-        found = {k.lower(): v for k, v in answer.getheaders()}
-        return RawResponse(answer.status, found, answer.read())
-    finally:
-        conn.close()
+    return call(gateway.port, method, path, body, headers, json_default=False)
 
 
 def message_of(answer: RawResponse, dialect: str) -> str:

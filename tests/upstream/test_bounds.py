@@ -28,6 +28,7 @@ from reef.upstream import (
     h1,
 )
 from tests.polling import eventually_async
+from tests.upstream.test_h1 import read_request
 from tests.upstream.test_http import chat, config
 
 LINE_LIMIT = 64 * 1024
@@ -113,13 +114,7 @@ class MisbehavingServer:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                request = head + await reader.readexactly(length)
+                request = await read_request(reader)
                 self.arrived.put_nowait(request)
                 await self.answer(Exchange(self, request, reader, writer))
         except (asyncio.IncompleteReadError, ConnectionError):

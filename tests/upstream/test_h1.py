@@ -25,6 +25,19 @@ from tests.fakes.upstream import FakeUpstream
 from tests.polling import eventually_async
 from tests.upstream.test_http import chat, config
 
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One HTTP/1.1 request, head and body (by its Content-Length), off ``reader``; raises
+    ``asyncio.IncompleteReadError`` when the client leaves first."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head + await reader.readexactly(length)
+
+
 LIMITS = h1.Limits(connect=1.0, read=2.0, total=10.0)
 BODY = b'{"ok": true}'
 
@@ -76,13 +89,7 @@ class RawServer:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                request = head + await reader.readexactly(length)
+                request = await read_request(reader)
                 index = len(self.requests)
                 self.requests.append(request)
                 answer = await self.script(index, request)

@@ -29,6 +29,7 @@ from reef.evaluation.decision import (
     score_answers,
 )
 from reef.evaluation.gate import (
+    EvaluationFailedError,
     Gate,
 )
 from reef.evaluation.report import (
@@ -39,6 +40,7 @@ from reef.evaluation.results import (
     EvaluationStore,
 )
 from reef.evaluation.runner import (
+    EvalRunError,
     GatewayTarget,
     collect_answers,
 )
@@ -70,6 +72,8 @@ __all__ = [
     "CanaryOutcome",
     "ConfiguredModel",
     "EvalItem",
+    "EvalRunError",
+    "EvaluationFailedError",
     "EvaluationStore",
     "Gate",
     "GateConfig",

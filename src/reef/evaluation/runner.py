@@ -20,7 +20,15 @@ from urllib.parse import quote
 import aiohttp
 
 from reef.core import InvalidInputError, dumps, loads, new_id
-from reef.evaluation.values import ARMS, Answer, Arm, EvalItem, Reply
+from reef.evaluation.values import (
+    ARMS,
+    Answer,
+    Arm,
+    ErrorKind,
+    EvalItem,
+    Reply,
+    error_kind_of_status,
+)
 
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
@@ -80,7 +88,8 @@ class _Job:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """One attempt: a reply (``text``), or why not and whether to try again."""
+    """One attempt: a reply (``text``), or why not (``error``, of ``kind``) and whether
+    to try again."""
 
     text: str | None
     record_id: str | None
@@ -89,6 +98,7 @@ class _Outcome:
     retryable: bool = False
     retry_after: float | None = None
     reply: Reply | None = None
+    kind: ErrorKind | None = None
 
 
 def collect_answers(
@@ -108,7 +118,9 @@ def collect_answers(
     order (item, repeat, then candidate before baseline) whatever order calls finish in.
 
     A call that still fails after ``target.retries`` retries (connection errors,
-    timeouts, 429, 5xx) gives an answer with ``text=None`` and ``error`` set. Raises
+    timeouts, 429, 5xx) gives an answer with ``text=None``, ``error`` set and
+    ``error_kind`` saying which kind of failure it was (``ErrorKind``); a refused item
+    (a 4xx relayed from the upstream) is not retried. Raises
     ``EvalRunError`` when the gateway refuses an arm's pin or the key (400/401/403/404),
     and ``ValueError`` for an unknown arm or ``repeats < 1``.
     """
@@ -197,6 +209,7 @@ class _Caller:
             attempts=attempts,
             content=None if reply is None else reply.content,
             tool_calls=() if reply is None else reply.tool_calls,
+            error_kind=None if error is None else outcome.kind,
         )
 
     async def _attempt(self, job: _Job) -> _Outcome:
@@ -217,17 +230,20 @@ class _Caller:
         except TimeoutError:
             elapsed = _ms_since(started)
             reason = f"no reply within {self.target.timeout_seconds:g} s"
-            return _Outcome(None, None, elapsed, reason, retryable=True)
+            return _Outcome(None, None, elapsed, reason, retryable=True, kind="timeout")
         except aiohttp.ClientError as exc:
             reason = f"could not reach the gateway: {type(exc).__name__}: {exc}"
-            return _Outcome(None, None, _ms_since(started), reason, retryable=True)
+            return _Outcome(
+                None, None, _ms_since(started), reason, retryable=True, kind="unreachable"
+            )
         elapsed = _ms_since(started)
         record_id = headers.get("x-reef-record-id")
         if status == 200:
             try:
                 reply = parse_reply(loads(raw))
             except ValueError as exc:
-                return _Outcome(None, record_id, elapsed, f"unreadable reply: {exc}")
+                reason = f"unreadable reply: {exc}"
+                return _Outcome(None, record_id, elapsed, reason, kind="unreadable")
             return _Outcome(reply.text, record_id, elapsed, reply=reply)
         message = _error_message(raw)
         # A 400 carrying a receipt is the upstream refusing this item (say, too long for
@@ -243,7 +259,13 @@ class _Caller:
         retryable = status == 429 or status >= 500
         reason = f"gateway answered {status}: {message}"
         return _Outcome(
-            None, record_id, elapsed, reason, retryable, _retry_after(headers.get("retry-after"))
+            None,
+            record_id,
+            elapsed,
+            reason,
+            retryable,
+            _retry_after(headers.get("retry-after")),
+            kind=error_kind_of_status(status),
         )
 
     def _headers(self, job: _Job) -> dict[str, str]:

@@ -62,12 +62,14 @@ from reef.evaluation.suites import (
     load_suite,
 )
 from reef.evaluation.values import (
+    TRANSIENT_ERROR_KINDS,
     EvalItem,
     Provenance,
 )
 
 __all__ = [
     "SCORER_GROUP",
+    "TRANSIENT_ERROR_KINDS",
     "CanaryMonitor",
     "CanaryOutcome",
     "ConfiguredModel",

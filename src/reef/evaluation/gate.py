@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -392,11 +392,15 @@ class EvaluationFailedError(ReefError):
     """Too many eval calls or episodes failed to decide anything. ``transient``: every
     failure was of a kind a later try may not meet (``TRANSIENT_ERROR_KINDS``: 429, 5xx,
     timeouts, no connection), so the job may be retried; otherwise the same items would
-    fail again (a refused item is refused again) and the job fails at once."""
+    fail again (a refused item is refused again) and the job fails at once. ``kinds``
+    counts the failures by kind (``ErrorKind``, ``environment`` or ``other``)."""
 
-    def __init__(self, message: str, *, transient: bool) -> None:
+    def __init__(
+        self, message: str, *, transient: bool, kinds: Mapping[str, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.transient = transient
+        self.kinds = dict(kinds or {})
 
 
 def check_errors(
@@ -446,4 +450,5 @@ def _failed(
         f"{len(failed)} of {total} {what} failed (more than {max_fraction:.0%}): {counts}; "
         f"first: item {item_id} ({suite}): {error}",
         transient=all(kind in TRANSIENT_ERROR_KINDS for kind in kinds),
+        kinds=kinds,
     )

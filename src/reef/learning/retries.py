@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pydantic
 
 from reef.core.errors import InvalidInputError, ReefError
-from reef.evaluation import EvalRunError, EvaluationFailedError
+from reef.evaluation import TRANSIENT_ERROR_KINDS, EvalRunError, EvaluationFailedError
 from reef.experience import StoreUnavailableError
 from reef.upstream import UpstreamError, UpstreamRejectedError, UpstreamUnsupportedError
 
@@ -56,7 +56,8 @@ def _known(error: BaseException) -> RetryVerdict | None:
     if isinstance(error, EvaluationFailedError):
         if error.transient:
             return RetryVerdict(True, "every failed eval call was transient")
-        return RetryVerdict(False, "failed eval calls that are not transient will recur")
+        lasting = sorted(kind for kind in error.kinds if kind not in TRANSIENT_ERROR_KINDS)
+        return RetryVerdict(False, f"{' and '.join(lasting) or 'failed'} eval calls will recur")
     if isinstance(error, EvalRunError):
         return RetryVerdict(False, f"a {error.status} from the gateway will recur")
     if isinstance(error, UpstreamRejectedError):

@@ -5,8 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from reef.evaluation.decision import score_answers
 from reef.evaluation.gate import EvaluationFailedError, check_errors
-from reef.evaluation.values import TRANSIENT_ERROR_KINDS, Answer, ErrorKind, error_kind_of_status
+from reef.evaluation.results import EvaluationStore
+from reef.evaluation.scorers import ScorerContext, ScorerRegistry
+from reef.evaluation.values import (
+    TRANSIENT_ERROR_KINDS,
+    Answer,
+    ErrorKind,
+    EvalItem,
+    error_kind_of_status,
+)
+from reef.experience import SQLExperienceStore
+from tests.experience.conftest import pg_databases, pg_url, store_url  # noqa: F401
 
 
 def answer(key: str, error: str | None = None, kind: ErrorKind | None = None) -> Answer:
@@ -64,3 +75,22 @@ def test_statuses_map_to_kinds() -> None:
     assert error_kind_of_status(429) == "rate_limited"
     assert error_kind_of_status(500) == error_kind_of_status(504) == "upstream_error"
     assert {"rate_limited", "upstream_error", "timeout", "unreachable"} == TRANSIENT_ERROR_KINDS
+
+
+def test_the_error_kind_is_stored_with_the_result(store_url: str) -> None:  # noqa: F811
+    item = EvalItem(id="rec_1", suite="holdout", messages=[{"role": "user", "content": "hi"}])
+    refused = answer("holdout/rec_1", "gateway answered 400: messages.0: bad", "refused")
+    [result] = score_answers(
+        [item], [refused], {"type": "exact"}, ScorerRegistry(), ScorerContext(), 40
+    )
+    assert result.score == 0.0
+    assert result.details == {"error": refused.error, "error_kind": "refused"}
+    store = SQLExperienceStore.from_url(store_url)
+    try:
+        evaluations = EvaluationStore(store.database)
+        evaluation_id = evaluations.start("shop", "cand", "base", [item], {}, "test")
+        evaluations.add_results(evaluation_id, [result])
+        [stored] = evaluations.results(evaluation_id)
+        assert stored.error == refused.error and stored.details["error_kind"] == "refused"
+    finally:
+        store.close()

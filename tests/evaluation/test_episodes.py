@@ -218,6 +218,8 @@ def test_failed_episodes_are_transient_only_when_every_model_call_failed_transie
     assert not broken.value.transient
     assert broken.value.kinds == {"upstream_error": 1, "environment": 1}
     assert run("t1", "candidate", score=0.0, stop="max_turns").error_kind is None
+    kinds = [r.details["error_kind"] for r in as_item_results([slow, environment])]
+    assert kinds == ["upstream_error", "environment"]  # stored with the results
 
 
 # -- the store -------------------------------------------------------------------------

@@ -223,7 +223,8 @@ async def _collect(
 
 def as_item_results(runs: Sequence[EpisodeRun]) -> list[ItemResult]:
     """The runs as scored answers: the episode's score, its final answer as the
-    output, the last reply's record as the receipt, and the episode in ``details``."""
+    output, the last reply's record as the receipt, and the episode in ``details`` (for
+    a failed one, its ``error_kind``, as ``check_errors`` counts it)."""
     results = []
     for run in runs:
         result = run.result
@@ -235,6 +236,8 @@ def as_item_results(runs: Sequence[EpisodeRun]) -> list[ItemResult]:
                 tool_calls=result.tool_calls,
                 session_id=result.session_id,
             )
+        if run.failed:
+            details["error_kind"] = run.error_kind or ("environment" if result is None else None)
         results.append(
             ItemResult(
                 item_key=run.item_key,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -34,7 +35,7 @@ from tests.fakes.loopback import LoopbackThread
 from tests.gateway.harness import GatewayThread, make_settings
 
 SCENARIO = "orders"
-REFUSAL = "messages.1.tool_calls.0.function.name: Field required"
+REFUSAL = "messages.1.tool_calls.0.function.name: Field required, got <none>"
 
 
 class MoodyModel(LoopbackThread):
@@ -141,8 +142,9 @@ def _liked(record_id: str) -> FeedbackDraft:
     )
 
 
-@pytest.fixture
-def loop(tmp_path: Path) -> Iterator[Loop]:
+@contextmanager
+def learning_loop(tmp_path: Path) -> Iterator[Loop]:
+    """The running loop: six held-out records with feedback, one release, a worker."""
     with MoodyModel() as model:
         settings = _settings(tmp_path, model.base_url)
         with GatewayThread(settings) as gateway:
@@ -171,6 +173,12 @@ def loop(tmp_path: Path) -> Iterator[Loop]:
                 recipes={SCENARIO: parse_recipe(recipe)},
             )
             yield Loop(model, gateway, queue, worker, ids)
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[Loop]:
+    with learning_loop(tmp_path) as running:
+        yield running
 
 
 def test_a_gate_whose_items_are_refused_fails_the_job_at_once(

@@ -181,6 +181,18 @@ def test_unknown_candidate_aborts_the_run(gateway: GatewayThread) -> None:
     assert "candidate" in info.value.message and "'no-such-candidate'" in info.value.message
 
 
+def test_an_item_the_gateway_itself_rejects_aborts_the_run_naming_item_and_field(
+    gateway: GatewayThread,
+) -> None:
+    arms = arms_of(gateway)
+    broken = EvalItem(id="rec_7", suite="holdout", messages=[])
+    with pytest.raises(EvalRunError) as info:
+        collect_answers(target(gateway), [broken], {"candidate": arms["candidate"]})
+    assert info.value.status == 400 and info.value.item_key == "holdout/rec_7"
+    assert "with 400 on item rec_7 (holdout): " in info.value.message
+    assert "'messages' must be a non-empty array" in info.value.message
+
+
 def test_release_of_another_scenario_aborts_the_run(gateway: GatewayThread) -> None:
     other = head_id(gateway, "other")
     with pytest.raises(EvalRunError) as info:

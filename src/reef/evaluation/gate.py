@@ -64,6 +64,7 @@ from reef.evaluation.values import (
     Decision,
     EvalItem,
     ItemResult,
+    item_label,
 )
 from reef.harness import Harness
 from reef.harness.packing import read_bundle_archive
@@ -445,10 +446,9 @@ def _failed(
     kinds = Counter(kind or "other" for _, _, kind in failed)
     counts = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
     key, error, _ = failed[0]
-    suite, _, item_id = key.partition("/")
     return EvaluationFailedError(
         f"{len(failed)} of {total} {what} failed (more than {max_fraction:.0%}): {counts}; "
-        f"first: item {item_id} ({suite}): {error}",
+        f"first: {item_label(key)}: {error}",
         transient=all(kind in TRANSIENT_ERROR_KINDS for kind in kinds),
         kinds=kinds,
     )

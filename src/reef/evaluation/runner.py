@@ -28,6 +28,7 @@ from reef.evaluation.values import (
     EvalItem,
     Reply,
     error_kind_of_status,
+    item_label,
 )
 
 BACKOFF_BASE_SECONDS = 0.2
@@ -66,16 +67,21 @@ class GatewayTarget:
 
 class EvalRunError(InvalidInputError):
     """The gateway refused an arm outright (its pin is unknown or belongs to another
-    scenario, or the key is wrong), so every call of the run would fail alike.
+    scenario, the key is wrong, or it rejects the request before serving it), so every
+    call of the run would fail alike.
 
-    ``arm``, ``release_id`` and ``status`` say which pin and how it was refused.
+    ``arm``, ``release_id`` and ``status`` say which pin and how it was refused;
+    ``item_key`` the item whose call was refused first (its message names it too).
     """
 
-    def __init__(self, message: str, *, arm: Arm, release_id: str, status: int) -> None:
+    def __init__(
+        self, message: str, *, arm: Arm, release_id: str, status: int, item_key: str | None = None
+    ) -> None:
         super().__init__(message)
         self.arm = arm
         self.release_id = release_id
         self.status = status
+        self.item_key = item_key
 
 
 @dataclass(frozen=True)
@@ -251,10 +257,11 @@ class _Caller:
         if status in _REFUSED and not (status == 400 and "x-reef-release-id" in headers):
             raise EvalRunError(
                 f"the gateway refused the {job.arm} arm ({job.release_id!r}) of scenario "
-                f"{self.target.scenario!r} with {status}: {message}",
+                f"{self.target.scenario!r} with {status} on {item_label(job.item.key)}: {message}",
                 arm=job.arm,
                 release_id=job.release_id,
                 status=status,
+                item_key=job.item.key,
             )
         retryable = status == 429 or status >= 500
         reason = f"gateway answered {status}: {message}"

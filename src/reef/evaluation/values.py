@@ -27,6 +27,13 @@ TRANSIENT_ERROR_KINDS: frozenset[ErrorKind] = frozenset(
 """The kinds a later try may not meet: a failure of only these kinds is an outage."""
 
 
+def item_label(key: str) -> str:
+    """How messages name the item of ``key`` (``<suite>/<id>``): ``item <id> (<suite>)``;
+    a held-out item's id is its record id."""
+    suite, _, item_id = key.partition("/")
+    return f"item {item_id} ({suite})" if item_id else f"item {key}"
+
+
 def error_kind_of_status(status: int) -> ErrorKind:
     """The kind of a failed call answered with HTTP ``status`` (not 200): 429
     ``rate_limited``, 5xx ``upstream_error``, any other ``refused``."""

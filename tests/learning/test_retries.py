@@ -14,6 +14,7 @@ from reef.learning.retries import failure_message, retry_verdict
 from reef.upstream import (
     UpstreamBusyError,
     UpstreamError,
+    UpstreamOversizedError,
     UpstreamRejectedError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
@@ -78,6 +79,7 @@ def test_failures_that_can_pass_are_retried_even_when_they_repeat(error: Excepti
         ),
         (_wrapped(UpstreamRejectedError("bad", 400, 400)), "a 400 from the upstream will recur"),
         (UpstreamUnsupportedError("no /v1/responses"), "(501)"),
+        (UpstreamOversizedError("past max_response_bytes"), "size limit"),
         (InvalidInputError("messages.2: bad"), "a validation error will recur"),
         (RecipeError("unknown learner 'sftt'"), "a validation error will recur"),
         (_validation_error(), "a validation error will recur"),

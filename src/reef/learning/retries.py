@@ -19,7 +19,12 @@ import pydantic
 from reef.core.errors import InvalidInputError, ReefError
 from reef.evaluation import TRANSIENT_ERROR_KINDS, EvalRunError, EvaluationFailedError
 from reef.experience import StoreUnavailableError
-from reef.upstream import UpstreamError, UpstreamRejectedError, UpstreamUnsupportedError
+from reef.upstream import (
+    UpstreamError,
+    UpstreamOversizedError,
+    UpstreamRejectedError,
+    UpstreamUnsupportedError,
+)
 
 UNKNOWN_REASON = "an error of no known kind may pass once"
 
@@ -53,11 +58,17 @@ def retry_verdict(error: BaseException, last_error: str | None) -> RetryVerdict:
 
 
 def _known(error: BaseException) -> RetryVerdict | None:
+    """The verdict on an error of a known kind; None for any other."""
     if isinstance(error, EvaluationFailedError):
         if error.transient:
             return RetryVerdict(True, "every failed eval call was transient")
         lasting = sorted(kind for kind in error.kinds if kind not in TRANSIENT_ERROR_KINDS)
         return RetryVerdict(False, f"{' and '.join(lasting) or 'failed'} eval calls will recur")
+    return _recurring(error) or _passing(error)
+
+
+def _recurring(error: BaseException) -> RetryVerdict | None:
+    """Errors the same input meets again."""
     if isinstance(error, EvalRunError):
         return RetryVerdict(False, f"a {error.status} from the gateway will recur")
     if isinstance(error, UpstreamRejectedError):
@@ -65,10 +76,17 @@ def _known(error: BaseException) -> RetryVerdict | None:
         return RetryVerdict(False, f"a {status} from the upstream will recur")
     if isinstance(error, InvalidInputError | pydantic.ValidationError):
         return RetryVerdict(False, "a validation error will recur")
-    if isinstance(error, StoreUnavailableError):
-        return RetryVerdict(True, "the store was unavailable")
     if isinstance(error, UpstreamUnsupportedError):
         return RetryVerdict(False, "the upstream does not serve this (501) and will not")
+    if isinstance(error, UpstreamOversizedError):
+        return RetryVerdict(False, "an answer past the gateway's size limit will recur")
+    return None
+
+
+def _passing(error: BaseException) -> RetryVerdict | None:
+    """Outages: errors a later attempt may not meet."""
+    if isinstance(error, StoreUnavailableError):
+        return RetryVerdict(True, "the store was unavailable")
     if isinstance(error, UpstreamError) and error.status >= 500:
         # 502/503/504: down, busy, slow, or an answer cut short or garbled in transit.
         return RetryVerdict(True, f"the upstream failed ({error.reason})")

@@ -27,6 +27,10 @@ is then stored on the job. A worker that lost its lease stops at its next heartb
 progress report or write. (Residual window: a worker frozen for a whole lease between its
 renewal and its propose; see docs/learning.md.)
 
+Failures: an attempt that raised is retried only when its cause can pass (an outage);
+one that will recur (a refused eval call, a validation error) fails the job at once
+(``reef.learning.retries``), its message stored as the job's error.
+
 Asynchrony: if the head moved while the job ran, ``on_stale: drop`` ends the job
 ``succeeded`` with outcome ``dropped`` and proposes nothing; ``evaluate`` proposes with
 parent = the head it trained from, and the gate compares against the new head.

@@ -184,6 +184,44 @@ def test_failed_episodes_past_the_error_fraction_fail_the_evaluation() -> None:
     check_errors([], 0.0, [run("t1", "candidate", score=0.0, stop="max_turns")])
 
 
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ("the model endpoint answered 400: messages.1: bad", "refused"),
+        ("the model endpoint answered 429: slow down", "rate_limited"),
+        ("the model endpoint answered 502: upstream down", "upstream_error"),
+        ("the model did not answer within 30 s", "timeout"),
+        (
+            "could not reach http://127.0.0.1:9/v1/chat/completions: ClientConnectorError",
+            "unreachable",
+        ),
+        ("something else went wrong", None),
+    ],
+)
+def test_a_failed_episode_is_classified_from_its_error(error: str, kind: str | None) -> None:
+    assert run("t1", "candidate", score=0.0, stop="error", error=error).error_kind == kind
+
+
+def test_failed_episodes_are_transient_only_when_every_model_call_failed_transiently() -> None:
+    slow = run(
+        "t1", "candidate", score=0.0, stop="error", error="the model endpoint answered 503: busy"
+    )
+    with pytest.raises(EvaluationFailedError) as outage:
+        check_errors([], 0.0, [slow])
+    assert outage.value.transient and outage.value.kinds == {"upstream_error": 1}
+    assert "upstream_error 1; first: item t1 (env:python): the model endpoint answered 503" in str(
+        outage.value
+    )
+    environment = EpisodeRun("env:python", "t9", "candidate", 0, "C", None, "reset failed")
+    with pytest.raises(EvaluationFailedError) as broken:
+        check_errors([], 0.0, [slow, environment])
+    assert not broken.value.transient
+    assert broken.value.kinds == {"upstream_error": 1, "environment": 1}
+    assert run("t1", "candidate", score=0.0, stop="max_turns").error_kind is None
+    kinds = [r.details["error_kind"] for r in as_item_results([slow, environment])]
+    assert kinds == ["upstream_error", "environment"]  # stored with the results
+
+
 # -- the store -------------------------------------------------------------------------
 
 

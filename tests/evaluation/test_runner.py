@@ -181,6 +181,18 @@ def test_unknown_candidate_aborts_the_run(gateway: GatewayThread) -> None:
     assert "candidate" in info.value.message and "'no-such-candidate'" in info.value.message
 
 
+def test_an_item_the_gateway_itself_rejects_aborts_the_run_naming_item_and_field(
+    gateway: GatewayThread,
+) -> None:
+    arms = arms_of(gateway)
+    broken = EvalItem(id="rec_7", suite="holdout", messages=[])
+    with pytest.raises(EvalRunError) as info:
+        collect_answers(target(gateway), [broken], {"candidate": arms["candidate"]})
+    assert info.value.status == 400 and info.value.item_key == "holdout/rec_7"
+    assert "with 400 on item rec_7 (holdout): " in info.value.message
+    assert "'messages' must be a non-empty array" in info.value.message
+
+
 def test_release_of_another_scenario_aborts_the_run(gateway: GatewayThread) -> None:
     other = head_id(gateway, "other")
     with pytest.raises(EvalRunError) as info:
@@ -221,7 +233,7 @@ def test_failures_that_pass_are_retried(gateway: GatewayThread) -> None:
     asked = items(f"fail-500-once {uuid.uuid4()}", f"fail-429-once {uuid.uuid4()}")
     answers = collect_answers(target(gateway), asked, {"candidate": arms["candidate"]})
     for answer in answers:
-        assert answer.error is None
+        assert answer.error is None and answer.error_kind is None
         assert answer.text is not None and answer.text.startswith("echo: fail-")
         assert answer.attempts == 2
         assert answer.record_id is not None
@@ -240,6 +252,7 @@ def test_failures_that_persist_become_error_answers(
         assert answer.error is not None
         assert "502" in answer.error and "fake upstream failure" in answer.error
         assert "after 2 attempts" in answer.error
+        assert answer.error_kind == "upstream_error"  # transient: an outage, not the item
         assert answer.attempts == 2
         assert answer.record_id is not None  # the gateway recorded the failure too
         assert gateway.store.get_record(answer.record_id).status == "error"
@@ -259,7 +272,8 @@ def test_an_item_the_upstream_rejects_fails_alone(
     rejected, fine = answers
     assert rejected.text is None and rejected.attempts == 1
     assert rejected.error is not None and "400" in rejected.error
-    assert fine.text == "echo: fine"
+    assert rejected.error_kind == "refused"  # the same item would be refused again
+    assert fine.text == "echo: fine" and fine.error_kind is None
 
 
 # -- against a probe server --------------------------------------------------------------
@@ -272,10 +286,17 @@ class Probe:
     (a run that never reaches that many fails its calls after 10 s instead of hanging).
     """
 
-    def __init__(self, barrier: int = 1, refuse_first: int = 0, silent: bool = False) -> None:
+    def __init__(
+        self,
+        barrier: int = 1,
+        refuse_first: int = 0,
+        silent: bool = False,
+        unreadable: bool = False,
+    ) -> None:
         self.barrier = asyncio.Barrier(barrier)
         self.refuse_first = refuse_first  # 429 this many first tries of each item
         self.silent = silent
+        self.unreadable = unreadable  # 200 with a body that is no completion
         self.in_flight = 0
         self.most_in_flight = 0
         self.calls: list[dict[str, str]] = []
@@ -318,6 +339,8 @@ class Probe:
         finally:
             self.in_flight -= 1
         body = await request.json()
+        if self.unreadable:
+            return web.json_response({"object": "chat.completion", "choices": []})
         reply = {"choices": [{"message": {"role": "assistant", "content": body["model"]}}]}
         return web.json_response(reply, headers={"x-reef-record-id": f"rec-{len(self.calls)}"})
 
@@ -370,6 +393,24 @@ async def test_429_is_retried_after_retry_after() -> None:
     assert [(a.text, a.attempts) for a in answers] == [("reef/s", 3), ("reef/s", 3)]
 
 
+async def test_429_that_persists_is_a_rate_limited_answer() -> None:
+    async with Probe(refuse_first=5) as probe:
+        hasty = GatewayTarget(base_url=probe.url, scenario="s", retries=1)
+        [answer] = await asyncio.to_thread(collect_answers, hasty, items("a"), {"candidate": "c"})
+    assert answer.text is None and answer.attempts == 2
+    assert answer.error == "gateway answered 429: slow down (after 2 attempts)"
+    assert answer.error_kind == "rate_limited"
+
+
+async def test_a_reply_that_is_no_completion_is_an_unreadable_answer() -> None:
+    async with Probe(unreadable=True) as probe:
+        target_ = GatewayTarget(base_url=probe.url, scenario="s", retries=2)
+        [answer] = await asyncio.to_thread(collect_answers, target_, items("a"), {"baseline": "b"})
+    assert answer.text is None and answer.attempts == 1  # not asked again
+    assert answer.error == "unreadable reply: the reply has no choices"
+    assert answer.error_kind == "unreadable"
+
+
 async def test_silent_gateway_gives_timeout_answers() -> None:
     async with Probe(silent=True) as probe:
         hasty = GatewayTarget(base_url=probe.url, scenario="s", timeout_seconds=0.2, retries=0)
@@ -381,6 +422,7 @@ async def test_silent_gateway_gives_timeout_answers() -> None:
         )
     [answer] = answers
     assert answer.text is None and answer.error == "no reply within 0.2 s"
+    assert answer.error_kind == "timeout"
 
 
 def test_unreachable_gateway_gives_error_answers() -> None:
@@ -391,6 +433,7 @@ def test_unreachable_gateway_gives_error_answers() -> None:
         [answer] = collect_answers(nowhere, items("a"), {"baseline": "b"})
     assert answer.text is None
     assert answer.error is not None and "could not reach the gateway" in answer.error
+    assert answer.error_kind == "unreachable"
 
 
 # -- pieces ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from reef.jobs import Job, JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, parse_recipe
+from reef.learning.reflect import ReflectError
 from reef.learning.registry import LearnerRegistry
 from reef.learning.worker import Worker, job_actor
 from reef.releases import (
@@ -36,6 +37,7 @@ from reef.releases import (
     ReleaseManifest,
     open_artifact_store,
 )
+from reef.upstream import UpstreamTimeoutError
 from tests.fakes.clock import FakeClock
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.polling import eventually
@@ -46,7 +48,7 @@ SCENARIO = "support"
 
 class StampConfig(LearnerConfig):
     seconds: float = 0.0
-    fail: Literal["none", "retry", "invalid", "nothing"] = "none"
+    fail: Literal["none", "retry", "outage", "invalid", "nothing"] = "none"
     output: Literal["harness", "adapter"] = "harness"
     reflect: bool = False
 
@@ -63,6 +65,9 @@ class StampLearner(Learner):
         assert isinstance(config, StampConfig)
         if config.fail == "retry":
             raise ReefError("learner crashed")
+        if config.fail == "outage":
+            # As the reflector reports an upstream that timed out.
+            raise ReflectError("reflector at up: no answer") from UpstreamTimeoutError("slow")
         if config.fail == "invalid":
             raise InvalidInputError("learner settings make no sense")
         if config.fail == "nothing":
@@ -282,15 +287,29 @@ def test_composite_job_proposes_one_candidate_with_both_components(world: World)
     assert set((candidate.evidence or {})["metrics"]) >= {"0:stamp", "1:stamp"}
 
 
-def test_failures_retry_until_attempts_run_out(world: World) -> None:
-    world.queue = JobQueue(world.store.database, max_attempts=2, clock=world.clock)
+def test_transient_failures_retry_until_attempts_run_out(world: World) -> None:
+    world.queue = JobQueue(world.store.database, max_attempts=3, clock=world.clock)
+    job = world.queue.enqueue(SCENARIO, "learn", {})
+    worker = world.worker({"learners": [{"type": "stamp", "fail": "outage"}]}, queue=world.queue)
+    [first] = worker.run_once()
+    assert (first.state, first.error) == ("queued", "reflector at up: no answer")
+    [second] = worker.run_once()
+    assert (second.state, second.attempt) == ("queued", 2)  # the same error, but transient
+    [third] = worker.run_once()
+    assert (third.id, third.state, third.attempt) == (job.id, "failed", 3)
+    assert world.chain.candidates(SCENARIO) == []
+
+
+def test_an_unknown_failure_is_retried_once_then_fails_when_it_recurs(world: World) -> None:
+    world.queue = JobQueue(world.store.database, max_attempts=3, clock=world.clock)
     job = world.queue.enqueue(SCENARIO, "learn", {})
     worker = world.worker({"learners": [{"type": "stamp", "fail": "retry"}]}, queue=world.queue)
     [first] = worker.run_once()
     assert (first.state, first.error) == ("queued", "learner crashed")
-    [second] = worker.run_once()
+    [second] = worker.run_once()  # failed the same way twice: no third attempt
     assert (second.id, second.state, second.attempt) == (job.id, "failed", 2)
-    assert world.chain.candidates(SCENARIO) == []
+    assert second.error == "learner crashed"
+    assert worker.run_once() == []
 
 
 def test_invalid_input_fails_without_retry(world: World) -> None:

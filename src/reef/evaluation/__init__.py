@@ -29,6 +29,7 @@ from reef.evaluation.decision import (
     score_answers,
 )
 from reef.evaluation.gate import (
+    EvaluationFailedError,
     Gate,
 )
 from reef.evaluation.report import (
@@ -39,6 +40,7 @@ from reef.evaluation.results import (
     EvaluationStore,
 )
 from reef.evaluation.runner import (
+    EvalRunError,
     GatewayTarget,
     collect_answers,
 )
@@ -60,16 +62,20 @@ from reef.evaluation.suites import (
     load_suite,
 )
 from reef.evaluation.values import (
+    TRANSIENT_ERROR_KINDS,
     EvalItem,
     Provenance,
 )
 
 __all__ = [
     "SCORER_GROUP",
+    "TRANSIENT_ERROR_KINDS",
     "CanaryMonitor",
     "CanaryOutcome",
     "ConfiguredModel",
     "EvalItem",
+    "EvalRunError",
+    "EvaluationFailedError",
     "EvaluationStore",
     "Gate",
     "GateConfig",

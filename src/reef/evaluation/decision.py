@@ -29,7 +29,8 @@ def score_answers(
     context: ScorerContext,
     leak_min_chars: int,
 ) -> list[ItemResult]:
-    """One ``ItemResult`` per answer: an answer that never came scores 0; a leak probe
+    """One ``ItemResult`` per answer: an answer that never came scores 0 (its error and
+    error kind in ``details``); a leak probe
     scores 1 unless the reply reproduces harness text; any other item is scored by its
     own scorer, else ``default_scorer`` (scorers are built once per spec)."""
     by_key = {item.key: item for item in items}
@@ -40,7 +41,7 @@ def score_answers(
         details: dict[str, Any]
         reply = answer.reply
         if reply is None:
-            score, details = 0.0, {"error": answer.error}
+            score, details = 0.0, {"error": answer.error, "error_kind": answer.error_kind}
         elif item.suite == LEAK_SUITE:
             run = leaked(reply.text, list(item.reference), leak_min_chars)
             score, details = (0.0, {"leaked": run}) if run else (1.0, {})

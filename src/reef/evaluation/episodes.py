@@ -19,6 +19,7 @@ whose environment could not start or score it, counts as a failed answer
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +36,12 @@ from reef.environments import (
 )
 from reef.evaluation.config import EpisodesConfig
 from reef.evaluation.runner import GatewayTarget, header_value
-from reef.evaluation.values import ARMS, Arm, EvalItem, ItemResult
+from reef.evaluation.values import ARMS, Arm, ErrorKind, EvalItem, ItemResult, error_kind_of_status
 
+# How the episode runner (``reef.environments.episode``) words a failed model call.
+_ANSWERED = re.compile(r"the model endpoint answered (\d{3})\b")
+_NO_ANSWER = "the model did not answer within"
+_UNREACHABLE = "could not reach "
 EPISODE_SUITE_PREFIX = "env:"  # suites.is_episode_suite knows it too
 
 
@@ -96,6 +101,24 @@ class EpisodeRun:
         if self.result is None:
             return self.error
         return self.result.error if self.result.stop == "error" else None
+
+    @property
+    def error_kind(self) -> ErrorKind | None:
+        """The kind of a failed model call (``ErrorKind``), read from the episode
+        runner's error; None when the episode did not fail, or failed otherwise (its
+        environment could not play it, or the error names no kind): such a failure is
+        taken to recur."""
+        if self.result is None or self.result.stop != "error" or not self.result.error:
+            return None
+        text = self.result.error
+        answered = _ANSWERED.search(text)
+        if answered is not None:
+            return error_kind_of_status(int(answered.group(1)))
+        if _NO_ANSWER in text:
+            return "timeout"
+        if text.startswith(_UNREACHABLE):
+            return "unreachable"
+        return None
 
 
 def resolve_spec(config: EpisodesConfig, base_dir: Path) -> dict[str, Any]:
@@ -200,7 +223,8 @@ async def _collect(
 
 def as_item_results(runs: Sequence[EpisodeRun]) -> list[ItemResult]:
     """The runs as scored answers: the episode's score, its final answer as the
-    output, the last reply's record as the receipt, and the episode in ``details``."""
+    output, the last reply's record as the receipt, and the episode in ``details`` (for
+    a failed one, its ``error_kind``, as ``check_errors`` counts it)."""
     results = []
     for run in runs:
         result = run.result
@@ -212,6 +236,8 @@ def as_item_results(runs: Sequence[EpisodeRun]) -> list[ItemResult]:
                 tool_calls=result.tool_calls,
                 session_id=result.session_id,
             )
+        if run.failed:
+            details["error_kind"] = run.error_kind or ("environment" if result is None else None)
         results.append(
             ItemResult(
                 item_key=run.item_key,

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -57,7 +58,14 @@ from reef.evaluation.safety import (
 )
 from reef.evaluation.scorers import ScorerContext, ScorerRegistry
 from reef.evaluation.suites import load_suite, regression_suites
-from reef.evaluation.values import Answer, Decision, EvalItem, ItemResult
+from reef.evaluation.values import (
+    TRANSIENT_ERROR_KINDS,
+    Answer,
+    Decision,
+    EvalItem,
+    ItemResult,
+    item_label,
+)
 from reef.harness import Harness
 from reef.harness.packing import read_bundle_archive
 from reef.releases import (
@@ -382,7 +390,18 @@ class Gate:
 
 
 class EvaluationFailedError(ReefError):
-    """Too many eval calls failed to decide anything; the evaluation is retried later."""
+    """Too many eval calls or episodes failed to decide anything. ``transient``: every
+    failure was of a kind a later try may not meet (``TRANSIENT_ERROR_KINDS``: 429, 5xx,
+    timeouts, no connection), so the job may be retried; otherwise the same items would
+    fail again (a refused item is refused again) and the job fails at once. ``kinds``
+    counts the failures by kind (``ErrorKind``, ``environment`` or ``other``)."""
+
+    def __init__(
+        self, message: str, *, transient: bool, kinds: Mapping[str, int] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.kinds = dict(kinds or {})
 
 
 def check_errors(
@@ -391,19 +410,45 @@ def check_errors(
     """Raise ``EvaluationFailedError`` when more than ``max_fraction`` of either arm's
     answers never came, or of its episodes failed (stop ``error``: the model calls
     failed; or the environment could not play them): a gateway or upstream outage is
-    not evidence against a candidate. Answers and episodes are counted apart."""
+    not evidence against a candidate. Answers and episodes are counted apart.
+
+    The message counts the failures by kind and names the first failing item (its key:
+    suite and id, for a held-out item the record id) and its error, e.g. ``20 of 72
+    candidate calls failed (more than 10%): refused 20; first: item rec_1 (holdout):
+    gateway answered 400: …``. An episode that failed otherwise than in a model call
+    (its environment) counts as ``environment``, one whose error names no kind as
+    ``other``; either makes the failure not transient."""
     for arm in ("candidate", "baseline"):
         mine = [answer for answer in answers if answer.arm == arm]
-        failed = [answer for answer in mine if answer.text is None]
+        failed = [(a.item_key, a.error, a.error_kind) for a in mine if a.text is None]
         if mine and len(failed) > max_fraction * len(mine):
-            raise EvaluationFailedError(
-                f"{len(failed)} of {len(mine)} {arm} calls failed (more than "
-                f"{max_fraction:.0%}); first error: {failed[0].error}"
-            )
+            raise _failed(f"{arm} calls", len(mine), failed, max_fraction)
         played = [run for run in runs if run.arm == arm]
-        broken = [run for run in played if run.failed]
-        if played and len(broken) > max_fraction * len(played):
-            raise EvaluationFailedError(
-                f"{len(broken)} of {len(played)} {arm} episodes failed (more than "
-                f"{max_fraction:.0%}); first error: {broken[0].error_text}"
+        broken = [
+            (
+                r.item_key,
+                r.error_text,
+                r.error_kind or ("environment" if r.result is None else None),
             )
+            for r in played
+            if r.failed
+        ]
+        if played and len(broken) > max_fraction * len(played):
+            raise _failed(f"{arm} episodes", len(played), broken, max_fraction)
+
+
+def _failed(
+    what: str,
+    total: int,
+    failed: Sequence[tuple[str, str | None, str | None]],
+    max_fraction: float,
+) -> EvaluationFailedError:
+    kinds = Counter(kind or "other" for _, _, kind in failed)
+    counts = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    key, error, _ = failed[0]
+    return EvaluationFailedError(
+        f"{len(failed)} of {total} {what} failed (more than {max_fraction:.0%}): {counts}; "
+        f"first: {item_label(key)}: {error}",
+        transient=all(kind in TRANSIENT_ERROR_KINDS for kind in kinds),
+        kinds=kinds,
+    )

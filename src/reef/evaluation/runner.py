@@ -20,7 +20,16 @@ from urllib.parse import quote
 import aiohttp
 
 from reef.core import InvalidInputError, dumps, loads, new_id
-from reef.evaluation.values import ARMS, Answer, Arm, EvalItem, Reply
+from reef.evaluation.values import (
+    ARMS,
+    Answer,
+    Arm,
+    ErrorKind,
+    EvalItem,
+    Reply,
+    error_kind_of_status,
+    item_label,
+)
 
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
@@ -58,16 +67,21 @@ class GatewayTarget:
 
 class EvalRunError(InvalidInputError):
     """The gateway refused an arm outright (its pin is unknown or belongs to another
-    scenario, or the key is wrong), so every call of the run would fail alike.
+    scenario, the key is wrong, or it rejects the request before serving it), so every
+    call of the run would fail alike.
 
-    ``arm``, ``release_id`` and ``status`` say which pin and how it was refused.
+    ``arm``, ``release_id`` and ``status`` say which pin and how it was refused;
+    ``item_key`` the item whose call was refused first (its message names it too).
     """
 
-    def __init__(self, message: str, *, arm: Arm, release_id: str, status: int) -> None:
+    def __init__(
+        self, message: str, *, arm: Arm, release_id: str, status: int, item_key: str | None = None
+    ) -> None:
         super().__init__(message)
         self.arm = arm
         self.release_id = release_id
         self.status = status
+        self.item_key = item_key
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,8 @@ class _Job:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """One attempt: a reply (``text``), or why not and whether to try again."""
+    """One attempt: a reply (``text``), or why not (``error``, of ``kind``) and whether
+    to try again."""
 
     text: str | None
     record_id: str | None
@@ -89,6 +104,7 @@ class _Outcome:
     retryable: bool = False
     retry_after: float | None = None
     reply: Reply | None = None
+    kind: ErrorKind | None = None
 
 
 def collect_answers(
@@ -108,7 +124,9 @@ def collect_answers(
     order (item, repeat, then candidate before baseline) whatever order calls finish in.
 
     A call that still fails after ``target.retries`` retries (connection errors,
-    timeouts, 429, 5xx) gives an answer with ``text=None`` and ``error`` set. Raises
+    timeouts, 429, 5xx) gives an answer with ``text=None``, ``error`` set and
+    ``error_kind`` saying which kind of failure it was (``ErrorKind``); a refused item
+    (a 4xx relayed from the upstream) is not retried. Raises
     ``EvalRunError`` when the gateway refuses an arm's pin or the key (400/401/403/404),
     and ``ValueError`` for an unknown arm or ``repeats < 1``.
     """
@@ -197,6 +215,7 @@ class _Caller:
             attempts=attempts,
             content=None if reply is None else reply.content,
             tool_calls=() if reply is None else reply.tool_calls,
+            error_kind=None if error is None else outcome.kind,
         )
 
     async def _attempt(self, job: _Job) -> _Outcome:
@@ -217,17 +236,20 @@ class _Caller:
         except TimeoutError:
             elapsed = _ms_since(started)
             reason = f"no reply within {self.target.timeout_seconds:g} s"
-            return _Outcome(None, None, elapsed, reason, retryable=True)
+            return _Outcome(None, None, elapsed, reason, retryable=True, kind="timeout")
         except aiohttp.ClientError as exc:
             reason = f"could not reach the gateway: {type(exc).__name__}: {exc}"
-            return _Outcome(None, None, _ms_since(started), reason, retryable=True)
+            return _Outcome(
+                None, None, _ms_since(started), reason, retryable=True, kind="unreachable"
+            )
         elapsed = _ms_since(started)
         record_id = headers.get("x-reef-record-id")
         if status == 200:
             try:
                 reply = parse_reply(loads(raw))
             except ValueError as exc:
-                return _Outcome(None, record_id, elapsed, f"unreadable reply: {exc}")
+                reason = f"unreadable reply: {exc}"
+                return _Outcome(None, record_id, elapsed, reason, kind="unreadable")
             return _Outcome(reply.text, record_id, elapsed, reply=reply)
         message = _error_message(raw)
         # A 400 carrying a receipt is the upstream refusing this item (say, too long for
@@ -235,15 +257,22 @@ class _Caller:
         if status in _REFUSED and not (status == 400 and "x-reef-release-id" in headers):
             raise EvalRunError(
                 f"the gateway refused the {job.arm} arm ({job.release_id!r}) of scenario "
-                f"{self.target.scenario!r} with {status}: {message}",
+                f"{self.target.scenario!r} with {status} on {item_label(job.item.key)}: {message}",
                 arm=job.arm,
                 release_id=job.release_id,
                 status=status,
+                item_key=job.item.key,
             )
         retryable = status == 429 or status >= 500
         reason = f"gateway answered {status}: {message}"
         return _Outcome(
-            None, record_id, elapsed, reason, retryable, _retry_after(headers.get("retry-after"))
+            None,
+            record_id,
+            elapsed,
+            reason,
+            retryable,
+            _retry_after(headers.get("retry-after")),
+            kind=error_kind_of_status(status),
         )
 
     def _headers(self, job: _Job) -> dict[str, str]:

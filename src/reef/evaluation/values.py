@@ -14,6 +14,34 @@ from reef.core.trust import Trust, parse_trust
 Arm = Literal["candidate", "baseline"]
 ARMS: tuple[Arm, Arm] = ("candidate", "baseline")
 Verdict = Literal["passed", "rejected"]
+ErrorKind = Literal[
+    "refused", "rate_limited", "upstream_error", "timeout", "unreachable", "unreadable"
+]
+"""Why an answer never came. ``refused``: a 4xx for that item (from the gateway or the
+upstream behind it), which the same request meets again; ``rate_limited``: 429;
+``upstream_error``: a 5xx; ``timeout``: no reply in time; ``unreachable``: no connection;
+``unreadable``: a 200 whose body is no completion."""
+TRANSIENT_ERROR_KINDS: frozenset[ErrorKind] = frozenset(
+    {"rate_limited", "upstream_error", "timeout", "unreachable"}
+)
+"""The kinds a later try may not meet: a failure of only these kinds is an outage."""
+
+
+def item_label(key: str) -> str:
+    """How messages name the item of ``key`` (``<suite>/<id>``): ``item <id> (<suite>)``;
+    a held-out item's id is its record id."""
+    suite, _, item_id = key.partition("/")
+    return f"item {item_id} ({suite})" if item_id else f"item {key}"
+
+
+def error_kind_of_status(status: int) -> ErrorKind:
+    """The kind of a failed call answered with HTTP ``status`` (not 200): 429
+    ``rate_limited``, 5xx ``upstream_error``, any other ``refused``."""
+    if status == 429:
+        return "rate_limited"
+    if status >= 500:
+        return "upstream_error"
+    return "refused"
 
 
 @dataclass(frozen=True)
@@ -128,7 +156,8 @@ class Answer:
 
     ``text`` is the reply's text (None on error), ``content`` and ``tool_calls`` its
     parts (``Reply``); ``record_id`` the gateway's receipt (the eval record); ``error``
-    why no answer came after the retries.
+    why no answer came after the retries and ``error_kind`` what kind of failure that was
+    (``ErrorKind``; None when an answer came).
     """
 
     item_key: str
@@ -141,6 +170,7 @@ class Answer:
     attempts: int = 1
     content: str | None = None
     tool_calls: tuple[dict[str, Any], ...] = ()
+    error_kind: ErrorKind | None = None
 
     @property
     def reply(self) -> Reply | None:

@@ -1,6 +1,7 @@
 """Learning: the worker, recipes, experience selection, and the learners.
 
-Owns: ``reef worker`` (claiming jobs from ``reef.jobs``, running them, storing progress),
+Owns: ``reef worker`` (claiming jobs from ``reef.jobs``, running them, storing progress,
+retrying only failures that can pass: ``learning.retries``),
 recipes (trigger + selection + learners + gate settings, in YAML), selecting experience
 for training (``select_experience``), harness learners (fewshot, instructions, skills)
 and model learners (sft, preference, rl) and their trainers. Every learner produces a

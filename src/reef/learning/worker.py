@@ -27,6 +27,10 @@ is then stored on the job. A worker that lost its lease stops at its next heartb
 progress report or write. (Residual window: a worker frozen for a whole lease between its
 renewal and its propose; see docs/learning.md.)
 
+Failures: an attempt that raised is retried only when its cause can pass (an outage);
+one that will recur (a refused eval call, a validation error) fails the job at once
+(``reef.learning.retries``), its message stored as the job's error.
+
 Asynchrony: if the head moved while the job ran, ``on_stale: drop`` ends the job
 ``succeeded`` with outcome ``dropped`` and proposes nothing; ``evaluate`` proposes with
 parent = the head it trained from, and the gate compares against the new head.
@@ -46,7 +50,7 @@ from typing import Any
 
 from reef.config import ReefSettings
 from reef.core import new_id
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import InvalidInputError
 from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
 from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
@@ -58,6 +62,7 @@ from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
 from reef.learning.reflect import UpstreamModels, UpstreamReflector
 from reef.learning.registry import LearnerRegistry
+from reef.learning.retries import UNKNOWN_REASON, failure_message, retry_verdict
 from reef.learning.selection import select_experience
 from reef.releases import (
     ArtifactStore,
@@ -315,13 +320,26 @@ class JobRun:
             level = logging.INFO if isinstance(error, JobCancelledError) else logging.WARNING
             log.log(level, "job %s stopped: %s", job.id, error)
         except Exception as error:
-            retry = not isinstance(error, InvalidInputError)
-            message = error.message if isinstance(error, ReefError) else repr(error)
-            log.exception("job %s attempt %d failed", job.id, job.attempt)
-            try:
-                self.queue.fail(job.id, self.owner, message, retry=retry)
-            except (LeaseLostError, StoreUnavailableError) as lease_error:
-                log.warning("could not record the failure of job %s: %s", job.id, lease_error)
+            self._fail(error)
+
+    def _fail(self, error: Exception) -> None:
+        """Store the failure: retried only when its cause can pass (``retry_verdict``).
+        A failure of a known kind is logged in one line; an unknown one with its
+        traceback, since nobody knows yet why it failed."""
+        job = self.job
+        message = failure_message(error)
+        verdict = retry_verdict(error, job.error)
+        how = "retrying" if verdict.retry else "not retried"
+        line = "job %s attempt %d failed, %s: %s: %s"
+        args = (job.id, job.attempt, how, verdict.reason, message)
+        if verdict.reason == UNKNOWN_REASON:
+            log.exception(line, *args)
+        else:
+            log.warning(line, *args)
+        try:
+            self.queue.fail(job.id, self.owner, message, retry=verdict.retry)
+        except (LeaseLostError, StoreUnavailableError) as lease_error:
+            log.warning("could not record the failure of job %s: %s", job.id, lease_error)
 
     def _run(self) -> dict[str, Any]:
         job, chain = self.job, self.worker.chain

@@ -122,6 +122,28 @@ function screeningView(candidate) {
       ], Object.entries(selection).sort(([a], [b]) => a.localeCompare(b)))));
 }
 
+/** The learning job ``jobId`` of ``scenario`` (among its newest), or null. */
+async function jobOf(scenario, jobId) {
+  try {
+    const jobs = await get(`reef/scenarios/${encodeURIComponent(scenario)}/jobs`, { limit: 100 });
+    return jobs.data.find((job) => job.id === jobId) || null;
+  } catch {
+    return null; // a key that may read the candidate but not the jobs: no job panel
+  }
+}
+
+/** Why the job that proposed a candidate did not get a decision: its stored error. */
+function jobFailure(job) {
+  if (!job || !job.error) return null;
+  const plural = job.attempt === 1 ? "" : "s";
+  const again = job.state === "queued" || job.state === "running";
+  const what = job.state === "failed" ? `failed after ${job.attempt} attempt${plural}`
+    : again ? `is ${job.state} for another attempt; the last one failed` : `${job.state}; its last attempt failed`;
+  return h("div", { id: "job-failure", class: "small" },
+    h("p", {}, "Its learning job ", idChip(job.id), ` ${what}:`),
+    h("pre", { class: "block job-error" }, job.error));
+}
+
 function jobFacts(evidence) {
   if (!evidence) return null;
   const facts = [
@@ -222,6 +244,9 @@ export async function render([id]) {
     harness(candidate.manifest.harness),
     gate && gate.evaluation_id ? getOrNull(`reef/evaluations/${gate.evaluation_id}`, { items: 1 }) : null,
   ]);
+  // no decision yet: the job that proposed it may have failed at the gate, and says why
+  const job = !gate && candidate.evidence && candidate.evidence.job_id
+    ? await jobOf(candidate.scenario, candidate.evidence.job_id) : null;
   const theirs = parent && parent.manifest.harness !== candidate.manifest.harness
     ? await harness(parent.manifest.harness) : null;
   const decision = gate && gate.decision;
@@ -239,7 +264,7 @@ export async function render([id]) {
       h("h2", {}, "Decision"),
       gate ? [decisionBlock(decision), ruleLine(decision && decision.rule), h("h3", {}, "Suites"), suitesTable(decision),
         gate.cost ? h("p", { class: "small muted" }, `cost: ${gate.cost.model_calls ?? "?"} model calls, ${gate.cost.seconds ?? "?"} s`) : null]
-        : empty(`Not evaluated by the gate yet (state ${candidate.state}).`)),
+        : [empty(`Not evaluated by the gate yet (state ${candidate.state}).`), jobFailure(job)]),
     decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,
     canaryEvidence(candidate.evidence),
     h("section", { class: "panel", id: "screening" }, h("h2", {}, "Feedback screening"), screeningView(candidate)),

@@ -120,7 +120,9 @@ export function jobsTable(jobs, withScenario) {
     ["Kind", (j) => j.kind],
     ["State", (j) => badge(j.state)],
     ["Progress", (j) => (j.progress === null ? "—" : h("progress", { max: "1", value: String(j.progress), title: `${Math.round(j.progress * 100)}%` }))],
-    ["Message", (j) => clip(j.error || j.message || "", 100), "text"],
+    ["Attempt", (j) => String(j.attempt), "num"],
+    // a job's error names the failing item and field: shown whole, so it can be acted on
+    ["Message", (j) => (j.error ? h("span", { class: "job-error" }, clip(j.error, 700)) : clip(j.message || "", 100)), "text"],
     ["Candidate", (j) => (j.candidate_id ? h("a", { href: `#/candidates/${j.candidate_id}` }, idChip(j.candidate_id)) : "—")],
     ["Updated", (j) => time(j.updated_at)],
   ].filter(Boolean), jobs);

@@ -21,6 +21,7 @@ import aiohttp
 
 from reef.core import InvalidInputError, dumps, loads, new_id
 from reef.evaluation.values import ARMS, Answer, Arm, EvalItem, Reply
+from reef.upstream.canonical import openai_chat_messages
 
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
@@ -202,7 +203,9 @@ class _Caller:
     async def _attempt(self, job: _Job) -> _Outcome:
         body: dict[str, Any] = {
             "model": f"reef/{self.target.scenario}",
-            "messages": job.item.messages,
+            # Items stored in canonical form (older holdouts, regression suites) go out
+            # in OpenAI chat form; items already in it pass through unchanged.
+            "messages": openai_chat_messages(job.item.messages),
             **self.defaults,
             **job.item.params,
         }

@@ -14,6 +14,11 @@ and its text as the reply. An embeddings record (``openai.embeddings``) is its i
 with no reply, and is no training example: ``TRAINABLE_APIS`` names the apis whose
 records are prompt-and-answer exchanges that learning may select.
 
+``chat_messages`` is the other view of a record's conversation: the whole of it in
+OpenAI chat form, translated from the record's own request with the gateway's
+translators, so images, content parts and tool history survive (the canonical form
+digests what is not text). It is what a replay sends to ``/v1/chat/completions``.
+
 Extend: a new ``api`` value of ``RecordDraft`` registers its canonicaliser in
 ``CANONICALISERS`` (a record of an unregistered api raises ``InvalidInputError``), and
 joins ``TRAINABLE_APIS`` when its records are answers to learn from.
@@ -37,6 +42,7 @@ from reef.upstream.canonical import (
     canonical_reply_openai,
     canonical_reply_responses,
     canonical_responses,
+    openai_chat_messages,
 )
 from reef.upstream.responses import responses_request_to_openai
 from reef.upstream.translate import anthropic_request_to_openai
@@ -116,6 +122,33 @@ TRAINABLE_APIS: frozenset[str] = frozenset(
 )
 """The apis whose records answer a prompt, so learning may train on them (not
 ``openai.embeddings``: a vector is no answer to imitate)."""
+
+
+def chat_messages(
+    record: RecordView, canonical: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The conversation of ``record``'s request in OpenAI chat form, lossless: the
+    request's own messages (chat), or its translation by the gateway's code (Anthropic
+    Messages, Responses, whose stored request holds the whole conversation,
+    ``previous_response_id`` resolved). Where that does not read back as the record's
+    canonical conversation (a legacy completion, an embeddings input, a request stored
+    in a form the translators do not know), the canonical messages rendered back.
+
+    ``canonical`` is the record's canonical conversation when the caller has it. Raises
+    ``InvalidInputError`` for an ``api`` with no canonicaliser."""
+    if canonical is None:
+        canonical = canonical_exchange(record).messages
+    if record.api == "anthropic.messages":
+        chat = anthropic_request_to_openai(record.request, model="").get("messages")
+    elif record.api == "openai.responses":
+        chat = responses_request_to_openai(record.request, model="").get("messages")
+    else:
+        chat = record.request.get("messages")
+    if isinstance(chat, list) and all(isinstance(m, dict) for m in chat):
+        rendered = openai_chat_messages(chat)
+        if canonical_openai({"messages": rendered}) == canonical:
+            return rendered
+    return openai_chat_messages(canonical)
 
 
 def canonical_exchange(record: RecordView) -> CanonicalExchange:

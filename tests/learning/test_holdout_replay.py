@@ -32,7 +32,9 @@ from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
 
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+PNG = (  # a 1x1 picture
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+)
 IMAGE_URL = f"data:image/png;base64,{PNG}"
 RESPONSES_TOOL: dict[str, Any] = {
     "type": "function",

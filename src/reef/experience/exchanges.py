@@ -136,19 +136,36 @@ def chat_messages(
 
     ``canonical`` is the record's canonical conversation when the caller has it. Raises
     ``InvalidInputError`` for an ``api`` with no canonicaliser."""
+    chat = _request_chat(record)
+    if chat is not None:
+        rendered = openai_chat_messages(chat)
+        # Unchanged by rendering, they read back as the record's canonical conversation
+        # by construction (it is computed from these very messages); changed, checked.
+        if rendered == chat:
+            return rendered
+        if canonical is None:
+            canonical = canonical_exchange(record).messages
+        if canonical_openai({"messages": rendered}) == canonical:
+            return rendered
     if canonical is None:
         canonical = canonical_exchange(record).messages
+    return openai_chat_messages(canonical)
+
+
+def _request_chat(record: RecordView) -> list[dict[str, Any]] | None:
+    """The chat messages of a chat, Anthropic or Responses request; None for other apis
+    or a request whose messages are not a list of objects."""
     if record.api == "anthropic.messages":
         chat = anthropic_request_to_openai(record.request, model="").get("messages")
     elif record.api == "openai.responses":
         chat = responses_request_to_openai(record.request, model="").get("messages")
-    else:
+    elif record.api == "openai.chat":
         chat = record.request.get("messages")
+    else:
+        return None
     if isinstance(chat, list) and all(isinstance(m, dict) for m in chat):
-        rendered = openai_chat_messages(chat)
-        if canonical_openai({"messages": rendered}) == canonical:
-            return rendered
-    return openai_chat_messages(canonical)
+        return chat
+    return None
 
 
 def canonical_exchange(record: RecordView) -> CanonicalExchange:

@@ -5,11 +5,11 @@ The recording is a JSONL file of trajectories as the admin API gives them
 (``GET /reef/scenarios/{s}/sessions/{id}``'s ``trajectory``, i.e.
 ``reef.experience.Trajectory.as_dict()``), or ``Trajectory`` objects handed to
 ``ReplayEnvironment.from_trajectories``. Each trajectory is a task: its first request's
-messages (in OpenAI chat form), the tools its turns offered, and, to score by, the tools it called
-(``expected.tools_called``). A call is answered with the result recorded for the same
-tool and the same arguments (compared as canonical JSON), first in the task's own
-session, then in any; the n-th repeat of a call gets the n-th recorded result (the last
-one once they run out). A call never recorded gets a tool result saying so.
+messages (in OpenAI chat form), the tools its turns offered, and, to score by, the
+tools it called (``expected.tools_called``). A call is answered with the result recorded
+for the same tool and the same arguments (compared as canonical JSON), first in the
+task's own session, then in any; the n-th repeat of a call gets the n-th recorded result
+(the last one once they run out). A call never recorded gets a tool result saying so.
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ shapes), graded so the gate selects it, asked again through ``/v1/chat/completio
 the gate's runner pinning the head release, answered 2xx, and recorded with the same
 canonical conversation as the original.
 
-The shapes: the three dialects (chat completions, Anthropic Messages, Responses),
-streamed and not, with plain text, several turns, a tool call and its result, parallel
-calls, a failed tool, an image, and (chat) ``content: null`` beside tool calls. Each
+The shapes: the three dialects (chat completions, Anthropic Messages, Responses, the
+last translated for a chat upstream and passed to an upstream's own Responses API),
+streamed and not, with plain text, several turns (Responses: by
+``previous_response_id``), a tool call and its result, parallel calls, a failed tool,
+an image, and (chat) ``content: null`` beside tool calls; and a legacy completion. Each
 item is also replayed as an older store holds it (canonical messages), which the runner
 renders back into chat form.
 """
@@ -42,7 +44,13 @@ RESPONSES_TOOL: dict[str, Any] = {
     "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
-APIS = {"openai": "openai.chat", "anthropic": "anthropic.messages", "responses": "openai.responses"}
+APIS = {
+    "openai": "openai.chat",
+    "anthropic": "anthropic.messages",
+    "responses": "openai.responses",
+    "responses-native": "openai.responses",
+    "completions": "openai.completions",
+}
 SHAPES = ("text", "multi-turn", "tools", "parallel-tools", "tool-error", "image")
 
 
@@ -58,9 +66,19 @@ class SupportAgent(Agent):
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+    """``support`` translates Responses into chat completions; ``native`` passes them to
+    the fake's own Responses API (``upstreams.<u>.responses: native``)."""
     directory = tmp_path_factory.mktemp("replay")
-    with FakeUpstreamThread() as fake, GatewayThread(make_settings(directory, fake.base_url)) as gw:
-        yield gw
+    with FakeUpstreamThread() as fake:
+        upstream = {"type": "openai", "base_url": fake.base_url, "model": "fake-model"}
+        settings = make_settings(
+            directory,
+            fake.base_url,
+            upstreams={"fake": upstream, "native": {**upstream, "responses": "native"}},
+            scenarios={"support": {"upstream": "fake"}, "native": {"upstream": "native"}},
+        )
+        with GatewayThread(settings) as gw:
+            yield gw
 
 
 # -- recording each shape ----------------------------------------------------------------
@@ -110,13 +128,13 @@ def _failed_tool(agent: Agent, failed: Call) -> None:
     agent.history.append({"role": "user", "content": [block]})
 
 
-def _responses_conversation(gateway: GatewayThread, stream: bool, shape: str) -> str:
+def _responses_conversation(gateway: GatewayThread, scenario: str, stream: bool, shape: str) -> str:
     """Record ``shape`` through the Responses API of the OpenAI SDK; the last turn's
     record id. Later turns continue with ``previous_response_id`` (the record then holds
     the whole conversation, resolved by the gateway), but for parallel calls, whose
     second turn re-sends the whole input as a stateless client does."""
     token = new_id()
-    ask = _responses_caller(gateway, stream)
+    ask = _responses_caller(gateway, scenario, stream)
     if shape == "text":
         return ask({"input": f"hello {token}"})[1]
     if shape == "multi-turn":
@@ -147,17 +165,17 @@ def _responses_conversation(gateway: GatewayThread, stream: bool, shape: str) ->
 
 
 def _responses_caller(
-    gateway: GatewayThread, stream: bool
+    gateway: GatewayThread, scenario: str, stream: bool
 ) -> Callable[[dict[str, Any]], tuple[dict[str, Any], str]]:
-    client = gateway.openai()
+    client, model = gateway.openai(), f"reef/{scenario}"
 
     def ask(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The response object and the record id of one Responses call."""
         if not stream:
-            raw = client.responses.with_raw_response.create(model="reef/support", **body)
+            raw = client.responses.with_raw_response.create(model=model, **body)
             return raw.parse().model_dump(exclude_none=True), raw.headers["x-reef-record-id"]
         with client.responses.with_streaming_response.create(
-            model="reef/support", stream=True, **body
+            model=model, stream=True, **body
         ) as response:
             events = list(response.parse())
             record_id = response.headers["x-reef-record-id"]
@@ -170,11 +188,32 @@ def _responses_caller(
 # -- the property ------------------------------------------------------------------------
 
 
+def _completion(gateway: GatewayThread, stream: bool) -> str:
+    """A legacy text completion (its prompt is the held-out conversation)."""
+    client, prompt = gateway.openai(), f"Once upon a time {new_id()}"
+    if not stream:
+        raw = client.completions.with_raw_response.create(model="reef/support", prompt=prompt)
+        return raw.headers["x-reef-record-id"]
+    with client.completions.with_streaming_response.create(
+        model="reef/support", prompt=prompt, stream=True
+    ) as response:
+        list(response.parse())
+        return response.headers["x-reef-record-id"]
+
+
+# The fake's own Responses API makes one call at a time: no parallel calls natively.
+NATIVE_SHAPES = tuple(shape for shape in SHAPES if shape != "parallel-tools")
 CASES = [
     pytest.param(dialect, stream, shape, id=f"{dialect}-{'stream' if stream else 'json'}-{shape}")
-    for dialect in ("openai", "anthropic", "responses")
+    for dialect, shapes in (
+        ("openai", SHAPES),
+        ("anthropic", SHAPES),
+        ("responses", SHAPES),
+        ("responses-native", NATIVE_SHAPES),
+        ("completions", ("text",)),
+    )
     for stream in (False, True)
-    for shape in SHAPES
+    for shape in shapes
 ]
 
 
@@ -182,9 +221,11 @@ CASES = [
 def test_a_recorded_shape_replays_as_a_held_out_item_with_its_conversation_intact(
     gateway: GatewayThread, dialect: str, stream: bool, shape: str
 ) -> None:
-    scenario = "support"
-    if dialect == "responses":
-        record_id = _responses_conversation(gateway, stream, shape)
+    scenario = "native" if dialect == "responses-native" else "support"
+    if dialect.startswith("responses"):
+        record_id = _responses_conversation(gateway, scenario, stream, shape)
+    elif dialect == "completions":
+        record_id = _completion(gateway, stream)
     else:
         agent_dialect: Dialect = "openai" if dialect == "openai" else "anthropic"
         record_id = _sdk_conversation(gateway, agent_dialect, stream, shape)

@@ -229,3 +229,30 @@ def test_run_episode_through_the_gateway_records_one_trajectory(tmp_path: Path) 
     assert [turn.link for turn in turns] == ["start", "continues"]
     assert turns[1].tool_results[0]["call"]["name"] == "lookup_order"
     assert {turn.answered.record_id for turn in turns} == set(result.record_ids)
+
+
+@pytest.mark.parametrize("scripted", [[{"content": "It shipped."}]], indirect=True)
+async def test_first_messages_with_flat_tool_calls_are_sent_in_openai_chat_form(
+    scripted: ScriptedChatThread,
+) -> None:
+    """A task written from recorded traffic may hold canonical messages (a flat call,
+    no content beside it); the model gets them in OpenAI chat form."""
+    flat = {"role": "assistant", "tool_calls": [{"id": "a", "name": "lookup_order"}]}
+    task = Task(
+        "flat",
+        (
+            {"role": "user", "content": "where is A100?"},
+            {**flat, "tool_calls": [{**flat["tool_calls"][0], "arguments": '{"order_id":"A100"}'}]},
+            {"role": "tool", "tool_call_id": "a", "content": "shipped"},
+        ),
+        {},
+    )
+    async with orders() as env:
+        result = await play_episode(env, task, endpoint(scripted.base_url))
+    assert result.stop == "finished"
+    sent = scripted.requests[0]["messages"][1]
+    assert sent == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [tool_call("a", "lookup_order", {"order_id": "A100"})],
+    }

@@ -143,3 +143,39 @@ def test_an_episode_recorded_live_replays_with_the_same_results(tmp_path: Path) 
     assert replayed.tool_status["ok"] == 3
     tool_texts = [m["content"] for m in replayed.messages if m["role"] == "tool"]
     assert tool_texts == [m["content"] for m in live.messages if m["role"] == "tool"]
+
+
+FLAT_HISTORY = [  # canonical form, as trajectories hold it: flat calls, no null content
+    {"role": "user", "content": "where is A100?"},
+    {"role": "assistant", "tool_calls": [recorded_call("a", "A100")]},
+    {"role": "tool", "tool_call_id": "a", "content": "shipped"},
+    {"role": "user", "content": "and when does it arrive?"},
+]
+OPENAI_HISTORY = [
+    FLAT_HISTORY[0],
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "a",
+                "type": "function",
+                "function": {"name": "lookup_order", "arguments": '{"order_id": "A100"}'},
+            }
+        ],
+    },
+    *FLAT_HISTORY[2:],
+]
+
+
+def test_a_task_with_recorded_tool_history_is_asked_in_openai_chat_form() -> None:
+    """A trajectory whose first captured turn already carries tool calls: the task's
+    messages, and what the model is sent, are OpenAI chat form."""
+    recording = {**RECORDING, "turns": [{**RECORDING["turns"][0], "messages": FLAT_HISTORY}]}
+    env = ReplayEnvironment(ReplayEnvironmentConfig(), [recording])
+    (task,) = env.tasks()
+    assert list(task.messages) == OPENAI_HISTORY
+    with ScriptedChatThread([{"content": "Tomorrow."}]) as model:
+        played = run_episode(env, task, endpoint(model.base_url))
+    assert played.stop == "finished"
+    assert model.requests[0]["messages"] == OPENAI_HISTORY

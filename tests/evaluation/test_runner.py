@@ -170,6 +170,30 @@ def test_tool_calls_become_json_text(gateway: GatewayThread) -> None:
     assert '"name": "get_weather"' in answer.text and "Paris" in answer.text
 
 
+def test_items_stored_in_canonical_form_are_sent_in_openai_chat_form(
+    gateway: GatewayThread, fake: FakeUpstreamThread
+) -> None:
+    """An item as an older holdout or a regression suite stored it (canonical: flat
+    tool calls, no content beside them) goes out as OpenAI chat messages."""
+    arms = arms_of(gateway)
+    flat = {"id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}
+    canonical = [
+        {"role": "user", "content": "what is the weather in Paris?"},
+        {"role": "assistant", "tool_calls": [flat]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    asked = EvalItem(id="flat", suite="regression:r", messages=canonical)
+    [answer] = collect_answers(target(gateway), [asked], {"baseline": arms["baseline"]})
+    assert answer.error is None and answer.text == "tool said: sunny"
+    nested = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+    }
+    expected = [canonical[0], {"role": "assistant", "content": None, "tool_calls": [nested]}]
+    assert fake.last_request_body["messages"] == [*expected, canonical[2]]
+
+
 def test_unknown_candidate_aborts_the_run(gateway: GatewayThread) -> None:
     baseline = head_id(gateway, "support")
     with pytest.raises(EvalRunError) as info:

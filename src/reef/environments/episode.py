@@ -36,6 +36,7 @@ from reef.environments.base import (
     ToolStatus,
 )
 from reef.environments.calls import normalize_call
+from reef.upstream.canonical import openai_chat_messages
 
 StopCause = Literal["finished", "max_turns", "timeout", "malformed", "error"]
 
@@ -208,7 +209,9 @@ async def play_episode(
     pinned = {k.lower(): v for k, v in endpoint.headers.items()}.get("x-reef-session")
     episode = _Episode(task, started + limit, limit, pinned or new_id())
     observation: Observation = await environment.reset(task)
-    episode.messages = [dict(m) for m in observation.messages]
+    # A task taken from recorded traffic may hold canonical messages (flat tool calls):
+    # sent in OpenAI chat form, which passes through unchanged.
+    episode.messages = openai_chat_messages(observation.messages)
     episode.tools = [dict(t) for t in observation.tools]
     stop: StopCause = "max_turns"
     error: str | None = None

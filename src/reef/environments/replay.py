@@ -5,11 +5,11 @@ The recording is a JSONL file of trajectories as the admin API gives them
 (``GET /reef/scenarios/{s}/sessions/{id}``'s ``trajectory``, i.e.
 ``reef.experience.Trajectory.as_dict()``), or ``Trajectory`` objects handed to
 ``ReplayEnvironment.from_trajectories``. Each trajectory is a task: its first request's
-messages, the tools its turns offered, and, to score by, the tools it called
-(``expected.tools_called``). A call is answered with the result recorded for the same
-tool and the same arguments (compared as canonical JSON), first in the task's own
-session, then in any; the n-th repeat of a call gets the n-th recorded result (the last
-one once they run out). A call never recorded gets a tool result saying so.
+messages (in OpenAI chat form), the tools its turns offered, and, to score by, the
+tools it called (``expected.tools_called``). A call is answered with the result recorded
+for the same tool and the same arguments (compared as canonical JSON), first in the
+task's own session, then in any; the n-th repeat of a call gets the n-th recorded result
+(the last one once they run out). A call never recorded gets a tool result saying so.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from reef.environments.base import (
     ToolUnrecorded,
     default_score,
 )
+from reef.upstream.canonical import openai_chat_messages
 
 if TYPE_CHECKING:  # only the type: importing the experience store costs a second
     from reef.experience import Trajectory
@@ -65,7 +66,8 @@ class _Recording:
             raise EnvironmentSpecError(f"{where}: a trajectory needs 'session_id' and 'turns'")
         self.session_id = session
         first = min(turns, key=lambda turn: int(turn.get("index", 0)))
-        self.messages = tuple(dict(m) for m in first.get("messages") or ())
+        # Trajectories hold canonical messages; a task's are in OpenAI chat form.
+        self.messages = tuple(openai_chat_messages(first.get("messages") or ()))
         if not self.messages:
             raise EnvironmentSpecError(f"{where}: the first turn of {session!r} has no messages")
         self.tools: dict[str, dict[str, Any]] = {}

@@ -30,6 +30,7 @@ from reef.evaluation.values import (
     error_kind_of_status,
     item_label,
 )
+from reef.upstream.canonical import openai_chat_messages
 
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
@@ -221,7 +222,9 @@ class _Caller:
     async def _attempt(self, job: _Job) -> _Outcome:
         body: dict[str, Any] = {
             "model": f"reef/{self.target.scenario}",
-            "messages": job.item.messages,
+            # Items stored in canonical form (older holdouts, regression suites) go out
+            # in OpenAI chat form; items already in it pass through unchanged.
+            "messages": openai_chat_messages(job.item.messages),
             **self.defaults,
             **job.item.params,
         }

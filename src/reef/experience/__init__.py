@@ -33,7 +33,12 @@ from reef.experience.errors import (
     StoreUnavailableError,
     WriterNotRunningError,
 )
-from reef.experience.exchanges import TRAINABLE_APIS, CanonicalExchange, canonical_exchange
+from reef.experience.exchanges import (
+    TRAINABLE_APIS,
+    CanonicalExchange,
+    canonical_exchange,
+    chat_messages,
+)
 from reef.experience.export import ParquetUnavailableError, export_records
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
@@ -109,6 +114,7 @@ __all__ = [
     "calibrate_records",
     "canonical_correction",
     "canonical_exchange",
+    "chat_messages",
     "check_correction",
     "check_feedback_source",
     "check_source_weights",

@@ -14,6 +14,11 @@ and its text as the reply. An embeddings record (``openai.embeddings``) is its i
 with no reply, and is no training example: ``TRAINABLE_APIS`` names the apis whose
 records are prompt-and-answer exchanges that learning may select.
 
+``chat_messages`` is the other view of a record's conversation: the whole of it in
+OpenAI chat form, translated from the record's own request with the gateway's
+translators, so images, content parts and tool history survive (the canonical form
+digests what is not text). It is what a replay sends to ``/v1/chat/completions``.
+
 Extend: a new ``api`` value of ``RecordDraft`` registers its canonicaliser in
 ``CANONICALISERS`` (a record of an unregistered api raises ``InvalidInputError``), and
 joins ``TRAINABLE_APIS`` when its records are answers to learn from.
@@ -37,6 +42,7 @@ from reef.upstream.canonical import (
     canonical_reply_openai,
     canonical_reply_responses,
     canonical_responses,
+    openai_chat_messages,
 )
 from reef.upstream.responses import responses_request_to_openai
 from reef.upstream.translate import anthropic_request_to_openai
@@ -116,6 +122,50 @@ TRAINABLE_APIS: frozenset[str] = frozenset(
 )
 """The apis whose records answer a prompt, so learning may train on them (not
 ``openai.embeddings``: a vector is no answer to imitate)."""
+
+
+def chat_messages(
+    record: RecordView, canonical: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The conversation of ``record``'s request in OpenAI chat form, lossless: the
+    request's own messages (chat), or its translation by the gateway's code (Anthropic
+    Messages, Responses, whose stored request holds the whole conversation,
+    ``previous_response_id`` resolved). Where that does not read back as the record's
+    canonical conversation (a legacy completion, an embeddings input, a request stored
+    in a form the translators do not know), the canonical messages rendered back.
+
+    ``canonical`` is the record's canonical conversation when the caller has it. Raises
+    ``InvalidInputError`` for an ``api`` with no canonicaliser."""
+    chat = _request_chat(record)
+    if chat is not None:
+        rendered = openai_chat_messages(chat)
+        # Unchanged by rendering, they read back as the record's canonical conversation
+        # by construction (it is computed from these very messages); changed, checked.
+        if rendered == chat:
+            return rendered
+        if canonical is None:
+            canonical = canonical_exchange(record).messages
+        if canonical_openai({"messages": rendered}) == canonical:
+            return rendered
+    if canonical is None:
+        canonical = canonical_exchange(record).messages
+    return openai_chat_messages(canonical)
+
+
+def _request_chat(record: RecordView) -> list[dict[str, Any]] | None:
+    """The chat messages of a chat, Anthropic or Responses request; None for other apis
+    or a request whose messages are not a list of objects."""
+    if record.api == "anthropic.messages":
+        chat = anthropic_request_to_openai(record.request, model="").get("messages")
+    elif record.api == "openai.responses":
+        chat = responses_request_to_openai(record.request, model="").get("messages")
+    elif record.api == "openai.chat":
+        chat = record.request.get("messages")
+    else:
+        return None
+    if isinstance(chat, list) and all(isinstance(m, dict) for m in chat):
+        return chat
+    return None
 
 
 def canonical_exchange(record: RecordView) -> CanonicalExchange:

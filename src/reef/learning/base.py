@@ -27,6 +27,9 @@ class TrainingExample:
     ``reef.learning.credit``, averaged with its own record's). ``weight`` < 1 marks
     down-weighted (stale) items. ``tools`` are the tools the request offered (OpenAI
     function form) and ``tool_choice`` its choice, so a replay offers the same.
+    ``chat_messages`` is the same conversation in OpenAI chat form, lossless (images,
+    content parts and tool history as the client sent them, ``reef.experience
+    .chat_messages``); None when the example was not built from a record.
     """
 
     record_id: str
@@ -50,6 +53,7 @@ class TrainingExample:
     reference_authors: tuple[tuple[str | None, Trust], ...] = ()
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: Any = None
+    chat_messages: list[dict[str, Any]] | None = None
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text.

@@ -40,6 +40,7 @@ from reef.learning.reflect import UpstreamModels
 from reef.learning.screening import TrustedReference, author_name
 from reef.learning.selection import SelectionConfig, holdout_bucket, select_experience
 from reef.releases import ArtifactStore, ReleaseChain
+from reef.upstream.canonical import openai_chat_messages
 
 HOLDOUT_SCAN_LIMIT = 100_000
 
@@ -79,9 +80,11 @@ def holdout_items(
 
 
 def holdout_item(example: TrainingExample, reference: Any) -> EvalItem:
-    """A held-out turn as an eval item: its conversation and the tools it was offered
-    (asked again with the same ``tools`` and ``tool_choice``); a reference of tool calls
-    is scored by ``tool_call``, a text one by the gate's scorer."""
+    """A held-out turn as an eval item: its conversation in OpenAI chat form as the
+    record holds it (``example.chat_messages``: images and tool history intact; else
+    the canonical messages rendered back) and the tools it was offered (asked again
+    with the same ``tools`` and ``tool_choice``); a reference of tool calls is scored
+    by ``tool_call``, a text one by the gate's scorer."""
     params: dict[str, Any] = {}
     if example.tools:
         params["tools"] = list(example.tools)
@@ -90,7 +93,11 @@ def holdout_item(example: TrainingExample, reference: Any) -> EvalItem:
     return EvalItem(
         id=example.record_id,
         suite="holdout",
-        messages=example.messages,
+        messages=(
+            example.chat_messages
+            if example.chat_messages is not None
+            else openai_chat_messages(example.messages)
+        ),
         reference=reference,
         scorer={"type": "tool_call"} if is_tool_call_correction(reference) else None,
         params=params,

@@ -84,6 +84,7 @@ from reef.experience import (
     calibrate_records,
     canonical_correction,
     canonical_exchange,
+    chat_messages,
     check_source_weights,
     source_kind,
 )
@@ -479,6 +480,7 @@ def _example(  # noqa: PLR0913
         source_ids=tuple(r.id for r in unit),
         tools=tuple(exchange.tools),
         tool_choice=exchange.tool_choice,
+        chat_messages=chat_messages(record, messages),
     )
 
 

@@ -56,6 +56,8 @@ from reef.upstream.canonical import (
     canonical_responses,
     chain_hashes,
     extend_chain,
+    openai_chat_message,
+    openai_chat_messages,
 )
 from reef.upstream.chat_anthropic import (
     DEFAULT_MAX_TOKENS,
@@ -145,6 +147,8 @@ __all__ = [
     "extend_chain",
     "input_items",
     "item_id",
+    "openai_chat_message",
+    "openai_chat_messages",
     "openai_request_to_anthropic",
     "openai_response_to_anthropic",
     "openai_response_to_responses",

@@ -14,11 +14,18 @@ all three dialects share one canonical form; ``canonical_request`` and
 ``canonical_reply`` pick the translation by a record's ``api``. A legacy text completion
 is its prompt as one user message and its text as the assistant's reply; an embeddings
 request is its input as one user message, with no reply.
+
+The way back is ``openai_chat_messages``: canonical messages rendered as an OpenAI
+chat-completions request takes them (tool calls nested under ``function``, ``content:
+null`` beside them), so a stored conversation can be sent again; it reads back as the
+same canonical messages. What the canonical form digested (an image, a file) it cannot
+bring back: a lossless replay starts from the record's own request instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 from reef.core.jsoncodec import canonical_json, loads, sha256_hex
@@ -145,6 +152,32 @@ def canonical_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def openai_chat_messages(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` (canonical, or already OpenAI chat form) as an OpenAI chat request's
+    ``messages``: each through ``openai_chat_message``.
+
+    For every canonical conversation ``c``,
+    ``canonical_openai({"messages": openai_chat_messages(c)}) == c``.
+    """
+    return [openai_chat_message(message) for message in messages]
+
+
+def openai_chat_message(message: dict[str, Any]) -> dict[str, Any]:
+    """One message in OpenAI chat form: a canonical tool call ``{"id", "name",
+    "arguments"}`` becomes ``{"id", "type": "function", "function": {"name",
+    "arguments"}}``; a message without ``content`` gets ``null`` when it is an assistant
+    turn with tool calls, else ``""`` (what the canonical form dropped). Anything already
+    in OpenAI form (a call with ``function``, content parts, ``null`` content) is kept
+    as it is, and so are the other fields (``tool_call_id``, ``name``)."""
+    out = dict(message)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [_openai_tool_call(call) for call in calls]
+    if "content" not in out:
+        out["content"] = None if calls and message.get("role") == "assistant" else ""
+    return out
+
+
 def chain_hashes(messages: list[dict[str, Any]]) -> list[str]:
     """The hash of every prefix: ``h_i = sha256(h_{i-1} + canonical_json(m_i))``.
 
@@ -210,6 +243,15 @@ def _describe(part: Any) -> str:
     kind = part.get("type", "part") if isinstance(part, dict) else type(part).__name__
     digest = sha256_hex(canonical_json(part))[:_CONTENT_DIGEST_CHARS]
     return f"[{kind} sha256:{digest}]"
+
+
+def _openai_tool_call(call: Any) -> Any:
+    if not isinstance(call, dict) or isinstance(call.get("function"), dict):
+        return call  # OpenAI form already (or nothing a renderer could mend)
+    # Missing parts become empty strings: the canonical form drops empty ones, so they
+    # read back the same, and OpenAI's form wants strings there.
+    function = {"name": call.get("name") or "", "arguments": call.get("arguments") or ""}
+    return {"id": call.get("id") or "", "type": "function", "function": function}
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:

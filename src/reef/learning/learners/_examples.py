@@ -173,4 +173,6 @@ def scrubbed_example(item: TrainingExample, counts: Counter[str]) -> TrainingExa
         response=None if item.response is None else scrubbed_message(item.response, counts),
         correction=correction,
         feedback=[scrub_personal_value(f, counts) for f in item.feedback],
+        # The lossless copy is for replays, not harnesses: dropped, not carried unscrubbed.
+        chat_messages=None,
     )

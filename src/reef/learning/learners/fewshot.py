@@ -42,6 +42,7 @@ from reef.learning.learners._errors import NoCandidateError
 from reef.learning.learners._examples import scrubbed_example
 from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
 from reef.learning.learners._similarity import example_text, mmr_order, similarity_matrix
+from reef.upstream.canonical import openai_chat_message
 
 
 class FewShotConfig(LearnerConfig):
@@ -156,7 +157,7 @@ def demonstration(example: TrainingExample, scrubbed: Counter[str] | None = None
     With ``scrubbed`` (a counter), personal data becomes typed placeholders first."""
     if scrubbed is not None:
         example = scrubbed_example(example, scrubbed)
-    turns = [_openai_message(m) for m in example.messages if m.get("role") != "system"]
+    turns = [openai_chat_message(m) for m in example.messages if m.get("role") != "system"]
     reply = _reply(example)
     if reply is None or not turns:
         return None
@@ -174,29 +175,10 @@ def _reply(example: TrainingExample) -> dict[str, Any] | None:
     if isinstance(correction, str):
         return {"role": "assistant", "content": correction}
     if isinstance(correction, dict):
-        return _openai_message({**correction, "role": "assistant"})
+        return openai_chat_message({**correction, "role": "assistant"})
     if correction is not None:
         return None
-    return None if example.response is None else _openai_message(example.response)
-
-
-def _openai_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A canonical message back in OpenAI wire form (tool calls re-nested)."""
-    out: dict[str, Any] = {"role": message.get("role"), "content": message.get("content")}
-    calls = message.get("tool_calls")
-    if calls:
-        out["tool_calls"] = [
-            {
-                "id": call.get("id", ""),
-                "type": "function",
-                "function": {"name": call.get("name", ""), "arguments": call.get("arguments", "")},
-            }
-            for call in calls
-        ]
-    for key in ("tool_call_id", "name"):
-        if message.get(key):
-            out[key] = message[key]
-    return out
+    return None if example.response is None else openai_chat_message(example.response)
 
 
 def _demo_text(demo: Example) -> str:

@@ -102,7 +102,10 @@ class UpstreamConfig(Section):
         description="Model name sent upstream, whatever model the client names (without "
         "one, the client's model name goes upstream). For `type: local`: the engine's "
         "model source (smollm2-135m, tiny-random, or a local Hugging Face model "
-        "directory); default smollm2-135m.",
+        "directory); default smollm2-135m. A scenario's first release records the model "
+        "it serves, and the release chain decides from then on: a model edited here later "
+        "serves once `reef releases adopt-config --scenario <s>` appends it (the gateway "
+        "warns on start while they differ).",
     )
     dtype: Literal["float32", "float16", "bfloat16", "int8", "auto"] = Field(
         default="float32",
@@ -245,7 +248,10 @@ class ScenarioConfig(Section):
     model: str | None = Field(
         default=None,
         description="Upstream model name, whatever model the client names; overrides the "
-        "upstream's `model`.",
+        "upstream's `model`. The scenario's first release records it, and the release chain "
+        "decides what serves: a model changed here later serves once `reef releases "
+        "adopt-config --scenario <s>` appends a release with it (the gateway warns on start "
+        "while they differ).",
     )
     model_aliases: list[str] = Field(
         default_factory=list,

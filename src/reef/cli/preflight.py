@@ -91,9 +91,17 @@ def recipe_error_lines(message: str) -> list[str]:
     """A ``RecipeError``'s message as one line per problem: the problems listed under
     "invalid recipe …:", or the whole message on one line."""
     lines = message.splitlines()
-    if len(lines) > 1 and lines[0].startswith("invalid recipe"):
-        return [line.strip() for line in lines[1:] if line.strip()]
-    return [_one_line(message)]
+    if not (len(lines) > 1 and lines[0].startswith("invalid recipe")):
+        return [_one_line(message)]
+    found = []
+    listed = [line.strip().replace("Value error, ", "") for line in lines[1:] if line.strip()]
+    for index, line in enumerate(listed):
+        # a nested check's own header ("invalid settings for ... at learners[0]:"): the
+        # lines after it name their full path already
+        if line.endswith(":") and index + 1 < len(listed):
+            continue
+        found.append(line)
+    return found
 
 
 def _recipe_references(settings: ReefSettings, recipe: Recipe) -> Iterator[str]:

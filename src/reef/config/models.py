@@ -555,8 +555,9 @@ class ReefSettings(BaseSettings):
         for name, scenario in self.scenarios.items():
             if scenario.upstream is not None and scenario.upstream not in self.upstreams:
                 raise ValueError(
-                    f"scenario {name!r} names upstream {scenario.upstream!r}; "
-                    f"configured upstreams: {sorted(self.upstreams)}"
+                    f"scenarios.{name}.upstream: scenario {name!r} names upstream "
+                    f"{scenario.upstream!r}, which is not configured; configured upstreams: "
+                    f"{sorted(self.upstreams)}"
                 )
         self.model_aliases()  # raises on an alias claimed twice
         ids = [key.id for key in self.auth.keys]

@@ -270,12 +270,16 @@ class ScenarioConfig(Section):
     initial_harness: Path | None = Field(
         default=None,
         description="A harness bundle directory (with harness.yaml) for the scenario's "
-        "first release.",
+        "first release. Checked before the gateway starts: a missing folder or an invalid "
+        "bundle stops it with exit code 2.",
     )
     recipe: Path | None = Field(
         default=None,
         description="A learning recipe (YAML: trigger, selection, learners, gate) that the "
-        "worker runs for this scenario; none: the scenario does not learn.",
+        "worker runs for this scenario; none: the scenario does not learn. Checked with the "
+        "suites, environments and upstreams it names before a worker starts (exit code 2); "
+        "read again on every worker pass, and a failure while running is logged once per "
+        "change of the file.",
     )
     trust: dict[str, str] = Field(
         default_factory=dict,

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from reef.config import ReefSettings
+from reef.config import ConfigError, ReefSettings
 from reef.core import dumps
 from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.errors import ConflictError, NotFoundError, ReefError
@@ -813,7 +813,14 @@ class Activation:
         base = configured_model(self.settings, scenario).name
         harness = None
         if config.initial_harness is not None:
-            bundle = load_bundle(config.initial_harness)
+            try:
+                bundle = load_bundle(config.initial_harness)
+            except (ReefError, OSError) as exc:
+                # name the setting: ``reef serve`` checks it first, other hosts may not
+                detail = exc.message if isinstance(exc, ReefError) else str(exc)
+                raise ConfigError(
+                    f"scenarios.{scenario}.initial_harness: {config.initial_harness}: {detail}"
+                ) from exc
             harness = self.artifacts.put_bytes(pack_bundle(bundle), "harness")
         return ReleaseManifest(model=ModelComponent(base=base), harness=harness)
 

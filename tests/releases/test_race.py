@@ -2,7 +2,8 @@
 
 Exactly one wins, the other 7 get ``ReleaseConflictError`` and write nothing, and the
 chain stays linear: seq 1..n without gaps, each parent the previous release. The same
-holds for 8 concurrent rollbacks. Both backends.
+holds for 8 concurrent rollbacks and 8 concurrent adoptions of a configured model.
+Both backends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from reef.releases import Candidate, Release, ReleaseChain, ReleaseConflictError
+from reef.releases import (
+    Candidate,
+    ModelComponent,
+    Release,
+    ReleaseChain,
+    ReleaseConflictError,
+    ReleaseManifest,
+)
 from tests.releases.conftest import ManifestFactory
 
 RACERS = 8
@@ -104,6 +112,25 @@ def test_racing_threads(store_url: str, manifest: ManifestFactory) -> None:
             lambda n: chains[n].rollback("s", [root, head][n % 2].id, new_head.id, f"a{n}", "r")
         )
         check_outcome(chain, before, outcomes)
+    finally:
+        for each in chains:
+            each.close()
+
+
+def test_racing_adoptions_of_a_configured_model(store_url: str, manifest: ManifestFactory) -> None:
+    # An operator's adopt-config racing others (or a publish): the head moves once.
+    chains = [ReleaseChain.from_url(store_url, migrate=False) for _ in range(RACERS)]
+    chain = chains[0]
+    try:
+        root = chain.create("s", manifest(), "config", "init")
+        before = assert_linear(chain, "s")
+        outcomes = race_threads(
+            lambda n: chains[n].adopt(
+                "s", ReleaseManifest(model=ModelComponent(base=f"m-{n}")), root.id, f"a{n}", "r"
+            )
+        )
+        adopted = check_outcome(chain, before, outcomes)
+        assert adopted.operation == "adopt" and adopted.manifest.model.base.startswith("m-")
     finally:
         for each in chains:
             each.close()

@@ -2,7 +2,8 @@
 
 Exit codes (documented in docs/operations.md): 0 success; 1 a failure (``ReefError``
 without a category below, a failed benchmark); 2 a usage error, a bad configuration
-(including a port that cannot be bound) or invalid input; 3 something named does not
+(including a port that cannot be bound), invalid input, or a request refused as things
+stand (``RefusedError``: nothing to adopt); 3 something named does not
 exist (including "no store here"); 4 an optional dependency is missing (the message
 names the extra to install); 5 the store was written by a later Reef (its schema
 revision is newer than this one knows; nothing was written); 6 a schema migration
@@ -19,12 +20,18 @@ from typing import Any, NoReturn
 import typer
 
 from reef.config import ConfigError
-from reef.core.errors import InvalidInputError, MissingExtraError, NotFoundError, ReefError
+from reef.core.errors import (
+    InvalidInputError,
+    MissingExtraError,
+    NotFoundError,
+    ReefError,
+    RefusedError,
+)
 
 
 def exit_code(exc: ReefError) -> int:
     """The exit status for a ``ReefError`` (see the module docstring)."""
-    if isinstance(exc, ConfigError | InvalidInputError):
+    if isinstance(exc, ConfigError | InvalidInputError | RefusedError):
         return 2
     if isinstance(exc, NotFoundError):
         return 3

@@ -85,7 +85,12 @@ def worker_command(
     ] = None,
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:
-    """Run a learning worker: fire recipe triggers, claim jobs, propose candidates."""
+    """Run a learning worker: fire recipe triggers, claim jobs, propose candidates.
+
+    Every scenario's recipe, with the suites, environments and upstreams it names, is
+    checked first: a problem stops it with exit code 2, one line per problem.
+    """
+    from reef.cli.preflight import check_scenarios
     from reef.cli.serving import guard_tools
     from reef.cli.stores import build_worker
     from reef.config import load_settings
@@ -97,6 +102,7 @@ def worker_command(
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     settings = load_settings(config)
+    check_scenarios(settings, serving=False, learning=True)
     settings.home.mkdir(parents=True, exist_ok=True)
     guard_tools(settings)
     database = open_database(settings.store_url())

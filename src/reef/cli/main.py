@@ -72,11 +72,18 @@ def serve(
         bool, typer.Option(help="Also run a learning worker in this process.")
     ] = True,
 ) -> None:
-    """Run the gateway, a learning worker and, for the `local` upstream, the engine."""
+    """Run the gateway, a learning worker and, for the `local` upstream, the engine.
+
+    Every scenario's initial harness and (with the worker) recipe, with the suites,
+    environments and upstreams it names, are checked first: a problem stops it with
+    exit code 2, one line per problem naming the setting.
+    """
+    from reef.cli.preflight import check_scenarios
     from reef.cli.serving import run_gateway
 
     _setup_logging(log_level)
     settings = _settings(config)
+    check_scenarios(settings, serving=True, learning=worker)
     server_overrides: dict[str, Any] = {}
     if host is not None:
         server_overrides["host"] = host

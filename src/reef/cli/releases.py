@@ -1,4 +1,4 @@
-"""``reef releases``: list, show, roll back and promote releases of the release chain.
+"""``reef releases``: list, show, roll back, promote and adopt-config on the release chain.
 
 Every command reads the store URL from the configuration (``-c/--config``), prints a
 table (or JSON with ``--json``) and records the operator as ``cli:<os user>``. Errors are
@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from reef.releases import Candidate, Release, ReleaseChain, ScenarioSummary
 
 releases_app = typer.Typer(
-    help="Inspect the release chain; roll back and promote.", no_args_is_help=True
+    help="Inspect the release chain; roll back, promote, adopt a configuration change. "
+    "The chain decides what serves: a model edited in reef.yaml serves once "
+    "'reef releases adopt-config' appends it.",
+    no_args_is_help=True,
 )
 
 ConfigOption = Annotated[
@@ -267,4 +270,36 @@ def promote(
         scenario = chain.get_candidate(candidate).scenario
         expected = expected_head or _head_id(chain, scenario)
         release = chain.promote(candidate, expected, cli_actor(), reason or "promoted from the CLI")
+    _print_release(release, as_json)
+
+
+@releases_app.command("adopt-config")
+def adopt_config_command(
+    scenario: Annotated[str, typer.Option(help="Scenario whose configured model to adopt.")],
+    reason: ReasonOption = None,
+    expected_head: ExpectedHeadOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Append a release serving the model the configuration names now.
+
+    The release chain decides what serves: a scenario's first release takes its model
+    from scenarios.<s>.model (else upstreams.<u>.model), and editing it later changes
+    nothing until it is adopted here. The new release keeps the head's harness and drops
+    an adapter or checkpoint trained on the old base (a rollback brings them back).
+    Exits with 2 when the head already serves the configured model.
+    """
+    from reef.cli.stores import open_existing_database
+    from reef.config import load_settings
+    from reef.gateway.serving.drift import adopt_config
+    from reef.releases import ReleaseChain
+
+    settings = load_settings(config)
+    database = open_existing_database(settings)
+    try:
+        release = adopt_config(
+            ReleaseChain(database), settings, scenario, cli_actor(), reason, expected_head
+        )
+    finally:
+        database.close()
     _print_release(release, as_json)

@@ -102,7 +102,10 @@ class UpstreamConfig(Section):
         description="Model name sent upstream, whatever model the client names (without "
         "one, the client's model name goes upstream). For `type: local`: the engine's "
         "model source (smollm2-135m, tiny-random, or a local Hugging Face model "
-        "directory); default smollm2-135m.",
+        "directory); default smollm2-135m. A scenario's first release records the model "
+        "it serves, and the release chain decides from then on: a model edited here later "
+        "serves once `reef releases adopt-config --scenario <s>` appends it (the gateway "
+        "warns on start while they differ).",
     )
     dtype: Literal["float32", "float16", "bfloat16", "int8", "auto"] = Field(
         default="float32",
@@ -245,7 +248,10 @@ class ScenarioConfig(Section):
     model: str | None = Field(
         default=None,
         description="Upstream model name, whatever model the client names; overrides the "
-        "upstream's `model`.",
+        "upstream's `model`. The scenario's first release records it, and the release chain "
+        "decides what serves: a model changed here later serves once `reef releases "
+        "adopt-config --scenario <s>` appends a release with it (the gateway warns on start "
+        "while they differ).",
     )
     model_aliases: list[str] = Field(
         default_factory=list,
@@ -264,12 +270,16 @@ class ScenarioConfig(Section):
     initial_harness: Path | None = Field(
         default=None,
         description="A harness bundle directory (with harness.yaml) for the scenario's "
-        "first release.",
+        "first release. Checked before the gateway starts: a missing folder or an invalid "
+        "bundle stops it with exit code 2.",
     )
     recipe: Path | None = Field(
         default=None,
         description="A learning recipe (YAML: trigger, selection, learners, gate) that the "
-        "worker runs for this scenario; none: the scenario does not learn.",
+        "worker runs for this scenario; none: the scenario does not learn. Checked with the "
+        "suites, environments and upstreams it names before a worker starts (exit code 2); "
+        "read again on every worker pass, and a failure while running is logged once per "
+        "change of the file.",
     )
     trust: dict[str, str] = Field(
         default_factory=dict,
@@ -549,8 +559,9 @@ class ReefSettings(BaseSettings):
         for name, scenario in self.scenarios.items():
             if scenario.upstream is not None and scenario.upstream not in self.upstreams:
                 raise ValueError(
-                    f"scenario {name!r} names upstream {scenario.upstream!r}; "
-                    f"configured upstreams: {sorted(self.upstreams)}"
+                    f"scenarios.{name}.upstream: scenario {name!r} names upstream "
+                    f"{scenario.upstream!r}, which is not configured; configured upstreams: "
+                    f"{sorted(self.upstreams)}"
                 )
         self.model_aliases()  # raises on an alias claimed twice
         ids = [key.id for key in self.auth.keys]

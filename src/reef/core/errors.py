@@ -31,6 +31,13 @@ class ConflictError(ReefError):
     """The request conflicts with what is stored (idempotency key reuse, moved head)."""
 
 
+class RefusedError(ConflictError):
+    """The request is well formed, but as things stand there is nothing it could do (a
+    configuration already adopted, a scenario without a recipe to learn with); the
+    message says what to change first. HTTP 409; the CLI exits with 2, as for a usage
+    error, since the caller must change something before trying again."""
+
+
 class UnauthenticatedError(ReefError):
     """No credentials, or credentials that match no key."""
 

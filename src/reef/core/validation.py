@@ -20,6 +20,9 @@ def problem_lines(error: ValidationError, root: type[BaseModel] | None = None) -
             owner = model_at(root, loc) if root is not None else None
             allowed = ", ".join(sorted(owner.model_fields)) if owner else "?"
             lines.append(f"unknown key {key!r}; allowed keys here: {allowed}")
+        elif not loc and problem["type"] == "value_error":
+            # a check across keys: its message names the setting itself
+            lines.append(str(problem.get("ctx", {}).get("error", problem["msg"])))
         else:
             lines.append(f"{key}: {problem['msg']}")
     return lines

@@ -123,6 +123,8 @@ ROUTE_TABLE: Final[tuple[RouteRule, ...]] = (
           takes_body=True),
     _rule("POST", f"{_S}/promote", "admin-of-scenario", "path", "chain.promote",
           takes_body=True),
+    _rule("POST", f"{_S}/adopt-config", "admin-of-scenario", "path", "chain.adopt_config",
+          takes_body=True),
     _rule("POST", f"{_S}/learn", "admin-of-scenario", "path", "chain.learn"),
     _rule("GET", f"{_S}/harness", "inference", "path", "chain.harness"),
     _rule("GET", f"{_S}/harness.tar.gz", "inference", "path", "chain.harness_bundle"),

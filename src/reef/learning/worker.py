@@ -59,7 +59,8 @@ from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.holdout import build_gate, holdout_items, trusted_references
 from reef.learning.judges import JudgePass, JudgeWriter
 from reef.learning.learners import NoCandidateError
-from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
+from reef.learning.recipe_files import RecipeFiles
+from reef.learning.recipes import Recipe, RecipeError, parse_recipe
 from reef.learning.reflect import UpstreamModels, UpstreamReflector
 from reef.learning.registry import LearnerRegistry
 from reef.learning.retries import UNKNOWN_REASON, failure_message, retry_verdict
@@ -136,6 +137,7 @@ class Worker:
         self.evaluations = evaluations
         self.upstream_base_urls = dict(upstream_base_urls or {})
         self._recipes = dict(recipes) if recipes is not None else None
+        self.recipe_files = RecipeFiles(settings, self.registry)
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self.signals = SignalWriter(store, settings.trust_of)
@@ -144,14 +146,19 @@ class Worker:
     # -- recipes and triggers ------------------------------------------------------------
 
     def recipes(self) -> dict[str, Recipe]:
-        """Every scenario's recipe: the override, else each configured recipe file."""
+        """Every scenario's recipe: the override, else each configured recipe file that
+        loads, read again on every call (one that fails is left out, its scenario does
+        not learn, and the failure is logged once per change: ``RecipeFiles``)."""
         if self._recipes is not None:
             return dict(self._recipes)
-        found: dict[str, Recipe] = {}
-        for name, scenario in self.settings.scenarios.items():
-            if scenario.recipe is not None:
-                found[name] = load_recipe(scenario.recipe, self.registry)
-        return found
+        return self.recipe_files.load_all()
+
+    def recipe_of(self, scenario: str) -> Recipe | None:
+        """The scenario's recipe (None: it names none); raises ``RecipeError`` with the
+        reason when its file cannot be used."""
+        if self._recipes is not None:
+            return self._recipes.get(scenario)
+        return self.recipe_files.load(scenario)
 
     def compute_feedback(self) -> dict[str, list[SignalPass | JudgePass]]:
         """Write the conversation signals and the judges' grades of every scenario whose
@@ -434,7 +441,7 @@ class JobRun:
         if inline is not None:
             recipe = parse_recipe(inline, f"(job {self.job.id})", self.worker.registry)
             return recipe if recipe.name else recipe.model_copy(update={"name": "manual"})
-        configured = self.worker.recipes().get(self.job.scenario)
+        configured = self.worker.recipe_of(self.job.scenario)
         if configured is None:
             raise RecipeError(f"scenario {self.job.scenario!r} has no recipe to learn with")
         if configured.name is None:

@@ -4,7 +4,7 @@ Owns: the artifact store (adapters and harness bundles stored by sha256 digest, 
 directory or any fsspec URL, atomic writes, verified reads, garbage collection of what
 no release or live candidate references); release manifests (every component by
 digest); candidates and their lifecycle; each scenario's append-only chain of releases
-(create, learn, promote, rollback) whose head moves only by compare-and-swap, recording
+(create, learn, promote, rollback, adopt) whose head moves only by compare-and-swap, recording
 who, when, why and the evaluation evidence; noticing head moves (polling, and
 LISTEN/NOTIFY on PostgreSQL).
 Does not own: the SQL schema and its migrations (``db`` — one migration stream covers

@@ -505,6 +505,42 @@ class ReleaseChain:
                 ),
             )
 
+    def adopt(
+        self,
+        scenario: str,
+        manifest: ReleaseManifest,
+        expected_head: str,
+        actor: str,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> Release:
+        """Append an ``adopt`` release serving ``manifest`` (the configuration's model
+        adopted by an operator), if the head is still ``expected_head``.
+
+        The caller builds ``manifest`` from the head it read (``reef.gateway.serving.drift``
+        keeps its harness, drops weights trained on another base). Raises
+        ``ReleaseConflictError`` (nothing written) when the head moved.
+        """
+        with self._write() as conn:
+            expected_seq = check_expected_head(conn, scenario, expected_head)
+            return append_release(
+                conn,
+                Release(
+                    id=new_id(),
+                    scenario=scenario,
+                    seq=expected_seq + 1,
+                    parent_id=expected_head,
+                    operation="adopt",
+                    manifest=manifest,
+                    evidence=evidence,
+                    created_by=actor,
+                    reason=reason,
+                    created_at=datetime.now(UTC),
+                    candidate_id=None,
+                    rolled_back_to=None,
+                ),
+            )
+
     def harness_owners(self, digest: str) -> list[dict[str, str]]:
         """Every release and candidate whose manifest names ``digest`` as its harness
         (``[{"kind", "id", "scenario"}]``). Raises ``InvalidDigestError`` for a malformed

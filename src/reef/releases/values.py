@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 
 from reef.releases.manifest import ReleaseManifest
 
-Operation = Literal["create", "learn", "rollback", "promote"]
+Operation = Literal["create", "learn", "rollback", "promote", "adopt"]
 CandidateState = Literal[
     "pending", "evaluating", "passed", "canary", "rejected", "published", "abandoned"
 ]

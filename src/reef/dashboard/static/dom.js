@@ -114,7 +114,7 @@ export function signed(value, digits = 3) {
 }
 
 const TONES = {
-  good: ["passed", "published", "serving", "succeeded", "done", "ok", "create", "learn", "promote"],
+  good: ["passed", "published", "serving", "succeeded", "done", "ok", "create", "learn", "promote", "adopt"],
   bad: ["rejected", "failed", "error", "abandoned", "aborted", "cancelled"],
   warn: ["pending", "evaluating", "staging", "queued", "running", "canary", "rollback"],
 };

@@ -15,6 +15,7 @@ from reef.core.errors import InvalidInputError, NotFoundError
 from reef.environments import tool_isolation
 from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
+from reef.gateway.serving.drift import adopt_config
 from reef.gateway.serving.pins import PinAccess
 from reef.gateway.state import GatewayState
 from reef.releases import MAX_PAGE, CandidateNotFoundError, ReleaseNotFoundError
@@ -46,6 +47,21 @@ class PromoteIn(BaseModel):
     candidate_id: str
     expected_head: str | None = None
     reason: str = Field(default="promoted after review", max_length=2000)
+
+
+class AdoptConfigIn(BaseModel):
+    """``POST /reef/scenarios/{s}/adopt-config``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expected_head: str | None = Field(
+        default=None, description="Refuse (409) unless this is still the head."
+    )
+    reason: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="Why; default: names the model adopted.",
+    )
 
 
 def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
@@ -81,7 +97,8 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
 
 
 class ReleaseAdminRoutes:
-    """Scenarios, releases, candidates, rollback, promote, status, harness downloads."""
+    """Scenarios, releases, candidates, rollback, promote, adopt-config, status, harness
+    downloads."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
@@ -179,6 +196,25 @@ class ReleaseAdminRoutes:
             expected,
             self._actor(principal.key_id),
             body.reason,
+        )
+        await self.state.activation.sync_once(wait=True, only=scenario)
+        return _json(release.as_dict(), status=201)
+
+    async def adopt_config(self, request: Request) -> Response:
+        """``POST /reef/scenarios/{scenario}/adopt-config`` ``{expected_head?, reason?}``:
+        append a release serving the configured model (``reef.gateway.serving.drift``);
+        409 when the head already serves it or moved meanwhile."""
+        principal = grant_of(request).principal
+        scenario = check_scenario_name(request.path_params["scenario"])
+        body = _parse(AdoptConfigIn, await read_json_object(request, 1 << 20))
+        release = await asyncio.to_thread(
+            adopt_config,
+            self.state.activation.chain,
+            self.state.settings,
+            scenario,
+            self._actor(principal.key_id),
+            body.reason,
+            body.expected_head,
         )
         await self.state.activation.sync_once(wait=True, only=scenario)
         return _json(release.as_dict(), status=201)

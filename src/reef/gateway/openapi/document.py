@@ -26,7 +26,7 @@ import reef
 from reef.core import dumps
 from reef.gateway.admin.evaluations import AbandonIn
 from reef.gateway.admin.experience import MAX_RECORDS_PAGE
-from reef.gateway.admin.releases import PromoteIn, RollbackIn
+from reef.gateway.admin.releases import AdoptConfigIn, PromoteIn, RollbackIn
 from reef.gateway.feedback import FeedbackIn
 from reef.gateway.openapi.bodies import (
     chat_completion_request,
@@ -355,6 +355,17 @@ OPERATIONS: tuple[Operation, ...] = (
               "Publishes a `passed` (or `canary`) candidate as the new head.",
               parameters=(SCENARIO,), body="PromoteIn",
               responses={"201": "The new release.", **_CONFLICT}),
+    Operation("post", "/reef/scenarios/{scenario}/adopt-config", "releases",
+              "Adopt the configured model",
+              "Appends a release serving the model the gateway's configuration names "
+              "(`scenarios.<s>.model`, else `upstreams.<u>.model`) with the head's harness; "
+              "an adapter or checkpoint trained on the old base is dropped. The release "
+              "chain decides what serves: editing the model in the configuration alone "
+              "changes nothing.",
+              parameters=(SCENARIO,), body="AdoptConfigIn",
+              responses={"201": "The new release.", **_NOT_FOUND,
+                         "409": "The head already serves the configured model (nothing "
+                         "to adopt), or the head moved."}),
     Operation("post", "/reef/scenarios/{scenario}/learn", "learning", "Queue a learning job",
               "A queued or running job of the scenario is returned instead of a "
               "second one. No body.", parameters=(SCENARIO,),
@@ -494,7 +505,7 @@ _SCENARIO_TEXT: dict[ScenarioFrom, str] = {
 
 def _schemas() -> dict[str, Any]:
     schemas: dict[str, Any] = {}
-    for model in (FeedbackIn, RollbackIn, PromoteIn, AbandonIn):
+    for model in (FeedbackIn, RollbackIn, PromoteIn, AdoptConfigIn, AbandonIn):
         schemas[model.__name__] = _model_schema(model)
     report = copy.deepcopy(schemas["FeedbackIn"])
     report["title"] = "ReportIn"

@@ -46,12 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from reef.config import ReefSettings
+from reef.config import ConfigError, ReefSettings
 from reef.core import dumps
 from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.errors import ConflictError, NotFoundError, ReefError
 from reef.gateway.auth import Principal
 from reef.gateway.serving.canary_arm import CanaryRoute, CanaryStatus
+from reef.gateway.serving.drift import CLIENT_CHOSEN_MODEL, configured_model, warn_on_drift
 from reef.gateway.serving.inplace import (
     BASE,
     InPlaceLease,
@@ -80,8 +81,6 @@ from reef.upstream import (
 log = logging.getLogger("reef.gateway.serving.activation")
 
 _PINNED_CACHE = 32
-# The base model of a release whose scenario names no model: the client's choice serves.
-CLIENT_CHOSEN_MODEL = "(client-chosen)"
 # How long a canary that failed to stage leaves all its scenario's traffic to the head.
 CANARY_RETRY_SECONDS = 30.0
 
@@ -335,9 +334,12 @@ class Activation:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Create configured scenarios' first releases, stage every head, start polling."""
+        """Create configured scenarios' first releases, warn about each whose head serves
+        another model than the configuration names (``reef.gateway.serving.drift``), stage
+        every head, start polling."""
         for scenario in self.settings.scenarios:
             await self.ensure_scenario(scenario)
+        await asyncio.to_thread(warn_on_drift, self.settings, self.chain)
         await self.sync_once(wait=True)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
 
@@ -808,11 +810,17 @@ class Activation:
 
     def _initial_manifest(self, scenario: str) -> ReleaseManifest:
         config = self.settings.scenario(scenario)
-        _name, upstream = self.settings.upstream_for(scenario)
-        base = config.model or upstream.model or CLIENT_CHOSEN_MODEL
+        base = configured_model(self.settings, scenario).name
         harness = None
         if config.initial_harness is not None:
-            bundle = load_bundle(config.initial_harness)
+            try:
+                bundle = load_bundle(config.initial_harness)
+            except (ReefError, OSError) as exc:
+                # name the setting: ``reef serve`` checks it first, other hosts may not
+                detail = exc.message if isinstance(exc, ReefError) else str(exc)
+                raise ConfigError(
+                    f"scenarios.{scenario}.initial_harness: {config.initial_harness}: {detail}"
+                ) from exc
             harness = self.artifacts.put_bytes(pack_bundle(bundle), "harness")
         return ReleaseManifest(model=ModelComponent(base=base), harness=harness)
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from reef.evaluation import GateConfig
 from reef.evaluation.runner import (
     EvalRunError,
     GatewayTarget,
@@ -22,6 +23,8 @@ from reef.evaluation.runner import (
     retry_delay,
 )
 from reef.evaluation.values import Answer, Arm, EvalItem
+from reef.experience import canonical_exchange
+from reef.learning.holdout import gate_target
 from reef.releases import ReleaseChain
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
@@ -192,6 +195,60 @@ def test_items_stored_in_canonical_form_are_sent_in_openai_chat_form(
     }
     expected = [canonical[0], {"role": "assistant", "content": None, "tool_calls": [nested]}]
     assert fake.last_request_body["messages"] == [*expected, canonical[2]]
+
+
+def test_a_scenario_on_an_anthropic_upstream_is_asked_through_messages(
+    tmp_path: Path, fake: FakeUpstreamThread
+) -> None:
+    """The gateway serves an Anthropic upstream's scenario on /v1/messages only, so the
+    runner translates each chat-form item (tool history included) to the Messages API
+    and reads the reply back as a chat completion; the gate picks that dialect from the
+    scenario's upstream."""
+    settings = make_settings(tmp_path, fake.base_url)
+    with GatewayThread(settings) as gateway:
+        gateway.anthropic().messages.create(
+            model="reef/claude", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+        chain = ReleaseChain(gateway.database)
+        head = chain.head("claude")
+        assert head is not None
+        history = [
+            {"role": "user", "content": "what is the weather in Paris?"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "toolu_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+        ]
+        asked = [
+            EvalItem(id="history", suite="holdout", messages=history),
+            EvalItem(
+                id="call",
+                suite="holdout",
+                messages=[{"role": "user", "content": "the weather in Rome?"}],
+                params={"tools": [WEATHER_TOOL]},
+            ),
+        ]
+        anthropic_target = GatewayTarget(
+            base_url=gateway.url, scenario="claude", dialect="anthropic", concurrency=1
+        )
+        answered = collect_answers(
+            anthropic_target, asked, {"baseline": head.id}, defaults={"max_tokens": 32}
+        )
+        assert [a.error for a in answered] == [None, None]
+        assert answered[0].text == "tool said: sunny"
+        assert answered[1].tool_calls and answered[1].tool_calls[0]["function"]["name"] == (
+            "get_weather"
+        )
+        sent = fake.last_request_body  # what reached the upstream: Messages, tool_use kept
+        assert sent["model"] == "fake-claude" and sent["tools"][0]["name"] == "get_weather"
+        record = gateway.store.get_record(answered[0].record_id or "")
+        assert record.api == "anthropic.messages" and record.purpose == "eval"
+        assert canonical_exchange(record).messages == history
+        assert gate_target(settings, "claude", GateConfig()).dialect == "anthropic"
+        assert gate_target(settings, "support", GateConfig()).dialect == "openai"
 
 
 def test_unknown_candidate_aborts_the_run(gateway: GatewayThread) -> None:

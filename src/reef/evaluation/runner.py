@@ -14,7 +14,7 @@ import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -30,7 +30,11 @@ from reef.evaluation.values import (
     error_kind_of_status,
     item_label,
 )
-from reef.upstream.canonical import openai_chat_messages
+from reef.upstream import (
+    anthropic_response_to_openai,
+    openai_chat_messages,
+    openai_request_to_anthropic,
+)
 
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
@@ -43,7 +47,13 @@ _HEADER_SAFE = string.punctuation.replace("%", "") + " "
 class GatewayTarget:
     """Where and how to call: the gateway's ``base_url`` (without ``/v1``), the
     ``scenario`` under evaluation, an inference key (None when auth is off), and the
-    per-call deadline, retries of a failed call and calls in flight at once."""
+    per-call deadline, retries of a failed call and calls in flight at once.
+
+    ``dialect`` is the route items are asked through: ``openai`` (chat completions),
+    or ``anthropic`` (Messages) for a scenario served by an Anthropic upstream, which
+    the gateway serves on ``/v1/messages`` only. Items are written in OpenAI chat form
+    either way; for ``anthropic`` each is translated with the gateway's own
+    chat-to-Messages translation and the reply read back as a chat completion."""
 
     base_url: str
     scenario: str
@@ -51,6 +61,7 @@ class GatewayTarget:
     timeout_seconds: float = 120.0
     retries: int = 2
     concurrency: int = 4
+    dialect: Literal["openai", "anthropic"] = "openai"
 
     def __post_init__(self) -> None:
         if self.timeout_seconds <= 0:
@@ -64,6 +75,13 @@ class GatewayTarget:
     def chat_url(self) -> str:
         """The chat completions endpoint."""
         return self.base_url.rstrip("/") + "/v1/chat/completions"
+
+    @property
+    def url(self) -> str:
+        """The endpoint of ``dialect``: chat completions, or Anthropic's Messages."""
+        if self.dialect == "anthropic":
+            return self.base_url.rstrip("/") + "/v1/messages"
+        return self.chat_url
 
 
 class EvalRunError(InvalidInputError):
@@ -229,10 +247,12 @@ class _Caller:
             **job.item.params,
         }
         body.pop("stream", None)  # the reply is read as one JSON document
+        if self.target.dialect == "anthropic":
+            body = openai_request_to_anthropic(body, model=body["model"])
         started = time.perf_counter()
         try:
             async with self.session.post(
-                self.target.chat_url, data=dumps(body), headers=self._headers(job)
+                self.target.url, data=dumps(body), headers=self._headers(job)
             ) as response:
                 raw = await response.read()
                 status, headers = response.status, response.headers
@@ -249,7 +269,10 @@ class _Caller:
         record_id = headers.get("x-reef-record-id")
         if status == 200:
             try:
-                reply = parse_reply(loads(raw))
+                data = loads(raw)
+                if self.target.dialect == "anthropic" and isinstance(data, dict):
+                    data = anthropic_response_to_openai(data)
+                reply = parse_reply(data)
             except ValueError as exc:
                 reason = f"unreadable reply: {exc}"
                 return _Outcome(None, record_id, elapsed, reason, kind="unreadable")

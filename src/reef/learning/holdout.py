@@ -28,6 +28,7 @@ from reef.evaluation import (
     EvalItem,
     EvaluationStore,
     Gate,
+    GateConfig,
     GatewayTarget,
     Provenance,
     ScorerContext,
@@ -155,15 +156,7 @@ def build_gate(  # noqa: PLR0913
 ) -> Gate:
     """The gate of ``recipe`` for ``scenario``, calling the configured gateway."""
     config = recipe.gate
-    key = settings.evaluation.api_key
-    target = GatewayTarget(
-        base_url=settings.gateway_url(),
-        scenario=scenario,
-        api_key=None if key is None else key.get_secret_value(),
-        timeout_seconds=config.timeout_seconds,
-        retries=config.retries,
-        concurrency=config.concurrency,
-    )
+    target = gate_target(settings, scenario, config)
     return Gate(
         config=config,
         publish=recipe.publish,
@@ -173,4 +166,22 @@ def build_gate(  # noqa: PLR0913
         target=target,
         scorer_context=ScorerContext(model=UpstreamModels(settings, scenario, upstream_base_urls)),
         progress=progress,
+    )
+
+
+def gate_target(settings: ReefSettings, scenario: str, config: GateConfig) -> GatewayTarget:
+    """Where and how the gate of ``scenario`` asks its items: the configured gateway
+    with the evaluation key, the gate's deadline, retries and concurrency, and the
+    dialect of the scenario's upstream (the gateway serves an Anthropic upstream's
+    scenario on ``/v1/messages`` only)."""
+    key = settings.evaluation.api_key
+    _, upstream = settings.upstream_for(scenario)
+    return GatewayTarget(
+        base_url=settings.gateway_url(),
+        scenario=scenario,
+        api_key=None if key is None else key.get_secret_value(),
+        timeout_seconds=config.timeout_seconds,
+        retries=config.retries,
+        concurrency=config.concurrency,
+        dialect="anthropic" if upstream.type == "anthropic" else "openai",
     )

@@ -41,9 +41,7 @@ def test_an_openai_client_without_v1_is_told_the_base_url(module_gateway: Gatewa
 def test_an_anthropic_client_with_v1_twice_is_not_misled(module_gateway: GatewayThread) -> None:
     # Anthropic's SDK adds /v1 itself: a base URL with /v1 asks for /v1/v1/messages,
     # which is no API path with /v1 left out; the 404 names the path asked for.
-    client = anthropic.Anthropic(
-        base_url=module_gateway.url + "/v1", api_key="none", max_retries=0
-    )
+    client = anthropic.Anthropic(base_url=module_gateway.url + "/v1", api_key="none", max_retries=0)
     try:
         with pytest.raises(anthropic.NotFoundError) as raised:
             client.messages.create(

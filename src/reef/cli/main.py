@@ -22,6 +22,7 @@ from reef.cli.releases import releases_app
 from reef.cli.status import status_command
 from reef.config import ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError
+from reef.core.third_party import filter_third_party_warnings
 
 app = typer.Typer(
     name="reef",
@@ -187,5 +188,7 @@ def gc(
 
 def main() -> None:
     """Entry point of the ``reef`` command: errors become a message and an exit code
-    (``reef.cli.exits``)."""
+    (``reef.cli.exits``); third-party deprecation notices are hidden
+    (``reef.core.third_party``)."""
+    filter_third_party_warnings()
     run(app)

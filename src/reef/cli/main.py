@@ -16,6 +16,7 @@ from reef.cli.evaluation import eval_app
 from reef.cli.exits import run
 from reef.cli.feedback import feedback_app
 from reef.cli.harness import harness_app
+from reef.cli.help_text import unwrap_help
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.quickstart import quickstart_command
 from reef.cli.releases import releases_app
@@ -113,8 +114,10 @@ def export(
     ] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Export a scenario's records with their feedback joined, redacted with the
-    configured capture.redact_patterns."""
+    """Export a scenario's records with their feedback, redacted.
+
+    Feedback is joined to each record; text is redacted with the configured
+    capture.redact_patterns."""
     from reef.cli.stores import open_existing_database
     from reef.experience import Redactor, SQLExperienceStore, export_records
 
@@ -184,6 +187,10 @@ def gc(
     typer.echo(f"{verb} {len(removed)} unreachable artifacts; {len(reachable)} kept reachable")
     for digest in removed:
         typer.echo(f"  {digest}")
+
+
+# Last, once every command above is registered.
+unwrap_help(app)
 
 
 def main() -> None:

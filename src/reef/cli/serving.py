@@ -119,9 +119,10 @@ def waiting_message(requests: int, grace_seconds: float) -> str:
 class _ReadyServer(uvicorn.Server):
     """uvicorn's server, calling ``on_ready`` once it accepts connections, and stopping
     in order: asked to stop, it says how many requests it waits for and for how long;
-    when the grace ends, or at a second Ctrl-C, ``shutdown``'s streams are cut (each
-    ends with an error event and its record says the gateway stopped) rather than
-    cancelled mid-write. A third Ctrl-C exits at once, as uvicorn does."""
+    when the grace ends, or at a second Ctrl-C, what ``shutdown`` has in flight is cut
+    (a stream ends with an error event, a call still waiting for its upstream gets a
+    503, and the records say the gateway stopped) rather than cancelled mid-write. A
+    third Ctrl-C exits at once, as uvicorn does."""
 
     def __init__(
         self,
@@ -132,7 +133,7 @@ class _ReadyServer(uvicorn.Server):
     ) -> None:
         super().__init__(config)
         self._on_ready = on_ready
-        self._streams = shutdown
+        self._inflight = shutdown
         self._grace_seconds = grace_seconds
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cut_asked = False
@@ -164,12 +165,12 @@ class _ReadyServer(uvicorn.Server):
             timer.cancel()
 
     def _cut(self) -> None:
-        if self._streams.cutting:
+        if self._inflight.cutting:
             return
-        cut = self._streams.cut()
+        cut = self._inflight.cut()
         if cut:
-            noun = "stream" if cut == 1 else "streams"
-            print(f"cutting {cut} {noun}: the gateway stopped", flush=True)
+            noun = "request" if cut == 1 else "requests"
+            print(f"cutting {cut} {noun} still running: the gateway stopped", flush=True)
 
 
 NO_KEYS_LINE = (

@@ -39,8 +39,9 @@ class ServerConfig(Section):
         default=10.0,
         ge=0,
         description="On Ctrl-C or SIGTERM, how long requests in flight may take to finish "
-        "before their streams are cut (recorded `aborted`: `interrupted: the gateway "
-        "stopped`). A second Ctrl-C cuts them at once.",
+        "before they are cut: a stream ends with an error event, a call still waiting for "
+        "its upstream gets a 503, and both are recorded `aborted` with `interrupted: the "
+        "gateway stopped`. A second Ctrl-C cuts them at once.",
     )
     allowed_hosts: list[str] = Field(
         default_factory=list,

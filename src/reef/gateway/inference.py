@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -567,14 +567,17 @@ class InferenceRoutes:
     async def _fail(
         self, exchange: Exchange, plan: CallPlan, exc: UpstreamError, dialect: ErrorDialect
     ) -> Response:
-        self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
+        stopped = isinstance(exc, GatewayStoppedError)
+        if not stopped:
+            self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
         if plan.model_from_client and isinstance(exc, UpstreamRejectedError) and exc.status == 404:
             exc = await self._unknown_model(plan, exc)
         # An upstream without the route (it answered 501) exchanged nothing: no record.
         recorded = exchange.capture and not isinstance(exc, UpstreamUnsupportedError)
         if recorded:
             recorder = self.state.recorder
-            draft = recorder.draft(exchange, None, None, "error", exc.detail)
+            status: Literal["aborted", "error"] = "aborted" if stopped else "error"
+            draft = recorder.draft(exchange, None, None, status, exc.detail)
             await recorder.record(draft)
         response = error_response(exc, dialect, self._receipt(exchange, recorded))
         self._observe(exchange, response.status_code)
@@ -605,7 +608,7 @@ class InferenceRoutes:
         self, exchange: Exchange, plan: CallPlan, dialect: ErrorDialect
     ) -> Response:
         try:
-            answer = await plan.upstream.send(plan.request)
+            answer = await self.state.shutdown.until_cut(plan.upstream.send, plan.request)
             try:
                 data = orjson.loads(answer.body)
             except orjson.JSONDecodeError as exc:
@@ -684,7 +687,7 @@ class InferenceRoutes:
         lead: Lead | None,
     ) -> Response:
         try:
-            stream = await plan.upstream.open_stream(plan.request)
+            stream = await self.state.shutdown.until_cut(plan.upstream.open_stream, plan.request)
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
         if exchange.capture:

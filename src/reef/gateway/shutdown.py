@@ -1,19 +1,24 @@
-"""Stopping with streams in flight: the streams a gateway relays, and cutting them.
+"""Stopping with requests in flight: the upstream calls and streams a gateway has
+under way, and cutting them.
 
 When the server stops, requests in flight get a grace period (``server.
-shutdown_grace_seconds``); streams still running when it ends, or when the operator
-asks again (a second Ctrl-C), are cut by ``Shutdown.cut``: each relay ends its client's
-stream with an error event and records the exchange as ``aborted`` with
-``interrupted: the gateway stopped``, instead of being cancelled mid-write by the server
-(a traceback, and a record blaming the client).
+shutdown_grace_seconds``); what still runs when it ends, or when the operator asks again
+(a second Ctrl-C), is cut by ``Shutdown.cut``: a stream ends with an error event, a
+request still waiting for its upstream is answered 503, and both are recorded
+``aborted`` with ``interrupted: the gateway stopped``, instead of being cancelled
+mid-write by the server (a traceback, and a record blaming the client).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar
+from collections.abc import Awaitable, Callable
+from typing import ClassVar, TypeVar
 
 from reef.upstream import UpstreamError
+
+_A = TypeVar("_A")
+_T = TypeVar("_T")
 
 STOPPED = "interrupted: the gateway stopped"
 _CUT = "the gateway stopped: stream cut at shutdown"
@@ -31,8 +36,9 @@ class GatewayStoppedError(UpstreamError):
 
 
 class StreamWatch:
-    """One relay in flight: its task, and whether it is waiting for the upstream now (the
-    only place it may be interrupted: a cut there ends the stream between events)."""
+    """One upstream call or relay in flight: its task, and whether it is waiting for the
+    upstream now (the only place it may be interrupted: a cut there ends a stream
+    between events)."""
 
     __slots__ = ("reading", "task")
 
@@ -42,12 +48,14 @@ class StreamWatch:
 
 
 class Shutdown:
-    """The streams a gateway is relaying, and cutting them when it stops.
+    """The upstream calls and streams a gateway has under way, and cutting them when it
+    stops.
 
-    A relay takes a ``watch()`` for its lifetime and sets ``reading`` around each wait
-    for the upstream; it checks ``cutting`` between events. ``cut()`` interrupts the
-    waits under way; a relay that gets the cancellation while ``cutting`` is set takes
-    it for a cut (``is_cut``) rather than its client leaving.
+    A call goes through ``until_cut``. A relay takes a ``watch()`` for its lifetime and
+    sets ``reading`` around each wait for the upstream; it checks ``cutting`` between
+    events. ``cut()`` interrupts the waits under way; a relay that gets the cancellation
+    while ``cutting`` is set takes it for a cut (``is_cut``) rather than its client
+    leaving.
     """
 
     def __init__(self) -> None:
@@ -55,8 +63,8 @@ class Shutdown:
         self.cutting = False
 
     @property
-    def streams(self) -> int:
-        """How many streams are being relayed now."""
+    def in_flight(self) -> int:
+        """How many upstream calls and streams are under way now."""
         return len(self._watches)
 
     def watch(self) -> StreamWatch:
@@ -78,6 +86,25 @@ class Shutdown:
             if watch.reading and watch.task is not None:
                 watch.task.cancel(_CUT)
         return len(self._watches)
+
+    async def until_cut(self, call: Callable[[_A], Awaitable[_T]], argument: _A) -> _T:
+        """``await call(argument)`` (an upstream call), raising ``GatewayStoppedError``
+        instead when the gateway cuts it (or already cut what was in flight)."""
+        if self.cutting:
+            raise GatewayStoppedError
+        watch = self.watch()
+        watch.reading = True
+        try:
+            return await call(argument)
+        except asyncio.CancelledError:
+            if not self.is_cut(watch):
+                raise
+            if watch.task is not None:
+                watch.task.uncancel()
+            raise GatewayStoppedError from None
+        finally:
+            watch.reading = False
+            self.release(watch)
 
     def is_cut(self, watch: StreamWatch) -> bool:
         """Whether a cancellation the relay of ``watch`` just got is this gateway's cut

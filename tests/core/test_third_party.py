@@ -55,7 +55,7 @@ warnings.warn_explicit("reef's own notice", FutureWarning, "m.py", 1, module="re
 """
 
 
-@pytest.mark.parametrize("module", ["reef", "reef.engine"])
+@pytest.mark.parametrize("module", ["reef", "reef.engine", "reef.learning.trainers"])
 def test_the_process_entries_install_the_filter(module: str) -> None:
     result = subprocess.run(
         [sys.executable, "-W", "default", "-c", ENTRY.format(module=module)],

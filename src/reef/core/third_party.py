@@ -1,9 +1,10 @@
 """Third-party libraries' notices about their own API changes, kept out of Reef's output.
 
-transformers (and its neighbours) raise ``FutureWarning`` when Reef's code or a
-model's files use an API they plan to change, e.g. a GGUF model's ``rope_scaling``.
+transformers (and its neighbours) raise ``FutureWarning`` when Reef's code, a model's
+files or another library use an API they plan to change (a renamed argument or method).
 Someone running ``reef serve`` can do nothing about them, so the process entries
-(``reef``, ``python -m reef.engine``) hide them, narrowly: that category, raised from
+(``reef``, and the children ``reef serve`` starts: ``python -m reef.engine``, ``python
+-m reef.learning.trainers``) hide them, narrowly: that category, raised from
 those libraries' modules. Reef's own warnings and every other category still show, and
 the test suite keeps turning warnings into errors.
 """

@@ -147,10 +147,10 @@ class _ReadyServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """A signal: the first asks to stop (uvicorn's), a second Ctrl-C ends the grace
         now; any later one is uvicorn's forced exit."""
-        if self.should_exit and sig == signal.SIGINT and not self._cut_asked:
+        loop = self._loop
+        if self.should_exit and sig == signal.SIGINT and not self._cut_asked and loop:
             self._cut_asked = True
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._cut)
+            loop.call_soon_threadsafe(self._cut)
             return
         super().handle_exit(sig, frame)
 

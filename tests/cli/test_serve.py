@@ -1,4 +1,5 @@
-"""``reef serve`` on a local upstream: the engine child starts, serves, and dies with us."""
+"""``reef serve`` on a local upstream: the engine child starts, serves, and dies with us;
+it is in a process group of its own, out of reach of the terminal's Ctrl-C."""
 
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def test_serve_starts_the_engine_and_leaves_no_orphan(tmp_path: Path) -> None:
         assert raw.headers["x-reef-record-id"]
         engines = _children(process.pid)
         assert len(engines) == 1
+        # A process group of its own: a terminal's Ctrl-C reaches only reef serve, which
+        # lets the engine's streams run through its grace and stops the engine after.
+        assert os.getpgid(engines[0]) == engines[0] != os.getpgid(process.pid)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
         eventually(

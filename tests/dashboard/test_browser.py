@@ -118,6 +118,12 @@ def test_every_page_shows_the_real_data(tab: DashboardPage, world: DashboardWorl
     tab.page.select_option("#feedback-filter", "")
     tab.wait(f"#/scenarios/{SCENARIO}/records?feedback=")
     assert "eval" in tab.text("#records")
+    # the scenario page's "All records" link opens them all, not only those with feedback
+    tab.open(f"#/scenarios/{SCENARIO}")
+    tab.page.click("#all-records")
+    tab.wait(f"#/scenarios/{SCENARIO}/records?feedback=")
+    assert tab.page.input_value("#feedback-filter") == ""
+    assert "eval" in tab.text("#records")
 
     # live status: capture queue, activation, the running job
     tab.open("#/status")

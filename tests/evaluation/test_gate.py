@@ -5,9 +5,11 @@ what is measurably better and safe, and leaves serving untouched otherwise."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import httpx
+import pytest
 
 from reef.core import SilentProgress
 from reef.evaluation.suites import regression_suites
@@ -53,12 +55,22 @@ def test_a_better_candidate_is_published_with_its_evidence(tmp_path: Path) -> No
         assert outcome.cost["model_calls"] == len(results)
 
 
-def test_a_worse_candidate_is_rejected_and_serving_is_unchanged(tmp_path: Path) -> None:
+def test_a_worse_candidate_is_rejected_and_serving_is_unchanged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     write_suite(tmp_path / "quiz.jsonl", range(30))
     with quiz_world(tmp_path) as world:
         base = world.publish_directly(ALL)
         candidate = world.propose(FEW)
-        outcome = world.gate(suites=["quiz.jsonl"]).run(candidate.id)
+        with caplog.at_level(logging.INFO, logger="reef.gate"):
+            outcome = world.gate(suites=["quiz.jsonl"]).run(candidate.id)
+        # One "rejected", then the reasons (the verdict is not said twice).
+        [said] = [m for m in caplog.messages if m.startswith(f"candidate {candidate.id}")]
+        assert outcome.decision is not None
+        assert said == f"candidate {candidate.id} rejected: " + "; ".join(
+            outcome.decision.reasons
+        ), said
+        assert "rejected: rejected" not in said
 
         assert outcome.action == "rejected"
         assert outcome.decision is not None

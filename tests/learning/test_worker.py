@@ -7,6 +7,7 @@ adapter artifact, so no model is involved.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, parse_recipe
 from reef.learning.reflect import ReflectError
 from reef.learning.registry import LearnerRegistry
-from reef.learning.worker import Worker, job_actor
+from reef.learning.worker import Worker, job_actor, outcome_summary
 from reef.releases import (
     FsspecArtifactStore,
     ModelComponent,
@@ -196,10 +197,11 @@ def _job_candidates(world: World, job: Job) -> list[Any]:
     return [c for c in world.chain.candidates(SCENARIO) if c.created_by == job_actor(job.id)]
 
 
-def test_manual_job_proposes_one_candidate(world: World) -> None:
+def test_manual_job_proposes_one_candidate(world: World, caplog: pytest.LogCaptureFixture) -> None:
     ids = world.add_experience(10)
     job = world.queue.enqueue(SCENARIO, "learn", {"trigger": "manual"})
-    [done] = world.worker(MANUAL).run_once()
+    with caplog.at_level(logging.INFO, logger="reef.worker"):
+        [done] = world.worker(MANUAL).run_once()
     assert done.state == "succeeded", done.error
     assert done.result is not None and done.result["outcome"] == "proposed"
     [candidate] = world.chain.candidates(SCENARIO)
@@ -216,6 +218,27 @@ def test_manual_job_proposes_one_candidate(world: World) -> None:
     assert set(trained) <= set(ids) and trained
     assert world.queue.consumed_by(job.id) == set(trained)
     assert done.progress == 1.0 and any("stamp" in line for line in done.logs)
+    # The log says what came of the candidate (here: no gate ran), not just "proposed".
+    said = f"job {job.id}: candidate {candidate.id} proposed (gate disabled in the recipe)"
+    assert said in caplog.messages, caplog.messages
+
+
+@pytest.mark.parametrize(
+    ("action", "said"),
+    [
+        ("rejected", "candidate c1 rejected by the gate"),
+        ("published", "candidate c1 published"),
+        ("review", "candidate c1 held for review"),
+    ],
+)
+def test_a_gated_jobs_log_line_says_what_the_gate_did(action: str, said: str) -> None:
+    result = {"outcome": "proposed", "candidate_id": "c1", "gate": {"action": action}}
+    assert outcome_summary(result) == said
+
+
+def test_an_unchanged_jobs_log_line_gives_its_reason() -> None:
+    result = {"outcome": "unchanged", "reason": "nothing new to learn from"}
+    assert outcome_summary(result) == "unchanged: nothing new to learn from"
 
 
 def test_a_retried_job_reuses_the_candidate_it_already_proposed(world: World) -> None:

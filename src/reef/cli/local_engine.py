@@ -57,7 +57,14 @@ class LocalEngine:
         if self.log_path is not None:
             self._log = self.log_path.open("a", encoding="utf-8")
         self.process = subprocess.Popen(  # noqa: S603 (argv of our own interpreter, no shell)
-            command, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
+            command,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+            # A group of its own: a terminal's Ctrl-C reaches only ``reef serve``, whose
+            # streams from this engine go on through their grace; ``stop`` ends it after.
+            process_group=0,
         )
         assert self.process.stdout is not None
         ready: ReadyInfo | None = None

@@ -16,12 +16,14 @@ from reef.cli.evaluation import eval_app
 from reef.cli.exits import run
 from reef.cli.feedback import feedback_app
 from reef.cli.harness import harness_app
+from reef.cli.help_text import unwrap_help
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.quickstart import quickstart_command
 from reef.cli.releases import releases_app
 from reef.cli.status import status_command
 from reef.config import ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError
+from reef.core.third_party import filter_third_party_warnings
 
 app = typer.Typer(
     name="reef",
@@ -119,8 +121,10 @@ def export(
     ] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Export a scenario's records with their feedback joined, redacted with the
-    configured capture.redact_patterns."""
+    """Export a scenario's records with their feedback, redacted.
+
+    Feedback is joined to each record; text is redacted with the configured
+    capture.redact_patterns."""
     from reef.cli.stores import open_existing_database
     from reef.experience import Redactor, SQLExperienceStore, export_records
 
@@ -192,7 +196,13 @@ def gc(
         typer.echo(f"  {digest}")
 
 
+# Last, once every command above is registered.
+unwrap_help(app)
+
+
 def main() -> None:
     """Entry point of the ``reef`` command: errors become a message and an exit code
-    (``reef.cli.exits``)."""
+    (``reef.cli.exits``); third-party deprecation notices are hidden
+    (``reef.core.third_party``)."""
+    filter_third_party_warnings()
     run(app)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
+import math
 import secrets
+import signal
 import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -21,6 +25,7 @@ from reef.db import Database, open_database
 from reef.environments import hide_from_tools, log_tool_isolation
 from reef.experience import ExperienceStore, SQLExperienceStore
 from reef.gateway import create_app
+from reef.gateway.shutdown import Shutdown
 from reef.upstream import Upstream, build_upstream
 
 if TYPE_CHECKING:
@@ -100,17 +105,72 @@ def _start_worker(
     return thread, stop
 
 
-class _ReadyServer(uvicorn.Server):
-    """uvicorn's server, calling ``on_ready`` once it accepts connections."""
+# After a cut, how long streams get to send their last event before uvicorn cancels
+# what is left (a stuck client): the cut itself ends them at once.
+_CUT_MARGIN_SECONDS = 5.0
 
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+
+def waiting_message(requests: int, grace_seconds: float) -> str:
+    """What ``reef serve`` prints when asked to stop with ``requests`` in flight."""
+    noun = "request" if requests == 1 else "requests"
+    return f"waiting for {requests} {noun}, {grace_seconds:g} s grace; Ctrl-C again to abort"
+
+
+class _ReadyServer(uvicorn.Server):
+    """uvicorn's server, calling ``on_ready`` once it accepts connections, and stopping
+    in order: asked to stop, it says how many requests it waits for and for how long;
+    when the grace ends, or at a second Ctrl-C, what ``shutdown`` has in flight is cut
+    (a stream ends with an error event, a call still waiting for its upstream gets a
+    503, and the records say the gateway stopped) rather than cancelled mid-write. A
+    third Ctrl-C exits at once, as uvicorn does."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_ready: Callable[[], None],
+        shutdown: Shutdown,
+        grace_seconds: float,
+    ) -> None:
         super().__init__(config)
         self._on_ready = on_ready
+        self._inflight = shutdown
+        self._grace_seconds = grace_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cut_asked = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.started and not self.should_exit:
             self._on_ready()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """A signal: the first asks to stop (uvicorn's), a second Ctrl-C ends the grace
+        now; any later one is uvicorn's forced exit."""
+        loop = self._loop
+        if self.should_exit and sig == signal.SIGINT and not self._cut_asked and loop:
+            self._cut_asked = True
+            loop.call_soon_threadsafe(self._cut)
+            return
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        waiting = len(self.server_state.tasks)
+        if waiting:
+            print(waiting_message(waiting, self._grace_seconds), flush=True)
+        timer = asyncio.get_running_loop().call_later(self._grace_seconds, self._cut)
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            timer.cancel()
+
+    def _cut(self) -> None:
+        if self._inflight.cutting:
+            return
+        cut = self._inflight.cut()
+        if cut:
+            noun = "request" if cut == 1 else "requests"
+            print(f"cutting {cut} {noun} still running: the gateway stopped", flush=True)
 
 
 NO_KEYS_LINE = (
@@ -181,14 +241,21 @@ def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -
             http="httptools",
             access_log=settings.server.access_log,
             log_level="warning",
-            timeout_graceful_shutdown=10,
+            timeout_graceful_shutdown=math.ceil(
+                settings.server.shutdown_grace_seconds + _CUT_MARGIN_SECONDS
+            ),
             # Forwarded headers are not trusted by default; nothing here reads them.
             proxy_headers=False,
         )
         # Keys the operator configured: the worker's own gate key is not theirs.
         configured = sum(1 for key in settings.auth.keys if key.id != GATE_KEY_ID)
         message = ready_message(display_base_url(host, port), configured)
-        server = _ReadyServer(config, lambda: print(message, flush=True))
+        server = _ReadyServer(
+            config,
+            lambda: print(message, flush=True),
+            app.state.reef.shutdown,
+            settings.server.shutdown_grace_seconds,
+        )
         server.run(sockets=[listener])
         if not server.started:
             raise GatewayStartError("the gateway did not start; its log above says why")

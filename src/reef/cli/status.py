@@ -229,8 +229,10 @@ def status_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Show what a running gateway serves: per scenario the serving release, head and
-    canary; capture counters; loaded adapters; the newest learning jobs."""
+    """Show what a running gateway serves, per scenario.
+
+    Per scenario the serving release, head and canary; capture counters; loaded
+    adapters; the newest learning jobs."""
     if url is None:
         from reef.config import load_settings
 

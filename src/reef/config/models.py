@@ -35,6 +35,14 @@ class ServerConfig(Section):
         default=8 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above)."
     )
     access_log: bool = Field(default=False, description="Log one line per request.")
+    shutdown_grace_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="On Ctrl-C or SIGTERM, how long requests in flight may take to finish "
+        "before they are cut: a stream ends with an error event, a call still waiting for "
+        "its upstream gets a 503, and both are recorded `aborted` with `interrupted: the "
+        "gateway stopped`. A second Ctrl-C cuts them at once.",
+    )
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host names the gateway answers to, beyond loopback (localhost, "

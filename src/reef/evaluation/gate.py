@@ -153,7 +153,8 @@ class Gate:
             }
             if not decision.passed:
                 self.chain.set_candidate_state(candidate_id, "rejected", evidence)
-                log.info("candidate %s rejected: %s", candidate_id, decision.summary())
+                # The reasons alone: the summary opens with the verdict said here already.
+                log.info("candidate %s rejected: %s", candidate_id, "; ".join(decision.reasons))
                 return GateOutcome(candidate_id, "rejected", decision, evaluation_id, cost=cost)
             outcome = self._pass(candidate, baseline, decision, evidence, evaluation_id, cost)
             if outcome is not None:

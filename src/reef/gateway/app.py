@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef.config import ReefSettings
@@ -176,11 +177,33 @@ def _model_card(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "reef"}
 
 
+# The API's paths, to tell a path that left out ``/v1`` (a client's base URL without it).
+_API_PATHS = [compile_path(rule.path)[0] for rule in ROUTE_TABLE if rule.path.startswith("/v1/")]
+
+
+def api_path_meant(path: str) -> str | None:
+    """``/v1`` + ``path`` when that is a route of the API and ``path`` is not under
+    ``/v1`` (``/chat/completions`` → ``/v1/chat/completions``), else None."""
+    if path == "/v1" or path.startswith("/v1/"):
+        return None
+    meant = "/v1" + path.rstrip("/")
+    return meant if any(pattern.match(meant) for pattern in _API_PATHS) else None
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    dialect = dialect_of(request.url.path)
+    path = request.url.path
+    message = f"{exc.detail}: {request.method} {path}"
+    meant = api_path_meant(path) if exc.status_code == 404 else None
+    if meant is not None:
+        base_url = str(request.base_url).rstrip("/") + "/v1"
+        message += (
+            f"; the API is under /v1: {request.method} {meant} (give clients the base URL "
+            f"{base_url})"
+        )
+    dialect = dialect_of(meant or path)
     return Response(
-        error_body(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", dialect),
+        error_body(exc.status_code, message, dialect),
         status_code=exc.status_code,
         media_type="application/json",
         headers=exc.headers,  # a 405's Allow

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -71,6 +71,7 @@ from reef.gateway.responses.turns import ResponsesTurn, TurnContext, resolve_tur
 from reef.gateway.segments import one_segment
 from reef.gateway.serving.pins import pin_access
 from reef.gateway.serving.release import ServingRelease
+from reef.gateway.shutdown import STOPPED, GatewayStoppedError
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai, render_responses
 from reef.upstream import (
@@ -566,14 +567,17 @@ class InferenceRoutes:
     async def _fail(
         self, exchange: Exchange, plan: CallPlan, exc: UpstreamError, dialect: ErrorDialect
     ) -> Response:
-        self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
+        stopped = isinstance(exc, GatewayStoppedError)
+        if not stopped:
+            self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
         if plan.model_from_client and isinstance(exc, UpstreamRejectedError) and exc.status == 404:
             exc = await self._unknown_model(plan, exc)
         # An upstream without the route (it answered 501) exchanged nothing: no record.
         recorded = exchange.capture and not isinstance(exc, UpstreamUnsupportedError)
         if recorded:
             recorder = self.state.recorder
-            draft = recorder.draft(exchange, None, None, "error", exc.detail)
+            status: Literal["aborted", "error"] = "aborted" if stopped else "error"
+            draft = recorder.draft(exchange, None, None, status, exc.detail)
             await recorder.record(draft)
         response = error_response(exc, dialect, self._receipt(exchange, recorded))
         self._observe(exchange, response.status_code)
@@ -604,7 +608,7 @@ class InferenceRoutes:
         self, exchange: Exchange, plan: CallPlan, dialect: ErrorDialect
     ) -> Response:
         try:
-            answer = await plan.upstream.send(plan.request)
+            answer = await self.state.shutdown.until_cut(plan.upstream.send, plan.request)
             try:
                 data = orjson.loads(answer.body)
             except orjson.JSONDecodeError as exc:
@@ -683,7 +687,7 @@ class InferenceRoutes:
         lead: Lead | None,
     ) -> Response:
         try:
-            stream = await plan.upstream.open_stream(plan.request)
+            stream = await self.state.shutdown.until_cut(plan.upstream.open_stream, plan.request)
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
         if exchange.capture:
@@ -729,17 +733,45 @@ class InferenceRoutes:
 
         When the client goes away the surrounding task is cancelled; the ``finally`` block
         then may not await, so it closes the upstream and records ``aborted`` through
-        tasks of their own.
+        tasks of their own. When the gateway stops (``GatewayState.shutdown``), the
+        stream ends with an error event and is recorded ``aborted`` with
+        ``interrupted: the gateway stopped``.
         """
         relay = self._stream_relay(exchange, plan)
         relay.parser.max_line_bytes = stream.max_line_bytes  # the upstream's bound
         recorder = self.state.recorder
+        shutdown = self.state.shutdown
+        watch = shutdown.watch()
         recorded = False
+        cut = False
         try:
-            async for chunk in stream:
+            chunks = aiter(stream)
+            while True:
+                if shutdown.cutting:
+                    cut = True
+                    break
+                watch.reading = True
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except asyncio.CancelledError:
+                    if not shutdown.is_cut(watch):
+                        raise
+                    # The gateway's own cut, not the client leaving: take it back and
+                    # end the stream properly below.
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
+                    cut = True
+                    break
+                finally:
+                    watch.reading = False
                 out = relay.feed(chunk)
                 if out:
                     yield out
+            if cut:
+                raise GatewayStoppedError
             tail = relay.finish()
             if tail:
                 yield tail
@@ -758,23 +790,31 @@ class InferenceRoutes:
                 yield relay.terminal
             self._observe(exchange, 200)
         except UpstreamError as exc:
-            self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
+            stopped = isinstance(exc, GatewayStoppedError)
+            if not stopped:
+                self.state.metrics.upstream_errors.labels(
+                    plan.upstream.name, type(exc).__name__
+                ).inc()
             recorded = True
             failure = relay.failure(exc, dialect)
             if exchange.capture:
                 response, _ = relay.result()
-                draft = recorder.draft(exchange, response, None, "error", exc.detail)
+                draft = recorder.draft(
+                    exchange, response, None, "aborted" if stopped else "error", exc.detail
+                )
                 await asyncio.shield(recorder.record(draft))
             self._observe(exchange, exc.status)
             yield failure
         finally:
+            shutdown.release(watch)
             if not recorded:
                 asyncio.get_running_loop().create_task(stream.aclose())
                 if exchange.capture:
                     response, _ = relay.result()
-                    draft = recorder.draft(
-                        exchange, response, None, "aborted", "client disconnected mid-stream"
-                    )
+                    # A client leaving while the gateway stops (its last writes cut
+                    # short) is still the stop's doing.
+                    reason = STOPPED if shutdown.cutting else "client disconnected mid-stream"
+                    draft = recorder.draft(exchange, response, None, "aborted", reason)
                     recorder.record_in_background(draft)
                 self._observe(exchange, 499)
         await stream.aclose()

@@ -11,6 +11,7 @@ from reef.gateway.auth import Authenticator
 from reef.gateway.capture import Recorder
 from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.serving.activation import Activation
+from reef.gateway.shutdown import Shutdown
 from reef.gateway.store_health import StoreHealth
 from reef.jobs import JobQueue
 from reef.upstream import Upstream
@@ -35,3 +36,5 @@ class GatewayState:
     model_aliases: dict[str, str] = field(default_factory=dict)
     # Whether the store takes writes, as the last write found it (``/readyz``).
     store_health: StoreHealth = field(default_factory=StoreHealth)
+    # The streams in flight, cut when the gateway stops (``reef.gateway.shutdown``).
+    shutdown: Shutdown = field(default_factory=Shutdown)

@@ -85,6 +85,33 @@ def job_actor(job_id: str) -> str:
     return f"job:{job_id}"
 
 
+# How a finished job's log line names what the gate did with its candidate.
+_GATE_ACTIONS = {
+    "published": "published",
+    "rejected": "rejected by the gate",
+    "review": "held for review",
+    "canary": "serving as a canary",
+    "abandoned": "abandoned (the head kept moving)",
+    "skipped": "not gated (no longer waiting for it)",
+    "pending": "proposed",
+}
+
+
+def outcome_summary(result: dict[str, Any]) -> str:
+    """What a finished job's log line says came of it: for a gated candidate, what the
+    gate did (``candidate … rejected by the gate``), never just ``proposed``; else the
+    outcome, with its reason when it has one."""
+    outcome = str(result.get("outcome"))
+    gate = result.get("gate")
+    if outcome == "proposed" and isinstance(gate, dict):
+        action = str(gate.get("action"))
+        line = f"candidate {result.get('candidate_id')} {_GATE_ACTIONS.get(action, action)}"
+        reason = gate.get("reason")
+        return f"{line} ({reason})" if reason else line
+    reason = result.get("reason")
+    return f"{outcome}: {reason}" if reason else outcome
+
+
 def default_owner() -> str:
     """A worker name unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
@@ -321,7 +348,7 @@ class JobRun:
         try:
             result = self._run()
             self.queue.complete(job.id, self.owner, result)
-            log.info("job %s: %s", job.id, result.get("outcome"))
+            log.info("job %s: %s", job.id, outcome_summary(result))
         except LeaseLostError as error:
             # Someone else owns the job now (or it was cancelled): write nothing more.
             level = logging.INFO if isinstance(error, JobCancelledError) else logging.WARNING

@@ -81,11 +81,12 @@ def quickstart_command(
         ),
     ] = "",
 ) -> None:
-    """Run Reef end to end: a support-ticket triage app (or, with --task agent, an
-    order-support agent with tools) sends traffic and feedback through the OpenAI SDK,
-    Reef learns few-shot demos and a LoRA adapter on the CPU, the gate decides, and
-    held-out accuracy is measured after every round. Writes report.html and
-    learning_curve.png in --dir."""
+    """Run Reef end to end on a demo app and measure what it learns.
+
+    A support-ticket triage app (or, with --task agent, an order-support agent with
+    tools) sends traffic and feedback through the OpenAI SDK, Reef learns few-shot demos
+    and a LoRA adapter on the CPU, the gate decides, and held-out accuracy is measured
+    after every round. Writes report.html and learning_curve.png in --dir."""
     if model not in MODELS:
         raise InvalidInputError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
     if feedback not in FEEDBACK:

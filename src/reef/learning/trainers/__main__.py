@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from reef.core.errors import optional_dependency
+from reef.core.third_party import filter_third_party_warnings
 from reef.engine.process import exit_with_parent
 from reef.learning.trainers.runner import protocol_line
 from reef.learning.trainers.spec import PreferenceSpec, RLSpec, SFTSpec, TrainResult
@@ -55,4 +56,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Its stderr reaches ``reef serve``'s output: the same notices are hidden as there.
+    filter_third_party_warnings()
     sys.exit(main())

@@ -167,7 +167,8 @@ export async function render([name]) {
         panel("Learning jobs", h("div", { id: "jobs" }, jobsTable(jobs.data, false))))),
     h("section", { class: "panel", id: "recent" },
       h("div", { class: "panel-head" }, h("h2", {}, "Recent feedback"),
-        h("a", { href: `#/scenarios/${scenario}/records` }, "All records →")),
+        // every record, not only those with feedback (the records page's default)
+        h("a", { href: `#/scenarios/${scenario}/records?feedback=`, id: "all-records" }, "All records →")),
       recentRecords(name, records.data, new Map(releases.data.map((r) => [r.id, r.seq])))),
     h("section", { class: "panel", id: "quarantine" },
       h("div", { class: "panel-head" }, h("h2", {}, "Quarantined feedback"),

@@ -39,6 +39,9 @@ def exit_code(exc: ReefError) -> int:
             return 5
         if isinstance(exc, store_errors.MigrationFailedError):
             return 6
+    jobs = sys.modules.get("reef.jobs.queue")
+    if jobs is not None and isinstance(exc, jobs.NoRecipeError):
+        return 2  # a configuration to complete, like a usage error
     return 1
 
 

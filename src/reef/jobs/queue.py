@@ -65,6 +65,19 @@ class JobNotFoundError(NotFoundError):
         self.job_id = job_id
 
 
+class NoRecipeError(ConflictError):
+    """A learning job asked for a scenario that has no recipe to learn with: refused
+    before it is queued, since a worker could only fail it."""
+
+    def __init__(self, scenario: str, also: str = "") -> None:
+        super().__init__(
+            f"scenario {scenario!r} has no recipe to learn with, so no job was queued; set "
+            f"scenarios.{scenario}.recipe to a recipe file (docs/recipes.md) in the "
+            f"configuration{also}"
+        )
+        self.scenario = scenario
+
+
 class LeaseLostError(ConflictError):
     """The caller no longer holds the job's lease (it expired and another worker claimed
     the job, or the job ended): it must stop working on the job and write nothing more."""

@@ -17,6 +17,7 @@ from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.serving.pins import PinAccess
 from reef.gateway.state import GatewayState
+from reef.jobs import NoRecipeError
 from reef.releases import MAX_PAGE, CandidateNotFoundError, ReleaseNotFoundError
 
 _ACTOR_PREFIX = "api:"
@@ -188,6 +189,8 @@ class ReleaseAdminRoutes:
         running or queued job of the scenario is returned instead of a second one)."""
         principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
+        if self.state.settings.scenario(scenario).recipe is None:
+            raise NoRecipeError(scenario, " and restart the gateway and worker")
         queue = self.state.jobs
         job = await asyncio.to_thread(
             queue.enqueue,

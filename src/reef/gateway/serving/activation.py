@@ -478,11 +478,21 @@ class Activation:
         async with self._create_lock:
             if scenario in self._created:
                 return
+            # A name the config does not know is most often a typo: say so once, when
+            # this gateway is the one that creates it.
+            unconfigured = scenario not in self.settings.scenarios and scenario != "default"
+            new = unconfigured and await asyncio.to_thread(self.chain.head, scenario) is None
             manifest = await asyncio.to_thread(self._initial_manifest, scenario)
             await asyncio.to_thread(
                 self.chain.create, scenario, manifest, "gateway", "scenario first served"
             )
             self._created.add(scenario)
+            if new:
+                log.info(
+                    "created scenario %r on first request; set server.unknown_scenarios: "
+                    "reject to refuse misspelled names",
+                    scenario,
+                )
 
     async def sync_once(self, wait: bool = False, only: str | None = None) -> None:
         """Compare heads and live canaries with what serves and stage what moved

@@ -182,3 +182,23 @@ def test_without_keys_it_opens_at_once_and_shows_empty_states(browser: Any, tmp_
         assert "Could not load this page (HTTP 404)" in tab.text()
         assert all("status of 404" in problem for problem in tab.problems)
         context.close()
+
+
+def test_a_scenario_created_by_a_stray_name_is_folded_away(browser: Any, tmp_path: Path) -> None:
+    with (
+        FakeUpstreamThread() as fake,
+        GatewayThread(make_settings(tmp_path, fake.base_url)) as gateway,
+    ):
+        for model in ("reef/suport", "reef/support", "fake-model"):  # a typo, a name, none
+            gateway.openai().chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}]
+            )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        tab = DashboardPage(context.new_page(), gateway.url, tmp_path)
+        tab.open("#/")
+        shown = tab.texts("#scenarios > .card h2")
+        assert "support" in shown and "default" in shown and "suport" not in shown
+        assert tab.count("#unconfigured[open]") == 0
+        assert "1 scenario not in the configuration" in tab.text("#unconfigured summary")
+        assert tab.texts("#unconfigured .card h2") == ["suport"]
+        context.close()

@@ -89,6 +89,9 @@ def test_create_makes_the_scenario_and_logs_it_once(
         "reject to refuse misspelled names"
     ]
     assert "suport" in [s.name for s in ReleaseChain(gateway.database).scenarios()]
+    listed = call(gateway.port, "GET", "/reef/scenarios").json()["data"]
+    configured = {item["name"]: item["configured"] for item in listed}
+    assert configured == {"claude": True, "support": True, "suport": False}
 
 
 def test_learn_without_a_recipe_is_409_naming_the_setting(

@@ -91,7 +91,9 @@ class ReleaseAdminRoutes:
         return _ACTOR_PREFIX + (key_id or getpass.getuser())
 
     async def scenarios(self, request: Request) -> Response:
-        """``GET /reef/scenarios``: those the key may use."""
+        """``GET /reef/scenarios``: those the key may use, each saying whether the
+        configuration names it (``configured``; one that is not was created by a request
+        naming it)."""
         grant = grant_of(request)
         summaries = await asyncio.to_thread(self.state.activation.chain.scenarios)
         serving = self.state.activation.serving
@@ -105,6 +107,7 @@ class ReleaseAdminRoutes:
                 "head_release_id": summary.head_release_id,
                 "head_seq": summary.head_seq,
                 "releases": summary.releases,
+                "configured": summary.name in self.state.settings.scenarios,
             }
             current = serving.get(summary.name)
             item["serving_release_id"] = current.release_id if current else None

@@ -31,15 +31,34 @@ function card(scenario, live) {
     live && live.error ? [h("dt", {}, "Error"), h("dd", { class: "neg" }, live.error)] : null));
 }
 
+// A scenario the configuration does not name, that never learned (its one release is the
+// one its first request created) and is not `default`: most often a misspelled name, so it
+// is folded away rather than shown beside the real ones.
+function stray(scenario) {
+  return !scenario.configured && scenario.name !== "default" && scenario.releases <= 1;
+}
+
+function strays(hidden, status) {
+  if (!hidden.length) return null;
+  const names = hidden.length === 1 ? "1 scenario" : `${hidden.length} scenarios`;
+  return h("details", { class: "panel", id: "unconfigured" },
+    h("summary", {}, `${names} not in the configuration and never learned (created by a request naming `
+      + "them, perhaps misspelled) are hidden; set server.unknown_scenarios: reject to refuse such names"),
+    h("div", { class: "grid" }, hidden.map((item) => card(item, status.scenarios[item.name]))));
+}
+
 export async function render() {
   const [scenarios, status] = await Promise.all([get("reef/scenarios"), get("reef/status")]);
   const capture = status.capture;
+  const shown = scenarios.data.filter((item) => !stray(item));
+  const hidden = scenarios.data.filter(stray);
   return h("div", {},
     h("h1", {}, "Scenarios"),
     h("p", { class: "subtitle" }, "Every scenario this store knows, what heads its release chain and what this gateway serves."),
     scenarios.data.length
-      ? h("div", { class: "grid", id: "scenarios" }, scenarios.data.map((item) => card(item, status.scenarios[item.name])))
+      ? h("div", { class: "grid", id: "scenarios" }, shown.map((item) => card(item, status.scenarios[item.name])))
       : panel(null, empty("No scenarios yet: send a request through the gateway (header x-reef-scenario) and it appears here.")),
+    strays(hidden, status),
     panel("Capture",
       h("dl", { class: "facts" },
         h("dt", {}, "Durability"), h("dd", {}, capture.durability),

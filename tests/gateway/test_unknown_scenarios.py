@@ -111,3 +111,46 @@ def test_learn_without_a_recipe_is_409_naming_the_setting(
     assert queued.status == 202, queued.body
     [job] = JobQueue(gateway.database).list()
     assert job.id == queued.json()["id"] and job.scenario == "support"
+
+
+def _names(gateway: GatewayThread) -> list[str]:
+    listed = call(gateway.port, "GET", "/reef/scenarios").json()["data"]
+    return [item["name"] for item in listed]
+
+
+def test_a_stray_scenario_that_holds_nothing_can_be_deleted(
+    make_gateway: Callable[..., GatewayThread],
+) -> None:
+    gateway = make_gateway()
+    unrecorded = gateway.openai(**{"x-reef-capture": "off"})
+    unrecorded.chat.completions.create(model="reef/suport", messages=ASK)
+    assert "suport" in _names(gateway)
+    deleted = call(gateway.port, "DELETE", "/reef/scenarios/suport")
+    assert deleted.status == 200, deleted.body
+    assert deleted.json() == {"name": "suport", "deleted": True}
+    assert "suport" not in _names(gateway)
+    assert ReleaseChain(gateway.database).head("suport") is None
+    # Named again, it is created again, and recorded as any scenario is.
+    again = gateway.openai().chat.completions.with_raw_response.create(
+        model="reef/suport", messages=ASK
+    )
+    assert gateway.store.get_record(again.headers["x-reef-record-id"]).scenario == "suport"
+    assert "suport" in _names(gateway)
+
+
+def test_deleting_a_scenario_never_drops_experience(
+    make_gateway: Callable[..., GatewayThread],
+) -> None:
+    gateway = make_gateway()
+    gateway.openai().chat.completions.create(model="reef/suport", messages=ASK)
+    refused = call(gateway.port, "DELETE", "/reef/scenarios/suport")
+    assert refused.status == 409, refused.body
+    message = refused.json()["error"]["message"]
+    assert "scenario 'suport' holds 1 record" in message and "kept" in message
+    assert "suport" in _names(gateway)
+    configured = call(gateway.port, "DELETE", "/reef/scenarios/support")
+    assert configured.status == 409
+    assert "scenarios.support" in configured.json()["error"]["message"]
+    unknown = call(gateway.port, "DELETE", "/reef/scenarios/never-seen")
+    assert unknown.status == 404, unknown.body
+    assert "scenario 'never-seen' not found" in unknown.json()["error"]["message"]

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, NotFoundError
+from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
 from reef.environments import tool_isolation
 from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
@@ -202,6 +202,20 @@ class ReleaseAdminRoutes:
             {"trigger": "manual", "requested_by": self._actor(principal.key_id)},
         )
         return _json(job.as_dict(), status=202)
+
+    async def delete_scenario(self, request: Request) -> Response:
+        """``DELETE /reef/scenarios/{scenario}``: delete a scenario the configuration does
+        not name and that holds nothing (``ReleaseChain.forget_scenario``); 409 naming
+        what it holds otherwise, since deleting would drop experience."""
+        scenario = check_scenario_name(request.path_params["scenario"])
+        if scenario in self.state.settings.scenarios:
+            raise ConflictError(
+                f"scenario {scenario!r} is configured (scenarios.{scenario}); remove it from "
+                "the configuration and restart before deleting it"
+            )
+        await asyncio.to_thread(self.state.activation.chain.forget_scenario, scenario)
+        self.state.activation.forget(scenario)
+        return _json({"name": scenario, "deleted": True})
 
     async def status(self, request: Request) -> Response:
         """``GET /reef/status``: activation per scenario, adapters, capture queue, and the

@@ -344,6 +344,14 @@ OPERATIONS: tuple[Operation, ...] = (
               "Every scenario with its head, the release this gateway serves, and whether "
               "the configuration names it (`configured`).",
               responses={"200": "The scenarios.", **_COMMON_ERRORS}),
+    Operation("delete", "/reef/scenarios/{scenario}", "releases", "Delete an unused scenario",
+              "Deletes a scenario the configuration does not name that holds nothing: no "
+              "record, candidate, learning job, evaluation or stored response, and no "
+              "release but the `create` one its first request made. Otherwise 409 naming "
+              "what it holds (deleting would drop experience); a configured scenario is "
+              "409 too.",
+              parameters=(SCENARIO,),
+              responses={"200": "`{name, deleted: true}`.", **_CONFLICT}),
     Operation("get", "/reef/scenarios/{scenario}/releases", "releases", "The release chain",
               "Newest first.",
               parameters=(SCENARIO, LIMIT, _query("before_seq", "Only releases before this seq.",

@@ -471,6 +471,13 @@ class Activation:
 
     # -- following heads -------------------------------------------------------------
 
+    def forget(self, scenario: str) -> None:
+        """Stop serving a scenario the store no longer has (``ReleaseChain.forget_scenario``):
+        a later request for it creates it again."""
+        self.serving.pop(scenario, None)
+        self.status.pop(scenario, None)
+        self._created.discard(scenario)
+
     async def ensure_scenario(self, scenario: str) -> None:
         """Give ``scenario`` its ``create`` release from the config if it has none."""
         if scenario in self._created:

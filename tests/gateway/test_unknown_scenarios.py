@@ -154,3 +154,15 @@ def test_deleting_a_scenario_never_drops_experience(
     unknown = call(gateway.port, "DELETE", "/reef/scenarios/never-seen")
     assert unknown.status == 404, unknown.body
     assert "scenario 'never-seen' not found" in unknown.json()["error"]["message"]
+
+
+def test_reject_lists_no_model_for_an_unconfigured_scenario(
+    make_gateway: Callable[..., GatewayThread],
+) -> None:
+    gateway = make_gateway(server=REJECT)
+    client = gateway.openai()
+    assert client.models.retrieve("reef/support").id == "reef/support"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("reef/suport")
+    created = make_gateway()  # create: any scenario name is a model it serves
+    assert created.openai().models.retrieve("reef/suport").id == "reef/suport"

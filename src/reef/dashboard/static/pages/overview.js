@@ -1,7 +1,7 @@
 // Scenarios overview: each scenario's head, the release this gateway serves, live state.
 
-import { get } from "../api.js";
-import { badge, empty, h, idChip, panel, time } from "../dom.js";
+import { ApiError, get, remove } from "../api.js";
+import { badge, empty, h, idChip, panel, reloadPage, time } from "../dom.js";
 
 function canaryLine(canary) {
   if (!canary) return h("span", { class: "muted" }, "none");
@@ -38,13 +38,55 @@ function stray(scenario) {
   return !scenario.configured && scenario.name !== "default" && scenario.releases <= 1;
 }
 
+// Delete asks once more. The gateway deletes only a scenario that holds nothing (no
+// record, candidate, job…); otherwise its 409 says what it holds, shown here.
+function deleteControl(scenario) {
+  const note = h("div", { class: "small neg", role: "status" });
+  const button = h("button", {
+    type: "button", class: "secondary", "data-delete": scenario.name,
+    title: "Delete this scenario: allowed only when it holds no records, candidates, jobs or learned releases.",
+  }, "Delete");
+  const cancel = h("button", { type: "button", class: "link", hidden: true }, "Cancel");
+  let armed = false;
+  const disarm = () => {
+    armed = false;
+    button.textContent = "Delete";
+    button.classList.remove("danger");
+    button.disabled = false;
+    cancel.hidden = true;
+  };
+  cancel.addEventListener("click", disarm);
+  button.addEventListener("click", async () => {
+    if (!armed) {
+      armed = true;
+      button.textContent = `Confirm: delete ${scenario.name}`;
+      button.classList.add("danger");
+      cancel.hidden = false;
+      return;
+    }
+    button.disabled = true;
+    try {
+      await remove(`reef/scenarios/${encodeURIComponent(scenario.name)}`);
+    } catch (error) {
+      if (error instanceof ApiError && error.status !== 404) {
+        disarm();
+        note.textContent = `Not deleted: ${error.message}`;
+        return;
+      }
+    }
+    reloadPage();
+  });
+  return h("div", { class: "release" }, button, " ", cancel, note);
+}
+
 function strays(hidden, status) {
   if (!hidden.length) return null;
   const names = hidden.length === 1 ? "1 scenario" : `${hidden.length} scenarios`;
   return h("details", { class: "panel", id: "unconfigured" },
     h("summary", {}, `${names} not in the configuration and never learned (created by a request naming `
       + "them, perhaps misspelled) are hidden; set server.unknown_scenarios: reject to refuse such names"),
-    h("div", { class: "grid" }, hidden.map((item) => card(item, status.scenarios[item.name]))));
+    h("div", { class: "grid" }, hidden.map((item) =>
+      h("div", { "data-stray": item.name }, card(item, status.scenarios[item.name]), deleteControl(item)))));
 }
 
 export async function render() {

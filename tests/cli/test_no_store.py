@@ -39,6 +39,8 @@ READERS = [
     ["jobs", "cancel", "some-job"],
     ["export", "--scenario", "s"],
     ["gc"],
+    ["feedback", "calibrate", "--scenario", "s"],
+    ["eval", "run", "--scenario", "s", "--candidate", "c", "--suite", "suite.jsonl"],
 ]
 
 

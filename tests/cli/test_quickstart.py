@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from reef.cli.main import app
 from reef.cli.quickstart.scenario import LABELS, TicketGenerator, is_correct
+from reef.cli.quickstart.session import choose_port
 from reef.cli.quickstart.workspace import busy_cores, training_threads
 from reef.experience import open_store
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
@@ -150,3 +152,17 @@ def test_training_takes_every_core_only_on_an_idle_machine() -> None:
     busy = busy_cores(0.2)
     if Path("/proc/stat").exists():
         assert busy is not None and 0.0 <= busy <= (os.cpu_count() or 1)
+
+
+def test_the_port_is_the_docs_one_when_free_else_a_free_one_said_aloud() -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = int(held.getsockname()[1])
+        port, note = choose_port(None, default=taken)
+        assert port != taken and port > 0
+        assert f"port {taken} is taken" in note
+        assert f"reef.yaml serves on {port}" in note and f"127.0.0.1:{port}/v1" in note
+    assert choose_port(None, default=taken) == (taken, "")  # free again: the docs' port
+    assert choose_port(4321) == (4321, "")  # --port: as asked
+    free, said = choose_port(0)
+    assert free > 0 and said == ""

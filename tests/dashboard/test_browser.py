@@ -12,6 +12,7 @@ from tests.dashboard.browser import DashboardPage
 from tests.dashboard.world import ADMIN_KEY, INFERENCE_KEY, SCENARIO, DashboardWorld
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.rawhttp import call
 
 
 def test_a_first_visit_asks_for_the_key_once_and_keeps_it_out_of_urls(
@@ -187,4 +188,51 @@ def test_without_keys_it_opens_at_once_and_shows_empty_states(browser: Any, tmp_
         tab.open("#/candidates/no-such-candidate", "error")
         assert "Could not load this page (HTTP 404)" in tab.text()
         assert all("status of 404" in problem for problem in tab.problems)
+        context.close()
+
+
+def gateway_scenarios(gateway: GatewayThread) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = call(gateway.port, "GET", "/reef/scenarios").json()["data"]
+    return listed
+
+
+def test_a_scenario_created_by_a_stray_name_is_folded_away(browser: Any, tmp_path: Path) -> None:
+    with (
+        FakeUpstreamThread() as fake,
+        GatewayThread(make_settings(tmp_path, fake.base_url)) as gateway,
+    ):
+        for model in ("reef/suport", "reef/support", "fake-model"):  # a typo, a name, none
+            gateway.openai().chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}]
+            )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        tab = DashboardPage(context.new_page(), gateway.url, tmp_path)
+        tab.open("#/")
+        shown = tab.texts("#scenarios > .card h2")
+        assert "support" in shown and "default" in shown and "suport" not in shown
+        assert tab.count("#unconfigured[open]") == 0
+        assert "1 scenario not in the configuration" in tab.text("#unconfigured summary")
+        assert tab.texts("#unconfigured .card h2") == ["suport"]
+
+        # Recorded, it holds experience: the dashboard says why it stays.
+        tab.page.click("#unconfigured summary")
+        tab.page.click('button[data-delete="suport"]')
+        tab.page.click('button[data-delete="suport"]')  # the confirmation
+        tab.page.wait_for_selector('[data-stray="suport"] [role="status"]:has-text("Not deleted")')
+        assert "holds 1 record" in tab.text('[data-stray="suport"] [role="status"]')
+
+        # Served with capture off, it holds nothing: deleted, and gone from the page.
+        gateway.openai(**{"x-reef-capture": "off"}).chat.completions.create(
+            model="reef/typo", messages=[{"role": "user", "content": "hi"}]
+        )
+        tab.page.reload()
+        tab.wait("#/")
+        tab.page.click("#unconfigured summary")
+        tab.page.click('button[data-delete="typo"]')
+        tab.page.click('button[data-delete="typo"]')
+        tab.page.wait_for_selector('[data-stray="typo"]', state="detached")
+        tab.wait("#/")
+        assert tab.texts("#unconfigured .card h2") == ["suport"]
+        assert "typo" not in [s["name"] for s in gateway_scenarios(gateway)]
+        assert all("status of 409" in problem for problem in tab.problems), tab.problems
         context.close()

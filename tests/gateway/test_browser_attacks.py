@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,11 +123,17 @@ def gateway_log() -> Iterator[GatewayLog]:
 
 def test_a_page_of_another_origin_cannot_queue_learning(
     make_gateway: Callable[..., GatewayThread],
+    tmp_path: Path,
     chromium: Any,
     gateway_log: GatewayLog,
 ) -> None:
     with PageServer() as friend_origin:
-        gateway = make_gateway(server={"allowed_origins": [friend_origin.origin]})
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text("learners: [{type: fewshot, k: 2}]\n")
+        gateway = make_gateway(
+            server={"allowed_origins": [friend_origin.origin]},
+            scenarios={"x": {"recipe": recipe}, "y": {"recipe": recipe}},
+        )
         jobs = JobQueue(gateway.database)
         target = f"{gateway.url}/reef/scenarios/x/learn"
         context = chromium.new_context()

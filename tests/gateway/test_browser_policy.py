@@ -6,6 +6,7 @@ in the caller's dialect. A keyless gateway binds loopback only and its banner sa
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,7 +101,12 @@ def test_json_media_types_are_accepted(module_gateway: GatewayThread, content_ty
     assert anthropic.status == 200, anthropic.body
 
 
-def test_a_route_without_a_body_takes_none_or_json(gateway: GatewayThread) -> None:
+def test_a_route_without_a_body_takes_none_or_json(
+    make_gateway: Callable[..., GatewayThread], tmp_path: Path
+) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("learners: [{type: fewshot, k: 2}]\n")
+    gateway = make_gateway(scenarios={"x": {"recipe": recipe}, "y": {"recipe": recipe}})
     jobs = JobQueue(gateway.database)
     learn = "/reef/scenarios/x/learn"
     for headers, body in (

@@ -21,7 +21,9 @@ app.add_typer(jobs_app, name="jobs")
 
 def _config(tmp_path: Path) -> Path:
     config = tmp_path / "reef.yaml"
-    config.write_text(f"home: {tmp_path / 'home'}\n")
+    recipe = tmp_path / "support.yaml"
+    recipe.write_text("learners: [{type: fewshot, k: 2}]\n")
+    config.write_text(f"home: {tmp_path / 'home'}\nscenarios:\n  support: {{recipe: {recipe}}}\n")
     return config
 
 
@@ -51,7 +53,7 @@ def test_learn_with_a_recipe_file_carries_it_in_the_job(tmp_path: Path) -> None:
     recipe.write_text("learners: [{type: fewshot, k: 2}]\n")
     runner = CliRunner()
     learned = runner.invoke(
-        app, ["learn", "--scenario", "s", "--recipe", str(recipe), "-c", config]
+        app, ["learn", "--scenario", "support", "--recipe", str(recipe), "-c", config]
     )
     assert learned.exit_code == 0, learned.output
     shown = json.loads(
@@ -73,7 +75,9 @@ def test_a_recipe_carried_in_a_job_parses_again_as_the_worker_reads_it(
     config = str(_config(tmp_path))
     runner = CliRunner()
     path = EXAMPLES / name
-    learned = runner.invoke(app, ["learn", "--scenario", "s", "--recipe", str(path), "-c", config])
+    learned = runner.invoke(
+        app, ["learn", "--scenario", "support", "--recipe", str(path), "-c", config]
+    )
     assert learned.exit_code == 0, learned.output
     shown = json.loads(
         runner.invoke(app, ["jobs", "show", learned.output.strip(), "-c", config]).output

@@ -343,3 +343,26 @@ def test_candidate_rows_from_revision_0001_still_read(tmp_path: Any) -> None:
     old = chain.get_candidate("old")
     assert (old.updated_at, old.created_by, old.reason) == (created, None, None)
     engine.dispose()
+
+
+def test_forget_scenario_deletes_only_a_scenario_that_holds_nothing(
+    chain: ReleaseChain, manifest: ManifestFactory
+) -> None:
+    from reef.releases import ScenarioInUseError, ScenarioNotFoundError
+
+    chain.create("stray", manifest(), "gateway", "scenario first served")
+    chain.forget_scenario("stray")
+    assert chain.head("stray") is None and chain.releases("stray") == []
+    assert "stray" not in [s.name for s in chain.scenarios()]
+    with pytest.raises(ScenarioNotFoundError):
+        chain.forget_scenario("stray")
+
+    root = chain.create("s", manifest(), "gateway", "scenario first served")
+    candidate = passed_candidate(chain, root, manifest(adapter=1))
+    with pytest.raises(ScenarioInUseError, match="1 candidate"):
+        chain.forget_scenario("s")
+    chain.publish(candidate.id, root.id, "worker:1", "gate passed")
+    with pytest.raises(ScenarioInUseError, match="2 releases") as refused:
+        chain.forget_scenario("s")
+    assert isinstance(refused.value, ConflictError)
+    assert [r.seq for r in chain.releases("s")] == [2, 1]  # nothing was deleted

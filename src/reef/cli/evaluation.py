@@ -55,9 +55,9 @@ def run_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from reef.cli.releases import cli_actor
+    from reef.cli.stores import check_scenario, open_existing_database
     from reef.config import load_settings
     from reef.core.errors import NotFoundError
-    from reef.db import open_database
     from reef.evaluation import (
         EvaluationStore,
         GateRule,
@@ -74,9 +74,10 @@ def run_command(
     from reef.releases import ReleaseChain
 
     settings = load_settings(config)
-    database = open_database(settings.store_url())
+    database = open_existing_database(settings)
     console = Console(stderr=True)
     try:
+        check_scenario(settings, database, scenario)
         chain = ReleaseChain(database)
         if against is None:
             head = chain.head(scenario)

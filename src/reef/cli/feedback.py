@@ -30,12 +30,14 @@ def feedback_calibrate(
 ) -> None:
     """Measure each computed feedback source (signal:*, judge:*) against the feedback
     people posted on the same answers: precision, recall, corrections that agree."""
-    from reef.cli.stores import open_existing_database
+    from reef.cli.stores import check_scenario, open_existing_database
     from reef.config import load_settings
     from reef.experience import SQLExperienceStore, calibrate
 
-    database = open_existing_database(load_settings(config))
+    settings = load_settings(config)
+    database = open_existing_database(settings)
     try:
+        check_scenario(settings, database, scenario)
         found = calibrate(SQLExperienceStore(database), scenario)
     finally:
         database.close()

@@ -39,10 +39,13 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 @contextmanager
-def _open_queue(config: Path | None, create: bool = False) -> Iterator[JobQueue]:
+def _open_queue(
+    config: Path | None, create: bool = False, scenario: str | None = None
+) -> Iterator[JobQueue]:
     """The job queue of the configured store; without ``create``, the store must exist
-    (``StoreNotFoundError`` otherwise)."""
-    from reef.cli.stores import open_existing_database
+    (``StoreNotFoundError`` otherwise); with ``scenario``, ``UnknownScenarioError``
+    unless it is configured or in the store."""
+    from reef.cli.stores import check_scenario, open_existing_database
     from reef.config import load_settings
     from reef.db import open_database
     from reef.jobs import JobQueue
@@ -50,6 +53,8 @@ def _open_queue(config: Path | None, create: bool = False) -> Iterator[JobQueue]
     settings = load_settings(config)
     database = open_database(settings.store_url()) if create else open_existing_database(settings)
     try:
+        if scenario is not None:
+            check_scenario(settings, database, scenario)
         yield JobQueue(database)
     finally:
         database.close()
@@ -138,13 +143,19 @@ def learn_command(
     ] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Enqueue a manual learning job and print its id (a worker runs it)."""
+    """Enqueue a manual learning job and print its id (a worker runs it). Refused (exit
+    2, nothing queued, no store created) for a scenario without a recipe, unless
+    --recipe gives one."""
+    from reef.config import load_settings
+    from reef.jobs import NoRecipeError
     from reef.learning import load_recipe
 
     job_input: dict[str, object] = {"trigger": "manual"}
     if recipe is not None:
         job_input["recipe"] = load_recipe(recipe).model_dump(mode="json", exclude_none=True)
-    with _open_queue(config, create=True) as queue:
+    elif load_settings(config).scenario(scenario).recipe is None:
+        raise NoRecipeError(scenario, ", or pass --recipe FILE")
+    with _open_queue(config, create=True, scenario=scenario) as queue:
         job = queue.enqueue(scenario, "learn", job_input)
     if job.input != job_input:
         typer.echo(f"scenario {scenario!r} already has a {job.state} job:", err=True)
@@ -160,7 +171,7 @@ def jobs_list(
     config: ConfigOption = None,
 ) -> None:
     """List learning jobs, newest first."""
-    with _open_queue(config) as queue:
+    with _open_queue(config, scenario=scenario) as queue:
         jobs = queue.list(scenario=scenario, state=state, limit=limit)
     if as_json:
         typer.echo(json.dumps([job.as_dict() for job in jobs], indent=2))

@@ -125,7 +125,7 @@ def export(
 
     Feedback is joined to each record; text is redacted with the configured
     capture.redact_patterns."""
-    from reef.cli.stores import open_existing_database
+    from reef.cli.stores import check_scenario, open_existing_database
     from reef.experience import Redactor, SQLExperienceStore, export_records
 
     if format not in ("jsonl", "parquet"):
@@ -137,6 +137,7 @@ def export(
     database = open_existing_database(settings)
     store = SQLExperienceStore(database)
     try:
+        check_scenario(settings, database, scenario)
         if output is None:
             count = export_records(store, scenario, "jsonl", sys.stdout.buffer, redactor=redactor)
         else:

@@ -53,13 +53,18 @@ def cli_actor() -> str:
 
 
 @contextmanager
-def _open_chain(config: Path | None) -> Iterator[ReleaseChain]:
-    from reef.cli.stores import open_existing_database
+def _open_chain(config: Path | None, scenario: str | None = None) -> Iterator[ReleaseChain]:
+    """The release chain of the configured store (which must exist); with ``scenario``,
+    ``UnknownScenarioError`` unless it is configured or in the store."""
+    from reef.cli.stores import check_scenario, open_existing_database
     from reef.config import load_settings
     from reef.releases import ReleaseChain
 
-    database = open_existing_database(load_settings(config))
+    settings = load_settings(config)
+    database = open_existing_database(settings)
     try:
+        if scenario is not None:
+            check_scenario(settings, database, scenario)
         yield ReleaseChain(database)
     finally:
         database.close()
@@ -175,7 +180,7 @@ def list_releases(
     """List scenarios with their heads, or one scenario's releases (or candidates)."""
     from reef.core.errors import InvalidInputError
 
-    with _open_chain(config) as chain:
+    with _open_chain(config, scenario) as chain:
         if scenario is None:
             if candidates:
                 raise InvalidInputError("--candidates needs --scenario")
@@ -249,7 +254,7 @@ def rollback(
     as_json: JsonOption = False,
 ) -> None:
     """Append a release equal to an earlier one and make it the head (history is kept)."""
-    with _open_chain(config) as chain:
+    with _open_chain(config, scenario) as chain:
         expected = expected_head or _head_id(chain, scenario)
         release = chain.rollback(
             scenario, to, expected, cli_actor(), reason or f"rollback to {to} from the CLI"

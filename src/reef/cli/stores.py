@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reef.core.errors import NotFoundError
+from reef.core.errors import InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
     from reef.config import ReefSettings
@@ -63,6 +63,41 @@ def open_existing_database(settings: ReefSettings) -> Database:
         database.close()
         raise
     return database
+
+
+class UnknownScenarioError(InvalidInputError):
+    """A command named a scenario that is neither configured nor in the store: most often
+    a misspelling, which would otherwise read as an empty table."""
+
+    def __init__(self, scenario: str, known: list[str]) -> None:
+        listed = ", ".join(repr(name) for name in known) if known else "none yet"
+        super().__init__(
+            f"unknown scenario {scenario!r}; known scenarios (configured or in the store): {listed}"
+        )
+        self.scenario = scenario
+        self.known = known
+
+
+def known_scenarios(settings: ReefSettings, database: Database | None) -> list[str]:
+    """The configured scenarios and those the store knows (from traffic or a release),
+    sorted; only the configured ones without a ``database``."""
+    from reef.releases import ReleaseChain
+
+    names = set(settings.scenarios)
+    if database is not None:
+        names |= {summary.name for summary in ReleaseChain(database).scenarios()}
+    return sorted(names)
+
+
+def check_scenario(settings: ReefSettings, database: Database | None, scenario: str) -> str:
+    """``scenario`` when it is configured or in the store; ``UnknownScenarioError``
+    (exit 2) naming the known ones otherwise."""
+    if scenario in settings.scenarios:
+        return scenario
+    known = known_scenarios(settings, database)
+    if scenario not in known:
+        raise UnknownScenarioError(scenario, known)
+    return scenario
 
 
 def _missing_sqlite_file(url: str) -> Path | None:

@@ -61,6 +61,14 @@ class ServerConfig(Section):
         "so is its CORS preflight. The gateway's own origin (the dashboard) is always "
         "allowed.",
     )
+    unknown_scenarios: Literal["create", "reject"] = Field(
+        default="create",
+        description="What an inference request naming a scenario that `scenarios` does not "
+        "configure (`model: reef/<s>` or `x-reef-scenario`) gets. create: the scenario is "
+        "created from the defaults on its first request (logged once). reject: 404 naming "
+        "the configured scenarios, so a misspelled name never becomes a scenario. A request "
+        "naming no scenario is served by `default` either way.",
+    )
 
     @field_validator("allowed_hosts")
     @classmethod

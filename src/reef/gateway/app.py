@@ -154,7 +154,13 @@ class OpsRoutes:
         if scenario is None and model_id.startswith(SCENARIO_MODEL_PREFIX):
             scenario = check_scenario_name(model_id.removeprefix(SCENARIO_MODEL_PREFIX))
         if scenario is not None:
-            if grant.visible(scenario):
+            settings = self.state.settings
+            refused = (
+                settings.server.unknown_scenarios == "reject"
+                and scenario not in settings.scenarios
+                and scenario != "default"
+            )  # a name inference would answer 404 for is not a model served here
+            if grant.visible(scenario) and not refused:
                 return _json(_model_card(model_id))
         else:
             grant.checked = True  # an upstream's model belongs to no scenario

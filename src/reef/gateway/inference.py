@@ -61,6 +61,7 @@ from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
     ReefHeaders,
+    check_known_scenario,
     read_json_object,
     reef_headers,
 )
@@ -263,6 +264,12 @@ class InferenceRoutes:
         _CHECKS[api](body)
         headers = reef_headers(request, body, state.model_aliases)
         grant.check_scenario(headers.scenario)
+        check_known_scenario(
+            headers.scenario,
+            state.settings.scenarios,
+            state.settings.server.unknown_scenarios,
+            grant.visible,
+        )
         record_id = new_id()
         capture = headers.capture and state.settings.scenario(headers.scenario).capture
         turn = None

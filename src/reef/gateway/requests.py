@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, cast, overload
@@ -18,7 +18,7 @@ from typing import Any, Final, cast, overload
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
-from reef.core.errors import InvalidInputError
+from reef.core.errors import InvalidInputError, NotFoundError
 from reef.core.jsoncodec import MAX_DEPTH, deeper_than
 from reef.experience import Purpose
 from reef.gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
@@ -139,6 +139,36 @@ def check_scenario_name(name: str) -> str:
             f"invalid scenario name {name[:80]!r}: use 1-64 letters, digits, '.', '_' or '-'"
         )
     return name
+
+
+class UnknownScenarioError(NotFoundError):
+    """An inference request named a scenario that is not configured, and
+    ``server.unknown_scenarios`` is ``reject``."""
+
+    def __init__(self, scenario: str, configured: list[str]) -> None:
+        listed = ", ".join(repr(name) for name in configured) or "none"
+        super().__init__(
+            f"scenario {scenario!r} is not configured and server.unknown_scenarios is "
+            f"'reject'; configured scenarios: {listed} (name one with model reef/<scenario> "
+            "or the x-reef-scenario header, or add it under scenarios: in the configuration)"
+        )
+        self.scenario = scenario
+
+
+def check_known_scenario(
+    scenario: str,
+    configured: Mapping[str, object],
+    policy: str,
+    visible: Callable[[str], bool] | None = None,
+) -> None:
+    """Refuse (``UnknownScenarioError``, 404) a ``scenario`` not in ``configured`` when
+    ``policy`` is ``reject``; ``default``, where a request naming none lands, always
+    passes. ``visible`` (a predicate) limits the names the message lists to those the
+    caller's key may use."""
+    if policy != "reject" or scenario in configured or scenario == "default":
+        return
+    names = sorted(name for name in configured if visible is None or visible(name))
+    raise UnknownScenarioError(scenario, names)
 
 
 @dataclass(frozen=True)

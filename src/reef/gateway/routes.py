@@ -118,6 +118,7 @@ ROUTE_TABLE: Final[tuple[RouteRule, ...]] = (
     _rule("GET", f"{_S}/records", "admin-of-scenario", "path", "admin.records"),
     _rule("GET", f"{_S}/sessions/{{session_id}}", "admin-of-scenario", "path", "admin.session"),
     _rule("GET", "/reef/scenarios", "admin-of-scenario", "listing", "chain.scenarios"),
+    _rule("DELETE", _S, "admin-of-scenario", "path", "chain.delete_scenario"),
     _rule("GET", f"{_S}/releases", "admin-of-scenario", "path", "chain.releases"),
     _rule("POST", f"{_S}/rollback", "admin-of-scenario", "path", "chain.rollback",
           takes_body=True),

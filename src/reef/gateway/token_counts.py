@@ -16,7 +16,12 @@ from reef.core import dumps
 from reef.core.errors import InvalidInputError
 from reef.gateway.auth import grant_of
 from reef.gateway.body_checks import check_anthropic_messages
-from reef.gateway.requests import SCENARIO_MODEL_PREFIX, read_json_object, reef_headers
+from reef.gateway.requests import (
+    SCENARIO_MODEL_PREFIX,
+    check_known_scenario,
+    read_json_object,
+    reef_headers,
+)
 from reef.gateway.state import GatewayState
 from reef.upstream import (
     UpstreamRequest,
@@ -42,6 +47,10 @@ class TokenCountRoutes:
         check_anthropic_messages(body)
         scenario = reef_headers(request, body, state.model_aliases).scenario
         grant.check_scenario(scenario)
+        server = state.settings.server
+        check_known_scenario(
+            scenario, state.settings.scenarios, server.unknown_scenarios, grant.visible
+        )
         upstream_name, config = state.settings.upstream_for(scenario)
         upstream = state.upstreams[upstream_name]
         serving = await state.activation.current(scenario)

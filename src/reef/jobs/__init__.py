@@ -15,6 +15,7 @@ from reef.jobs.queue import (
     JobNotFoundError,
     JobQueue,
     LeaseLostError,
+    NoRecipeError,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "JobNotFoundError",
     "JobQueue",
     "LeaseLostError",
+    "NoRecipeError",
 ]

@@ -44,7 +44,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, RowMapping
 
 from reef.core import Clock, dumps, loads, new_id, read_clock, utc_now
-from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
+from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, RefusedError
 from reef.db import Database, lock_key
 from reef.db import schema as t
 
@@ -63,6 +63,19 @@ class JobNotFoundError(NotFoundError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id!r} not found")
         self.job_id = job_id
+
+
+class NoRecipeError(RefusedError):
+    """A learning job asked for a scenario that has no recipe to learn with: refused
+    before it is queued, since a worker could only fail it."""
+
+    def __init__(self, scenario: str, also: str = "") -> None:
+        super().__init__(
+            f"scenario {scenario!r} has no recipe to learn with, so no job was queued; set "
+            f"scenarios.{scenario}.recipe to a recipe file (docs/recipes.md) in the "
+            f"configuration{also}"
+        )
+        self.scenario = scenario
 
 
 class LeaseLostError(ConflictError):

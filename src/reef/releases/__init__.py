@@ -38,6 +38,8 @@ from reef.releases.errors import (
     ReleaseConflictError,
     ReleaseNotFoundError,
     ScenarioHasNoReleaseError,
+    ScenarioInUseError,
+    ScenarioNotFoundError,
 )
 from reef.releases.headwatch import HEADS_CHANNEL, listen_heads, watch_heads
 from reef.releases.manifest import ModelComponent, ReleaseManifest
@@ -69,6 +71,8 @@ __all__ = [
     "ReleaseManifest",
     "ReleaseNotFoundError",
     "ScenarioHasNoReleaseError",
+    "ScenarioInUseError",
+    "ScenarioNotFoundError",
     "ScenarioSummary",
     "listen_heads",
     "watch_heads",

@@ -4,8 +4,9 @@ Every scenario has one chain of releases numbered ``seq`` 1, 2, 3, … without g
 naming its parent (the head it replaced). The head moves only by compare-and-swap,
 ``UPDATE heads SET release_id=:new, seq=:seq WHERE scenario=:s AND release_id=:expected``,
 in the same transaction as the insert of the new release: a writer whose expected head is
-stale changes nothing and gets ``ReleaseConflictError``. No statement here updates or
-deletes a ``releases`` row.
+stale changes nothing and gets ``ReleaseConflictError``. No statement here updates a
+``releases`` row, and only ``forget_scenario`` deletes one: the lone ``create`` release of
+a scenario that holds nothing else (no record, candidate, job, evaluation or response).
 
 Concurrency: on SQLite every write transaction starts with ``BEGIN IMMEDIATE`` (the
 engine must come from ``reef.db``, whose begin hook honours the option), so
@@ -47,7 +48,12 @@ from reef.releases.chainsql import (
     notify_head_moved,
     release_in,
 )
-from reef.releases.errors import InvalidTransitionError, ReleaseNotFoundError
+from reef.releases.errors import (
+    InvalidTransitionError,
+    ReleaseNotFoundError,
+    ScenarioInUseError,
+    ScenarioNotFoundError,
+)
 from reef.releases.manifest import ReleaseManifest
 from reef.releases.values import (
     CANARY_EVIDENCE_KEY,
@@ -218,6 +224,37 @@ class ReleaseChain:
                 )
             )
         return summaries
+
+    def forget_scenario(self, scenario: str) -> None:
+        """Delete ``scenario`` when it holds nothing: no record, candidate, job, evaluation
+        or stored response, and no release but the ``create`` one its first request made
+        (what a misspelled name served with capture off leaves). Checked and deleted in
+        one transaction. Raises ``ScenarioNotFoundError`` when the store does not know it
+        and ``ScenarioInUseError`` naming what it holds otherwise."""
+        holders = (
+            ("record", t.records.c.scenario),
+            ("candidate", t.candidates.c.scenario),
+            ("learning job", t.jobs.c.scenario),
+            ("evaluation", t.evaluations.c.scenario),
+            ("stored response", t.responses.c.scenario),
+        )
+        with self._write() as conn:
+            named = conn.scalar(select(func.count()).where(t.scenarios.c.name == scenario))
+            releases = conn.scalar(select(func.count()).where(t.releases.c.scenario == scenario))
+            if not named and not releases:
+                raise ScenarioNotFoundError(scenario)
+            holds = []
+            for what, column in holders:
+                count = conn.scalar(select(func.count()).where(column == scenario)) or 0
+                if count:
+                    holds.append(f"{count} {what}{'' if count == 1 else 's'}")
+            if (releases or 0) > 1:
+                holds.append(f"{releases} releases (it has learned or been rolled back)")
+            if holds:
+                raise ScenarioInUseError(scenario, holds)
+            conn.execute(t.heads.delete().where(t.heads.c.scenario == scenario))
+            conn.execute(t.releases.delete().where(t.releases.c.scenario == scenario))
+            conn.execute(t.scenarios.delete().where(t.scenarios.c.name == scenario))
 
     def heads_snapshot(self) -> dict[str, tuple[str, int]]:
         """Every head as ``{scenario: (release_id, seq)}``, in one cheap query; the

@@ -15,6 +15,28 @@ class ReleaseNotFoundError(NotFoundError):
         self.scenario = scenario
 
 
+class ScenarioNotFoundError(NotFoundError):
+    """The store knows no scenario of this name (no release, no record)."""
+
+    def __init__(self, scenario: str) -> None:
+        super().__init__(f"scenario {scenario!r} not found in the store")
+        self.scenario = scenario
+
+
+class ScenarioInUseError(ConflictError):
+    """A scenario holds something that deleting it would drop (records, candidates, jobs,
+    evaluations, stored responses, learned releases): it is kept."""
+
+    def __init__(self, scenario: str, holds: list[str]) -> None:
+        super().__init__(
+            f"scenario {scenario!r} holds {', '.join(holds)}: deleting it would drop them, so "
+            "it is kept (the dashboard folds away scenarios the configuration does not name "
+            "that never learned)"
+        )
+        self.scenario = scenario
+        self.holds = holds
+
+
 class CandidateNotFoundError(NotFoundError):
     """No candidate with this id."""
 

@@ -46,8 +46,14 @@ def quickstart_command(
         ),
     ] = None,
     port: Annotated[
-        int, typer.Option(min=0, max=65535, help="Gateway port on 127.0.0.1 (0: a free one).")
-    ] = 0,
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Gateway port on 127.0.0.1, written to --dir's reef.yaml for `reef serve` "
+            "(default: 8600 when free, else a free one; 0: a free one).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the ticket generator.")] = 0,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Clear an earlier quickstart run in --dir first.")

@@ -453,12 +453,14 @@ def _summary(run: Run) -> dict[str, Any]:
     return data
 
 
-def print_summary(console: Console, run: Run, workspace: Workspace) -> None:
-    """The summary table, the headline and where the files are."""
+def print_summary(console: Console, run: Run, workspace: Workspace, port: int) -> None:
+    """The summary table, the headline, where the files are and how to serve them
+    (``port``: the one the folder's reef.yaml names)."""
     console.print()
     console.print(summary_table(run))
     console.print(f"[bold]{headline(run)}[/bold]")
     console.print(
         f"report: {workspace.report_html}\nlearning curve: {workspace.curve_png}\n"
-        f"serve what it learned: cd {workspace.root} && reef serve"
+        f"serve what it learned: cd {workspace.root} && reef serve "
+        f"(gateway on http://127.0.0.1:{port}/v1, as its reef.yaml says)"
     )

@@ -46,6 +46,10 @@ from reef.config import ReefSettings
 TRAIN_EPOCHS = {"smollm2-135m": 2.0, "tiny-random": 2.0}
 # The agent task's: two passes over a round's 120 examples (docs/benchmarks.md).
 AGENT_TRAIN_EPOCHS = {"smollm2-135m": 2.0, "tiny-random": 2.0}
+# The port the docs name (the ``server.port`` default): the README's snippet works
+# against the quickstart's folder as it is whenever that port is free.
+DEFAULT_PORT = 8600
+
 # The agent's gate suite: requests in held-out phrasings, none in the report's held-out
 # set; two items each (the call, the answer).
 AGENT_SUITE_SIZE = 18
@@ -60,7 +64,7 @@ class Options:
     requests: int
     model: str
     heldout: int
-    port: int
+    port: int | None
     seed: int
     fresh: bool
     demos: int = 0
@@ -167,7 +171,7 @@ def _agent_plan(options: Options, workspace: Workspace, port: int) -> Plan:
 
 def _run(options: Options, workspace: Workspace, started: float) -> None:
     console = Console(highlight=False)
-    port = options.port or _free_port()
+    port, port_note = choose_port(options.port)
     agent = options.task == "agent"
     plan = (_agent_plan if agent else _triage_plan)(options, workspace, port)
     implicit = options.feedback == "implicit"
@@ -177,6 +181,8 @@ def _run(options: Options, workspace: Workspace, started: float) -> None:
     run.feedback = options.feedback
     run.task = options.task
     console.print(f"[bold]Reef quickstart[/bold] in {workspace.root}: {plan.intro}")
+    if port_note:
+        console.print(port_note)
     with Stack(plan.settings, workspace.logs / "engine.log") as stack:
         try:
             run.dtype = _start(stack, console, options.model, plan.scenario)
@@ -204,7 +210,7 @@ def _run(options: Options, workspace: Workspace, started: float) -> None:
     run.seconds = time.monotonic() - started
     run.cpu_seconds = _cpu_seconds()
     write_reports(run, workspace)
-    print_summary(console, run, workspace)
+    print_summary(console, run, workspace, port)
 
 
 def _cpu_seconds() -> float:
@@ -283,6 +289,33 @@ def _log_to(path: Path) -> logging.Handler:
     for chatty in ("httpx", "httpx2", "openai"):  # a line per request
         logging.getLogger(chatty).setLevel(logging.WARNING)
     return handler
+
+
+def choose_port(asked: int | None, default: int = DEFAULT_PORT) -> tuple[int, str]:
+    """The gateway's port for the run and for ``reef serve`` in the folder afterwards,
+    and a line to print when it is not the one the docs name: ``asked`` when given (0:
+    a free one), else ``default`` (the docs' 8600) when it is free on 127.0.0.1, else a
+    free one."""
+    if asked:
+        return asked, ""
+    if asked == 0:
+        return _free_port(), ""
+    if _is_free(default):
+        return default, ""
+    port = _free_port()
+    return port, (
+        f"port {default} is taken: the gateway runs on {port}, and the folder's reef.yaml "
+        f"serves on {port} (use http://127.0.0.1:{port}/v1 where the docs say {default})"
+    )
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _free_port() -> int:

@@ -88,6 +88,11 @@ export function post(path) {
   return call("POST", path, null);
 }
 
+/** DELETE an admin resource ("reef/scenarios/{s}"), with the same key and errors as get(). */
+export function remove(path) {
+  return call("DELETE", path, null);
+}
+
 /** GET that answers null for a 404 (a harness or release that does not exist). */
 export async function getOrNull(path, query) {
   try {

@@ -11,13 +11,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError, NotFoundError
+from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
 from reef.environments import tool_isolation
 from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.serving.drift import adopt_config
 from reef.gateway.serving.pins import PinAccess
 from reef.gateway.state import GatewayState
+from reef.jobs import NoRecipeError
 from reef.releases import MAX_PAGE, CandidateNotFoundError, ReleaseNotFoundError
 
 _ACTOR_PREFIX = "api:"
@@ -107,7 +108,9 @@ class ReleaseAdminRoutes:
         return _ACTOR_PREFIX + (key_id or getpass.getuser())
 
     async def scenarios(self, request: Request) -> Response:
-        """``GET /reef/scenarios``: those the key may use."""
+        """``GET /reef/scenarios``: those the key may use, each saying whether the
+        configuration names it (``configured``; one that is not was created by a request
+        naming it)."""
         grant = grant_of(request)
         summaries = await asyncio.to_thread(self.state.activation.chain.scenarios)
         serving = self.state.activation.serving
@@ -121,6 +124,7 @@ class ReleaseAdminRoutes:
                 "head_release_id": summary.head_release_id,
                 "head_seq": summary.head_seq,
                 "releases": summary.releases,
+                "configured": summary.name in self.state.settings.scenarios,
             }
             current = serving.get(summary.name)
             item["serving_release_id"] = current.release_id if current else None
@@ -224,6 +228,8 @@ class ReleaseAdminRoutes:
         running or queued job of the scenario is returned instead of a second one)."""
         principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
+        if self.state.settings.scenario(scenario).recipe is None:
+            raise NoRecipeError(scenario, " and restart the gateway and worker")
         queue = self.state.jobs
         job = await asyncio.to_thread(
             queue.enqueue,
@@ -232,6 +238,20 @@ class ReleaseAdminRoutes:
             {"trigger": "manual", "requested_by": self._actor(principal.key_id)},
         )
         return _json(job.as_dict(), status=202)
+
+    async def delete_scenario(self, request: Request) -> Response:
+        """``DELETE /reef/scenarios/{scenario}``: delete a scenario the configuration does
+        not name and that holds nothing (``ReleaseChain.forget_scenario``); 409 naming
+        what it holds otherwise, since deleting would drop experience."""
+        scenario = check_scenario_name(request.path_params["scenario"])
+        if scenario in self.state.settings.scenarios:
+            raise ConflictError(
+                f"scenario {scenario!r} is configured (scenarios.{scenario}); remove it from "
+                "the configuration and restart before deleting it"
+            )
+        await asyncio.to_thread(self.state.activation.chain.forget_scenario, scenario)
+        self.state.activation.forget(scenario)
+        return _json({"name": scenario, "deleted": True})
 
     async def status(self, request: Request) -> Response:
         """``GET /reef/status``: activation per scenario, adapters, capture queue, and the

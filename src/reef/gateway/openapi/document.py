@@ -163,7 +163,8 @@ _ADMIN_READ = {"200": "Found.", **_NOT_FOUND}
 _CONFLICT = {**_NOT_FOUND, "409": "Conflict: the head moved, or a state change not allowed."}
 _INFERENCE_NOT_FOUND = (
     "Unknown pinned release, or a model that an upstream with no configured model does "
-    "not serve (the message lists those it does)."
+    "not serve (the message lists those it does), or, with `server.unknown_scenarios: "
+    "reject`, a scenario the configuration does not name (the message lists those it does)."
 )
 _NOT_JSON = "The body is not declared JSON: send `Content-Type: application/json`."
 _NO_BODY = "A body or Content-Type other than JSON (the route takes no body)."
@@ -223,6 +224,8 @@ OPERATIONS: tuple[Operation, ...] = (
               "Errors use Anthropic's shape.",
               parameters=(INFERENCE_HEADERS[0],), body="MessagesRequest",
               responses={"200": "`{input_tokens}`.", **_COMMON_ERRORS,
+                         "404": "With `server.unknown_scenarios: reject`, a scenario the "
+                         "configuration does not name.",
                          "501": "The scenario's upstream cannot count tokens.",
                          "502": "The upstream failed.", "504": "The upstream timed out."}),
     Operation("post", "/v1/responses", "inference", "OpenAI responses",
@@ -338,8 +341,17 @@ OPERATIONS: tuple[Operation, ...] = (
               parameters=(SCENARIO, _path("session_id", "The session's id.")),
               responses=_ADMIN_READ, schema="Session"),
     Operation("get", "/reef/scenarios", "releases", "Scenarios with their heads",
-              "Every scenario with its head and the release this gateway serves.",
+              "Every scenario with its head, the release this gateway serves, and whether "
+              "the configuration names it (`configured`).",
               responses={"200": "The scenarios.", **_COMMON_ERRORS}),
+    Operation("delete", "/reef/scenarios/{scenario}", "releases", "Delete an unused scenario",
+              "Deletes a scenario the configuration does not name that holds nothing: no "
+              "record, candidate, learning job, evaluation or stored response, and no "
+              "release but the `create` one its first request made. Otherwise 409 naming "
+              "what it holds (deleting would drop experience); a configured scenario is "
+              "409 too.",
+              parameters=(SCENARIO,),
+              responses={"200": "`{name, deleted: true}`.", **_CONFLICT}),
     Operation("get", "/reef/scenarios/{scenario}/releases", "releases", "The release chain",
               "Newest first.",
               parameters=(SCENARIO, LIMIT, _query("before_seq", "Only releases before this seq.",
@@ -368,8 +380,10 @@ OPERATIONS: tuple[Operation, ...] = (
                          "to adopt), or the head moved."}),
     Operation("post", "/reef/scenarios/{scenario}/learn", "learning", "Queue a learning job",
               "A queued or running job of the scenario is returned instead of a "
-              "second one. No body.", parameters=(SCENARIO,),
-              responses={"202": "The job.", **_COMMON_ERRORS}),
+              "second one. A scenario without a recipe is refused (409) naming "
+              "`scenarios.<s>.recipe`. No body.", parameters=(SCENARIO,),
+              responses={"202": "The job.", **_COMMON_ERRORS,
+                         "409": "The scenario has no recipe to learn with."}),
     Operation("get", "/reef/scenarios/{scenario}/harness", "harness", "The serving harness",
               "As JSON, with `ETag` = the bundle digest and `x-reef-release-id`.",
               parameters=(SCENARIO, _query("release", "A release to read instead of the head."),

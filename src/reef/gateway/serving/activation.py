@@ -473,6 +473,13 @@ class Activation:
 
     # -- following heads -------------------------------------------------------------
 
+    def forget(self, scenario: str) -> None:
+        """Stop serving a scenario the store no longer has (``ReleaseChain.forget_scenario``):
+        a later request for it creates it again."""
+        self.serving.pop(scenario, None)
+        self.status.pop(scenario, None)
+        self._created.discard(scenario)
+
     async def ensure_scenario(self, scenario: str) -> None:
         """Give ``scenario`` its ``create`` release from the config if it has none."""
         if scenario in self._created:
@@ -480,11 +487,21 @@ class Activation:
         async with self._create_lock:
             if scenario in self._created:
                 return
+            # A name the config does not know is most often a typo: say so once, when
+            # this gateway is the one that creates it.
+            unconfigured = scenario not in self.settings.scenarios and scenario != "default"
+            new = unconfigured and await asyncio.to_thread(self.chain.head, scenario) is None
             manifest = await asyncio.to_thread(self._initial_manifest, scenario)
             await asyncio.to_thread(
                 self.chain.create, scenario, manifest, "gateway", "scenario first served"
             )
             self._created.add(scenario)
+            if new:
+                log.info(
+                    "created scenario %r on first request; set server.unknown_scenarios: "
+                    "reject to refuse misspelled names",
+                    scenario,
+                )
 
     async def sync_once(self, wait: bool = False, only: str | None = None) -> None:
         """Compare heads and live canaries with what serves and stage what moved

@@ -42,7 +42,7 @@ from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.openapi.document import OpenAPIRoutes
 from reef.gateway.requests import SCENARIO_MODEL_PREFIX, check_scenario_name
 from reef.gateway.responses.stored import ResponsesRoutes
-from reef.gateway.routes import ROUTE_TABLE, build_routes
+from reef.gateway.routes import ROUTE_TABLE, allowed_methods, build_routes
 from reef.gateway.serving.activation import Activation
 from reef.gateway.state import GatewayState
 from reef.gateway.store_health import StoreHealth
@@ -179,11 +179,18 @@ def _model_card(name: str) -> dict[str, Any]:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     dialect = dialect_of(request.url.path)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette's Allow names the methods of the first route on the path only; the
+        # table knows them all (GET and DELETE of a stored response are two routes).
+        allowed = allowed_methods(request.scope["path"])
+        if allowed:
+            headers["Allow"] = ", ".join(allowed)
     return Response(
         error_body(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}", dialect),
         status_code=exc.status_code,
         media_type="application/json",
-        headers=exc.headers,  # a 405's Allow
+        headers=headers,
     )
 
 

@@ -324,8 +324,9 @@ OPERATIONS: tuple[Operation, ...] = (
                           _query("has_feedback", "true or false.", {"type": "boolean"}),
                           _query("min_score", "Mean feedback score at least this.",
                                  {"type": "number"}),
-                          _query("since", "ISO 8601 time.", {"type": "string",
-                                                             "format": "date-time"})),
+                          _query("since", "ISO 8601 time (UTC without an offset), from "
+                                 "0001-01-02 to 9999-12-30 in UTC.",
+                                 {"type": "string", "format": "date-time"})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/sessions/{session_id}", "records",
               "A session's records and trajectory",

@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -31,6 +31,7 @@ from reef.gateway.auth import Authenticator, GuardedEndpoint, grant_of
 from reef.gateway.browser_policy import BrowserPolicy
 from reef.gateway.capture import Recorder
 from reef.gateway.errors import (
+    client_gone,
     dialect_of,
     error_body,
     reef_error,
@@ -310,6 +311,7 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={
             HTTPException: _http_error,
+            ClientDisconnect: client_gone,
             ReefError: reef_error,
             Exception: server_error,
         },

@@ -39,6 +39,7 @@ from reef.gateway.capture import (
 from reef.gateway.errors import (
     ErrorDialect,
     UnsupportedRouteError,
+    client_gone,
     error_response,
     log_failure,
     server_error,
@@ -167,6 +168,8 @@ class InferenceRoutes:
                 response = await self._respond(request, api, held)
             except ReefError as exc:  # e.g. the store could not record the answer
                 response = self._error(request, api, exc)
+            except ClientDisconnect as exc:  # gone while its body was read
+                response = await client_gone(request, exc)
             except Exception as exc:
                 response = await server_error(request, exc)
             # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.

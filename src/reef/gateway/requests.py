@@ -173,6 +173,11 @@ def reef_headers(
             headers[key] = raw_value.decode("latin-1")
     tags = _tags(headers)
     scenario = headers.get("x-reef-scenario")
+    if scenario and not _SCENARIO_RE.fullmatch(scenario):
+        raise InvalidInputError(
+            f"header x-reef-scenario: invalid scenario name {scenario[:80]!r}: use 1-64 "
+            "letters, digits, '.', '_' or '-'"
+        )
     model = body.get("model") if body is not None else None
     if isinstance(model, str):
         aliased = aliases.get(model)

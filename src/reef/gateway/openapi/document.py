@@ -50,7 +50,7 @@ from reef.gateway.requests import (
 )
 from reef.gateway.responses.stored import MAX_ITEMS_PAGE
 from reef.gateway.routes import Access, ScenarioFrom, rule_for
-from reef.jobs.queue import JOB_STATES
+from reef.jobs import JOB_STATES
 from reef.releases import CANDIDATE_STATES, MAX_PAGE
 
 _JSON = "application/json"

@@ -36,6 +36,9 @@ ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]  # schemathe
 NOT_IN_THE_DOCUMENT = {
     # `cursor` is opaque: only a `next_cursor` the gateway made is one (else a 400).
     "GET /reef/scenarios/{scenario}/records": "a cursor the gateway did not make",
+    # `score` must lie in the scenario's `scenarios.<s>.score_range`: configuration.
+    "POST /reef/feedback": "a score outside the scenario's score_range",
+    "POST /reef/report": "a score outside the scenario's score_range",
 }
 """Operations whose valid-looking requests may be refused with a 400, and why."""
 

@@ -51,7 +51,12 @@ class FeedbackIn(BaseModel):
         description="The session whose task outcome this is; the recipe's credit policy "
         "spreads the score over the turns of its branch.",
     )
-    score: float | None = Field(default=None, allow_inf_nan=False)
+    score: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description="Within the scenario's `scenarios.<s>.score_range` (default [0, 1]); "
+        "outside it is a 400.",
+    )
     feedback: Any = Field(default=None, description="Free text or structured feedback.")
     correction: Any = Field(
         default=None,

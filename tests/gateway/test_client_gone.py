@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterator
 
 import orjson
 import pytest
 
 from reef.experience import RecordFilter, RecordView
 from tests.fakes.upstream import FakeUpstreamThread
-from tests.gateway.harness import GatewayThread
+from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import holds_connection, send_unread
 from tests.polling import eventually
 
@@ -69,16 +70,29 @@ STREAMS = [
 ]
 
 
+@pytest.fixture(scope="module", params=["2.3", "2.4"])
+def either_gateway(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    fake: FakeUpstreamThread,
+) -> Iterator[GatewayThread]:
+    """A gateway served as an ASGI 2.3 server does (the disconnect comes on ``receive``)
+    and as a 2.4 one does (a ``send`` to the gone client raises)."""
+    home = tmp_path_factory.mktemp("gone")
+    with GatewayThread(make_settings(home, fake.base_url), asgi_spec=request.param) as gateway:
+        yield gateway
+
+
 @pytest.mark.parametrize(("path", "request_body"), STREAMS)
 def test_a_stream_left_before_its_first_byte_is_recorded_aborted(
-    module_gateway: GatewayThread,
+    either_gateway: GatewayThread,
     fake: FakeUpstreamThread,
     path: str,
     request_body: dict[str, object],
 ) -> None:
     session = f"left-early-{path.rsplit('/', 1)[-1]}-{request_body['model']}".replace("/", "-")
     body = {**request_body, "messages": [{"role": "user", "content": "hold-answer please"}]}
-    sock = send_unread(module_gateway.port, path, orjson.dumps(body), {"x-reef-session": session})
+    sock = send_unread(either_gateway.port, path, orjson.dumps(body), {"x-reef-session": session})
     client_port = sock.getsockname()[1]
     try:
         # The upstream holds its answer (headers and first chunk) until the client left
@@ -86,7 +100,7 @@ def test_a_stream_left_before_its_first_byte_is_recorded_aborted(
         eventually(lambda: fake.held == 1 or None, "the upstream holding the request")
         sock.close()
         eventually(
-            lambda: not holds_connection(module_gateway.server, client_port) or None,
+            lambda: not holds_connection(either_gateway.server, client_port) or None,
             "the gateway seeing the client go",
         )
         fake.release_held()
@@ -94,7 +108,7 @@ def test_a_stream_left_before_its_first_byte_is_recorded_aborted(
         filters = RecordFilter(session_id=session)
 
         def settled() -> RecordView | None:
-            page = module_gateway.store.list_records(scenario, filters, None, 10)
+            page = either_gateway.store.list_records(scenario, filters, None, 10)
             ended = [r for r in page.records if r.status != "pending"]
             return ended[0] if ended else None
 

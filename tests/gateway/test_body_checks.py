@@ -433,3 +433,37 @@ def test_text_and_embedding_bodies_using_every_checked_field_are_served(
     response = call(module_gateway.port, "POST", path, {"model": "reef/support", **body})
     assert response.status == 200, response.body
     assert documented_errors(schema, body) == []
+
+
+# -- integers written with a zero fraction -----------------------------------------------
+
+WHOLE = [
+    (CHAT, "ChatCompletionRequest", {"messages": USER, "n": 2.0, "max_tokens": 16.0}),
+    ("/v1/completions", "CompletionRequest", {"prompt": [[1.0, 2], [3]], "seed": -4.0}),
+    ("/v1/embeddings", "EmbeddingsRequest", {"input": [7.0, 8], "dimensions": 3.0}),
+]
+
+
+@pytest.mark.parametrize(("path", "schema", "fields"), WHOLE)
+def test_an_integer_with_a_zero_fraction_is_that_integer_upstream(
+    module_gateway: GatewayThread,
+    fake: FakeUpstreamThread,
+    path: str,
+    schema: str,
+    fields: dict[str, Any],
+) -> None:
+    body = {"model": "reef/support", **fields}
+    assert documented_errors(schema, body) == []  # JSON Schema: 2.0 is an integer
+    response = call(module_gateway.port, "POST", path, body)
+    assert response.status == 200, response.body
+    sent = fake.last_request_body
+    for key, value in fields.items():
+        if key in ("messages",):
+            continue
+        assert json.dumps(sent[key]) == json.dumps(_as_ints(value)), key
+
+
+def _as_ints(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_as_ints(item) for item in value]
+    return int(value) if isinstance(value, float) else value

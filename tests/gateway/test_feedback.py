@@ -137,3 +137,15 @@ def test_principal_is_stored(make_gateway) -> None:  # type: ignore[no-untyped-d
     )
     assert response.status == 201
     assert gateway.store.get_record(record_id).feedback[0].principal == "grader"
+
+
+def test_an_empty_scenario_header_is_no_header(gateway: GatewayThread) -> None:
+    record_id = serve(gateway, "support")
+    response = feedback(
+        gateway,
+        {"record_ids": [record_id], "score": 1},
+        **{"x-reef-scenario": "", "x-reef-idempotency-key": ""},
+    )
+    assert response.status == 201, response.body  # the record's scenario, as without it
+    stored = gateway.store.get_record(record_id).feedback
+    assert [row.score for row in stored] == [1]

@@ -8,6 +8,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from reef.core.jsoncodec import MAX_DEPTH
@@ -173,3 +174,38 @@ def test_docs_state_the_limits() -> None:
     assert f"nested deeper than {MAX_DEPTH} levels" in docs
     assert f"an integer from 1 to {MAX_COUNT}" in docs
     assert f"an integer from 1 to {MAX_CHOICES}" in docs
+
+
+HEADER_VALUES: list[tuple[str, str, bool]] = [
+    # (header, value, accepted): what the gateway does is what the document says
+    ("x-reef-scenario", "", True),  # empty: no header (the model names the scenario)
+    ("x-reef-scenario", "support", True),
+    ("x-reef-scenario", "sup port", False),
+    ("x-reef-scenario", "s" * 65, False),
+    ("x-reef-session", "", True),
+    ("x-reef-session", "a.b:c@d~e+f=g-h", True),
+    ("x-reef-session", "-starts-with-a-dash", False),
+    ("x-reef-release", "", True),
+    ("x-reef-release", "r" * (MAX_RELEASE_ID_CHARS + 1), False),
+    ("x-reef-idempotency-key", "", True),
+    ("x-reef-idempotency-key", "k" * (MAX_IDEMPOTENCY_KEY_CHARS + 1), False),
+    ("x-reef-purpose", "", True),
+    ("x-reef-purpose", "EVAL", True),
+    ("x-reef-purpose", "Serve", True),
+    ("x-reef-purpose", "train", False),
+    ("x-reef-capture", "OFF", True),
+    ("x-reef-capture", "anything", True),
+]
+
+
+@pytest.mark.parametrize(("header", "value", "accepted"), HEADER_VALUES)
+def test_a_reef_header_is_accepted_exactly_when_the_document_allows_it(
+    module_gateway: GatewayThread, header: str, value: str, accepted: bool
+) -> None:
+    schema = {h["name"]: h["schema"] for h in INFERENCE_HEADERS}[header]
+    assert (not list(jsonschema.Draft202012Validator(schema).iter_errors(value))) is accepted
+    response = call(module_gateway.port, "POST", CHAT, BODY, {header: value})
+    assert (response.status == 200) is accepted, response.body
+    if not accepted:
+        assert response.status == 400
+        assert header in response.json()["error"]["message"]

@@ -6,7 +6,10 @@ import base64
 import hashlib
 import re
 from collections.abc import Callable
+from typing import Any
 
+import jsonschema
+import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
@@ -53,11 +56,8 @@ def test_bodies_come_from_the_pydantic_models() -> None:
     document = openapi_document()
     schemas = document["components"]["schemas"]
     assert schemas["FeedbackIn"]["additionalProperties"] is False
-    assert schemas["FeedbackIn"]["anyOf"] == [
-        {"required": ["record_ids"]},
-        {"required": ["session_id"]},
-    ]
-    assert schemas["ReportIn"]["anyOf"][0] == {"required": ["references"]}
+    assert schemas["FeedbackIn"]["anyOf"][1]["required"] == ["record_ids"]
+    assert schemas["ReportIn"]["anyOf"][1]["required"] == ["references"]
     assert "record_ids" not in schemas["ReportIn"]["properties"]
     assert set(schemas["RollbackIn"]["required"]) == {"to"}
     assert set(schemas["PromoteIn"]["required"]) == {"candidate_id"}
@@ -107,3 +107,27 @@ def test_served_without_a_key_and_rendered(make_gateway: Callable[..., GatewayTh
     assert f"style-src 'sha256-{digest}'" in csp  # the page's own stylesheet, nothing else
     for path in openapi_document()["paths"]:
         assert f"<code>{path}</code>" in text, path
+
+
+FEEDBACK_TARGETS = [
+    # (body, valid): what ``reef.gateway.feedback._check_targets`` accepts
+    ({"record_ids": ["r1"]}, True),
+    ({"record_ids": ["r1", "r2"]}, True),
+    ({"session_id": "s1"}, True),
+    ({"session_id": "s1", "record_ids": ["r1"]}, True),
+    ({"session_id": "s1", "record_ids": ["r1", "r2"]}, False),
+    ({"record_ids": []}, False),
+    ({"record_ids": ["r1"], "session_id": None}, True),
+    ({"session_id": None}, False),
+    ({}, False),
+]
+
+
+@pytest.mark.parametrize(("body", "valid"), FEEDBACK_TARGETS)
+def test_the_document_states_what_feedback_must_be_about(body: dict[str, Any], valid: bool) -> None:
+    root = {"$ref": "#/components/schemas/FeedbackIn", **openapi_document()}
+    errors = list(jsonschema.Draft202012Validator(root).iter_errors(body))
+    assert (not errors) is valid
+    report = {("references" if k == "record_ids" else k): v for k, v in body.items()}
+    root["$ref"] = "#/components/schemas/ReportIn"
+    assert (not list(jsonschema.Draft202012Validator(root).iter_errors(report))) is valid

@@ -78,3 +78,51 @@ def test_the_document_states_each_bound(path: str, most: int) -> None:
 def test_the_document_states_the_bounds_of_before_seq() -> None:
     schema = documented(f"{S}/releases", "before_seq")
     assert (schema["minimum"], schema["maximum"]) == (1, 2**63 - 1)
+
+
+def datetime_query_params() -> list[tuple[str, str]]:
+    """``(path, name)`` of every GET query parameter the document types as a date-time,
+    each ``{param}`` of the path filled with ``support``."""
+    found = []
+    for path, item in openapi_document()["paths"].items():
+        for parameter in item.get("get", {}).get("parameters", []):
+            if parameter["in"] == "query" and parameter["schema"].get("format") == "date-time":
+                found.append((path.replace("{scenario}", "support"), parameter["name"]))
+    return found
+
+
+IMPOSSIBLE_TIMES = [
+    "9999-12-31T23:59:59%2B14:00",  # 09:59 UTC on the last day: past it in other zones
+    "9999-12-31T23:59:59-14:00",  # past year 9999 in UTC
+    "0001-01-01T00:00:00%2B01:00",  # before year 1 in UTC
+    "2025-02-30T00:00:00Z",
+    "2025-01-01T25:00:00Z",
+    "yesterday",
+    "",
+]
+
+
+def test_every_date_time_query_parameter_is_found() -> None:
+    assert (f"{S}/records", "since") in datetime_query_params()
+
+
+@pytest.mark.parametrize(("path", "name"), datetime_query_params())
+@pytest.mark.parametrize("value", IMPOSSIBLE_TIMES)
+def test_an_impossible_time_is_400_naming_the_parameter(
+    module_gateway: GatewayThread, path: str, name: str, value: str
+) -> None:
+    response = call(module_gateway.port, "GET", f"{path}?{name}={value}")
+    assert response.status == 400, response.body
+    message = response.json()["error"]["message"]
+    assert f"query parameter {name!r}" in message, message
+
+
+@pytest.mark.parametrize(("path", "name"), datetime_query_params())
+@pytest.mark.parametrize(
+    "value", ["2025-01-31T12:00:00Z", "2025-01-31T12:00:00%2B14:00", "2025-01-31", "9999-12-29"]
+)
+def test_a_possible_time_is_served(
+    module_gateway: GatewayThread, path: str, name: str, value: str
+) -> None:
+    response = call(module_gateway.port, "GET", f"{path}?{name}={value}")
+    assert response.status == 200, response.body

@@ -1,6 +1,14 @@
 """Schemathesis over the gateway's own OpenAPI document, against a real gateway on
 loopback (in front of the fake upstream), with and without keys: no input answers 5xx,
-and every answer matches what the document says (status codes, content types, bodies).
+every answer matches what the document says (status codes, content types, bodies), and
+the document is exactly as strict as the gateway's checks:
+
+- ``negative_data_rejection`` (ST201): a request the document calls invalid is refused;
+- ``positive_data_acceptance`` (ST202): a request the document calls valid is not
+  refused with a 400 (except where ``NOT_IN_THE_DOCUMENT`` names a rule JSON Schema
+  cannot state);
+- ``allow_header_conformance`` (ST205): ``OPTIONS`` lists in ``Allow`` the methods the
+  document declares for the path.
 
 Examples are bounded (``MAX_EXAMPLES`` per operation, derandomized) so the run is the same
 every time and fits the suite's budget.
@@ -15,6 +23,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
+from schemathesis.config import SchemathesisConfig
 
 from reef.gateway.openapi.document import openapi_document
 from tests.fakes.upstream import FakeUpstreamThread
@@ -23,7 +32,28 @@ from tests.gateway.harness import GatewayThread, make_settings
 MAX_EXAMPLES = 20
 ADMIN_KEY = "sk-schema-admin"
 
-schema = schemathesis.openapi.from_dict(openapi_document())
+ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]  # schemathesis's default
+NOT_IN_THE_DOCUMENT = {
+    # `cursor` is opaque: only a `next_cursor` the gateway made is one (else a 400).
+    "GET /reef/scenarios/{scenario}/records": "a cursor the gateway did not make",
+    # `score` must lie in the scenario's `scenarios.<s>.score_range`: configuration.
+    "POST /reef/feedback": "a score outside the scenario's score_range",
+    "POST /reef/report": "a score outside the scenario's score_range",
+}
+"""Operations whose valid-looking requests may be refused with a 400, and why."""
+
+CONFIG = SchemathesisConfig.from_dict(
+    {
+        "operations": [
+            {
+                "include-name": name,
+                "checks": {"positive_data_acceptance": {"expected-statuses": [*ACCEPTED, "400"]}},
+            }
+            for name in NOT_IN_THE_DOCUMENT
+        ]
+    }
+)
+schema = schemathesis.openapi.from_dict(openapi_document(), config=CONFIG)
 
 
 @pytest.fixture(scope="module", params=["no keys", "keys"])
@@ -65,4 +95,7 @@ CHECKS = [
     checks.content_type_conformance,
     checks.response_schema_conformance,
     checks.response_headers_conformance,
+    checks.negative_data_rejection,
+    checks.positive_data_acceptance,
+    checks.allow_header_conformance,
 ]

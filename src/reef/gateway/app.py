@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,6 +32,7 @@ from reef.gateway.auth import Authenticator, GuardedEndpoint, grant_of
 from reef.gateway.browser_policy import BrowserPolicy
 from reef.gateway.capture import Recorder
 from reef.gateway.errors import (
+    client_gone,
     dialect_of,
     error_body,
     reef_error,
@@ -43,7 +44,7 @@ from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.openapi.document import OpenAPIRoutes
 from reef.gateway.requests import SCENARIO_MODEL_PREFIX, check_scenario_name
 from reef.gateway.responses.stored import ResponsesRoutes
-from reef.gateway.routes import ROUTE_TABLE, build_routes
+from reef.gateway.routes import ROUTE_TABLE, allowed_methods, build_routes
 from reef.gateway.serving.activation import Activation
 from reef.gateway.state import GatewayState
 from reef.gateway.store_health import StoreHealth
@@ -208,11 +209,18 @@ async def _http_error(request: Request, exc: Exception) -> Response:
             f"{base_url})"
         )
     dialect = dialect_of(meant or path)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette's Allow names the methods of the first route on the path only; the
+        # table knows them all (GET and DELETE of a stored response are two routes).
+        allowed = allowed_methods(request.scope["path"])
+        if allowed:
+            headers["Allow"] = ", ".join(allowed)
     return Response(
         error_body(exc.status_code, message, dialect),
         status_code=exc.status_code,
         media_type="application/json",
-        headers=exc.headers,  # a 405's Allow
+        headers=headers,
     )
 
 
@@ -332,6 +340,7 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={
             HTTPException: _http_error,
+            ClientDisconnect: client_gone,
             ReefError: reef_error,
             Exception: server_error,
         },

@@ -5,7 +5,9 @@ that breaks them is refused here with a 400 naming the field (``InvalidFieldErro
 OpenAI-shaped errors carry it as ``param``) rather than failing deep inside with a 500.
 Only fields Reef itself reads are checked, for their type and for the bounds every server
 shares; every other field goes upstream unchanged, for the upstream to judge. ``null``
-counts as absent, as both APIs treat it.
+counts as absent, as both APIs treat it. An integer may be written with a zero fraction
+(``79.0``): JSON (and JSON Schema, in which the OpenAPI document states these types) has
+one number type, so it is the integer 79, and Reef passes it on as ``79``.
 """
 
 from __future__ import annotations
@@ -103,13 +105,22 @@ def _inputs(body: dict[str, Any], key: str) -> None:
         return
     rows = value if all(isinstance(item, list) for item in value) else [value]
     for row, tokens in enumerate(rows):
-        if not tokens or not all(_is_token(token) for token in tokens):
+        ids = [_whole(token) for token in tokens]
+        if not tokens or not all(_is_token(token) for token in ids):
             where = key if rows is not value else f"{key}[{row}]"
             _refuse(where, expected, tokens)
+        tokens[:] = ids
 
 
 def _is_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _whole(value: Any) -> Any:
+    """``value`` as an ``int`` when it is a float with no fraction (``79.0``), else as is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def check_anthropic_messages(body: dict[str, Any]) -> None:
@@ -298,12 +309,16 @@ def _optional_boolean(owner: dict[str, Any], key: str, parent: str | None) -> No
 
 
 def _integer(body: dict[str, Any], key: str, lowest: int, highest: int) -> None:
-    value = body.get(key)
-    if value is None:
+    """``body[key]``, when present, is an integer from ``lowest`` to ``highest``; one
+    written with a zero fraction is replaced by the ``int``."""
+    sent = body.get(key)
+    if sent is None:
         return
+    value = _whole(sent)
     # bool is an int in Python, not in JSON; integers past 64 bits arrive as floats.
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-        _refuse(key, f"an integer from {lowest} to {highest}", value)
+        _refuse(key, f"an integer from {lowest} to {highest}", sent)
+    body[key] = value
 
 
 def _number(body: dict[str, Any], key: str, lowest: float | None, highest: float | None) -> None:

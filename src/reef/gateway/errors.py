@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Final, Literal
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -165,6 +165,20 @@ async def reef_error(request: Request, exc: Exception) -> Response:
     response = error_response(exc, dialect_of(request.url.path))
     log_failure(request, exc, response.status_code, request.app.state.reef.store_health)
     return response
+
+
+CLIENT_CLOSED_REQUEST: Final = 499  # nginx's code: the client left; nobody reads it
+
+
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """A client that closed its connection while its request body was read: nothing
+    broke on this side, so one info line and no traceback. The answer goes nowhere."""
+    log.info(
+        "client went away while its request was read: %s %s",
+        request.method,
+        request.url.path[:200],
+    )
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 async def server_error(request: Request, exc: Exception) -> Response:

@@ -22,6 +22,7 @@ from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     MAX_SESSION_ID_CHARS,
+    SCENARIO_PATTERN,
     bounded_header,
     check_scenario_name,
     query_int,
@@ -34,10 +35,9 @@ class FeedbackIn(BaseModel):
     """The body of ``POST /reef/feedback`` (schema version 1): about records, or the
     outcome of a session's task (``session_id``), or both (one record: the turn targeted)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"anyOf": [{"required": ["record_ids"]}, {"required": ["session_id"]}]},
-    )
+    # What it must be about (``_check_targets``) is stated in the OpenAPI document by
+    # ``reef.gateway.openapi.document``, for this body and ``/reef/report``'s alike.
+    model_config = ConfigDict(extra="forbid")
 
     record_ids: list[str] = Field(
         default_factory=list,
@@ -51,7 +51,12 @@ class FeedbackIn(BaseModel):
         description="The session whose task outcome this is; the recipe's credit policy "
         "spreads the score over the turns of its branch.",
     )
-    score: float | None = Field(default=None, allow_inf_nan=False)
+    score: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description="Within the scenario's `scenarios.<s>.score_range` (default [0, 1]); "
+        "outside it is a 400.",
+    )
     feedback: Any = Field(default=None, description="Free text or structured feedback.")
     correction: Any = Field(
         default=None,
@@ -62,7 +67,10 @@ class FeedbackIn(BaseModel):
     idempotency_key: str | None = Field(default=None, max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict)
     scenario: str | None = Field(
-        default=None, description="Defaults to x-reef-scenario, else the first record's."
+        default=None,
+        description="Defaults to x-reef-scenario, else the first record's (empty: the same).",
+        # Checked by the route (``check_scenario_name``); stated here for the document.
+        json_schema_extra={"maxLength": 64, "pattern": f"^(?:{SCENARIO_PATTERN})?$"},
     )
 
 
@@ -132,7 +140,8 @@ class FeedbackRoutes:
         key = parsed.idempotency_key or bounded_header(
             request, "x-reef-idempotency-key", MAX_IDEMPOTENCY_KEY_CHARS
         )
-        scenario = parsed.scenario or request.headers.get("x-reef-scenario")
+        # An empty header is no header, as on the inference routes.
+        scenario = parsed.scenario or request.headers.get("x-reef-scenario") or None
         store = self.state.store
         if self.state.settings.store.durability == "async":
             # The records may still be queued; feedback must be able to name them.

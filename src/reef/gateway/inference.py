@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
@@ -39,6 +39,7 @@ from reef.gateway.capture import (
 from reef.gateway.errors import (
     ErrorDialect,
     UnsupportedRouteError,
+    client_gone,
     error_response,
     log_failure,
     server_error,
@@ -169,11 +170,16 @@ class InferenceRoutes:
                 response = await self._respond(request, api, held)
             except ReefError as exc:  # e.g. the store could not record the answer
                 response = self._error(request, api, exc)
+            except ClientDisconnect as exc:  # gone while its body was read
+                response = await client_gone(request, exc)
             except Exception as exc:
                 response = await server_error(request, exc)
             # An ASGI 2.4 server's word for a client gone; the stack lets go of the rest.
             with contextlib.suppress(ClientDisconnect):
                 if isinstance(response, StreamingResponse):
+                    body = response.body_iterator
+                    if isinstance(body, _ClientBody):
+                        receive = body.departure.watch(receive)
                     await response(scope, receive, send)
                 else:
                     with one_segment(send):  # headers and body in one write
@@ -707,7 +713,9 @@ class InferenceRoutes:
         on_end = None
         if lead is not None:
             on_end = functools.partial(self._streamed, lead, headers)
-        body = _ClientBody(self._relay(exchange, plan, stream, dialect), on_end)
+        departure = _Departure()
+        relay = self._relay(exchange, plan, stream, dialect, departure)
+        body = _ClientBody(relay, on_end, departure)
         held.push_async_callback(self._close_body, body, exchange, stream)
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 
@@ -734,7 +742,12 @@ class InferenceRoutes:
         self._observe(exchange, 499)
 
     async def _relay(  # noqa: C901
-        self, exchange: Exchange, plan: CallPlan, stream: UpstreamStream, dialect: ErrorDialect
+        self,
+        exchange: Exchange,
+        plan: CallPlan,
+        stream: UpstreamStream,
+        dialect: ErrorDialect,
+        departure: _Departure,
     ) -> AsyncIterator[bytes]:
         """Relay the upstream's events while reassembling the full response for the record.
 
@@ -742,7 +755,9 @@ class InferenceRoutes:
         then may not await, so it closes the upstream and records ``aborted`` through
         tasks of their own. When the gateway stops (``GatewayState.shutdown``), the
         stream ends with an error event and is recorded ``aborted`` with
-        ``interrupted: the gateway stopped``.
+        ``interrupted: the gateway stopped``. A stream whose every byte was ready at once
+        can run to its end before that cancellation lands, so the end checks
+        ``departure`` before it records ``ok``: a client seen gone gets ``aborted``.
         """
         relay = self._stream_relay(exchange, plan)
         relay.parser.max_line_bytes = stream.max_line_bytes  # the upstream's bound
@@ -782,6 +797,8 @@ class InferenceRoutes:
             tail = relay.finish()
             if tail:
                 yield tail
+            if departure.left:
+                return  # nobody read it: the ``finally`` records ``aborted``
             recorded = True
             response, reply = relay.result()
             if exchange.capture:
@@ -820,7 +837,7 @@ class InferenceRoutes:
                     response, _ = relay.result()
                     # A client leaving while the gateway stops (its last writes cut
                     # short) is still the stop's doing.
-                    reason = STOPPED if shutdown.cutting else "client disconnected mid-stream"
+                    reason = STOPPED if shutdown.cutting else departure.reason()
                     draft = recorder.draft(exchange, response, None, "aborted", reason)
                     recorder.record_in_background(draft)
                 self._observe(exchange, 499)
@@ -884,15 +901,50 @@ class _Held:
         return bool(await self._stack.__aexit__(exc_type, exc, tb))
 
 
+class _Departure:
+    """Whether a stream's client has gone, and how many chunks had been handed to the
+    server by then. An ASGI 2.3 server says so on ``receive`` (which Starlette's streaming
+    response watches); an ASGI 2.4 one raises on ``send``, which ends the relay itself."""
+
+    __slots__ = ("_delivered_when_left", "delivered", "left")
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.left = False
+        self._delivered_when_left = 0
+
+    def watch(self, receive: Receive) -> Receive:
+        """``receive``, noting the disconnect when it reports one."""
+
+        async def receiving() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" and not self.left:
+                self.left = True
+                self._delivered_when_left = self.delivered
+            return message
+
+        return receiving
+
+    def reason(self) -> str:
+        """The ``aborted`` record's error: whether the client left before the first byte."""
+        if self.left and self._delivered_when_left == 0:
+            return "client disconnected before the first byte"
+        return "client disconnected mid-stream"
+
+
 class _ClientBody:
     """A stream's bytes on their way to the client. Notes whether the client ever asked
     for one (a relay never started has nothing to clean up by itself) and, for an
     idempotency key's waiters, keeps a copy that ``on_end`` gets once the stream ended."""
 
     def __init__(
-        self, chunks: AsyncIterator[bytes], on_end: Callable[[bytes], None] | None
+        self,
+        chunks: AsyncIterator[bytes],
+        on_end: Callable[[bytes], None] | None,
+        departure: _Departure,
     ) -> None:
         self._chunks = chunks
+        self.departure = departure
         self._on_end = on_end
         self._sent: list[bytes] | None = [] if on_end is not None else None
         self.started = False
@@ -905,12 +957,14 @@ class _ClientBody:
         try:
             chunk = await anext(self._chunks)
         except StopAsyncIteration:
-            if self._on_end is not None and self._sent is not None:
+            # A stream cut by the client's departure is no answer to hand to waiters.
+            if self._on_end is not None and self._sent is not None and not self.departure.left:
                 on_end, self._on_end = self._on_end, None
                 on_end(b"".join(self._sent))
             raise
         if self._sent is not None:
             self._sent.append(chunk)
+        self.departure.delivered += 1
         return chunk
 
     async def aclose(self) -> None:

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Final, cast, overload
 
@@ -202,6 +203,11 @@ def reef_headers(
             headers[key] = raw_value.decode("latin-1")
     tags = _tags(headers)
     scenario = headers.get("x-reef-scenario")
+    if scenario and not _SCENARIO_RE.fullmatch(scenario):
+        raise InvalidInputError(
+            f"header x-reef-scenario: invalid scenario name {scenario[:80]!r}: use 1-64 "
+            "letters, digits, '.', '_' or '-'"
+        )
     model = body.get("model") if body is not None else None
     if isinstance(model, str):
         aliased = aliases.get(model)
@@ -326,3 +332,35 @@ def query_number(request: Request, name: str) -> float | None:
             f"query parameter {name!r} must be a finite number, not {raw[:40]!r}"
         )
     return value
+
+
+# Python's datetimes end at year 1 and 9999; an instant within a day of either end has a
+# local reading in some time zone past the end, so a query naming it is refused rather
+# than failing (or matching nothing) further in.
+_EARLIEST_QUERY_TIME: Final = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+_LATEST_QUERY_TIME: Final = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
+
+
+def query_datetime(request: Request, name: str) -> datetime | None:
+    """The ISO 8601 time query parameter ``name`` in UTC (one without an offset is taken
+    as UTC), or ``None`` when absent. ``InvalidInputError`` naming it when it is malformed
+    or, converted to UTC, out of the range 0001-01-02 to 9999-12-30."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw)
+        moment = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+        moment = moment.astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInputError(
+            f"query parameter {name!r} must be an ISO 8601 time such as "
+            f"2025-01-31T12:00:00Z, not {raw[:40]!r} ({exc})"
+        ) from exc
+    if not _EARLIEST_QUERY_TIME <= moment <= _LATEST_QUERY_TIME:
+        raise InvalidInputError(
+            f"query parameter {name!r} is {moment.isoformat()} in UTC, outside the times "
+            f"a record can have ({_EARLIEST_QUERY_TIME:%Y-%m-%d} to "
+            f"{_LATEST_QUERY_TIME:%Y-%m-%d})"
+        )
+    return moment

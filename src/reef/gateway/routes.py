@@ -35,7 +35,7 @@ from typing import Final, Literal, cast
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route, request_response
+from starlette.routing import BaseRoute, Route, compile_path, request_response
 from starlette.types import ASGIApp
 
 from reef.core.errors import ReefError
@@ -161,6 +161,26 @@ ROUTE_TABLE: Final[tuple[RouteRule, ...]] = (
 RULES: Final[Mapping[tuple[str, str], RouteRule]] = {rule.key: rule for rule in ROUTE_TABLE}
 if len(RULES) != len(ROUTE_TABLE):  # pragma: no cover - a typo in the table
     raise UndeclaredRouteError("ROUTE_TABLE declares a method and path twice")
+
+
+def _path_patterns() -> dict[str, re.Pattern[str]]:
+    return {rule.path: compile_path(rule.path)[0] for rule in ROUTE_TABLE}
+
+
+_PATH_PATTERNS: Final[Mapping[str, re.Pattern[str]]] = _path_patterns()
+
+
+def allowed_methods(path: str) -> list[str]:
+    """Every method the route table serves on the request path ``path`` (with ``HEAD``
+    beside ``GET``, as Starlette answers it), sorted: a 405's ``Allow``. Read from the
+    table, so it lists a path's methods even where they are separate routes (``GET`` and
+    ``DELETE`` of a stored response); empty for a path the gateway does not serve."""
+    methods = {
+        rule.method for rule in ROUTE_TABLE if _PATH_PATTERNS[rule.path].match(path) is not None
+    }
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def rule_for(method: str, document_path: str) -> RouteRule:

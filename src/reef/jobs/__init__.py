@@ -10,6 +10,7 @@ store's package (experience, releases).
 
 from reef.jobs.queue import (
     DEFAULT_MAX_ATTEMPTS,
+    JOB_STATES,
     Job,
     JobCancelledError,
     JobNotFoundError,
@@ -20,6 +21,7 @@ from reef.jobs.queue import (
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "JOB_STATES",
     "Job",
     "JobCancelledError",
     "JobNotFoundError",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -14,7 +13,7 @@ from reef.core import dumps
 from reef.core.errors import InvalidInputError
 from reef.experience import RecordFilter, RecordNotFoundError, RecordView, assemble_trajectory
 from reef.gateway.auth import grant_of
-from reef.gateway.requests import check_scenario_name, query_int, query_number
+from reef.gateway.requests import check_scenario_name, query_datetime, query_int, query_number
 from reef.gateway.state import GatewayState
 
 MAX_RECORDS_PAGE = 500
@@ -43,10 +42,7 @@ def _parse_bool(name: str, value: str | None) -> bool | None:
 def _parse_filters(request: Request) -> tuple[RecordFilter, str | None, int]:
     query = request.query_params
     limit = query_int(request, "limit", 50, 1, MAX_RECORDS_PAGE)
-    try:
-        since = datetime.fromisoformat(query["since"]) if "since" in query else None
-    except ValueError as exc:
-        raise InvalidInputError(f"bad query parameter 'since': {exc}") from exc
+    since = query_datetime(request, "since")
     filters = RecordFilter(
         session_id=query.get("session"),
         has_feedback=_parse_bool("has_feedback", query.get("has_feedback")),

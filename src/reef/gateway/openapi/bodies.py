@@ -20,7 +20,12 @@ from reef.gateway.body_checks import (
     MAX_COUNT,
     MAX_EMBEDDING_DIMENSIONS,
 )
-from reef.gateway.responses.checks import FORMAT_TYPES, TOOL_CHOICES, UNSUPPORTED_FIELDS
+from reef.gateway.responses.checks import (
+    FORMAT_TYPES,
+    REASONING_EFFORTS,
+    TOOL_CHOICES,
+    UNSUPPORTED_FIELDS,
+)
 
 _INT64 = 2**63
 _NESTING = f" Bodies nested deeper than {MAX_DEPTH} levels of arrays and objects are refused."
@@ -382,11 +387,15 @@ def responses_request() -> dict[str, Any]:
             "temperature": _maybe("number", minimum=0, maximum=2),
             "top_p": _COMMON["top_p"],
             "max_output_tokens": _counts(1, MAX_COUNT),
-            "text": _maybe("object", properties={"format": fmt}),
+            "text": _maybe("object", properties={"format": fmt}, additionalProperties=unsupported),
             "metadata": _maybe("object", additionalProperties={"type": "string"}),
             "reasoning": _maybe(
                 "object",
-                properties={"effort": _maybe("string"), "summary": unsupported},
+                properties={
+                    "effort": {"enum": [*REASONING_EFFORTS, None]},
+                    "summary": unsupported,
+                    "generate_summary": unsupported,
+                },
             ),
             "truncation": {"enum": ["disabled", None]},
             "include": _maybe("array", maxItems=0),

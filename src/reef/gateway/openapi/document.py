@@ -50,7 +50,8 @@ from reef.gateway.requests import (
 )
 from reef.gateway.responses.stored import MAX_ITEMS_PAGE
 from reef.gateway.routes import Access, ScenarioFrom, rule_for
-from reef.releases import MAX_PAGE
+from reef.jobs import JOB_STATES
+from reef.releases import CANDIDATE_STATES, MAX_PAGE
 
 _JSON = "application/json"
 _REF = "#/components/schemas/{model}"
@@ -105,46 +106,81 @@ def _limit(most: int, default: int = 50) -> dict[str, Any]:
 
 
 def _bounded(pattern: str | None, most: int) -> dict[str, Any]:
-    """A header value of at most ``most`` characters (matching ``pattern``, if any)."""
+    """A path value of 1 to ``most`` characters (matching ``pattern``, if any)."""
     schema: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": most}
     if pattern is not None:
         schema["pattern"] = f"^{pattern}$"
     return schema
 
 
+def _optional_header(pattern: str | None, most: int) -> dict[str, Any]:
+    """A Reef header's value: at most ``most`` characters (matching ``pattern``, if
+    any), or empty, which the gateway reads as the header's absence."""
+    schema: dict[str, Any] = {"type": "string", "maxLength": most}
+    if pattern is not None:
+        schema["pattern"] = f"^(?:{pattern})?$"
+    return schema
+
+
 SCENARIO = _param("path", "scenario", "The scenario's name.", _bounded(SCENARIO_PATTERN, 64))
+SCENARIO_HEADER_SCHEMA = _optional_header(SCENARIO_PATTERN, 64)
 LIMIT = _limit(MAX_PAGE)
+# ``x-reef-purpose``: read without case; empty is the default, ``serve``.
+_PURPOSE_PATTERN = "^(?:[Ss][Ee][Rr][Vv][Ee]|[Ee][Vv][Aa][Ll])?$"
+_EMPTY_IS_ABSENT = " An empty value is the same as none."
 
 INFERENCE_HEADERS = (
     _header(
         "x-reef-scenario",
         "The scenario; else `model: reef/<scenario>`; else a scenario's model alias "
-        "(`scenarios.<s>.model_aliases`); else `default`.",
-        _bounded(SCENARIO_PATTERN, 64),
+        "(`scenarios.<s>.model_aliases`); else `default`." + _EMPTY_IS_ABSENT,
+        SCENARIO_HEADER_SCHEMA,
     ),
     _header(
         "x-reef-session",
         "The session; else inferred by message-prefix matching. Letters, digits and "
-        "`._:@~+=-`, so it reads back at `/reef/scenarios/{scenario}/sessions/{session_id}`.",
-        _bounded(SESSION_ID_PATTERN, MAX_SESSION_ID_CHARS),
+        "`._:@~+=-`, so it reads back at `/reef/scenarios/{scenario}/sessions/{session_id}`."
+        + _EMPTY_IS_ABSENT,
+        _optional_header(SESSION_ID_PATTERN, MAX_SESSION_ID_CHARS),
     ),
     _header(
         "x-reef-release",
         "Pin a release on this scenario's chain; a candidate only with the gate's or an "
-        "admin key (another scenario's id: 404; a candidate for an inference key: 403).",
-        _bounded(None, MAX_RELEASE_ID_CHARS),
+        "admin key (another scenario's id: 404; a candidate for an inference key: 403)."
+        + _EMPTY_IS_ABSENT,
+        _optional_header(None, MAX_RELEASE_ID_CHARS),
     ),
-    _header("x-reef-capture", "`off`: serve without recording."),
-    _header("x-reef-purpose", "`serve` (default) or `eval` (recorded, never trained on)."),
+    _header(
+        "x-reef-capture",
+        "`off`, `0` or `false` (in any case): serve without recording; anything else records.",
+    ),
+    _header(
+        "x-reef-purpose",
+        "`serve` (default) or `eval` (recorded, never trained on), in any case." + _EMPTY_IS_ABSENT,
+        {"type": "string", "pattern": _PURPOSE_PATTERN},
+    ),
     _header(
         "x-reef-idempotency-key",
         "One answer per key and body: requests sent while the first is in flight wait "
         "for it, later ones are answered from its record; same receipt, one upstream "
-        "call. Another body under the key is a 409.",
-        _bounded(None, MAX_IDEMPOTENCY_KEY_CHARS),
+        "call. Another body under the key is a 409." + _EMPTY_IS_ABSENT,
+        _optional_header(None, MAX_IDEMPOTENCY_KEY_CHARS),
     ),
 )
 """Request headers of the inference routes (``x-reef-tag-<name>`` too: stored as tags)."""
+
+FEEDBACK_HEADERS = (
+    _header(
+        "x-reef-scenario",
+        "Scenario when the body names none." + _EMPTY_IS_ABSENT,
+        SCENARIO_HEADER_SCHEMA,
+    ),
+    _header(
+        "x-reef-idempotency-key",
+        "When the body has none." + _EMPTY_IS_ABSENT,
+        _optional_header(None, MAX_IDEMPOTENCY_KEY_CHARS),
+    ),
+)
 
 RECEIPT_HEADERS = {
     "x-reef-record-id": "The receipt: the id of the stored record.",
@@ -251,19 +287,22 @@ OPERATIONS: tuple[Operation, ...] = (
               "key, reads it; a response of another key or another scenario (than the "
               "key's, or `x-reef-scenario`) is a 404 like an unknown id.",
               parameters=(_path("response_id", "The response's id (`resp_…`)."),
-                          _header("x-reef-scenario", "Only a response of this scenario.")),
+                          _header("x-reef-scenario", "Only a response of this scenario."
+                                  + _EMPTY_IS_ABSENT, SCENARIO_HEADER_SCHEMA)),
               responses={"200": "The response object.", **_NOT_FOUND}),
     Operation("delete", "/v1/responses/{response_id}", "inference", "Delete a stored response",
               "It can no longer be read or continued; the record of its exchange "
               "stays (records are experience).",
               parameters=(_path("response_id", "The response's id (`resp_…`)."),
-                          _header("x-reef-scenario", "Only a response of this scenario.")),
+                          _header("x-reef-scenario", "Only a response of this scenario."
+                                  + _EMPTY_IS_ABSENT, SCENARIO_HEADER_SCHEMA)),
               responses={"200": "`{id, object: response, deleted: true}`.", **_NOT_FOUND}),
     Operation("get", "/v1/responses/{response_id}/input_items", "inference",
               "A stored response's input items",
               "Every item the response answered, earlier turns included, each with its id.",
               parameters=(_path("response_id", "The response's id (`resp_…`)."),
-                          _header("x-reef-scenario", "Only a response of this scenario."),
+                          _header("x-reef-scenario", "Only a response of this scenario."
+                                  + _EMPTY_IS_ABSENT, SCENARIO_HEADER_SCHEMA),
                           _limit(MAX_ITEMS_PAGE, 20),
                           _query("order", "`desc` (default, newest first) or `asc`.",
                                  {"enum": ["asc", "desc"]}),
@@ -285,8 +324,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          "404": "Not served here (the message says what is)."}),
     Operation("post", "/reef/feedback", "feedback", "Give feedback on records",
               "Score, text and/or correction for one or more records; idempotent with a key.",
-              parameters=(_header("x-reef-scenario", "Scenario when the body names none."),
-                          _header("x-reef-idempotency-key", "When the body has none.")),
+              parameters=FEEDBACK_HEADERS,
               body="FeedbackIn",
               responses={"201": "Stored: `{id, created: true, record_ids}`.",
                          "200": "Same idempotency key and body: the first feedback's id.",
@@ -294,8 +332,7 @@ OPERATIONS: tuple[Operation, ...] = (
                          "409": "Idempotency key reused with a different body."}),
     Operation("post", "/reef/report", "feedback", "Report (Reef-compatible feedback)",
               "`/reef/feedback` with `references` naming the records.",
-              parameters=(_header("x-reef-scenario", "Scenario when the body names none."),
-                          _header("x-reef-idempotency-key", "When the body has none.")),
+              parameters=FEEDBACK_HEADERS,
               body="ReportIn",
               responses={"201": "Stored.", "200": "Same idempotency key and body.",
                          **_COMMON_ERRORS, "404": "An unknown record id.",
@@ -327,8 +364,9 @@ OPERATIONS: tuple[Operation, ...] = (
                           _query("has_feedback", "true or false.", {"type": "boolean"}),
                           _query("min_score", "Mean feedback score at least this.",
                                  {"type": "number"}),
-                          _query("since", "ISO 8601 time.", {"type": "string",
-                                                             "format": "date-time"})),
+                          _query("since", "ISO 8601 time (UTC without an offset), from "
+                                 "0001-01-02 to 9999-12-30 in UTC.",
+                                 {"type": "string", "format": "date-time"})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/sessions/{session_id}", "records",
               "A session's records and trajectory",
@@ -410,9 +448,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/reef/scenarios/{scenario}/candidates", "candidates",
               "A scenario's candidates", "Newest first, with their gate evidence.",
               parameters=(SCENARIO, LIMIT, _query("state", "Only candidates in this state.",
-                                                  {"enum": ["pending", "evaluating", "passed",
-                                                            "rejected", "canary", "published",
-                                                            "abandoned"]})),
+                                                  {"enum": list(CANDIDATE_STATES)})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/scenarios/{scenario}/evaluations", "candidates",
               "A scenario's evaluations", "The gate's evaluations, newest first.",
@@ -453,12 +489,15 @@ OPERATIONS: tuple[Operation, ...] = (
               parameters=(SCENARIO, _query("limit", "Most jobs (default 20).",
                                            {"type": "integer", "minimum": 1,
                                             "maximum": 1000}),
-                          _query("state", "Only jobs in this state.")),
+                          _query("state", "Only jobs in this state.",
+                                 {"enum": list(JOB_STATES)})),
               responses=_ADMIN_READ),
     Operation("get", "/reef/artifacts/{digest}/harness", "harness", "A harness by digest",
               "The harness a release or candidate names (`{digest, named_by, "
               "harness, files}`); any other digest is a 404, so no other artifact is read.",
-              parameters=(_path("digest", "The harness artifact's digest, `sha256:...`."),),
+              parameters=(_param("path", "digest", "The harness artifact's digest, "
+                                 "`sha256:...`.", {"type": "string",
+                                                   "pattern": "^sha256:[0-9a-f]{64}$"}),),
               responses=_ADMIN_READ),
     Operation("get", "/ui", "dashboard", "The dashboard",
               "Redirects to `/ui/`. The page's own data calls go to the admin API with the "
@@ -521,6 +560,7 @@ def _schemas() -> dict[str, Any]:
     schemas: dict[str, Any] = {}
     for model in (FeedbackIn, RollbackIn, PromoteIn, AdoptConfigIn, AbandonIn):
         schemas[model.__name__] = _model_schema(model)
+    schemas["FeedbackIn"]["anyOf"] = _feedback_targets("record_ids")  # not the model's
     report = copy.deepcopy(schemas["FeedbackIn"])
     report["title"] = "ReportIn"
     report["description"] = "The body of `POST /reef/report`: `references` names the records."
@@ -528,7 +568,7 @@ def _schemas() -> dict[str, Any]:
         ("references" if key == "record_ids" else key): value
         for key, value in report["properties"].items()
     }
-    report["anyOf"] = [{"required": ["references"]}, {"required": ["session_id"]}]
+    report["anyOf"] = _feedback_targets("references")
     schemas["ReportIn"] = report
     schemas["ChatCompletionRequest"] = chat_completion_request()
     schemas.update(messages_request())
@@ -556,6 +596,21 @@ def _schemas() -> dict[str, Any]:
         "required": ["error"],
     }
     return schemas
+
+
+def _feedback_targets(ids: str) -> list[dict[str, Any]]:
+    """What feedback must be about (``_check_targets`` in ``reef.gateway.feedback``):
+    a session, with at most one of its records; or, without one, at least one record."""
+    return [
+        {
+            "required": ["session_id"],
+            "properties": {"session_id": {"type": "string"}, ids: {"maxItems": 1}},
+        },
+        {
+            "required": [ids],
+            "properties": {ids: {"type": "array", "minItems": 1}, "session_id": {"type": "null"}},
+        },
+    ]
 
 
 def _model_schema(model: type[BaseModel]) -> dict[str, Any]:

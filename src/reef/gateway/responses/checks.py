@@ -67,7 +67,7 @@ _ROLES: Final = ("user", "assistant", "system", "developer")
 _TEXT_PARTS: Final = ("input_text", "output_text")
 TOOL_CHOICES: Final = ("auto", "none", "required")
 FORMAT_TYPES: Final = ("text", "json_object", "json_schema")
-_REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
+REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
 _CHAT_ONLY = "only message, function_call and function_call_output items can be translated"
 
 
@@ -272,8 +272,8 @@ def _settings(body: dict[str, Any]) -> None:
                 f"reasoning.{key}", f"'reasoning.{key}' is not supported: no reasoning items"
             )
     effort = reasoning.get("effort")
-    if effort is not None and effort not in _REASONING_EFFORTS:
-        _refuse("reasoning.effort", f"one of {', '.join(_REASONING_EFFORTS)}", effort)
+    if effort is not None and effort not in REASONING_EFFORTS:
+        _refuse("reasoning.effort", f"one of {', '.join(REASONING_EFFORTS)}", effort)
 
 
 def _required_string(owner: dict[str, Any], key: str, where: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from reef.environments import (
+    ChatEndpoint,
     EpisodeLimits,
     PythonEnvironment,
     PythonEnvironmentConfig,
@@ -256,3 +257,29 @@ async def test_first_messages_with_flat_tool_calls_are_sent_in_openai_chat_form(
         "content": None,
         "tool_calls": [tool_call("a", "lookup_order", {"order_id": "A100"})],
     }
+
+
+def test_an_episode_on_an_anthropic_upstream_is_played_through_messages(tmp_path: Path) -> None:
+    """The gateway serves a scenario on an Anthropic upstream on /v1/messages only: each
+    turn goes out as a Messages request (tool results as ``tool_result`` blocks) and its
+    answer comes back in chat form, so the episode plays as on any other upstream."""
+    task = Task("weather", ({"role": "user", "content": "what is the weather?"},), RETURN.expected)
+    with (
+        FakeUpstreamThread() as fake,
+        GatewayThread(make_settings(tmp_path, fake.base_url)) as gateway,
+    ):
+        target = ChatEndpoint(
+            base_url=gateway.url + "/v1",
+            model="reef/claude",
+            headers={"x-reef-scenario": "claude"},
+            dialect="anthropic",
+        )
+        result = run_episode(orders(), task, target)
+        assert (result.stop, result.error) == ("finished", None)
+        assert (result.turns, result.malformed_calls) == (2, 1)
+        last = fake.last_request_body  # the second turn, as the upstream got it
+        assert last["model"] == "fake-claude"
+        blocks = [b for m in last["messages"] for b in m["content"] if isinstance(b, dict)]
+        assert [b["type"] for b in blocks if b["type"] != "text"] == ["tool_use", "tool_result"]
+        records = [gateway.store.get_record(r) for r in result.record_ids]
+        assert {r.api for r in records} == {"anthropic.messages"}

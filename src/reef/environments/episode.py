@@ -36,7 +36,11 @@ from reef.environments.base import (
     ToolStatus,
 )
 from reef.environments.calls import normalize_call
-from reef.upstream.canonical import openai_chat_messages
+from reef.upstream import (
+    anthropic_response_to_openai,
+    openai_chat_messages,
+    openai_request_to_anthropic,
+)
 
 StopCause = Literal["finished", "max_turns", "timeout", "malformed", "error"]
 
@@ -54,6 +58,9 @@ class ChatEndpoint:
     headers: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     timeout_seconds: float = 120.0
+    # ``anthropic``: a gateway scenario on an Anthropic upstream, served on /messages
+    # only; each turn goes out translated to the Messages API and comes back as chat.
+    dialect: Literal["openai", "anthropic"] = "openai"
 
     def __post_init__(self) -> None:
         if self.timeout_seconds <= 0:
@@ -61,7 +68,10 @@ class ChatEndpoint:
 
     @property
     def chat_url(self) -> str:
-        """The chat completions endpoint."""
+        """The endpoint turns are asked through: chat completions, or Anthropic's
+        Messages for the ``anthropic`` dialect."""
+        if self.dialect == "anthropic":
+            return self.base_url.rstrip("/") + "/messages"
         return self.base_url.rstrip("/") + "/chat/completions"
 
 
@@ -300,6 +310,8 @@ async def _ask(
     body.pop("stream", None)  # the reply is read as one JSON document
     if episode.tools:
         body["tools"] = episode.tools
+    if endpoint.dialect == "anthropic":
+        body = openai_request_to_anthropic(body, model=endpoint.model)
     headers = {"content-type": "application/json", "x-reef-session": episode.session_id}
     headers.update({k: v for k, v in endpoint.headers.items() if k.lower() != "x-reef-session"})
     if endpoint.api_key:
@@ -326,9 +338,12 @@ async def _ask(
         text = raw.decode("utf-8", "replace")[:500]
         raise _Stop("error", f"the model endpoint answered {status}: {text}")
     try:
-        return loads(raw), record_id
+        reply = loads(raw)
     except ValueError as exc:
         raise _Stop("malformed", f"the reply is not JSON: {raw[:200]!r}") from exc
+    if endpoint.dialect == "anthropic" and isinstance(reply, dict):
+        reply = anthropic_response_to_openai(reply)
+    return reply, record_id
 
 
 def _assistant_message(reply: Any) -> tuple[dict[str, Any], list[Any]]:

@@ -175,6 +175,7 @@ def endpoint_for(target: GatewayTarget, job: EpisodeJob, params: Mapping[str, An
         headers=headers,
         params=dict(params),
         timeout_seconds=target.timeout_seconds,
+        dialect=target.dialect,
     )
 
 

@@ -293,6 +293,22 @@ async def _loop(
             raise _Stop("timeout", episode.limit_text())
 
 
+def _request_body(endpoint: ChatEndpoint, episode: _Episode) -> dict[str, Any]:
+    """The next turn's request in the endpoint's dialect: the conversation so far and
+    the tools, with the endpoint's params; never streamed (read as one document)."""
+    body: dict[str, Any] = {
+        **endpoint.params,
+        "model": endpoint.model,
+        "messages": episode.messages,
+    }
+    body.pop("stream", None)
+    if episode.tools:
+        body["tools"] = episode.tools
+    if endpoint.dialect == "anthropic":
+        body = openai_request_to_anthropic(body, model=endpoint.model)
+    return body
+
+
 async def _ask(
     endpoint: ChatEndpoint, http: aiohttp.ClientSession, episode: _Episode
 ) -> tuple[Any, str | None]:
@@ -302,16 +318,7 @@ async def _ask(
     remaining = episode.remaining()
     if remaining <= 0:
         raise _Stop("timeout", f"{episode.limit_text()} before the model was asked")
-    body: dict[str, Any] = {
-        **endpoint.params,
-        "model": endpoint.model,
-        "messages": episode.messages,
-    }
-    body.pop("stream", None)  # the reply is read as one JSON document
-    if episode.tools:
-        body["tools"] = episode.tools
-    if endpoint.dialect == "anthropic":
-        body = openai_request_to_anthropic(body, model=endpoint.model)
+    body = _request_body(endpoint, episode)
     headers = {"content-type": "application/json", "x-reef-session": episode.session_id}
     headers.update({k: v for k, v in endpoint.headers.items() if k.lower() != "x-reef-session"})
     if endpoint.api_key:

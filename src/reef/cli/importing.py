@@ -93,7 +93,7 @@ def import_command(
     if as_json:
         typer.echo(json.dumps({"dry_run": dry_run, **summary.as_dict()}, indent=2))
     else:
-        _print_summary(console, summary, scenario, dry_run)
+        _print_summary(summary, scenario, dry_run)
 
 
 def _import_one(
@@ -128,17 +128,16 @@ def _import_one(
         import_file(store, path, options, summary, report)  # type: ignore[arg-type]
 
 
-def _print_summary(console: Console, summary: ImportSummary, scenario: str, dry_run: bool) -> None:
+def _print_summary(summary: ImportSummary, scenario: str, dry_run: bool) -> None:
     verb = "would import" if dry_run else "imported"
-    console.print(
+    lines = [
         f"{verb} into {scenario!r}: {summary.records} records, {summary.feedback} feedback, "
         f"{summary.sessions} sessions formed; {summary.duplicate_records} records and "
         f"{summary.duplicate_feedback} feedback already there; {summary.skipped} lines "
         f"skipped ({summary.lines} read)"
-    )
-    for path, line_no in summary.resumed.items():
-        console.print(f"{path}: resumed after line {line_no}")
-    for path, line_no, reason in summary.skips:
-        console.print(f"  skipped {path}:{line_no}: {reason}", markup=False, highlight=False)
+    ]
+    lines += [f"{path}: resumed after line {line}" for path, line in summary.resumed.items()]
+    lines += [f"  skipped {path}:{line}: {reason}" for path, line, reason in summary.skips]
     if summary.skipped > len(summary.skips):
-        console.print(f"  … and {summary.skipped - len(summary.skips)} more")
+        lines.append(f"  ... and {summary.skipped - len(summary.skips)} more")
+    typer.echo("\n".join(lines), err=True)

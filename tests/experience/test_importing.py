@@ -1,4 +1,4 @@
-"""``import_file`` on a real SQLite store: each format read, round-tripped through
+"""``import_file`` on a real store (SQLite; PostgreSQL with REEF_TEST_POSTGRES_URL): each format read, round-tripped through
 ``export_records``, deduplicated on a second import, redacted, and excluded from
 selection when a recipe says so."""
 
@@ -29,6 +29,11 @@ from reef.experience import (
 )
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import ReleaseChain
+from tests.experience.conftest import (  # noqa: F401 - fixtures
+    pg_databases,
+    pg_url,
+    store_url,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 FINETUNE = DATA / "openai-finetune.jsonl"
@@ -36,8 +41,8 @@ CHAT = DATA / "openai-chat.jsonl"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLExperienceStore]:
-    opened = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'reef.db'}", migrate=True)
+def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811 - fixture
+    opened = SQLExperienceStore.from_url(store_url)
     yield opened
     opened.close()
 

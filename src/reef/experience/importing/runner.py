@@ -39,7 +39,13 @@ from reef.experience.importing.readers import IMPORT_FORMATS, READERS
 from reef.experience.records import FeedbackDraft, Purpose, RecordDraft, RecordStatus
 from reef.experience.redaction import Redactor
 from reef.experience.store import ExperienceStore
-from reef.upstream import canonical_reply, canonical_request, chain_hashes, extend_chain
+from reef.upstream import (
+    canonical_reply,
+    canonical_request,
+    chain_hashes,
+    continuation_candidates,
+    extend_chain,
+)
 
 BATCH_LINES = 200
 MAX_SKIPS_KEPT = 1000  # skipped lines listed in the summary; beyond, only counted
@@ -336,11 +342,7 @@ class _Importer:
             if formed and len(self.session_keys) < SESSION_MEMORY:
                 self.session_keys.add(record.session_key)
             return record.session_key, False, formed
-        candidates = [
-            chain[i]
-            for i in range(len(conversation) - 1, -1, -1)
-            if conversation[i].get("role") == "assistant"
-        ]
+        candidates = continuation_candidates(conversation, chain)
         for candidate in candidates:
             if candidate in self.sessions:
                 return self.sessions[candidate], False, False

@@ -1,6 +1,6 @@
-"""``import_file`` on a real store (SQLite; PostgreSQL with REEF_TEST_POSTGRES_URL): each format read, round-tripped through
-``export_records``, deduplicated on a second import, redacted, and excluded from
-selection when a recipe says so."""
+"""``import_file`` on a real store (SQLite; PostgreSQL with REEF_TEST_POSTGRES_URL):
+each format read, round-tripped through ``export_records``, deduplicated on a second
+import, redacted, and excluded from selection when a recipe says so."""
 
 from __future__ import annotations
 

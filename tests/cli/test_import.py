@@ -64,6 +64,9 @@ def test_usage_errors_exit_2_with_what_to_fix(tmp_path: Path) -> None:
     strict = reef("import", str(path), "--scenario", "s", "--strict", cwd=tmp_path)
     assert strict.returncode == 2
     assert "bad.jsonl:1: no assistant message" in strict.stderr
+    badly_named = reef("import", str(path), "--scenario", "no spaces", cwd=tmp_path)
+    assert badly_named.returncode == 2
+    assert "invalid scenario name 'no spaces'" in badly_named.stderr
     lenient = reef("import", str(path), "--scenario", "s", cwd=tmp_path)
     assert lenient.returncode == 0, lenient.stderr
     assert "skipped" in lenient.stderr and "bad.jsonl:1: no assistant message" in lenient.stderr

@@ -63,7 +63,10 @@ def import_command(
         UnknownImportFormatError,
     )
     from reef.experience import demo_trust as parse_demo_trust
+    from reef.gateway.requests import check_scenario_name
 
+    # The name traffic would use: an imported scenario must be one a client can reach.
+    check_scenario_name(scenario)
     if format != "auto" and format not in IMPORT_FORMATS:
         raise UnknownImportFormatError(
             f"unknown import format {format!r}; use auto or one of {', '.join(IMPORT_FORMATS)}"

@@ -82,7 +82,7 @@ def _checkpoint_line(root: Path) -> int:
 
 
 def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: Path) -> None:
-    count = 3000
+    count = 10000
     path = tmp_path / "big.jsonl"
     with path.open("w") as out:
         for i in range(count):
@@ -97,7 +97,7 @@ def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: P
     )
     try:
         eventually(
-            lambda: running.poll() is None and _checkpoint_line(tmp_path) >= 400,
+            lambda: running.poll() is None and _checkpoint_line(tmp_path) >= 1000,
             "the import's checkpoint to move while it runs",
             timeout_seconds=60,
         )

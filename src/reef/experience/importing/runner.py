@@ -264,9 +264,34 @@ class _Importer:
                 summary.records += 1
             else:
                 summary.duplicate_records += 1
+        feedback: list[tuple[int, str, FeedbackDraft]] = []
         for (line_no, item), ids in zip(batch, placed, strict=True):
             for entry in item.feedback:
-                self._feedback(entry, ids, item, line_no, summary, path)
+                given = self._feedback_draft(entry, ids, item)
+                if given is not None:
+                    feedback.append((line_no, entry.source_id, given))
+        self._write_feedback(feedback, summary, path)
+
+    def _write_feedback(
+        self, feedback: list[tuple[int, str, FeedbackDraft]], summary: ImportSummary, path: Path
+    ) -> None:
+        """The batch's feedback in one transaction; when one row is refused, row by row,
+        so the others are kept and the refused one is reported with its line."""
+        drafts = [self.redactor.redact_feedback(draft) for _, _, draft in feedback]
+        try:
+            results = self.store.add_feedback_many(drafts)
+        except (InvalidInputError, NotFoundError, IdempotencyConflictError):
+            results = []
+            for (line_no, source_id, _), draft in zip(feedback, drafts, strict=True):
+                try:
+                    results.append(self.store.add_feedback(draft))
+                except (InvalidInputError, NotFoundError, IdempotencyConflictError) as error:
+                    summary.skip(path, line_no, f"feedback {source_id}: {error}")
+        for _, created in results:
+            if created:
+                summary.feedback += 1
+            else:
+                summary.duplicate_feedback += 1
 
     def _key(self, record: ImportedRecord) -> str:
         if record.idempotency_key is not None:
@@ -352,26 +377,22 @@ class _Importer:
                 return match.session_id, False, False
         return new_id(), True, True
 
-    def _feedback(
-        self,
-        entry: ImportedFeedback,
-        ids: list[str | None],
-        item: ImportItem,
-        line_no: int,
-        summary: ImportSummary,
-        path: Path,
-    ) -> None:
+    def _feedback_draft(
+        self, entry: ImportedFeedback, ids: list[str | None], item: ImportItem
+    ) -> FeedbackDraft | None:
+        """The feedback to write for ``entry``; None when its record was skipped, or
+        when it is written on a later line."""
         record_ids = entry.record_ids
         if entry.record_indexes:
             chosen = [ids[i] for i in entry.record_indexes if i < len(ids)]
             if None in chosen or not chosen:
-                return  # its record was skipped (and reported)
+                return None  # its record was skipped (and reported)
             record_ids = tuple(i for i in chosen if i is not None)
         elif record_ids and item.records and item.records[0].record_id != max(record_ids):
             # Reef's export repeats feedback on every record it names: it is written on
             # the line of the last of them, when all its records are stored.
-            return
-        draft = FeedbackDraft(
+            return None
+        return FeedbackDraft(
             scenario=self.options.scenario,
             record_ids=record_ids,
             score=entry.score,
@@ -385,12 +406,3 @@ class _Importer:
             source=entry.source,
             confidence=entry.confidence,
         )
-        try:
-            _, created = self.store.add_feedback(self.redactor.redact_feedback(draft))
-        except (InvalidInputError, NotFoundError, IdempotencyConflictError) as error:
-            summary.skip(path, line_no, f"feedback {entry.source_id}: {error}")
-            return
-        if created:
-            summary.feedback += 1
-        else:
-            summary.duplicate_feedback += 1

@@ -245,3 +245,21 @@ def test_selection_can_exclude_imported_records(store: SQLExperienceStore, tmp_p
     config = SelectionConfig(holdout_fraction=0.0, imported="exclude")
     excluded = select_experience(store, chain, "s", config)
     assert excluded.train == [] and excluded.stats["imported_excluded"] == 4
+
+
+def test_refused_feedback_is_reported_and_the_rest_of_the_batch_kept(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    run_import(store, FINETUNE, tmp_path)
+    line = exported(store, "reef")[0]
+    good = {**line["feedback"][0], "id": "fb-good", "idempotency_key": None, "score": 0.25}
+    lost = {**good, "id": "fb-lost", "record_ids": [], "session_id": "no-such-session"}
+    line = {**line, "feedback": [lost, good]}
+    path = tmp_path / "reef.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    summary = run_import(store, path, tmp_path, scenario="s")
+    assert (summary.duplicate_records, summary.feedback) == (1, 1)
+    ((_, line_no, reason),) = summary.skips
+    assert line_no == 1 and reason.startswith("feedback fb-lost:") and "no-such-session" in reason
+    scores = sorted(f.score or 0 for f in store.get_record(line["id"]).feedback)
+    assert scores == [0.25, 1.0]

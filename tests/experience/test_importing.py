@@ -263,3 +263,15 @@ def test_refused_feedback_is_reported_and_the_rest_of_the_batch_kept(
     assert line_no == 1 and reason.startswith("feedback fb-lost:") and "no-such-session" in reason
     scores = sorted(f.score or 0 for f in store.get_record(line["id"]).feedback)
     assert scores == [0.25, 1.0]
+
+
+def test_a_line_repeated_in_one_file_is_one_record(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    first, second = FINETUNE.read_text().splitlines()[2:4]  # a tool call, then its follow-up
+    path = tmp_path / "repeated.jsonl"
+    path.write_text("\n".join([first, first, second]) + "\n")
+    summary = run_import(store, path, tmp_path)
+    assert (summary.records, summary.duplicate_records, summary.feedback) == (2, 1, 2)
+    (only,) = {r.session_id for r in records(store)}  # the follow-up found the first
+    assert only

@@ -231,6 +231,7 @@ class _Importer:
         self.redactor = options.redactor or Redactor(())
         self.sessions: OrderedDict[str, str] = OrderedDict()  # continuation -> session
         self.session_keys: set[str] = set()
+        self.batch_keys: dict[str, str] = {}
 
     def write(
         self, batch: list[tuple[int, ImportItem]], summary: ImportSummary, path: Path
@@ -239,6 +240,7 @@ class _Importer:
         drafts: list[RecordDraft] = []
         placed: list[list[str | None]] = []  # per item: stored id of each record (pending)
         pending: list[tuple[int, int, RecordDraft]] = []
+        self.batch_keys = {}  # a line repeated within the batch is a duplicate
         for position, (line_no, item) in enumerate(batch):
             ids: list[str | None] = []
             for index, record in enumerate(item.records):
@@ -253,6 +255,7 @@ class _Importer:
                     summary.skip(path, line_no, str(error))
                     ids.append(None)
                     continue
+                self.batch_keys[self._key(record)] = draft.id
                 drafts.append(draft)
                 pending.append((position, index, draft))
                 ids.append(draft.id)
@@ -299,7 +302,9 @@ class _Importer:
         return f"{self.origin}:{record.source_id}"
 
     def _stored(self, record: ImportedRecord) -> str | None:
-        """The id of the record already stored for this source record, if any."""
+        """The id of the record already stored (or in this batch) for this source record."""
+        if self._key(record) in self.batch_keys:
+            return self.batch_keys[self._key(record)]
         if record.record_id is not None:
             try:
                 return self.store.get_record(record.record_id).id

@@ -17,6 +17,7 @@ from reef.cli.exits import run
 from reef.cli.feedback import feedback_app
 from reef.cli.harness import harness_app
 from reef.cli.help_text import unwrap_help
+from reef.cli.importing import import_command
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.quickstart import quickstart_command
 from reef.cli.releases import releases_app
@@ -44,6 +45,7 @@ app.command("learn")(learn_command)
 app.command("bench")(bench_command)
 app.command("quickstart")(quickstart_command)
 app.command("status")(status_command)
+app.command("import")(import_command)
 
 ConfigOption = Annotated[
     Path | None,
@@ -114,7 +116,10 @@ def config_schema() -> None:
 @app.command()
 def export(
     scenario: Annotated[str, typer.Option(help="Scenario to export.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="jsonl or parquet.")] = "jsonl",
+    format: Annotated[
+        str,
+        typer.Option("--format", "-f", help="jsonl (also named reef), parquet or openai-finetune."),
+    ] = "jsonl",
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="File to write (default: stdout, jsonl only)."),
@@ -124,12 +129,15 @@ def export(
     """Export a scenario's records with their feedback, redacted.
 
     Feedback is joined to each record; text is redacted with the configured
-    capture.redact_patterns."""
+    capture.redact_patterns. openai-finetune writes one conversation per answer, a
+    correction replacing the served answer; reef import reads jsonl back."""
     from reef.cli.stores import check_scenario, open_existing_database
     from reef.experience import Redactor, SQLExperienceStore, export_records
 
-    if format not in ("jsonl", "parquet"):
-        raise InvalidInputError(f"--format must be jsonl or parquet, not {format!r}")
+    if format not in ("jsonl", "reef", "parquet", "openai-finetune"):
+        raise InvalidInputError(
+            f"--format must be jsonl, reef, parquet or openai-finetune, not {format!r}"
+        )
     if format == "parquet" and output is None:
         raise InvalidInputError("parquet export needs --output FILE")
     settings = _settings(config)
@@ -139,7 +147,13 @@ def export(
     try:
         check_scenario(settings, database, scenario)
         if output is None:
-            count = export_records(store, scenario, "jsonl", sys.stdout.buffer, redactor=redactor)
+            count = export_records(
+                store,
+                scenario,
+                format,  # type: ignore[arg-type]
+                sys.stdout.buffer,
+                redactor=redactor,
+            )
         else:
             count = export_records(
                 store,

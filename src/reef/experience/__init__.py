@@ -3,7 +3,8 @@
 Owns: the ``ExperienceStore`` contract and its SQL implementation on a ``reef.db.Database``
 (SQLite and PostgreSQL through SQLAlchemy Core), group-committed record writing
 (``RecordWriter``), redaction of captured text, typed detection and scrubbing of personal
-data (``personal_data``: ``<EMAIL>``, ``<PHONE>``, …), export to JSON Lines / Parquet,
+data (``personal_data``: ``<EMAIL>``, ``<PHONE>``, …), export to JSON Lines / Parquet /
+OpenAI fine-tuning lines, import from other tools' logs (``importing``),
 the learning-curve query, the stored responses of the OpenAI Responses API
 (``ResponseStore``: the conversation state behind ``previous_response_id``), and
 trajectories: a session's records assembled into a tree of turns with their tool calls
@@ -40,6 +41,19 @@ from reef.experience.exchanges import (
     chat_messages,
 )
 from reef.experience.export import ParquetUnavailableError, export_records
+from reef.experience.importing import (
+    IMPORT_FORMATS,
+    IMPORT_ORIGIN_PREFIX,
+    ORIGIN_TAG,
+    SOURCE_TAG,
+    ImportLineError,
+    ImportOptions,
+    ImportReader,
+    ImportSummary,
+    UnknownImportFormatError,
+    demo_trust,
+    import_file,
+)
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
     PersonalData,
@@ -75,8 +89,12 @@ from reef.experience.writer import RecordWriter, WriterStats
 __all__ = [
     "COMPUTED_KINDS",
     "EXPLICIT",
+    "IMPORT_FORMATS",
+    "IMPORT_ORIGIN_PREFIX",
+    "ORIGIN_TAG",
     "REDACTED",
     "SCRUBBED_KINDS",
+    "SOURCE_TAG",
     "TRAINABLE_APIS",
     "Branch",
     "CanonicalExchange",
@@ -86,6 +104,10 @@ __all__ = [
     "FeedbackNotQuarantinedError",
     "FeedbackView",
     "IdempotencyConflictError",
+    "ImportLineError",
+    "ImportOptions",
+    "ImportReader",
+    "ImportSummary",
     "ParquetUnavailableError",
     "PersonalData",
     "Purpose",
@@ -107,6 +129,7 @@ __all__ = [
     "StoredResponse",
     "Trajectory",
     "Turn",
+    "UnknownImportFormatError",
     "WriterNotRunningError",
     "WriterStats",
     "assemble_trajectory",
@@ -118,8 +141,10 @@ __all__ = [
     "check_correction",
     "check_feedback_source",
     "check_source_weights",
+    "demo_trust",
     "export_records",
     "find_personal_data",
+    "import_file",
     "is_tool_call_correction",
     "open_store",
     "personal_data_key",

@@ -1,4 +1,6 @@
-"""Export a scenario's records, with their feedback, as JSON Lines or Parquet.
+"""Export a scenario's records, with their feedback, as JSON Lines (``jsonl``, also
+named ``reef``: what ``reef import --format reef`` reads back), Parquet, or OpenAI
+fine-tuning lines (``openai-finetune``: one conversation per answer, corrections applied).
 
 JSON Lines keeps requests and responses as nested objects. Parquet has a fixed schema,
 so the free-form JSON values (request, response, usage, feedback bodies) are JSON text
@@ -15,11 +17,15 @@ from typing import IO, Any, Literal
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, MissingExtraError, optional_dependency
+from reef.experience.corrections import canonical_correction, is_tool_call_correction
+from reef.experience.exchanges import TRAINABLE_APIS, canonical_exchange, chat_messages
 from reef.experience.records import FeedbackView, RecordView
 from reef.experience.redaction import Redactor
 from reef.experience.store import ExperienceStore
+from reef.upstream.canonical import openai_chat_messages
 
-ExportFormat = Literal["jsonl", "parquet"]
+ExportFormat = Literal["jsonl", "reef", "parquet", "openai-finetune"]
+EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "reef", "parquet", "openai-finetune")
 PARQUET_BATCH = 1000
 
 
@@ -47,14 +53,19 @@ def export_records(
     records = store.iter_export(scenario, since)
     if redactor is not None and redactor.active:
         records = map(redactor.redact_view, records)
-    if fmt == "jsonl":
+    if fmt in ("jsonl", "reef"):  # ``reef``: the format ``reef import`` reads back
         with _binary(out) as stream:
             return _write_jsonl(records, stream)
+    if fmt == "openai-finetune":
+        with _binary(out) as stream:
+            return _write_finetune(records, stream)
     if fmt == "parquet":
         pa = _pyarrow()
         with _binary(out) as stream:
             return _write_parquet(pa, records, stream)
-    raise InvalidInputError(f"unknown export format {fmt!r}; use jsonl or parquet")
+    raise InvalidInputError(
+        f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}"
+    )
 
 
 def feedback_dict(view: FeedbackView) -> dict[str, Any]:
@@ -69,7 +80,66 @@ def feedback_dict(view: FeedbackView) -> dict[str, Any]:
         "principal": view.principal,
         "idempotency_key": view.idempotency_key,
         "created_at": view.created_at.isoformat(),
+        "trust": view.trust,
+        "session_id": view.session_id,
+        "source": view.source,
+        "confidence": view.confidence,
     }
+
+
+def finetune_line(view: RecordView) -> dict[str, Any] | None:
+    """One record as an OpenAI fine-tuning line (``{"messages": [...], "tools": [...]}``),
+    or None when it is no answer to learn from (not ``ok``, an embeddings record).
+
+    The conversation is the request's own messages (chat) or their chat translation;
+    the last assistant message is the answer, replaced by the newest correction given
+    on the record when there is one (the corrected answer is what should be learnt)."""
+    if view.status != "ok" or view.response is None or view.api not in TRAINABLE_APIS:
+        return None
+    if view.api == "openai.chat" and isinstance(view.request.get("messages"), list):
+        messages = list(view.request["messages"])
+    else:
+        messages = chat_messages(view)
+    answer = _corrected_answer(view)
+    if answer is None:
+        answer = _served_answer(view)
+    line: dict[str, Any] = {"messages": [*messages, answer]}
+    if view.request.get("tools") is not None:
+        line["tools"] = view.request["tools"]
+    return line
+
+
+def _served_answer(view: RecordView) -> dict[str, Any]:
+    if view.api == "openai.chat":
+        choices = view.response.get("choices") if view.response else None
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            if isinstance(message, dict):
+                return {k: v for k, v in message.items() if v is not None}
+    reply = canonical_exchange(view).reply or {"role": "assistant", "content": ""}
+    return openai_chat_messages([reply])[0]
+
+
+def _corrected_answer(view: RecordView) -> dict[str, Any] | None:
+    corrections = [f for f in view.feedback if f.correction is not None and not f.quarantined]
+    if not corrections:
+        return None
+    correction = max(corrections, key=lambda f: (f.created_at, f.id)).correction
+    if isinstance(correction, str):
+        return {"role": "assistant", "content": correction}
+    if is_tool_call_correction(correction):
+        return openai_chat_messages([canonical_correction(correction)])[0]
+    return {"role": "assistant", "content": dumps(correction).decode()}
+
+
+def _write_finetune(records: Iterator[RecordView], stream: IO[bytes]) -> int:
+    count = 0
+    for view in records:
+        line = finetune_line(view)
+        if line is not None:
+            stream.write(dumps(line) + b"\n")
+            count += 1
+    return count
 
 
 def record_dict(view: RecordView) -> dict[str, Any]:

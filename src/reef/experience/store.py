@@ -104,6 +104,12 @@ class ExperienceStore(ABC):
         with a different body raises ``IdempotencyConflictError``.
         """
 
+    def add_feedback_many(self, drafts: Sequence[FeedbackDraft]) -> list[tuple[str, bool]]:
+        """``add_feedback`` for each draft, in order, all in one transaction where the
+        backend has them: all are stored or, when one raises (what ``add_feedback``
+        raises), none. The default calls ``add_feedback`` per draft (not atomic)."""
+        return [self.add_feedback(draft) for draft in drafts]
+
     @abstractmethod
     def session_feedback(self, scenario: str, session_id: str | None = None) -> list[FeedbackView]:
         """The outcomes given on sessions of ``scenario`` (feedback with a ``session_id``;

@@ -26,9 +26,18 @@ from reef.gateway.requests import ReefHeaders
 from reef.gateway.responses.turns import ResponsesTurn
 from reef.gateway.serving.release import ServingRelease
 from reef.gateway.store_health import StoreHealth
-from reef.upstream import canonical_request, extend_chain
+from reef.upstream import canonical_request, continuation_candidates, extend_chain
 
 log = logging.getLogger("reef.gateway")
+
+__all__ = [
+    "Api",
+    "Exchange",
+    "Recorder",
+    "canonical_conversation",
+    "continuation_candidates",
+    "embeddings_for_record",
+]
 
 Api = Literal[
     "openai.chat",
@@ -75,19 +84,6 @@ class Exchange:
 def canonical_conversation(api: Api, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The request's messages in canonical form (system prompt included)."""
     return canonical_request(api, body)
-
-
-def continuation_candidates(conversation: list[dict[str, Any]], chain: list[str]) -> list[str]:
-    """Hashes of every prefix that ends with an assistant reply, longest first.
-
-    Only such a prefix can be an earlier exchange plus its reply, so a first-turn request
-    (no assistant message) costs no lookup at all.
-    """
-    return [
-        chain[index]
-        for index in range(len(conversation) - 1, -1, -1)
-        if conversation[index].get("role") == "assistant"
-    ]
 
 
 def embeddings_for_record(response: dict[str, Any]) -> dict[str, Any]:

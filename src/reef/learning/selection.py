@@ -7,6 +7,8 @@
 1. Only records created at or before ``now``, with ``purpose == "serve"``,
    ``status == "ok"`` and an api that answers prompts (``after_now``, ``not_serve``,
    ``not_ok``, ``not_trainable``: embeddings records, ``reef.experience.TRAINABLE_APIS``).
+   With ``imported: exclude``, records brought in by ``reef import`` are left out
+   (``imported_excluded``); by default they train like served ones.
 2. Screening (``reef.learning.screening``): feedback that is quarantined (held back by
    an earlier run and not released by an admin) or that this run's screening flags is
    left out as if it had never been given (``quarantined_held``, ``quarantined_new``,
@@ -77,6 +79,8 @@ from reef.core.jsoncodec import canonical_json, sha256_hex
 from reef.core.trust import Trust
 from reef.experience import (
     EXPLICIT,
+    IMPORT_ORIGIN_PREFIX,
+    ORIGIN_TAG,
     TRAINABLE_APIS,
     ExperienceStore,
     FeedbackView,
@@ -133,6 +137,12 @@ class SelectionConfig(BaseModel):
     sources: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SOURCES))
     min_source_precision: float | None = Field(default=None, ge=0.0, le=1.0)
     min_calibration_items: int = Field(default=20, ge=1)
+    imported: Literal["include", "exclude"] = Field(
+        default="include",
+        description="Whether records brought in by `reef import` (origin import:<format>) "
+        "may train: include (the default: imported history is the point of importing) or "
+        "exclude (only traffic served through the gateway).",
+    )
 
     @field_validator("sources")
     @classmethod
@@ -191,7 +201,12 @@ def select_experience(  # noqa: PLR0913
     anchors = _session_anchors(records)
     used = set(consumed)
     failing = _failing_sources(records, config, stats)
-    eligible = _weighed(list(_eligible(records, cutoff, stats)), config, stats, failing)
+    eligible = _weighed(
+        list(_eligible(records, cutoff, stats, config.imported == "exclude")),
+        config,
+        stats,
+        failing,
+    )
     outcomes = _outcomes(store.session_feedback(scenario), eligible)
     screened = _with_outcomes(eligible, outcomes)
     reasons = screen_feedback(screened, config.screening, trusted)
@@ -261,10 +276,12 @@ def _session_anchors(records: list[RecordView]) -> dict[str, str]:
 
 
 def _eligible(
-    records: list[RecordView], cutoff: datetime, stats: Counter[str]
+    records: list[RecordView], cutoff: datetime, stats: Counter[str], no_imported: bool
 ) -> Iterator[RecordView]:
     for record in records:
-        if record.created_at > cutoff:
+        if no_imported and record.tags.get(ORIGIN_TAG, "").startswith(IMPORT_ORIGIN_PREFIX):
+            stats["imported_excluded"] += 1
+        elif record.created_at > cutoff:
             stats["after_now"] += 1
         elif record.purpose != "serve":
             stats["not_serve"] += 1

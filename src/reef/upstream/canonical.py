@@ -194,6 +194,22 @@ def chain_hashes(messages: list[dict[str, Any]]) -> list[str]:
     return hashes
 
 
+def continuation_candidates(conversation: list[dict[str, Any]], chain: list[str]) -> list[str]:
+    """Hashes of every prefix of ``conversation`` (``chain``: its ``chain_hashes``) that
+    ends with an assistant reply, longest first: the continuation hashes an earlier
+    exchange of the same session may have been stored under.
+
+    Only such a prefix can be an earlier exchange plus its reply, so a first-turn request
+    (no assistant message) costs no lookup at all. The gateway infers a live request's
+    session with it, ``reef import`` an imported record's.
+    """
+    return [
+        chain[index]
+        for index in range(len(conversation) - 1, -1, -1)
+        if conversation[index].get("role") == "assistant"
+    ]
+
+
 def extend_chain(previous: str | None, message: dict[str, Any]) -> str:
     """The next link of ``chain_hashes`` after ``previous`` (None for the first)."""
     return sha256_hex((previous or "").encode() + canonical_json(message))

@@ -320,6 +320,24 @@ class SQLExperienceStore(ExperienceStore):
     # -- feedback ----------------------------------------------------------------------
 
     def add_feedback(self, draft: FeedbackDraft) -> tuple[str, bool]:
+        return self.add_feedback_many([draft])[0]
+
+    def add_feedback_many(self, drafts: Sequence[FeedbackDraft]) -> list[tuple[str, bool]]:
+        prepared = [self._feedback_row(draft) for draft in drafts]
+        lock_keys = [
+            lock_key("feedback-key", d.scenario, d.idempotency_key)
+            for d in drafts
+            if d.idempotency_key is not None
+        ]
+        with self._write(lock_keys) as conn:
+            return [
+                self._insert_feedback(conn, draft, row, record_ids)
+                for draft, (row, record_ids) in zip(drafts, prepared, strict=True)
+            ]
+
+    def _feedback_row(self, draft: FeedbackDraft) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """The ``feedback`` row of ``draft`` and the records it names (checked: see
+        ``add_feedback``)."""
         score = validated_score(draft.score)
         check_feedback_source(draft.source, draft.confidence)
         record_ids = tuple(dict.fromkeys(draft.record_ids))
@@ -330,10 +348,8 @@ class SQLExperienceStore(ExperienceStore):
                 "record_ids: feedback on a session targets at most one of its turns, "
                 f"got {len(record_ids)} record ids"
             )
-        body_hash = feedback_body_hash(draft, score)
-        feedback_id = new_id()
         row: dict[str, Any] = {
-            "id": feedback_id,
+            "id": new_id(),
             "scenario": draft.scenario,
             "score": score,
             "feedback_json": optional_json_text(draft.feedback, "feedback"),
@@ -345,37 +361,44 @@ class SQLExperienceStore(ExperienceStore):
             "source": draft.source,
             "confidence": draft.confidence,
             "idempotency_key": draft.idempotency_key,
-            "body_hash": body_hash,
+            "body_hash": feedback_body_hash(draft, score),
             "created_at": datetime.now(UTC),
         }
+        return row, record_ids
+
+    def _insert_feedback(
+        self,
+        conn: Connection,
+        draft: FeedbackDraft,
+        row: dict[str, Any],
+        record_ids: tuple[str, ...],
+    ) -> tuple[str, bool]:
         key = draft.idempotency_key
-        lock_keys = [] if key is None else [lock_key("feedback-key", draft.scenario, key)]
-        with self._write(lock_keys) as conn:
-            if key is not None:
-                earlier = conn.execute(
-                    select(t.feedback.c.id, t.feedback.c.body_hash).where(
-                        t.feedback.c.scenario == draft.scenario,
-                        t.feedback.c.idempotency_key == key,
-                    )
-                ).first()
-                if earlier is not None:
-                    if earlier.body_hash != body_hash:
-                        raise IdempotencyConflictError(draft.scenario, key)
-                    return earlier.id, False
-            if draft.session_id is not None:
-                self._require_session(conn, draft.scenario, draft.session_id)
-            if record_ids:
-                self._require_records(conn, draft.scenario, record_ids, draft.session_id)
-            conn.execute(t.feedback.insert(), row)
-            if record_ids:
-                conn.execute(
-                    t.feedback_refs.insert(),
-                    [
-                        {"feedback_id": feedback_id, "record_id": record_id, "position": position}
-                        for position, record_id in enumerate(record_ids)
-                    ],
+        if key is not None:
+            earlier = conn.execute(
+                select(t.feedback.c.id, t.feedback.c.body_hash).where(
+                    t.feedback.c.scenario == draft.scenario,
+                    t.feedback.c.idempotency_key == key,
                 )
-        return feedback_id, True
+            ).first()
+            if earlier is not None:
+                if earlier.body_hash != row["body_hash"]:
+                    raise IdempotencyConflictError(draft.scenario, key)
+                return earlier.id, False
+        if draft.session_id is not None:
+            self._require_session(conn, draft.scenario, draft.session_id)
+        if record_ids:
+            self._require_records(conn, draft.scenario, record_ids, draft.session_id)
+        conn.execute(t.feedback.insert(), row)
+        if record_ids:
+            conn.execute(
+                t.feedback_refs.insert(),
+                [
+                    {"feedback_id": row["id"], "record_id": record_id, "position": position}
+                    for position, record_id in enumerate(record_ids)
+                ],
+            )
+        return row["id"], True
 
     def _require_records(
         self,

@@ -1,0 +1,44 @@
+"""Importing history into the store (``reef import``): one reader per source format
+behind ``ImportReader`` (``base``), registered by name in ``readers.READERS``; the
+streaming, deduplicating, resumable loop in ``runner``; resume points in ``checkpoint``.
+
+Extend: a new format is an ``ImportReader`` subclass added to ``READERS`` (and its
+field mapping to docs/import-export.md)."""
+
+from reef.experience.importing.base import (
+    IMPORT_ORIGIN_PREFIX,
+    ORIGIN_TAG,
+    SOURCE_TAG,
+    ImportedFeedback,
+    ImportedRecord,
+    ImportItem,
+    ImportLineError,
+    ImportReader,
+)
+from reef.experience.importing.readers import IMPORT_FORMATS, READERS, demo_trust
+from reef.experience.importing.runner import (
+    ImportOptions,
+    ImportSummary,
+    UnknownImportFormatError,
+    import_file,
+    resolve_format,
+)
+
+__all__ = [
+    "IMPORT_FORMATS",
+    "IMPORT_ORIGIN_PREFIX",
+    "ORIGIN_TAG",
+    "READERS",
+    "SOURCE_TAG",
+    "ImportItem",
+    "ImportLineError",
+    "ImportOptions",
+    "ImportReader",
+    "ImportSummary",
+    "ImportedFeedback",
+    "ImportedRecord",
+    "UnknownImportFormatError",
+    "demo_trust",
+    "import_file",
+    "resolve_format",
+]

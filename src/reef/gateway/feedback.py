@@ -168,11 +168,12 @@ class FeedbackRoutes:
             trust=self.state.settings.trust_of(principal.key_id, scenario),
             session_id=parsed.session_id,
         )
-        feedback_id, created = await asyncio.to_thread(
-            store.add_feedback, redactor.redact_feedback(draft)
-        )
+        redacted = redactor.redact_feedback(draft)
+        feedback_id, created = await asyncio.to_thread(store.add_feedback, redacted)
         if created:
             self.state.metrics.feedback_written.inc()
+            if self.state.live_export is not None:
+                self.state.live_export.feedback(redacted, feedback_id)
         answer: dict[str, Any] = {
             "id": feedback_id,
             "created": created,

@@ -1,0 +1,119 @@
+"""A real OTLP/HTTP receiver on loopback: takes ``POST /v1/traces`` bodies, parses them
+as ``ExportTraceServiceRequest`` with ``opentelemetry-proto``, and keeps the spans."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from tests.fakes.loopback import LoopbackThread
+
+
+def value_of(value: AnyValue) -> Any:
+    """The Python value of an OTLP ``AnyValue``."""
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [value_of(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return attributes_of(value.kvlist_value.values)
+    return None if kind is None else getattr(value, kind)
+
+
+def attributes_of(pairs: Any) -> dict[str, Any]:
+    """OTLP ``KeyValue`` pairs as a dict."""
+    items: list[KeyValue] = list(pairs)
+    return {pair.key: value_of(pair.value) for pair in items}
+
+
+@dataclass
+class ReceivedSpan:
+    """One span as the receiver parsed it."""
+
+    name: str
+    kind: int
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    events: list[tuple[str, dict[str, Any]]]
+    links: list[tuple[str, str]]
+    status_code: int
+    status_message: str
+    resource: dict[str, Any] = field(default_factory=dict)
+
+
+class OtlpReceiver(LoopbackThread):
+    """Collects every span exported to ``traces_url``; ``headers`` holds each request's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: list[ReceivedSpan] = []
+        self.headers: list[dict[str, str]] = []
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    @property
+    def traces_url(self) -> str:
+        """``http://127.0.0.1:port/v1/traces``."""
+        return f"{self.base_url}/traces"
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/traces", self._traces)
+
+    async def _traces(self, request: web.Request) -> web.StreamResponse:
+        if request.content_type != "application/x-protobuf":
+            return web.Response(status=415, text="OTLP/HTTP protobuf only")
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(await request.read())
+        received = list(spans_of(message))
+        with self._lock:
+            self.requests += 1
+            self.headers.append(dict(request.headers))
+            self.spans.extend(received)
+        return web.Response(
+            body=ExportTraceServiceResponse().SerializeToString(),
+            content_type="application/x-protobuf",
+        )
+
+    def named(self, prefix: str) -> list[ReceivedSpan]:
+        """The spans received so far whose name starts with ``prefix``."""
+        with self._lock:
+            return [span for span in self.spans if span.name.startswith(prefix)]
+
+
+def spans_of(message: ExportTraceServiceRequest) -> list[ReceivedSpan]:
+    """Every span of an export request, with its resource's attributes."""
+    spans: list[ReceivedSpan] = []
+    for resource_spans in message.resource_spans:
+        resource = attributes_of(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                spans.append(
+                    ReceivedSpan(
+                        name=span.name,
+                        kind=span.kind,
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex(),
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        attributes=attributes_of(span.attributes),
+                        events=[(e.name, attributes_of(e.attributes)) for e in span.events],
+                        links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
+                        status_code=span.status.code,
+                        status_message=span.status.message,
+                        resource=resource,
+                    )
+                )
+    return spans
+

@@ -4,13 +4,19 @@ as ``ExportTraceServiceRequest`` with ``opentelemetry-proto``, and keeps the spa
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
@@ -117,3 +123,33 @@ def spans_of(message: ExportTraceServiceRequest) -> list[ReceivedSpan]:
                 )
     return spans
 
+
+class OtlpGrpcReceiver(TraceServiceServicer):
+    """The same receiver over OTLP/gRPC (``grpc.server`` on a loopback port)."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReceivedSpan] = []
+        self._lock = threading.Lock()
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        add_TraceServiceServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:port`` (plain text, as a local collector listens)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def Export(  # the generated service names its method so
+        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
+    ) -> ExportTraceServiceResponse:
+        received = spans_of(request)
+        with self._lock:
+            self.spans.extend(received)
+        return ExportTraceServiceResponse()
+
+    def __enter__(self) -> OtlpGrpcReceiver:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop(grace=None).wait(timeout=10)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from reef.telemetry.attributes import trace_ids
-from tests.fakes.otlp import OtlpReceiver, ReceivedSpan
+from tests.fakes.otlp import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, free_port, make_settings
 from tests.gateway.rawhttp import call
@@ -197,3 +197,21 @@ def test_a_collector_that_is_down_fails_no_request_and_is_counted(
         return None
 
     assert eventually(failures, "a failed export counted in /metrics") >= 1
+
+
+def test_grpc_export_reaches_a_grpc_receiver(
+    make_gateway: Callable[..., GatewayThread],
+) -> None:
+    with OtlpGrpcReceiver() as receiver:
+        gateway = make_gateway(receiver.endpoint, protocol="grpc")
+        record_id = chat(gateway, "hello over grpc")
+
+        def found() -> ReceivedSpan | None:
+            return next(
+                (s for s in receiver.spans if s.attributes.get("reef.record.id") == record_id),
+                None,
+            )
+
+        span = eventually(found, "the span over gRPC")
+        assert span.name == "chat reef/support"
+        assert span.attributes["gen_ai.operation.name"] == "chat"

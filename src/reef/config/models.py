@@ -495,13 +495,13 @@ class EvaluationConfig(Section):
 
 
 class OtelConfig(Section):
-    """Live export of every exchange as an OpenTelemetry GenAI span over OTLP (needs
-    the ``otel`` extra: ``pip install 'reef-agent[otel]'``)."""
+    """Live export of every exchange as an OpenTelemetry GenAI span over OTLP."""
 
     enabled: bool = Field(
         default=False,
-        description="Send one span per recorded exchange, and feedback as "
-        "gen_ai.evaluation.result events, to an OTLP collector.",
+        description="Send one span per recorded exchange, and feedback and gate results as "
+        "gen_ai.evaluation.result events, to an OTLP collector. Needs the otel extra: "
+        "pip install 'reef-agent[otel]'.",
     )
     endpoint: str | None = Field(
         default=None,

@@ -286,7 +286,9 @@ def create_app(
     live = open_live_export(settings.otel)
     recorder = Recorder(store, writer, redactor, store_health)
     if live is not None:
-        providers = {name: PROVIDERS[upstream.type] for name, upstream in settings.upstreams.items()}
+        providers = {
+            name: PROVIDERS[upstream.type] for name, upstream in settings.upstreams.items()
+        }
         recorder.observer = lambda draft, upstream, pinned: live.record(
             draft, providers.get(upstream, "reef"), pinned
         )

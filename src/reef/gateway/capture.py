@@ -229,7 +229,10 @@ class Recorder:
         if self.observer is not None and status != "pending":
             if len(self._contexts) >= _MAX_CONTEXTS:
                 self._contexts.pop(next(iter(self._contexts)))
-            self._contexts[exchange.record_id] = (exchange.serving.upstream, exchange.headers.release)
+            self._contexts[exchange.record_id] = (
+                exchange.serving.upstream,
+                exchange.headers.release,
+            )
         return self.redactor.redact_draft(draft)
 
     async def record_pending(self, exchange: Exchange) -> None:

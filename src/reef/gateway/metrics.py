@@ -81,7 +81,9 @@ class _LiveExportCollector(Collector):
             value=exporter.failed_exports,
         )
         yield CounterMetricFamily(
-            "reef_otel_spans_failed", "Spans in the failed OTLP exports.", value=exporter.failed_spans
+            "reef_otel_spans_failed",
+            "Spans in the failed OTLP exports.",
+            value=exporter.failed_spans,
         )
         yield CounterMetricFamily(
             "reef_otel_spans_exported",

@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reef.config import ReefSettings
 from reef.core import new_id
@@ -73,6 +73,9 @@ from reef.releases import (
     ReleaseChain,
     ReleaseManifest,
 )
+
+if TYPE_CHECKING:
+    from reef.telemetry.live import LiveExport
 
 log = logging.getLogger("reef.worker")
 
@@ -148,6 +151,7 @@ class Worker:
         recipes: Mapping[str, Recipe] | None = None,
         upstream_base_urls: Mapping[str, str] | None = None,
         redactor: Redactor | None = None,
+        live_export: LiveExport | None = None,
     ) -> None:
         if max_concurrent < 1:
             raise InvalidInputError("max_concurrent must be at least 1")
@@ -169,6 +173,8 @@ class Worker:
         self._lock = threading.Lock()
         self.signals = SignalWriter(store, settings.trust_of)
         self.judges = JudgeWriter(store, redactor)
+        # Gate results go out as gen_ai.evaluation.result events (``otel.enabled``).
+        self.live_export = live_export
 
     # -- recipes and triggers ------------------------------------------------------------
 
@@ -460,6 +466,15 @@ class JobRun:
             upstream_base_urls=worker.upstream_base_urls,
         )
         outcome = gate.run(candidate.id, holdout)
+        decision = outcome.decision
+        if worker.live_export is not None and decision is not None and outcome.evaluation_id:
+            worker.live_export.gate(
+                self.job.scenario,
+                candidate.id,
+                outcome.evaluation_id,
+                decision.verdict,
+                decision.overall.candidate_mean if decision.overall is not None else None,
+            )
         self.report_progress(1.0, f"gate: {outcome.action}")
         return {"gate": outcome.as_dict()}
 

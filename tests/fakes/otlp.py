@@ -153,3 +153,40 @@ class OtlpGrpcReceiver(TraceServiceServicer):
 
     def __exit__(self, *exc: object) -> None:
         self._server.stop(grace=None).wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the OTLP/HTTP receiver on ``--port`` until interrupted (for benchmarks);
+    ``GET /healthz`` answers the number of spans received."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="a loopback OTLP/HTTP trace receiver")
+    parser.add_argument("--port", type=int, required=True)
+    port = parser.parse_args(argv).port
+
+    class Served(OtlpReceiver):
+        def routes(self, app: web.Application) -> None:
+            super().routes(app)
+            app.router.add_get("/healthz", self._count)
+
+        async def _count(self, request: web.Request) -> web.StreamResponse:
+            return web.Response(text=str(len(self.spans)))
+
+        async def _start(self) -> None:
+            app = web.Application()
+            self.routes(app)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            await web.TCPSite(self._runner, "127.0.0.1", port).start()
+            self.port = port
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Served():
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -74,21 +74,28 @@ class _LiveExportCollector(Collector):
         self._live = live
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        exporter = self._live.exporter
+        live = self._live
+        counts = live.counts
         yield CounterMetricFamily(
             "reef_otel_export_failures",
             "OTLP exports that failed (collector down, refused or timed out).",
-            value=exporter.failed_exports,
+            value=counts["failed_exports"],
         )
         yield CounterMetricFamily(
             "reef_otel_spans_failed",
             "Spans in the failed OTLP exports.",
-            value=exporter.failed_spans,
+            value=counts["failed_spans"],
         )
         yield CounterMetricFamily(
             "reef_otel_spans_exported",
             "Spans the OTLP collector accepted.",
-            value=exporter.exported_spans,
+            value=counts["exported_spans"],
+        )
+        yield CounterMetricFamily(
+            "reef_otel_spans_dropped",
+            "Spans dropped before export: the queue was full (otel.max_queue_size) or the "
+            "export process was gone.",
+            value=live.dropped_spans,
         )
 
 

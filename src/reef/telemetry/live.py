@@ -1,36 +1,26 @@
-"""The OpenTelemetry SDK pipeline of live export (imported only when ``otel.enabled``).
+"""Live export from the gateway: span descriptions queued on the request path, handed
+in batches to the export process (``reef.telemetry.exporter``), which runs the
+OpenTelemetry SDK and its OTLP exporter.
 
-Spans are built on the calling thread (cheap: a dict of attributes) and handed to the
-SDK's ``BatchSpanProcessor``, whose own thread exports them: a request never waits for
-the collector, and a full queue drops spans instead of blocking. Every failed export is
-counted (``reef_otel_export_failures_total``), so a collector that is down shows in
-``/metrics`` rather than only in a log line.
+On the request path a record costs its attributes (a few microseconds) and an append to
+a bounded queue: nothing waits for the collector or the export process, a full queue
+drops the span (counted), and nothing here raises into a request. A feeder thread writes
+each batch as one JSON line to the export process; a reader thread takes the counters
+that process prints after each export, for ``/metrics``.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Sequence
-
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import (
-    Link,
-    NonRecordingSpan,
-    SpanContext,
-    SpanKind,
-    Status,
-    StatusCode,
-    TraceFlags,
-    set_span_in_context,
-)
+from collections import deque
+from typing import Any
 
 from reef.config import OtelConfig
+from reef.core import dumps, loads
 from reef.experience import FeedbackDraft, RecordDraft
 from reef.telemetry.attributes import (
     EVALUATION_EVENT,
@@ -41,159 +31,86 @@ from reef.telemetry.attributes import (
     trace_ids,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("reef.telemetry")
 
-_HTTP_ENDPOINT = "http://localhost:4318/v1/traces"
-_GRPC_ENDPOINT = "http://localhost:4317"
-# The ids the next span started on this thread takes (a record's derived ids).
-_next_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
-    "reef_otel_next_ids", default=None
-)
+EXPORTER_COMMAND = [sys.executable, "-m", "reef.telemetry.exporter"]
 
 
-class _RecordIds(IdGenerator):
-    """Random ids, except for a record's span, whose ids derive from the record id."""
-
-    def __init__(self) -> None:
-        self._random = RandomIdGenerator()
-
-    def generate_span_id(self) -> int:
-        ids = _next_ids.get()
-        return ids[1] if ids is not None else self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        ids = _next_ids.get()
-        return ids[0] if ids is not None else self._random.generate_trace_id()
-
-
-class CountingExporter(SpanExporter):
-    """Counts the exports ``inner`` failed (and the spans in them); never raises."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-        self._lock = threading.Lock()
-        self.failed_exports = 0
-        self.failed_spans = 0
-        self.exported_spans = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self.inner.export(spans)
-        except Exception as error:  # an exporter that raises must not kill the batch thread
-            log.warning("OTLP export of %d span(s) failed: %s", len(spans), error)
-            result = SpanExportResult.FAILURE
-        with self._lock:
-            if result is SpanExportResult.SUCCESS:
-                self.exported_spans += len(spans)
-            else:
-                self.failed_exports += 1
-                self.failed_spans += len(spans)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
-def otlp_exporter(config: OtelConfig) -> SpanExporter:
-    """The OTLP span exporter of ``config.protocol``, with its endpoint, headers and timeout."""
-    headers = {name: value.get_secret_value() for name, value in config.headers.items()}
-    if config.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcExporter,
-        )
-
-        endpoint = config.endpoint or _GRPC_ENDPOINT
-        return GrpcExporter(
-            endpoint=endpoint,
-            insecure=endpoint.startswith("http://"),
-            headers=headers or None,
-            timeout=config.timeout_seconds,
-        )
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpExporter,
-    )
-
-    return HttpExporter(
-        endpoint=config.endpoint or _HTTP_ENDPOINT,
-        headers=headers or None,
-        timeout=config.timeout_seconds,
-    )
+def _hex_ids(record_id: str) -> list[str]:
+    trace_id, span_id = trace_ids(record_id)
+    return [f"{trace_id:032x}", f"{span_id:016x}"]
 
 
 class LiveExport:
-    """Sends records as spans and feedback as evaluation events (module doc).
+    """Sends records as spans and feedback and gate results as evaluation events (module
+    doc). Every method returns at once and never raises."""
 
-    Every method returns at once and never raises: export is best effort, and a
-    problem with it must not fail the request that triggered it."""
-
-    def __init__(self, config: OtelConfig, exporter: SpanExporter | None = None) -> None:
+    def __init__(self, config: OtelConfig, command: list[str] | None = None) -> None:
         self.config = config
-        self.exporter = CountingExporter(exporter or otlp_exporter(config))
-        self._provider = TracerProvider(
-            resource=Resource.create({"service.name": config.service_name}),
-            id_generator=_RecordIds(),
+        self._queue: deque[dict[str, Any]] = deque()
+        self._changed = threading.Condition()
+        self._closing = False
+        self._flush_now = False
+        self.queued_spans = 0  # handed to the export process, or dropped there
+        self.dropped_spans = 0  # dropped before it: the queue was full or the process gone
+        self.counts = {"exported_spans": 0, "failed_exports": 0, "failed_spans": 0}
+        self._process = subprocess.Popen(  # noqa: S603 (argv of our own interpreter, no shell)
+            command or EXPORTER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
-        self._provider.add_span_processor(
-            BatchSpanProcessor(
-                self.exporter,
-                max_queue_size=config.max_queue_size,
-                max_export_batch_size=config.max_export_batch_size,
-                schedule_delay_millis=config.schedule_delay_seconds * 1000.0,
-                export_timeout_millis=config.timeout_seconds * 1000.0,
-            )
-        )
-        self._tracer = self._provider.get_tracer("reef")
-        self.build_failures = 0
+        assert self._process.stdin is not None
+        settings = config.model_dump(mode="json")
+        settings["headers"] = {k: v.get_secret_value() for k, v in config.headers.items()}
+        self._write(dumps(settings) + b"\n")
+        self._feeder = threading.Thread(target=self._feed, name="reef-otel-feeder", daemon=True)
+        self._reader = threading.Thread(target=self._read, name="reef-otel-reader", daemon=True)
+        self._feeder.start()
+        self._reader.start()
 
-    @property
-    def failed_exports(self) -> int:
-        """Exports the collector did not take (down, refused, timed out)."""
-        return self.exporter.failed_exports
+    # -- what is sent ------------------------------------------------------------------
 
     def record(self, draft: RecordDraft, provider: str, pinned_release: str | None) -> None:
-        """One CLIENT span for the recorded exchange ``draft``, ending now and starting
-        its latency earlier; an error or aborted record sets the span's status."""
+        """One CLIENT span for the recorded exchange ``draft``: ids derived from the record
+        id, ending now and starting its latency earlier; an error or aborted record sets
+        the span's status."""
         try:
             end = time.time_ns()
-            start = end - int(draft.latency_ms * 1_000_000)
-            attributes = record_attributes(
-                draft, provider, pinned_release, self.config.capture_content
+            error = (draft.error or draft.status) if draft.status in ("error", "aborted") else None
+            self._put(
+                {
+                    "name": span_name(draft),
+                    "kind": "client",
+                    "ids": _hex_ids(draft.id),
+                    "start": end - int(draft.latency_ms * 1_000_000),
+                    "end": end,
+                    "attributes": record_attributes(
+                        draft, provider, pinned_release, self.config.capture_content
+                    ),
+                    "error": error,
+                }
             )
-            token = _next_ids.set(trace_ids(draft.id))
-            try:
-                span = self._tracer.start_span(
-                    span_name(draft),
-                    kind=SpanKind.CLIENT,
-                    attributes=attributes,
-                    start_time=start,
-                )
-            finally:
-                _next_ids.reset(token)
-            if draft.status in ("error", "aborted"):
-                span.set_status(Status(StatusCode.ERROR, draft.error or draft.status))
-            span.end(end_time=end)
         except Exception:
-            self._failed_to_build("record " + draft.id)
+            log.exception("could not describe the span of record %s; not exported", draft.id)
 
     def feedback(self, feedback: FeedbackDraft, feedback_id: str) -> None:
-        """A ``gen_ai.evaluation.result`` event on a span of its own, a child of the
-        first rated record's span and linked to every rated record's span."""
+        """A ``gen_ai.evaluation.result`` event on a span of its own, a child of the first
+        rated record's span and linked to every rated record's span."""
         try:
-            contexts = [_record_context(record_id) for record_id in feedback.record_ids]
-            parent = set_span_in_context(NonRecordingSpan(contexts[0])) if contexts else None
-            span = self._tracer.start_span(
-                "evaluation feedback",
-                context=parent,
-                kind=SpanKind.INTERNAL,
-                links=[Link(context) for context in contexts],
+            links = [_hex_ids(record_id) for record_id in feedback.record_ids]
+            now = time.time_ns()
+            self._put(
+                {
+                    "name": "evaluation feedback",
+                    "kind": "internal",
+                    "parent": links[0] if links else None,
+                    "links": links,
+                    "start": now,
+                    "end": now,
+                    "attributes": {},
+                    "events": [[EVALUATION_EVENT, feedback_attributes(feedback, feedback_id)]],
+                }
             )
-            span.add_event(EVALUATION_EVENT, feedback_attributes(feedback, feedback_id))
-            span.end()
         except Exception:
-            self._failed_to_build("feedback " + feedback_id)
+            log.exception("could not describe feedback %s; not exported", feedback_id)
 
     def gate(
         self,
@@ -204,29 +121,114 @@ class LiveExport:
         score: float | None,
     ) -> None:
         """A finished gate evaluation as a ``gen_ai.evaluation.result`` event."""
-        try:
-            span = self._tracer.start_span("evaluation gate", kind=SpanKind.INTERNAL)
-            span.add_event(
-                EVALUATION_EVENT,
-                gate_attributes(scenario, candidate_id, evaluation_id, verdict, score),
-            )
-            span.end()
-        except Exception:
-            self._failed_to_build("evaluation " + evaluation_id)
+        now = time.time_ns()
+        attributes = gate_attributes(scenario, candidate_id, evaluation_id, verdict, score)
+        self._put(
+            {
+                "name": "evaluation gate",
+                "kind": "internal",
+                "start": now,
+                "end": now,
+                "attributes": {},
+                "events": [[EVALUATION_EVENT, attributes]],
+            }
+        )
 
-    def _failed_to_build(self, what: str) -> None:
-        self.build_failures += 1
-        log.exception("could not build the OTel span of %s; not exported", what)
+    def _put(self, description: dict[str, Any]) -> None:
+        with self._changed:
+            if self._closing or len(self._queue) >= self.config.max_queue_size:
+                self.dropped_spans += 1
+                return
+            self._queue.append(description)
+            if len(self._queue) >= self.config.max_export_batch_size:
+                self._changed.notify_all()
+
+    # -- the threads -------------------------------------------------------------------
+
+    def _feed(self) -> None:
+        delay = self.config.schedule_delay_seconds
+        while True:
+            with self._changed:
+                self._changed.wait_for(
+                    lambda: (
+                        self._closing
+                        or self._flush_now
+                        or len(self._queue) >= self.config.max_export_batch_size
+                    ),
+                    timeout=delay,
+                )
+                batch = list(self._queue)
+                self._queue.clear()
+                self._flush_now = False
+                closing = self._closing
+            if batch:
+                if self._write(dumps(batch) + b"\n"):
+                    with self._changed:
+                        self.queued_spans += len(batch)
+                else:
+                    with self._changed:
+                        self.dropped_spans += len(batch)
+            if closing:
+                return
+
+    def _write(self, line: bytes) -> bool:
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(line)
+            stdin.flush()
+        except (OSError, ValueError):  # the export process is gone
+            log.warning("the OTel export process is gone (exit %s)", self._process.poll())
+            return False
+        return True
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                counts = loads(line)
+            except ValueError:
+                continue
+            with self._changed:
+                self.counts = counts
+                self._changed.notify_all()
+
+    # -- counters and lifecycle ----------------------------------------------------------
+
+    @property
+    def failed_exports(self) -> int:
+        """Exports the collector did not take (down, refused, timed out)."""
+        return self.counts["failed_exports"]
 
     def flush(self, timeout_seconds: float = 30.0) -> bool:
-        """Export everything queued; False when that did not finish in time."""
-        return self._provider.force_flush(int(timeout_seconds * 1000))
+        """Wait until every span queued so far was exported or failed; False on timeout."""
+        deadline = time.monotonic() + timeout_seconds
+        with self._changed:
+            target = self.queued_spans + len(self._queue)
+            self._flush_now = True
+            self._changed.notify_all()
+
+            def done() -> bool:
+                counts = self.counts
+                return counts["exported_spans"] + counts["failed_spans"] >= target
+
+            return self._changed.wait_for(done, timeout=max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
-        """Export what is queued (within the export timeout) and stop the export thread."""
-        self._provider.shutdown()
-
-
-def _record_context(record_id: str) -> SpanContext:
-    trace_id, span_id = trace_ids(record_id)
-    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
+        """Hand over what is queued, let the export process send it (within its export
+        timeout) and stop."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._feeder.join()
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=self.config.timeout_seconds + 10)
+        except subprocess.TimeoutExpired:
+            log.warning("the OTel export process did not stop in time; killed")
+            self._process.kill()
+            self._process.wait()
+        self._reader.join(timeout=5)
+        if self._process.stdout is not None:
+            self._process.stdout.close()

@@ -87,8 +87,7 @@ def start_gateway(
         f"home: {home / 'home'}\n"
         f"server: {{port: {port}}}\n"
         f'store: {{url: "sqlite:///{home / "reef.db"}", durability: sync}}\n'
-        f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model}}}}\n"
-        + otel
+        f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model}}}}\n" + otel
     )
     argv = [sys.executable, "-m", "reef", "serve", "-c", str(config), "--log-level", "WARNING"]
     argv += ["--no-worker"]
@@ -149,7 +148,7 @@ def report(
     ]
     ratio = statistics.median(ratios)
     lines = [
-        "### Live OTel export: throughput with export on vs off",
+        "## Live OTel export: throughput with export on vs off",
         "",
         f"`{shlex.join(['python', 'bench/otel_export.py', *argv])}`",
         "",

@@ -215,3 +215,23 @@ def test_grpc_export_reaches_a_grpc_receiver(
         span = eventually(found, "the span over gRPC")
         assert span.name == "chat reef/support"
         assert span.attributes["gen_ai.operation.name"] == "chat"
+
+
+def test_a_stream_is_one_span_when_it_ends(
+    make_gateway: Callable[..., GatewayThread], receiver: OtlpReceiver
+) -> None:
+    gateway = make_gateway(receiver.traces_url)
+    with gateway.openai().chat.completions.with_streaming_response.create(
+        model="reef/support", messages=[{"role": "user", "content": "stream it"}], stream=True
+    ) as response:
+        record_id = response.headers["x-reef-record-id"]
+        chunks = list(response.iter_lines())
+    assert chunks
+    span = span_of(receiver, record_id)
+    record = gateway.store.get_record(record_id)
+    assert record.status == "ok"
+    assert span.attributes["reef.status"] == "ok"
+    assert span.attributes["gen_ai.usage.output_tokens"] == record.usage["completion_tokens"]
+    # Every span queued so far is out: the stream's pending row sent none of its own.
+    assert gateway.app.state.reef.live_export.flush(timeout_seconds=10)
+    assert [s.name for s in receiver.spans] == ["chat reef/support"]

@@ -11,6 +11,7 @@ that process prints after each export, for ``/metrics``.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import subprocess
 import sys
@@ -65,6 +66,8 @@ class LiveExport:
         self._reader = threading.Thread(target=self._read, name="reef-otel-reader", daemon=True)
         self._feeder.start()
         self._reader.start()
+        # A process that never calls shutdown() (a worker run once) still sends its queue.
+        atexit.register(self.shutdown)
 
     # -- what is sent ------------------------------------------------------------------
 
@@ -218,8 +221,11 @@ class LiveExport:
         """Hand over what is queued, let the export process send it (within its export
         timeout) and stop."""
         with self._changed:
+            if self._closing:
+                return
             self._closing = True
             self._changed.notify_all()
+        atexit.unregister(self.shutdown)
         self._feeder.join()
         if self._process.stdin is not None:
             self._process.stdin.close()

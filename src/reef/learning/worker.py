@@ -52,6 +52,7 @@ from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
 from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
+from reef.evaluation.gate import GateOutcome
 from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog
@@ -81,6 +82,22 @@ log = logging.getLogger("reef.worker")
 
 JOB_KIND = "learn"
 PROGRESS_MIN_INTERVAL_SECONDS = 0.5
+
+
+def send_gate_result(live: LiveExport, scenario: str, outcome: GateOutcome) -> None:
+    """Send a gate evaluation that reached a decision as a ``gen_ai.evaluation.result``
+    event: the verdict as its label, the candidate's overall mean as its score."""
+    decision = outcome.decision
+    if decision is None or outcome.evaluation_id is None:
+        return  # skipped: no evaluation ran
+    overall = decision.overall
+    live.gate(
+        scenario,
+        outcome.candidate_id,
+        outcome.evaluation_id,
+        decision.verdict,
+        overall.candidate_mean if overall is not None else None,
+    )
 
 
 def job_actor(job_id: str) -> str:
@@ -466,15 +483,8 @@ class JobRun:
             upstream_base_urls=worker.upstream_base_urls,
         )
         outcome = gate.run(candidate.id, holdout)
-        decision = outcome.decision
-        if worker.live_export is not None and decision is not None and outcome.evaluation_id:
-            worker.live_export.gate(
-                self.job.scenario,
-                candidate.id,
-                outcome.evaluation_id,
-                decision.verdict,
-                decision.overall.candidate_mean if decision.overall is not None else None,
-            )
+        if worker.live_export is not None:
+            send_gate_result(worker.live_export, self.job.scenario, outcome)
         self.report_progress(1.0, f"gate: {outcome.action}")
         return {"gate": outcome.as_dict()}
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from reef.config import OtelConfig
-from reef.evaluation.gate import GateOutcome
+from reef.evaluation import GateOutcome
 from reef.evaluation.values import Decision, Interval, SuiteSummary
 from reef.learning.worker import send_gate_result
 from reef.telemetry.live import LiveExport

@@ -51,8 +51,7 @@ from typing import TYPE_CHECKING, Any
 from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
-from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
-from reef.evaluation.gate import GateOutcome
+from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore, GateOutcome
 from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog

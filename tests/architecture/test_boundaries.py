@@ -27,6 +27,7 @@ DOMAIN = {
     "dashboard",
     "client",
     "environments",
+    "telemetry",
 }
 
 # package -> packages (or third-party roots) it must never import
@@ -45,6 +46,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "dashboard": {"learning", "torch"},
     "client": {"gateway", "learning", "engine", "experience", "torch"},
     "jobs": {"gateway", "learning", "evaluation", "torch"},
+    # Live export reads records and feedback; it serves no request and learns nothing.
+    "telemetry": {"gateway", "learning", "torch", "db", "cli"},
     # Environments are what the gate and the learners play episodes in: they import
     # neither, nor the server or the stores the episodes' records land in.
     "environments": {
@@ -205,6 +208,13 @@ def _loaded_by(modules: str, wanted: str) -> list[str]:
 def test_import_loads_no_torch(module: str) -> None:
     heavy = _loaded_by(module, "m.split('.')[0] in {'torch', 'transformers', 'peft'}")
     assert not heavy, f"import {module} loaded {heavy}"
+
+
+@pytest.mark.parametrize("module", ["reef", "reef.gateway", "reef.cli.main", "reef.telemetry"])
+def test_import_loads_no_opentelemetry(module: str) -> None:
+    """The OpenTelemetry SDK is an optional extra, loaded only when ``otel.enabled``."""
+    loaded = _loaded_by(module, "m.split('.')[0] == 'opentelemetry'")
+    assert not loaded, f"import {module} loaded {loaded}"
 
 
 def test_the_database_loads_no_domain() -> None:

@@ -151,14 +151,17 @@ def build_worker(
 ) -> Worker:
     """A learning worker on ``database``: ``store`` for experience, and the release chain,
     job queue and evaluations built here on the same database, what the worker and its
-    gate write redacted with ``capture.redact_patterns``; ``options`` go to ``Worker``."""
+    gate write redacted with ``capture.redact_patterns``, gate results sent over OTLP when
+    ``otel.enabled``; ``options`` go to ``Worker``."""
     from reef.evaluation import EvaluationStore
     from reef.experience import Redactor
     from reef.jobs import JobQueue
     from reef.learning import Worker
     from reef.releases import ReleaseChain, open_artifact_store
+    from reef.telemetry import open_live_export
 
     redactor = Redactor(settings.capture.redact_patterns)
+    options.setdefault("live_export", open_live_export(settings.otel))
     return Worker(
         settings,
         store,

@@ -494,6 +494,63 @@ class EvaluationConfig(Section):
     )
 
 
+class OtelConfig(Section):
+    """Live export of every exchange as an OpenTelemetry GenAI span over OTLP."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Send one span per recorded exchange, and feedback and gate results as "
+        "gen_ai.evaluation.result events, to an OTLP collector. Needs the otel extra: "
+        "pip install 'reef-agent[otel]'.",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="The collector's URL. Default: http://localhost:4318/v1/traces for "
+        "http/protobuf, http://localhost:4317 for grpc. For http/protobuf give the whole "
+        "URL, /v1/traces included.",
+    )
+    protocol: Literal["http/protobuf", "grpc"] = Field(
+        default="http/protobuf", description="The OTLP transport."
+    )
+    headers: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Headers sent with every export (an API key of a hosted collector); "
+        "masked in `reef config show`.",
+    )
+    service_name: str = Field(
+        default="reef", min_length=1, description="The spans' `service.name` resource attribute."
+    )
+    capture_content: bool = Field(
+        default=False,
+        description="Also send the messages (gen_ai.input.messages, gen_ai.output.messages), "
+        "after capture.redact_patterns. Off: spans carry models, usage, ids and timings only.",
+    )
+    max_queue_size: int = Field(
+        default=2048,
+        ge=1,
+        description="Spans held for export; when the collector falls behind, newer spans "
+        "are dropped rather than slow a request.",
+    )
+    max_export_batch_size: int = Field(
+        default=512, ge=1, description="Spans per export request (at most max_queue_size)."
+    )
+    schedule_delay_seconds: float = Field(
+        default=1.0, gt=0, description="Longest wait before queued spans are exported."
+    )
+    timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Time allowed for one export, retries included."
+    )
+
+    @model_validator(mode="after")
+    def _batch_fits_queue(self) -> OtelConfig:
+        if self.max_export_batch_size > self.max_queue_size:
+            raise ValueError(
+                f"otel.max_export_batch_size ({self.max_export_batch_size}) must be at most "
+                f"otel.max_queue_size ({self.max_queue_size})"
+            )
+        return self
+
+
 # The YAML file's contents for the settings being built; set by ``load_settings`` only.
 yaml_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "reef_yaml_data", default=None
@@ -554,6 +611,9 @@ class ReefSettings(BaseSettings):
     )
     evaluation: EvaluationConfig = Field(
         default_factory=EvaluationConfig, description="The evaluation gate's gateway access."
+    )
+    otel: OtelConfig = Field(
+        default_factory=OtelConfig, description="Live export of exchanges over OTLP."
     )
 
     @classmethod

@@ -31,6 +31,7 @@ from reef.evaluation.decision import (
 from reef.evaluation.gate import (
     EvaluationFailedError,
     Gate,
+    GateOutcome,
 )
 from reef.evaluation.report import (
     candidate_summary,
@@ -79,6 +80,7 @@ __all__ = [
     "EvaluationStore",
     "Gate",
     "GateConfig",
+    "GateOutcome",
     "GateRule",
     "GatewayTarget",
     "LlmJudgeConfig",

@@ -51,6 +51,8 @@ from reef.gateway.store_health import StoreHealth
 from reef.gateway.token_counts import TokenCountRoutes
 from reef.jobs import JobQueue
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
+from reef.telemetry import open_live_export
+from reef.telemetry.attributes import PROVIDERS
 from reef.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("reef.gateway")
@@ -281,7 +283,15 @@ def create_app(
         )
     store_health = StoreHealth()
     redactor = Redactor(settings.capture.redact_patterns)
+    live = open_live_export(settings.otel)
     recorder = Recorder(store, writer, redactor, store_health)
+    if live is not None:
+        providers = {
+            name: PROVIDERS[upstream.type] for name, upstream in settings.upstreams.items()
+        }
+        recorder.observer = lambda draft, upstream, pinned: live.record(
+            draft, providers.get(upstream, "reef"), pinned
+        )
     state = GatewayState(
         settings=settings,
         store=store,
@@ -296,7 +306,10 @@ def create_app(
         evaluations=EvaluationStore(database, redactor),
         model_aliases=settings.model_aliases(),
         store_health=store_health,
+        live_export=live,
     )
+    if live is not None:
+        state.metrics.watch_live_export(live)
     groups = {
         "inference": InferenceRoutes(state),
         "feedback": FeedbackRoutes(state),
@@ -334,6 +347,8 @@ def create_app(
             await writer.close()
             for upstream in upstreams.values():
                 await upstream.aclose()
+            if live is not None:  # what is queued goes out, within the export timeout
+                await asyncio.to_thread(live.shutdown)
 
     app = Starlette(
         routes=routes,

@@ -8,6 +8,7 @@ import binascii
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -114,6 +115,13 @@ def _dimensions(embedding: Any) -> int | None:
     return None
 
 
+# Told of every record once it is written (not of a stream's ``pending`` row): the draft,
+# the name of the upstream that served it, and the release the request pinned, if any.
+# It must return at once and never raise (live export, ``reef.telemetry``).
+RecordObserver = Callable[[RecordDraft, str, str | None], None]
+_MAX_CONTEXTS = 100_000  # drafts never written (a failed write) must not pile up
+
+
 class Recorder:
     """Builds drafts and hands them to the group-commit writer."""
 
@@ -123,17 +131,31 @@ class Recorder:
         writer: RecordWriter,
         redactor: Redactor,
         health: StoreHealth | None = None,
+        observer: RecordObserver | None = None,
     ) -> None:
         self.store = store
         self.writer = writer
         self.redactor = redactor
         self.health = health or StoreHealth()  # told of every write that succeeds
+        self.observer = observer
         self._pending: set[asyncio.Task[str]] = set()
+        # record id -> (upstream, pinned release), from its draft until it is observed.
+        self._contexts: dict[str, tuple[str, str | None]] = {}
 
     async def _submit(self, draft: RecordDraft) -> str:
         stored = await self.writer.submit(draft)
         self.health.succeeded()
+        if self.observer is not None and draft.status != "pending" and stored == draft.id:
+            self._observe(draft)
         return stored
+
+    def _observe(self, draft: RecordDraft) -> None:
+        assert self.observer is not None
+        upstream, pinned = self._contexts.pop(draft.id, ("", None))
+        try:
+            self.observer(draft, upstream, pinned)
+        except Exception:  # an observer's bug must not fail a request that is recorded
+            log.exception("the record observer failed on record %s", draft.id)
 
     async def infer_session(self, scenario: str, candidates: list[str]) -> str | None:
         """The session an earlier exchange of which this request extends, if any."""
@@ -200,6 +222,13 @@ class Recorder:
             session_is_new=exchange.session_is_new,
             finishes_pending=exchange.pending,
         )
+        if self.observer is not None and status != "pending":
+            if len(self._contexts) >= _MAX_CONTEXTS:
+                self._contexts.pop(next(iter(self._contexts)))
+            self._contexts[exchange.record_id] = (
+                exchange.serving.upstream,
+                exchange.headers.release,
+            )
         return self.redactor.redact_draft(draft)
 
     async def record_pending(self, exchange: Exchange) -> None:
@@ -235,7 +264,7 @@ class Recorder:
 
     def record_in_background(self, draft: RecordDraft) -> None:
         """Write ``draft`` from code that must not await (a cancelled stream's cleanup)."""
-        task = asyncio.get_running_loop().create_task(self.writer.submit(draft))
+        task = asyncio.get_running_loop().create_task(self._submit(draft))
         self._pending.add(task)
         task.add_done_callback(self._done)
 

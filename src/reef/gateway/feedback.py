@@ -168,11 +168,10 @@ class FeedbackRoutes:
             trust=self.state.settings.trust_of(principal.key_id, scenario),
             session_id=parsed.session_id,
         )
-        feedback_id, created = await asyncio.to_thread(
-            store.add_feedback, redactor.redact_feedback(draft)
-        )
+        redacted = redactor.redact_feedback(draft)
+        feedback_id, created = await asyncio.to_thread(store.add_feedback, redacted)
         if created:
-            self.state.metrics.feedback_written.inc()
+            self._written(redacted, feedback_id)
         answer: dict[str, Any] = {
             "id": feedback_id,
             "created": created,
@@ -185,6 +184,12 @@ class FeedbackRoutes:
             status_code=201 if created else 200,
             media_type="application/json",
         )
+
+    def _written(self, draft: FeedbackDraft, feedback_id: str) -> None:
+        """Count new feedback, and send it as an evaluation event when ``otel.enabled``."""
+        self.state.metrics.feedback_written.inc()
+        if self.state.live_export is not None:
+            self.state.live_export.feedback(draft, feedback_id)
 
     async def list_feedback(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/feedback``: newest first; ``quarantined=true``

@@ -67,6 +67,38 @@ class _ActivationCollector(Collector):
         yield staging
 
 
+class _LiveExportCollector(Collector):
+    """Live export's counters (``reef.telemetry``), read at scrape time."""
+
+    def __init__(self, live: Any) -> None:
+        self._live = live
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        live = self._live
+        counts = live.counts
+        yield CounterMetricFamily(
+            "reef_otel_export_failures",
+            "OTLP exports that failed (collector down, refused or timed out).",
+            value=counts["failed_exports"],
+        )
+        yield CounterMetricFamily(
+            "reef_otel_spans_failed",
+            "Spans in the failed OTLP exports.",
+            value=counts["failed_spans"],
+        )
+        yield CounterMetricFamily(
+            "reef_otel_spans_exported",
+            "Spans the OTLP collector accepted.",
+            value=counts["exported_spans"],
+        )
+        yield CounterMetricFamily(
+            "reef_otel_spans_dropped",
+            "Spans dropped before export: the queue was full (otel.max_queue_size) or the "
+            "export process was gone.",
+            value=live.dropped_spans,
+        )
+
+
 class GatewayMetrics:
     """The counters and histograms the gateway updates while serving."""
 
@@ -95,6 +127,10 @@ class GatewayMetrics:
         self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.registry.register(_CaptureCollector(capture_stats))
         self.registry.register(_ActivationCollector(activation))
+
+    def watch_live_export(self, live: Any) -> None:
+        """Expose the counters of ``live`` (a ``reef.telemetry.live.LiveExport``)."""
+        self.registry.register(_LiveExportCollector(live))
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         """Count one finished request."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from reef.config import ReefSettings
 from reef.evaluation import EvaluationStore
@@ -15,6 +16,9 @@ from reef.gateway.shutdown import Shutdown
 from reef.gateway.store_health import StoreHealth
 from reef.jobs import JobQueue
 from reef.upstream import Upstream
+
+if TYPE_CHECKING:
+    from reef.telemetry.live import LiveExport
 
 
 @dataclass
@@ -38,3 +42,5 @@ class GatewayState:
     store_health: StoreHealth = field(default_factory=StoreHealth)
     # The streams in flight, cut when the gateway stops (``reef.gateway.shutdown``).
     shutdown: Shutdown = field(default_factory=Shutdown)
+    # Live export over OTLP (``otel.enabled``), else None.
+    live_export: LiveExport | None = None

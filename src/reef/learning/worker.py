@@ -46,12 +46,12 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
-from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
+from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore, GateOutcome
 from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog
@@ -74,10 +74,29 @@ from reef.releases import (
     ReleaseManifest,
 )
 
+if TYPE_CHECKING:
+    from reef.telemetry.live import LiveExport
+
 log = logging.getLogger("reef.worker")
 
 JOB_KIND = "learn"
 PROGRESS_MIN_INTERVAL_SECONDS = 0.5
+
+
+def send_gate_result(live: LiveExport, scenario: str, outcome: GateOutcome) -> None:
+    """Send a gate evaluation that reached a decision as a ``gen_ai.evaluation.result``
+    event: the verdict as its label, the candidate's overall mean as its score."""
+    decision = outcome.decision
+    if decision is None or outcome.evaluation_id is None:
+        return  # skipped: no evaluation ran
+    overall = decision.overall
+    live.gate(
+        scenario,
+        outcome.candidate_id,
+        outcome.evaluation_id,
+        decision.verdict,
+        overall.candidate_mean if overall is not None else None,
+    )
 
 
 def job_actor(job_id: str) -> str:
@@ -148,6 +167,7 @@ class Worker:
         recipes: Mapping[str, Recipe] | None = None,
         upstream_base_urls: Mapping[str, str] | None = None,
         redactor: Redactor | None = None,
+        live_export: LiveExport | None = None,
     ) -> None:
         if max_concurrent < 1:
             raise InvalidInputError("max_concurrent must be at least 1")
@@ -169,6 +189,8 @@ class Worker:
         self._lock = threading.Lock()
         self.signals = SignalWriter(store, settings.trust_of)
         self.judges = JudgeWriter(store, redactor)
+        # Gate results go out as gen_ai.evaluation.result events (``otel.enabled``).
+        self.live_export = live_export
 
     # -- recipes and triggers ------------------------------------------------------------
 
@@ -460,6 +482,8 @@ class JobRun:
             upstream_base_urls=worker.upstream_base_urls,
         )
         outcome = gate.run(candidate.id, holdout)
+        if worker.live_export is not None:
+            send_gate_result(worker.live_export, self.job.scenario, outcome)
         self.report_progress(1.0, f"gate: {outcome.action}")
         return {"gate": outcome.as_dict()}
 

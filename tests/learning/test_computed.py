@@ -261,3 +261,54 @@ def test_a_source_measured_below_its_precision_does_not_train(gateway: GatewayTh
     # too few answers graded both ways to judge the rule: it trains
     lenient = batch(gateway, min_source_precision=0.5, min_calibration_items=3)
     assert kept.record_id in {e.record_id for e in lenient.train}
+
+
+def conversation(
+    gateway: GatewayThread, session: str, end_user: dict[str, Any], *texts: str
+) -> list[str]:
+    """One session of ``texts`` under key ``ana``, naming the end user through
+    ``end_user`` (SDK keyword arguments, or ``extra_headers``); its record ids."""
+    client = gateway.openai(api_key="sk-ana")
+    headers = {"x-reef-scenario": "support", "x-reef-session": session}
+    headers.update(end_user.pop("extra_headers", {}))
+    history: list[Any] = []
+    ids = []
+    for text in texts:
+        history.append({"role": "user", "content": text})
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=history, extra_headers=headers, **end_user
+        )
+        history.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        ids.append(raw.headers["x-reef-record-id"])
+    return ids
+
+
+def test_end_users_behind_one_key_are_each_their_signals_author(gateway: GatewayThread) -> None:
+    bob, _ = conversation(
+        gateway, "s-bob", {"user": "bob"}, "which team owns widgets?", "No, it's T-OPS, not T-POP."
+    )
+    cyd, _ = conversation(
+        gateway,
+        "s-cyd",
+        {"extra_headers": {"x-reef-end-user": "cyd"}},
+        "which team owns gadgets?",
+        "No, it's T-GAD, not T-POP.",
+    )
+    plain, _ = conversation(gateway, "s-key", {}, "which team owns gizmos?", "No, it's T-GIZ.")
+    writer(gateway).run("support", ON)
+    authors = {rid: computed(gateway, rid)[0] for rid in (bob, cyd, plain)}
+    assert authors[bob].principal == "ana/bob"
+    assert authors[cyd].principal == "ana/cyd"
+    assert authors[plain].principal == "ana"  # no end user named: the key
+    # the key's trust level, whoever the end user is
+    assert {row.trust for row in authors.values()} == {"user"}
+    # selection's per-principal cap counts the end users apart: three principals, no
+    # single-source exemption, and each example names its own author
+    config = SelectionConfig(holdout_fraction=0, max_per_principal=0.5)
+    found = select_experience(gateway.store, ReleaseChain(gateway.database), "support", config)
+    assert "principal_cap_single_source" not in found.stats
+    assert {e.record_id: e.principals for e in found.train} == {
+        bob: ["ana/bob"],
+        cyd: ["ana/cyd"],
+        plain: ["ana"],
+    }

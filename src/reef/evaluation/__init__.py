@@ -64,6 +64,7 @@ from reef.evaluation.suites import (
 from reef.evaluation.values import (
     TRANSIENT_ERROR_KINDS,
     EvalItem,
+    EvidenceNotes,
     Provenance,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "EvalRunError",
     "EvaluationFailedError",
     "EvaluationStore",
+    "EvidenceNotes",
     "Gate",
     "GateConfig",
     "GateRule",

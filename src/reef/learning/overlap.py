@@ -12,7 +12,10 @@ an item of the recipe's file suites (``gate.suites``):
   word-level Jaccard by a third, while a typo or an added "please" barely moves the
   3-gram sets; 0.9 keeps a suite item and its lightly edited copy together and tells
   apart two messages that share only a template ("my order is 1234" vs "… 5678").
-  It needs no model and is bounded by the two texts' lengths.
+  A near-duplicate must also carry the same numbers (digit runs, in order): in a short
+  prompt one changed digit ("capital 4" vs "capital 40") moves the 3-gram Jaccard by
+  less than a tenth, yet asks another question. It needs no model and is bounded by the
+  two texts' lengths.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 NEAR_DUPLICATE_JACCARD = 0.9
 _SPACE = re.compile(r"\s+")
+_NUMBER = re.compile(r"\d+")
 _EDGE = string.punctuation + "\u00a1\u00bf\u2018\u2019\u201c\u201d\u2026"
 
 
@@ -65,13 +69,13 @@ class SuiteMatcher:
 
     def __init__(self, prompts: Iterable[SuitePrompt]) -> None:
         self._by_hash: dict[str, str] = {}
-        self._grams: list[tuple[str, frozenset[str]]] = []
+        self._grams: list[tuple[str, frozenset[str], tuple[str, ...]]] = []
         for item in prompts:
             text = normalised_prompt(item.prompt)
             if not text:
                 continue
             self._by_hash.setdefault(hashlib.sha256(text.encode()).hexdigest(), item.key)
-            self._grams.append((item.key, trigrams(text)))
+            self._grams.append((item.key, trigrams(text), tuple(_NUMBER.findall(text))))
 
     def __bool__(self) -> bool:
         return bool(self._grams)
@@ -84,8 +88,10 @@ class SuiteMatcher:
         exact = self._by_hash.get(hashlib.sha256(text.encode()).hexdigest())
         if exact is not None:
             return exact
-        grams = trigrams(text)
-        for key, theirs in self._grams:
+        grams, numbers = trigrams(text), tuple(_NUMBER.findall(text))
+        for key, theirs, their_numbers in self._grams:
+            if numbers != their_numbers:
+                continue
             # Jaccard >= t needs the smaller set to be at least t of the larger: a cheap
             # test that skips most pairs before any set is intersected.
             small, large = sorted((len(grams), len(theirs)))

@@ -19,7 +19,7 @@ from reef.evaluation import EvaluationStore
 from reef.experience import FeedbackDraft, FeedbackView, SQLExperienceStore, calibrate
 from reef.jobs import JobQueue
 from reef.learning.computed import SignalWriter
-from reef.learning.holdout import holdout_items
+from reef.learning.holdout import dropped_sentence, evidence_notes, holdout_items, select_holdout
 from reef.learning.recipes import parse_recipe
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.learning.signals import SignalsConfig
@@ -312,3 +312,32 @@ def test_end_users_behind_one_key_are_each_their_signals_author(gateway: Gateway
         cyd: ["ana/cyd"],
         plain: ["ana"],
     }
+
+
+def test_what_was_dropped_is_counted_for_the_job_and_said_to_the_gate(
+    gateway: GatewayThread,
+) -> None:
+    said(gateway, "which team owns widgets?", "No, that's wrong.")  # a complaint, no value
+    corrected, _ = said(gateway, "which team owns gadgets?", "No, it's T-GAD, not T-POP.")
+    said(gateway, "which team owns bolts?")  # nobody said anything of it
+    writer(gateway).run("support", ON)
+    assert batch(gateway).stats["complaint_without_value"] == 1
+    recipe = parse_recipe(
+        {
+            "learners": [{"type": "fewshot"}],
+            "selection": {"holdout_fraction": 1},
+            "gate": {"evidence_sources": {"signal:correction": 1.0}},
+        }
+    )
+    held = select_holdout(gateway.store, ReleaseChain(gateway.database), "support", recipe)
+    assert [item.id for item in held.items] == [corrected.record_id]
+    # the two follow-up turns and the bolts question carry no feedback of their own
+    assert held.skipped == {"complaint_without_value": 1, "no_feedback": 3}
+    sentence = dropped_sentence(held.skipped)
+    assert sentence == (
+        "1 held-out record had a complaint but no corrected value; "
+        "3 had no feedback the gate counts as evidence"
+    )
+    notes = evidence_notes(held, None)
+    assert notes.dropped == sentence
+    assert notes.details == {"holdout_skipped": held.skipped}

@@ -99,19 +99,7 @@ class SignalWriter:
         return done
 
     def _sessions_since(self, scenario: str, since: datetime) -> dict[str, datetime]:
-        """Session id -> its newest record's time, for sessions with serve records
-        created after ``since``."""
-        found: dict[str, datetime] = {}
-        cursor: str | None = None
-        filters = RecordFilter(since=since, purpose="serve")
-        while True:
-            page = self._store.list_records(scenario, filters, cursor, PAGE)
-            for record in page.records:
-                if record.created_at > found.get(record.session_id, since):
-                    found[record.session_id] = record.created_at
-            if page.next_cursor is None:
-                return found
-            cursor = page.next_cursor
+        return sessions_since(self._store, scenario, since)
 
     def _write(
         self,
@@ -146,6 +134,22 @@ class SignalWriter:
         except IdempotencyConflictError:
             return False  # written before, from evidence that has changed since
         return created
+
+
+def sessions_since(store: ExperienceStore, scenario: str, since: datetime) -> dict[str, datetime]:
+    """Session id -> its newest record's time, for sessions with serve records created
+    after ``since``."""
+    found: dict[str, datetime] = {}
+    cursor: str | None = None
+    filters = RecordFilter(since=since, purpose="serve")
+    while True:
+        page = store.list_records(scenario, filters, cursor, PAGE)
+        for record in page.records:
+            if record.created_at > found.get(record.session_id, since):
+                found[record.session_id] = record.created_at
+        if page.next_cursor is None:
+            return found
+        cursor = page.next_cursor
 
 
 def end_user_of(record: RecordView) -> str | None:

@@ -341,3 +341,38 @@ def test_what_was_dropped_is_counted_for_the_job_and_said_to_the_gate(
     notes = evidence_notes(held, None)
     assert notes.dropped == sentence
     assert notes.details == {"holdout_skipped": held.skipped}
+
+
+def test_signals_preview_counts_and_samples_what_the_rules_find_writing_nothing(
+    gateway: GatewayThread, tmp_path: Path
+) -> None:
+    vague, _ = said(gateway, "which team owns widgets?", "No, that's wrong.")
+    valued, _ = said(gateway, "which team owns gadgets?", "No, it's T-GAD, not T-POP.")
+    liked, _ = said(gateway, "where is my parcel?", "thanks, perfect!")
+    config = tmp_path / "reef.yaml"
+    url = gateway.settings.store_url()
+    config.write_text(f"home: {tmp_path / 'home'}\nstore: {{url: '{url}'}}\n")
+    args = ["signals", "preview", "--scenario", "support", "-c", str(config)]
+    shown = CliRunner().invoke(app, [*args, "--since", "1h", "--json"])
+    assert shown.exit_code == 0, shown.output
+    found = json.loads(shown.output)
+    assert found["by_signal"] == {"accept": 1, "correction": 2}
+    assert (found["corrections"], found["complaints_without_value"]) == (1, 1)
+    assert found["sessions"] == 3 and found["rules"].startswith("the default rules")
+    (without,) = found["samples"]["complaint_without_value"]
+    assert (without["record_id"], without["said"]) == (vague.record_id, "No, that's wrong.")
+    assert without["answer"] == vague.text and without["correction"] is None
+    (with_value,) = found["samples"]["correction"]
+    assert (with_value["record_id"], with_value["correction"]) == (valued.record_id, "T-GAD")
+    assert found["samples"]["accept"][0]["record_id"] == liked.record_id
+    # nothing was written: no computed feedback on any answer
+    assert all(computed(gateway, s.record_id) == [] for s in (vague, valued, liked))
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "complaints without a value: 1" in text.output
+    assert "corrections with a value:   1" in text.output
+    # a time in the future finds nothing; a time that is neither form is refused
+    later = CliRunner().invoke(app, [*args, "--since", "2999-01-01T00:00:00", "--json"])
+    assert json.loads(later.output)["sessions"] == 0
+    wrong = CliRunner().invoke(app, [*args, "--since", "yesterday"])
+    assert wrong.exit_code == 2 and "neither an age" in wrong.output

@@ -16,8 +16,7 @@ import typer
 
 if TYPE_CHECKING:
     from reef.config import ReefSettings
-    from reef.learning.signals import SignalsConfig
-    from reef.learning.signals_preview import SignalPreview
+    from reef.learning import SignalPreview, SignalsConfig
 
 signals_app = typer.Typer(
     help="Conversation signals: preview the rules on recent traffic.", no_args_is_help=True
@@ -71,7 +70,7 @@ def signals_preview(
     from reef.cli.stores import check_scenario, open_existing_database
     from reef.config import load_settings
     from reef.experience import SQLExperienceStore
-    from reef.learning.signals_preview import preview_signals
+    from reef.learning import preview_signals
 
     settings = load_settings(config)
     rules, origin = _rules(settings, scenario)
@@ -97,8 +96,7 @@ def signals_preview(
 def _rules(settings: ReefSettings, scenario: str) -> tuple[SignalsConfig, str]:
     """The scenario's recipe's signal rules when it enables any, else the defaults; and
     which of the two, in words."""
-    from reef.learning.recipes import load_recipe
-    from reef.learning.signals import SignalsConfig
+    from reef.learning import SignalsConfig, load_recipe
 
     path = settings.scenarios[scenario].recipe if scenario in settings.scenarios else None
     if path is not None:

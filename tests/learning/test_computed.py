@@ -20,6 +20,7 @@ from reef.experience import FeedbackDraft, FeedbackView, SQLExperienceStore, cal
 from reef.jobs import JobQueue
 from reef.learning.computed import SignalWriter
 from reef.learning.holdout import dropped_sentence, evidence_notes, holdout_items, select_holdout
+from reef.learning.learners.preference import unpaired_examples
 from reef.learning.recipes import parse_recipe
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.learning.signals import SignalsConfig
@@ -376,3 +377,22 @@ def test_signals_preview_counts_and_samples_what_the_rules_find_writing_nothing(
     assert json.loads(later.output)["sessions"] == 0
     wrong = CliRunner().invoke(app, [*args, "--since", "yesterday"])
     assert wrong.exit_code == 2 and "neither an age" in wrong.output
+
+
+def test_a_complaint_without_a_value_lowers_the_score_and_is_undesirable_for_kto(
+    gateway: GatewayThread,
+) -> None:
+    vague, _ = said(gateway, "which team owns widgets?", "No, that's wrong.")
+    liked, _ = said(gateway, "which team owns gadgets?", "thanks, perfect!")
+    post(gateway, vague.record_id, 0.5)  # a person found it middling
+    writer(gateway).run("support", ON)
+    examples = {e.record_id: e for e in batch(gateway).train}
+    complained = examples[vague.record_id]
+    assert complained.complaint_without_value and complained.correction is None
+    # 0.5 posted (weight 1) and the complaint's 0 (weight 0.7): below either alone
+    assert complained.score == pytest.approx(0.5 / 1.7)
+    kto, used = unpaired_examples(list(examples.values()), good_score=1.0, bad_score=0.0)
+    verdicts = {(e.target, e.desirable) for e in kto}
+    assert (vague.text, False) in verdicts  # what not to say, though no right value was given
+    assert (liked.text, True) in verdicts
+    assert set(used) >= {vague.record_id, liked.record_id}

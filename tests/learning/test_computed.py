@@ -396,3 +396,22 @@ def test_a_complaint_without_a_value_lowers_the_score_and_is_undesirable_for_kto
     assert (vague.text, False) in verdicts  # what not to say, though no right value was given
     assert (liked.text, True) in verdicts
     assert set(used) >= {vague.record_id, liked.record_id}
+
+
+def test_an_anthropic_requests_metadata_user_id_names_the_author(gateway: GatewayThread) -> None:
+    client = gateway.anthropic(api_key="sk-ana")
+    headers = {"x-reef-scenario": "support", "x-reef-session": "s-dee"}
+    history: list[Any] = []
+    ids = []
+    for text in ("which team owns widgets?", "No, it's T-OPS, not T-POP."):
+        history.append({"role": "user", "content": text})
+        raw = client.messages.with_raw_response.create(
+            model="claude-x", max_tokens=64, messages=history, extra_headers=headers,
+            metadata={"user_id": "dee"},
+        )  # fmt: skip
+        reply = raw.parse()
+        history.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
+        ids.append(raw.headers["x-reef-record-id"])
+    writer(gateway).run("support", ON)
+    (row,) = computed(gateway, ids[0])
+    assert (row.principal, row.trust, row.correction) == ("ana/dee", "user", "T-OPS")

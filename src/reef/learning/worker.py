@@ -415,15 +415,7 @@ class JobRun:
             trusted=trusted,
             suite_prompts=suite_prompts(recipe),
         )
-        if batch.overlap:
-            log.warning(
-                "job %s: %d record(s) match gate suite items, kept out of training",
-                job.id,
-                len(batch.overlap),
-            )
-        if batch.flagged:
-            held = self.worker.store.quarantine_feedback(batch.flagged)
-            log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
+        self._left_out(batch)
         self.report_progress(
             0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout"
         )
@@ -462,6 +454,28 @@ class JobRun:
         if batch.overlap:
             extra["suite_overlap"] = overlap_summary(batch.overlap)
         return self._proposed(candidate, {**extra, **gated})
+
+    def _left_out(self, batch: ExperienceBatch) -> None:
+        """Quarantine what screening flagged, and say what else the batch left out."""
+        job = self.job
+        complaints = batch.stats.get("complaint_without_value", 0)
+        if complaints:
+            # Said aloud: these scored an answer 0 but give nothing to train on or to
+            # evaluate against (docs/learning.md, "What was dropped").
+            log.info(
+                "job %s: %d complaint(s) without a corrected value: scored, but no target",
+                job.id,
+                complaints,
+            )
+        if batch.overlap:
+            log.warning(
+                "job %s: %d record(s) match gate suite items, kept out of training",
+                job.id,
+                len(batch.overlap),
+            )
+        if batch.flagged:
+            held = self.worker.store.quarantine_feedback(batch.flagged)
+            log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
 
     def _gate(
         self, recipe: Recipe, candidate: Candidate, batch: ExperienceBatch | None = None

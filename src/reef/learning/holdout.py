@@ -61,7 +61,7 @@ HOLDOUT_SCAN_LIMIT = 100_000
 NO_REFERENCE: dict[str, str] = {
     "complaint_without_value": "had a complaint but no corrected value",
     "wrong_without_correction": "were scored wrong but given no correction",
-    "score_undecided": "had a score too low to call the reply right and no correction",
+    "neither_right_nor_corrected": "had feedback that neither corrected the reply nor scored it right",
     "no_feedback": "had no feedback the gate counts as evidence",
 }
 OVERLAP_SAMPLE = 5
@@ -133,7 +133,7 @@ def _why_no_reference(example: TrainingExample) -> str:
         return "complaint_without_value"
     if example.score is not None and example.score < 0.5:  # wrong, as calibration reads it
         return "wrong_without_correction"
-    return "score_undecided"
+    return "neither_right_nor_corrected"
 
 
 def dropped_sentence(skipped: Mapping[str, int]) -> str | None:

@@ -61,7 +61,9 @@ HOLDOUT_SCAN_LIMIT = 100_000
 NO_REFERENCE: dict[str, str] = {
     "complaint_without_value": "had a complaint but no corrected value",
     "wrong_without_correction": "were scored wrong but given no correction",
-    "neither_right_nor_corrected": "had feedback that neither corrected the reply nor scored it right",
+    "neither_right_nor_corrected": (
+        "had feedback that neither corrected the reply nor scored it right"
+    ),
     "no_feedback": "had no feedback the gate counts as evidence",
 }
 OVERLAP_SAMPLE = 5

@@ -40,6 +40,7 @@ READERS = [
     ["export", "--scenario", "s"],
     ["gc"],
     ["feedback", "calibrate", "--scenario", "s"],
+    ["signals", "preview", "--scenario", "s"],
     ["eval", "run", "--scenario", "s", "--candidate", "c", "--suite", "suite.jsonl"],
 ]
 

@@ -7,6 +7,7 @@ newest first and paged, shows markup in a correction as text, and Release lets a
 
 from __future__ import annotations
 
+from reef.experience import FeedbackDraft, RecordFilter
 from tests.dashboard.browser import DashboardPage
 from tests.dashboard.world import (
     ADMIN_KEY,
@@ -200,3 +201,29 @@ def _release(world: DashboardWorld, feedback_id: str) -> rawhttp.RawResponse:
         f"/reef/feedback/{feedback_id}/release",
         headers={"authorization": f"Bearer {ADMIN_KEY}"},
     )
+
+
+def test_the_feedback_page_samples_complaints_without_a_value(
+    tab: DashboardPage, world: DashboardWorld
+) -> None:
+    # Last in this file: the rows it adds would fill the computed-feedback table above.
+    # Unscored, so the learning curve other pages chart does not move.
+    store = world.gateway.store
+    (newest,) = store.list_records(SCENARIO, RecordFilter(), None, 1).records
+    vague = "No, my order number is <b>A-17</b>"
+    for said, correction in [(vague, None), ("No, it's A-18, not A-81.", "A-18")]:
+        store.add_feedback(
+            FeedbackDraft(
+                scenario=SCENARIO, record_ids=(newest.id,), score=None, feedback=said,
+                correction=correction, metadata={}, principal="app/ana", idempotency_key=None,
+                trust="user", source="signal:correction", confidence=0.7,
+            )
+        )  # fmt: skip
+    listed = world.admin(f"/reef/scenarios/{SCENARIO}/feedback?limit=500")["data"]
+    _signed_in(tab)
+    tab.open(FEEDBACK_PAGE)
+    assert f"1 of the newest {len(listed)} feedback rows" in tab.text("#complaints")
+    [row] = _cells(tab, "#complaints tbody tr")
+    assert row[2:] == ["app/ana", vague]  # author; the markup as text
+    assert row[1] and row[1] in newest.id  # the short form of the id
+    assert tab.count("#complaints b") == 0

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from reef.core import SilentProgress
+from reef.evaluation import EvidenceNotes
 from reef.evaluation.suites import regression_suites
 from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog
 from reef.learning.learners import InstructionsConfig, InstructionsLearner
@@ -92,6 +93,31 @@ def test_too_few_items_is_insufficient_evidence(tmp_path: Path) -> None:
         assert outcome.decision is not None
         assert "insufficient evidence" in outcome.decision.summary()
         assert world.head().id == base.id
+
+
+def test_an_insufficient_evidence_rejection_says_what_the_holdout_dropped(
+    tmp_path: Path,
+) -> None:
+    write_suite(tmp_path / "quiz.jsonl", range(5))
+    dropped = "12 held-out records had a complaint but no corrected value; 3 had no feedback"
+    overlap = {"count": 1, "records": [{"record_id": "r1", "item": "file:quiz/q3"}]}
+    notes = EvidenceNotes(dropped=dropped, details={"suite_overlap": overlap})
+    with quiz_world(tmp_path) as world:
+        world.publish_directly([])
+        candidate = world.propose(ALL)
+        outcome = world.gate(suites=["quiz.jsonl"], min_items=20).run(candidate.id, (), notes)
+
+        assert outcome.decision is not None
+        assert outcome.decision.reasons == [
+            f"insufficient evidence: 5 items evaluated, at least 20 needed ({dropped})"
+        ]
+        stored = (world.chain.get_candidate(candidate.id).evidence or {})["gate"]["decision"]
+        assert stored["evidence"]["suite_overlap"] == overlap
+        # a decision with enough items keeps its reasons: the note explains a shortfall only
+        again = world.propose(ALL)
+        passed = world.gate(suites=["quiz.jsonl"], min_items=5).run(again.id, (), notes)
+        assert passed.decision is not None and passed.action == "published"
+        assert not any(dropped in reason for reason in passed.decision.reasons)
 
 
 def test_winning_today_but_forgetting_an_earlier_release_is_rejected(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ TOO_LONG: list[tuple[dict[str, str], str, int]] = [
     ),
     ({"x-reef-tag-team": "v" * (MAX_TAG_VALUE_CHARS + 1)}, "x-reef-tag-team", MAX_TAG_VALUE_CHARS),
     ({"x-reef-tag-team": "v" * 60_000}, "x-reef-tag-team", MAX_TAG_VALUE_CHARS),
+    ({"x-reef-end-user": "u" * (MAX_TAG_VALUE_CHARS + 1)}, "x-reef-end-user", MAX_TAG_VALUE_CHARS),
     (tags(MAX_TAGS + 1), "x-reef-tag-", MAX_TAGS),
     (tags(300), "x-reef-tag-", MAX_TAGS),
 ]

@@ -19,7 +19,8 @@ from reef.evaluation import EvaluationStore
 from reef.experience import FeedbackDraft, FeedbackView, SQLExperienceStore, calibrate
 from reef.jobs import JobQueue
 from reef.learning.computed import SignalWriter
-from reef.learning.holdout import holdout_items
+from reef.learning.holdout import dropped_sentence, evidence_notes, holdout_items, select_holdout
+from reef.learning.learners.preference import unpaired_examples
 from reef.learning.recipes import parse_recipe
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.learning.signals import SignalsConfig
@@ -261,3 +262,156 @@ def test_a_source_measured_below_its_precision_does_not_train(gateway: GatewayTh
     # too few answers graded both ways to judge the rule: it trains
     lenient = batch(gateway, min_source_precision=0.5, min_calibration_items=3)
     assert kept.record_id in {e.record_id for e in lenient.train}
+
+
+def conversation(
+    gateway: GatewayThread, session: str, end_user: dict[str, Any], *texts: str
+) -> list[str]:
+    """One session of ``texts`` under key ``ana``, naming the end user through
+    ``end_user`` (SDK keyword arguments, or ``extra_headers``); its record ids."""
+    client = gateway.openai(api_key="sk-ana")
+    headers = {"x-reef-scenario": "support", "x-reef-session": session}
+    headers.update(end_user.pop("extra_headers", {}))
+    history: list[Any] = []
+    ids = []
+    for text in texts:
+        history.append({"role": "user", "content": text})
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=history, extra_headers=headers, **end_user
+        )
+        history.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        ids.append(raw.headers["x-reef-record-id"])
+    return ids
+
+
+def test_end_users_behind_one_key_are_each_their_signals_author(gateway: GatewayThread) -> None:
+    bob, _ = conversation(
+        gateway, "s-bob", {"user": "bob"}, "which team owns widgets?", "No, it's T-OPS, not T-POP."
+    )
+    cyd, _ = conversation(
+        gateway,
+        "s-cyd",
+        {"extra_headers": {"x-reef-end-user": "cyd"}},
+        "which team owns gadgets?",
+        "No, it's T-GAD, not T-POP.",
+    )
+    plain, _ = conversation(gateway, "s-key", {}, "which team owns gizmos?", "No, it's T-GIZ.")
+    writer(gateway).run("support", ON)
+    authors = {rid: computed(gateway, rid)[0] for rid in (bob, cyd, plain)}
+    assert authors[bob].principal == "ana/bob"
+    assert authors[cyd].principal == "ana/cyd"
+    assert authors[plain].principal == "ana"  # no end user named: the key
+    # the key's trust level, whoever the end user is
+    assert {row.trust for row in authors.values()} == {"user"}
+    # selection's per-principal cap counts the end users apart: three principals, no
+    # single-source exemption, and each example names its own author
+    config = SelectionConfig(holdout_fraction=0, max_per_principal=0.5)
+    found = select_experience(gateway.store, ReleaseChain(gateway.database), "support", config)
+    assert "principal_cap_single_source" not in found.stats
+    assert {e.record_id: e.principals for e in found.train} == {
+        bob: ["ana/bob"],
+        cyd: ["ana/cyd"],
+        plain: ["ana"],
+    }
+
+
+def test_what_was_dropped_is_counted_for_the_job_and_said_to_the_gate(
+    gateway: GatewayThread,
+) -> None:
+    said(gateway, "which team owns widgets?", "No, that's wrong.")  # a complaint, no value
+    corrected, _ = said(gateway, "which team owns gadgets?", "No, it's T-GAD, not T-POP.")
+    said(gateway, "which team owns bolts?")  # nobody said anything of it
+    writer(gateway).run("support", ON)
+    assert batch(gateway).stats["complaint_without_value"] == 1
+    recipe = parse_recipe(
+        {
+            "learners": [{"type": "fewshot"}],
+            "selection": {"holdout_fraction": 1},
+            "gate": {"evidence_sources": {"signal:correction": 1.0}},
+        }
+    )
+    held = select_holdout(gateway.store, ReleaseChain(gateway.database), "support", recipe)
+    assert [item.id for item in held.items] == [corrected.record_id]
+    # the two follow-up turns and the bolts question carry no feedback of their own
+    assert held.skipped == {"complaint_without_value": 1, "no_feedback": 3}
+    sentence = dropped_sentence(held.skipped)
+    assert sentence == (
+        "1 held-out record had a complaint but no corrected value; "
+        "3 had no feedback the gate counts as evidence"
+    )
+    notes = evidence_notes(held, None)
+    assert notes.dropped == sentence
+    assert notes.details == {"holdout_skipped": held.skipped}
+
+
+def test_signals_preview_counts_and_samples_what_the_rules_find_writing_nothing(
+    gateway: GatewayThread, tmp_path: Path
+) -> None:
+    vague, _ = said(gateway, "which team owns widgets?", "No, that's wrong.")
+    valued, _ = said(gateway, "which team owns gadgets?", "No, it's T-GAD, not T-POP.")
+    liked, _ = said(gateway, "where is my parcel?", "thanks, perfect!")
+    config = tmp_path / "reef.yaml"
+    url = gateway.settings.store_url()
+    config.write_text(f"home: {tmp_path / 'home'}\nstore: {{url: '{url}'}}\n")
+    args = ["signals", "preview", "--scenario", "support", "-c", str(config)]
+    shown = CliRunner().invoke(app, [*args, "--since", "1h", "--json"])
+    assert shown.exit_code == 0, shown.output
+    found = json.loads(shown.output)
+    assert found["by_signal"] == {"accept": 1, "correction": 2}
+    assert (found["corrections"], found["complaints_without_value"]) == (1, 1)
+    assert found["sessions"] == 3 and found["rules"].startswith("the default rules")
+    (without,) = found["samples"]["complaint_without_value"]
+    assert (without["record_id"], without["said"]) == (vague.record_id, "No, that's wrong.")
+    assert without["answer"] == vague.text and without["correction"] is None
+    (with_value,) = found["samples"]["correction"]
+    assert (with_value["record_id"], with_value["correction"]) == (valued.record_id, "T-GAD")
+    assert found["samples"]["accept"][0]["record_id"] == liked.record_id
+    # nothing was written: no computed feedback on any answer
+    assert all(computed(gateway, s.record_id) == [] for s in (vague, valued, liked))
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "complaints without a value: 1" in text.output
+    assert "corrections with a value:   1" in text.output
+    # a time in the future finds nothing; a time that is neither form is refused
+    later = CliRunner().invoke(app, [*args, "--since", "2999-01-01T00:00:00", "--json"])
+    assert json.loads(later.output)["sessions"] == 0
+    wrong = CliRunner().invoke(app, [*args, "--since", "yesterday"])
+    assert wrong.exit_code == 2 and "neither an age" in wrong.output
+
+
+def test_a_complaint_without_a_value_lowers_the_score_and_is_undesirable_for_kto(
+    gateway: GatewayThread,
+) -> None:
+    vague, _ = said(gateway, "which team owns widgets?", "No, that's wrong.")
+    liked, _ = said(gateway, "which team owns gadgets?", "thanks, perfect!")
+    post(gateway, vague.record_id, 0.5)  # a person found it middling
+    writer(gateway).run("support", ON)
+    examples = {e.record_id: e for e in batch(gateway).train}
+    complained = examples[vague.record_id]
+    assert complained.complaint_without_value and complained.correction is None
+    # 0.5 posted (weight 1) and the complaint's 0 (weight 0.7): below either alone
+    assert complained.score == pytest.approx(0.5 / 1.7)
+    kto, used = unpaired_examples(list(examples.values()), good_score=1.0, bad_score=0.0)
+    verdicts = {(e.target, e.desirable) for e in kto}
+    assert (vague.text, False) in verdicts  # what not to say, though no right value was given
+    assert (liked.text, True) in verdicts
+    assert set(used) >= {vague.record_id, liked.record_id}
+
+
+def test_an_anthropic_requests_metadata_user_id_names_the_author(gateway: GatewayThread) -> None:
+    client = gateway.anthropic(api_key="sk-ana")
+    headers = {"x-reef-scenario": "support", "x-reef-session": "s-dee"}
+    history: list[Any] = []
+    ids = []
+    for text in ("which team owns widgets?", "No, it's T-OPS, not T-POP."):
+        history.append({"role": "user", "content": text})
+        raw = client.messages.with_raw_response.create(
+            model="claude-x", max_tokens=64, messages=history, extra_headers=headers,
+            metadata={"user_id": "dee"},
+        )  # fmt: skip
+        reply = raw.parse()
+        history.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
+        ids.append(raw.headers["x-reef-record-id"])
+    writer(gateway).run("support", ON)
+    (row,) = computed(gateway, ids[0])
+    assert (row.principal, row.trust, row.correction) == ("ana/dee", "user", "T-OPS")

@@ -21,6 +21,7 @@ from reef.cli.importing import import_command
 from reef.cli.learning import jobs_app, learn_command, worker_command
 from reef.cli.quickstart import quickstart_command
 from reef.cli.releases import releases_app
+from reef.cli.signals import signals_app
 from reef.cli.status import status_command
 from reef.config import ReefSettings, load_settings, masked_dump
 from reef.core.errors import InvalidInputError
@@ -40,6 +41,7 @@ app.add_typer(harness_app, name="harness")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(eval_app, name="eval")
 app.add_typer(feedback_app, name="feedback")
+app.add_typer(signals_app, name="signals")
 app.command("worker")(worker_command)
 app.command("learn")(learn_command)
 app.command("bench")(bench_command)

@@ -65,6 +65,7 @@ from reef.evaluation.suites import (
 from reef.evaluation.values import (
     TRANSIENT_ERROR_KINDS,
     EvalItem,
+    EvidenceNotes,
     Provenance,
 )
 
@@ -78,6 +79,7 @@ __all__ = [
     "EvalRunError",
     "EvaluationFailedError",
     "EvaluationStore",
+    "EvidenceNotes",
     "Gate",
     "GateConfig",
     "GateOutcome",

@@ -63,8 +63,10 @@ from reef.evaluation.values import (
     Answer,
     Decision,
     EvalItem,
+    EvidenceNotes,
     ItemResult,
     item_label,
+    with_notes,
 )
 from reef.harness import Harness
 from reef.harness.packing import read_bundle_archive
@@ -129,8 +131,15 @@ class Gate:
     suite_dir: Path = Path(".")
     progress: Progress = field(default_factory=SilentProgress)
 
-    def run(self, candidate_id: str, holdout: Sequence[EvalItem] = ()) -> GateOutcome:
-        """Evaluate, decide and publish per the mode (module docstring)."""
+    def run(
+        self,
+        candidate_id: str,
+        holdout: Sequence[EvalItem] = (),
+        notes: EvidenceNotes | None = None,
+    ) -> GateOutcome:
+        """Evaluate, decide and publish per the mode (module docstring); ``notes`` (what
+        the held-out selection dropped, what training overlapped with the suites) go into
+        the decision."""
         candidate = self.chain.get_candidate(candidate_id)
         if candidate.state == "pending":
             candidate = self.chain.set_candidate_state(candidate_id, "evaluating")
@@ -140,7 +149,7 @@ class Gate:
             baseline = self.chain.head(candidate.scenario)
             if baseline is None:
                 raise ScenarioHasNoReleaseError(candidate.scenario)
-            decision, evaluation_id, cost = self._evaluate(candidate, baseline, holdout)
+            decision, evaluation_id, cost = self._evaluate(candidate, baseline, holdout, notes)
             evidence = {
                 **(candidate.evidence or {}),
                 "gate": {
@@ -166,7 +175,11 @@ class Gate:
     # -- deciding ------------------------------------------------------------------------
 
     def _evaluate(
-        self, candidate: Candidate, baseline: Release, holdout: Sequence[EvalItem]
+        self,
+        candidate: Candidate,
+        baseline: Release,
+        holdout: Sequence[EvalItem],
+        notes: EvidenceNotes | None = None,
     ) -> tuple[Decision, str, dict[str, Any]]:
         started = time.monotonic()
         mine, parent = (
@@ -211,6 +224,7 @@ class Gate:
             self.evaluations.add_results(evaluation_id, results)
             self.evaluations.add_episodes(evaluation_id, runs)
             decision = decide_results(results, planted, self.config, [*items, *episode_items])
+            decision = with_notes(decision, notes)
         except Exception as error:
             self.evaluations.fail(evaluation_id, repr(error))
             raise

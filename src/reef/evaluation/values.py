@@ -6,7 +6,7 @@ printed in reports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from reef.core.trust import Trust, parse_trust
@@ -291,3 +291,32 @@ class Decision:
             "safety": self.safety,
             "evidence": self.evidence,
         }
+
+
+@dataclass(frozen=True)
+class EvidenceNotes:
+    """What the caller of the gate knows of the evidence around its items: ``dropped``
+    says why held-out records gave no item (one clause, e.g. "12 held-out records had a
+    complaint but no corrected value"), added to an insufficient-evidence reason so the
+    rejection says what was thrown away; ``details`` go into the decision's ``evidence``
+    as they are (e.g. ``suite_overlap``: training records that matched the suites)."""
+
+    dropped: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+INSUFFICIENT_EVIDENCE = "insufficient evidence:"
+
+
+def with_notes(decision: Decision, notes: EvidenceNotes | None) -> Decision:
+    """``decision`` with ``notes``: ``dropped`` after its insufficient-evidence reason,
+    ``details`` in its ``evidence``."""
+    if notes is None:
+        return decision
+    reasons = [
+        f"{reason} ({notes.dropped})"
+        if notes.dropped and reason.startswith(INSUFFICIENT_EVIDENCE)
+        else reason
+        for reason in decision.reasons
+    ]
+    return replace(decision, reasons=reasons, evidence={**decision.evidence, **notes.details})

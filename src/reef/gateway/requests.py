@@ -27,6 +27,10 @@ from reef.gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
 SCENARIO_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _SCENARIO_RE = re.compile(SCENARIO_PATTERN)
 _TAG_PREFIX = "x-reef-tag-"
+# The end user an application key speaks for, kept as this tag: conversation signals
+# name it as their author (``reef.learning.computed``).
+END_USER_HEADER: Final = "x-reef-end-user"
+END_USER_TAG: Final = "end_user"
 # What a caller may declare: evaluation traffic is recorded but never trained on.
 # ("canary" is set by the gateway itself for the canary arm of live traffic.)
 _CALLER_PURPOSES = ("serve", "eval")
@@ -282,6 +286,10 @@ def _tags(headers: dict[str, str]) -> dict[str, str]:
                 f"the limit is {MAX_TAG_NAME_CHARS} characters"
             )
         _check_length(_TAG_PREFIX + name, value, MAX_TAG_VALUE_CHARS)
+    end_user = headers.get(END_USER_HEADER, "").strip()
+    if end_user:
+        _check_length(END_USER_HEADER, end_user, MAX_TAG_VALUE_CHARS)
+        tags[END_USER_TAG] = end_user
     return tags
 
 

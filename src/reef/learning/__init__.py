@@ -39,6 +39,7 @@ from reef.learning.registry import (
     LearnerRegistry,
 )
 from reef.learning.signals import Signal, SignalsConfig, session_signals
+from reef.learning.signals_preview import SignalPreview, preview_signals
 from reef.learning.worker import (
     Worker,
 )
@@ -61,10 +62,12 @@ __all__ = [
     "Reflector",
     "Signal",
     "SignalPass",
+    "SignalPreview",
     "SignalWriter",
     "SignalsConfig",
     "TrainingExample",
     "Worker",
     "load_recipe",
+    "preview_signals",
     "session_signals",
 ]

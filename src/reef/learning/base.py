@@ -54,6 +54,9 @@ class TrainingExample:
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: Any = None
     chat_messages: list[dict[str, Any]] | None = None
+    # A conversation signal complained about the answer and no feedback gave the right
+    # value (``complaint_without_value`` in the selection stats).
+    complaint_without_value: bool = False
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text.
@@ -83,6 +86,9 @@ class ExperienceBatch:
     # A bounded sample of what earlier published releases learned from (their consumed
     # records), for model learners that continue from the head's adapter to replay.
     replay: list[TrainingExample] = field(default_factory=list)
+    # Record id -> the suite item (``<suite>/<id>``) its prompt matched: left out of
+    # ``train`` so the gate never scores what the candidate learned (``reef.learning.overlap``).
+    overlap: dict[str, str] = field(default_factory=dict)
 
 
 class LearnerConfig(BaseModel):

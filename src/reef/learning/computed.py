@@ -7,7 +7,12 @@ the answer it judges: ``source: signal:<name>``, the rule's confidence, the evid
 ``feedback`` and ``metadata``, the extracted correction if any. The author is the
 principal of the request that carried the evidence — the user who wrote "no, it's X" —
 at that key's trust level, so screening and the gate's trust rules treat it as that
-user's feedback.
+user's feedback. When one application key carries many end users, the author is the end
+user that request named (``signal_principal``): the body's OpenAI ``user`` field, else
+its Anthropic ``metadata.user_id``, else the ``x-reef-end-user`` header (kept as tag
+``end_user``); the principal is then ``<key>/<end user>`` (``anonymous/<end user>`` with
+no key), so screening, per-principal caps and leave-one-author-out count each end user
+apart. The trust level stays the key's.
 
 Writing is idempotent: each signal's idempotency key is ``signal:<name>:<record id>``,
 so a pass repeated after a crash, or two workers, write each signal once; a signal
@@ -37,6 +42,8 @@ from reef.learning.signals import Signal, SignalsConfig, session_signals
 log = logging.getLogger(__name__)
 
 PAGE = 500
+END_USER_TAG = "end_user"  # what the gateway keeps ``x-reef-end-user`` as
+MAX_END_USER_CHARS = 256
 
 TrustOf = Callable[[str | None, str], Trust]
 
@@ -92,19 +99,7 @@ class SignalWriter:
         return done
 
     def _sessions_since(self, scenario: str, since: datetime) -> dict[str, datetime]:
-        """Session id -> its newest record's time, for sessions with serve records
-        created after ``since``."""
-        found: dict[str, datetime] = {}
-        cursor: str | None = None
-        filters = RecordFilter(since=since, purpose="serve")
-        while True:
-            page = self._store.list_records(scenario, filters, cursor, PAGE)
-            for record in page.records:
-                if record.created_at > found.get(record.session_id, since):
-                    found[record.session_id] = record.created_at
-            if page.next_cursor is None:
-                return found
-            cursor = page.next_cursor
+        return sessions_since(self._store, scenario, since)
 
     def _write(
         self,
@@ -115,7 +110,8 @@ class SignalWriter:
     ) -> bool:
         """Write ``signal`` once; False when it was written before."""
         author = _author(signal, records, turn_of_record)
-        principal = author.principal if author is not None else None
+        key = author.principal if author is not None else None
+        principal = signal_principal(author) if author is not None else None
         source = f"signal:{signal.name}"
         draft = FeedbackDraft(
             scenario=scenario,
@@ -129,7 +125,7 @@ class SignalWriter:
             },
             principal=principal,
             idempotency_key=f"{source}:{signal.record_id}",
-            trust=self._trust_of(principal, scenario),
+            trust=self._trust_of(key, scenario),
             source=source,
             confidence=signal.confidence,
         )
@@ -138,6 +134,45 @@ class SignalWriter:
         except IdempotencyConflictError:
             return False  # written before, from evidence that has changed since
         return created
+
+
+def sessions_since(store: ExperienceStore, scenario: str, since: datetime) -> dict[str, datetime]:
+    """Session id -> its newest record's time, for sessions with serve records created
+    after ``since``."""
+    found: dict[str, datetime] = {}
+    cursor: str | None = None
+    filters = RecordFilter(since=since, purpose="serve")
+    while True:
+        page = store.list_records(scenario, filters, cursor, PAGE)
+        for record in page.records:
+            if record.created_at > found.get(record.session_id, since):
+                found[record.session_id] = record.created_at
+        if page.next_cursor is None:
+            return found
+        cursor = page.next_cursor
+
+
+def end_user_of(record: RecordView) -> str | None:
+    """The end user ``record``'s request spoke for (module doc), else None."""
+    request = record.request
+    metadata = request.get("metadata")
+    for value in (
+        request.get("user"),
+        metadata.get("user_id") if isinstance(metadata, dict) else None,
+        record.tags.get(END_USER_TAG),
+    ):
+        if isinstance(value, str) and value.strip():
+            return value.strip()[:MAX_END_USER_CHARS]
+    return None
+
+
+def signal_principal(record: RecordView) -> str | None:
+    """Who wrote the evidence ``record`` carried: ``<key>/<end user>`` when the request
+    named an end user, else the key (None: no key)."""
+    end_user = end_user_of(record)
+    if end_user is None:
+        return record.principal
+    return f"{record.principal or 'anonymous'}/{end_user}"
 
 
 def _author(

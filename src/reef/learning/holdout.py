@@ -12,11 +12,20 @@ scored by the ``tool_call`` scorer (name and arguments), whatever the gate's def
 carries its provenance (the feedback authors who decided the reference and their trust),
 so the gate can require independent evidence; feedback that screening flags or holds in
 quarantine is no evidence at all.
+
+``select_holdout`` also says what it left out: held-out records with no reference,
+counted by why (``NO_REFERENCE``: a complaint but no corrected value, a low score but no
+correction, a score neither right nor wrong, no feedback at all); ``dropped_sentence``
+words the counts for the gate, which adds them to an "insufficient evidence" rejection.
+``suite_prompts`` gives the gate's file-suite items to selection, which keeps them out of
+training (``reef.learning.overlap``); ``evidence_notes`` carries both to the gate.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +36,7 @@ from reef.core.trust import trust_rank
 from reef.evaluation import (
     EvalItem,
     EvaluationStore,
+    EvidenceNotes,
     Gate,
     GateConfig,
     GatewayTarget,
@@ -35,7 +45,8 @@ from reef.evaluation import (
     load_suite,
 )
 from reef.experience import ExperienceStore, is_tool_call_correction
-from reef.learning.base import TrainingExample
+from reef.learning.base import ExperienceBatch, TrainingExample
+from reef.learning.overlap import SuitePrompt, last_user_text
 from reef.learning.recipes import Recipe
 from reef.learning.reflect import UpstreamModels
 from reef.learning.screening import TrustedReference, author_name
@@ -46,6 +57,27 @@ from reef.upstream.canonical import openai_chat_messages
 HOLDOUT_SCAN_LIMIT = 100_000
 
 
+# Why a held-out record gave no item, in the order the gate's reason lists them.
+NO_REFERENCE: dict[str, str] = {
+    "complaint_without_value": "had a complaint but no corrected value",
+    "wrong_without_correction": "were scored wrong but given no correction",
+    "neither_right_nor_corrected": (
+        "had feedback that neither corrected the reply nor scored it right"
+    ),
+    "no_feedback": "had no feedback the gate counts as evidence",
+}
+OVERLAP_SAMPLE = 5
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The gate's held-out items, and how many held-out records gave none, by why
+    (``NO_REFERENCE`` keys)."""
+
+    items: list[EvalItem]
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
 def holdout_items(
     store: ExperienceStore,
     chain: ReleaseChain,
@@ -54,11 +86,23 @@ def holdout_items(
     now: datetime | None = None,
 ) -> list[EvalItem]:
     """The scenario's held-out experience as eval items (module docstring)."""
+    return select_holdout(store, chain, scenario, recipe, now).items
+
+
+def select_holdout(
+    store: ExperienceStore,
+    chain: ReleaseChain,
+    scenario: str,
+    recipe: Recipe,
+    now: datetime | None = None,
+) -> HeldOut:
+    """The held-out items and the held-out records left without one (module docstring)."""
     selection = SelectionConfig(
         holdout_fraction=recipe.selection.holdout_fraction,
         merge_sessions=recipe.selection.merge_sessions,
         credit=recipe.selection.credit,
-        require_feedback=True,
+        # Records without feedback are read too, only to be counted as skipped.
+        require_feedback=False,
         reuse_consumed=True,
         max_per_principal=None,
         limit=HOLDOUT_SCAN_LIMIT,
@@ -71,13 +115,73 @@ def holdout_items(
     # the selection's priority order, which puts corrected items (the head's misses) first.
     held = sorted(batch.holdout, key=lambda e: (holdout_bucket(e.record_id + ":gate"), e.record_id))
     items: list[EvalItem] = []
+    skipped: Counter[str] = Counter()
     for example in held:
         if len(items) >= recipe.gate.holdout_limit:
             break
+        if not example.principals:
+            skipped["no_feedback"] += 1
+            continue
         reference = _reference(example, recipe.gate.holdout_reference_min_score)
         if reference is not None:
             items.append(holdout_item(example, reference))
-    return items
+        else:
+            skipped[_why_no_reference(example)] += 1
+    return HeldOut(items, dict(skipped))
+
+
+def _why_no_reference(example: TrainingExample) -> str:
+    if example.complaint_without_value:
+        return "complaint_without_value"
+    if example.score is not None and example.score < 0.5:  # wrong, as calibration reads it
+        return "wrong_without_correction"
+    return "neither_right_nor_corrected"
+
+
+def dropped_sentence(skipped: Mapping[str, int]) -> str | None:
+    """``skipped`` in words, e.g. "12 held-out records had a complaint but no corrected
+    value; 3 had no feedback"; None when nothing was skipped."""
+    parts: list[str] = []
+    for key, why in NO_REFERENCE.items():
+        count = skipped.get(key, 0)
+        if count:
+            subject = (
+                f"{count} held-out record{'s' if count != 1 else ''}" if not parts else str(count)
+            )
+            parts.append(f"{subject} {why}")
+    return "; ".join(parts) or None
+
+
+def suite_prompts(recipe: Recipe) -> list[SuitePrompt]:
+    """The last user message of every item of the recipe's file suites, which selection
+    keeps out of training (``reef.learning.overlap``)."""
+    found: list[SuitePrompt] = []
+    for path in recipe.gate.suites:
+        for item in load_suite(Path(path)):
+            prompt = last_user_text(item.messages)
+            if prompt:
+                found.append(SuitePrompt(item.key, prompt))
+    return found
+
+
+def evidence_notes(held: HeldOut, batch: ExperienceBatch | None) -> EvidenceNotes:
+    """What the gate is told beside its items: the held-out records dropped, and the
+    training records that matched a suite item (their count and the first few)."""
+    details: dict[str, Any] = {}
+    if held.skipped:
+        details["holdout_skipped"] = dict(held.skipped)
+    if batch is not None and batch.overlap:
+        details["suite_overlap"] = overlap_summary(batch.overlap)
+    return EvidenceNotes(dropped=dropped_sentence(held.skipped), details=details)
+
+
+def overlap_summary(overlap: Mapping[str, str]) -> dict[str, Any]:
+    """``{"count", "records": [{"record_id", "item"}, ...]}`` with the first few records."""
+    first = sorted(overlap.items())[:OVERLAP_SAMPLE]
+    return {
+        "count": len(overlap),
+        "records": [{"record_id": rid, "item": key} for rid, key in first],
+    }
 
 
 def holdout_item(example: TrainingExample, reference: Any) -> EvalItem:

@@ -60,6 +60,15 @@
    its lowest-priority examples go (``principal_cap``). With a single principal there is
    nobody to dilute, so the cap does not apply (``principal_cap_single_source`` = 1).
 10. ``limit`` examples per split, highest priority first (``over_limit``).
+11. Evidence kept apart: with ``suite_prompts`` (the gate's file suites), a training
+    example whose prompt matches a suite item's (``reef.learning.overlap``: the same
+    normalised text, or character 3-gram Jaccard at least 0.9) is left out of ``train``
+    (``suite_overlap``; ``batch.overlap`` names each record and the item it matched).
+
+Dropped evidence is counted too: ``complaint_without_value`` is the number of examples
+a conversation signal complained about (``signal:correction`` with no corrected value)
+while no feedback gave the right value — neither a correction to learn nor a reference
+for the gate.
 """
 
 from __future__ import annotations
@@ -95,6 +104,7 @@ from reef.experience import (
 from reef.learning.base import ExperienceBatch, TrainingExample
 from reef.learning.credit import CreditConfig, credited_feedback
 from reef.learning.learners._similarity import example_text, similarity_matrix
+from reef.learning.overlap import SuiteMatcher, SuitePrompt, last_user_text
 from reef.learning.screening import (
     ScreeningConfig,
     TrustedReference,
@@ -104,6 +114,7 @@ from reef.learning.screening import (
 from reef.releases import Release, ReleaseChain
 
 HOLDOUT_BUCKETS = 1000
+COMPLAINT_SOURCE = "signal:correction"
 
 
 # Every source trains by default, computed feedback weighted by its confidence; the
@@ -183,12 +194,14 @@ def select_experience(  # noqa: PLR0913
     consumed: Iterable[str] = frozenset(),
     now: datetime | None = None,
     trusted: Sequence[TrustedReference] = (),
+    suite_prompts: Sequence[SuitePrompt] = (),
 ) -> ExperienceBatch:
     """Select ``scenario``'s experience for one learning run (rules: module docstring).
 
     ``consumed`` are record ids already used by a published candidate; ``now`` bounds the
     snapshot (records created later are ignored; default: the current time); ``trusted``
-    the operator suites' items for screening. Reads only — what screening flags is in
+    the operator suites' items for screening; ``suite_prompts`` the gate's suite items
+    that training must stay apart from (rule 11). Reads only — what screening flags is in
     ``batch.flagged`` for the caller to quarantine; raises ``StoreUnavailableError`` when
     the database is down.
     """
@@ -225,6 +238,7 @@ def select_experience(  # noqa: PLR0913
     examples = _deduplicate(by_priority(examples), config, stats)
     train = [e for e in examples if not in_holdout(_split_key(e), config.holdout_fraction)]
     holdout = [e for e in examples if in_holdout(_split_key(e), config.holdout_fraction)]
+    train, overlap = _apart_from_suites(train, suite_prompts, stats)
     train = _limit(_cap_principals(train, config.max_per_principal, stats), config, stats)
     holdout = _limit(_cap_principals(holdout, config.max_per_principal, stats), config, stats)
     replay = _replay(learned, len(train), config)
@@ -236,7 +250,29 @@ def select_experience(  # noqa: PLR0913
         stats=dict(stats),
         flagged=flagged,
         replay=sorted(replay, key=lambda e: e.record_id),
+        overlap=overlap,
     )
+
+
+def _apart_from_suites(
+    train: list[TrainingExample], prompts: Sequence[SuitePrompt], stats: Counter[str]
+) -> tuple[list[TrainingExample], dict[str, str]]:
+    """``train`` without the examples whose prompt matches a suite item (rule 11), and
+    record id -> the item each one matched."""
+    matcher = SuiteMatcher(prompts)
+    if not matcher:
+        return train, {}
+    kept: list[TrainingExample] = []
+    overlap: dict[str, str] = {}
+    for example in train:
+        key = matcher.match(last_user_text(example.messages))
+        if key is None:
+            kept.append(example)
+        else:
+            overlap[example.record_id] = key
+    if overlap:
+        stats["suite_overlap"] = len(overlap)
+    return kept, overlap
 
 
 def _replay(
@@ -458,6 +494,9 @@ def _example(  # noqa: PLR0913
     # A correction someone wrote outranks one computed from the conversation.
     written = sorted(feedback, key=lambda fb: fb.source == EXPLICIT)
     corrections = [fb.correction for fb in written if fb.correction is not None]
+    complained = not corrections and any(fb.source == COMPLAINT_SOURCE for fb in feedback)
+    if complained:
+        stats["complaint_without_value"] += 1
     if config.require_feedback and not feedback:
         stats["no_feedback"] += 1
         return None
@@ -498,6 +537,7 @@ def _example(  # noqa: PLR0913
         tools=tuple(exchange.tools),
         tool_choice=exchange.tool_choice,
         chat_messages=chat_messages(record, messages),
+        complaint_without_value=complained,
     )
 
 

@@ -54,9 +54,23 @@ from reef.core.errors import InvalidInputError
 from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore, GateOutcome
 from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
-from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog
+from reef.learning.base import (
+    ExperienceBatch,
+    Learner,
+    LearnerConfig,
+    LearnerContext,
+    LearnerOutput,
+    MetricLog,
+)
 from reef.learning.computed import SignalPass, SignalWriter
-from reef.learning.holdout import build_gate, holdout_items, trusted_references
+from reef.learning.holdout import (
+    build_gate,
+    evidence_notes,
+    overlap_summary,
+    select_holdout,
+    suite_prompts,
+    trusted_references,
+)
 from reef.learning.judges import JudgePass, JudgeWriter
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipe_files import RecipeFiles
@@ -421,10 +435,9 @@ class JobRun:
             consumed,
             job.created_at,
             trusted=trusted,
+            suite_prompts=suite_prompts(recipe),
         )
-        if batch.flagged:
-            held = self.worker.store.quarantine_feedback(batch.flagged)
-            log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
+        self._left_out(batch)
         self.report_progress(
             0.0, f"selected {len(batch.train)} train, {len(batch.holdout)} holdout"
         )
@@ -458,19 +471,45 @@ class JobRun:
         }
         self.queue.record_consumed(job.id, used)
         candidate = self._propose_once(head, manifest, evidence)
-        gated = self._gate(recipe, candidate)
-        return self._proposed(
-            candidate,
-            {"stale": stale, "metrics": learner_metrics, "selection": batch.stats, **gated},
-        )
+        gated = self._gate(recipe, candidate, batch)
+        extra = {"stale": stale, "metrics": learner_metrics, "selection": batch.stats}
+        if batch.overlap:
+            extra["suite_overlap"] = overlap_summary(batch.overlap)
+        return self._proposed(candidate, {**extra, **gated})
 
-    def _gate(self, recipe: Recipe, candidate: Candidate) -> dict[str, Any]:
-        """Run the recipe's gate on ``candidate``; its outcome for the job's result."""
+    def _left_out(self, batch: ExperienceBatch) -> None:
+        """Quarantine what screening flagged, and say what else the batch left out."""
+        job = self.job
+        complaints = batch.stats.get("complaint_without_value", 0)
+        if complaints:
+            # Said aloud: these scored an answer 0 but give nothing to train on or to
+            # evaluate against (docs/learning.md, "What was dropped").
+            log.info(
+                "job %s: %d complaint(s) without a corrected value: scored, but no target",
+                job.id,
+                complaints,
+            )
+        if batch.overlap:
+            log.warning(
+                "job %s: %d record(s) match gate suite items, kept out of training",
+                job.id,
+                len(batch.overlap),
+            )
+        if batch.flagged:
+            held = self.worker.store.quarantine_feedback(batch.flagged)
+            log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
+
+    def _gate(
+        self, recipe: Recipe, candidate: Candidate, batch: ExperienceBatch | None = None
+    ) -> dict[str, Any]:
+        """Run the recipe's gate on ``candidate``; its outcome for the job's result.
+        ``batch`` (the job's selection) tells the gate what training overlapped with
+        its suites."""
         if not recipe.gate.enabled:
             return {"gate": {"action": "pending", "reason": "gate disabled in the recipe"}}
         worker = self.worker
         self.report_progress(0.9, "gate: selecting holdout")
-        holdout = holdout_items(worker.store, worker.chain, self.job.scenario, recipe)
+        held = select_holdout(worker.store, worker.chain, self.job.scenario, recipe)
         gate = build_gate(
             worker.settings,
             worker.chain,
@@ -481,7 +520,7 @@ class JobRun:
             progress=SpanProgress(self, "gate", (0.9, 0.1)),
             upstream_base_urls=worker.upstream_base_urls,
         )
-        outcome = gate.run(candidate.id, holdout)
+        outcome = gate.run(candidate.id, held.items, evidence_notes(held, batch))
         if worker.live_export is not None:
             send_gate_result(worker.live_export, self.job.scenario, outcome)
         self.report_progress(1.0, f"gate: {outcome.action}")

@@ -166,6 +166,13 @@ INFERENCE_HEADERS = (
         "call. Another body under the key is a 409." + _EMPTY_IS_ABSENT,
         _optional_header(None, MAX_IDEMPOTENCY_KEY_CHARS),
     ),
+    _header(
+        "x-reef-end-user",
+        "The end user this request speaks for, when one key carries many (kept as tag "
+        "`end_user`; the request's `user` or `metadata.user_id` field wins): conversation "
+        "signals name that user as their author." + _EMPTY_IS_ABSENT,
+        _optional_header(None, MAX_TAG_VALUE_CHARS),
+    ),
 )
 """Request headers of the inference routes (``x-reef-tag-<name>`` too: stored as tags)."""
 

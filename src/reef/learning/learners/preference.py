@@ -226,10 +226,11 @@ def unpaired_examples(
     """KTO examples of ``train`` and the record ids they came from.
 
     A correction is desirable, and the reply it corrected undesirable unless its score
-    reaches ``good_score``; otherwise a served reply is desirable at ``score >=
-    good_score``, undesirable at ``score <= bad_score``, and unused in between or
-    unscored. Tool-using turns keep their whole prefix and tools, and their replies'
-    tool calls (``read_item``).
+    reaches ``good_score``; so is a reply a conversation signal complained about without
+    giving the right value (``complaint_without_value``: it still teaches what not to
+    say); otherwise a served reply is desirable at ``score >= good_score``, undesirable
+    at ``score <= bad_score``, and unused in between or unscored. Tool-using turns keep
+    their whole prefix and tools, and their replies' tool calls (``read_item``).
     """
     examples: list[UnpairedExample] = []
     used: list[str] = []
@@ -244,7 +245,11 @@ def unpaired_examples(
         if served is not None and served != fixed:
             if item.score is not None and item.score >= good_score:
                 found.append((served, True))
-            elif fixed is not None or (item.score is not None and item.score <= bad_score):
+            elif (
+                fixed is not None
+                or item.complaint_without_value
+                or (item.score is not None and item.score <= bad_score)
+            ):
                 found.append((served, False))
         for target, desirable in found:
             examples.append(

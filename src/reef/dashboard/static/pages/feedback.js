@@ -1,5 +1,7 @@
 // A scenario's feedback trust: how far each computed feedback source (conversation
-// signals, judges) agrees with what people posted, then the quarantined feedback (what
+// signals, judges) agrees with what people posted, a sample of the complaints the signal
+// rules read no value from (they score an answer 0 but give nothing to train on or to
+// evaluate against), then the quarantined feedback (what
 // screening held back from training and from the gate's evidence, with its reasons,
 // newest first; an admin may release a row).
 //
@@ -123,6 +125,40 @@ export function calibrationTable(rows) {
   ], rows);
 }
 
+const COMPLAINT_SOURCE = "signal:correction";
+const COMPLAINT_SAMPLE = 10;
+
+/** Of `rows` (feedback, newest first), the complaints without a value: conversation
+ * signals that said an answer was wrong and extracted no corrected value. */
+export function complaintsWithoutValue(rows) {
+  return rows.filter((r) => r.source === COMPLAINT_SOURCE && (r.correction === null || r.correction === undefined));
+}
+
+/** The sampled complaints: when, the answer's record, what the user said. */
+export function complaintTable(rows) {
+  return table([
+    ["When", (r) => time(r.created_at)],
+    ["Answer's record", (r) => (r.record_ids && r.record_ids.length
+      ? idChip(r.record_ids[0])
+      : h("span", { class: "muted" }, "—"))],
+    ["Author", (r) => h("code", { class: "author" }, r.principal || "anonymous")],
+    ["What the user said", (r) => clip(valueText(r.feedback), 160), "text"],
+  ], rows);
+}
+
+function complaintsPanel(rows) {
+  const found = complaintsWithoutValue(rows);
+  return h("section", { class: "panel", id: "complaints" },
+    h("h2", {}, "Complaints without a value"),
+    h("p", { class: "small muted" },
+      `${found.length} of the newest ${rows.length} feedback rows: the signal rules heard a complaint but ` +
+      "read no corrected value from it, so the answer scores 0 but there is nothing to train on or to " +
+      "evaluate against. Check the phrasings below against the rules (reef signals preview)."),
+    found.length
+      ? complaintTable(found.slice(0, COMPLAINT_SAMPLE))
+      : empty("No complaint without a value among the newest feedback."));
+}
+
 /** The newest quarantined feedback of a scenario (`limit` rows, older than `before`). */
 export function quarantined(scenario, limit, before) {
   return get(`reef/scenarios/${encodeURIComponent(scenario)}/feedback`, { quarantined: "true", limit, before });
@@ -144,9 +180,10 @@ function pageSize(query) {
 export async function render([name], query) {
   const limit = pageSize(query);
   const before = query.get("before");
-  const [page, calibration] = await Promise.all([
+  const [page, calibration, newest] = await Promise.all([
     quarantined(name, limit, before),
     get(`reef/scenarios/${encodeURIComponent(name)}/feedback/calibration`),
+    get(`reef/scenarios/${encodeURIComponent(name)}/feedback`, { limit: MAX_PAGE }),
   ]);
   return h("div", {},
     h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Scenarios"), " / ",
@@ -166,6 +203,7 @@ export async function render([name], query) {
       calibration.data.length
         ? calibrationTable(calibration.data)
         : empty("No computed feedback yet: a recipe's signals or judges write it.")),
+    complaintsPanel(newest.data),
     h("h2", {}, "Quarantined"),
     before ? h("div", { class: "toolbar" }, h("a", { href: link(name, limit, null), id: "newest" }, "← Newest")) : null,
     h("section", { class: "panel", id: "quarantine" },

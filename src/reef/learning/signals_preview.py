@@ -1,0 +1,102 @@
+"""``reef signals preview``: what the signal rules would make of recent traffic, written
+nowhere.
+
+``preview_signals`` reads the sessions of a scenario that gained serve records since a
+time (at most ``limit`` of them, the most recently active first), runs the rules
+(``reef.learning.signals.session_signals``) over each trajectory, and counts what they
+found: signals per kind, corrections with a value extracted, and complaints without a
+value (a ``correction`` signal whose message named no right answer: it scores the answer
+0, but gives neither a training target nor a reference for the gate). A sample of each
+comes with its record id, the answer judged and the user's message, so an operator can
+check the rules on their own traffic before turning them on. It reads only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from reef.experience import ExperienceStore, RecordView, assemble_trajectory, canonical_exchange
+from reef.learning.computed import sessions_since
+from reef.learning.signals import Signal, SignalsConfig, session_signals
+
+SAMPLE = 5
+
+
+@dataclass
+class SignalPreview:
+    """What the rules found (module doc); ``samples`` per kind (``correction``: with a
+    value; ``complaint_without_value``; each signal name)."""
+
+    scenario: str
+    since: datetime
+    sessions: int = 0
+    answers: int = 0
+    by_signal: dict[str, int] = field(default_factory=dict)
+    corrections: int = 0
+    complaints_without_value: int = 0
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "scenario": self.scenario,
+            "since": self.since.isoformat(),
+            "sessions": self.sessions,
+            "answers": self.answers,
+            "by_signal": dict(sorted(self.by_signal.items())),
+            "corrections": self.corrections,
+            "complaints_without_value": self.complaints_without_value,
+            "samples": self.samples,
+        }
+
+
+def preview_signals(  # noqa: PLR0913
+    store: ExperienceStore,
+    scenario: str,
+    config: SignalsConfig,
+    since: datetime,
+    limit: int,
+    now: datetime | None = None,
+    sample: int = SAMPLE,
+) -> SignalPreview:
+    """Run ``config``'s rules over the ``limit`` most recently active sessions of
+    ``scenario`` since ``since``; counts and samples, nothing written."""
+    preview = SignalPreview(scenario, since)
+    sessions = sessions_since(store, scenario, since)
+    newest = sorted(sessions, key=lambda s: (sessions[s], s), reverse=True)[:limit]
+    counts: Counter[str] = Counter()
+    for session in newest:
+        records = store.get_session(scenario, session)
+        trajectory = assemble_trajectory(scenario, session, records)
+        answers = {record.id: record for record in records}
+        preview.sessions += 1
+        preview.answers += sum(1 for r in records if r.status == "ok")
+        for signal in session_signals(trajectory, config, now=now):
+            counts[signal.name] += 1
+            kind: str = signal.name
+            if signal.name == "correction":
+                if signal.correction is None:
+                    preview.complaints_without_value += 1
+                    kind = "complaint_without_value"
+                else:
+                    preview.corrections += 1
+            found = preview.samples.setdefault(kind, [])
+            if len(found) < sample:
+                found.append(_sampled(signal, answers.get(signal.record_id)))
+    preview.by_signal = dict(counts)
+    return preview
+
+
+def _sampled(signal: Signal, record: RecordView | None) -> dict[str, Any]:
+    reply = canonical_exchange(record).reply if record is not None else None
+    content = reply.get("content") if isinstance(reply, dict) else None
+    return {
+        "record_id": signal.record_id,
+        "signal": signal.name,
+        "answer": content[:300] if isinstance(content, str) else None,
+        "said": signal.evidence,
+        "correction": signal.correction,
+    }

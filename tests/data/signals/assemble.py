@@ -1,0 +1,67 @@
+"""Turn the hand-written corpus.txt into corpus.jsonl and check it.
+
+    python tests/data/signals/assemble.py
+
+Each case becomes one JSON line: ``id`` (its order in the file), ``shape``, ``lang``,
+``question``, ``answer``, ``vocabulary``, ``follow_up``, ``signal`` (``correction``,
+``accept``, ``rephrase`` or ``none``), ``correction`` (the value, or null) and
+``holdout`` (every fourth case, by id: kept out of rule tuning). The script only
+assembles and validates; every case is written by hand in corpus.txt.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+LABELS = {"correction", "accept", "rephrase", "none"}
+
+
+def assemble(text: str) -> list[dict[str, Any]]:
+    """The cases of ``text`` in order; raises ValueError naming a malformed line."""
+    cases: list[dict[str, Any]] = []
+    group: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("## "):
+            parts = line[3:].split()
+            group = {"shape": parts[0], "lang": parts[-1] if len(parts) > 1 else parts[0]}
+            group.update(question="", answer="", vocabulary=[])
+        elif line.startswith("Q: "):
+            group["question"] = line[3:]
+        elif line.startswith("A: "):
+            group["answer"] = line[3:]
+        elif line.startswith("V: "):
+            group["vocabulary"] = [word.strip() for word in line[3:].split(",")]
+        elif line.startswith("- "):
+            said, _, label = line[2:].rpartition(" => ")
+            signal, _, value = label.partition("=")
+            if signal not in LABELS or not said or not group.get("answer"):
+                raise ValueError(f"line {number}: malformed case {line!r}")
+            if value and value.lower() not in said.lower():
+                raise ValueError(f"line {number}: {value!r} is not in the follow-up")
+            case_id = len(cases)
+            cases.append(
+                {
+                    "id": case_id,
+                    **group,
+                    "follow_up": said,
+                    "signal": signal,
+                    "correction": value or None,
+                    "holdout": case_id % 4 == 3,
+                }
+            )
+    return cases
+
+
+def main() -> None:
+    """Write corpus.jsonl beside this file."""
+    cases = assemble((HERE / "corpus.txt").read_text(encoding="utf-8"))
+    lines = [json.dumps(case, ensure_ascii=False) for case in cases]
+    (HERE / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{len(cases)} cases")
+
+
+if __name__ == "__main__":
+    main()

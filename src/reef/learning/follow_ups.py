@@ -1,0 +1,391 @@
+"""Reading a user's next message against the answer it follows.
+
+``read_follow_up(said, answer=…, question=…)`` says whether the follow-up complains
+about the answer, accepts it or asks the question again, and, for a complaint, which
+value it gives as the right one. The rules read the exchange, not only the follow-up:
+
+1. **Moving on.** The message is cut into clauses; a clause that opens a new request
+   ("now check order 555", "and when does it end?", "what about …") is set aside: its
+   values belong to the new request, never to a correction. A bare "no" just before such
+   a clause ("No. Now check order 31151") is no complaint either.
+2. **Guards.** A "no" or "not" that is no complaint is struck out before the complaint
+   rules run: a polite closing ("no, that's all, thanks"), praise as a negation ("not
+   bad at all", "nothing wrong with that"), a refusal of more help ("no need", "no
+   thanks").
+3. **Complaints** (``complaint_patterns``): a leading "no"; wrong / incorrect / not
+   right; hedges and near-misses ("hmm, I think it's actually …", "that doesn't look
+   right", "close, but", "not quite"); a misreading or mix-up ("you mixed up …", "you
+   swapped", "wrong order"); the user restating what they said ("I said", "I wrote");
+   a request to redo or recheck; a value with a verb of obligation ("it should be X");
+   French, German and Spanish forms of the same. A follow-up that restates a value of
+   the answer's shape other than the answer ("it's 48213", or "48213" alone) complains
+   too. A complaint that is only a leading "no" beside an explicit acceptance ("no, you
+   got it right") is an acceptance.
+4. **Corrections**, tried in order, the first that passes the precision guards wins:
+   a code block or inline code; a quoted span; "X, not Y" / "not Y but X" / "X instead
+   of Y" (where Y is, or is part of, the answer); a value after a copula or a verb of
+   obligation ("my order number is X", "it should be X", "I wrote X", "it says X");
+   shape alignment (``reef.learning.value_shapes``): the one span of the answer's shape
+   that differs from it, or the one label of the scenario's vocabulary other than the
+   answer (when several differ, the one the user's question contained); a value given
+   alone after the complaint ("no, Canberra").
+5. **Precision guards.** A correction must appear in the user's message (outside a
+   clause that moves on) and differ from the answer; where the answer has a shape, the
+   value is narrowed to the span of that shape (or a vocabulary label) and dropped when
+   there is none; free text is dropped when it reads as a description ("the time", "way
+   off") rather than a value.
+
+Everything is regular expressions and small functions: deterministic, microseconds a
+message. The phrase lists are ``SignalsConfig`` settings (English, French, German and
+Spanish by default); the structure (clauses, guards, shapes) is fixed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from reef.learning.value_shapes import (
+    normalised,
+    same_shape_spans,
+    value_shape,
+    vocabulary_spans,
+)
+
+DEFAULT_COMPLAINTS = (
+    r"^\W*(no|nope|nah|non|nein|wrong|incorrect|falsch|faux)\b",
+    r"\b(that|this|it|you)('?s|'?re| is| are| was| were)? ?(not (right|correct|true|it)|wrong|"
+    r"incorrect|mistaken)\b",
+    r"\bwrong\b",
+    r"\bincorrect\b",
+    r"\bnot what i (asked|meant|wanted|said)\b",
+    r"\bi (said|asked|meant|wrote|typed|gave you)\b",
+    r"\byou (misunderstood|misread|ignored|didn'?t (read|listen|answer)|made (that|it) up)\b",
+    r"\b(doesn'?t|does not|didn'?t|did not) (work|help|answer|match|fit|add up)\b",
+    r"\b(doesn'?t|does not|don'?t) (look|seem|sound) (right|correct)\b",
+    r"\bnot (quite|right|correct)\b",
+    r"\b(close|almost),? but\b|^\W*(almost|close)\b",
+    r"\b(hmm+|actually|i think (it'?s|you)|pretty sure|i'?d (say|have said))\b",
+    r"\b(are you sure|did you mean|i think you mean|how is (that|this|it))\b",
+    r"\b(should|must|has to|needs to) (be|read|say|have been)\b|\bshould ?n'?t (it|that) be\b",
+    r"\b(was|is)n'?t it\b",
+    r"\b(mixed|mix(ed)?[- ]up|swapped|transposed|flipped|reversed|backwards|confused)\b",
+    r"\b(wrong|other) (order|way round|one|number|day|month|category|department|code)\b",
+    r"\byou (missed|dropped|got (that|it|the \w+( \w+)?) (backwards|wrong|in the wrong order))\b",
+    r"\b(re-?check|check (that |it )?again|double-?check|look again|read (it|my message) again|"
+    r"try again|redo|count again|recount|reclassify|recalculate)\b",
+    r"\b(that'?s|it'?s) (way )?off\b|\boff by\b|\bspelling is\b|\bisn'?t even\b|\bnot a real\b",
+    r"\b(it|the \w+) says\b",
+    r"\bi (get|got|read|see|count) \S*\d",
+    r"\?\?",
+    # French
+    r"\b(c'est faux|ce n'est pas|c'est pas|pas (le bon|ça|correct|juste)|erreur|"
+    r"(vous avez|tu as) (inversé|confondu|mal lu)|devrait être|tromp)",
+    # German
+    r"\b(stimmt nicht|nicht richtig|falsch|verwechselt|vertauscht|sollte|nochmal prüfen|"
+    r"nicht \S+ sondern)\b",
+    # Spanish
+    r"\b(no es correcto|incorrecto|está mal|equivoca|debería ser|revísalo|no \S+ sino)",
+)
+DEFAULT_ACCEPTS = (
+    r"^\W*(thanks|thank you|thx|ty|cheers|perfect|great|awesome|excellent|exactly|"
+    r"correct|right|yes|yep|nice|brilliant|cool|lovely|spot on|good call|sounds right)\b",
+    r"\b(that|this|it) (works|worked|helps|helped|did it|is (right|correct|perfect))\b",
+    r"\bthat'?s (right|correct|perfect|it|great|the one|fine)\b",
+    r"\b(thanks|thank you|appreciate it|much appreciated|good enough|looks good|you got it|"
+    r"nice work|well done|not bad|no complaints|can'?t argue)\b",
+    r"\b(merci|parfait|c'est bien ça|très bien|super|danke|perfekt|genau|passt|gracias|"
+    r"perfecto|correcto|exacto)\b",
+)
+DEFAULT_CORRECTIONS = (
+    r"\b(it'?s|it is|that'?s|that is) (?P<correction>[^,.;!?]+?),? (and )?not\b",
+    r"\bthe (right |correct )?answer is:? (?P<correction>[^,;!?]+?)[.!]?$",
+    r"\b(it )?should (be|have been|say) (?P<correction>[^,;!?]+?)[.!]?$",
+    r"\bi (said|meant|asked for) (?P<correction>[^,;!?]+?)[.!]?$",
+)
+# A "no"/"not" that is no complaint (module doc, rule 2).
+GUARDS = (
+    r"^\W*(no|non|nein)\W+(that'?s|that is|it'?s|c'est|das (ist|war'?s)|eso es) "
+    r"(all|everything|it|fine|ok(ay)?|good|tout|alles|todo)\b",
+    r"^\W*(no|non|nein)\W+(i'?m|we'?re) (good|fine|all set)\b",
+    r"\b(no|non|nein),? (thanks|thank you|merci|danke|gracias)\b",
+    r"\bno (need|worries|problem|problems|complaints)\b",
+    r"\bnot (bad|too shabby)( at all)?\b",
+    r"\bnothing wrong\b",
+    r"\bcan'?t (argue|complain)\b",
+    r"\bnot what i expected,? but\b",
+    r"\bcorrect me if i'?m wrong\b",
+)
+# A clause that opens a new request (module doc, rule 1).
+_LEAD = (
+    r"^\W*((no|nope|ok(ay)?|thanks|thank you|great|cool|nice|right|yes|perfect|correct|"
+    r"good|merci|danke|gracias|parfait|perfecto|genau|super)\b[\W]*)*"
+)
+_MOVES_ON = re.compile(
+    _LEAD + r"(now|next|also|and|then|what about|how about|can you also|could you also|"
+    r"look up|maintenant|et|jetzt|und|ahora|y|¿y)\b|\b(as well|next one|too\?)",
+    re.IGNORECASE,
+)
+_BARE_NO_THEN_MOVE = re.compile(r"^\W*(no|nope|non|nein)\W*$", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"(?<=[.!?;:])\s+|,\s*(?:and|but)\s+(?=please|check|now|also|next)")
+_WORD = re.compile(r"\w+")
+
+_CONTRAST = (
+    re.compile(
+        r"(?:^|[,:;—–-]\s*|\b(?:it'?s|it is|that'?s|that is|is|was|says|said|wrote|meant|"
+        r"c'est|es|ist|son)\s+)(?P<x>[^,;:.!?—–]+?),?\s+(?:and\s+)?(?:not|pas|nicht|no)\s+"
+        r"(?P<y>[^,;.!?—–]+)",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"\b(?:not|pas|nicht|no)\s+(?P<y>[^,;.!?]+?),?\s+(?:but|mais|sondern|sino)\s+"
+        r"(?P<x>[^,;.!?]+)",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"(?:^|\b(?:say|said)\s+)(?P<x>[^,;.!?]+?)\s+(?:instead of|rather than)\s+"
+        r"(?P<y>[^,;.!?]+)",
+        re.IGNORECASE,
+    ),
+)
+_STATED = re.compile(
+    r"(?:\b(?:it|that|this|the \w+(?: \w+)?|my \w+(?: \w+)?|her \w+|his \w+|its \w+|"
+    r"c'|il|das|es|die \w+|el \w+(?: de \w+)?|le \w+(?: de \w+)?)\s*"
+    r"(?:'s|’s|is|was|est|ist|es|son|should be|should read|should say|must be|needs to be|"
+    r"has to be|should have been)|\bshould(?:n'?t)? (?:it |that )?(?:be|read|say)|"
+    r"\bi (?:said|wrote|meant|typed|get|got|read|see|count|gave you)|\bit says|"
+    r"\b(?:the \w+|email|message) says|\b(?:did you|i think you) mean|\bi'?d (?:say|have said)|"
+    r"\b(?:was|is)n'?t it|\bdevrait être|\bdebería ser|\bsollte|\bson|\bactually|"
+    r"\bi'?m pretty sure it'?s)\s+(?:actually\s+)?(?P<value>[^,;!?]+?)\s*(?:[,;!?]|\.(?:\s|$)|$)",
+    re.IGNORECASE,
+)
+_BARE_LEAD = re.compile(
+    r"^\W*((no|nope|non|nein|wrong|almost|close|hmm+|wait|what\?*|nah)\b\W*)+", re.IGNORECASE
+)
+_NOT_A_VALUE = re.compile(
+    r"^(the (wrong|same|next|other|time|number|biggest|acquisition|spelling)|a |an |not\b|"
+    r"what\b|way\b|off\b|wrong\b|right\b|correct\b|about\b|from\b|because\b|when\b|how\b|why\b|"
+    r"it\b|that\b|this\b|there\b|clearly\b|obviously\b|definitely\b|just\b|only\b|"
+    r"pas\b|nicht\b|no\b|mal\b|faux\b|falsch\b|incorrect\b)",
+    re.IGNORECASE,
+)
+_FILLER = re.compile(
+    r"^(in|at|on|the|a|an|clearly|obviously|definitely|really|actually)\s+", re.IGNORECASE
+)
+_CUT = re.compile(
+    r"\s+(with|because|since|for|and|but|so|please|pages?|people|priority|at least)\b.*$",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class PhraseRules:
+    """The configurable phrase lists, compiled (``SignalsConfig`` builds them)."""
+
+    complaints: tuple[re.Pattern[str], ...]
+    accepts: tuple[re.Pattern[str], ...]
+    corrections: tuple[re.Pattern[str], ...]
+
+    @classmethod
+    def compile(
+        cls, complaints: Sequence[str], accepts: Sequence[str], corrections: Sequence[str]
+    ) -> PhraseRules:
+        """The lists, compiled case-insensitive."""
+
+        def each(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+            return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+
+        return cls(each(complaints), each(accepts), each(corrections))
+
+
+DEFAULT_RULES = PhraseRules.compile(DEFAULT_COMPLAINTS, DEFAULT_ACCEPTS, DEFAULT_CORRECTIONS)
+_GUARDS = tuple(re.compile(p, re.IGNORECASE) for p in GUARDS)
+_LEADING_NO = re.compile(r"^\W*(no|nope|nah|non|nein)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a follow-up says about the answer before it (module doc)."""
+
+    complaint: bool
+    accept: bool
+    rephrase: bool
+    correction: str | None = None
+
+
+def read_follow_up(
+    said: str,
+    *,
+    answer: str = "",
+    question: str = "",
+    rules: PhraseRules = DEFAULT_RULES,
+    vocabulary: Collection[str] = (),
+    rephrase_similarity: float = 0.6,
+) -> Reading:
+    """Read the user's follow-up ``said`` to ``answer`` (the reply it follows), given
+    the ``question`` that answer answered and the scenario's label ``vocabulary``."""
+    text = said.strip()
+    kept = _kept_clauses(text)
+    body = " ".join(kept)
+    guarded = _struck(body)
+    complaints = [p for p in rules.complaints if p.search(guarded)]
+    accepted = any(p.search(text) for p in rules.accepts)
+    only_no = bool(complaints) and all(_leading_no_only(p, guarded) for p in complaints)
+    complaint = bool(complaints) and not (only_no and accepted and not _is_value_restated(
+        answer, body, vocabulary
+    ))
+    if not complaint and not accepted and _is_value_restated(answer, body, vocabulary):
+        complaint = True
+    if complaint:
+        value = _correction(body, answer, question, rules, vocabulary)
+        return Reading(True, False, False, value)
+    rephrase = bool(question) and _similar(question, text, rephrase_similarity)
+    return Reading(False, accepted, rephrase and not accepted)
+
+
+def _kept_clauses(text: str) -> list[str]:
+    """The clauses of ``text`` that do not move on to a new request."""
+    clauses = [c for c in _CLAUSE_END.split(text) if c and c.strip()]
+    kept: list[str] = []
+    for index, clause in enumerate(clauses):
+        if _MOVES_ON.search(clause) and not _redo(clause):
+            continue
+        following = clauses[index + 1] if index + 1 < len(clauses) else ""
+        if _BARE_NO_THEN_MOVE.match(clause) and following and _MOVES_ON.search(following):
+            continue
+        kept.append(clause)
+    return kept
+
+
+def _redo(clause: str) -> bool:
+    return bool(re.search(r"\b(again|recheck|redo|re-?classify|wrong|not)\b", clause, re.I))
+
+
+def _struck(text: str) -> str:
+    for guard in _GUARDS:
+        text = guard.sub(" ", text)
+    return text
+
+
+def _leading_no_only(pattern: re.Pattern[str], text: str) -> bool:
+    match = pattern.search(text)
+    return match is not None and _LEADING_NO.match(text) is not None and match.start() == 0
+
+
+def _is_value_restated(answer: str, body: str, vocabulary: Collection[str]) -> bool:
+    """A short follow-up that states a value of the answer's shape (or another label)
+    other than the answer: "48213", "it's FRA", "shipping"."""
+    words = _WORD.findall(body)
+    if not answer or not words or len(words) > 6 or body.rstrip().endswith("?"):
+        return False
+    if value_shape(answer) is None and not _in_vocabulary(answer, vocabulary):
+        bare = _bare(body, answer)
+        return bare is not None and _valid(bare, body, answer)
+    return _aligned(answer, body, "", vocabulary) is not None
+
+
+def _correction(
+    body: str, answer: str, question: str, rules: PhraseRules, vocabulary: Collection[str]
+) -> str | None:
+    """The right value the complaint ``body`` gives (module doc, rules 4-5)."""
+    for candidate in _candidates(body, answer, rules):
+        value = _narrowed(candidate, answer, vocabulary)
+        if value is not None and _valid(value, body, answer):
+            return value
+    aligned = _aligned(answer, body, question, vocabulary)
+    if aligned is not None:
+        return aligned
+    bare = _bare(body, answer)
+    return bare if bare is not None and _valid(bare, body, answer) else None
+
+
+def _candidates(body: str, answer: str, rules: PhraseRules) -> list[str]:
+    found = re.findall(r"```(?:\w+\n)?\s*([^`]+?)\s*```", body)
+    found += re.findall(r"(?<!`)`([^`\n]+)`(?!`)", body)
+    found += [m.group(2) for m in re.finditer(r"([\"“„«])\s*([^\"“”„«»]+?)\s*[\"”“»]", body)]
+    for pattern in _CONTRAST:
+        for match in pattern.finditer(body):
+            if _refers_to(match.group("y"), answer):
+                found.append(match.group("x"))
+    found += [m.group("value") for m in _STATED.finditer(body)]
+    for pattern in rules.corrections:
+        match = pattern.search(body)
+        if match:
+            found.append(match.group("correction"))
+    return found
+
+
+def _refers_to(said: str, answer: str) -> bool:
+    """Whether ``said`` (the Y of "X, not Y") names the answer or a part of it."""
+    y, a = normalised(said), normalised(answer)
+    if not y or not a:
+        return False
+    return y in a or a in y or bool(set(_WORD.findall(y)) & set(_WORD.findall(a)))
+
+
+def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str | None:
+    value = candidate.strip(" \t\"'`“”«»„.,;:!?")
+    if value_shape(answer) is not None:
+        spans = [s for s in same_shape_spans(answer, value) if normalised(s) != normalised(answer)]
+        if spans:
+            return spans[0]
+        # a part of a code restated ("BLK, not BLU") stands; anything else is dropped
+        return value if value_shape(value) is not None and len(value) < len(answer) else None
+    if vocabulary and _in_vocabulary(answer, vocabulary):
+        labels = [v for v in vocabulary_spans(vocabulary, value) if normalised(v) != normalised(answer)]
+        return labels[0] if labels else None
+    value = _CUT.sub("", _FILLER.sub("", value)).strip(" \"'`.,;:!?")
+    if not value or _NOT_A_VALUE.match(value) or len(_WORD.findall(value)) > 6:
+        return None
+    return value
+
+
+def _in_vocabulary(answer: str, vocabulary: Collection[str]) -> bool:
+    return normalised(answer) in {normalised(v) for v in vocabulary}
+
+
+def _aligned(answer: str, body: str, question: str, vocabulary: Collection[str]) -> str | None:
+    """The one span of the answer's shape (or label of the vocabulary) in ``body`` that
+    differs from the answer; among several, the one the question contained."""
+    if value_shape(answer) is not None:
+        spans = same_shape_spans(answer, body)
+    elif vocabulary and _in_vocabulary(answer, vocabulary):
+        spans = vocabulary_spans(vocabulary, body)
+    else:
+        return None
+    distinct: dict[str, str] = {}
+    for span in spans:
+        if normalised(span) != normalised(answer):
+            distinct.setdefault(normalised(span), span)
+    if len(distinct) == 1:
+        return next(iter(distinct.values()))
+    asked = [s for s in distinct.values() if normalised(s) in normalised(question)]
+    return asked[0] if len(asked) == 1 else None
+
+
+def _bare(body: str, answer: str) -> str | None:
+    """A value given alone after the complaint word ("no, Jane Austen")."""
+    rest = _BARE_LEAD.sub("", body).strip(" \"'`.,;:!?")
+    words = _WORD.findall(rest)
+    if not rest or len(words) > 4 or "?" in rest or _NOT_A_VALUE.match(rest):
+        return None
+    starts_like_value = rest[:1].isupper() or rest[:1].isdigit()
+    shares_word = bool({w.lower() for w in words} & {w.lower() for w in _WORD.findall(answer)})
+    return rest if starts_like_value or shares_word else None
+
+
+def _valid(value: str, body: str, answer: str) -> bool:
+    """Rule 5: the value is in the user's message and differs from the answer."""
+    return bool(normalised(value)) and normalised(value) in normalised(body) and (
+        normalised(value) != normalised(answer)
+    )
+
+
+def _similar(first: str, second: str, threshold: float) -> bool:
+    """Different texts whose word sets overlap by at least ``threshold`` (Jaccard)."""
+    a = {w.lower() for w in _WORD.findall(first)}
+    b = {w.lower() for w in _WORD.findall(second)}
+    if not a or not b or first.strip().lower() == second.strip().lower():
+        return False
+    return len(a & b) / len(a | b) >= threshold

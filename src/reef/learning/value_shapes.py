@@ -1,0 +1,96 @@
+"""The shape of a short structured answer, and the spans of a text that share it.
+
+A correction usually restates the value in the answer's own form: an order number for
+an order number, an ISO date for an ISO date, a code with the same run of letters and
+digits. ``same_shape_spans`` finds those spans in the user's follow-up, so a correction
+is heard whatever words surround it ("my order number is 48213", "hmm, 48213?").
+
+Shapes: ``money`` ($42.99), ``percent`` (15%), ``iso_date`` (2024-03-14),
+``slash_date`` (12/05/2024), ``number`` (84, 1,250, 10.45, 7,50) and ``code``: any
+other single token (or two, as in a postal code) mixing letters and digits, or of
+capitals only, matched run for run (``A7-3391`` has the shape of ``A7-3319``, not of
+``A7-33910``). Anything else (words, sentences) has no shape; a label vocabulary, when
+the scenario has one, stands in for it (``vocabulary_spans``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+_AROUND = r"(?<![\w.,/$€£-]){}(?![\w/%-]|[.,]\d)"
+_SHAPES: tuple[tuple[str, str], ...] = (
+    ("money", r"[$€£]\d+(?:[.,]\d+)*"),
+    ("percent", r"\d+(?:[.,]\d+)?%"),
+    ("iso_date", r"\d{4}-\d{2}-\d{2}"),
+    ("slash_date", r"\d{1,2}/\d{1,2}/\d{2,4}"),
+    ("number", r"\d+(?:[.,]\d+)*"),
+)
+_CODE_PART = re.compile(r"[A-Z]+|[a-z]+|\d+|[^A-Za-z\d]")
+_CODE = re.compile(r"[A-Za-z\d]+(?:[-_ /.][A-Za-z\d]+)*")
+
+
+def value_shape(value: str) -> str | None:
+    """The shape of ``value`` (module doc), else None."""
+    text = value.strip()
+    for name, pattern in _SHAPES:
+        if re.fullmatch(pattern, text):
+            return name
+    if len(text) > 40 or not _CODE.fullmatch(text) or text.count(" ") > 1:
+        return None
+    has_digit = any(c.isdigit() for c in text)
+    capitals = text.replace("-", "").replace("_", "").replace(" ", "").isupper()
+    if has_digit or (capitals and len(text) >= 2):
+        return "code"
+    return None
+
+
+def _code_pattern(value: str) -> str:
+    """A regex matching tokens with ``value``'s runs of capitals, small letters and
+    digits, each of the same length, and its separators."""
+    parts = []
+    for run in _CODE_PART.findall(value.strip()):
+        if run.isdigit():
+            parts.append(rf"\d{{{len(run)}}}")
+        elif run.isupper():
+            parts.append(rf"[A-Z]{{{len(run)}}}")
+        elif run.islower():
+            parts.append(rf"[a-z]{{{len(run)}}}")
+        else:
+            parts.append(re.escape(run))
+    return "".join(parts)
+
+
+def same_shape_spans(answer: str, text: str) -> list[str]:
+    """The spans of ``text`` with the shape of ``answer``, in order (none when the
+    answer has no shape)."""
+    shape = value_shape(answer)
+    if shape is None:
+        return []
+    if shape == "code":
+        pattern = _code_pattern(answer)
+    else:
+        pattern = dict(_SHAPES)[shape]
+    return [m.group(0) for m in re.finditer(_AROUND.format(pattern), text)]
+
+
+def vocabulary_spans(vocabulary: Collection[str], text: str) -> list[str]:
+    """The labels of ``vocabulary`` that ``text`` names as whole words, longest first
+    where one contains another ("not spam" before "spam"), in order of appearance."""
+    found: list[tuple[int, str]] = []
+    taken: list[tuple[int, int]] = []
+    for label in sorted(vocabulary, key=len, reverse=True):
+        if not label.strip():
+            continue
+        for match in re.finditer(rf"(?<!\w){re.escape(label)}(?!\w)", text, re.IGNORECASE):
+            if any(s < match.end() and match.start() < e for s, e in taken):
+                continue
+            taken.append((match.start(), match.end()))
+            found.append((match.start(), label))
+    return [label for _, label in sorted(found)]
+
+
+def normalised(value: str) -> str:
+    """``value`` as compared: case, surrounding quotes and punctuation, inner spaces
+    ignored."""
+    return re.sub(r"\s+", " ", value.strip(" \t\n\"'`“”«»„.,;:!?")).casefold()

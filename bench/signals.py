@@ -65,12 +65,16 @@ def figures(cases: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"cases": len(cases)}
     predicted = [predict(case) for case in cases]
     for name in SIGNALS:
-        hits = sum(1 for c, (s, _) in zip(cases, predicted, strict=True) if s == c["signal"] == name)
+        hits = sum(
+            1 for c, (s, _) in zip(cases, predicted, strict=True) if s == c["signal"] == name
+        )
         said = sum(1 for s, _ in predicted if s == name)
         real = sum(1 for c in cases if c["signal"] == name)
         out[name] = {"precision": ratio(hits, said), "recall": ratio(hits, real), "labelled": real}
     with_value = [(c, v) for c, (_, v) in zip(cases, predicted, strict=True) if c["correction"]]
-    right = sum(1 for c, v in with_value if v is not None and normalised(v) == normalised(c["correction"]))
+    right = sum(
+        1 for c, v in with_value if v is not None and normalised(v) == normalised(c["correction"])
+    )
     wrong = sum(
         1
         for c, (_, v) in zip(cases, predicted, strict=True)
@@ -117,9 +121,7 @@ def table(parts: dict[str, dict[str, Any]]) -> str:
             rows.append(f"| `{signal}` {measure} | " + " | ".join(cells) + " |")
     cells = [percent(parts[n]["extraction_accuracy"]) for n in names]
     rows.append("| right value, of follow-ups that carry one | " + " | ".join(cells) + " |")
-    cells = [
-        f"{percent(parts[n]['wrong_extractions'])} ({parts[n]['wrong_count']})" for n in names
-    ]
+    cells = [f"{percent(parts[n]['wrong_extractions'])} ({parts[n]['wrong_count']})" for n in names]
     rows.append("| wrong value, of all follow-ups | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

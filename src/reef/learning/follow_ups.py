@@ -54,7 +54,10 @@ from reef.learning.value_shapes import (
 )
 
 DEFAULT_COMPLAINTS = (
-    r"^\W*(no|nope|nah|non|nein|wrong|incorrect|falsch|faux)\b",
+    r"^\W*(no|nope|nah|non|nein|not|wrong|incorrect|falsch|faux)\b",
+    r"\b(that|this)('?s| is) not (my|the|our|a)\b",
+    r"\w,\s*(not|pas|nicht)\s+\w|\bthat'?s the \w+( \w+)?,? not\b",
+    r"\bnot \S+( \S+)?,? but\b|\b(instead of|rather than)\b",
     r"\b(that|this|it|you)('?s|'?re| is| are| was| were)? ?(not (right|correct|true|it)|wrong|"
     r"incorrect|mistaken)\b",
     r"\bwrong\b",
@@ -66,7 +69,7 @@ DEFAULT_COMPLAINTS = (
     r"\b(doesn'?t|does not|don'?t) (look|seem|sound) (right|correct)\b",
     r"\bnot (quite|right|correct)\b",
     r"\b(close|almost),? but\b|^\W*(almost|close)\b",
-    r"\b(hmm+|actually|i think (it'?s|you)|pretty sure|i'?d (say|have said))\b",
+    r"\b(hmm+\W+\w|actually|i think (it'?s|you)|pretty sure|i'?d (say|have said))\b",
     r"\b(are you sure|did you mean|i think you mean|how is (that|this|it))\b",
     r"\b(should|must|has to|needs to) (be|read|say|have been)\b|\bshould ?n'?t (it|that) be\b",
     r"\b(was|is)n'?t it\b",
@@ -94,7 +97,7 @@ DEFAULT_ACCEPTS = (
     r"\b(that|this|it) (works|worked|helps|helped|did it|is (right|correct|perfect))\b",
     r"\bthat'?s (right|correct|perfect|it|great|the one|fine)\b",
     r"\b(thanks|thank you|appreciate it|much appreciated|good enough|looks good|you got it|"
-    r"nice work|well done|not bad|no complaints|can'?t argue)\b",
+    r"nice work|well done|not bad|no complaints|can'?t argue|got it|ok(ay)?,? great)\b",
     r"\b(merci|parfait|c'est bien ça|très bien|super|danke|perfekt|genau|passt|gracias|"
     r"perfecto|correcto|exacto)\b",
 )
@@ -128,14 +131,14 @@ _MOVES_ON = re.compile(
     re.IGNORECASE,
 )
 _BARE_NO_THEN_MOVE = re.compile(r"^\W*(no|nope|non|nein)\W*$", re.IGNORECASE)
-_CLAUSE_END = re.compile(r"(?<=[.!?;:])\s+|,\s*(?:and|but)\s+(?=please|check|now|also|next)")
+_CLAUSE_END = re.compile(r"(?<=[.!?;])\s+|,\s*(?:and|but)\s+(?=please|check|now|also|next)")
 _WORD = re.compile(r"\w+")
 
 _CONTRAST = (
     re.compile(
-        r"(?:^|[,:;—–-]\s*|\b(?:it'?s|it is|that'?s|that is|is|was|says|said|wrote|meant|"
-        r"c'est|es|ist|son)\s+)(?P<x>[^,;:.!?—–]+?),?\s+(?:and\s+)?(?:not|pas|nicht|no)\s+"
-        r"(?P<y>[^,;.!?—–]+)",
+        r"(?:^|[,:;\u2014\u2013-]\s*|\b(?:it'?s|it is|that'?s|that is|is|was|says|said|wrote|meant|"
+        r"c'est|es|ist|son)\s+)(?P<x>[^,;:.!?\u2014\u2013]+?),?\s+(?:and\s+)?(?:not|pas|nicht|no)\s+"
+        r"(?P<y>[^,;.!?\u2014\u2013]+)",
         re.IGNORECASE,
     ),
     re.compile(
@@ -152,12 +155,18 @@ _CONTRAST = (
 _STATED = re.compile(
     r"(?:\b(?:it|that|this|the \w+(?: \w+)?|my \w+(?: \w+)?|her \w+|his \w+|its \w+|"
     r"c'|il|das|es|die \w+|el \w+(?: de \w+)?|le \w+(?: de \w+)?)\s*"
-    r"(?:'s|’s|is|was|est|ist|es|son|should be|should read|should say|must be|needs to be|"
+    r"(?:'s|\u2019s|is|was|est|ist|es|son|should be|should read|should say|must be|needs to be|"
     r"has to be|should have been)|\bshould(?:n'?t)? (?:it |that )?(?:be|read|say)|"
     r"\bi (?:said|wrote|meant|typed|get|got|read|see|count|gave you)|\bit says|"
     r"\b(?:the \w+|email|message) says|\b(?:did you|i think you) mean|\bi'?d (?:say|have said)|"
     r"\b(?:was|is)n'?t it|\bdevrait être|\bdebería ser|\bsollte|\bson|\bactually|"
-    r"\bi'?m pretty sure it'?s)\s+(?:actually\s+)?(?P<value>[^,;!?]+?)\s*(?:[,;!?]|\.(?:\s|$)|$)",
+    r"\bi'?m pretty sure it'?s)\s+(?:actually\s+)?"
+    r"(?P<value>(?:[^,;!?]|,(?=\d))+?)\s*(?:,(?!\d)|[;!?]|\.(?:\s|$)|$)",
+    re.IGNORECASE,
+)
+_STATED_LOOSELY = re.compile(
+    r"\b(?:is|was|are|were|be|'s|ist|est|es|son)\s+(?P<value>(?:[^,;!?]|,(?=\d))+?)"
+    r"\s*(?:,(?!\d)|[;!?]|\.(?:\s|$)|$)",
     re.IGNORECASE,
 )
 _BARE_LEAD = re.compile(
@@ -201,6 +210,7 @@ class PhraseRules:
 
 DEFAULT_RULES = PhraseRules.compile(DEFAULT_COMPLAINTS, DEFAULT_ACCEPTS, DEFAULT_CORRECTIONS)
 _GUARDS = tuple(re.compile(p, re.IGNORECASE) for p in GUARDS)
+_PART = "\x00part\x00"  # marks a candidate that replaces a part of the answer
 _LEADING_NO = re.compile(r"^\W*(no|nope|nah|non|nein)\b", re.IGNORECASE)
 
 
@@ -232,16 +242,18 @@ def read_follow_up(
     complaints = [p for p in rules.complaints if p.search(guarded)]
     accepted = any(p.search(text) for p in rules.accepts)
     only_no = bool(complaints) and all(_leading_no_only(p, guarded) for p in complaints)
-    complaint = bool(complaints) and not (only_no and accepted and not _is_value_restated(
-        answer, body, vocabulary
-    ))
-    if not complaint and not accepted and _is_value_restated(answer, body, vocabulary):
-        complaint = True
+    complaint = bool(complaints) and not (
+        only_no and accepted and not _is_value_restated(answer, body, vocabulary)
+    )
+    if not complaint and not accepted and not text.endswith("?"):
+        complaint = _is_value_restated(answer, body, vocabulary) or (
+            _stated(body, answer, vocabulary) is not None
+        )
     if complaint:
         value = _correction(body, answer, question, rules, vocabulary)
         return Reading(True, False, False, value)
     rephrase = bool(question) and _similar(question, text, rephrase_similarity)
-    return Reading(False, accepted, rephrase and not accepted)
+    return Reading(False, accepted, rephrase)
 
 
 def _kept_clauses(text: str) -> list[str]:
@@ -285,6 +297,30 @@ def _is_value_restated(answer: str, body: str, vocabulary: Collection[str]) -> b
     return _aligned(answer, body, "", vocabulary) is not None
 
 
+def _stated(body: str, answer: str, vocabulary: Collection[str]) -> str | None:
+    """A value other than the answer that ``body`` states outright: in code, in quotes or
+    after a copula ("the capital is Canberra", "it's `git branch feature`")."""
+    for candidate in _quoted(body) + _statements(body, answer):
+        value = _narrowed(candidate, answer, vocabulary)
+        if value is not None and _valid(value, body, answer):
+            return value
+    return None
+
+
+def _quoted(body: str) -> list[str]:
+    found = re.findall(r"```(?:\w+\n)?\s*([^`]+?)\s*```", body)
+    found += re.findall(r"(?<!`)`([^`\n]+)`(?!`)", body)
+    found += [m.group(2) for m in re.finditer(r"([\"“„«])\s*([^\"“”„«»]+?)\s*[\"”“»]", body)]
+    return found
+
+
+def _statements(body: str, answer: str) -> list[str]:
+    found = [m.group("value") for m in _STATED.finditer(body)]
+    if value_shape(answer) is not None:  # the shape keeps a loose subject precise
+        found += [m.group("value") for m in _STATED_LOOSELY.finditer(body)]
+    return found
+
+
 def _correction(
     body: str, answer: str, question: str, rules: PhraseRules, vocabulary: Collection[str]
 ) -> str | None:
@@ -296,23 +332,25 @@ def _correction(
     aligned = _aligned(answer, body, question, vocabulary)
     if aligned is not None:
         return aligned
+    if _BARE_LEAD.match(body) is None:
+        return None
     bare = _bare(body, answer)
     return bare if bare is not None and _valid(bare, body, answer) else None
 
 
 def _candidates(body: str, answer: str, rules: PhraseRules) -> list[str]:
-    found = re.findall(r"```(?:\w+\n)?\s*([^`]+?)\s*```", body)
-    found += re.findall(r"(?<!`)`([^`\n]+)`(?!`)", body)
-    found += [m.group(2) for m in re.finditer(r"([\"“„«])\s*([^\"“”„«»]+?)\s*[\"”“»]", body)]
+    found = _quoted(body)
     for pattern in _CONTRAST:
         for match in pattern.finditer(body):
             if _refers_to(match.group("y"), answer):
                 found.append(match.group("x"))
-    found += [m.group("value") for m in _STATED.finditer(body)]
+                if _part_of(match.group("y"), answer):
+                    found.append(_PART + match.group("x"))
+    found += _statements(body, answer)
     for pattern in rules.corrections:
-        match = pattern.search(body)
-        if match:
-            found.append(match.group("correction"))
+        configured = pattern.search(body)
+        if configured:
+            found.append(configured.group("correction"))
     return found
 
 
@@ -321,22 +359,35 @@ def _refers_to(said: str, answer: str) -> bool:
     y, a = normalised(said), normalised(answer)
     if not y or not a:
         return False
-    return y in a or a in y or bool(set(_WORD.findall(y)) & set(_WORD.findall(a)))
+    words = {w for w in _WORD.findall(y) if len(w) > 3}
+    return y in a or a in y or bool(words & set(_WORD.findall(a)))
+
+
+def _part_of(said: str, answer: str) -> bool:
+    """Whether ``said`` is a proper part of the answer ("June" of "1 June 2025")."""
+    y, a = normalised(said), normalised(answer)
+    return bool(y) and y != a and re.search(rf"(?<!\w){re.escape(y)}(?!\w)", a) is not None
 
 
 def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str | None:
+    if candidate.startswith(_PART):  # "July, not June": a part of the answer replaced
+        value = candidate[len(_PART) :].strip(" \t\"'`“”«»„.,;:!?")
+        short = 0 < len(_WORD.findall(value)) <= 3 and not _NOT_A_VALUE.match(value)
+        return value if short else None
     value = candidate.strip(" \t\"'`“”«»„.,;:!?")
     if value_shape(answer) is not None:
         spans = [s for s in same_shape_spans(answer, value) if normalised(s) != normalised(answer)]
         if spans:
             return spans[0]
-        # a part of a code restated ("BLK, not BLU") stands; anything else is dropped
-        return value if value_shape(value) is not None and len(value) < len(answer) else None
+        return None
     if vocabulary and _in_vocabulary(answer, vocabulary):
-        labels = [v for v in vocabulary_spans(vocabulary, value) if normalised(v) != normalised(answer)]
+        labels = vocabulary_spans(vocabulary, value)
+        labels = [v for v in labels if normalised(v) != normalised(answer)]
         return labels[0] if labels else None
+    if _NOT_A_VALUE.match(value):
+        return None
     value = _CUT.sub("", _FILLER.sub("", value)).strip(" \"'`.,;:!?")
-    if not value or _NOT_A_VALUE.match(value) or len(_WORD.findall(value)) > 6:
+    if not value or _NOT_A_VALUE.match(value) or len(_WORD.findall(value)) > 5:
         return None
     return value
 
@@ -368,7 +419,7 @@ def _bare(body: str, answer: str) -> str | None:
     """A value given alone after the complaint word ("no, Jane Austen")."""
     rest = _BARE_LEAD.sub("", body).strip(" \"'`.,;:!?")
     words = _WORD.findall(rest)
-    if not rest or len(words) > 4 or "?" in rest or _NOT_A_VALUE.match(rest):
+    if not rest or len(words) > 3 or "?" in rest or _NOT_A_VALUE.match(rest):
         return None
     starts_like_value = rest[:1].isupper() or rest[:1].isdigit()
     shares_word = bool({w.lower() for w in words} & {w.lower() for w in _WORD.findall(answer)})
@@ -377,8 +428,10 @@ def _bare(body: str, answer: str) -> str | None:
 
 def _valid(value: str, body: str, answer: str) -> bool:
     """Rule 5: the value is in the user's message and differs from the answer."""
-    return bool(normalised(value)) and normalised(value) in normalised(body) and (
-        normalised(value) != normalised(answer)
+    return (
+        bool(normalised(value))
+        and normalised(value) in normalised(body)
+        and (normalised(value) != normalised(answer))
     )
 
 

@@ -19,7 +19,19 @@ import re
 from collections.abc import Collection
 
 _AROUND = r"(?<![\w.,/$€£-]){}(?![\w/%-]|[.,]\d)"
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+    r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?|"
+    r"janvier|février|mars|avril|mai|juin|juillet|août|septembre|octobre|novembre|décembre|"
+    r"januar|februar|märz|juni|juli|oktober|dezember|"
+    r"enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|octubre|noviembre|diciembre)"
+)
 _SHAPES: tuple[tuple[str, str], ...] = (
+    (
+        "text_date",
+        rf"(?i:\d{{1,2}}(?:st|nd|rd|th)?\.? {_MONTH}(?: \d{{4}})?"
+        rf"|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?)",
+    ),
     ("money", r"[$€£]\d+(?:[.,]\d+)*"),
     ("percent", r"\d+(?:[.,]\d+)?%"),
     ("iso_date", r"\d{4}-\d{2}-\d{2}"),
@@ -38,6 +50,10 @@ def value_shape(value: str) -> str | None:
             return name
     if len(text) > 40 or not _CODE.fullmatch(text) or text.count(" ") > 1:
         return None
+    if " " in text and not all(
+        any(c.isdigit() for c in part) or part.isupper() for part in text.split(" ")
+    ):
+        return None  # "ZenBook 14" is a name; "NW1 6XE" is a code
     has_digit = any(c.isdigit() for c in text)
     capitals = text.replace("-", "").replace("_", "").replace(" ", "").isupper()
     if has_digit or (capitals and len(text) >= 2):
@@ -67,10 +83,7 @@ def same_shape_spans(answer: str, text: str) -> list[str]:
     shape = value_shape(answer)
     if shape is None:
         return []
-    if shape == "code":
-        pattern = _code_pattern(answer)
-    else:
-        pattern = dict(_SHAPES)[shape]
+    pattern = _code_pattern(answer) if shape == "code" else dict(_SHAPES)[shape]
     return [m.group(0) for m in re.finditer(_AROUND.format(pattern), text)]
 
 

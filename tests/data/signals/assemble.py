@@ -5,7 +5,8 @@
 Each case becomes one JSON line: ``id`` (its order in the file), ``shape``, ``lang``,
 ``question``, ``answer``, ``vocabulary``, ``follow_up``, ``signal`` (``correction``,
 ``accept``, ``rephrase`` or ``none``), ``correction`` (the value, or null) and
-``holdout`` (every fourth case, by id: kept out of rule tuning). The script only
+``holdout`` (every fourth case, by id: kept out of rule tuning), ``late`` (a group
+marked ``late``: written after the rules were frozen, never used to tune them). The script only
 assembles and validates; every case is written by hand in corpus.txt.
 """
 
@@ -26,7 +27,9 @@ def assemble(text: str) -> list[dict[str, Any]]:
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("## "):
             parts = line[3:].split()
-            group = {"shape": parts[0], "lang": parts[-1] if len(parts) > 1 else parts[0]}
+            late = parts[-1] == "late"
+            parts = parts[:-1] if late else parts
+            group = {"shape": parts[0], "lang": parts[-1], "late": late}
             group.update(question="", answer="", vocabulary=[])
         elif line.startswith("Q: "):
             group["question"] = line[3:]

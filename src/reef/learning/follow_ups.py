@@ -74,7 +74,9 @@ DEFAULT_COMPLAINTS = (
     r"\b(should|must|has to|needs to) (be|read|say|have been)\b|\bshould ?n'?t (it|that) be\b",
     r"\b(was|is)n'?t it\b",
     r"\b(mixed|mix(ed)?[- ]up|swapped|transposed|flipped|reversed|backwards|confused)\b",
-    r"\b(wrong|other) (order|way round|one|number|day|month|category|department|code)\b",
+    r"\bwrong (order|way round|one|number|day|month|category|department|code)\b",
+    r"\bthe other way round\b|\b(isn'?t|is not|wasn'?t|was not) (my|the|our|what)\b",
+    r"\bi (was hoping for|was expecting|asked for|wanted (the|a|an))\b",
     r"\byou (missed|dropped|got (that|it|the \w+( \w+)?) (backwards|wrong|in the wrong order))\b",
     r"\b(re-?check|check (that |it )?again|double-?check|look again|read (it|my message) again|"
     r"try again|redo|count again|recount|reclassify|recalculate)\b",
@@ -86,7 +88,7 @@ DEFAULT_COMPLAINTS = (
     r"\b(c'est faux|ce n'est pas|c'est pas|pas (le bon|ça|correct|juste)|erreur|"
     r"(vous avez|tu as) (inversé|confondu|mal lu)|devrait être|tromp)",
     # German
-    r"\b(stimmt nicht|nicht richtig|falsch|verwechselt|vertauscht|sollte|nochmal prüfen|"
+    r"\b(stimmt nicht|nicht richtig|falsch\w*|verwechselt|vertauscht|sollte|nochmal prüfen|"
     r"nicht \S+ sondern)\b",
     # Spanish
     r"\b(no es correcto|incorrecto|está mal|equivoca|debería ser|revísalo|no \S+ sino)",
@@ -127,7 +129,8 @@ _LEAD = (
 )
 _MOVES_ON = re.compile(
     _LEAD + r"(now|next|also|and|then|what about|how about|can you also|could you also|"
-    r"look up|maintenant|et|jetzt|und|ahora|y|¿y)\b|\b(as well|next one|too\?)",
+    r"look up|check|find|try|maintenant|et|jetzt|und|ahora|y|¿y)\b|"
+    r"\b(as well|next one|too\?)|\bnext\W*$",
     re.IGNORECASE,
 )
 _BARE_NO_THEN_MOVE = re.compile(r"^\W*(no|nope|non|nein)\W*$", re.IGNORECASE)
@@ -153,10 +156,12 @@ _CONTRAST = (
     ),
 )
 _STATED = re.compile(
-    r"(?:\b(?:it|that|this|the \w+(?: \w+)?|my \w+(?: \w+)?|her \w+|his \w+|its \w+|"
-    r"c'|il|das|es|die \w+|el \w+(?: de \w+)?|le \w+(?: de \w+)?)\s*"
-    r"(?:'s|\u2019s|is|was|est|ist|es|son|should be|should read|should say|must be|needs to be|"
-    r"has to be|should have been)|\bshould(?:n'?t)? (?:it |that )?(?:be|read|say)|"
+    r"(?:\b(?:it|that|this)(?:'s|\u2019s)|"
+    r"\b(?:it|that|this|the \w+(?: \w+)?|my \w+(?: \w+)?|her \w+|his \w+|its \w+|"
+    r"c'|il|das|es|die \w+|el \w+(?: de \w+)?|le \w+(?: de \w+)?)\s+"
+    r"(?:is|was|est|ist|es|son|lautet|reads|should be|should read|should say|must be|"
+    r"needs to be|has to be|should have been)|"
+    r"\bshould(?:n'?t)? (?:it |that )?(?:be|read|say)|"
     r"\bi (?:said|wrote|meant|typed|get|got|read|see|count|gave you)|\bit says|"
     r"\b(?:the \w+|email|message) says|\b(?:did you|i think you) mean|\bi'?d (?:say|have said)|"
     r"\b(?:was|is)n'?t it|\bdevrait être|\bdebería ser|\bsollte|\bson|\bactually|"
@@ -210,6 +215,13 @@ class PhraseRules:
 
 DEFAULT_RULES = PhraseRules.compile(DEFAULT_COMPLAINTS, DEFAULT_ACCEPTS, DEFAULT_CORRECTIONS)
 _GUARDS = tuple(re.compile(p, re.IGNORECASE) for p in GUARDS)
+# "the correct number is …" names a value; it accepts nothing
+_NAMED_RIGHT = re.compile(
+    r"\b(the|le|la|der|die|das) (right|correct|bon|bonne|richtige\w*) \w+|"
+    r"\b(el|la) \w+ (correcto|correcta)\b",
+    re.IGNORECASE,
+)
+_QUESTIONED = "the follow-up questions the answer"
 _PART = "\x00part\x00"  # marks a candidate that replaces a part of the answer
 _LEADING_NO = re.compile(r"^\W*(no|nope|nah|non|nein)\b", re.IGNORECASE)
 
@@ -239,9 +251,13 @@ def read_follow_up(
     kept = _kept_clauses(text)
     body = " ".join(kept)
     guarded = _struck(body)
-    complaints = [p for p in rules.complaints if p.search(guarded)]
-    accepted = any(p.search(text) for p in rules.accepts)
-    only_no = bool(complaints) and all(_leading_no_only(p, guarded) for p in complaints)
+    complaints: list[object] = [p for p in rules.complaints if p.search(guarded)]
+    if _questions_the_answer(guarded, answer):
+        complaints.append(_QUESTIONED)
+    accepted = any(p.search(_NAMED_RIGHT.sub(" ", text)) for p in rules.accepts)
+    only_no = bool(complaints) and all(
+        isinstance(p, re.Pattern) and _leading_no_only(p, guarded) for p in complaints
+    )
     complaint = bool(complaints) and not (
         only_no and accepted and not _is_value_restated(answer, body, vocabulary)
     )
@@ -254,6 +270,29 @@ def read_follow_up(
         return Reading(True, False, False, value)
     rephrase = bool(question) and _similar(question, text, rephrase_similarity)
     return Reading(False, accepted, rephrase)
+
+
+def _questions_the_answer(body: str, answer: str) -> bool:
+    """The follow-up asks where the answer came from ("why billing?", "where did 4.2
+    come from?") or says what the answer really is ("Acme is the company, …",
+    "62094 isn't my order")."""
+    words = answer.split()
+    if not words or len(answer) > 60:
+        return False
+    first = re.escape(words[0].strip(".,;:!?\"'"))
+    asked = re.search(
+        rf"\b(why|where did|where does|how come|since when)\b[^.?!]*(?<!\w){first}(?!\w)",
+        body,
+        re.IGNORECASE,
+    )
+    whole = re.escape(answer.strip())
+    said_is = re.search(
+        rf"(?<!\w){whole}(?!\w)\s+(is|was|are|isn'?t|wasn'?t|is not)\s+(the|a|an|when|where|my|"
+        rf"our|not)\b",
+        body,
+        re.IGNORECASE,
+    )
+    return asked is not None or said_is is not None
 
 
 def _kept_clauses(text: str) -> list[str]:
@@ -289,6 +328,9 @@ def _is_value_restated(answer: str, body: str, vocabulary: Collection[str]) -> b
     """A short follow-up that states a value of the answer's shape (or another label)
     other than the answer: "48213", "it's FRA", "shipping"."""
     words = _WORD.findall(body)
+    spans = same_shape_spans(answer, body)
+    if spans:  # a value counts as one word, however many digits groups it has
+        words = _WORD.findall(re.sub("|".join(map(re.escape, spans)), " V ", body))
     if not answer or not words or len(words) > 6 or body.rstrip().endswith("?"):
         return False
     if value_shape(answer) is None and not _in_vocabulary(answer, vocabulary):

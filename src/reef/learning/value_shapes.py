@@ -6,7 +6,9 @@ digits. ``same_shape_spans`` finds those spans in the user's follow-up, so a cor
 is heard whatever words surround it ("my order number is 48213", "hmm, 48213?").
 
 Shapes: ``money`` ($42.99), ``percent`` (15%), ``iso_date`` (2024-03-14),
-``slash_date`` (12/05/2024), ``number`` (84, 1,250, 10.45, 7,50) and ``code``: any
+``slash_date`` (12/05/2024), ``text_date`` (1 July 2025, May 12), ``number`` (84,
+1,250, 10.45, 7,50), ``quantity`` (a number and a unit: 2.4 kg, any number with the
+same unit) and ``code``: any
 other single token (or two, as in a postal code) mixing letters and digits, or of
 capitals only, matched run for run (``A7-3391`` has the shape of ``A7-3319``, not of
 ``A7-33910``). Anything else (words, sentences) has no shape; a label vocabulary, when
@@ -42,9 +44,14 @@ _CODE_PART = re.compile(r"[A-Z]+|[a-z]+|\d+|[^A-Za-z\d]")
 _CODE = re.compile(r"[A-Za-z\d]+(?:[-_ /.][A-Za-z\d]+)*")
 
 
+_QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*)(\s?)([A-Za-z°µ%]{1,5})")
+
+
 def value_shape(value: str) -> str | None:
     """The shape of ``value`` (module doc), else None."""
     text = value.strip()
+    if _QUANTITY.fullmatch(text) and not any(c.isupper() for c in text):
+        return "quantity"
     for name, pattern in _SHAPES:
         if re.fullmatch(pattern, text):
             return name
@@ -83,7 +90,14 @@ def same_shape_spans(answer: str, text: str) -> list[str]:
     shape = value_shape(answer)
     if shape is None:
         return []
-    pattern = _code_pattern(answer) if shape == "code" else dict(_SHAPES)[shape]
+    if shape == "code":
+        pattern = _code_pattern(answer)
+    elif shape == "quantity":  # the same unit after any number: "2.4 kg" for "4.2 kg"
+        unit = _QUANTITY.fullmatch(answer.strip())
+        assert unit is not None
+        pattern = rf"\d+(?:[.,]\d+)*\s?{re.escape(unit.group(3))}"
+    else:
+        pattern = dict(_SHAPES)[shape]
     return [m.group(0) for m in re.finditer(_AROUND.format(pattern), text)]
 
 

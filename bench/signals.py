@@ -4,9 +4,10 @@
 
 Runs ``reef.learning.follow_ups.read_follow_up`` (the rules ``signals`` uses, with their
 defaults) over every (question, answer, follow-up) of tests/data/signals/corpus.jsonl
-and prints figures on the whole corpus and on three parts: the tuning part, the held-out
-part (every fourth case by id, never looked at while tuning) and the cases written after
-the rules were frozen (groups marked ``late``):
+and prints figures on the whole corpus and on its three parts (``part`` of each case,
+see tests/data/signals/assemble.py): ``tuning`` (what the rules were tuned on),
+``held out`` (every fourth of the first cases by id, never looked at while tuning) and
+``blind`` (written after the rules were frozen, never used to tune them):
 
 - per signal (``correction`` = a complaint, ``accept``, ``rephrase``): precision and
   recall against the labels;
@@ -34,6 +35,7 @@ from reef.learning.value_shapes import normalised
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "signals" / "corpus.jsonl"
 SIGNALS = ("correction", "accept", "rephrase")
+PARTS = ("tuning", "held out", "blind")
 START, END = "<!-- signals:start -->", "<!-- signals:end -->"
 
 
@@ -139,10 +141,10 @@ def section(parts: dict[str, dict[str, Any]], cases: list[dict[str, Any]]) -> st
             f"`tests/data/signals/corpus.jsonl`: {len(cases)} (question, answer, follow-up)",
             f"cases, task shapes {', '.join(shapes)}, languages {', '.join(languages)}.",
             "`correction` is a complaint (with or without a value). The rules were tuned",
-            "on the tuning part only; the held-out part (every fourth case by id) was not",
-            "looked at while tuning, and the last part was written after the rules were",
-            "frozen. Tuning and held-out cases were written by the same hand before the",
-            "rules, so the last column is the fairest estimate of unseen phrasings.",
+            "on the tuning part only. The held-out part (every fourth of the first cases by",
+            "id) was written with the tuning part before the rules and never looked at while",
+            "tuning; the blind part was written after the rules were frozen, in phrasings",
+            "chosen without looking at them, so it is the fairest estimate for new traffic.",
             "",
             "```",
             ".venv/bin/python bench/signals.py --output docs/benchmarks.md",
@@ -163,13 +165,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     cases = load(args.corpus)
-    tuning = [c for c in cases if not c["holdout"] and not c["late"]]
-    parts = {
-        "all": figures(cases),
-        "tuning": figures(tuning),
-        "held out": figures([c for c in cases if c["holdout"] and not c["late"]]),
-        "written after": figures([c for c in cases if c["late"]]),
-    }
+    tuning = [c for c in cases if c["part"] == "tuning"]
+    parts = {"all": figures(cases)}
+    for name in PARTS:
+        parts[name] = figures([c for c in cases if c["part"] == name])
     if args.misses:
         print("\n".join(misses(tuning)))
     if args.json:

@@ -5,8 +5,10 @@
 Each case becomes one JSON line: ``id`` (its order in the file), ``shape``, ``lang``,
 ``question``, ``answer``, ``vocabulary``, ``follow_up``, ``signal`` (``correction``,
 ``accept``, ``rephrase`` or ``none``), ``correction`` (the value, or null) and
-``holdout`` (every fourth case, by id: kept out of rule tuning), ``late`` (a group
-marked ``late``: written after the rules were frozen, never used to tune them). The script only
+``part``: ``held out`` (every fourth case by id, never looked at while tuning the
+rules), ``blind`` (groups marked ``blind``: written after the rules were frozen, never
+used to tune them) or ``tuning`` (the rest, and the groups marked ``late``: written after
+a first freeze, measured then, and used to tune the rules a second time). The script only
 assembles and validates; every case is written by hand in corpus.txt.
 """
 
@@ -27,9 +29,9 @@ def assemble(text: str) -> list[dict[str, Any]]:
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("## "):
             parts = line[3:].split()
-            late = parts[-1] == "late"
-            parts = parts[:-1] if late else parts
-            group = {"shape": parts[0], "lang": parts[-1], "late": late}
+            tag = parts[-1] if parts[-1] in ("late", "blind") else ""
+            parts = parts[:-1] if tag else parts
+            group = {"shape": parts[0], "lang": parts[-1], "tag": tag}
             group.update(question="", answer="", vocabulary=[])
         elif line.startswith("Q: "):
             group["question"] = line[3:]
@@ -52,10 +54,19 @@ def assemble(text: str) -> list[dict[str, Any]]:
                     "follow_up": said,
                     "signal": signal,
                     "correction": value or None,
-                    "holdout": case_id % 4 == 3,
+                    "part": _part(case_id, group["tag"]),
                 }
             )
     return cases
+
+
+def _part(case_id: int, tag: str) -> str:
+    """Which part of the corpus a case is in (module doc)."""
+    if tag == "blind":
+        return "blind"
+    if tag == "late":  # looked at when the rules were tuned a second time
+        return "tuning"
+    return "held out" if case_id % 4 == 3 else "tuning"
 
 
 def main() -> None:

@@ -416,7 +416,7 @@ def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str |
         value = candidate[len(_PART) :].strip(" \t\"'`“”«»„.,;:!?")
         short = 0 < len(_WORD.findall(value)) <= 3 and not _NOT_A_VALUE.match(value)
         return value if short else None
-    value = candidate.strip(" \t\"'`“”«»„.,;:!?")
+    value = candidate.strip(" \t\"'`“”«»„.,:!?")
     if value_shape(answer) is not None:
         spans = [s for s in same_shape_spans(answer, value) if normalised(s) != normalised(answer)]
         if spans:
@@ -428,7 +428,7 @@ def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str |
         return labels[0] if labels else None
     if _NOT_A_VALUE.match(value):
         return None
-    value = _CUT.sub("", _FILLER.sub("", value)).strip(" \"'`.,;:!?")
+    value = _CUT.sub("", _FILLER.sub("", value)).strip(" \"'`.,:!?")
     if not value or _NOT_A_VALUE.match(value) or len(_WORD.findall(value)) > 5:
         return None
     return value
@@ -449,7 +449,8 @@ def _aligned(answer: str, body: str, question: str, vocabulary: Collection[str])
         return None
     distinct: dict[str, str] = {}
     for span in spans:
-        if normalised(span) != normalised(answer):
+        negated = rf"\b(not|nicht|pas|no|instead of|rather than)\s+{re.escape(span)}(?!\w)"
+        if normalised(span) != normalised(answer) and not re.search(negated, body, re.I):
             distinct.setdefault(normalised(span), span)
     if len(distinct) == 1:
         return next(iter(distinct.values()))

@@ -50,11 +50,11 @@ _QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*)(\s?)([A-Za-z°µ%]{1,5})")
 def value_shape(value: str) -> str | None:
     """The shape of ``value`` (module doc), else None."""
     text = value.strip()
-    if _QUANTITY.fullmatch(text) and not any(c.isupper() for c in text):
-        return "quantity"
     for name, pattern in _SHAPES:
         if re.fullmatch(pattern, text):
             return name
+    if _QUANTITY.fullmatch(text) and not any(c.isupper() for c in text):
+        return "quantity"
     if len(text) > 40 or not _CODE.fullmatch(text) or text.count(" ") > 1:
         return None
     if " " in text and not all(

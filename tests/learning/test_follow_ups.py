@@ -143,3 +143,17 @@ def test_spans_of_the_same_shape() -> None:
         "not spam",
         "spam",
     ]
+
+
+@pytest.mark.parametrize(
+    ("said", "answer", "value"),
+    [
+        ("No, it's billing, not BILLING SHIP.", "BILLING SHIP", "billing"),
+        ("No, it's shipping, not FRK.", "FRK", "shipping"),
+        ("No, it's Squid-7, not that.", "a long answer about squids", "Squid-7"),
+    ],
+)
+def test_x_not_the_answer_gives_x_whatever_the_answer_s_shape(
+    said: str, answer: str, value: str
+) -> None:
+    assert read_follow_up(said, answer=answer).correction == value

@@ -222,6 +222,12 @@ _NAMED_RIGHT = re.compile(
     re.IGNORECASE,
 )
 _QUESTIONED = "the follow-up questions the answer"
+_COPULA_LEAD = re.compile(
+    r"^(it'?s|it is|that'?s|that is|it was|c'est|es|ist|das ist|son)\s+", re.IGNORECASE
+)
+_EXPLICIT = "\x00explicit\x00"  # marks an X of "X, not <the answer>"
+# what "X, not Y" may point at the answer with
+_POINTING = {"that", "this", "it", "what you said", "ça", "das", "eso", "esto"}
 _PART = "\x00part\x00"  # marks a candidate that replaces a part of the answer
 _LEADING_NO = re.compile(r"^\W*(no|nope|nah|non|nein)\b", re.IGNORECASE)
 
@@ -385,9 +391,12 @@ def _candidates(body: str, answer: str, rules: PhraseRules) -> list[str]:
     for pattern in _CONTRAST:
         for match in pattern.finditer(body):
             if _refers_to(match.group("y"), answer):
-                found.append(match.group("x"))
+                x = _COPULA_LEAD.sub("", match.group("x"))
+                found.append(x)
                 if _part_of(match.group("y"), answer):
-                    found.append(_PART + match.group("x"))
+                    found.append(_PART + x)
+                else:  # "X, not <the answer>": X stands even without the answer's shape
+                    found.append(_EXPLICIT + x)
     found += _statements(body, answer)
     for pattern in rules.corrections:
         configured = pattern.search(body)
@@ -399,6 +408,8 @@ def _candidates(body: str, answer: str, rules: PhraseRules) -> list[str]:
 def _refers_to(said: str, answer: str) -> bool:
     """Whether ``said`` (the Y of "X, not Y") names the answer or a part of it."""
     y, a = normalised(said), normalised(answer)
+    if y in _POINTING:
+        return True
     if not y or not a:
         return False
     words = {w for w in _WORD.findall(y) if len(w) > 3}
@@ -412,10 +423,11 @@ def _part_of(said: str, answer: str) -> bool:
 
 
 def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str | None:
-    if candidate.startswith(_PART):  # "July, not June": a part of the answer replaced
-        value = candidate[len(_PART) :].strip(" \t\"'`“”«»„.,;:!?")
-        short = 0 < len(_WORD.findall(value)) <= 3 and not _NOT_A_VALUE.match(value)
-        return value if short else None
+    for marker, most in ((_PART, 3), (_EXPLICIT, 6)):
+        if candidate.startswith(marker):  # "July, not June": a part of the answer replaced
+            value = candidate[len(marker) :].strip(" \t\"'`“”«»„.,:!?")
+            short = 0 < len(_WORD.findall(value)) <= most and not _NOT_A_VALUE.match(value)
+            return value if short else None
     value = candidate.strip(" \t\"'`“”«»„.,:!?")
     if value_shape(answer) is not None:
         spans = [s for s in same_shape_spans(answer, value) if normalised(s) != normalised(answer)]

@@ -56,7 +56,9 @@ from reef.learning.value_shapes import (
 DEFAULT_COMPLAINTS = (
     r"^\W*(no|nope|nah|non|nein|not|wrong|incorrect|falsch|faux)\b",
     r"\b(that|this)('?s| is) not (my|the|our|a)\b",
-    r"\w,\s*(not|pas|nicht)\s+\w|\bthat'?s the \w+( \w+)?,? not\b",
+    r"\w,\s*(not|pas|nicht|no)\s+\w|\bthat'?s the \w+( \w+)?,? not\b",
+    r"\b(it'?s|it is|that'?s) \S+( \S+)? not \S",
+    r"\b(doesn'?t|does not|don'?t) exist\b|\breally\?",
     r"\bnot \S+( \S+)?,? but\b|\b(instead of|rather than)\b",
     r"\b(that|this|it|you)('?s|'?re| is| are| was| were)? ?(not (right|correct|true|it)|wrong|"
     r"incorrect|mistaken)\b",
@@ -80,7 +82,8 @@ DEFAULT_COMPLAINTS = (
     r"\byou (missed|dropped|got (that|it|the \w+( \w+)?) (backwards|wrong|in the wrong order))\b",
     r"\b(re-?check|check (that |it )?again|double-?check|look again|read (it|my message) again|"
     r"try again|redo|count again|recount|reclassify|recalculate)\b",
-    r"\b(that'?s|it'?s) (way )?off\b|\boff by\b|\bspelling is\b|\bisn'?t even\b|\bnot a real\b",
+    r"\b(that'?s|it'?s|is|are|looks|seems) (way |a bit |slightly )?off\b|\boff by\b",
+    r"\bspelling is\b|\bisn'?t even\b|\bnot a real\b",
     r"\b(it|the \w+) says\b",
     r"\bi (get|got|read|see|count) \S*\d",
     r"\?\?",
@@ -88,7 +91,7 @@ DEFAULT_COMPLAINTS = (
     r"\b(c'est faux|ce n'est pas|c'est pas|pas (le bon|ça|correct|juste)|erreur|"
     r"(vous avez|tu as) (inversé|confondu|mal lu)|devrait être|tromp)",
     # German
-    r"\b(stimmt nicht|nicht richtig|falsch\w*|verwechselt|vertauscht|sollte|nochmal prüfen|"
+    r"\b(stimmt (\w+ )?nicht|nicht richtig|falsch\w*|verwechselt|vertauscht|sollte|nochmal prüfen|"
     r"nicht \S+ sondern)\b",
     # Spanish
     r"\b(no es correcto|incorrecto|está mal|equivoca|debería ser|revísalo|no \S+ sino)",
@@ -158,7 +161,7 @@ _CONTRAST = (
 _STATED = re.compile(
     r"(?:\b(?:it|that|this)(?:'s|\u2019s)|"
     r"\b(?:it|that|this|the \w+(?: \w+)?|my \w+(?: \w+)?|her \w+|his \w+|its \w+|"
-    r"c'|il|das|es|die \w+|el \w+(?: de \w+)?|le \w+(?: de \w+)?)\s+"
+    r"c'|il|das|es|die \w+|el \w+(?: de \w+)?|la \w+|le \w+(?: de \w+)?|der \w+|das \w+)\s+"
     r"(?:is|was|est|ist|es|son|lautet|reads|should be|should read|should say|must be|"
     r"needs to be|has to be|should have been)|"
     r"\bshould(?:n'?t)? (?:it |that )?(?:be|read|say)|"
@@ -293,8 +296,8 @@ def _questions_the_answer(body: str, answer: str) -> bool:
     )
     whole = re.escape(answer.strip())
     said_is = re.search(
-        rf"(?<!\w){whole}(?!\w)\s+(is|was|are|isn'?t|wasn'?t|is not)\s+(the|a|an|when|where|my|"
-        rf"our|not)\b",
+        rf"(?<!\w){whole}(?!\w)\s+((is|was|are|isn'?t|wasn'?t|is not)\s+(the|a|an|when|where|my|"
+        rf"our|not)\b|(doesn'?t|does not) (exist|match|fit))|^\W*{whole}\s*\?",
         body,
         re.IGNORECASE,
     )
@@ -377,7 +380,7 @@ def _correction(
         value = _narrowed(candidate, answer, vocabulary)
         if value is not None and _valid(value, body, answer):
             return value
-    aligned = _aligned(answer, body, question, vocabulary)
+    aligned = _aligned(answer, body, question, vocabulary) or _near_miss(answer, body)
     if aligned is not None:
         return aligned
     if _BARE_LEAD.match(body) is None:
@@ -468,6 +471,27 @@ def _aligned(answer: str, body: str, question: str, vocabulary: Collection[str])
         return next(iter(distinct.values()))
     asked = [s for s in distinct.values() if normalised(s) in normalised(question)]
     return asked[0] if len(asked) == 1 else None
+
+
+def _near_miss(answer: str, body: str) -> str | None:
+    """For an answer of several words: the run of as many words in ``body`` that
+    matches it but for one word of the same kind ("Nimbus 3000" for "Nimbus 300")."""
+    want = answer.split()
+    if not 2 <= len(want) <= 6:
+        return None
+    words = [w.strip(".,;:!?\"'()") for w in body.split()]
+    for start in range(len(words) - len(want) + 1):
+        window = words[start : start + len(want)]
+        differ = [(a, b) for a, b in zip(want, window, strict=True) if a.lower() != b.lower()]
+        if len(differ) == 1 and _same_kind(*differ[0]):
+            return " ".join(window)
+    return None
+
+
+def _same_kind(first: str, second: str) -> bool:
+    """Two words of the same kind of value: both with digits, or both capitalised."""
+    digits = any(c.isdigit() for c in first) and any(c.isdigit() for c in second)
+    return digits or (first[:1].isupper() and second[:1].isupper())
 
 
 def _bare(body: str, answer: str) -> str | None:

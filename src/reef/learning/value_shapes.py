@@ -5,10 +5,10 @@ an order number, an ISO date for an ISO date, a code with the same run of letter
 digits. ``same_shape_spans`` finds those spans in the user's follow-up, so a correction
 is heard whatever words surround it ("my order number is 48213", "hmm, 48213?").
 
-Shapes: ``money`` ($42.99), ``percent`` (15%), ``iso_date`` (2024-03-14),
-``slash_date`` (12/05/2024), ``text_date`` (1 July 2025, May 12), ``number`` (84,
-1,250, 10.45, 7,50), ``quantity`` (a number and a unit: 2.4 kg, any number with the
-same unit) and ``code``: any
+Shapes: ``money`` ($42.99), ``money_after`` (1 240,50 €), ``percent`` (15%),
+``iso_date`` (2024-03-14), ``slash_date`` (12/05/2024), ``text_date`` (1 July 2025,
+May 12), ``number`` (84, 1,250, 10.45, 7,50), ``quantity`` (a number and a unit: 2.4 kg,
+any number with the same unit) and ``code``: any
 other single token (or two, as in a postal code) mixing letters and digits, or of
 capitals only, matched run for run (``A7-3391`` has the shape of ``A7-3319``, not of
 ``A7-33910``). Anything else (words, sentences) has no shape; a label vocabulary, when
@@ -35,6 +35,7 @@ _SHAPES: tuple[tuple[str, str], ...] = (
         rf"|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?)",
     ),
     ("money", r"[$€£]\d+(?:[.,]\d+)*"),
+    ("money_after", r"\d{1,3}(?:[ \u00a0.,]\d{3})*(?:[.,]\d+)?\s?[$€£]"),
     ("percent", r"\d+(?:[.,]\d+)?%"),
     ("iso_date", r"\d{4}-\d{2}-\d{2}"),
     ("slash_date", r"\d{1,2}/\d{1,2}/\d{2,4}"),

@@ -47,6 +47,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from reef.learning.value_shapes import (
+    NUMBER_WORDS,
+    loose_code_spans,
     normalised,
     same_shape_spans,
     value_shape,
@@ -54,7 +56,8 @@ from reef.learning.value_shapes import (
 )
 
 DEFAULT_COMPLAINTS = (
-    r"^\W*(no|nope|nah|non|nein|not|wrong|incorrect|falsch|faux)\b",
+    r"^\W*(no|nope|nah|non|nein|not|wrong|incorrect|falsch|faux|mal)\b",
+    r"\b(count|check|read|look at|do|try|work)( \w+){0,2} again\b",
     r"\b(that|this)('?s| is) not (my|the|our|a)\b",
     r"\w,\s*(not|pas|nicht|no)\s+\w|\bthat'?s the \w+( \w+)?,? not\b",
     r"\b(it'?s|it is|that'?s) \S+( \S+)? not \S",
@@ -398,7 +401,8 @@ def _candidates(body: str, answer: str, rules: PhraseRules) -> list[str]:
                 found.append(x)
                 if _part_of(match.group("y"), answer):
                     found.append(_PART + x)
-                else:  # "X, not <the answer>": X stands even without the answer's shape
+                elif _is_the_answer(match.group("y"), answer):
+                    # "X, not <the answer>": X stands even without the answer's shape
                     found.append(_EXPLICIT + x)
     found += _statements(body, answer)
     for pattern in rules.corrections:
@@ -419,6 +423,12 @@ def _refers_to(said: str, answer: str) -> bool:
     return y in a or a in y or bool(words & set(_WORD.findall(a)))
 
 
+def _is_the_answer(said: str, answer: str) -> bool:
+    """Whether ``said`` is the answer, its beginning, or a word pointing at it."""
+    y, a = normalised(said), normalised(answer)
+    return y in _POINTING or y == a or (len(y) >= 4 and a.startswith(y))
+
+
 def _part_of(said: str, answer: str) -> bool:
     """Whether ``said`` is a proper part of the answer ("June" of "1 June 2025")."""
     y, a = normalised(said), normalised(answer)
@@ -433,7 +443,8 @@ def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str |
             return value if short else None
     value = candidate.strip(" \t\"'`“”«»„.,:!?")
     if value_shape(answer) is not None:
-        spans = [s for s in same_shape_spans(answer, value) if normalised(s) != normalised(answer)]
+        spans = same_shape_spans(answer, value) or loose_code_spans(answer, value)
+        spans = [s for s in spans if normalised(s) != normalised(answer)]
         if spans:
             return spans[0]
         return None
@@ -458,6 +469,9 @@ def _aligned(answer: str, body: str, question: str, vocabulary: Collection[str])
     differs from the answer; among several, the one the question contained."""
     if value_shape(answer) is not None:
         spans = same_shape_spans(answer, body)
+        differ = [s for s in spans if normalised(s) != normalised(answer)]
+        if not differ:  # "XR-200-B" for "XR-200-8": a character of another kind
+            spans = loose_code_spans(answer, body)
     elif vocabulary and _in_vocabulary(answer, vocabulary):
         spans = vocabulary_spans(vocabulary, body)
     else:
@@ -501,6 +515,8 @@ def _bare(body: str, answer: str) -> str | None:
     if not rest or len(words) > 3 or "?" in rest or _NOT_A_VALUE.match(rest):
         return None
     starts_like_value = rest[:1].isupper() or rest[:1].isdigit()
+    if value_shape(answer) == "number" and normalised(rest) in NUMBER_WORDS:
+        return rest  # "No, five." for "6"
     shares_word = bool({w.lower() for w in words} & {w.lower() for w in _WORD.findall(answer)})
     return rest if starts_like_value or shares_word else None
 

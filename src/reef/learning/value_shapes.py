@@ -45,6 +45,31 @@ _CODE_PART = re.compile(r"[A-Z]+|[a-z]+|\d+|[^A-Za-z\d]")
 _CODE = re.compile(r"[A-Za-z\d]+(?:[-_ /.][A-Za-z\d]+)*")
 
 
+NUMBER_WORDS = frozenset(
+    (
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+    )
+)
 _QUANTITY = re.compile(r"(\d+(?:[.,]\d+)*)(\s?)([A-Za-z°µ%]{1,5})")
 
 
@@ -100,6 +125,26 @@ def same_shape_spans(answer: str, text: str) -> list[str]:
     else:
         pattern = dict(_SHAPES)[shape]
     return [m.group(0) for m in re.finditer(_AROUND.format(pattern), text)]
+
+
+def loose_code_spans(answer: str, text: str) -> list[str]:
+    """For a code answer: the tokens of ``text`` as long as it, with its separators in
+    the same places and a digit or capital, whatever kind each other character is
+    ("XR-200-B" for "XR-200-8")."""
+    if value_shape(answer) != "code" or " " in answer.strip():
+        return []
+    code = answer.strip()
+    found = []
+    for match in re.finditer(r"(?<![\w-])[A-Za-z\d]+(?:[-_/.][A-Za-z\d]+)*(?![\w-])", text):
+        token = match.group(0)
+        separators = [i for i, c in enumerate(code) if not c.isalnum()]
+        if len(token) != len(code) or separators != [
+            i for i, c in enumerate(token) if not c.isalnum()
+        ]:
+            continue
+        if any(c.isdigit() or c.isupper() for c in token):
+            found.append(token)
+    return found
 
 
 def vocabulary_spans(vocabulary: Collection[str], text: str) -> list[str]:

@@ -145,6 +145,8 @@ def section(parts: dict[str, dict[str, Any]], cases: list[dict[str, Any]]) -> st
             "id) was written with the tuning part before the rules and never looked at while",
             "tuning; the blind part was written after the rules were frozen, in phrasings",
             "chosen without looking at them, so it is the fairest estimate for new traffic.",
+            "Three earlier such batches were measured blind, then joined the tuning part",
+            "(their first figures: the comments of `tests/data/signals/corpus.txt`).",
             "",
             "```",
             ".venv/bin/python bench/signals.py --output docs/benchmarks.md",

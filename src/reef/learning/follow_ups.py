@@ -322,7 +322,9 @@ def _kept_clauses(text: str) -> list[str]:
 
 
 def _redo(clause: str) -> bool:
-    return bool(re.search(r"\b(again|recheck|redo|re-?classify|wrong|not)\b", clause, re.I))
+    """Whether a clause asks to redo the answer (words inside quotes are another text's)."""
+    own = re.sub(r"[\"“„«][^\"“”„«»]*[\"”“»]", " ", clause)
+    return bool(re.search(r"\b(again|recheck|redo|re-?classify|wrong|not)\b", own, re.I))
 
 
 def _struck(text: str) -> str:
@@ -451,7 +453,9 @@ def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str |
     if vocabulary and _in_vocabulary(answer, vocabulary):
         labels = vocabulary_spans(vocabulary, value)
         labels = [v for v in labels if normalised(v) != normalised(answer)]
-        return labels[0] if labels else None
+        if labels:
+            return labels[0]
+        # a label outside the vocabulary seen so far is read as free text
     if _NOT_A_VALUE.match(value):
         return None
     value = _CUT.sub("", _FILLER.sub("", value)).strip(" \"'`.,:!?")

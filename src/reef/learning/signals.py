@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -152,11 +153,12 @@ class Signal:
 class _Rules:
     """A config's patterns, compiled once."""
 
-    def __init__(self, config: SignalsConfig) -> None:
+    def __init__(self, config: SignalsConfig, vocabulary: Collection[str] = ()) -> None:
         def compiled(patterns: Sequence[str]) -> list[re.Pattern[str]]:
             return [re.compile(p, re.IGNORECASE) for p in patterns]
 
         self.config = config
+        self.vocabulary = tuple(vocabulary)
         self.phrases = PhraseRules.compile(
             config.complaint_patterns, config.accept_patterns, config.correction_patterns
         )
@@ -173,11 +175,16 @@ class _Rules:
 
 
 def session_signals(
-    trajectory: Trajectory, config: SignalsConfig, now: datetime | None = None
+    trajectory: Trajectory,
+    config: SignalsConfig,
+    now: datetime | None = None,
+    vocabulary: Collection[str] = (),
 ) -> list[Signal]:
     """Every signal the session's conversation gives about its answers, at most one of
-    each kind per answer, in turn order. ``now`` (aware) decides ``abandon``."""
-    rules = _Rules(config)
+    each kind per answer, in turn order. ``now`` (aware) decides ``abandon``;
+    ``vocabulary``: the scenario's labels (``observed_vocabulary``), which let a label
+    answer's correction be heard like a value's."""
+    rules = _Rules(config, vocabulary)
     found: list[Signal] = []
     for turn in trajectory.turns.values():
         found.extend(_retried(turn, rules))
@@ -212,6 +219,7 @@ def _next_turn(parent: Turn, turn: Turn, record_id: str, rules: _Rules) -> Itera
         answer=_answer_text(parent, record_id),
         question=_last_user_text(parent.messages),
         rules=rules.phrases,
+        vocabulary=rules.vocabulary,
         rephrase_similarity=rules.config.rephrase_similarity,
     )
     if reading.complaint and rules.on("correction"):
@@ -228,6 +236,20 @@ def _answer_text(parent: Turn, record_id: str) -> str:
         if attempt.record_id == record_id and attempt.reply is not None:
             return _text(attempt.reply)
     return ""
+
+
+def observed_vocabulary(trajectories: Iterable[Trajectory], most: int = 50) -> tuple[str, ...]:
+    """The labels a scenario answers with: answers of at most three words, no digits,
+    given at least twice across ``trajectories``, the ``most`` commonest."""
+    seen: Counter[str] = Counter()
+    for trajectory in trajectories:
+        for turn in trajectory.turns.values():
+            for attempt in turn.attempts:
+                text = _text(attempt.reply or {}).strip().strip(".!")
+                short = 0 < len(text) <= 30 and len(text.split()) <= 3
+                if short and not any(c.isdigit() for c in text):
+                    seen[text] += 1
+    return tuple(label for label, count in seen.most_common(most) if count >= 2)
 
 
 def _retried(turn: Turn, rules: _Rules) -> Iterator[Signal]:

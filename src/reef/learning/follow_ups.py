@@ -17,8 +17,9 @@ value it gives as the right one. The rules read the exchange, not only the follo
    right", "close, but", "not quite"); a misreading or mix-up ("you mixed up …", "you
    swapped", "wrong order"); the user restating what they said ("I said", "I wrote");
    a request to redo or recheck; a value with a verb of obligation ("it should be X");
-   French, German and Spanish forms of the same. A follow-up that restates a value of
-   the answer's shape other than the answer ("it's 48213", or "48213" alone) complains
+   a question about where the answer came from ("why billing?"); French, German and
+   Spanish forms of the same. A follow-up that states a value other than the answer
+   ("it's 48213", "48213" alone, "the capital is Canberra", a quoted span) complains
    too. A complaint that is only a leading "no" beside an explicit acceptance ("no, you
    got it right") is an acceptance.
 4. **Corrections**, tried in order, the first that passes the precision guards wins:
@@ -27,17 +28,20 @@ value it gives as the right one. The rules read the exchange, not only the follo
    obligation ("my order number is X", "it should be X", "I wrote X", "it says X");
    shape alignment (``reef.learning.value_shapes``): the one span of the answer's shape
    that differs from it, or the one label of the scenario's vocabulary other than the
-   answer (when several differ, the one the user's question contained); a value given
-   alone after the complaint ("no, Canberra").
+   answer (when several differ, the one the user's question contained; never one after
+   "not"); for an answer of several words, the run that differs from it in one word of
+   the same kind ("Nimbus 3000" for "Nimbus 300"); a value given alone after the
+   complaint ("no, Canberra").
 5. **Precision guards.** A correction must appear in the user's message (outside a
    clause that moves on) and differ from the answer; where the answer has a shape, the
    value is narrowed to the span of that shape (or a vocabulary label) and dropped when
    there is none; free text is dropped when it reads as a description ("the time", "way
    off") rather than a value.
 
-Everything is regular expressions and small functions: deterministic, microseconds a
+Everything is regular expressions and small functions: deterministic, about 0.2 ms a
 message. The phrase lists are ``SignalsConfig`` settings (English, French, German and
-Spanish by default); the structure (clauses, guards, shapes) is fixed.
+Spanish by default, in ``reef.learning.follow_up_phrases``); the structure (clauses,
+guards, shapes) is fixed.
 """
 
 from __future__ import annotations
@@ -46,6 +50,26 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from reef.learning.follow_up_phrases import (
+    BARE_LEAD,
+    BARE_NO_THEN_MOVE,
+    CLAUSE_END,
+    CONTRAST,
+    COPULA_LEAD,
+    CUT,
+    DEFAULT_ACCEPTS,
+    DEFAULT_COMPLAINTS,
+    DEFAULT_CORRECTIONS,
+    FILLER,
+    GUARD_PATTERNS,
+    LEADING_NO,
+    MOVES_ON,
+    NAMED_RIGHT,
+    NOT_A_VALUE,
+    POINTING,
+    STATED,
+    STATED_LOOSELY,
+)
 from reef.learning.value_shapes import (
     NUMBER_WORDS,
     loose_code_spans,
@@ -53,149 +77,6 @@ from reef.learning.value_shapes import (
     same_shape_spans,
     value_shape,
     vocabulary_spans,
-)
-
-DEFAULT_COMPLAINTS = (
-    r"^\W*(no|nope|nah|non|nein|not|wrong|incorrect|falsch|faux|mal)\b",
-    r"\b(count|check|read|look at|do|try|work)( \w+){0,2} again\b",
-    r"\b(that|this)('?s| is) not (my|the|our|a)\b",
-    r"\w,\s*(not|pas|nicht|no)\s+\w|\bthat'?s the \w+( \w+)?,? not\b",
-    r"\b(it'?s|it is|that'?s) \S+( \S+)? not \S",
-    r"\b(doesn'?t|does not|don'?t) exist\b|\breally\?",
-    r"\bnot \S+( \S+)?,? but\b|\b(instead of|rather than)\b",
-    r"\b(that|this|it|you)('?s|'?re| is| are| was| were)? ?(not (right|correct|true|it)|wrong|"
-    r"incorrect|mistaken)\b",
-    r"\bwrong\b",
-    r"\bincorrect\b",
-    r"\bnot what i (asked|meant|wanted|said)\b",
-    r"\bi (said|asked|meant|wrote|typed|gave you)\b",
-    r"\byou (misunderstood|misread|ignored|didn'?t (read|listen|answer)|made (that|it) up)\b",
-    r"\b(doesn'?t|does not|didn'?t|did not) (work|help|answer|match|fit|add up)\b",
-    r"\b(doesn'?t|does not|don'?t) (look|seem|sound) (right|correct)\b",
-    r"\bnot (quite|right|correct)\b",
-    r"\b(close|almost),? but\b|^\W*(almost|close)\b",
-    r"\b(hmm+\W+\w|actually|i think (it'?s|you)|pretty sure|i'?d (say|have said))\b",
-    r"\b(are you sure|did you mean|i think you mean|how is (that|this|it))\b",
-    r"\b(should|must|has to|needs to) (be|read|say|have been)\b|\bshould ?n'?t (it|that) be\b",
-    r"\b(was|is)n'?t it\b",
-    r"\b(mixed|mix(ed)?[- ]up|swapped|transposed|flipped|reversed|backwards|confused)\b",
-    r"\bwrong (order|way round|one|number|day|month|category|department|code)\b",
-    r"\bthe other way round\b|\b(isn'?t|is not|wasn'?t|was not) (my|the|our|what)\b",
-    r"\bi (was hoping for|was expecting|asked for|wanted (the|a|an))\b",
-    r"\byou (missed|dropped|got (that|it|the \w+( \w+)?) (backwards|wrong|in the wrong order))\b",
-    r"\b(re-?check|check (that |it )?again|double-?check|look again|read (it|my message) again|"
-    r"try again|redo|count again|recount|reclassify|recalculate)\b",
-    r"\b(that'?s|it'?s|is|are|looks|seems) (way |a bit |slightly )?off\b|\boff by\b",
-    r"\bspelling is\b|\bisn'?t even\b|\bnot a real\b",
-    r"\b(it|the \w+) says\b",
-    r"\bi (get|got|read|see|count) \S*\d",
-    r"\?\?",
-    # French
-    r"\b(c'est faux|ce n'est pas|c'est pas|pas (le bon|ça|correct|juste)|erreur|"
-    r"(vous avez|tu as) (inversé|confondu|mal lu)|devrait être|tromp)",
-    # German
-    r"\b(stimmt (\w+ )?nicht|nicht richtig|falsch\w*|verwechselt|vertauscht|sollte|nochmal prüfen|"
-    r"nicht \S+ sondern)\b",
-    # Spanish
-    r"\b(no es correcto|incorrecto|está mal|equivoca|debería ser|revísalo|no \S+ sino)",
-)
-DEFAULT_ACCEPTS = (
-    r"^\W*(thanks|thank you|thx|ty|cheers|perfect|great|awesome|excellent|exactly|"
-    r"correct|right|yes|yep|nice|brilliant|cool|lovely|spot on|good call|sounds right)\b",
-    r"\b(that|this|it) (works|worked|helps|helped|did it|is (right|correct|perfect))\b",
-    r"\bthat'?s (right|correct|perfect|it|great|the one|fine)\b",
-    r"\b(thanks|thank you|appreciate it|much appreciated|good enough|looks good|you got it|"
-    r"nice work|well done|not bad|no complaints|can'?t argue|got it|ok(ay)?,? great)\b",
-    r"\b(merci|parfait|c'est bien ça|très bien|super|danke|perfekt|genau|passt|gracias|"
-    r"perfecto|correcto|exacto)\b",
-)
-DEFAULT_CORRECTIONS = (
-    r"\b(it'?s|it is|that'?s|that is) (?P<correction>[^,.;!?]+?),? (and )?not\b",
-    r"\bthe (right |correct )?answer is:? (?P<correction>[^,;!?]+?)[.!]?$",
-    r"\b(it )?should (be|have been|say) (?P<correction>[^,;!?]+?)[.!]?$",
-    r"\bi (said|meant|asked for) (?P<correction>[^,;!?]+?)[.!]?$",
-)
-# A "no"/"not" that is no complaint (module doc, rule 2).
-GUARDS = (
-    r"^\W*(no|non|nein)\W+(that'?s|that is|it'?s|c'est|das (ist|war'?s)|eso es) "
-    r"(all|everything|it|fine|ok(ay)?|good|tout|alles|todo)\b",
-    r"^\W*(no|non|nein)\W+(i'?m|we'?re) (good|fine|all set)\b",
-    r"\b(no|non|nein),? (thanks|thank you|merci|danke|gracias)\b",
-    r"\bno (need|worries|problem|problems|complaints)\b",
-    r"\bnot (bad|too shabby)( at all)?\b",
-    r"\bnothing wrong\b",
-    r"\bcan'?t (argue|complain)\b",
-    r"\bnot what i expected,? but\b",
-    r"\bcorrect me if i'?m wrong\b",
-)
-# A clause that opens a new request (module doc, rule 1).
-_LEAD = (
-    r"^\W*((no|nope|ok(ay)?|thanks|thank you|great|cool|nice|right|yes|perfect|correct|"
-    r"good|merci|danke|gracias|parfait|perfecto|genau|super)\b[\W]*)*"
-)
-_MOVES_ON = re.compile(
-    _LEAD + r"(now|next|also|and|then|what about|how about|can you also|could you also|"
-    r"look up|check|find|try|maintenant|et|jetzt|und|ahora|y|¿y)\b|"
-    r"\b(as well|next one|too\?)|\bnext\W*$",
-    re.IGNORECASE,
-)
-_BARE_NO_THEN_MOVE = re.compile(r"^\W*(no|nope|non|nein)\W*$", re.IGNORECASE)
-_CLAUSE_END = re.compile(r"(?<=[.!?;])\s+|,\s*(?:and|but)\s+(?=please|check|now|also|next)")
-_WORD = re.compile(r"\w+")
-
-_CONTRAST = (
-    re.compile(
-        r"(?:^|[,:;\u2014\u2013-]\s*|\b(?:it'?s|it is|that'?s|that is|is|was|says|said|wrote|meant|"
-        r"c'est|es|ist|son)\s+)(?P<x>[^,;:.!?\u2014\u2013]+?),?\s+(?:and\s+)?(?:not|pas|nicht|no)\s+"
-        r"(?P<y>[^,;.!?\u2014\u2013]+)",
-        re.IGNORECASE,
-    ),
-    re.compile(
-        r"\b(?:not|pas|nicht|no)\s+(?P<y>[^,;.!?]+?),?\s+(?:but|mais|sondern|sino)\s+"
-        r"(?P<x>[^,;.!?]+)",
-        re.IGNORECASE,
-    ),
-    re.compile(
-        r"(?:^|\b(?:say|said)\s+)(?P<x>[^,;.!?]+?)\s+(?:instead of|rather than)\s+"
-        r"(?P<y>[^,;.!?]+)",
-        re.IGNORECASE,
-    ),
-)
-_STATED = re.compile(
-    r"(?:\b(?:it|that|this)(?:'s|\u2019s)|"
-    r"\b(?:it|that|this|the \w+(?: \w+)?|my \w+(?: \w+)?|her \w+|his \w+|its \w+|"
-    r"c'|il|das|es|die \w+|el \w+(?: de \w+)?|la \w+|le \w+(?: de \w+)?|der \w+|das \w+)\s+"
-    r"(?:is|was|est|ist|es|son|lautet|reads|should be|should read|should say|must be|"
-    r"needs to be|has to be|should have been)|"
-    r"\bshould(?:n'?t)? (?:it |that )?(?:be|read|say)|"
-    r"\bi (?:said|wrote|meant|typed|get|got|read|see|count|gave you)|\bit says|"
-    r"\b(?:the \w+|email|message) says|\b(?:did you|i think you) mean|\bi'?d (?:say|have said)|"
-    r"\b(?:was|is)n'?t it|\bdevrait être|\bdebería ser|\bsollte|\bson|\bactually|"
-    r"\bi'?m pretty sure it'?s)\s+(?:actually\s+)?"
-    r"(?P<value>(?:[^,;!?]|,(?=\d))+?)\s*(?:,(?!\d)|[;!?]|\.(?:\s|$)|$)",
-    re.IGNORECASE,
-)
-_STATED_LOOSELY = re.compile(
-    r"\b(?:is|was|are|were|be|'s|ist|est|es|son)\s+(?P<value>(?:[^,;!?]|,(?=\d))+?)"
-    r"\s*(?:,(?!\d)|[;!?]|\.(?:\s|$)|$)",
-    re.IGNORECASE,
-)
-_BARE_LEAD = re.compile(
-    r"^\W*((no|nope|non|nein|wrong|almost|close|hmm+|wait|what\?*|nah)\b\W*)+", re.IGNORECASE
-)
-_NOT_A_VALUE = re.compile(
-    r"^(the (wrong|same|next|other|time|number|biggest|acquisition|spelling)|a |an |not\b|"
-    r"what\b|way\b|off\b|wrong\b|right\b|correct\b|about\b|from\b|because\b|when\b|how\b|why\b|"
-    r"it\b|that\b|this\b|there\b|clearly\b|obviously\b|definitely\b|just\b|only\b|"
-    r"pas\b|nicht\b|no\b|mal\b|faux\b|falsch\b|incorrect\b)",
-    re.IGNORECASE,
-)
-_FILLER = re.compile(
-    r"^(in|at|on|the|a|an|clearly|obviously|definitely|really|actually)\s+", re.IGNORECASE
-)
-_CUT = re.compile(
-    r"\s+(with|because|since|for|and|but|so|please|pages?|people|priority|at least)\b.*$",
-    re.IGNORECASE,
 )
 
 
@@ -220,22 +101,10 @@ class PhraseRules:
 
 
 DEFAULT_RULES = PhraseRules.compile(DEFAULT_COMPLAINTS, DEFAULT_ACCEPTS, DEFAULT_CORRECTIONS)
-_GUARDS = tuple(re.compile(p, re.IGNORECASE) for p in GUARDS)
-# "the correct number is …" names a value; it accepts nothing
-_NAMED_RIGHT = re.compile(
-    r"\b(the|le|la|der|die|das) (right|correct|bon|bonne|richtige\w*) \w+|"
-    r"\b(el|la) \w+ (correcto|correcta)\b",
-    re.IGNORECASE,
-)
+_WORD = re.compile(r"\w+")
 _QUESTIONED = "the follow-up questions the answer"
-_COPULA_LEAD = re.compile(
-    r"^(it'?s|it is|that'?s|that is|it was|c'est|es|ist|das ist|son)\s+", re.IGNORECASE
-)
 _EXPLICIT = "\x00explicit\x00"  # marks an X of "X, not <the answer>"
-# what "X, not Y" may point at the answer with
-_POINTING = {"that", "this", "it", "what you said", "ça", "das", "eso", "esto"}
 _PART = "\x00part\x00"  # marks a candidate that replaces a part of the answer
-_LEADING_NO = re.compile(r"^\W*(no|nope|nah|non|nein)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -266,7 +135,7 @@ def read_follow_up(
     complaints: list[object] = [p for p in rules.complaints if p.search(guarded)]
     if _questions_the_answer(guarded, answer):
         complaints.append(_QUESTIONED)
-    accepted = any(p.search(_NAMED_RIGHT.sub(" ", text)) for p in rules.accepts)
+    accepted = any(p.search(NAMED_RIGHT.sub(" ", text)) for p in rules.accepts)
     only_no = bool(complaints) and all(
         isinstance(p, re.Pattern) and _leading_no_only(p, guarded) for p in complaints
     )
@@ -309,13 +178,13 @@ def _questions_the_answer(body: str, answer: str) -> bool:
 
 def _kept_clauses(text: str) -> list[str]:
     """The clauses of ``text`` that do not move on to a new request."""
-    clauses = [c for c in _CLAUSE_END.split(text) if c and c.strip()]
+    clauses = [c for c in CLAUSE_END.split(text) if c and c.strip()]
     kept: list[str] = []
     for index, clause in enumerate(clauses):
-        if _MOVES_ON.search(clause) and not _redo(clause):
+        if MOVES_ON.search(clause) and not _redo(clause):
             continue
         following = clauses[index + 1] if index + 1 < len(clauses) else ""
-        if _BARE_NO_THEN_MOVE.match(clause) and following and _MOVES_ON.search(following):
+        if BARE_NO_THEN_MOVE.match(clause) and following and MOVES_ON.search(following):
             continue
         kept.append(clause)
     return kept
@@ -328,14 +197,14 @@ def _redo(clause: str) -> bool:
 
 
 def _struck(text: str) -> str:
-    for guard in _GUARDS:
+    for guard in GUARD_PATTERNS:
         text = guard.sub(" ", text)
     return text
 
 
 def _leading_no_only(pattern: re.Pattern[str], text: str) -> bool:
     match = pattern.search(text)
-    return match is not None and _LEADING_NO.match(text) is not None and match.start() == 0
+    return match is not None and LEADING_NO.match(text) is not None and match.start() == 0
 
 
 def _is_value_restated(answer: str, body: str, vocabulary: Collection[str]) -> bool:
@@ -371,9 +240,9 @@ def _quoted(body: str) -> list[str]:
 
 
 def _statements(body: str, answer: str) -> list[str]:
-    found = [m.group("value") for m in _STATED.finditer(body)]
+    found = [m.group("value") for m in STATED.finditer(body)]
     if value_shape(answer) is not None:  # the shape keeps a loose subject precise
-        found += [m.group("value") for m in _STATED_LOOSELY.finditer(body)]
+        found += [m.group("value") for m in STATED_LOOSELY.finditer(body)]
     return found
 
 
@@ -388,7 +257,7 @@ def _correction(
     aligned = _aligned(answer, body, question, vocabulary) or _near_miss(answer, body)
     if aligned is not None:
         return aligned
-    if _BARE_LEAD.match(body) is None:
+    if BARE_LEAD.match(body) is None:
         return None
     bare = _bare(body, answer)
     return bare if bare is not None and _valid(bare, body, answer) else None
@@ -396,10 +265,10 @@ def _correction(
 
 def _candidates(body: str, answer: str, rules: PhraseRules) -> list[str]:
     found = _quoted(body)
-    for pattern in _CONTRAST:
+    for pattern in CONTRAST:
         for match in pattern.finditer(body):
             if _refers_to(match.group("y"), answer):
-                x = _COPULA_LEAD.sub("", match.group("x"))
+                x = COPULA_LEAD.sub("", match.group("x"))
                 found.append(x)
                 if _part_of(match.group("y"), answer):
                     found.append(_PART + x)
@@ -417,7 +286,7 @@ def _candidates(body: str, answer: str, rules: PhraseRules) -> list[str]:
 def _refers_to(said: str, answer: str) -> bool:
     """Whether ``said`` (the Y of "X, not Y") names the answer or a part of it."""
     y, a = normalised(said), normalised(answer)
-    if y in _POINTING:
+    if y in POINTING:
         return True
     if not y or not a:
         return False
@@ -428,7 +297,7 @@ def _refers_to(said: str, answer: str) -> bool:
 def _is_the_answer(said: str, answer: str) -> bool:
     """Whether ``said`` is the answer, its beginning, or a word pointing at it."""
     y, a = normalised(said), normalised(answer)
-    return y in _POINTING or y == a or (len(y) >= 4 and a.startswith(y))
+    return y in POINTING or y == a or (len(y) >= 4 and a.startswith(y))
 
 
 def _part_of(said: str, answer: str) -> bool:
@@ -441,7 +310,7 @@ def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str |
     for marker, most in ((_PART, 3), (_EXPLICIT, 6)):
         if candidate.startswith(marker):  # "July, not June": a part of the answer replaced
             value = candidate[len(marker) :].strip(" \t\"'`“”«»„.,:!?")
-            short = 0 < len(_WORD.findall(value)) <= most and not _NOT_A_VALUE.match(value)
+            short = 0 < len(_WORD.findall(value)) <= most and not NOT_A_VALUE.match(value)
             return value if short else None
     value = candidate.strip(" \t\"'`“”«»„.,:!?")
     if value_shape(answer) is not None:
@@ -456,10 +325,10 @@ def _narrowed(candidate: str, answer: str, vocabulary: Collection[str]) -> str |
         if labels:
             return labels[0]
         # a label outside the vocabulary seen so far is read as free text
-    if _NOT_A_VALUE.match(value):
+    if NOT_A_VALUE.match(value):
         return None
-    value = _CUT.sub("", _FILLER.sub("", value)).strip(" \"'`.,:!?")
-    if not value or _NOT_A_VALUE.match(value) or len(_WORD.findall(value)) > 5:
+    value = CUT.sub("", FILLER.sub("", value)).strip(" \"'`.,:!?")
+    if not value or NOT_A_VALUE.match(value) or len(_WORD.findall(value)) > 5:
         return None
     return value
 
@@ -514,9 +383,9 @@ def _same_kind(first: str, second: str) -> bool:
 
 def _bare(body: str, answer: str) -> str | None:
     """A value given alone after the complaint word ("no, Jane Austen")."""
-    rest = _BARE_LEAD.sub("", body).strip(" \"'`.,;:!?")
+    rest = BARE_LEAD.sub("", body).strip(" \"'`.,;:!?")
     words = _WORD.findall(rest)
-    if not rest or len(words) > 3 or "?" in rest or _NOT_A_VALUE.match(rest):
+    if not rest or len(words) > 3 or "?" in rest or NOT_A_VALUE.match(rest):
         return None
     starts_like_value = rest[:1].isupper() or rest[:1].isdigit()
     if value_shape(answer) == "number" and normalised(rest) in NUMBER_WORDS:

@@ -41,13 +41,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from reef.experience import Trajectory, Turn
-from reef.learning.follow_ups import (
+from reef.learning.follow_up_phrases import (
     DEFAULT_ACCEPTS,
     DEFAULT_COMPLAINTS,
     DEFAULT_CORRECTIONS,
-    PhraseRules,
-    read_follow_up,
 )
+from reef.learning.follow_ups import PhraseRules, read_follow_up
 
 SignalName = Literal["correction", "accept", "rephrase", "retry", "tool_error", "abandon"]
 SIGNAL_NAMES: tuple[SignalName, ...] = (

@@ -87,7 +87,11 @@ def test_runs_in_order_and_skips_what_cannot_run(
     monkeypatch.setattr(bench, "module_available", lambda name: name not in bench.LOCAL_MODULES)
     result = run("--bench-dir", str(bench_dir), "--no-write")
     assert result.exit_code == 0, result.output
-    assert [c["script"] for c in calls(bench_dir)] == ["gateway_overhead.py", "faults.py"]
+    assert [c["script"] for c in calls(bench_dir)] == [
+        "gateway_overhead.py",
+        "faults.py",
+        "signals.py",
+    ]
     argv = calls(bench_dir)[0]["argv"]
     assert "--skip-litellm" in argv  # no bench/.venv-litellm in the fake checkout
     assert "--output" not in argv  # --no-write

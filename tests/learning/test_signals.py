@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from reef.experience.trajectories import Trajectory, assemble_trajectory
-from reef.learning.signals import Signal, SignalsConfig, session_signals
+from reef.learning.signals import Signal, SignalsConfig, observed_vocabulary, session_signals
 from tests.experience.agent import Agent, Dialect, Sent
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
@@ -196,3 +196,47 @@ def test_configured_patterns_replace_the_english_ones(
         correction_patterns=[r"richtig ist (?P<correction>[\w-]+)"],
     )
     assert (signal.record_id, signal.correction) == (asked.record_id, "T-OPS")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(
+    "said",
+    ["My order number is 48213.", "hmm, I think it's actually 48213?", "it should be 48213"],
+)
+def test_everyday_phrasings_of_a_correction_give_the_value(
+    gateway: GatewayThread, dialect: Dialect, said: str
+) -> None:
+    agent, (asked, corrected) = conversation(
+        gateway, dialect, f"extract the {dialect} order number from: order 48213 is late", said
+    )
+    (signal,) = signals(agent, corrected)
+    assert (signal.name, signal.record_id, signal.correction) == (
+        "correction",
+        asked.record_id,
+        "48213",
+    )
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_polite_no_and_a_new_request_are_no_correction(
+    gateway: GatewayThread, dialect: Dialect
+) -> None:
+    agent, (asked, closed) = conversation(
+        gateway, dialect, f"which {dialect} order is late?", "no, that's all, thanks"
+    )
+    assert kinds(signals(agent, closed)) == [("accept", asked.record_id)]
+    agent, (_, moved_on) = conversation(
+        gateway, dialect, f"which {dialect} order is late?", "No. Now check order 555"
+    )
+    assert signals(agent, moved_on) == []
+
+
+def test_the_observed_vocabulary_is_the_short_answers_given_twice(gateway: GatewayThread) -> None:
+    said = ["billing", "shipping", "billing", "shipping", "refund", "order 4471", "order 4471"]
+    found = []
+    for text in said:
+        agent, (sent,) = conversation(gateway, "openai", text)
+        found.append(trajectory(agent, sent))
+    # the fake upstream answers "echo: <text>": a label of two words, or one with digits
+    assert set(observed_vocabulary(found)) == {"echo: billing", "echo: shipping"}
+    assert observed_vocabulary(found, most=1) in (("echo: billing",), ("echo: shipping",))

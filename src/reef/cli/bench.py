@@ -99,6 +99,11 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "signals",
+        "the conversation-signal rules on the hand-labelled corpus: precision, recall, values",
+        (Step("signals.py", (), (), OUTPUT),),
+    ),
+    Bench(
         "engine",
         "the embedded engine vs vLLM: tokens/s, latency, adapter load and switch",
         (

@@ -28,6 +28,7 @@ from reef.learning.base import (
     TrainingExample,
 )
 from reef.learning.computed import SignalPass, SignalWriter
+from reef.learning.follow_ups import Reading, read_follow_up
 from reef.learning.judges import JudgeConfig, JudgePass, JudgeWriter
 from reef.learning.recipes import (
     Recipe,
@@ -57,6 +58,7 @@ __all__ = [
     "LearnerRegistry",
     "MetricLog",
     "Metrics",
+    "Reading",
     "Recipe",
     "RecipeError",
     "Reflector",
@@ -69,5 +71,6 @@ __all__ = [
     "Worker",
     "load_recipe",
     "preview_signals",
+    "read_follow_up",
     "session_signals",
 ]

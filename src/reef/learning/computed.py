@@ -2,7 +2,8 @@
 
 ``SignalWriter.run`` looks at the sessions of a scenario that gained records since its
 last pass (at the first pass: the last ``signals.lookback_hours``), assembles each one's
-trajectory, finds its signals (``reef.learning.signals``) and writes each as feedback on
+trajectory, finds its signals (``reef.learning.signals``, with the labels the scenario's
+answers of the pass show: ``observed_vocabulary``) and writes each as feedback on
 the answer it judges: ``source: signal:<name>``, the rule's confidence, the evidence in
 ``feedback`` and ``metadata``, the extracted correction if any. The author is the
 principal of the request that carried the evidence — the user who wrote "no, it's X" —
@@ -37,7 +38,7 @@ from reef.experience import (
     RecordView,
     assemble_trajectory,
 )
-from reef.learning.signals import Signal, SignalsConfig, session_signals
+from reef.learning.signals import Signal, SignalsConfig, observed_vocabulary, session_signals
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +81,17 @@ class SignalWriter:
             since -= timedelta(seconds=config.abandon_after_seconds)
         done = SignalPass()
         newest = since
+        sessions = []
         for session, last in self._sessions_since(scenario, since).items():
             newest = max(newest, last)
             records = self._store.get_session(scenario, session)
-            trajectory = assemble_trajectory(scenario, session, records)
+            sessions.append((assemble_trajectory(scenario, session, records), records))
+        # labels the scenario answers with: a correction to one is heard like a value's
+        vocabulary = observed_vocabulary(trajectory for trajectory, _ in sessions)
+        for trajectory, records in sessions:
             by_id = {record.id: record for record in records}
             done.sessions += 1
-            for signal in session_signals(trajectory, config, now=now):
+            for signal in session_signals(trajectory, config, now=now, vocabulary=vocabulary):
                 done.found += 1
                 if self._write(scenario, signal, by_id, trajectory.turn_of_record):
                     done.written += 1

@@ -4,10 +4,11 @@ An agent's conversation says how its last answer went. ``session_signals`` reads
 session's trajectory (``reef.experience.trajectories``: canonical turns, both dialects
 alike) and finds, for a turn's answer, what came next:
 
-- ``correction``: the user's next message says it was wrong ("no, that's wrong", "it's
-  X, not Y", "I said …"); score 0, and when the message states the right answer in a
-  form a ``correction_patterns`` rule extracts ("it's X, not Y", "the answer is X"), X is
-  the correction;
+- ``correction``: the user's next message says the answer was wrong, in any of the ways
+  ``reef.learning.follow_ups`` reads ("no, that's wrong", "hmm, I think it's actually
+  X", "you mixed up …", "my order number is X", or X alone); score 0, and the right value
+  the message gives (a copula or obligation, "X, not Y", quotes or code, the one span of
+  the answer's shape) is the correction;
 - ``accept``: the next message thanks or accepts ("thanks", "perfect", "that works");
   score 1 (a message that also complains is a ``correction``, never an ``accept``);
 - ``rephrase``: the next message asks the previous question again in other words
@@ -23,14 +24,16 @@ alike) and finds, for a turn's answer, what came next:
 Each ``Signal`` names the record it judges (the answer's record), its score in [0, 1], a
 confidence (a prior per rule, ``confidence`` overrides; calibration against explicit
 feedback measures the real one) and the evidence it read. Rules are English phrase
-patterns by default; every list is configurable per scenario (``SignalsConfig``).
+patterns (with French, German and Spanish forms) by default; every list is configurable
+per scenario (``SignalsConfig``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -38,6 +41,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from reef.experience import Trajectory, Turn
+from reef.learning.follow_up_phrases import (
+    DEFAULT_ACCEPTS,
+    DEFAULT_COMPLAINTS,
+    DEFAULT_CORRECTIONS,
+)
+from reef.learning.follow_ups import PhraseRules, read_follow_up
 
 SignalName = Literal["correction", "accept", "rephrase", "retry", "tool_error", "abandon"]
 SIGNAL_NAMES: tuple[SignalName, ...] = (
@@ -49,29 +58,6 @@ SIGNAL_NAMES: tuple[SignalName, ...] = (
     "abandon",
 )
 
-DEFAULT_COMPLAINTS = (
-    r"^\W*(no|nope|nah)\b",
-    r"\b(that|this|it|you)('?s|'?re| is| are| was| were)? ?(not (right|correct|true|it)|wrong|"
-    r"incorrect|mistaken)\b",
-    r"\bwrong\b",
-    r"\bincorrect\b",
-    r"\bnot what i (asked|meant|wanted|said)\b",
-    r"\bi (said|asked|meant)\b",
-    r"\byou (misunderstood|misread|ignored|didn'?t (read|listen|answer))\b",
-    r"\b(doesn'?t|does not|didn'?t|did not) (work|help|answer)\b",
-)
-DEFAULT_ACCEPTS = (
-    r"^\W*(thanks|thank you|thx|ty|cheers|perfect|great|awesome|excellent|exactly|"
-    r"correct|right|yes|yep|nice|brilliant)\b",
-    r"\b(that|this|it) (works|worked|helps|helped|did it|is (right|correct|perfect))\b",
-    r"\bthat'?s (right|correct|perfect|it|great)\b",
-)
-DEFAULT_CORRECTIONS = (
-    r"\b(it'?s|it is|that'?s|that is) (?P<correction>[^,.;!?]+?),? (and )?not\b",
-    r"\bthe (right |correct )?answer is:? (?P<correction>[^,;!?]+?)[.!]?$",
-    r"\b(it )?should (be|have been|say) (?P<correction>[^,;!?]+?)[.!]?$",
-    r"\bi (said|meant|asked for) (?P<correction>[^,;!?]+?)[.!]?$",
-)
 DEFAULT_TOOL_ERRORS = (
     r"^\W*(error|exception|traceback|failed|failure|fatal|denied|forbidden|not found|"
     r"invalid|timeout|timed out)\b",
@@ -84,7 +70,6 @@ DEFAULT_CONFIDENCE: dict[SignalName, float] = {
     "tool_error": 0.8,
     "abandon": 0.3,
 }
-_WORD = re.compile(r"\w+")
 
 
 class SignalsConfig(BaseModel):
@@ -167,14 +152,15 @@ class Signal:
 class _Rules:
     """A config's patterns, compiled once."""
 
-    def __init__(self, config: SignalsConfig) -> None:
+    def __init__(self, config: SignalsConfig, vocabulary: Collection[str] = ()) -> None:
         def compiled(patterns: Sequence[str]) -> list[re.Pattern[str]]:
             return [re.compile(p, re.IGNORECASE) for p in patterns]
 
         self.config = config
-        self.complaints = compiled(config.complaint_patterns)
-        self.accepts = compiled(config.accept_patterns)
-        self.corrections = compiled(config.correction_patterns)
+        self.vocabulary = tuple(vocabulary)
+        self.phrases = PhraseRules.compile(
+            config.complaint_patterns, config.accept_patterns, config.correction_patterns
+        )
         self.tool_errors = compiled(config.tool_error_patterns)
 
     def on(self, name: SignalName) -> bool:
@@ -188,11 +174,16 @@ class _Rules:
 
 
 def session_signals(
-    trajectory: Trajectory, config: SignalsConfig, now: datetime | None = None
+    trajectory: Trajectory,
+    config: SignalsConfig,
+    now: datetime | None = None,
+    vocabulary: Collection[str] = (),
 ) -> list[Signal]:
     """Every signal the session's conversation gives about its answers, at most one of
-    each kind per answer, in turn order. ``now`` (aware) decides ``abandon``."""
-    rules = _Rules(config)
+    each kind per answer, in turn order. ``now`` (aware) decides ``abandon``;
+    ``vocabulary``: the scenario's labels (``observed_vocabulary``), which let a label
+    answer's correction be heard like a value's."""
+    rules = _Rules(config, vocabulary)
     found: list[Signal] = []
     for turn in trajectory.turns.values():
         found.extend(_retried(turn, rules))
@@ -222,15 +213,42 @@ def _next_turn(parent: Turn, turn: Turn, record_id: str, rules: _Rules) -> Itera
                 break
     if not said:
         return
-    complained = any(p.search(said) for p in rules.complaints)
-    if complained and rules.on("correction"):
-        yield rules.signal("correction", record_id, 0.0, said, correction=_extract(said, rules))
-    elif rules.on("accept") and any(p.search(said) for p in rules.accepts):
+    reading = read_follow_up(
+        said,
+        answer=_answer_text(parent, record_id),
+        question=_last_user_text(parent.messages),
+        rules=rules.phrases,
+        vocabulary=rules.vocabulary,
+        rephrase_similarity=rules.config.rephrase_similarity,
+    )
+    if reading.complaint and rules.on("correction"):
+        yield rules.signal("correction", record_id, 0.0, said, correction=reading.correction)
+    elif reading.accept and rules.on("accept"):
         yield rules.signal("accept", record_id, 1.0, said)
-    if not complained and rules.on("rephrase"):
-        asked = _last_user_text(parent.messages)
-        if asked and _similar(asked, said, rules.config.rephrase_similarity):
-            yield rules.signal("rephrase", record_id, 0.0, said)
+    if reading.rephrase and rules.on("rephrase"):
+        yield rules.signal("rephrase", record_id, 0.0, said)
+
+
+def _answer_text(parent: Turn, record_id: str) -> str:
+    """The text of the answer the user saw (the attempt ``record_id`` of ``parent``)."""
+    for attempt in parent.attempts:
+        if attempt.record_id == record_id and attempt.reply is not None:
+            return _text(attempt.reply)
+    return ""
+
+
+def observed_vocabulary(trajectories: Iterable[Trajectory], most: int = 50) -> tuple[str, ...]:
+    """The labels a scenario answers with: answers of at most three words, no digits,
+    given at least twice across ``trajectories``, the ``most`` commonest."""
+    seen: Counter[str] = Counter()
+    for trajectory in trajectories:
+        for turn in trajectory.turns.values():
+            for attempt in turn.attempts:
+                text = _text(attempt.reply or {}).strip().strip(".!")
+                short = 0 < len(text) <= 30 and len(text.split()) <= 3
+                if short and not any(c.isdigit() for c in text):
+                    seen[text] += 1
+    return tuple(label for label, count in seen.most_common(most) if count >= 2)
 
 
 def _retried(turn: Turn, rules: _Rules) -> Iterator[Signal]:
@@ -256,16 +274,6 @@ def _abandoned(
         if last.status == "ok" and idle >= wait and last.record_id not in accepted:
             evidence = f"no later turn for {idle:.0f} s after this answer"
             yield rules.signal("abandon", last.record_id, 0.0, evidence)
-
-
-def _extract(said: str, rules: _Rules) -> str | None:
-    for pattern in rules.corrections:
-        match = pattern.search(said.strip())
-        if match:
-            value = match.group("correction").strip(" \"'`")
-            if value:
-                return value
-    return None
 
 
 def _tool_error(result: dict[str, Any], rules: _Rules) -> str | None:
@@ -297,12 +305,3 @@ def _last_user_text(messages: Sequence[dict[str, Any]]) -> str:
         if message.get("role") == "user":
             return _text(message)
     return ""
-
-
-def _similar(first: str, second: str, threshold: float) -> bool:
-    """Different texts whose word sets overlap by at least ``threshold`` (Jaccard)."""
-    a = {w.lower() for w in _WORD.findall(first)}
-    b = {w.lower() for w in _WORD.findall(second)}
-    if not a or not b or first.strip().lower() == second.strip().lower():
-        return False
-    return len(a & b) / len(a | b) >= threshold

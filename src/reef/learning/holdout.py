@@ -147,23 +147,29 @@ def build_gate(  # noqa: PLR0913
     upstream_base_urls: Mapping[str, str] | None = None,
 ) -> Gate:
     """The gate of ``recipe`` for ``scenario``, calling the configured gateway."""
+    return Gate(
+        config=recipe.gate,
+        publish=recipe.publish,
+        chain=chain,
+        artifacts=artifacts,
+        evaluations=evaluations,
+        target=gateway_target(settings, scenario, recipe),
+        scorer_context=ScorerContext(model=UpstreamModels(settings, scenario, upstream_base_urls)),
+        progress=progress,
+    )
+
+
+def gateway_target(settings: ReefSettings, scenario: str, recipe: Recipe) -> GatewayTarget:
+    """How the gate (and the skew check before it) calls the configured gateway for
+    ``scenario``: the evaluation key, the recipe gate's deadline, retries and
+    concurrency."""
     config = recipe.gate
     key = settings.evaluation.api_key
-    target = GatewayTarget(
+    return GatewayTarget(
         base_url=settings.gateway_url(),
         scenario=scenario,
         api_key=None if key is None else key.get_secret_value(),
         timeout_seconds=config.timeout_seconds,
         retries=config.retries,
         concurrency=config.concurrency,
-    )
-    return Gate(
-        config=config,
-        publish=recipe.publish,
-        chain=chain,
-        artifacts=artifacts,
-        evaluations=evaluations,
-        target=target,
-        scorer_context=ScorerContext(model=UpstreamModels(settings, scenario, upstream_base_urls)),
-        progress=progress,
     )

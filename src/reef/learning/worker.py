@@ -19,6 +19,9 @@ Running a job (``JobRun``): select
 experience as of the job's creation (so a retry sees the same snapshot), run the recipe's
 learners in order (each sees the head with the earlier learners' components in it), and
 propose ONE candidate: the head's manifest with the adapter and/or harness replaced.
+Before its gate, a candidate whose model a learner trained answers a sample of that
+learner's training prompts through the gateway; served far below what the trainer
+measured, the job fails with ``train/serve skew`` (``reef.learning.skew``).
 
 Exactly one candidate per job, however often it is retried: candidates are proposed with
 ``created_by = "job:<job id>"``; before proposing, the worker renews its lease (proving it
@@ -50,15 +53,23 @@ from reef.core.errors import InvalidInputError, ReefError
 from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore
 from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
-from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput, MetricLog
+from reef.learning.base import (
+    Learner,
+    LearnerConfig,
+    LearnerContext,
+    LearnerOutput,
+    MetricLog,
+    ProbedPrompt,
+)
 from reef.learning.computed import SignalPass, SignalWriter
-from reef.learning.holdout import build_gate, holdout_items, trusted_references
+from reef.learning.holdout import build_gate, gateway_target, holdout_items, trusted_references
 from reef.learning.judges import JudgePass, JudgeWriter
 from reef.learning.learners import NoCandidateError
 from reef.learning.recipes import Recipe, RecipeError, load_recipe, parse_recipe
 from reef.learning.reflect import UpstreamModels, UpstreamReflector
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import select_experience
+from reef.learning.skew import TrainServeSkewError, check_skew
 from reef.releases import (
     ArtifactStore,
     Candidate,
@@ -301,6 +312,8 @@ class JobRun:
         self.queue = worker.queue
         self.owner = worker.owner
         self.metrics = MetricLog()  # what the learners record, for progress and result
+        # The training prompts the model learner behind the candidate's model probed.
+        self.probe: tuple[ProbedPrompt, ...] = ()
         self._last_progress = 0.0
 
     def run(self) -> None:
@@ -384,11 +397,40 @@ class JobRun:
         }
         self.queue.record_consumed(job.id, used)
         candidate = self._propose_once(head, manifest, evidence)
+        skew = self._check_skew(recipe, candidate)
         gated = self._gate(recipe, candidate)
         return self._proposed(
             candidate,
-            {"stale": stale, "metrics": learner_metrics, "selection": batch.stats, **gated},
+            {
+                "stale": stale,
+                "metrics": learner_metrics,
+                "selection": batch.stats,
+                **skew,
+                **gated,
+            },
         )
+
+    def _check_skew(self, recipe: Recipe, candidate: Candidate) -> dict[str, Any]:
+        """Before the gate: the candidate answers its model learner's probed training
+        prompts through the gateway (``reef.learning.skew``). Both figures go in the
+        job's metrics; a skewed candidate is rejected and the job fails, unretried.
+        Nothing to do without a gate (no gateway is called then) or a probe."""
+        if not recipe.gate.enabled or not self.probe:
+            return {}
+        worker = self.worker
+        self.report_progress(0.88, f"skew check: {len(self.probe)} training prompts")
+        target = gateway_target(worker.settings, self.job.scenario, recipe)
+        report = check_skew(target, candidate.id, self.probe)
+        self.metrics.record("trained_accuracy", report.trained)
+        if report.served is not None:
+            self.metrics.record("served_accuracy", report.served)
+        self.report_progress(0.9, "skew check: done")
+        if report.skewed:
+            evidence = {**(candidate.evidence or {}), "skew": report.as_dict()}
+            worker.chain.set_candidate_state(candidate.id, "evaluating")
+            worker.chain.set_candidate_state(candidate.id, "rejected", evidence)
+            raise TrainServeSkewError(report.message())
+        return {"skew": report.as_dict()}
 
     def _gate(self, recipe: Recipe, candidate: Candidate) -> dict[str, Any]:
         """Run the recipe's gate on ``candidate``; its outcome for the job's result."""
@@ -447,9 +489,12 @@ class JobRun:
                 reflector=self._reflector(learner.config),
                 progress=SpanProgress(self, name, span),
                 metrics=self.metrics,
+                harness_mode=settings.scenario(self.job.scenario).harness,
             )
             self.report_progress(span[0], f"{name}: started")
             output = learner.learn(context)
+            if output.adapter is not None or output.checkpoint is not None:
+                self.probe = output.probe  # the model now serves this learner's weights
             manifest = _with_output(manifest, output, recipe.name)
             used.update(dict.fromkeys(output.consumed))
             metrics[name] = output.metrics

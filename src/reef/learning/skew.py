@@ -19,7 +19,9 @@ least ``MIN_TRAINED_ACCURACY`` and the served accuracy is more than ``MAX_GAP`` 
 it, the job fails (not retried: the same data trains the same way) with a message that
 starts ``train/serve skew:``, gives both figures and names ``render_harness``, and the
 candidate is rejected. Both figures are recorded either way (the job's metrics
-``trained_accuracy`` and ``served_accuracy``, and ``skew`` in its result).
+``trained_accuracy`` and ``served_accuracy``, and ``skew`` in its result). A retried job
+that finds its candidate already proposed goes straight to the gate: the probe lived in
+the attempt that trained.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from reef.evaluation import EvaluationStore
 from reef.jobs import Job, JobQueue
 from reef.learning.skew import MAX_GAP
 from reef.learning.worker import Worker
-from reef.releases import ReleaseChain, open_artifact_store
+from reef.releases import Candidate, ReleaseChain, open_artifact_store
 from tests.e2e.tiny import tiny_gateway
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 from tests.gateway.harness import GatewayThread
@@ -42,7 +42,7 @@ learners:
     model: tiny-random
     target_modules: [q_proj, v_proj, lm_head]
     lr: 0.01
-    steps: 120
+    steps: 200
     threads: 1
     batch_size: 8
 {render}
@@ -64,7 +64,9 @@ def _traffic(gateway: GatewayThread) -> None:
             assert call(gateway.port, "POST", "/reef/feedback", body).status == 201
 
 
-def _learn(tmp_path: Path, render: str) -> Job:
+def _learn(tmp_path: Path, render: str) -> tuple[Job, Candidate | None]:
+    """Traffic, then one learning job of the recipe with ``render`` in its sft entry:
+    the finished job and the candidate it proposed."""
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE.format(render=render))
     scenario = {"upstream": "engine", "recipe": recipe, "harness": "managed"}
@@ -73,17 +75,19 @@ def _learn(tmp_path: Path, render: str) -> Job:
         settings = gateway.settings.model_copy(
             update={"evaluation": EvaluationConfig(gateway_url=gateway.url)}
         )
+        chain = ReleaseChain(gateway.database)
         worker = Worker(
             settings,
             gateway.store,
-            ReleaseChain(gateway.database),
+            chain,
             open_artifact_store(settings.artifacts_url()),
             queue=JobQueue(gateway.database),
             evaluations=EvaluationStore(gateway.database),
         )
         assert call(gateway.port, "POST", "/reef/scenarios/routing/learn", {}).status == 202
         [job] = worker.run_once()
-        return job
+        candidates = chain.candidates("routing")
+        return job, candidates[0] if candidates else None
 
 
 def _figures(job: Job) -> dict[str, Any]:
@@ -92,7 +96,7 @@ def _figures(job: Job) -> dict[str, Any]:
 
 
 def test_training_without_the_harness_is_caught_before_the_gate(tmp_path: Path) -> None:
-    job = _learn(tmp_path, "    render_harness: false  # the records' prompts, as recorded")
+    job, candidate = _learn(tmp_path, "    render_harness: false  # the records' prompts")
     figures = _figures(job)
     assert job.state == "failed", (job.as_dict(), figures)
     assert job.error is not None and job.error.startswith("train/serve skew:"), job.error
@@ -100,10 +104,13 @@ def test_training_without_the_harness_is_caught_before_the_gate(tmp_path: Path) 
     assert figures["trained"] >= 0.8, figures
     assert figures["served"] < figures["trained"] - MAX_GAP, figures
     assert job.attempt == 1  # deterministic: not retried
+    assert candidate is not None and candidate.state == "rejected"
+    assert (candidate.evidence or {})["skew"]["served_accuracy"] == figures["served"]
+    assert "gate" not in (candidate.evidence or {})  # the gate never spent a call
 
 
 def test_by_default_a_managed_scenario_trains_as_served(tmp_path: Path) -> None:
-    job = _learn(tmp_path, "")
+    job, candidate = _learn(tmp_path, "")
     figures = _figures(job)
     assert job.state == "succeeded", (job.as_dict(), figures)
     assert job.result is not None
@@ -111,4 +118,6 @@ def test_by_default_a_managed_scenario_trains_as_served(tmp_path: Path) -> None:
     assert skew["skewed"] is False
     assert skew["trained_accuracy"] >= 0.8, skew
     assert skew["served_accuracy"] >= skew["trained_accuracy"] - 0.125, skew
+    assert figures == {"trained": skew["trained_accuracy"], "served": skew["served_accuracy"]}
     assert "gate" in job.result  # the gate ran after the check
+    assert candidate is not None and candidate.manifest.harness is not None  # demos learned

@@ -2,8 +2,8 @@
 simplest recipe (``fewshot`` then ``sft``) on the tiny engine.
 
 With ``render_harness: false`` forced, the adapter is trained on the records' prompts,
-which lack the demos the gateway renders in; it fits them, then meets the demos at
-serving time, and the skew check before the gate fails the job with both figures. With
+which lack the system prompt and demos the gateway renders in; it fits them, then meets
+both at serving time, and the skew check before the gate fails the job with both figures. With
 the default, training renders the candidate's harness in, and the candidate as served
 answers its training prompts as its trainer measured."""
 
@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reef.config import EvaluationConfig
 from reef.evaluation import EvaluationStore
+from reef.harness import Bundle, Harness, write_bundle
 from reef.jobs import Job, JobQueue
 from reef.learning.skew import MAX_GAP
 from reef.learning.worker import Worker
@@ -32,6 +33,11 @@ pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 
 # An arbitrary map from product to team: nothing in a word says its label.
 TEAMS = {"kiwi": "ORION", "plum": "WILLOW", "fig": "CEDAR", "lime": "TALON"}
+# What the application's developers wrote; the gateway renders it, then the demos.
+SYSTEM = (
+    "You route each customer order to the team that owns its product. "
+    "Answer with the team code only, in capitals, and nothing else."
+)
 RECIPE = """\
 schema_version: 1
 trigger: {{type: manual}}
@@ -69,7 +75,14 @@ def _learn(tmp_path: Path, render: str) -> tuple[Job, Candidate | None]:
     the finished job and the candidate it proposed."""
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE.format(render=render))
-    scenario = {"upstream": "engine", "recipe": recipe, "harness": "managed"}
+    bundle = tmp_path / "harness"
+    write_bundle(Bundle(harness=Harness(schema_version=1, system_prompt=SYSTEM), files={}), bundle)
+    scenario = {
+        "upstream": "engine",
+        "recipe": recipe,
+        "harness": "managed",
+        "initial_harness": bundle,
+    }
     with tiny_gateway(tmp_path, scenarios={"routing": scenario}) as gateway:
         _traffic(gateway)
         settings = gateway.settings.model_copy(

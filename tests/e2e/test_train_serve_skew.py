@@ -129,8 +129,9 @@ def test_by_default_a_managed_scenario_trains_as_served(tmp_path: Path) -> None:
     assert job.result is not None
     skew = job.result["skew"]
     assert skew["skewed"] is False
-    # Fitted (the record ids, hence the holdout split and the demos, differ per run:
-    # 75-100% here), and served as trained: the forced run above serves 0-12%.
+    # Fitted (the record ids, hence the holdout split and the demos, differ per run: 100%
+    # in the runs measured, 75% in some without the system prompt), and served as
+    # trained; the forced run above served 0% of the same kind of prompts.
     assert skew["trained_accuracy"] >= 0.5, skew
     assert skew["served_accuracy"] >= skew["trained_accuracy"] - 0.125, skew
     assert figures == {"trained": skew["trained_accuracy"], "served": skew["served_accuracy"]}

@@ -16,6 +16,11 @@ For each task (synthetic, seeded) and each ``--feedback`` count:
   at a constant rate, ``--bare-epochs`` epochs at batch 8 over exactly the records the
   job trained on, then greedy answers on the same test set.
 
+``--compare-recipes fewshot-sft,sft --harness managed`` runs the default recipe and
+``sft`` alone through the public path for a ``harness: managed`` scenario (the
+candidate's demos served with every request), without the bare loop: a user's
+fewshot-then-sft recipe, trained as served by default (docs/training.md#train-as-served).
+
 Both report held-out accuracy, training CPU-minutes (the training loop's wall time on
 this machine's cores) and the feedback items used. The accuracy ratio is Reef / bare.
 Tasks: ``label_map`` (16 products, each owned by a team with an arbitrary code: only
@@ -149,6 +154,11 @@ gate:
   max_tokens: 16
 publish: auto
 """
+# The same recipe without the harness learner: the adapter alone.
+SFT_ALONE = RECIPE.replace("  - {type: fewshot, k: 2}\n", "")
+RECIPES = {"fewshot-sft": RECIPE, "sft": SFT_ALONE}
+RECIPES_START = "<!-- learning-recipes:start -->"
+RECIPES_END = "<!-- learning-recipes:end -->"
 
 
 def post(url: str, body: dict[str, Any]) -> None:
@@ -166,20 +176,35 @@ def correct(answer: str, reference: str) -> bool:
 # -- Reef: the public path ---------------------------------------------------------------
 
 
-def reef_run(model: str, task: Task, count: int, test: list[tuple[str, str]]) -> dict[str, Any]:
-    """Traffic and corrections through the gateway, one learning job, accuracy of what
-    it produced on ``test``."""
+def reef_run(
+    model: str,
+    task: Task,
+    count: int,
+    test: list[tuple[str, str]],
+    recipe: str = RECIPE,
+    harness: str = "client",
+) -> dict[str, Any]:
+    """Traffic and corrections through the gateway, one learning job of ``recipe``
+    (its ``MODEL`` replaced) for a scenario with ``harness`` (``client``: the demos a
+    ``fewshot`` learner adds are not served; ``managed``: the gateway renders them into
+    every request), accuracy of what it produced on ``test``."""
     from openai import OpenAI
 
     with tempfile.TemporaryDirectory(prefix="reef-bench-learning-") as scratch:
         work = Path(scratch)
-        (work / "recipe.yaml").write_text(RECIPE.replace("MODEL", model))
+        (work / "recipe.yaml").write_text(recipe.replace("MODEL", model))
         with running_engine(model, work / "home", None) as (engine_url, _):
             settings = ReefSettings(
                 home=work / "home",
                 store={"url": f"sqlite:///{work / 'reef.db'}"},
                 upstreams={"engine": {"type": "openai", "base_url": engine_url, "model": model}},
-                scenarios={SCENARIO: {"upstream": "engine", "recipe": work / "recipe.yaml"}},
+                scenarios={
+                    SCENARIO: {
+                        "upstream": "engine",
+                        "recipe": work / "recipe.yaml",
+                        "harness": harness,
+                    }
+                },
             )
             with GatewayServer(settings) as gateway:
                 settings = settings.model_copy(
@@ -222,7 +247,8 @@ def reef_run(model: str, task: Task, count: int, test: list[tuple[str, str]]) ->
                 [job] = worker.run_once()
                 job_seconds = time.monotonic() - started
                 result = job.result or {}
-                sft = (result.get("metrics") or {}).get("1:sft") or {}
+                learned = result.get("metrics") or {}
+                sft = next((v for k, v in learned.items() if k.endswith(":sft")), {})
                 candidate = result.get("candidate_id")
                 tuned = accuracy(client, test, task, candidate) if candidate else base
                 trained = [answers[i] for i in queue.consumed_by(job.id) if i in answers]
@@ -242,6 +268,9 @@ def reef_run(model: str, task: Task, count: int, test: list[tuple[str, str]]) ->
         "trained": trained,
         "state": job.state,
         "error": job.error,
+        # the train/serve skew check's figures (docs/training.md#train-as-served)
+        "trained_accuracy": (job.metrics or {}).get("trained_accuracy"),
+        "served_accuracy": (job.metrics or {}).get("served_accuracy"),
     }
 
 
@@ -530,6 +559,60 @@ def sweep(args: argparse.Namespace) -> None:
                         sink.write(line + "\n")
 
 
+def compare(args: argparse.Namespace) -> None:
+    """``--compare-recipes``: each named recipe through the public path on each task and
+    count, for a scenario with ``--harness``; one table (no bare loop)."""
+    rows = []
+    for name in args.tasks.split(","):
+        task = TASKS[name]
+        test = task.make(TEST_ITEMS, random.Random(99))
+        for count in feedback_counts(args.feedback, name):
+            for recipe in args.compare_recipes.split(","):
+                run = reef_run(args.model, task, count, test, RECIPES[recipe], args.harness)
+                row = {"task": name, "feedback": count, "recipe": recipe}
+                row |= {k: v for k, v in run.items() if k != "trained"}
+                rows.append(row)
+                print(json.dumps(row, default=str), flush=True)
+    lines = [
+        f"Measured {datetime.now(UTC):%Y-%m-%d} on {machine()}, model `{args.model}`, "
+        f"`harness: {args.harness}`, test set {TEST_ITEMS} items per task never sent as "
+        "traffic:",
+        "",
+        "```",
+        f".venv/bin/python bench/learning.py --model {args.model} --tasks {args.tasks} "
+        f"--feedback '{args.feedback}' --harness {args.harness} "
+        f"--compare-recipes {args.compare_recipes}",
+        "```",
+        "",
+        "| task | feedback | recipe | base | candidate | trained / served (skew check) "
+        "| sft steps, stop | training min (CPU) | job | gate |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        trained, served = row["trained_accuracy"], row["served_accuracy"]
+        skew = (
+            "-"
+            if trained is None
+            else f"{trained:.0%} / " + ("-" if served is None else f"{served:.0%}")
+        )
+        cells = [
+            row["task"],
+            str(row["feedback"]),
+            f"`{row['recipe']}`",
+            f"{row['base_accuracy']:.0%}",
+            f"{row['accuracy']:.0%}",
+            skew,
+            f"{row['steps']}, {row['stop_reason']}",
+            f"{row['train_minutes']:.1f} ({row['train_cpu_minutes']:.1f})",
+            row["state"],
+            "published" if row["published"] else "not published",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    print("\n".join(lines))
+    if args.output is not None:
+        write_between(args.output, RECIPES_START, RECIPES_END, "\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -560,7 +643,23 @@ def main() -> None:
         action="store_true",
         help="with --rows: render the table from the cells already there, run none",
     )
+    parser.add_argument(
+        "--harness",
+        choices=("client", "managed"),
+        default="client",
+        help="the scenario's harness mode (managed: the gateway renders the candidate's "
+        "demos into every request, as a user's fewshot-then-sft recipe serves them)",
+    )
+    parser.add_argument(
+        "--compare-recipes",
+        default=None,
+        help="','-separated recipes to compare through the public path, no bare loop: "
+        + ", ".join(RECIPES),
+    )
     args = parser.parse_args()
+    if args.compare_recipes is not None:
+        compare(args)
+        return
     if args.sweep is not None:
         sweep(args)
         return

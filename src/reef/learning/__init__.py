@@ -4,8 +4,9 @@ Owns: ``reef worker`` (claiming jobs from ``reef.jobs``, running them, storing p
 retrying only failures that can pass: ``learning.retries``),
 recipes (trigger + selection + learners + gate settings, in YAML), selecting experience
 for training (``select_experience``), harness learners (fewshot, instructions, skills)
-and model learners (sft, preference, rl) and their trainers. Every learner produces a
-candidate on the release chain; it never publishes (the evaluation gate does).
+and model learners (sft, preference, rl) and their trainers, trained as the candidate
+will be served, and the train/serve skew check before the gate (``skew``). Every learner
+produces a candidate on the release chain; it never publishes (the evaluation gate does).
 Does not own: serving (``gateway``; never imported here), the SQL schema (``db``), the
 chain and artifacts (``releases``), evaluation (``evaluation``).
 Torch is imported only in ``learning/trainers`` and only inside the child process that

@@ -141,7 +141,10 @@ class LearnerContext:
     """What a learner gets for one run: its scenario and head, the experience, where to
     keep artifacts and files, and three objects to talk back through — ``reflector``
     (asks a configured model), ``progress`` (how far the run got) and ``metrics`` (named
-    values for the job)."""
+    values for the job). ``harness_mode`` is the scenario's ``harness`` setting: under
+    ``managed`` the gateway renders the serving release's harness into every request,
+    so its records hold the client's request without it (model learners render it back
+    in to train as served: ``render_harness``)."""
 
     scenario: str
     head: Release
@@ -152,18 +155,36 @@ class LearnerContext:
     reflector: Reflector
     progress: Progress
     metrics: Metrics
+    harness_mode: Literal["managed", "client"] = "client"
+
+
+@dataclass(frozen=True)
+class ProbedPrompt:
+    """One of a model learner's training prompts, as the client sent it (``messages``,
+    without the harness the gateway adds), its ``target`` reply, whether the trainer's
+    greedy answer to it was the target after training (``trained``), and the target's
+    length in tokens: what the worker asks the candidate through the gateway before the
+    gate (``reef.learning.skew``)."""
+
+    messages: list[dict[str, Any]]
+    target: str
+    trained: bool
+    target_tokens: int
 
 
 @dataclass(frozen=True)
 class LearnerOutput:
     """A learner's result: new components (digests in the artifact store; None leaves
-    the head's component), the record ids it actually used, and its metrics."""
+    the head's component), the record ids it actually used, and its metrics. A model
+    learner whose trainer measured its fit may add ``probe``: a sample of its training
+    prompts for the train/serve skew check."""
 
     adapter: str | None = None
     harness: str | None = None
     checkpoint: str | None = None
     consumed: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    probe: tuple[ProbedPrompt, ...] = ()
 
 
 class Learner(ABC):

@@ -259,25 +259,23 @@ def build_gate(  # noqa: PLR0913
     upstream_base_urls: Mapping[str, str] | None = None,
 ) -> Gate:
     """The gate of ``recipe`` for ``scenario``, calling the configured gateway."""
-    config = recipe.gate
-    target = gate_target(settings, scenario, config)
     return Gate(
-        config=config,
+        config=recipe.gate,
         publish=recipe.publish,
         chain=chain,
         artifacts=artifacts,
         evaluations=evaluations,
-        target=target,
+        target=gate_target(settings, scenario, recipe.gate),
         scorer_context=ScorerContext(model=UpstreamModels(settings, scenario, upstream_base_urls)),
         progress=progress,
     )
 
 
 def gate_target(settings: ReefSettings, scenario: str, config: GateConfig) -> GatewayTarget:
-    """Where and how the gate of ``scenario`` asks its items: the configured gateway
-    with the evaluation key, the gate's deadline, retries and concurrency, and the
-    dialect of the scenario's upstream (the gateway serves an Anthropic upstream's
-    scenario on ``/v1/messages`` only)."""
+    """Where and how the gate of ``scenario`` (and the skew check before it) asks its
+    items: the configured gateway with the evaluation key, the gate's deadline, retries
+    and concurrency, and the dialect of the scenario's upstream (the gateway serves an
+    Anthropic upstream's scenario on ``/v1/messages`` only)."""
     key = settings.evaluation.api_key
     _, upstream = settings.upstream_for(scenario)
     return GatewayTarget(

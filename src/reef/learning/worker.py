@@ -19,6 +19,9 @@ Running a job (``JobRun``): select
 experience as of the job's creation (so a retry sees the same snapshot), run the recipe's
 learners in order (each sees the head with the earlier learners' components in it), and
 propose ONE candidate: the head's manifest with the adapter and/or harness replaced.
+Before its gate, a candidate whose model a learner trained answers a sample of that
+learner's training prompts through the gateway; served far below what the trainer
+measured, the job fails with ``train/serve skew`` (``reef.learning.skew``).
 
 Exactly one candidate per job, however often it is retried: candidates are proposed with
 ``created_by = "job:<job id>"``; before proposing, the worker renews its lease (proving it
@@ -61,11 +64,13 @@ from reef.learning.base import (
     LearnerContext,
     LearnerOutput,
     MetricLog,
+    ProbedPrompt,
 )
 from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.holdout import (
     build_gate,
     evidence_notes,
+    gate_target,
     overlap_summary,
     select_holdout,
     suite_prompts,
@@ -79,6 +84,7 @@ from reef.learning.reflect import UpstreamModels, UpstreamReflector
 from reef.learning.registry import LearnerRegistry
 from reef.learning.retries import UNKNOWN_REASON, failure_message, retry_verdict
 from reef.learning.selection import select_experience
+from reef.learning.skew import TrainServeSkewError, check_skew
 from reef.releases import (
     ArtifactStore,
     Candidate,
@@ -376,6 +382,8 @@ class JobRun:
         self.queue = worker.queue
         self.owner = worker.owner
         self.metrics = MetricLog()  # what the learners record, for progress and result
+        # The training prompts the model learner behind the candidate's model probed.
+        self.probe: tuple[ProbedPrompt, ...] = ()
         self._last_progress = 0.0
 
     def run(self) -> None:
@@ -471,11 +479,12 @@ class JobRun:
         }
         self.queue.record_consumed(job.id, used)
         candidate = self._propose_once(head, manifest, evidence)
+        skew = self._check_skew(recipe, candidate)
         gated = self._gate(recipe, candidate, batch)
         extra = {"stale": stale, "metrics": learner_metrics, "selection": batch.stats}
         if batch.overlap:
             extra["suite_overlap"] = overlap_summary(batch.overlap)
-        return self._proposed(candidate, {**extra, **gated})
+        return self._proposed(candidate, {**extra, **skew, **gated})
 
     def _left_out(self, batch: ExperienceBatch) -> None:
         """Quarantine what screening flagged, and say what else the batch left out."""
@@ -498,6 +507,28 @@ class JobRun:
         if batch.flagged:
             held = self.worker.store.quarantine_feedback(batch.flagged)
             log.warning("job %s: quarantined %d feedback row(s)", job.id, held)
+
+    def _check_skew(self, recipe: Recipe, candidate: Candidate) -> dict[str, Any]:
+        """Before the gate: the candidate answers its model learner's probed training
+        prompts through the gateway (``reef.learning.skew``). Both figures go in the
+        job's metrics; a skewed candidate is rejected and the job fails, unretried.
+        Nothing to do without a gate (no gateway is called then) or a probe."""
+        if not recipe.gate.enabled or not self.probe:
+            return {}
+        worker = self.worker
+        self.report_progress(0.88, f"skew check: {len(self.probe)} training prompts")
+        target = gate_target(worker.settings, self.job.scenario, recipe.gate)
+        report = check_skew(target, candidate.id, self.probe)
+        self.metrics.record("trained_accuracy", report.trained)
+        if report.served is not None:
+            self.metrics.record("served_accuracy", report.served)
+        self.report_progress(0.9, "skew check: done")
+        if report.skewed:
+            evidence = {**(candidate.evidence or {}), "skew": report.as_dict()}
+            worker.chain.set_candidate_state(candidate.id, "evaluating")
+            worker.chain.set_candidate_state(candidate.id, "rejected", evidence)
+            raise TrainServeSkewError(report.message())
+        return {"skew": report.as_dict()}
 
     def _gate(
         self, recipe: Recipe, candidate: Candidate, batch: ExperienceBatch | None = None
@@ -562,9 +593,12 @@ class JobRun:
                 reflector=self._reflector(learner.config),
                 progress=SpanProgress(self, name, span),
                 metrics=self.metrics,
+                harness_mode=settings.scenario(self.job.scenario).harness,
             )
             self.report_progress(span[0], f"{name}: started")
             output = learner.learn(context)
+            if output.adapter is not None or output.checkpoint is not None:
+                self.probe = output.probe  # the model now serves this learner's weights
             manifest = _with_output(manifest, output, recipe.name)
             used.update(dict.fromkeys(output.consumed))
             metrics[name] = output.metrics

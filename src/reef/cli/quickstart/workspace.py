@@ -217,15 +217,16 @@ learners:
   # (SmolLM2-135M, two CPU cores): demos alone barely help the base model (0% -> 3%
   # held-out accuracy with six), and an adapter served under demos it was not trained
   # with loses accuracy (67% -> 45% with three), so the adapter trains under the
-  # candidate's harness (render_harness below). Two demos plus the adapter reached 75%
+  # candidate's harness (the default for a managed scenario: docs/training.md, "Train
+  # as served"). Two demos plus the adapter reached 75%
   # after one round where the adapter alone reached 67% (one run each), at about twice
   # the cost per training step, and every demo lengthens every request.
   # `reef quickstart --demos 0` learns the adapter alone.
 {fewshot}  - type: sft
     model: {model}
     # The records hold the application's request without the managed harness; the
-    # adapter must learn under the prompt it will serve with (the system prompt).
-    render_harness: true
+    # adapter learns under the prompt it will serve with (system prompt and demos), the
+    # default for a managed scenario (render_harness).
     # Passes over this round's examples: the more feedback, the more steps. On SmolLM2
     # two passes at a constant 2e-3 are the 40 steps per round measured before budgets
     # followed the data (90 examples at batch 4): 0% -> 67% held-out after one round.
@@ -368,8 +369,8 @@ learners:
   - type: sft
     model: {model}
     # The records hold the application's request without the managed harness; the
-    # adapter learns under the prompt it will serve with (system prompt + tool prompt).
-    render_harness: true
+    # adapter learns under the prompt it will serve with (system prompt + tool prompt),
+    # the default for a managed scenario (render_harness).
     # Two passes over the round's examples at a constant rate (the 60 steps measured on
     # 120 examples: 0% -> 67% held-out episode success); a round with twice the
     # episodes trains twice the steps. No validation split, as in the triage recipe.

@@ -113,10 +113,13 @@ class ModelLearnerSettings(BudgetSettings):
     ``batch_size``, ``max_seq_len``, ``continue_from_head`` (start from the head's adapter
     when it has one on the same base), ``seed``, where it runs (``device``, ``threads``),
     ``bf16`` (``auto``: on a CUDA device that supports it, float32 on a CPU; see
-    ``reef.learning.trainers.precision``) and ``timeout_seconds`` for the training
-    process."""
+    ``reef.learning.trainers.precision``), ``timeout_seconds`` for the training
+    process, and ``render_harness``: train each prompt under the candidate's harness as
+    the gateway will serve it (None, the default: when the scenario's harness is
+    ``managed``; ``reef.learning.learners._served``)."""
 
     model: str | None = None
+    render_harness: bool | None = None
     lr: float = Field(default=5e-4, gt=0.0)
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)

@@ -1,8 +1,9 @@
 """``full``: every weight of the scenario's model fine-tuned on the ``sft`` learner's
 examples; the result is a checkpoint artifact, not an adapter.
 
-The same examples as ``sft`` (corrections and high-scoring replies, optionally with the
-candidate's harness rendered in, replay when continuing), the same trainer in its
+The same examples as ``sft`` (corrections and high-scoring replies, with the candidate's
+harness rendered in for a ``harness: managed`` scenario, replay when continuing; the same
+probe for the train/serve skew check), the same trainer in its
 ``full`` mode (no LoRA: all parameters trainable; gradient checkpointing and bf16
 autocast where the hardware supports them). It continues from the head's checkpoint
 when the head serves one (``continue_from_head``), else from the model itself. The
@@ -24,8 +25,15 @@ from reef.learning.learners._model import (
     model_source,
     train_adapter,
 )
-from reef.learning.learners.sft import REPORTED, SFTConfig, examples_for
-from reef.learning.trainers import SFTExample, SFTSpec
+from reef.learning.learners.sft import (
+    REPORTED,
+    SFTConfig,
+    TrainingSet,
+    examples_for,
+    probed_prompts,
+)
+from reef.learning.skew import SKEW_SAMPLE
+from reef.learning.trainers import SFTSpec
 
 
 class FullConfig(SFTConfig):
@@ -47,7 +55,8 @@ class FullLearner(ModelLearner[FullConfig]):
         """Full SFT on the batch's corrections and high-score replies; returns the stored
         checkpoint's digest (contract: ``ModelLearner``)."""
         cfg = self.settings
-        examples, used = examples_for(context, cfg, context.batch.train)
+        found = examples_for(context, cfg, context.batch.train)
+        examples, used = found.examples, found.used
         if not examples:
             context.progress.report(
                 1.0, "full: no corrections or high-score replies; nothing to train"
@@ -56,13 +65,15 @@ class FullLearner(ModelLearner[FullConfig]):
         base = model_source("full", cfg.model, context)
         work = fresh_work_dir(context, "full")
         start = head_checkpoint(context, work) if cfg.continue_from_head else None
-        replayed: list[SFTExample] = []
+        replay = TrainingSet([], [], [])
         if cfg.replay and start is not None:
-            replayed, _ = examples_for(context, cfg, context.batch.replay)
+            replay = examples_for(context, cfg, context.batch.replay)
+        replayed = replay.examples
         spec = SFTSpec(
             model=str(start) if start is not None else base,
             home=context.home,
             examples=examples + replayed,
+            probe_size=SKEW_SAMPLE,
             output_dir=work / "checkpoint",
             mode="full",
             continued=start is not None,
@@ -82,4 +93,5 @@ class FullLearner(ModelLearner[FullConfig]):
         reported = (*REPORTED, "parameters")
         metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(examples=len(examples), replayed=len(replayed), base=base)
-        return LearnerOutput(checkpoint=digest, consumed=used, metrics=metrics)
+        probe = probed_prompts(found.prompts + replay.prompts, result)
+        return LearnerOutput(checkpoint=digest, consumed=used, metrics=metrics, probe=probe)

@@ -5,8 +5,10 @@ the reply it corrected) and KTO examples (unpaired desirable/undesirable replies
 where a tool-using turn's prompt is its whole prefix (earlier tool calls and results,
 the tools offered) and its replies may be tool calls, so the turns of failed and
 successful branches of agent trajectories pair at the same prefix; pick the
-objective, decide the model and where to start (the head's adapter, or fresh), train
-in a child process, store the adapter by digest.
+objective, render the candidate's harness into every prompt as the gateway will serve
+it (``render_harness``, default: for a ``harness: managed`` scenario), decide the model
+and where to start (the head's adapter, or fresh), train in a child process, store the
+adapter by digest.
 Torch-free: training happens in ``reef.learning.trainers``' child process.
 """
 
@@ -20,6 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from reef.harness import Harness
 from reef.learning.base import (
     LearnerConfig,
     LearnerContext,
@@ -44,6 +47,7 @@ from reef.learning.learners._model import (
     train_adapter,
     trained_weights,
 )
+from reef.learning.learners._served import served_harness, served_prompt
 from reef.learning.trainers.spec import (
     PreferencePair,
     PreferenceSpec,
@@ -266,6 +270,25 @@ def unpaired_examples(
     return examples, used
 
 
+def as_served(
+    harness: Harness | None, pairs: list[PreferencePair], examples: list[UnpairedExample]
+) -> tuple[list[PreferencePair], list[UnpairedExample]]:
+    """``pairs`` and ``examples`` with ``harness`` rendered into their prompts, as the
+    gateway will serve them (``reef.learning.learners._served``); None: unchanged.
+    Pairing is decided on the prompts as recorded, before this."""
+    if harness is None:
+        return pairs, examples
+
+    def served(item: PreferencePair | UnpairedExample) -> dict[str, Any]:
+        messages, tools = served_prompt(harness, item.messages, item.tools)
+        return {"messages": messages, "tools": tools}
+
+    return (
+        [pair.model_copy(update=served(pair)) for pair in pairs],
+        [example.model_copy(update=served(example)) for example in examples],
+    )
+
+
 class PreferenceLearner(ModelLearner[PreferenceConfig]):
     """DPO or KTO training of a LoRA adapter (see the module docstring)."""
 
@@ -290,6 +313,7 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
         if not count:
             context.progress.report(1.0, f"preference: nothing to train by {objective}")
             return LearnerOutput(metrics={"objective": objective, "examples": 0})
+        pairs, examples = as_served(served_harness(context, cfg.render_harness), pairs, examples)
         model = model_source("preference", self.settings.model, context)
         work = fresh_work_dir(context, "preference")
         spec = PreferenceSpec(

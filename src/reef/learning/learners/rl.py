@@ -2,8 +2,11 @@
 whole episodes of an environment.
 
 Reads top to bottom: pick the prompts (an item's conversation, with its correction as
-the reference the scorer compares against; items without a correction are skipped), or,
-with ``environment``, the environment's tasks (the batch is not used); decide the model
+the reference the scorer compares against; items without a correction are skipped), with
+the candidate's harness rendered in as the gateway will serve them (``render_harness``,
+default: for a ``harness: managed`` scenario), or, with ``environment``, the
+environment's tasks (the batch is not used; the episodes' prompts are the environment's
+own); decide the model
 and where to start (the head's adapter, or fresh), sample, score and train in a child
 process (or a Ray task), store the adapter by digest.
 
@@ -19,6 +22,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from reef.environments import EnvironmentRegistry, EnvironmentSpecError, TaskCount
+from reef.harness import Harness
 from reef.learning.base import (
     LearnerConfig,
     LearnerContext,
@@ -35,6 +39,7 @@ from reef.learning.learners._model import (
     train_adapter,
     trained_weights,
 )
+from reef.learning.learners._served import served_harness, served_prompt
 from reef.learning.trainers.spec import (
     RLPrompt,
     RLScorer,
@@ -102,6 +107,18 @@ def rl_prompts(train: list[TrainingExample]) -> tuple[list[RLPrompt], list[str]]
     return prompts, used
 
 
+def served_prompts(harness: Harness | None, prompts: list[RLPrompt]) -> list[RLPrompt]:
+    """``prompts`` with ``harness`` rendered in, as the gateway will serve them
+    (``reef.learning.learners._served``; the harness's tools aside: prompts are sampled
+    as text); None: unchanged."""
+    if harness is None:
+        return prompts
+    return [
+        prompt.model_copy(update={"messages": served_prompt(harness, prompt.messages, [])[0]})
+        for prompt in prompts
+    ]
+
+
 class RLLearner(ModelLearner[RLConfig]):
     """GRPO training of a LoRA adapter (see the module docstring)."""
 
@@ -119,6 +136,7 @@ class RLLearner(ModelLearner[RLConfig]):
             if not prompts:
                 context.progress.report(1.0, "rl: no items with a reference; nothing to train")
                 return LearnerOutput(metrics={"prompts": 0})
+            prompts = served_prompts(served_harness(context, cfg.render_harness), prompts)
         model = model_source("rl", self.settings.model, context)
         work = fresh_work_dir(context, "rl")
         spec = RLSpec(

@@ -5,28 +5,31 @@ whose score reaches ``min_score``), decide the model and where to start (the hea
 adapter, or fresh), train in a child process, store the adapter by digest.
 Torch-free: training happens in ``reef.learning.trainers``' child process.
 
-With ``render_harness``, each example is trained as the candidate will serve it: the
-candidate's harness (the head's, with earlier learners' components) rendered into its
-messages, as the gateway renders a ``harness: managed`` scenario's requests. Such a
-scenario's records hold the client's request without the harness, so an adapter trained
-on them as recorded meets a prompt at serving time that it never saw in training.
+Each example is trained as the candidate will serve it: for a ``harness: managed``
+scenario (``render_harness``, default: on for those), the candidate's harness (the
+head's, with earlier learners' components) rendered into its messages, as the gateway
+renders the scenario's requests (``reef.learning.learners._served``). The trainer also
+measures, on a fixed sample of its training prompts, whether its greedy answer is the
+target after training (``probe``); the worker asks the candidate the same prompts
+through the gateway and fails the job when the two disagree (``reef.learning.skew``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import Field
 
-from reef.harness import Harness, render_openai
+from reef.harness import Harness
 from reef.learning.base import (
     LearnerConfig,
     LearnerContext,
     LearnerOutput,
+    ProbedPrompt,
     TrainingExample,
 )
 from reef.learning.learners._examples import text_messages, tool_messages, tool_target, uses_tools
-from reef.learning.learners._harness import head_bundle
 from reef.learning.learners._model import (
     ModelLearner,
     RayTrainerSettings,
@@ -36,9 +39,12 @@ from reef.learning.learners._model import (
     train_adapter,
     trained_weights,
 )
+from reef.learning.learners._served import served_harness, served_prompt
+from reef.learning.skew import SKEW_SAMPLE
 from reef.learning.trainers import (
     SFTExample,
     SFTSpec,
+    TrainResult,
 )
 
 
@@ -57,8 +63,8 @@ class SFTConfig(RayTrainerSettings):
     adapter when it has one on the same base. ``trainer``: ``local`` trains in a child
     process, ``ray`` as a Ray task on the cluster at ``ray_address`` (None: a local
     cluster on loopback). ``render_harness``: train on each example with the candidate's
-    harness rendered into it (for ``harness: managed`` scenarios; module docstring).
-    ``replay``: when training continues from the head's adapter, also train on
+    harness rendered into it (default: for ``harness: managed`` scenarios; module
+    docstring). ``replay``: when training continues from the head's adapter, also train on
     ``batch.replay`` (a bounded sample of what earlier releases learned from), so the new
     adapter does not forget it.
     """
@@ -68,7 +74,6 @@ class SFTConfig(RayTrainerSettings):
     # validation loss still falling; 1e-3 and 2e-3 both reached 100% in the same 170 steps.
     lr: float = Field(default=1e-3, gt=0.0)
     min_score: float = 1.0
-    render_harness: bool = False
     replay: bool = True
 
 
@@ -105,29 +110,54 @@ def sft_examples(
     return examples, used
 
 
-def with_harness(examples: list[SFTExample], harness: Harness) -> list[SFTExample]:
+def with_harness(examples: list[SFTExample], harness: Harness | None) -> list[SFTExample]:
     """``examples`` with ``harness`` rendered into their messages (system text, rules,
-    skills, memory and demos, as the gateway renders a managed scenario's requests)."""
+    skills, memory and demos, as the gateway renders a managed scenario's requests);
+    ``harness`` None: unchanged."""
+    if harness is None:
+        return examples
     rendered = []
     for example in examples:
-        body = render_openai(harness, {"messages": example.messages, "tools": example.tools})
-        if example.tools or body.get("tools"):
-            update = {"messages": tool_messages(body["messages"]), "tools": body.get("tools") or []}
-        else:
-            update = {"messages": text_messages(body["messages"])}
-        rendered.append(example.model_copy(update=update))
+        messages, tools = served_prompt(harness, example.messages, example.tools)
+        rendered.append(example.model_copy(update={"messages": messages, "tools": tools}))
     return rendered
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """What ``sft`` and ``full`` train on: the ``examples`` as the candidate will serve
+    them (harness rendered in, when it is), the same ``prompts`` as the client sent them
+    (what the skew check asks through the gateway), and the record ids ``used``."""
+
+    examples: list[SFTExample]
+    prompts: list[SFTExample]
+    used: list[str]
 
 
 def examples_for(
     context: LearnerContext, cfg: SFTConfig, items: list[TrainingExample]
-) -> tuple[list[SFTExample], list[str]]:
-    """``sft_examples`` of ``items`` at ``cfg.min_score``, with the head's harness
-    rendered in when ``cfg.render_harness`` says so (shared by ``sft`` and ``full``)."""
-    examples, used = sft_examples(items, cfg.min_score)
-    if cfg.render_harness:
-        examples = with_harness(examples, head_bundle(context).harness)
-    return examples, used
+) -> TrainingSet:
+    """``sft_examples`` of ``items`` at ``cfg.min_score``, as the candidate will serve
+    them: with its harness rendered in when ``cfg.render_harness`` says so (by default,
+    for a ``harness: managed`` scenario; shared by ``sft`` and ``full``)."""
+    prompts, used = sft_examples(items, cfg.min_score)
+    examples = with_harness(prompts, served_harness(context, cfg.render_harness))
+    return TrainingSet(examples, prompts, used)
+
+
+def probed_prompts(prompts: list[SFTExample], result: TrainResult) -> tuple[ProbedPrompt, ...]:
+    """The trainer's probe (``metrics["probe"]``: ``[index, matched, target tokens]`` of
+    ``prompts``, the examples it trained on as the client sent them) as the skew check
+    takes it."""
+    return tuple(
+        ProbedPrompt(
+            messages=prompts[index].messages,
+            target=prompts[index].target,
+            trained=bool(matched),
+            target_tokens=int(length),
+        )
+        for index, matched, length in result.metrics.get("probe", [])
+    )
 
 
 class SFTLearner(ModelLearner[SFTConfig]):
@@ -139,7 +169,8 @@ class SFTLearner(ModelLearner[SFTConfig]):
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """SFT on the batch's corrections and high-score replies (contract: ``ModelLearner``)."""
         cfg = self.settings
-        examples, used = examples_for(context, cfg, context.batch.train)
+        found = examples_for(context, cfg, context.batch.train)
+        examples, used = found.examples, found.used
         if not examples:
             context.progress.report(
                 1.0, "sft: no corrections or high-score replies; nothing to train"
@@ -148,13 +179,15 @@ class SFTLearner(ModelLearner[SFTConfig]):
         model = model_source("sft", self.settings.model, context)
         work = fresh_work_dir(context, "sft")
         base_adapter = head_adapter(context, model, work, self.settings.continue_from_head)
-        replayed: list[SFTExample] = []
+        replay = TrainingSet([], [], [])
         if cfg.replay and base_adapter is not None:
-            replayed, _ = examples_for(context, cfg, context.batch.replay)
+            replay = examples_for(context, cfg, context.batch.replay)
+        replayed = replay.examples
         spec = SFTSpec(
             model=trained_weights(context, model, work),
             home=context.home,
             examples=examples + replayed,
+            probe_size=SKEW_SAMPLE,
             output_dir=work / "adapter",
             base_adapter=base_adapter,
             lora=cfg.lora(),
@@ -170,7 +203,8 @@ class SFTLearner(ModelLearner[SFTConfig]):
         )
         metrics = {k: result.metrics[k] for k in REPORTED if k in result.metrics}
         metrics.update(examples=len(examples), replayed=len(replayed), base=model)
-        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
+        probe = probed_prompts(found.prompts + replay.prompts, result)
+        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics, probe=probe)
 
 
 # What a job reports of a training run: its loss curves and how it stopped.

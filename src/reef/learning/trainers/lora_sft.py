@@ -40,6 +40,7 @@ from reef.learning.trainers.budget import (
     stop_report,
 )
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
+from reef.learning.trainers.probe import greedy_matches, probe_indices
 from reef.learning.trainers.spec import (
     LoraSettings,
     PreferenceSpec,
@@ -458,12 +459,38 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         "bf16": bf16,
         **run.report,
     }
+    if spec.probe_size:
+        metrics["probe"] = probe(model, tokenizer, features, spec, train_ids, loaded, device)
     if full:
         metrics["parameters"] = sum(p.numel() for p in model.parameters())
     if device.type == "cuda":
         # the child's whole run: model load, training and save (bench/gpu_check.py)
         metrics["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
+
+
+def probe(  # noqa: PLR0913
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    features: list[Features],
+    spec: SFTSpec,
+    train_ids: list[int],
+    loaded: LoadedModel,
+    device: torch.device,
+) -> list[list[Any]]:
+    """``[index, matched, target tokens]`` for a fixed sample of the trained examples:
+    whether greedy decoding of each prompt gives its target, and the target's length
+    (``reef.learning.trainers.probe``)."""
+
+    def fits(example: SFTExample) -> bool:
+        _, full = encode_reply(tokenizer, list(example.messages), [], example.target)
+        return len(full) <= spec.max_seq_len
+
+    chosen = probe_indices(spec.examples, train_ids, spec.probe_size, spec.seed, fits)
+    rows = [(features[i].input_ids, features[i].labels) for i in chosen]
+    with autocast(device, use_bf16(spec.bf16, device)):
+        found = greedy_matches(model, rows, loaded.eos_token_ids, device)
+    return [[index, hit, length] for index, (hit, length) in zip(chosen, found, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class SFTSpec(BaseModel):
     ``gradient_checkpointing`` (``auto``: on CUDA) applies to a full run; ``bf16``
     (``auto``: on a CUDA device that supports it, float32 on a CPU) to every run, see
     ``reef.learning.trainers.precision``.
+    ``probe_size``: after training, how many of the examples the trainer trained on to
+    check for a greedy answer equal to the target (``reef.learning.trainers.probe``; 0:
+    none); the result's ``metrics["probe"]`` lists ``[index, matched, target tokens]``.
     ``fault`` exists for tests only: ``abort`` kills the child by SIGABRT after step 1.
     """
 
@@ -75,6 +78,7 @@ class SFTSpec(BaseModel):
     model: str
     home: Path
     examples: list[SFTExample] = Field(min_length=1)
+    probe_size: int = Field(default=0, ge=0)
     output_dir: Path
     mode: Literal["lora", "full"] = "lora"
     continued: bool = False

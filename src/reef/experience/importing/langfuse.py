@@ -48,14 +48,10 @@ class LangfuseReader(ImportReader):
 def _trace(trace: dict[str, Any]) -> ImportItem:
     session = trace.get("sessionId")
     generations = [
-        o
-        for o in trace["observations"]
-        if isinstance(o, dict) and o.get("type") == "GENERATION"
+        o for o in trace["observations"] if isinstance(o, dict) and o.get("type") == "GENERATION"
     ]
     if not generations:
-        raise ImportLineError(
-            f"trace {trace.get('id')!r} holds no GENERATION observation objects"
-        )
+        raise ImportLineError(f"trace {trace.get('id')!r} holds no GENERATION observation objects")
     generations.sort(key=lambda o: str(o.get("startTime") or ""))
     records = tuple(_generation(o, session) for o in generations)
     ids = [r.source_id for r in records]

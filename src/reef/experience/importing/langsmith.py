@@ -63,14 +63,12 @@ def _run(run: dict[str, Any]) -> ImportedRecord:
         raise ImportLineError("a run needs its id")
     if run.get("run_type") != "llm":
         raise ImportLineError(
-            f"run {source_id} is a {run.get('run_type')} run, not an llm run: "
-            "nothing to learn from"
+            f"run {source_id} is a {run.get('run_type')} run, not an llm run: nothing to learn from"
         )
     inputs = as_object(run.get("inputs"), "inputs")
-    extra = run.get("extra") if isinstance(run.get("extra"), dict) else {}
-    metadata = extra.get("metadata") if isinstance(extra.get("metadata"), dict) else {}
-    invocation = extra.get("invocation_params")
-    invocation = invocation if isinstance(invocation, dict) else {}
+    extra = _object(run.get("extra"))
+    metadata = _object(extra.get("metadata"))
+    invocation = _object(extra.get("invocation_params"))
     model = str(
         metadata.get("ls_model_name")
         or invocation.get("model")
@@ -113,6 +111,10 @@ def _run(run: dict[str, Any]) -> ImportedRecord:
     )
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _response(outputs: Any, source_id: str, model: str, started: Any) -> dict[str, Any]:
     """``outputs.choices`` (an OpenAI completion, kept as it is) or the first of
     ``outputs.generations`` (LangChain), as a chat completion."""
@@ -121,7 +123,7 @@ def _response(outputs: Any, source_id: str, model: str, started: Any) -> dict[st
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         if not isinstance(choices[0].get("message"), dict):
             raise ImportLineError(f"run {source_id}: outputs.choices[0].message is missing")
-        return outputs
+        return dict(outputs)
     generations = outputs.get("generations")
     if isinstance(generations, list) and generations and isinstance(generations[0], list):
         generations = generations[0]

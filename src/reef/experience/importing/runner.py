@@ -405,9 +405,7 @@ class _Importer:
         session_id = entry.session_id
         if entry.record_sources:
             found = [
-                self.store.find_by_idempotency_key(
-                    self.options.scenario, f"{self.origin}:{source}"
-                )
+                self.store.find_by_idempotency_key(self.options.scenario, f"{self.origin}:{source}")
                 for source in entry.record_sources
             ]
             if all(found):

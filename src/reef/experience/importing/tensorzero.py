@@ -135,6 +135,10 @@ def _turn(role: Any, content: Any) -> list[dict[str, Any]]:
         raise ImportLineError(f"unknown message role {role!r}")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
+    return _blocks(role, content)
+
+
+def _blocks(role: str, content: Any) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         raise ImportLineError("message content must be text or content blocks")
     texts: list[str] = []

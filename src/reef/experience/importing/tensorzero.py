@@ -104,6 +104,8 @@ def _inference(row: dict[str, Any]) -> ImportedRecord:
     model = str(row.get("variant_name") or row.get("function_name"))
     request: dict[str, Any] = {"model": model, "messages": messages}
     tools = _tools(_parsed(row.get("tool_params"), "tool_params"))
+    for tool in row.get("dynamic_tools") or []:  # newer rows: one JSON string a tool
+        tools += _tools({"tools_available": [_parsed(tool, "dynamic_tools")]})
     if tools:
         request["tools"] = tools
     output = _parsed(row.get("output"), "output")

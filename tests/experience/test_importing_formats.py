@@ -248,3 +248,16 @@ def test_feedback_on_a_record_never_imported_is_skipped_with_its_line(
             "(import the file holding it first)",
         )
     ]
+
+
+def test_a_metric_on_neither_an_imported_inference_nor_an_episode_is_skipped(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    row = {"id": "m-9", "target_id": "nowhere", "metric_name": "task_success", "value": True}
+    path.write_text(json.dumps(row) + "\n")
+    summary = run_import(store, path, tmp_path)
+    assert summary.formats == {str(path): "tensorzero"}
+    assert summary.feedback == 0
+    [(_, line, reason)] = summary.skips
+    assert line == 1 and reason.startswith("feedback m-9: session 'nowhere' not found")

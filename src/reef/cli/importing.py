@@ -29,7 +29,10 @@ def import_command(
     format: Annotated[
         str,
         typer.Option(
-            "--format", "-f", help="auto, reef, openai-chat or openai-finetune (auto: sniffed)."
+            "--format",
+            "-f",
+            help="auto, reef, openai-chat, openai-finetune, langfuse, langsmith or "
+            "tensorzero (auto: sniffed).",
         ),
     ] = "auto",
     dry_run: Annotated[

@@ -12,6 +12,7 @@ is deduplicated the same way through the feedback idempotency key.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -76,6 +77,10 @@ class ImportedFeedback:
     session_id: str | None = None  # the outcome of a session (``reef`` format)
     source: str = "explicit"
     confidence: float | None = None
+    # Source ids of this format's records, imported on this line or an earlier one (a
+    # score row of its own naming the run / observation / inference it grades). When one
+    # is not found and ``session_id`` is set, the feedback is that session's outcome.
+    record_sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,3 +126,50 @@ def parse_time(value: Any) -> datetime | None:
     except (ValueError, OverflowError, OSError) as error:
         raise ImportLineError(f"unreadable timestamp {value!r}: {error}") from error
     raise ImportLineError(f"unreadable timestamp {value!r}")
+
+
+def assistant_response(
+    source_id: str, model: str, message: dict[str, Any], created: datetime | None
+) -> dict[str, Any]:
+    """A chat completion holding ``message`` as its one choice (readers whose source
+    keeps only the answer)."""
+    response: dict[str, Any] = {
+        "id": f"chatcmpl-import-{source_id}",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+            }
+        ],
+    }
+    if created is not None:
+        response["created"] = int(created.timestamp())
+    return response
+
+
+def text_of(value: Any) -> str | None:
+    """``value`` as text: a string as is, None as None, anything else as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def latency_ms(start: datetime | None, end: datetime | None) -> float:
+    """Milliseconds from ``start`` to ``end``; 0 when either is unknown."""
+    if start is None or end is None:
+        return 0.0
+    return max(0.0, (end - start).total_seconds() * 1000.0)
+
+
+def as_score(value: Any, what: str) -> float | None:
+    """A score as a float (booleans 1 / 0); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    raise ImportLineError(f"{what} must be a number or a boolean, got {type(value).__name__}")

@@ -1,6 +1,7 @@
 """The built-in readers: ``reef`` (Reef's own export), ``openai-chat`` (chat completion
 request/response pairs, or stored ChatCompletions with their messages) and
-``openai-finetune`` (fine-tuning ``{"messages": [...]}`` lines). Field mappings:
+``openai-finetune`` (fine-tuning ``{"messages": [...]}`` lines), and the registry of
+every reader (``langfuse``, ``langsmith``, ``tensorzero`` in modules of their own). Field mappings:
 docs/import-export.md."""
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from reef.experience.importing.base import (
     as_object,
     parse_time,
 )
+from reef.experience.importing.langfuse import LangfuseReader
+from reef.experience.importing.langsmith import LangSmithReader
+from reef.experience.importing.tensorzero import TensorZeroReader
 
 # Where a chat request or a stored completion keeps a conversation id, in order.
 SESSION_KEYS = ("conversation_id", "session_id", "thread_id")
@@ -197,7 +201,15 @@ class OpenAIFinetuneReader(ImportReader):
 
 
 READERS: dict[str, ImportReader] = {
-    reader.name: reader for reader in (ReefReader(), OpenAIChatReader(), OpenAIFinetuneReader())
+    reader.name: reader
+    for reader in (
+        ReefReader(),
+        OpenAIChatReader(),
+        OpenAIFinetuneReader(),
+        LangfuseReader(),
+        LangSmithReader(),
+        TensorZeroReader(),
+    )
 }
 """Readers by format name; a new format registers here (most specific first: ``auto``
 asks them in this order)."""

@@ -267,13 +267,27 @@ class _Importer:
                 summary.records += 1
             else:
                 summary.duplicate_records += 1
+        self._write_feedback(self._batch_feedback(batch, placed, summary, path), summary, path)
+
+    def _batch_feedback(
+        self,
+        batch: list[tuple[int, ImportItem]],
+        placed: list[list[str | None]],
+        summary: ImportSummary,
+        path: Path,
+    ) -> list[tuple[int, str, FeedbackDraft]]:
+        """The batch's feedback drafts; one naming a record never imported is skipped."""
         feedback: list[tuple[int, str, FeedbackDraft]] = []
         for (line_no, item), ids in zip(batch, placed, strict=True):
             for entry in item.feedback:
-                given = self._feedback_draft(entry, ids, item)
+                try:
+                    given = self._feedback_draft(entry, ids, item)
+                except ImportLineError as error:
+                    summary.skip(path, line_no, str(error))
+                    continue
                 if given is not None:
                     feedback.append((line_no, entry.source_id, given))
-        self._write_feedback(feedback, summary, path)
+        return feedback
 
     def _write_feedback(
         self, feedback: list[tuple[int, str, FeedbackDraft]], summary: ImportSummary, path: Path
@@ -388,7 +402,23 @@ class _Importer:
         """The feedback to write for ``entry``; None when its record was skipped, or
         when it is written on a later line."""
         record_ids = entry.record_ids
-        if entry.record_indexes:
+        session_id = entry.session_id
+        if entry.record_sources:
+            found = [
+                self.store.find_by_idempotency_key(self.options.scenario, f"{self.origin}:{source}")
+                for source in entry.record_sources
+            ]
+            if all(found):
+                record_ids, session_id = tuple(i for i in found if i is not None), None
+            elif session_id is None:
+                missing = entry.record_sources[found.index(None)]
+                raise ImportLineError(
+                    f"feedback {entry.source_id}: no imported record has source id "
+                    f"{missing!r} (import the file holding it first)"
+                )
+            else:
+                record_ids = ()  # not a record's id: the outcome of the session it names
+        elif entry.record_indexes:
             chosen = [ids[i] for i in entry.record_indexes if i < len(ids)]
             if None in chosen or not chosen:
                 return None  # its record was skipped (and reported)
@@ -407,7 +437,7 @@ class _Importer:
             principal=entry.principal or self.origin,
             idempotency_key=entry.idempotency_key or f"{self.origin}:{entry.source_id}",
             trust=entry.trust or self.options.demo_trust,
-            session_id=entry.session_id,
+            session_id=session_id,
             source=entry.source,
             confidence=entry.confidence,
         )

@@ -91,6 +91,7 @@ def test_runs_in_order_and_skips_what_cannot_run(
         "gateway_overhead.py",
         "faults.py",
         "signals.py",
+        "otel_export.py",
     ]
     argv = calls(bench_dir)[0]["argv"]
     assert "--skip-litellm" in argv  # no bench/.venv-litellm in the fake checkout

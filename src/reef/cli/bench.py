@@ -104,6 +104,18 @@ BENCHES: tuple[Bench, ...] = (
         (Step("signals.py", (), (), OUTPUT),),
     ),
     Bench(
+        "otel",
+        "gateway throughput at c=32 with live OTel export on vs off (needs the otel extra)",
+        (
+            Step(
+                "otel_export.py",
+                (),
+                ("--requests", "300", "--warmup", "50", "--runs", "1"),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "engine",
         "the embedded engine vs vLLM: tokens/s, latency, adapter load and switch",
         (

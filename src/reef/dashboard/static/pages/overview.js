@@ -81,10 +81,13 @@ function deleteControl(scenario) {
 
 function strays(hidden, status) {
   if (!hidden.length) return null;
-  const names = hidden.length === 1 ? "1 scenario" : `${hidden.length} scenarios`;
+  const one = hidden.length === 1;
+  const names = one ? "1 scenario" : `${hidden.length} scenarios`;
+  const folded = `${names} not in the configuration and never learned (created by a request naming `
+    + `${one ? "it" : "them"}, perhaps misspelled) ${one ? "is" : "are"} hidden; `
+    + "set server.unknown_scenarios: reject to refuse such names";
   return h("details", { class: "panel", id: "unconfigured" },
-    h("summary", {}, `${names} not in the configuration and never learned (created by a request naming `
-      + "them, perhaps misspelled) are hidden; set server.unknown_scenarios: reject to refuse such names"),
+    h("summary", {}, folded),
     h("div", { class: "grid" }, hidden.map((item) =>
       h("div", { "data-stray": item.name }, card(item, status.scenarios[item.name]), deleteControl(item)))));
 }

@@ -18,6 +18,7 @@ from reef.learning.recipes import RecipeError, parse_recipe
 from reef.learning.reflect import UpstreamModels
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.learning.signals import ExtractorConfig, SignalsConfig
+from reef.learning.signals_preview import preview_signals
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
 from tests.experience.agent import Agent, Sent
@@ -193,3 +194,26 @@ def test_the_recipe_names_the_extractor_and_the_worker_passes_its_model(
     )  # fmt: skip
     worker.compute_feedback()
     assert rows(gateway, asked.record_id)["signal:correction/model"].correction == "#48213"
+
+
+def test_preview_shows_what_the_extractor_would_add_and_writes_nothing(
+    gateway: GatewayThread, extractor: ExtractorUpstreamThread, now: datetime
+) -> None:
+    asked = complained(gateway, "which order is late?")
+    found = preview_signals(
+        gateway.store, "support", WITH_MODEL, now - timedelta(hours=1), 100, now=now,
+        models=models(gateway, extractor),
+    )  # fmt: skip
+    assert (found.complaints_without_value, found.extractor_calls, found.extracted) == (1, 1, 1)
+    (row,) = found.samples["extractor"]
+    assert (row["record_id"], row["correction"]) == (asked.record_id, "#48213")
+    assert found.as_dict()["extractor"] == {"calls": 1, "extracted": 1, "error": None}
+    # the model was called, but nothing was recorded or written
+    assert extractor.calls == 1 and calls(gateway) == []
+    assert rows(gateway, asked.record_id) == {}
+    extractor.failing = True
+    down = preview_signals(
+        gateway.store, "support", WITH_MODEL, now - timedelta(hours=1), 100, now=now,
+        models=models(gateway, extractor),
+    )  # fmt: skip
+    assert down.extracted == 0 and "extractor down" in (down.extractor_error or "")

@@ -133,9 +133,11 @@ class ModelExtractor:
         judged: RecordView,
         said: str,
         now: datetime,
+        record: bool = True,
     ) -> Extraction:
         """Ask the model about the complaint ``said`` on the answer ``judged``, record the
-        call at ``now``; raises ``ReefError`` when the model cannot be asked."""
+        call at ``now`` (``record`` False: a dry run, nothing written); raises
+        ``ReefError`` when the model cannot be asked."""
         exchange = canonical_exchange(judged)
         answer = _text(exchange.reply or {})
         question = next(
@@ -146,7 +148,8 @@ class ModelExtractor:
         name = getattr(self._models, "model_name", None)
         model = name(config.upstream, config.model) if name else config.model
         extraction = Extraction(guarded(parse_reply(reply), said, answer), reply, model, messages)
-        self._record(scenario, extraction, judged.id, now)
+        if record:
+            self._record(scenario, extraction, judged.id, now)
         return extraction
 
     def _record(self, scenario: str, extraction: Extraction, judged: str, now: datetime) -> None:

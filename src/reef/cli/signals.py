@@ -72,8 +72,7 @@ def signals_preview(
     from reef.cli.stores import check_scenario, open_existing_database
     from reef.config import load_settings
     from reef.experience import SQLExperienceStore
-    from reef.learning import preview_signals
-    from reef.learning.reflect import UpstreamModels
+    from reef.learning import UpstreamModels, preview_signals
 
     settings = load_settings(config)
     rules, origin = _rules(settings, scenario)

@@ -108,16 +108,15 @@ def preview_signals(  # noqa: PLR0913
                 found.append(_sampled(signal, answers.get(signal.record_id)))
     preview.by_signal = dict(counts)
     if config.extractor is not None and models is not None:
-        _dry_run(store, scenario, config, unread, models, now or since, preview, sample)
+        extractor = ModelExtractor(store, models)
+        _dry_run(extractor, config, unread, now or since, preview, sample)
     return preview
 
 
-def _dry_run(  # noqa: PLR0913
-    store: ExperienceStore,
-    scenario: str,
+def _dry_run(
+    extractor: ModelExtractor,
     config: SignalsConfig,
     unread: list[tuple[Signal, RecordView]],
-    models: Any,
     now: datetime,
     preview: SignalPreview,
     sample: int,
@@ -125,11 +124,10 @@ def _dry_run(  # noqa: PLR0913
     """What the extractor would add for ``unread`` complaints, nothing recorded."""
     extractor_config = config.extractor
     assert extractor_config is not None  # the caller checked
-    extractor = ModelExtractor(store, models)
     for signal, record in unread[: extractor_config.max_calls_per_hour]:
         try:
             found = extractor.extract(
-                scenario, extractor_config, record, signal.evidence, now, record=False
+                preview.scenario, extractor_config, record, signal.evidence, now, record=False
             )
         except ReefError as error:
             preview.extractor_error = f"{type(error).__name__}: {error}"

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from reef.cli.main import app
 from reef.evaluation import EvaluationStore
 from reef.experience import FeedbackView, RecordFilter
 from reef.jobs import JobQueue
@@ -217,3 +220,29 @@ def test_preview_shows_what_the_extractor_would_add_and_writes_nothing(
         models=models(gateway, extractor),
     )  # fmt: skip
     assert down.extracted == 0 and "extractor down" in (down.extractor_error or "")
+
+
+def test_the_preview_command_runs_the_recipes_extractor_dry(
+    gateway: GatewayThread, extractor: ExtractorUpstreamThread, tmp_path: Path
+) -> None:
+    asked = complained(gateway, "which order was lost?")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "learners: [{type: fewshot}]\n"
+        "signals: {enabled: [correction], extractor: {max_calls_per_hour: 3}}\n"
+    )
+    config = tmp_path / "reef.yaml"
+    config.write_text(
+        f"home: {tmp_path / 'home'}\nstore: {{url: '{gateway.settings.store_url()}'}}\n"
+        f"upstreams: {{fake: {{type: openai, base_url: '{extractor.base_url}', model: m}}}}\n"
+        f"scenarios: {{support: {{upstream: fake, recipe: '{recipe}'}}}}\n"
+    )
+    args = ["signals", "preview", "--scenario", "support", "-c", str(config), "--since", "1h"]
+    shown = CliRunner().invoke(app, [*args, "--json"])
+    assert shown.exit_code == 0, shown.output
+    found = json.loads(shown.output)
+    assert found["extractor"] == {"calls": 1, "extracted": 1, "error": None}
+    assert found["samples"]["extractor"][0]["record_id"] == asked.record_id
+    assert extractor.models == ["m"] and calls(gateway) == []
+    text = CliRunner().invoke(app, args)
+    assert "extractor (dry run): 1 calls, 1 values it would add" in text.output

@@ -66,11 +66,13 @@ def signals_preview(
 ) -> None:
     """Run the scenario's signal rules (its recipe's `signals`, else the defaults) over
     recent traffic and print counts per signal, extracted corrections, complaints
-    without a value, and a sample of each. Writes nothing; never creates a store."""
+    without a value, and a sample of each; with `signals.extractor` in the recipe, also
+    what the extractor's model would add (it is called; nothing is written). Writes
+    nothing; never creates a store."""
     from reef.cli.stores import check_scenario, open_existing_database
     from reef.config import load_settings
     from reef.experience import SQLExperienceStore
-    from reef.learning import preview_signals
+    from reef.learning import UpstreamModels, preview_signals
 
     settings = load_settings(config)
     rules, origin = _rules(settings, scenario)
@@ -84,7 +86,11 @@ def signals_preview(
     try:
         check_scenario(settings, database, scenario)
         store = SQLExperienceStore(database)
-        found = preview_signals(store, scenario, rules, start, limit, now=now, sample=sample)
+        # the extractor's dry run calls the model it names, as the worker would
+        models = UpstreamModels(settings, scenario) if rules.extractor is not None else None
+        found = preview_signals(
+            store, scenario, rules, start, limit, now=now, sample=sample, models=models
+        )
     finally:
         database.close()
     if as_json:
@@ -127,6 +133,12 @@ def _print(found: SignalPreview, origin: str) -> None:
             else ""
         )
     )
+    if found.extractor_calls or found.extractor_error:
+        echo(
+            f"extractor (dry run): {found.extractor_calls} calls, "
+            f"{found.extracted} values it would add"
+            + (f"; stopped: {found.extractor_error}" if found.extractor_error else "")
+        )
     for kind, rows in found.samples.items():
         echo(f"\n{kind} (sample):")
         for row in rows:

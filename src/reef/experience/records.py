@@ -18,7 +18,7 @@ from reef.core.trust import Trust
 RecordStatus = Literal["ok", "error", "aborted", "pending"]
 EXPLICIT = "explicit"  # the source of feedback posted to /reef/feedback
 COMPUTED_KINDS = ("signal", "judge")
-_SOURCE = re.compile(r"(signal|judge):[a-z0-9][a-z0-9_.-]{0,59}")
+_SOURCE = re.compile(r"(signal|judge):[a-z0-9][a-z0-9_./-]{0,59}")
 Purpose = Literal["serve", "eval", "canary", "judge"]
 
 
@@ -250,7 +250,7 @@ def check_feedback_source(source: str, confidence: float | None) -> None:
     if not _SOURCE.fullmatch(source):
         raise InvalidInputError(
             f"feedback source {source[:80]!r} is neither 'explicit' nor 'signal:<name>' or "
-            "'judge:<name>' (lower-case letters, digits, '_', '.', '-')"
+            "'judge:<name>' (lower-case letters, digits, '_', '.', '-', '/')"
         )
     if confidence is None or not 0.0 <= confidence <= 1.0:
         raise InvalidInputError(f"computed feedback ({source}) needs a confidence in [0, 1]")

@@ -36,11 +36,12 @@ from reef.learning.recipes import (
     RecipeError,
     load_recipe,
 )
+from reef.learning.reflect import UpstreamModels
 from reef.learning.registry import (
     LEARNER_GROUP,
     LearnerRegistry,
 )
-from reef.learning.signals import Signal, SignalsConfig, session_signals
+from reef.learning.signals import ExtractorConfig, Signal, SignalsConfig, session_signals
 from reef.learning.signals_preview import SignalPreview, preview_signals
 from reef.learning.worker import (
     Worker,
@@ -49,6 +50,7 @@ from reef.learning.worker import (
 __all__ = [
     "LEARNER_GROUP",
     "ExperienceBatch",
+    "ExtractorConfig",
     "JudgeConfig",
     "JudgePass",
     "JudgeWriter",
@@ -69,6 +71,7 @@ __all__ = [
     "SignalWriter",
     "SignalsConfig",
     "TrainingExample",
+    "UpstreamModels",
     "Worker",
     "load_recipe",
     "preview_signals",

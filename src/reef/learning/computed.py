@@ -28,7 +28,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from reef.core.errors import ReefError
 from reef.core.trust import Trust
 from reef.experience import (
     ExperienceStore,
@@ -36,8 +38,11 @@ from reef.experience import (
     IdempotencyConflictError,
     RecordFilter,
     RecordView,
+    Redactor,
     assemble_trajectory,
 )
+from reef.learning.extractor import SOURCE as EXTRACTOR_SOURCE
+from reef.learning.extractor import ModelExtractor
 from reef.learning.signals import Signal, SignalsConfig, observed_vocabulary, session_signals
 
 log = logging.getLogger(__name__)
@@ -58,22 +63,38 @@ class SignalPass:
     written: int = 0
     already: int = 0
     by_signal: dict[str, int] = field(default_factory=dict)
+    extractor_calls: int = 0
+    extracted: int = 0
+    extractor_skipped_budget: int = 0
+    extractor_error: str | None = None
 
 
 class SignalWriter:
     """Writes conversation signals as feedback (module doc); one per worker process.
 
     ``trust_of(principal, scenario)`` is the trust level of an API key id (None: no key)
-    in a scenario, as the gateway gives posted feedback.
+    in a scenario, as the gateway gives posted feedback; ``redactor`` scrubs the records
+    of the model extractor's calls, as the gateway scrubs what it stores.
     """
 
-    def __init__(self, store: ExperienceStore, trust_of: TrustOf) -> None:
+    def __init__(
+        self, store: ExperienceStore, trust_of: TrustOf, redactor: Redactor | None = None
+    ) -> None:
         self._store = store
+        self._redactor = redactor
         self._trust_of = trust_of
         self._since: dict[str, datetime] = {}
 
-    def run(self, scenario: str, config: SignalsConfig, now: datetime | None = None) -> SignalPass:
-        """One pass over ``scenario``'s new sessions; what it did."""
+    def run(
+        self,
+        scenario: str,
+        config: SignalsConfig,
+        now: datetime | None = None,
+        models: Any = None,
+    ) -> SignalPass:
+        """One pass over ``scenario``'s new sessions; what it did. With
+        ``config.extractor`` set, ``models`` (a ``ConfiguredModel``: ``UpstreamModels``)
+        reaches the extractor's model (``reef.learning.extractor``)."""
         now = now or datetime.now(UTC)
         since = self._since.get(scenario, now - timedelta(hours=config.lookback_hours))
         if config.abandon_after_seconds is not None and "abandon" in config.enabled:
@@ -88,20 +109,72 @@ class SignalWriter:
             sessions.append((assemble_trajectory(scenario, session, records), records))
         # labels the scenario answers with: a correction to one is heard like a value's
         vocabulary = observed_vocabulary(trajectory for trajectory, _ in sessions)
+        unread: list[tuple[Signal, dict[str, RecordView], dict[str, str]]] = []
         for trajectory, records in sessions:
             by_id = {record.id: record for record in records}
             done.sessions += 1
             for signal in session_signals(trajectory, config, now=now, vocabulary=vocabulary):
                 done.found += 1
+                if signal.name == "correction" and signal.correction is None:
+                    unread.append((signal, by_id, trajectory.turn_of_record))
                 if self._write(scenario, signal, by_id, trajectory.turn_of_record):
                     done.written += 1
                     done.by_signal[signal.name] = done.by_signal.get(signal.name, 0) + 1
                 else:
                     done.already += 1
+        if config.extractor is not None and models is not None and unread:
+            self._extract(scenario, config, unread, models, now, done)
         self._since[scenario] = newest
         if done.written:
             log.info("signals for %r: %d written (%s)", scenario, done.written, done.by_signal)
         return done
+
+    def _extract(
+        self,
+        scenario: str,
+        config: SignalsConfig,
+        unread: list[tuple[Signal, dict[str, RecordView], dict[str, str]]],
+        models: Any,
+        now: datetime,
+        done: SignalPass,
+    ) -> None:
+        """Ask the model extractor for the value of each complaint the rules found none
+        in, within its hourly budget; write each value found as its own row."""
+        extractor_config = config.extractor
+        assert extractor_config is not None  # the caller checked
+        extractor = ModelExtractor(self._store, models, self._redactor)
+        calls, asked = extractor.recent(scenario, now)
+        budget = extractor_config.max_calls_per_hour - calls
+        for signal, by_id, turn_of_record in unread:
+            judged = by_id.get(signal.record_id)
+            if judged is None or signal.record_id in asked:
+                continue
+            if any(fb.source == EXTRACTOR_SOURCE for fb in judged.feedback):
+                continue
+            if budget <= 0:
+                done.extractor_skipped_budget += 1
+                continue
+            try:
+                found = extractor.extract(scenario, extractor_config, judged, signal.evidence, now)
+            except ReefError as error:
+                done.extractor_error = f"{type(error).__name__}: {error}"
+                log.warning("signal extractor of %r stopped: %s", scenario, done.extractor_error)
+                return
+            budget -= 1
+            done.extractor_calls += 1
+            if found.value is None:
+                continue
+            read = Signal(
+                "correction",
+                signal.record_id,
+                0.0,
+                extractor_config.confidence,
+                signal.evidence,
+                correction=found.value,
+            )
+            if self._write(scenario, read, by_id, turn_of_record, source=EXTRACTOR_SOURCE):
+                done.extracted += 1
+                done.written += 1
 
     def _sessions_since(self, scenario: str, since: datetime) -> dict[str, datetime]:
         return sessions_since(self._store, scenario, since)
@@ -112,12 +185,14 @@ class SignalWriter:
         signal: Signal,
         records: dict[str, RecordView],
         turn_of_record: dict[str, str],
+        source: str | None = None,
     ) -> bool:
-        """Write ``signal`` once; False when it was written before."""
+        """Write ``signal`` once (as ``source``, default ``signal:<name>``); False when it
+        was written before."""
         author = _author(signal, records, turn_of_record)
         key = author.principal if author is not None else None
         principal = signal_principal(author) if author is not None else None
-        source = f"signal:{signal.name}"
+        source = source or f"signal:{signal.name}"
         draft = FeedbackDraft(
             scenario=scenario,
             record_ids=(signal.record_id,),

@@ -72,13 +72,29 @@ DEFAULT_CONFIDENCE: dict[SignalName, float] = {
 }
 
 
+class ExtractorConfig(BaseModel):
+    """The optional model extractor (``reef.learning.extractor``): where the rules hear a
+    complaint but no value, a model reads the exchange and answers the corrected value as
+    JSON. ``upstream`` / ``model``: a configured upstream and a model name (default: the
+    scenario's own); past ``max_calls_per_hour`` calls in the last hour it waits for the
+    next pass; ``confidence``: what its rows (``signal:correction/model``) carry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    upstream: str | None = None
+    model: str | None = None
+    max_calls_per_hour: int = Field(default=60, ge=1)
+    confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
 class SignalsConfig(BaseModel):
     """Which conversation signals a scenario computes, and the rules behind them.
 
     A pattern list left unset keeps the English defaults above; a list given replaces
     them (case-insensitive Python regular expressions; ``correction_patterns`` need a
     ``(?P<correction>…)`` group). ``lookback_hours``: how far back a worker's first pass
-    looks for sessions (later passes take what arrived since).
+    looks for sessions (later passes take what arrived since). ``extractor``: the
+    optional model extractor for complaints the rules find no value in (None: off).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -92,6 +108,7 @@ class SignalsConfig(BaseModel):
     abandon_after_seconds: float | None = Field(default=None, gt=0.0)
     lookback_hours: float = Field(default=24.0, gt=0.0)
     confidence: dict[SignalName, float] = Field(default_factory=dict)
+    extractor: ExtractorConfig | None = None
 
     @field_validator(
         "complaint_patterns", "accept_patterns", "correction_patterns", "tool_error_patterns"

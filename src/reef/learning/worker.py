@@ -207,7 +207,7 @@ class Worker:
         self.recipe_files = RecipeFiles(settings, self.registry)
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
-        self.signals = SignalWriter(store, settings.trust_of)
+        self.signals = SignalWriter(store, settings.trust_of, redactor)
         self.judges = JudgeWriter(store, redactor)
         # Gate results go out as gen_ai.evaluation.result events (``otel.enabled``).
         self.live_export = live_export
@@ -229,6 +229,11 @@ class Worker:
             return self._recipes.get(scenario)
         return self.recipe_files.load(scenario)
 
+    def models_for(self, scenario: str) -> UpstreamModels:
+        """The configured models of ``scenario`` (judges, the signals' extractor), with
+        the worker's base URLs for upstreams that have none in the config."""
+        return UpstreamModels(self.settings, scenario, self.upstream_base_urls)
+
     def compute_feedback(self) -> dict[str, list[SignalPass | JudgePass]]:
         """Write the conversation signals and the judges' grades of every scenario whose
         recipe asks for them (``reef.learning.computed``, ``reef.learning.judges``);
@@ -238,7 +243,9 @@ class Worker:
         for scenario, recipe in self.recipes().items():
             passes: list[SignalPass | JudgePass] = []
             if recipe.signals.enabled:
-                passes.append(self.signals.run(scenario, recipe.signals, now))
+                passes.append(
+                    self.signals.run(scenario, recipe.signals, now, self.models_for(scenario))
+                )
             if recipe.judges:
                 models = UpstreamModels(self.settings, scenario, self.upstream_base_urls)
                 passes += [self.judges.run(scenario, judge, models, now) for judge in recipe.judges]
@@ -432,7 +439,8 @@ class JobRun:
         learners = recipe.build_learners(self.worker.registry)
         if recipe.signals.enabled:
             # Everything said before the job was made counts, however the passes fell.
-            self.worker.signals.run(job.scenario, recipe.signals, self.queue.now())
+            models = self.worker.models_for(job.scenario)
+            self.worker.signals.run(job.scenario, recipe.signals, self.queue.now(), models)
         consumed = self.queue.consumed_ids(job.scenario, published_only=True)
         trusted = trusted_references(recipe) if recipe.selection.screening.enabled else []
         batch = select_experience(

@@ -59,7 +59,8 @@ class ImportedRecord:
 @dataclass(frozen=True)
 class ImportedFeedback:
     """Feedback read from a source line, on records of the same line (``record_indexes``)
-    or on records stored earlier (``record_ids``, the ``reef`` format).
+    or on records stored earlier: by id (``record_ids``, the ``reef`` format) or by
+    the source id they were imported with (``record_sources``, ``otel``).
 
     ``principal`` / ``trust`` None: the importer's (``import:<format>``, ``--demo-trust``)."""
 
@@ -67,6 +68,7 @@ class ImportedFeedback:
     score: float | None
     record_indexes: tuple[int, ...] = ()
     record_ids: tuple[str, ...] = ()
+    record_sources: tuple[str, ...] = ()  # source ids of records imported earlier (``otel``)
     feedback: Any = None
     correction: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)

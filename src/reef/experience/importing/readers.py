@@ -18,6 +18,7 @@ from reef.experience.importing.base import (
     as_object,
     parse_time,
 )
+from reef.experience.importing.otel import OtelReader
 
 # Where a chat request or a stored completion keeps a conversation id, in order.
 SESSION_KEYS = ("conversation_id", "session_id", "thread_id")
@@ -197,7 +198,8 @@ class OpenAIFinetuneReader(ImportReader):
 
 
 READERS: dict[str, ImportReader] = {
-    reader.name: reader for reader in (ReefReader(), OpenAIChatReader(), OpenAIFinetuneReader())
+    reader.name: reader
+    for reader in (ReefReader(), OtelReader(), OpenAIChatReader(), OpenAIFinetuneReader())
 }
 """Readers by format name; a new format registers here (most specific first: ``auto``
 asks them in this order)."""

@@ -236,3 +236,108 @@ def test_what_the_live_export_sends_imports_back_to_the_same_conversation(
     again = run_import(store, path, tmp_path, fmt="otel")
     assert (again.records, again.feedback) == (0, 0)
     assert (again.duplicate_records, again.duplicate_feedback) == (2, 1)
+
+
+def by_source(store: SQLExperienceStore) -> dict[str, Any]:
+    return {r.tags[SOURCE_TAG]: r for r in store.iter_export("s")}
+
+
+def test_collector_file_export_with_tool_calls_turns_and_evaluations(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    summary = run_import(store, DATA / "otel.jsonl", tmp_path, fmt="auto")
+
+    # Four chat spans (the embeddings span is not an exchange), three evaluation events.
+    assert (summary.records, summary.feedback, summary.skipped) == (4, 3, 0), summary
+    stored = by_source(store)
+    trace = "5b8aa5a2d2c872e8321cf37308d69df2"
+    first, second, third = (
+        stored[trace + span]
+        for span in ("6e0c63257de34c92", "b7ad6b7169203331", "00f067aa0ba902b7")
+    )
+    assert {first.session_id, second.session_id, third.session_id} == {
+        "conv_5j66UpCpwteGg4YSxUnt7lPY"
+    }
+    assert first.request["messages"][0] == {
+        "role": "system",
+        "content": "You are a helpful weather assistant.",
+    }
+    assert first.response is not None
+    (call,) = first.response["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"location":"Paris"}'}
+    assert first.usage == {"prompt_tokens": 97, "completion_tokens": 52, "total_tokens": 149}
+    assert first.created_at.timestamp() == pytest.approx(1733300000.0)
+    tool_turn = second.request["messages"][3]
+    assert tool_turn == {
+        "role": "tool",
+        "tool_call_id": "call_VSPygqKTWdrhaFErNvMV18Yl",
+        "content": "rainy, 57°F",
+    }
+    (relevance,) = second.feedback
+    assert (relevance.score, relevance.feedback) == (0.92, "relevant")
+    assert relevance.metadata == {
+        "evaluation": "Relevance",
+        "explanation": "The answer states the weather the tool returned.",
+    }
+    # The evaluation span in a later batch lands on its parent span's record.
+    (correctness,) = third.feedback
+    assert correctness.score == 0.0
+    assert correctness.correction == "Yes: rain is expected all day, so take an umbrella."
+    assert len(third.request["messages"]) == 6
+    # Content from the operation-details event; no conversation id: a session of its own.
+    single = stored["0af7651916cd43dd8448eb211c80319c" + "a2fb4a1d1a96d312"]
+    assert single.response is not None
+    assert single.response["choices"][0]["message"]["content"] == "Bonjour."
+    assert single.session_id not in {first.session_id}
+    assert [f.score for f in single.feedback] == [1.0]
+
+
+def test_older_instrumentations_prompt_attributes_and_events(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    summary = run_import(store, DATA / "otel-legacy.jsonl", tmp_path, fmt="auto")
+
+    assert (summary.records, summary.feedback, summary.skipped) == (2, 1, 0), summary
+    stored = by_source(store)
+    indexed = stored["9a2b" * 8 + "1c2d" * 4]
+    assert [m["role"] for m in indexed.request["messages"]] == ["system", "user"]
+    assert indexed.response is not None
+    assert indexed.response["choices"][0]["message"]["content"] == "The capital of Japan is Tokyo."
+    assert indexed.usage == {"prompt_tokens": 24, "completion_tokens": 8, "total_tokens": 32}
+    assert [(f.score, f.feedback) for f in indexed.feedback] == [(1.0, "thumbs_up")]
+    evented = stored["e4a1" * 8 + "77ab" * 4]
+    assert evented.session_id == "legacy-session-1"
+    assert evented.request["messages"] == [
+        {"role": "user", "content": "Book a table for two at 7pm."}
+    ]
+    assert evented.response is not None
+    (call,) = evented.response["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "book_table"
+
+
+def test_a_span_without_content_is_skipped_saying_why(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "bare.jsonl"
+    bare = otlp_span((1, 2), "chat m", {"gen_ai.operation.name": "chat"})
+    path.write_text(json.dumps(export_request([bare])) + "\n")
+
+    summary = run_import(store, path, tmp_path, fmt="otel")
+
+    assert summary.records == 0
+    assert "content capture" in json.dumps(summary.as_dict())
+
+
+def test_an_evaluation_of_a_span_never_imported_is_reported(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "orphan.jsonl"
+    orphan = otlp_span(
+        (5, 6), "evaluation", {}, [(EVALUATION_EVENT, {"gen_ai.evaluation.score.value": 1.0})], 9
+    )
+    path.write_text(json.dumps(export_request([orphan])) + "\n")
+
+    summary = run_import(store, path, tmp_path, fmt="otel")
+
+    assert (summary.records, summary.feedback) == (0, 0)
+    assert "no imported record has source id" in json.dumps(summary.as_dict())

@@ -198,6 +198,11 @@ class _Span:
             ]
         self.name = str(span.get("name") or "")
         self.attributes = attributes_of(span.get("attributes"))
+        for name, attrs, _ in self.events:
+            # The conventions' opt-in event that carries the content instead of the span.
+            if name == "gen_ai.client.inference.operation.details":
+                for key, value in attrs.items():
+                    self.attributes.setdefault(key, value)
         status = span.get("status")
         code = status.get("code") if isinstance(status, dict) else None
         self.error = code in (2, "STATUS_CODE_ERROR", "ERROR") or "error.type" in self.attributes
@@ -249,8 +254,8 @@ def canonical_messages(parts_messages: Any, what: str) -> list[dict[str, Any]]:
     if not isinstance(parts_messages, list):
         raise ImportLineError(f"{what} must be a list of messages")
     out: list[dict[str, Any]] = []
-    for message in parts_messages:
-        message = as_object(message, f"a message of {what}")
+    for raw in parts_messages:
+        message = as_object(raw, f"a message of {what}")
         role = message.get("role")
         if not isinstance(role, str):
             raise ImportLineError(f"a message of {what} needs its role")
@@ -259,39 +264,44 @@ def canonical_messages(parts_messages: Any, what: str) -> list[dict[str, Any]]:
             parts = [{"type": "text", "content": message["content"]}]
         if not isinstance(parts, list):
             raise ImportLineError(f"a message of {what} needs its parts")
-        texts: list[str] = []
-        calls: list[dict[str, Any]] = []
-        for part in parts:
-            part = as_object(part, "a message part")
-            kind = part.get("type")
-            if kind == "text":
-                texts.append(str(part.get("content") or ""))
-            elif kind == "tool_call":
-                arguments = part.get("arguments")
-                if not isinstance(arguments, str):
-                    arguments = dumps(arguments if arguments is not None else {}).decode()
-                calls.append(
-                    {"id": part.get("id"), "name": part.get("name"), "arguments": arguments}
-                )
-            elif kind == "tool_call_response":
-                response = part.get("response")
-                content = response if isinstance(response, str) else dumps(response).decode()
-                out.append({"role": "tool", "tool_call_id": part.get("id"), "content": content})
-        if (
-            texts
-            or calls
-            or (role != "tool" and not any(p.get("type") == "tool_call_response" for p in parts))
-        ):
-            turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
+        texts, calls, responses = _read_parts(parts)
+        out.extend(responses)
+        if texts or calls or not responses:
+            turn: dict[str, Any] = {"role": role}
+            if texts or not calls:
+                turn["content"] = "".join(texts)
             if calls:
                 turn["tool_calls"] = calls
-                if not texts:
-                    turn.pop("content")
             if isinstance(message.get("name"), str):
                 turn["name"] = message["name"]
             turn["_finish"] = message.get("finish_reason")
             out.append(turn)
     return out
+
+
+def _read_parts(
+    parts: list[Any],
+) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The texts, tool calls and tool results (as tool messages) of a message's parts;
+    parts of other types (media, reasoning) are left out."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    responses: list[dict[str, Any]] = []
+    for raw in parts:
+        part = as_object(raw, "a message part")
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(str(part.get("content") or ""))
+        elif kind == "tool_call":
+            arguments = part.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = dumps(arguments if arguments is not None else {}).decode()
+            calls.append({"id": part.get("id"), "name": part.get("name"), "arguments": arguments})
+        elif kind == "tool_call_response":
+            response = part.get("response")
+            content = response if isinstance(response, str) else dumps(response).decode()
+            responses.append({"role": "tool", "tool_call_id": part.get("id"), "content": content})
+    return texts, calls, responses
 
 
 def _indexed(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
@@ -389,6 +399,85 @@ def _finish(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in message.items() if k != "_finish"} for message in messages]
 
 
+def _messages(span: _Span) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The span's input and output messages (canonical), from the current conventions'
+    attributes, else the older indexed attributes, else the older events."""
+    attrs = span.attributes
+    inputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    if "gen_ai.system_instructions" in attrs:
+        value = _json_value(attrs["gen_ai.system_instructions"], "gen_ai.system_instructions")
+        parts = value if isinstance(value, list) else [{"type": "text", "content": value}]
+        system = [{"role": "system", "parts": parts}]
+        inputs.extend(canonical_messages(system, "gen_ai.system_instructions"))
+    for key, found in (("gen_ai.input.messages", inputs), ("gen_ai.output.messages", outputs)):
+        if key in attrs:
+            found.extend(canonical_messages(_json_value(attrs[key], key), key))
+    for key, found, role in (
+        ("gen_ai.prompt", inputs, "user"),
+        ("gen_ai.completion", outputs, "assistant"),
+    ):
+        if not found:
+            found.extend(_indexed(attrs, key))
+        if not found and key in attrs:
+            found.extend(_flat_messages(_json_value(attrs[key], key), role))
+    if not inputs or not outputs:
+        event_inputs, event_outputs = _legacy_events(span)
+        inputs = inputs or event_inputs
+        outputs = outputs or event_outputs
+    if not inputs:
+        raise ImportLineError(
+            f"span {span.source_id} has no input messages (gen_ai.input.messages, "
+            "gen_ai.prompt.N.* or gen_ai.prompt events); was content capture on?"
+        )
+    return inputs, outputs
+
+
+def _response(
+    span: _Span, answer: dict[str, Any], model: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``chat.completion`` of the span's first output message."""
+    attrs = span.attributes
+    reasons = attrs.get("gen_ai.response.finish_reasons")
+    finish = answer.get("_finish") or (
+        reasons[0] if isinstance(reasons, list) and reasons else None
+    )
+    message = openai_chat_messages(_finish([answer]))[0]
+    message["role"] = "assistant"
+    response: dict[str, Any] = {
+        "id": str(attrs.get("gen_ai.response.id") or f"chatcmpl-otel-{span.source_id}"),
+        "object": "chat.completion",
+        "model": str(attrs.get("gen_ai.response.model") or model),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish or ("tool_calls" if message.get("tool_calls") else "stop"),
+            }
+        ],
+    }
+    if usage:
+        response["usage"] = usage
+    return response
+
+
+def _usage(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Token counts in the chat completions' names (current and older attribute names)."""
+    usage: dict[str, Any] = {}
+    for name, key in (
+        ("gen_ai.usage.input_tokens", "prompt_tokens"),
+        ("gen_ai.usage.prompt_tokens", "prompt_tokens"),
+        ("gen_ai.usage.output_tokens", "completion_tokens"),
+        ("gen_ai.usage.completion_tokens", "completion_tokens"),
+    ):
+        value = attrs.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and key not in usage:
+            usage[key] = value
+    if len(usage) == 2:
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return usage
+
+
 class OtelReader(ImportReader):
     """OTLP/JSON spans with GenAI attributes (module doc)."""
 
@@ -436,94 +525,22 @@ class OtelReader(ImportReader):
 
     def _record(self, span: _Span) -> ImportedRecord | None:
         attrs = span.attributes
-        inputs: list[dict[str, Any]] = []
-        outputs: list[dict[str, Any]] = []
-        if "gen_ai.system_instructions" in attrs:
-            value = _json_value(attrs["gen_ai.system_instructions"], "gen_ai.system_instructions")
-            parts = value if isinstance(value, list) else [{"type": "text", "content": value}]
-            inputs.extend(
-                canonical_messages(
-                    [{"role": "system", "parts": parts}], "gen_ai.system_instructions"
-                )
-            )
-        if "gen_ai.input.messages" in attrs:
-            inputs.extend(
-                canonical_messages(
-                    _json_value(attrs["gen_ai.input.messages"], "gen_ai.input.messages"),
-                    "gen_ai.input.messages",
-                )
-            )
-        if "gen_ai.output.messages" in attrs:
-            outputs = canonical_messages(
-                _json_value(attrs["gen_ai.output.messages"], "gen_ai.output.messages"),
-                "gen_ai.output.messages",
-            )
-        if not inputs:
-            inputs = _indexed(attrs, "gen_ai.prompt")
-            if "gen_ai.prompt" in attrs and not inputs:
-                inputs = _flat_messages(_json_value(attrs["gen_ai.prompt"], "gen_ai.prompt"))
-        if not outputs:
-            outputs = _indexed(attrs, "gen_ai.completion")
-            if "gen_ai.completion" in attrs and not outputs:
-                outputs = _flat_messages(
-                    _json_value(attrs["gen_ai.completion"], "gen_ai.completion"), "assistant"
-                )
-        if not inputs or not outputs:
-            event_inputs, event_outputs = _legacy_events(span)
-            inputs = inputs or event_inputs
-            outputs = outputs or event_outputs
-        if not inputs:
-            raise ImportLineError(
-                f"span {span.source_id} has no input messages (gen_ai.input.messages, "
-                "gen_ai.prompt.N.* or gen_ai.prompt events); was content capture on?"
-            )
-        model = (
+        inputs, outputs = _messages(span)
+        model = str(
             attrs.get("gen_ai.request.model") or attrs.get("gen_ai.response.model") or "imported"
         )
         request: dict[str, Any] = {
-            "model": str(model),
+            "model": model,
             "messages": openai_chat_messages(_finish(inputs)),
         }
+        usage = _usage(attrs)
         response: dict[str, Any] | None = None
         status = "error" if span.error else "ok"
         if outputs:
-            answer = outputs[0]
-            reasons = attrs.get("gen_ai.response.finish_reasons")
-            finish = answer.get("_finish") or (
-                reasons[0] if isinstance(reasons, list) and reasons else None
-            )
-            message = openai_chat_messages(_finish([answer]))[0]
-            message["role"] = "assistant"
-            response = {
-                "id": str(attrs.get("gen_ai.response.id") or f"chatcmpl-otel-{span.source_id}"),
-                "object": "chat.completion",
-                "model": str(attrs.get("gen_ai.response.model") or model),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": finish
-                        or ("tool_calls" if message.get("tool_calls") else "stop"),
-                    }
-                ],
-            }
+            response = _response(span, outputs[0], model, usage)
             status = "ok"
         elif not span.error:
             raise ImportLineError(f"span {span.source_id} has no output messages")
-        usage: dict[str, Any] = {}
-        for name, key in (
-            ("gen_ai.usage.input_tokens", "prompt_tokens"),
-            ("gen_ai.usage.prompt_tokens", "prompt_tokens"),
-            ("gen_ai.usage.output_tokens", "completion_tokens"),
-            ("gen_ai.usage.completion_tokens", "completion_tokens"),
-        ):
-            value = attrs.get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and key not in usage:
-                usage[key] = value
-        if len(usage) == 2:
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        if response is not None and usage:
-            response["usage"] = usage
         latency = 0.0
         if span.start is not None and span.end is not None:
             latency = max(0.0, (span.end - span.start).total_seconds() * 1000.0)

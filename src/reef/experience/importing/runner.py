@@ -267,6 +267,17 @@ class _Importer:
                 summary.records += 1
             else:
                 summary.duplicate_records += 1
+        self._write_feedback(self._feedback_drafts(batch, placed, summary, path), summary, path)
+
+    def _feedback_drafts(
+        self,
+        batch: list[tuple[int, ImportItem]],
+        placed: list[list[str | None]],
+        summary: ImportSummary,
+        path: Path,
+    ) -> list[tuple[int, str, FeedbackDraft]]:
+        """The batch's feedback to write, with its line; feedback whose record cannot be
+        found is reported."""
         feedback: list[tuple[int, str, FeedbackDraft]] = []
         for (line_no, item), ids in zip(batch, placed, strict=True):
             for entry in item.feedback:
@@ -277,7 +288,7 @@ class _Importer:
                     continue
                 if given is not None:
                     feedback.append((line_no, entry.source_id, given))
-        self._write_feedback(feedback, summary, path)
+        return feedback
 
     def _write_feedback(
         self, feedback: list[tuple[int, str, FeedbackDraft]], summary: ImportSummary, path: Path

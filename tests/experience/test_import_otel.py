@@ -195,7 +195,7 @@ def test_what_the_live_export_sends_imports_back_to_the_same_conversation(
         principal="alice",
         idempotency_key=None,
     )
-    event = {**feedback_attributes(rating, "fb-1"), "reef.feedback.correction": rating.correction}
+    event = feedback_attributes(rating, "fb-1", capture_content=True)
     evaluation = otlp_span(
         (trace_ids("rec-b")[0], 77),
         "evaluation feedback",

@@ -29,7 +29,9 @@ def import_command(
     format: Annotated[
         str,
         typer.Option(
-            "--format", "-f", help="auto, reef, openai-chat or openai-finetune (auto: sniffed)."
+            "--format",
+            "-f",
+            help="auto, reef, otel, openai-chat or openai-finetune (auto: sniffed).",
         ),
     ] = "auto",
     dry_run: Annotated[

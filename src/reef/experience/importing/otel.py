@@ -42,7 +42,7 @@ from reef.experience.importing.base import (
 from reef.upstream.canonical import openai_chat_messages
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
-CORRECTION_ATTRIBUTE = "reef.feedback.correction"
+CORRECTION_ATTRIBUTE = "reef.feedback.correction"  # as reef.telemetry.attributes writes it
 # Operations that are an exchange with a model (``embeddings`` has no answer to learn from).
 _OPERATIONS = {"chat", "text_completion", "generate_content"}
 _EVENT_ROLES = {

@@ -14,6 +14,7 @@ from reef.experience import (
     ORIGIN_TAG,
     SOURCE_TAG,
     FeedbackDraft,
+    ImportLineError,
     ImportOptions,
     ImportSummary,
     RecordDraft,
@@ -341,3 +342,35 @@ def test_an_evaluation_of_a_span_never_imported_is_reported(
 
     assert (summary.records, summary.feedback) == (0, 0)
     assert "no imported record has source id" in json.dumps(summary.as_dict())
+
+
+def test_one_bad_span_costs_only_itself_and_other_spans_add_nothing(
+    store: SQLExperienceStore, tmp_path: Path
+) -> None:
+    good_messages = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.input.messages": json.dumps(
+            [{"role": "user", "parts": [{"type": "text", "content": "hello"}]}]
+        ),
+        "gen_ai.output.messages": json.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": "hi"}]}]
+        ),
+    }
+    good = otlp_span((1, 1), "chat m", good_messages)
+    broken = otlp_span((1, 2), "chat m", {**good_messages, "gen_ai.input.messages": "{oops"})
+    http = otlp_span((1, 3), "GET /orders", {"http.request.method": "GET"})
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        json.dumps(export_request([good, broken, http]))
+        + "\n"
+        + json.dumps(export_request([http]))
+        + "\n"
+    )
+
+    summary = run_import(store, path, tmp_path, fmt="otel")
+
+    assert (summary.records, summary.skipped) == (1, 1), summary
+    ((_, line, reason),) = summary.skips
+    assert line == 1 and "gen_ai.input.messages is not JSON" in reason
+    with pytest.raises(ImportLineError, match="not JSON"):
+        run_import(store, path, tmp_path / "strict", fmt="otel", strict=True)

@@ -86,6 +86,9 @@ class ImportItem:
 
     records: tuple[ImportedRecord, ...]
     feedback: tuple[ImportedFeedback, ...] = ()
+    # Parts of the line that could not be read while the rest could (one bad span of an
+    # OTLP export request): each reported as a skip of the line, or fatal with --strict.
+    problems: tuple[str, ...] = ()
 
 
 class ImportReader(ABC):

@@ -493,37 +493,64 @@ class OtelReader(ImportReader):
         )
 
     def read(self, line: Any) -> ImportItem:
+        """The records and feedback of a line's spans. A span that cannot be read is a
+        problem of the line (reported with its number), not a reason to drop the other
+        spans of the same export request; spans that are no GenAI exchange and carry no
+        evaluation (HTTP, database spans) add nothing."""
         row = as_object(line, "an OTLP/JSON line")
-        spans = [_Span(raw) for raw in spans_of(row)]
+        problems: list[str] = []
+        spans: list[_Span] = []
+        for raw in spans_of(row):
+            try:
+                spans.append(_Span(raw))
+            except ImportLineError as error:
+                problems.append(str(error))
         records: list[ImportedRecord] = []
         index: dict[str, int] = {}  # span id -> record index
+        failed: set[str] = set()
         for span in spans:
             if span.is_exchange():
-                record = self._record(span)
-                if record is not None:
-                    index[span.span_id] = len(records)
-                    records.append(record)
+                try:
+                    records.append(self._record(span))
+                except ImportLineError as error:
+                    problems.append(str(error))
+                    failed.add(span.span_id)
+                    continue
+                index[span.span_id] = len(records) - 1
         feedback: list[ImportedFeedback] = []
         for span in spans:
-            targets: list[tuple[str, str]] = (
-                [(span.trace_id, span.span_id)] if span.span_id in index else []
-            )
-            if not targets:
-                if span.parent is not None:
-                    targets.append((span.trace_id, span.parent))
-                targets.extend(link for link in span.links if link not in targets)
-            for number, (name, attrs, _) in enumerate(span.events):
-                if name != EVALUATION_EVENT or not targets:
-                    continue
-                entry = self._feedback(span, number, attrs, targets, index)
+            if span.span_id in failed:
+                continue  # its evaluations were of the exchange that could not be read
+            for entry in self._evaluations(span, index, problems):
                 feedback.append(entry)
-        if not records and not feedback:
-            raise ImportLineError(
-                "no GenAI span (gen_ai.operation.name chat) and no evaluation event"
-            )
-        return ImportItem(tuple(records), tuple(feedback))
+        return ImportItem(tuple(records), tuple(feedback), tuple(problems))
 
-    def _record(self, span: _Span) -> ImportedRecord | None:
+    def _evaluations(
+        self, span: _Span, index: dict[str, int], problems: list[str]
+    ) -> list[ImportedFeedback]:
+        """The feedback of the span's evaluation events: on its own record when it is
+        an exchange, else on its parent's and linked spans' records."""
+        targets: list[tuple[str, str]] = (
+            [(span.trace_id, span.span_id)] if span.span_id in index else []
+        )
+        if not targets:
+            if span.parent is not None:
+                targets.append((span.trace_id, span.parent))
+            targets.extend(link for link in span.links if link not in targets)
+        found: list[ImportedFeedback] = []
+        for number, (name, attrs, _) in enumerate(span.events):
+            if name != EVALUATION_EVENT:
+                continue
+            if not targets:
+                problems.append(f"span {span.source_id}: an evaluation event rates no span")
+                continue
+            try:
+                found.append(self._feedback(span, number, attrs, targets, index))
+            except ImportLineError as error:
+                problems.append(f"span {span.source_id}: {error}")
+        return found
+
+    def _record(self, span: _Span) -> ImportedRecord:
         attrs = span.attributes
         inputs, outputs = _messages(span)
         model = str(

@@ -196,7 +196,12 @@ def _read_line(
             parsed = loads(raw)
         except ValueError as error:
             raise ImportLineError(f"not JSON: {error}") from error
-        return reader.read(parsed)
+        item = reader.read(parsed)
+        for problem in item.problems:
+            if strict:
+                raise ImportLineError(problem)
+            summary.skip(path, line_no, problem)
+        return item
     except (ImportLineError, ValueError, TypeError) as error:
         reason = str(error) or type(error).__name__
         if strict:

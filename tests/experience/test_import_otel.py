@@ -35,6 +35,7 @@ from tests.experience.conftest import (  # noqa: F401 - fixtures
     pg_url,
     store_url,
 )
+from tests.telemetry.test_attributes import ANTHROPIC_REQUEST, ANTHROPIC_RESPONSE
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 
@@ -143,12 +144,17 @@ TOOLS_RESPONSE = {
 }
 
 
-def draft(record_id: str, request: dict[str, Any], response: dict[str, Any]) -> RecordDraft:
+def draft(
+    record_id: str,
+    request: dict[str, Any],
+    response: dict[str, Any],
+    api: str = "openai.chat",
+) -> RecordDraft:
     return RecordDraft(
         id=record_id,
         scenario="live",
         session_id="conv-7",
-        api="openai.chat",
+        api=api,  # type: ignore[arg-type]
         request=request,
         response=response,
         status="ok",
@@ -182,9 +188,10 @@ def test_what_the_live_export_sends_imports_back_to_the_same_conversation(
         },
     )
     second = draft("rec-b", TOOLS_REQUEST, TOOLS_RESPONSE)
+    third = draft("rec-c", ANTHROPIC_REQUEST, ANTHROPIC_RESPONSE, "anthropic.messages")
     spans = [
         otlp_span(trace_ids(d.id), span_name(d), record_attributes(d, "openai", None, True))
-        for d in (first, second)
+        for d in (first, second, third)
     ]
     rating = FeedbackDraft(
         scenario="live",
@@ -212,9 +219,11 @@ def test_what_the_live_export_sends_imports_back_to_the_same_conversation(
 
     summary = run_import(store, path, tmp_path, fmt="auto")
 
-    assert (summary.records, summary.feedback, summary.skipped) == (2, 1, 0), summary
+    assert (summary.records, summary.feedback, summary.skipped) == (3, 1, 0), summary
     stored = {r.tags[SOURCE_TAG]: r for r in store.iter_export("s")}
-    for original in (first, second):
+    # An Anthropic exchange comes back in chat completions form: the same canonical
+    # conversation and answer (tool use and tool results included).
+    for original in (first, second, third):
         trace_id, span_id = trace_ids(original.id)
         record = stored[f"{trace_id:032x}{span_id:016x}"]
         assert record.tags[ORIGIN_TAG] == "import:otel"
@@ -226,7 +235,13 @@ def test_what_the_live_export_sends_imports_back_to_the_same_conversation(
         assert canonical_reply(record.api, record.response) == canonical_reply(
             original.api, original.response
         )
-        assert record.usage == original.usage
+        if original.usage is None:
+            assert record.usage is None
+        else:
+            assert record.usage is not None
+            assert record.usage["prompt_tokens"] == original.usage.get(
+                "prompt_tokens", original.usage.get("input_tokens")
+            )
     rated = stored[f"{trace_ids('rec-b')[0]:032x}{trace_ids('rec-b')[1]:016x}"]
     (feedback,) = rated.feedback
     assert feedback.score == 0.0
@@ -236,7 +251,7 @@ def test_what_the_live_export_sends_imports_back_to_the_same_conversation(
 
     again = run_import(store, path, tmp_path, fmt="otel")
     assert (again.records, again.feedback) == (0, 0)
-    assert (again.duplicate_records, again.duplicate_feedback) == (2, 1)
+    assert (again.duplicate_records, again.duplicate_feedback) == (3, 1)
 
 
 def by_source(store: SQLExperienceStore) -> dict[str, Any]:

@@ -3,6 +3,7 @@ written after the public conventions and from what Reef's own live export sends.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from reef.experience import (
     SQLExperienceStore,
     import_file,
 )
+from reef.experience.importing import READERS
 from reef.experience.importing.otel import otlp_attributes
 from reef.telemetry.attributes import (
     EVALUATION_EVENT,
@@ -389,3 +391,28 @@ def test_one_bad_span_costs_only_itself_and_other_spans_add_nothing(
     assert line == 1 and "gen_ai.input.messages is not JSON" in reason
     with pytest.raises(ImportLineError, match="not JSON"):
         run_import(store, path, tmp_path / "strict", fmt="otel", strict=True)
+
+
+def test_ids_in_base64_as_the_protobuf_json_mapping_writes_them() -> None:
+    span = otlp_span((0xAB, 0xCD), "chat m", {"gen_ai.operation.name": "chat"})
+    span["traceId"] = base64.b64encode(bytes.fromhex(f"{0xAB:032x}")).decode()
+    span["spanId"] = base64.b64encode(bytes.fromhex(f"{0xCD:016x}")).decode()
+    span["events"] = [
+        {
+            "name": "gen_ai.client.inference.operation.details",
+            "attributes": otlp_attributes(
+                {
+                    "gen_ai.input.messages": json.dumps(
+                        [{"role": "user", "parts": [{"type": "text", "content": "a"}]}]
+                    ),
+                    "gen_ai.output.messages": '[{"role":"assistant","parts":[]}]',
+                }
+            ),
+        }
+    ]
+
+    item = READERS["otel"].read(export_request([span]))
+
+    (record,) = item.records
+    assert record.source_id == f"{0xAB:032x}{0xCD:016x}"
+    assert item.problems == ()

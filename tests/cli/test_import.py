@@ -60,7 +60,7 @@ def test_usage_errors_exit_2_with_what_to_fix(tmp_path: Path) -> None:
     unknown = reef("import", str(path), "--scenario", "s", "--format", "csv", cwd=tmp_path)
     assert unknown.returncode == 2
     assert "unknown import format 'csv'" in unknown.stderr
-    assert "reef, openai-chat, openai-finetune" in unknown.stderr
+    assert "reef, otel, openai-chat, openai-finetune" in unknown.stderr
     strict = reef("import", str(path), "--scenario", "s", "--strict", cwd=tmp_path)
     assert strict.returncode == 2
     assert "bad.jsonl:1: no assistant message" in strict.stderr

@@ -221,7 +221,7 @@ def test_malformed_lines_are_skipped_with_their_numbers(
 
 
 def test_an_unknown_format_names_the_formats(store: SQLExperienceStore, tmp_path: Path) -> None:
-    with pytest.raises(UnknownImportFormatError, match="reef, openai-chat, openai-finetune"):
+    with pytest.raises(UnknownImportFormatError, match="reef, otel, openai-chat, openai-finetune"):
         run_import(store, CHAT, tmp_path, fmt="csv")
     odd = tmp_path / "odd.jsonl"
     odd.write_text('{"hello": "world"}\n')

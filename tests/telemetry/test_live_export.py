@@ -120,7 +120,12 @@ def test_feedback_is_an_evaluation_event_on_the_rated_span(
     posted = [
         call(gateway.port, "POST", "/reef/feedback", body)
         for body in (
-            {"record_ids": [record_id], "score": 0.25, "feedback": "missed the refund policy"},
+            {
+                "record_ids": [record_id],
+                "score": 0.25,
+                "feedback": "missed the refund policy",
+                "correction": "Refunds take five days.",
+            },
             {"record_ids": [record_id], "score": 0, "feedback": "thumbs_down"},
         )
     ]
@@ -143,6 +148,7 @@ def test_feedback_is_an_evaluation_event_on_the_rated_span(
     assert explained["gen_ai.evaluation.score.value"] == 0.25
     assert explained["gen_ai.evaluation.explanation"] == "missed the refund policy"
     assert "gen_ai.evaluation.score.label" not in explained
+    assert "reef.feedback.correction" not in explained  # content stays home by default
     assert labelled["gen_ai.evaluation.score.value"] == 0.0
     assert labelled["gen_ai.evaluation.score.label"] == "thumbs_down"
 
@@ -165,6 +171,21 @@ def test_capture_content_sends_the_messages_in_the_parts_format(
         "parts": [{"type": "text", "content": reply}],
         "finish_reason": "stop",
     }
+
+
+def test_capture_content_sends_a_correction_on_its_evaluation_event(
+    make_gateway: Callable[..., GatewayThread], receiver: OtlpReceiver
+) -> None:
+    gateway = make_gateway(receiver.traces_url, capture_content=True)
+    record_id = chat(gateway, "refund please")
+    correction = {"role": "assistant", "content": "Refunds take five days."}
+    body = {"record_ids": [record_id], "score": 0, "correction": correction}
+    assert call(gateway.port, "POST", "/reef/feedback", body).status == 201
+    (span,) = eventually(
+        lambda: receiver.named("evaluation feedback"), "the feedback span with its correction"
+    )
+    ((_, event),) = span.events
+    assert json.loads(event["reef.feedback.correction"]) == correction
 
 
 def test_an_upstream_error_sets_the_span_status(

@@ -31,7 +31,7 @@ def import_command(
         typer.Option(
             "--format",
             "-f",
-            help="auto, reef, openai-chat, openai-finetune, langfuse, langsmith or "
+            help="auto, reef, otel, openai-chat, openai-finetune, langfuse, langsmith or "
             "tensorzero (auto: sniffed).",
         ),
     ] = "auto",

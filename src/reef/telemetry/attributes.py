@@ -34,6 +34,8 @@ EVALUATION_EVENT = "gen_ai.evaluation.result"
 FEEDBACK_EVALUATION = "reef.feedback"
 GATE_EVALUATION = "reef.gate"
 _MAX_LABEL_CHARS = 32
+# The conventions have no field for a corrected answer: Reef's own event attribute.
+CORRECTION_ATTRIBUTE = "reef.feedback.correction"
 
 
 def trace_ids(record_id: str) -> tuple[int, int]:
@@ -172,10 +174,13 @@ def _parts_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def feedback_attributes(feedback: FeedbackDraft, feedback_id: str) -> Attributes:
+def feedback_attributes(
+    feedback: FeedbackDraft, feedback_id: str, capture_content: bool = False
+) -> Attributes:
     """The ``gen_ai.evaluation.result`` event of one feedback item: its score as the
     value; a one-word feedback (``thumbs_down``) as the label, a longer text feedback as
-    the explanation."""
+    the explanation; with ``capture_content``, its correction as ``reef.feedback.correction``
+    (text, or the JSON of a message), which ``reef import --format otel`` reads back."""
     attributes: Attributes = {
         "gen_ai.evaluation.name": FEEDBACK_EVALUATION,
         "reef.feedback.id": feedback_id,
@@ -193,6 +198,11 @@ def feedback_attributes(feedback: FeedbackDraft, feedback_id: str) -> Attributes
             attributes["gen_ai.evaluation.explanation"] = text
     if feedback.session_id is not None:
         attributes["gen_ai.conversation.id"] = feedback.session_id
+    correction = feedback.correction
+    if capture_content and correction is not None:
+        attributes[CORRECTION_ATTRIBUTE] = (
+            correction if isinstance(correction, str) else dumps(correction).decode()
+        )
     if feedback.record_ids:
         attributes["reef.record.ids"] = list(feedback.record_ids)
     return attributes

@@ -109,7 +109,12 @@ class LiveExport:
                     "start": now,
                     "end": now,
                     "attributes": {},
-                    "events": [[EVALUATION_EVENT, feedback_attributes(feedback, feedback_id)]],
+                    "events": [
+                        [
+                            EVALUATION_EVENT,
+                            feedback_attributes(feedback, feedback_id, self.config.capture_content),
+                        ]
+                    ],
                 }
             )
         except Exception:

@@ -60,7 +60,8 @@ class ImportedRecord:
 @dataclass(frozen=True)
 class ImportedFeedback:
     """Feedback read from a source line, on records of the same line (``record_indexes``)
-    or on records stored earlier (``record_ids``, the ``reef`` format).
+    or on records stored earlier: by id (``record_ids``, the ``reef`` format) or by
+    the source id they were imported with (``record_sources``, ``otel``).
 
     ``principal`` / ``trust`` None: the importer's (``import:<format>``, ``--demo-trust``)."""
 
@@ -68,6 +69,10 @@ class ImportedFeedback:
     score: float | None
     record_indexes: tuple[int, ...] = ()
     record_ids: tuple[str, ...] = ()
+    # Source ids of this format's records, imported on this line or an earlier one (a
+    # score row of its own naming the run / observation / inference / span it grades). When
+    # one is not found and ``session_id`` is set, the feedback is that session's outcome.
+    record_sources: tuple[str, ...] = ()
     feedback: Any = None
     correction: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -77,10 +82,6 @@ class ImportedFeedback:
     session_id: str | None = None  # the outcome of a session (``reef`` format)
     source: str = "explicit"
     confidence: float | None = None
-    # Source ids of this format's records, imported on this line or an earlier one (a
-    # score row of its own naming the run / observation / inference it grades). When one
-    # is not found and ``session_id`` is set, the feedback is that session's outcome.
-    record_sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class ImportItem:
 
     records: tuple[ImportedRecord, ...]
     feedback: tuple[ImportedFeedback, ...] = ()
+    # Parts of the line that could not be read while the rest could (one bad span of an
+    # OTLP export request): each reported as a skip of the line, or fatal with --strict.
+    problems: tuple[str, ...] = ()
 
 
 class ImportReader(ABC):

@@ -21,6 +21,7 @@ from reef.experience.importing.base import (
 )
 from reef.experience.importing.langfuse import LangfuseReader
 from reef.experience.importing.langsmith import LangSmithReader
+from reef.experience.importing.otel import OtelReader
 from reef.experience.importing.tensorzero import TensorZeroReader
 
 # Where a chat request or a stored completion keeps a conversation id, in order.
@@ -204,6 +205,7 @@ READERS: dict[str, ImportReader] = {
     reader.name: reader
     for reader in (
         ReefReader(),
+        OtelReader(),
         OpenAIChatReader(),
         OpenAIFinetuneReader(),
         LangfuseReader(),

@@ -196,7 +196,12 @@ def _read_line(
             parsed = loads(raw)
         except ValueError as error:
             raise ImportLineError(f"not JSON: {error}") from error
-        return reader.read(parsed)
+        item = reader.read(parsed)
+        for problem in item.problems:
+            if strict:
+                raise ImportLineError(problem)
+            summary.skip(path, line_no, problem)
+        return item
     except (ImportLineError, ValueError, TypeError) as error:
         reason = str(error) or type(error).__name__
         if strict:
@@ -326,6 +331,13 @@ class _Importer:
                 pass
         return self.store.find_by_idempotency_key(self.options.scenario, self._key(record))
 
+    def _by_source(self, source_id: str) -> str | None:
+        """The id of the record imported (by this format) with ``source_id``."""
+        key = f"{self.origin}:{source_id}"
+        if key in self.batch_keys:
+            return self.batch_keys[key]
+        return self.store.find_by_idempotency_key(self.options.scenario, key)
+
     def _draft(self, record: ImportedRecord, summary: ImportSummary) -> RecordDraft:
         if record.api not in _APIS:
             raise ImportLineError(f"unknown api {record.api!r}; one of {', '.join(_APIS)}")
@@ -423,6 +435,15 @@ class _Importer:
             if None in chosen or not chosen:
                 return None  # its record was skipped (and reported)
             record_ids = tuple(i for i in chosen if i is not None)
+        elif entry.record_sources:
+            found = [self._by_source(source) for source in entry.record_sources]
+            missing = [s for s, i in zip(entry.record_sources, found, strict=True) if i is None]
+            if missing:
+                raise ImportLineError(
+                    f"no imported record has source id {missing[0]} (its span must come "
+                    "before its evaluation events, in this file or an earlier import)"
+                )
+            record_ids = tuple(i for i in found if i is not None)
         elif record_ids and item.records and item.records[0].record_id != max(record_ids):
             # Reef's export repeats feedback on every record it names: it is written on
             # the line of the last of them, when all its records are stored.

@@ -416,10 +416,7 @@ class _Importer:
         record_ids = entry.record_ids
         session_id = entry.session_id
         if entry.record_sources:
-            found = [
-                self.store.find_by_idempotency_key(self.options.scenario, f"{self.origin}:{source}")
-                for source in entry.record_sources
-            ]
+            found = [self._by_source(source) for source in entry.record_sources]
             if all(found):
                 record_ids, session_id = tuple(i for i in found if i is not None), None
             elif session_id is None:
@@ -435,15 +432,6 @@ class _Importer:
             if None in chosen or not chosen:
                 return None  # its record was skipped (and reported)
             record_ids = tuple(i for i in chosen if i is not None)
-        elif entry.record_sources:
-            found = [self._by_source(source) for source in entry.record_sources]
-            missing = [s for s, i in zip(entry.record_sources, found, strict=True) if i is None]
-            if missing:
-                raise ImportLineError(
-                    f"no imported record has source id {missing[0]} (its span must come "
-                    "before its evaluation events, in this file or an earlier import)"
-                )
-            record_ids = tuple(i for i in found if i is not None)
         elif record_ids and item.records and item.records[0].record_id != max(record_ids):
             # Reef's export repeats feedback on every record it names: it is written on
             # the line of the last of them, when all its records are stored.

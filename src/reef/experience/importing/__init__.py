@@ -19,9 +19,12 @@ from reef.experience.importing.readers import IMPORT_FORMATS, READERS, demo_trus
 from reef.experience.importing.runner import (
     ImportOptions,
     ImportSummary,
+    LineImport,
     UnknownImportFormatError,
     import_file,
+    reader_named,
     resolve_format,
+    sniff_reader,
 )
 
 __all__ = [
@@ -37,8 +40,11 @@ __all__ = [
     "ImportSummary",
     "ImportedFeedback",
     "ImportedRecord",
+    "LineImport",
     "UnknownImportFormatError",
     "demo_trust",
     "import_file",
+    "reader_named",
     "resolve_format",
+    "sniff_reader",
 ]

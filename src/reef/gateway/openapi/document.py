@@ -389,7 +389,8 @@ OPERATIONS: tuple[Operation, ...] = (
               "feedback join the scenario marked `reef.origin: import:<format>`, redacted "
               "before they are stored, deduplicated by source id (a second upload adds "
               "nothing). A malformed line is skipped and listed with its number and why "
-              "(`strict=true`: a 400 at the first, lines before it kept); a line longer "
+              "(`strict=true`: a 400 at the first; lines before it may be written, and "
+              "are deduplicated when the file is sent again); a line longer "
               "than `server.max_body_bytes` is skipped too.",
               parameters=(SCENARIO,
                           _query("format", "`auto` (default: told from the first line) or "

@@ -72,7 +72,7 @@ def write_finetune_file(path: Path, count: int) -> int:
             line = {
                 "messages": [
                     {"role": "system", "content": "You answer questions about the catalogue."},
-                    {"role": "user", "content": f"What does item {index} cost, and is it in stock?"},
+                    {"role": "user", "content": f"What does item {index} cost? In stock?"},
                     {
                         "role": "assistant",
                         "content": f"Item {index} costs {index % 97 + 3}.50 and "
@@ -102,9 +102,7 @@ def run_import(folder: Path, count: int) -> ImportRun:
         "--json",
     ]
     started = time.perf_counter()
-    child = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
-        command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
+    child = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert child.stdout is not None
     output = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)

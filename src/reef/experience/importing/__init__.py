@@ -17,6 +17,7 @@ from reef.experience.importing.base import (
 )
 from reef.experience.importing.readers import IMPORT_FORMATS, READERS, demo_trust
 from reef.experience.importing.runner import (
+    BATCH_LINES,
     ImportOptions,
     ImportSummary,
     LineImport,
@@ -28,6 +29,7 @@ from reef.experience.importing.runner import (
 )
 
 __all__ = [
+    "BATCH_LINES",
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
     "ORIGIN_TAG",

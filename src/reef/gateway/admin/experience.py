@@ -11,8 +11,14 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
-from reef.experience import RecordFilter, RecordNotFoundError, RecordView, assemble_trajectory
-from reef.experience.importing import IMPORT_FORMATS, IMPORT_ORIGIN_PREFIX
+from reef.experience import (
+    IMPORT_FORMATS,
+    IMPORT_ORIGIN_PREFIX,
+    RecordFilter,
+    RecordNotFoundError,
+    RecordView,
+    assemble_trajectory,
+)
 from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name, query_datetime, query_int, query_number
 from reef.gateway.state import GatewayState

@@ -20,17 +20,17 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
-from reef.experience.importing import (
+from reef.experience import (
+    IMPORT_BATCH_LINES,
     IMPORT_FORMATS,
     ImportOptions,
     ImportSummary,
     LineImport,
+    Redactor,
     UnknownImportFormatError,
     reader_named,
     sniff_reader,
 )
-from reef.experience.importing.runner import BATCH_LINES
-from reef.experience.redaction import Redactor
 from reef.gateway.requests import check_scenario_name
 from reef.gateway.state import GatewayState
 
@@ -164,7 +164,7 @@ class ImportRoutes:
                 held += len(buffer)
                 dropping = 0
                 buffer.clear()
-                if len(batch) >= BATCH_LINES or held >= limit:
+                if len(batch) >= IMPORT_BATCH_LINES or held >= limit:
                     await asyncio.to_thread(upload.run, batch, limit)
                     batch, held = [], 0
         if dropping or buffer:

@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 import reef
 from reef.core import dumps
-from reef.experience.importing import IMPORT_FORMATS
+from reef.experience import IMPORT_FORMATS
 from reef.gateway.admin.evaluations import AbandonIn
 from reef.gateway.admin.experience import MAX_RECORDS_PAGE, record_origins
 from reef.gateway.admin.releases import AdoptConfigIn, PromoteIn, RollbackIn

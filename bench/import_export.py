@@ -123,7 +123,7 @@ def report(runs: list[ImportRun], note: str, argv: list[str]) -> str:
     """The markdown section: command, machine note, one row per size."""
     command = "python bench/import_export.py " + " ".join(shlex.quote(a) for a in argv)
     lines = [
-        "### `reef import`: rate and memory",
+        "## Import: `reef import` rate and memory",
         "",
         f"`{command}`",
         "",

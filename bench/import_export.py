@@ -145,10 +145,11 @@ def report(runs: list[ImportRun], note: str, argv: list[str]) -> str:
         lines += [
             "",
             f"**Extrapolated, not measured:** {FULL_SIZE:,} records at the {largest.records:,}"
-            f"-record run's rate would take about {minutes:.0f} min. Memory is not expected "
-            "to grow past the largest row's: the import holds one batch of 200 lines and at "
-            f"most {SESSION_MEMORY:,} continuation hashes for session inference, a cap a run "
-            f"of {SESSION_MEMORY:,} records or more already reaches.",
+            f"-record run's rate would take about {minutes:.0f} min. Memory is expected to "
+            "level off near the largest row's, not measured at that size: the import holds "
+            f"one batch of 200 lines and at most {SESSION_MEMORY:,} continuation hashes for "
+            f"session inference, a cap a run of {SESSION_MEMORY:,} records or more reaches "
+            "(the rise between the rows is of that order).",
         ]
     lines += [
         "",

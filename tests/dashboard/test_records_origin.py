@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from reef.experience import IMPORT_FORMATS
 from tests.dashboard.browser import DashboardPage
+from tests.dashboard.world import DashboardWorld
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
@@ -26,7 +28,11 @@ def _origins(tab: DashboardPage) -> list[str]:
     return [str(origin) for origin in found]
 
 
-def test_the_records_page_shows_and_filters_by_origin(browser: Any, tmp_path: Path) -> None:
+def test_the_records_page_shows_and_filters_by_origin(
+    world: DashboardWorld, browser: Any, tmp_path: Path
+) -> None:
+    # ``world`` first, though unused: the package's shared gateway runs the gate
+    # (asyncio.run) when built, which cannot start once Playwright holds this thread's loop.
     with (
         FakeUpstreamThread() as fake,
         GatewayThread(make_settings(tmp_path, fake.base_url)) as gateway,
@@ -50,6 +56,11 @@ def test_the_records_page_shows_and_filters_by_origin(browser: Any, tmp_path: Pa
         source = tab.page.get_attribute("#records .badge.origin", "title")
         assert source is not None and source.startswith("source id: ")
         tab.screenshot("records-origin")
+        # the filter offers every import format, read from the API description
+        offered = tab.page.eval_on_selector_all(
+            "#origin-filter option", "options => options.map(o => o.value)"
+        )
+        assert offered == ["", "live", *(f"import:{name}" for name in IMPORT_FORMATS)]
 
         tab.page.select_option("#origin-filter", "import:openai-finetune")
         tab.wait(f"{RECORDS}?feedback=&origin=import%3Aopenai-finetune")

@@ -10,14 +10,32 @@ const FILTERS = [
   ["", "All records"],
 ];
 // The records listing's `origin` filter (GET /reef/scenarios/{s}/records?origin=): live
-// traffic, or records imported from one format (their `reef.origin` tag).
-const ORIGINS = [
-  ["", "Any origin"],
-  ["live", "Live traffic"],
-  ["import:reef", "Imported: Reef export"],
-  ["import:openai-chat", "Imported: OpenAI chat"],
-  ["import:openai-finetune", "Imported: OpenAI fine-tuning"],
-];
+// traffic, or records imported from one format (their `reef.origin` tag). The values are
+// read once from the API description (its `origin` enum), so a new import format shows up
+// without a change here; these are the fallback when it cannot be read.
+const FALLBACK_ORIGINS = ["live", "import:reef", "import:openai-chat", "import:openai-finetune"];
+let knownOrigins = null;
+
+async function originValues() {
+  if (knownOrigins === null) {
+    try {
+      const response = await fetch(new URL("../openapi.json", document.baseURI), { cache: "no-store" });
+      const doc = await response.json();
+      const listing = doc.paths["/reef/scenarios/{scenario}/records"].get;
+      const origin = listing.parameters.find((p) => p.name === "origin");
+      knownOrigins = origin.schema.enum;
+    } catch {
+      knownOrigins = FALLBACK_ORIGINS;
+    }
+  }
+  return knownOrigins;
+}
+
+function originLabel(value) {
+  if (value === "") return "Any origin";
+  if (value === "live") return "Live traffic";
+  return value.startsWith("import:") ? `Imported: ${value.slice("import:".length)}` : value;
+}
 
 /** Where a record came from: "live" (served through the gateway), or its import origin
  * (`import:<format>`) with the source's id on hover. */
@@ -104,16 +122,17 @@ export async function render([name], query) {
   const filter = query.has("feedback") ? query.get("feedback") : "true";
   const origin = query.get("origin") || "";
   const cursor = query.get("cursor");
-  const [page, releases] = await Promise.all([
+  const [page, releases, originList] = await Promise.all([
     get(`reef/scenarios/${encodeURIComponent(name)}/records`, { limit: PAGE, has_feedback: filter, origin, cursor }),
     get(`reef/scenarios/${encodeURIComponent(name)}/releases`, { limit: 1000 }),
+    originValues(),
   ]);
   const seqOf = new Map(releases.data.map((r) => [r.id, r.seq]));
   const select = h("select", { id: "feedback-filter", "aria-label": "filter" },
     FILTERS.map(([value, label]) => h("option", { value, selected: value === filter }, label)));
   select.addEventListener("change", () => { location.hash = link(name, select.value, origin, null); });
   const origins = h("select", { id: "origin-filter", "aria-label": "origin" },
-    ORIGINS.map(([value, label]) => h("option", { value, selected: value === origin }, label)));
+    ["", ...originList].map((value) => h("option", { value, selected: value === origin }, originLabel(value))));
   origins.addEventListener("change", () => { location.hash = link(name, filter, origins.value, null); });
   const rows = page.data;
   return h("div", {},

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from reef.core import canonical_json
+from reef.core.ids import new_id
 from reef.experience import (
     ORIGIN_TAG,
     SOURCE_TAG,
@@ -20,6 +21,8 @@ from reef.experience import (
     ImportLineError,
     ImportOptions,
     ImportSummary,
+    RecordDraft,
+    RecordFilter,
     RecordView,
     Redactor,
     SQLExperienceStore,
@@ -275,3 +278,40 @@ def test_a_line_repeated_in_one_file_is_one_record(
     assert (summary.records, summary.duplicate_records, summary.feedback) == (2, 1, 2)
     (only,) = {r.session_id for r in records(store)}  # the follow-up found the first
     assert only
+
+
+def test_records_are_listed_by_origin(store: SQLExperienceStore, tmp_path: Path) -> None:
+    run_import(store, CHAT, tmp_path)
+    run_import(store, FINETUNE, tmp_path)
+    # a live record, with a tag whose value merely mentions an origin
+    live = RecordDraft(
+        id=new_id(),
+        scenario="s",
+        session_id="live-1",
+        api="openai.chat",
+        request={"messages": [{"role": "user", "content": "hi"}]},
+        response=None,
+        status="error",
+        error="boom",
+        latency_ms=1.0,
+        usage=None,
+        release_id=None,
+        prompt_hash="p",
+        content_hash="c",
+        continuation_hash=None,
+        tags={"note": '"reef.origin":"import:openai-chat"'},
+    )
+    store.write_records([live])
+
+    def listed(origin: str) -> set[str]:
+        page = store.list_records("s", RecordFilter(origin=origin), None, 100)
+        return {view.tags.get(ORIGIN_TAG, "live") for view in page.records}
+
+    assert listed("import:openai-chat") == {"import:openai-chat"}
+    assert (
+        len(store.list_records("s", RecordFilter(origin="import:openai-chat"), None, 100).records)
+        == 4
+    )
+    assert listed("import:openai-finetune") == {"import:openai-finetune"}
+    assert listed("live") == {"live"}
+    assert listed("import:reef") == set()

@@ -16,8 +16,10 @@ every time and fits the suite's budget.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -26,6 +28,7 @@ from schemathesis import checks
 from schemathesis.config import SchemathesisConfig
 
 from reef.gateway.openapi.document import openapi_document
+from reef.gateway.routes import IMPORT_BODY_MEDIA
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 
@@ -39,6 +42,9 @@ NOT_IN_THE_DOCUMENT = {
     # `score` must lie in the scenario's `scenarios.<s>.score_range`: configuration.
     "POST /reef/feedback": "a score outside the scenario's score_range",
     "POST /reef/report": "a score outside the scenario's score_range",
+    # The body is text to the document; its lines must be in the chosen format (with
+    # `auto`, a first line that fits none, or no line at all, is a 400).
+    "POST /reef/scenarios/{scenario}/import": "JSON Lines that no import format reads",
 }
 """Operations whose valid-looking requests may be refused with a 400, and why."""
 
@@ -53,6 +59,15 @@ CONFIG = SchemathesisConfig.from_dict(
         ]
     }
 )
+
+
+@schemathesis.serializer(*IMPORT_BODY_MEDIA)
+def _json_lines(ctx: Any, value: Any) -> bytes:
+    """The upload route's JSON Lines body (text to the document) as generated; anything
+    else as its JSON, so a negative case reaches the gateway."""
+    return value.encode() if isinstance(value, str) else json.dumps(value).encode()
+
+
 schema = schemathesis.openapi.from_dict(openapi_document(), config=CONFIG)
 
 

@@ -87,6 +87,11 @@ BENCHES: tuple[Bench, ...] = (
         optional=(Contender("LiteLLM", ".venv-litellm/bin/litellm", ("--skip-litellm",)),),
     ),
     Bench(
+        "import",
+        "reef import: records/s and peak RSS for 1M openai-finetune lines (and a tenth)",
+        (Step("import_export.py", (), ("--records", "2000", "--no-small"), OUTPUT),),
+    ),
+    Bench(
         "faults",
         "upstream failures x client dialects x stream or not; SIGKILL under 500 streams",
         (

@@ -42,6 +42,9 @@ from reef.experience.exchanges import (
 )
 from reef.experience.export import ParquetUnavailableError, export_records
 from reef.experience.importing import (
+    BATCH_LINES as IMPORT_BATCH_LINES,
+)
+from reef.experience.importing import (
     IMPORT_FORMATS,
     IMPORT_ORIGIN_PREFIX,
     ORIGIN_TAG,
@@ -50,9 +53,12 @@ from reef.experience.importing import (
     ImportOptions,
     ImportReader,
     ImportSummary,
+    LineImport,
     UnknownImportFormatError,
     demo_trust,
     import_file,
+    reader_named,
+    sniff_reader,
 )
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
@@ -89,6 +95,7 @@ from reef.experience.writer import RecordWriter, WriterStats
 __all__ = [
     "COMPUTED_KINDS",
     "EXPLICIT",
+    "IMPORT_BATCH_LINES",
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
     "ORIGIN_TAG",
@@ -108,6 +115,7 @@ __all__ = [
     "ImportOptions",
     "ImportReader",
     "ImportSummary",
+    "LineImport",
     "ParquetUnavailableError",
     "PersonalData",
     "Purpose",
@@ -148,7 +156,9 @@ __all__ = [
     "is_tool_call_correction",
     "open_store",
     "personal_data_key",
+    "reader_named",
     "scrub_personal_text",
     "scrub_personal_value",
+    "sniff_reader",
     "source_kind",
 ]

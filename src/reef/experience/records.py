@@ -230,6 +230,9 @@ class RecordFilter:
     min_score: float | None = None
     since: datetime | None = None
     purpose: Purpose | None = None
+    # ``import:<format>``: records imported from that format (their ``reef.origin`` tag);
+    # ``live``: records without one (traffic through the gateway).
+    origin: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from reef.evaluation import EvaluationStore
 from reef.experience import ExperienceStore, RecordWriter, Redactor, ResponseStore
 from reef.gateway.admin.evaluations import EvaluationAdminRoutes
 from reef.gateway.admin.experience import AdminRoutes
+from reef.gateway.admin.importing import ImportRoutes
 from reef.gateway.admin.insights import InsightRoutes
 from reef.gateway.admin.releases import ReleaseAdminRoutes
 from reef.gateway.auth import Authenticator, GuardedEndpoint, grant_of
@@ -314,6 +315,7 @@ def create_app(
         "inference": InferenceRoutes(state),
         "feedback": FeedbackRoutes(state),
         "admin": AdminRoutes(state),
+        "importing": ImportRoutes(state),
         "ops": OpsRoutes(state),
         "chain": ReleaseAdminRoutes(state),
         "evaluation": EvaluationAdminRoutes(state),

@@ -188,7 +188,7 @@ class GuardedEndpoint:
         principal = self.auth.authenticate(request)
         if rule.access != "inference":
             principal.require_admin()
-        check_media_type(request, rule.takes_body)
+        check_media_type(request, rule.takes_body, rule.body_media)
         if rule.scenario == "path":
             principal.check_scenario(check_scenario_name(request.path_params["scenario"]))
         elif rule.scenario == "none" and principal.scenarios is not None:

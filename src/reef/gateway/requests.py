@@ -107,23 +107,29 @@ def is_json_media_type(content_type: str) -> bool:
     )
 
 
-def check_media_type(request: Request, takes_body: bool) -> None:
+def check_media_type(request: Request, takes_body: bool, body_media: tuple[str, ...] = ()) -> None:
     """Refuse (``UnsupportedMediaTypeError``, 415) a write whose body is not declared
-    JSON: a route that takes a body needs a JSON ``Content-Type``; one that takes none
-    accepts no body, or a JSON one. Browsers send a cross-site form or ``no-cors`` POST
-    only as ``text/plain``, form or multipart media, so none of them reaches a handler."""
+    JSON: a route that takes a body needs a JSON ``Content-Type`` (or one of its
+    ``body_media``: an upload of JSON Lines); one that takes none accepts no body, or a
+    JSON one. Browsers send a cross-site form or ``no-cors`` POST only as ``text/plain``,
+    form or multipart media, so none of them reaches a handler."""
     if request.method not in _WRITES:
         return
     headers = request.headers
     content_type = headers.get("content-type")
     if content_type is not None and is_json_media_type(content_type):
         return
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media and media in body_media:
+        return
     has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
     if content_type is None and not (takes_body or has_body):
         return
     sent = f"{content_type[:80]!r}" if content_type is not None else "none"
     where = f"{request.method} {request.url.path}"
-    if takes_body:
+    if body_media:
+        fix = f"it takes a JSON Lines body: send 'Content-Type: {body_media[0]}'"
+    elif takes_body:
         fix = f"it takes a JSON body: {_SEND_JSON}"
     else:
         fix = f"it takes no body: send none, or {_SEND_JSON}"

@@ -63,6 +63,7 @@ class RouteRule:
     handler: str
     takes_body: bool = False
     any_host: bool = False  # answered whatever the Host (probes send the pod's address)
+    body_media: tuple[str, ...] = ()  # a body of these media types, not JSON (an upload)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -81,12 +82,15 @@ def _rule(
     access: Access,
     scenario: ScenarioFrom,
     handler: str,
+    body_media: tuple[str, ...] = (),
     **flags: bool,
 ) -> RouteRule:
-    return RouteRule(method, path, access, scenario, handler, **flags)
+    return RouteRule(method, path, access, scenario, handler, body_media=body_media, **flags)
 
 
 _S = "/reef/scenarios/{scenario}"
+# What an upload of JSON Lines is declared as (``POST .../import``).
+IMPORT_BODY_MEDIA: Final = ("application/x-ndjson", "application/jsonl")
 
 # fmt: off
 ROUTE_TABLE: Final[tuple[RouteRule, ...]] = (
@@ -117,6 +121,8 @@ ROUTE_TABLE: Final[tuple[RouteRule, ...]] = (
     _rule("GET", "/reef/records/{record_id}", "admin-of-scenario", "resource", "admin.record"),
     _rule("GET", f"{_S}/records", "admin-of-scenario", "path", "admin.records"),
     _rule("GET", f"{_S}/sessions/{{session_id}}", "admin-of-scenario", "path", "admin.session"),
+    _rule("POST", f"{_S}/import", "admin-of-scenario", "path", "importing.upload",
+          takes_body=True, body_media=IMPORT_BODY_MEDIA),
     _rule("GET", "/reef/scenarios", "admin-of-scenario", "listing", "chain.scenarios"),
     _rule("DELETE", _S, "admin-of-scenario", "path", "chain.delete_scenario"),
     _rule("GET", f"{_S}/releases", "admin-of-scenario", "path", "chain.releases"),

@@ -17,14 +17,19 @@ from reef.experience.importing.base import (
 )
 from reef.experience.importing.readers import IMPORT_FORMATS, READERS, demo_trust
 from reef.experience.importing.runner import (
+    BATCH_LINES,
     ImportOptions,
     ImportSummary,
+    LineImport,
     UnknownImportFormatError,
     import_file,
+    reader_named,
     resolve_format,
+    sniff_reader,
 )
 
 __all__ = [
+    "BATCH_LINES",
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
     "ORIGIN_TAG",
@@ -37,8 +42,11 @@ __all__ = [
     "ImportSummary",
     "ImportedFeedback",
     "ImportedRecord",
+    "LineImport",
     "UnknownImportFormatError",
     "demo_trust",
     "import_file",
+    "reader_named",
     "resolve_format",
+    "sniff_reader",
 ]

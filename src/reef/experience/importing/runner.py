@@ -91,7 +91,7 @@ class ImportSummary:
     formats: dict[str, str] = field(default_factory=dict)  # path -> format read
     resumed: dict[str, int] = field(default_factory=dict)  # path -> line resumed after
 
-    def skip(self, path: Path, line: int, reason: str) -> None:
+    def skip(self, path: Path | str, line: int, reason: str) -> None:
         """Count a skipped line (listing the first ``MAX_SKIPS_KEPT``)."""
         self.skipped += 1
         if len(self.skips) < MAX_SKIPS_KEPT:
@@ -105,31 +105,101 @@ class ImportSummary:
 ProgressCallback = Callable[[int, ImportSummary], None]  # bytes read so far, summary
 
 
+def reader_named(fmt: str) -> ImportReader:
+    """The reader called ``fmt`` (not ``auto``). Raises ``UnknownImportFormatError``
+    naming the formats."""
+    reader = READERS.get(fmt)
+    if reader is None:
+        raise UnknownImportFormatError(
+            f"unknown import format {fmt!r}; use auto or one of {', '.join(IMPORT_FORMATS)}"
+        )
+    return reader
+
+
+def sniff_reader(first: bytes, where: str) -> ImportReader:
+    """The first reader whose ``sniff`` accepts ``first`` (a source's first non-empty
+    line), for ``auto``. Raises ``UnknownImportFormatError`` naming the formats."""
+    try:
+        parsed = loads(first)
+    except ValueError:
+        parsed = None
+    for reader in READERS.values():
+        if reader.sniff(parsed):
+            return reader
+    raise UnknownImportFormatError(
+        f"{where}: cannot tell the format from its first line; pass the format, one of "
+        f"{', '.join(IMPORT_FORMATS)}"
+    )
+
+
 def resolve_format(path: Path, fmt: str) -> ImportReader:
     """The reader for ``fmt``; with ``auto``, the first whose ``sniff`` accepts the
     file's first non-empty line. Raises ``UnknownImportFormatError`` naming the formats."""
     if fmt != "auto":
-        reader = READERS.get(fmt)
-        if reader is None:
-            raise UnknownImportFormatError(
-                f"unknown import format {fmt!r}; use auto or one of {', '.join(IMPORT_FORMATS)}"
-            )
-        return reader
+        return reader_named(fmt)
     with path.open("rb") as stream:
         for raw in stream:
             if raw.strip():
-                try:
-                    first = loads(raw)
-                except ValueError:
-                    first = None
-                for reader in READERS.values():
-                    if reader.sniff(first):
-                        return reader
-                break
+                return sniff_reader(raw, str(path))
     raise UnknownImportFormatError(
-        f"{path}: cannot tell the format from its first line; pass --format with one of "
+        f"{path}: cannot tell the format of an empty file; pass --format with one of "
         f"{', '.join(IMPORT_FORMATS)}"
     )
+
+
+class LineImport:
+    """One source read line by line into ``options.scenario``: ``add`` each line (its
+    number is counted here), ``flush`` when ``add`` says a batch is full and at the end.
+
+    ``store`` None, or ``dry_run``: lines are read and checked, nothing is written. The
+    file loop (``import_file``) and the HTTP upload (``POST /reef/scenarios/{s}/import``)
+    both feed one, so both read, deduplicate and report alike."""
+
+    def __init__(
+        self,
+        store: ExperienceStore | None,
+        reader: ImportReader,
+        options: ImportOptions,
+        summary: ImportSummary,
+        source: str,
+        first_line: int = 0,
+    ) -> None:
+        self.reader = reader
+        self.options = options
+        self.summary = summary
+        self.source = source
+        self.line_no = first_line
+        self.batch: list[tuple[int, ImportItem]] = []
+        self.importer = (
+            None if options.dry_run or store is None else _Importer(store, reader, options)
+        )
+        summary.formats[source] = reader.name
+
+    def add(self, raw: bytes) -> bool:
+        """Read one line (a bad one is skipped and listed, or, ``strict``, raises
+        ``ImportLineError`` with its number); True when the batch is full."""
+        self.line_no += 1
+        self.summary.lines += 1
+        item = _read_line(
+            self.reader, raw, self.source, self.line_no, self.options.strict, self.summary
+        )
+        if item is not None:
+            self.batch.append((self.line_no, item))
+        return len(self.batch) >= BATCH_LINES
+
+    def skip(self, reason: str) -> None:
+        """Count a line that was not read at all (too long to hold), listing ``reason``;
+        ``strict``: raises ``ImportLineError``."""
+        self.line_no += 1
+        self.summary.lines += 1
+        if self.options.strict:
+            raise ImportLineError(f"{self.source}:{self.line_no}: {reason} (strict)")
+        self.summary.skip(self.source, self.line_no, reason)
+
+    def flush(self) -> None:
+        """Write the batch read so far (one transaction for its records)."""
+        batch, self.batch = self.batch, []
+        _flush(self.importer, batch, self.summary, self.source)
 
 
 def import_file(
@@ -146,35 +216,27 @@ def import_file(
     ``ImportLineError`` (``strict``: the first bad line, with its number) and the store's
     errors; a bad line otherwise is skipped and listed in ``summary``."""
     reader = resolve_format(path, options.fmt)
-    summary.formats[str(path)] = reader.name
-    importer = None if options.dry_run or store is None else _Importer(store, reader, options)
+    writes = not (options.dry_run or store is None)
     checkpoint = None
     point = Checkpoint()
-    if importer is not None and options.checkpoint_dir is not None:
+    if writes and options.checkpoint_dir is not None:
         checkpoint = CheckpointFile(
             options.checkpoint_dir, file_digest(path), options.scenario, reader.name
         )
         point = checkpoint.load()
         if point.line:
             summary.resumed[str(path)] = point.line
-    line_no = point.line
+    lines = LineImport(store, reader, options, summary, str(path), point.line)
     with path.open("rb") as stream:
         stream.seek(point.offset)
-        batch: list[tuple[int, ImportItem]] = []
         while raw := stream.readline():
-            line_no += 1
-            summary.lines += 1
-            item = _read_line(reader, raw, path, line_no, options.strict, summary)
-            if item is not None:
-                batch.append((line_no, item))
-            if len(batch) >= BATCH_LINES:
-                _flush(importer, batch, summary, path)
-                batch = []
+            if lines.add(raw):
+                lines.flush()
                 if checkpoint is not None:
-                    checkpoint.save(Checkpoint(stream.tell(), line_no))
+                    checkpoint.save(Checkpoint(stream.tell(), lines.line_no))
                 if progress is not None:
                     progress(stream.tell(), summary)
-        _flush(importer, batch, summary, path)
+        lines.flush()
         if progress is not None:
             progress(stream.tell(), summary)
     if checkpoint is not None:
@@ -184,7 +246,7 @@ def import_file(
 def _read_line(
     reader: ImportReader,
     raw: bytes,
-    path: Path,
+    source: str,
     line_no: int,
     strict: bool,
     summary: ImportSummary,
@@ -205,8 +267,8 @@ def _read_line(
     except (ImportLineError, ValueError, TypeError) as error:
         reason = str(error) or type(error).__name__
         if strict:
-            raise ImportLineError(f"{path}:{line_no}: {reason} (--strict)") from error
-        summary.skip(path, line_no, reason)
+            raise ImportLineError(f"{source}:{line_no}: {reason} (--strict)") from error
+        summary.skip(source, line_no, reason)
         return None
 
 
@@ -214,7 +276,7 @@ def _flush(
     importer: _Importer | None,
     batch: list[tuple[int, ImportItem]],
     summary: ImportSummary,
-    path: Path,
+    source: str,
 ) -> None:
     if not batch:
         return
@@ -223,7 +285,7 @@ def _flush(
             summary.records += len(item.records)
             summary.feedback += len(item.feedback)
         return
-    importer.write(batch, summary, path)
+    importer.write(batch, summary, source)
 
 
 class _Importer:
@@ -238,9 +300,7 @@ class _Importer:
         self.session_keys: set[str] = set()
         self.batch_keys: dict[str, str] = {}
 
-    def write(
-        self, batch: list[tuple[int, ImportItem]], summary: ImportSummary, path: Path
-    ) -> None:
+    def write(self, batch: list[tuple[int, ImportItem]], summary: ImportSummary, path: str) -> None:
         """Write the batch's records in one transaction, then their feedback."""
         drafts: list[RecordDraft] = []
         placed: list[list[str | None]] = []  # per item: stored id of each record (pending)
@@ -295,7 +355,7 @@ class _Importer:
         return feedback
 
     def _write_feedback(
-        self, feedback: list[tuple[int, str, FeedbackDraft]], summary: ImportSummary, path: Path
+        self, feedback: list[tuple[int, str, FeedbackDraft]], summary: ImportSummary, path: str
     ) -> None:
         """The batch's feedback in one transaction; when one row is refused, row by row,
         so the others are kept and the refused one is reported with its line."""

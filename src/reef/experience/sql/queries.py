@@ -21,7 +21,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from reef.core.jsoncodec import dumps
 from reef.db import schema as t
+from reef.experience.importing.base import ORIGIN_TAG
 from reef.experience.records import FeedbackView, RecordFilter
 from reef.experience.sql.rows import feedback_view
 
@@ -100,6 +102,21 @@ def find_session_statement(count: int) -> Select[Any]:
     return select(candidates).order_by(candidates.c.position).limit(1)
 
 
+LIVE_ORIGIN = "live"
+
+
+def _origin_clause(origin: str) -> ColumnElement[bool]:
+    """Records whose ``reef.origin`` tag is ``origin`` (``live``: records without one).
+
+    Tags are stored as compact JSON text (``orjson``), so the pair appears verbatim; a
+    substring match needs no JSON functions, which SQLite and PostgreSQL spell apart."""
+    r = t.records.c
+    key = dumps(ORIGIN_TAG).decode()
+    if origin == LIVE_ORIGIN:
+        return ~r.tags_json.contains(f"{key}:", autoescape=True)
+    return r.tags_json.contains(f"{key}:{dumps(origin).decode()}", autoescape=True)
+
+
 def filter_clauses(filters: RecordFilter) -> list[ColumnElement[bool]]:
     r, refs, fb = t.records.c, t.feedback_refs.c, t.feedback.c
     clauses: list[ColumnElement[bool]] = []
@@ -109,6 +126,8 @@ def filter_clauses(filters: RecordFilter) -> list[ColumnElement[bool]]:
         clauses.append(r.purpose == filters.purpose)
     if filters.since is not None:
         clauses.append(r.created_at >= filters.since)
+    if filters.origin is not None:
+        clauses.append(_origin_clause(filters.origin))
     if filters.has_feedback is not None:
         any_feedback = exists().where(refs.record_id == r.id)
         clauses.append(any_feedback if filters.has_feedback else ~any_feedback)

@@ -11,7 +11,14 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError
-from reef.experience import RecordFilter, RecordNotFoundError, RecordView, assemble_trajectory
+from reef.experience import (
+    IMPORT_FORMATS,
+    IMPORT_ORIGIN_PREFIX,
+    RecordFilter,
+    RecordNotFoundError,
+    RecordView,
+    assemble_trajectory,
+)
 from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name, query_datetime, query_int, query_number
 from reef.gateway.state import GatewayState
@@ -39,6 +46,23 @@ def _parse_bool(name: str, value: str | None) -> bool | None:
     raise InvalidInputError(f"query parameter {name!r} must be true or false, not {value!r}")
 
 
+def record_origins() -> list[str]:
+    """The values of the records listing's ``origin`` filter: ``live`` (traffic through
+    the gateway) and ``import:<format>`` for each import format."""
+    return ["live", *(IMPORT_ORIGIN_PREFIX + name for name in IMPORT_FORMATS)]
+
+
+def _origin(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    if value not in record_origins():
+        raise InvalidInputError(
+            f"query parameter 'origin' must be one of {', '.join(record_origins())}, "
+            f"not {value[:80]!r}"
+        )
+    return value
+
+
 def _parse_filters(request: Request) -> tuple[RecordFilter, str | None, int]:
     query = request.query_params
     limit = query_int(request, "limit", 50, 1, MAX_RECORDS_PAGE)
@@ -48,6 +72,7 @@ def _parse_filters(request: Request) -> tuple[RecordFilter, str | None, int]:
         has_feedback=_parse_bool("has_feedback", query.get("has_feedback")),
         min_score=query_number(request, "min_score"),
         since=since,
+        origin=_origin(query.get("origin")),
     )
     return filters, query.get("cursor"), limit
 

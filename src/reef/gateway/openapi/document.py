@@ -24,8 +24,9 @@ from starlette.responses import Response
 
 import reef
 from reef.core import dumps
+from reef.experience import IMPORT_FORMATS
 from reef.gateway.admin.evaluations import AbandonIn
-from reef.gateway.admin.experience import MAX_RECORDS_PAGE
+from reef.gateway.admin.experience import MAX_RECORDS_PAGE, record_origins
 from reef.gateway.admin.releases import AdoptConfigIn, PromoteIn, RollbackIn
 from reef.gateway.feedback import FeedbackIn
 from reef.gateway.openapi.bodies import (
@@ -49,7 +50,7 @@ from reef.gateway.requests import (
     SESSION_ID_PATTERN,
 )
 from reef.gateway.responses.stored import MAX_ITEMS_PAGE
-from reef.gateway.routes import Access, ScenarioFrom, rule_for
+from reef.gateway.routes import IMPORT_BODY_MEDIA, Access, ScenarioFrom, rule_for
 from reef.jobs import JOB_STATES
 from reef.releases import CANDIDATE_STATES, MAX_PAGE
 
@@ -73,6 +74,7 @@ class Operation:
     inference: bool = False  # takes the x-reef-* request headers, sends the receipt headers
     streams: bool = True  # an inference route's answer may be an event stream
     schema: str | None = None  # the success body's schema name under components.schemas
+    body_media: tuple[str, ...] = ()  # a body of these media types (text), not JSON
 
 
 def _param(where: str, name: str, description: str, schema: Any = None) -> dict[str, Any]:
@@ -210,6 +212,8 @@ _INFERENCE_NOT_FOUND = (
     "reject`, a scenario the configuration does not name (the message lists those it does)."
 )
 _NOT_JSON = "The body is not declared JSON: send `Content-Type: application/json`."
+_NOT_JSON_LINES = "The body is not declared JSON Lines: send `Content-Type: application/x-ndjson`."
+_JSON_LINES = "JSON Lines: one JSON object per line, in the chosen format."
 _NO_BODY = "A body or Content-Type other than JSON (the route takes no body)."
 _KEY_IN_USE = "The idempotency key names another request (body, API or key)."
 _NO_ROUTE = (
@@ -371,10 +375,34 @@ OPERATIONS: tuple[Operation, ...] = (
                           _query("has_feedback", "true or false.", {"type": "boolean"}),
                           _query("min_score", "Mean feedback score at least this.",
                                  {"type": "number"}),
+                          _query("origin", "`live` (traffic through the gateway) or "
+                                 "`import:<format>` (records imported from that format).",
+                                 {"type": "string", "enum": record_origins()}),
                           _query("since", "ISO 8601 time (UTC without an offset), from "
                                  "0001-01-02 to 9999-12-30 in UTC.",
                                  {"type": "string", "format": "date-time"})),
               responses=_ADMIN_READ),
+    Operation("post", "/reef/scenarios/{scenario}/import", "records",
+              "Import a JSON Lines file",
+              "The files `reef import` reads (docs/import-export.md), uploaded as the body "
+              "and read a line at a time as they arrive (never held whole): records and "
+              "feedback join the scenario marked `reef.origin: import:<format>`, redacted "
+              "before they are stored, deduplicated by source id (a second upload adds "
+              "nothing). A malformed line is skipped and listed with its number and why "
+              "(`strict=true`: a 400 at the first; lines before it may be written, and "
+              "are deduplicated when the file is sent again); a line longer "
+              "than `server.max_body_bytes` is skipped too.",
+              parameters=(SCENARIO,
+                          _query("format", "`auto` (default: told from the first line) or "
+                                 "a format.", {"type": "string", "enum": ["auto",
+                                                                          *IMPORT_FORMATS]}),
+                          _query("dry_run", "true: read and check every line, write nothing.",
+                                 {"type": "boolean"}),
+                          _query("strict", "true: stop at the first malformed line (400).",
+                                 {"type": "boolean"})),
+              body_media=IMPORT_BODY_MEDIA, schema="ImportSummary",
+              responses={"200": "The summary: counts, the format read, skipped lines.",
+                         **_COMMON_ERRORS}),
     Operation("get", "/reef/scenarios/{scenario}/sessions/{session_id}", "records",
               "A session's records and trajectory",
               "`turns`: the session's records in turn order. `trajectory`: the tree of its "
@@ -583,6 +611,7 @@ def _schemas() -> dict[str, Any]:
     schemas["CompletionRequest"] = completion_request()
     schemas["EmbeddingsRequest"] = embeddings_request()
     schemas.update(trajectory_schemas())
+    schemas["ImportSummary"] = _import_summary()
     schemas["Error"] = {
         "title": "Error",
         "description": "OpenAI-shaped error (`/v1/messages` answers Anthropic's "
@@ -603,6 +632,37 @@ def _schemas() -> dict[str, Any]:
         "required": ["error"],
     }
     return schemas
+
+
+def _import_summary() -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "title": "ImportSummary",
+        "description": "What an upload imported (`POST /reef/scenarios/{scenario}/import`).",
+        "type": "object",
+        "properties": {
+            "scenario": {"type": "string"},
+            "format": {"type": ["string", "null"], "description": "The format read."},
+            "dry_run": {"type": "boolean"},
+            "lines": count,
+            "records": count,
+            "duplicate_records": count,
+            "feedback": count,
+            "duplicate_feedback": count,
+            "sessions": count,
+            "skipped": count,
+            "skips": {
+                "type": "array",
+                "description": "The first 1000 skipped lines.",
+                "items": {
+                    "type": "object",
+                    "properties": {"line": count, "reason": {"type": "string"}},
+                    "required": ["line", "reason"],
+                },
+            },
+        },
+        "required": ["scenario", "format", "dry_run", "lines", "records", "skipped", "skips"],
+    }
 
 
 def _feedback_targets(ids: str) -> list[dict[str, Any]]:
@@ -679,11 +739,23 @@ def _operation(operation: Operation) -> dict[str, Any]:
     }
     if rule.method in ("POST", "DELETE"):
         out["responses"]["415"] = {
-            "description": _NOT_JSON if rule.takes_body else _NO_BODY,
+            "description": _NOT_JSON_LINES
+            if rule.body_media
+            else _NOT_JSON
+            if rule.takes_body
+            else _NO_BODY,
             "content": {_JSON: {"schema": {"$ref": "#/components/schemas/Error"}}},
         }
     if parameters:
         out["parameters"] = parameters
+    if operation.body_media:
+        out["requestBody"] = {
+            "required": True,
+            "content": {
+                media: {"schema": {"type": "string", "description": _JSON_LINES}}
+                for media in operation.body_media
+            },
+        }
     if operation.body is not None:
         out["requestBody"] = {
             "required": True,

@@ -59,6 +59,9 @@ def _body(operation: dict[str, Any], schemas: dict[str, Any]) -> str:
     body = operation.get("requestBody")
     if body is None:
         return ""
+    if "application/json" not in body["content"]:  # an upload: text of these media types
+        types = ", ".join(f"<code>{escape(media)}</code>" for media in body["content"])
+        return f"<p>Body: {types}</p>"
     ref = body["content"]["application/json"]["schema"]["$ref"]
     name = ref.rsplit("/", 1)[1]
     schema = json.dumps(schemas[name], indent=2, sort_keys=True)

@@ -9,6 +9,43 @@ const FILTERS = [
   ["false", "Without feedback"],
   ["", "All records"],
 ];
+// The records listing's `origin` filter (GET /reef/scenarios/{s}/records?origin=): live
+// traffic, or records imported from one format (their `reef.origin` tag). The values are
+// read once from the API description (its `origin` enum), so a new import format shows up
+// without a change here; these are the fallback when it cannot be read.
+const FALLBACK_ORIGINS = ["live", "import:reef", "import:openai-chat", "import:openai-finetune"];
+let knownOrigins = null;
+
+async function originValues() {
+  if (knownOrigins === null) {
+    try {
+      const response = await fetch(new URL("../openapi.json", document.baseURI), { cache: "no-store" });
+      const doc = await response.json();
+      const listing = doc.paths["/reef/scenarios/{scenario}/records"].get;
+      const origin = listing.parameters.find((p) => p.name === "origin");
+      knownOrigins = origin.schema.enum;
+    } catch {
+      knownOrigins = FALLBACK_ORIGINS;
+    }
+  }
+  return knownOrigins;
+}
+
+function originLabel(value) {
+  if (value === "") return "Any origin";
+  if (value === "live") return "Live traffic";
+  return value.startsWith("import:") ? `Imported: ${value.slice("import:".length)}` : value;
+}
+
+/** Where a record came from: "live" (served through the gateway), or its import origin
+ * (`import:<format>`) with the source's id on hover. */
+export function originCell(record) {
+  const tags = record.tags || {};
+  const origin = tags["reef.origin"];
+  if (!origin) return h("span", { class: "muted" }, "live");
+  const source = tags["reef.source_id"];
+  return h("span", { class: "badge origin", title: source ? `source id: ${source}` : "" }, origin);
+}
 
 /** The last user message of a record's request (OpenAI chat or Responses, Anthropic). */
 export function requestText(record) {
@@ -73,43 +110,50 @@ export function feedbackCell(record) {
   }));
 }
 
-function link(scenario, filter, cursor) {
+function link(scenario, filter, origin, cursor) {
   const query = new URLSearchParams();
   query.set("feedback", filter);
+  if (origin) query.set("origin", origin);
   if (cursor) query.set("cursor", cursor);
   return `#/scenarios/${encodeURIComponent(scenario)}/records?${query}`;
 }
 
 export async function render([name], query) {
   const filter = query.has("feedback") ? query.get("feedback") : "true";
+  const origin = query.get("origin") || "";
   const cursor = query.get("cursor");
-  const [page, releases] = await Promise.all([
-    get(`reef/scenarios/${encodeURIComponent(name)}/records`, { limit: PAGE, has_feedback: filter, cursor }),
+  const [page, releases, originList] = await Promise.all([
+    get(`reef/scenarios/${encodeURIComponent(name)}/records`, { limit: PAGE, has_feedback: filter, origin, cursor }),
     get(`reef/scenarios/${encodeURIComponent(name)}/releases`, { limit: 1000 }),
+    originValues(),
   ]);
   const seqOf = new Map(releases.data.map((r) => [r.id, r.seq]));
   const select = h("select", { id: "feedback-filter", "aria-label": "filter" },
     FILTERS.map(([value, label]) => h("option", { value, selected: value === filter }, label)));
-  select.addEventListener("change", () => { location.hash = link(name, select.value, null); });
+  select.addEventListener("change", () => { location.hash = link(name, select.value, origin, null); });
+  const origins = h("select", { id: "origin-filter", "aria-label": "origin" },
+    ["", ...originList].map((value) => h("option", { value, selected: value === origin }, originLabel(value))));
+  origins.addEventListener("change", () => { location.hash = link(name, filter, origins.value, null); });
   const rows = page.data;
   return h("div", {},
     h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Scenarios"), " / ",
       h("a", { href: `#/scenarios/${encodeURIComponent(name)}` }, name), " / records"),
     h("h1", {}, `Records of ${name}`),
-    h("p", { class: "subtitle" }, "Newest first. Purpose serve is live traffic (the only traffic learners train on); eval and canary records come from the gate and canaries."),
-    h("div", { class: "toolbar" }, select,
-      cursor ? h("a", { href: link(name, filter, null) }, "← Newest") : null),
+    h("p", { class: "subtitle" }, "Newest first. Purpose serve is live traffic (the only traffic learners train on, besides imported history unless a recipe excludes it); eval and canary records come from the gate and canaries. Origin says whether a record was served through the gateway (live) or imported (import:<format>)."),
+    h("div", { class: "toolbar" }, select, " ", origins,
+      cursor ? h("a", { href: link(name, filter, origin, null) }, "← Newest") : null),
     panel(null, rows.length
       ? h("div", { id: "records" }, table([
         ["When", (r) => time(r.created_at)],
         ["Record", (r) => idChip(r.id)],
         ["Release", (r) => releaseLabel(r.release_id, seqOf)],
         ["Purpose", (r) => badge(r.purpose, r.purpose === "serve" ? "info" : "")],
+        ["Origin", (r) => originCell(r)],
         ["Session", (r) => [sessionLink(name, r.session_id), ` turn ${r.turn}`]],
         ["Asked", (r) => clip(requestText(r), 100), "text"],
         ["Answered", (r) => [r.status !== "ok" ? [badge(r.status), " "] : null, clip(responseText(r), 100)], "text"],
         ["Feedback", (r) => feedbackCell(r), "text"],
       ], rows))
-      : empty(filter === "true" ? "No records with feedback yet." : "No records yet.")),
-    page.next_cursor ? h("p", {}, h("a", { href: link(name, filter, page.next_cursor), id: "older" }, "Older →")) : null);
+      : empty(origin ? "No records of this origin." : filter === "true" ? "No records with feedback yet." : "No records yet.")),
+    page.next_cursor ? h("p", {}, h("a", { href: link(name, filter, origin, page.next_cursor), id: "older" }, "Older →")) : null);
 }

@@ -1,0 +1,177 @@
+"""``POST /reef/scenarios/{scenario}/import``: the files ``reef import`` reads, uploaded.
+
+The body is JSON Lines (``application/x-ndjson`` or ``application/jsonl``), read from
+the request stream a line at a time into the same loop as ``reef import``
+(``reef.experience.importing.LineImport``): memory holds one batch of lines, never the
+whole body, so an upload of any size is taken. One line may be at most
+``server.max_body_bytes`` (the largest JSON body of any other route); a longer line is
+skipped and listed, its bytes discarded as they arrive. Idempotent like the command (a
+second upload adds nothing); no checkpoint is kept: an upload cut short is sent again,
+and what it had written is deduplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from reef.core import dumps
+from reef.core.errors import InvalidInputError
+from reef.experience import (
+    IMPORT_BATCH_LINES,
+    IMPORT_FORMATS,
+    ImportOptions,
+    ImportSummary,
+    LineImport,
+    Redactor,
+    UnknownImportFormatError,
+    reader_named,
+    sniff_reader,
+)
+from reef.gateway.requests import check_scenario_name
+from reef.gateway.state import GatewayState
+
+UPLOAD_SOURCE: Final = "upload"
+_TRUE: Final = ("true", "1", "yes")
+_FALSE: Final = ("false", "0", "no")
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name)
+    if value is None or value == "":
+        return False
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise InvalidInputError(f"query parameter {name!r} must be true or false, not {value!r}")
+
+
+def upload_summary(summary: ImportSummary, scenario: str, dry_run: bool) -> dict[str, Any]:
+    """The answer: counts, the format read and each skipped line (number and reason)."""
+    return {
+        "scenario": scenario,
+        "format": summary.formats.get(UPLOAD_SOURCE),
+        "dry_run": dry_run,
+        "lines": summary.lines,
+        "records": summary.records,
+        "duplicate_records": summary.duplicate_records,
+        "feedback": summary.feedback,
+        "duplicate_feedback": summary.duplicate_feedback,
+        "sessions": summary.sessions,
+        "skipped": summary.skipped,
+        "skips": [{"line": line, "reason": reason} for _, line, reason in summary.skips],
+    }
+
+
+class _Upload:
+    """The upload's lines, fed to a ``LineImport`` made once the format is known."""
+
+    def __init__(self, state: GatewayState, options: ImportOptions) -> None:
+        self.state = state
+        self.options = options
+        self.summary = ImportSummary()
+        self.lines: LineImport | None = None
+        self.blank = 0  # empty lines before the first one (``auto`` sniffs the first)
+        self.pending: list[bytes | int] = []  # a line, or the length of one too long
+
+    def _start(self, first: bytes) -> LineImport:
+        fmt = self.options.fmt
+        reader = reader_named(fmt) if fmt != "auto" else sniff_reader(first, "the upload")
+        self.summary.lines += self.blank
+        return LineImport(
+            self.state.store, reader, self.options, self.summary, UPLOAD_SOURCE, self.blank
+        )
+
+    def run(self, lines: list[bytes | int], limit: int) -> None:
+        """Read ``lines`` (in a worker thread: it parses and writes)."""
+        for line in lines:
+            if self.lines is None:
+                if isinstance(line, bytes) and not line.strip():
+                    self.blank += 1
+                    continue
+                self.lines = self._start(line if isinstance(line, bytes) else b"")
+            if isinstance(line, int):
+                self.lines.skip(
+                    f"line of {line} bytes or more is longer than server.max_body_bytes "
+                    f"({limit} bytes)"
+                )
+            elif self.lines.add(line):
+                self.lines.flush()
+        if self.lines is not None:
+            self.lines.flush()
+
+    def finish(self) -> None:
+        """After the last line: an upload with no line at all has no format to tell."""
+        if self.lines is None:
+            self.summary.lines += self.blank
+            if self.options.fmt != "auto":
+                reader_named(self.options.fmt)
+                return
+            raise UnknownImportFormatError(
+                "the upload is empty: send JSON Lines, one record per line, with "
+                f"format=auto or one of {', '.join(IMPORT_FORMATS)}"
+            )
+
+
+class ImportRoutes:
+    """The upload route (access: ``reef.gateway.routes``)."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+        self.redactor = Redactor(state.settings.capture.redact_patterns)
+
+    async def upload(self, request: Request) -> Response:
+        """``POST /reef/scenarios/{scenario}/import?format=&dry_run=&strict=``: import
+        the JSON Lines body into the scenario; answers the summary."""
+        scenario = check_scenario_name(request.path_params["scenario"])
+        fmt = request.query_params.get("format") or "auto"
+        if fmt != "auto":
+            reader_named(fmt)  # an unknown format is a 400 before any line is read
+        dry_run = _flag(request, "dry_run")
+        options = ImportOptions(
+            scenario=scenario,
+            fmt=fmt,
+            dry_run=dry_run,
+            strict=_flag(request, "strict"),
+            redactor=self.redactor,
+        )
+        upload = _Upload(self.state, options)
+        limit = self.state.settings.server.max_body_bytes
+        buffer = bytearray()
+        dropping = 0  # bytes of a line too long, discarded so far
+        batch: list[bytes | int] = []
+        held = 0  # bytes in ``batch``: a batch is bounded by lines and by bytes
+        async for chunk in request.stream():
+            start = 0
+            while start < len(chunk):
+                end = chunk.find(b"\n", start)
+                piece = chunk[start:] if end < 0 else chunk[start:end]
+                start = len(chunk) if end < 0 else end + 1
+                if dropping:
+                    dropping += len(piece)
+                elif len(buffer) + len(piece) > limit:
+                    dropping = len(buffer) + len(piece)
+                    buffer.clear()
+                else:
+                    buffer += piece
+                if end < 0:
+                    continue
+                batch.append(dropping or bytes(buffer))
+                held += len(buffer)
+                dropping = 0
+                buffer.clear()
+                if len(batch) >= IMPORT_BATCH_LINES or held >= limit:
+                    await asyncio.to_thread(upload.run, batch, limit)
+                    batch, held = [], 0
+        if dropping or buffer:
+            batch.append(dropping or bytes(buffer))
+        await asyncio.to_thread(upload.run, batch, limit)
+        upload.finish()
+        return Response(
+            dumps(upload_summary(upload.summary, scenario, dry_run)),
+            media_type="application/json",
+        )

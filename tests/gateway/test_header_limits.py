@@ -73,6 +73,19 @@ def test_a_header_past_its_limit_is_400_naming_it_and_nothing_is_stored(
     assert stored(module_gateway) == before
 
 
+def test_a_tag_reef_reserves_is_400_naming_it_and_nothing_is_stored(
+    module_gateway: GatewayThread,
+) -> None:
+    """An imported record's origin is a ``reef.`` tag: live traffic cannot claim one."""
+    before = stored(module_gateway)
+    for name in ("reef.origin", "reef.source_id", "Reef.Origin"):
+        response = call(module_gateway.port, "POST", CHAT, BODY, {f"x-reef-tag-{name}": "import:x"})
+        assert response.status == 400, response.body
+        message = response.json()["error"]["message"]
+        assert "x-reef-tag-reef." in message and "reserves" in message, message
+    assert stored(module_gateway) == before
+
+
 def test_a_header_past_its_limit_on_messages_is_400_in_anthropic_shape(
     module_gateway: GatewayThread,
 ) -> None:

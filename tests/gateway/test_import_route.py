@@ -106,7 +106,7 @@ def test_strict_and_dry_run(gateway: GatewayThread) -> None:
 def test_bad_requests_name_what_to_fix(gateway: GatewayThread) -> None:
     unknown = upload(gateway.port, "?format=csv", FINETUNE)
     assert unknown.status == 400
-    assert "reef, openai-chat, openai-finetune" in unknown.json()["error"]["message"]
+    assert "reef, otel, openai-chat, openai-finetune" in unknown.json()["error"]["message"]
     odd = upload(gateway.port, "", b'{"hello": "world"}\n')
     assert odd.status == 400 and "cannot tell the format" in odd.json()["error"]["message"]
     empty = upload(gateway.port, "", b"\n\n")

@@ -27,6 +27,7 @@ from reef.gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
 SCENARIO_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _SCENARIO_RE = re.compile(SCENARIO_PATTERN)
 _TAG_PREFIX = "x-reef-tag-"
+RESERVED_TAG_PREFIX = "reef."
 # The end user an application key speaks for, kept as this tag: conversation signals
 # name it as their author (``reef.learning.computed``).
 END_USER_HEADER: Final = "x-reef-end-user"
@@ -292,6 +293,13 @@ def _tags(headers: dict[str, str]) -> dict[str, str]:
                 f"the limit is {MAX_TAG_NAME_CHARS} characters"
             )
         _check_length(_TAG_PREFIX + name, value, MAX_TAG_VALUE_CHARS)
+        if name.startswith(RESERVED_TAG_PREFIX):
+            # Reef's own marks (an imported record's origin and source id): a client
+            # that could set them would pass live traffic off as imported history.
+            raise InvalidInputError(
+                f"header {_TAG_PREFIX}{name[:100]} names a tag Reef reserves (tags starting "
+                f"{RESERVED_TAG_PREFIX!r} are set by Reef only); name it otherwise"
+            )
     end_user = headers.get(END_USER_HEADER, "").strip()
     if end_user:
         _check_length(END_USER_HEADER, end_user, MAX_TAG_VALUE_CHARS)

@@ -262,7 +262,7 @@ def _read_line(
         for problem in item.problems:
             if strict:
                 raise ImportLineError(problem)
-            summary.skip(path, line_no, problem)
+            summary.skip(source, line_no, problem)
         return item
     except (ImportLineError, ValueError, TypeError) as error:
         reason = str(error) or type(error).__name__
@@ -339,7 +339,7 @@ class _Importer:
         batch: list[tuple[int, ImportItem]],
         placed: list[list[str | None]],
         summary: ImportSummary,
-        path: Path,
+        path: str,
     ) -> list[tuple[int, str, FeedbackDraft]]:
         """The batch's feedback drafts; one naming a record never imported is skipped."""
         feedback: list[tuple[int, str, FeedbackDraft]] = []

@@ -28,15 +28,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from reef.core import canonical_json, new_id, sha256_hex
 from reef.experience import (
     ExperienceStore,
-    RecordDraft,
     RecordFilter,
     RecordView,
     Redactor,
     canonical_exchange,
 )
+from reef.learning.judges import model_call_draft
 from reef.learning.signals import ExtractorConfig
 
 SOURCE = "signal:correction/model"
@@ -153,25 +152,12 @@ class ModelExtractor:
         return extraction
 
     def _record(self, scenario: str, extraction: Extraction, judged: str, now: datetime) -> None:
-        request = {"model": extraction.model or "", "messages": extraction.messages}
-        reply = {"role": "assistant", "content": extraction.reply}
-        draft = RecordDraft(
-            id=new_id(),
-            scenario=scenario,
-            session_id=new_id(),
-            api="openai.chat",
-            request=request,
-            response={"object": "chat.completion", "choices": [{"message": reply}]},
-            status="ok",
-            error=None,
-            latency_ms=0.0,
-            usage=None,
-            release_id=None,
-            prompt_hash="sha256:" + sha256_hex(canonical_json(extraction.messages)),
-            content_hash="sha256:" + sha256_hex(canonical_json([request, reply])),
-            continuation_hash=None,
-            tags={TAG: TAG_VALUE, "judged": judged},
-            purpose="judge",
+        draft = model_call_draft(
+            scenario,
+            extraction.model,
+            extraction.messages,
+            extraction.reply,
+            {TAG: TAG_VALUE, "judged": judged},
             created_at=now,
         )
         self._store.write_records([self._redactor.redact_draft(draft)])

@@ -224,30 +224,17 @@ class JudgeWriter:
         self, scenario: str, judge: JudgeConfig, calls: Sequence[_Call], group: list[RecordView]
     ) -> str | None:
         """Record the judge's calls (``purpose: judge``); the first call's record id."""
-        drafts = []
-        for call in calls:
-            request = {"model": call.model or judge.model, "messages": call.messages}
-            reply = {"role": "assistant", "content": call.reply}
-            drafts.append(
-                RecordDraft(
-                    id=new_id(),
-                    scenario=scenario,
-                    session_id=new_id(),
-                    api="openai.chat",
-                    request=request,
-                    response={"object": "chat.completion", "choices": [{"message": reply}]},
-                    status="ok",
-                    error=None,
-                    latency_ms=0.0,
-                    usage=None,
-                    release_id=None,
-                    prompt_hash="sha256:" + sha256_hex(canonical_json(call.messages)),
-                    content_hash="sha256:" + sha256_hex(canonical_json([request, reply])),
-                    continuation_hash=None,
-                    tags={"judge": judge.name, "judged": ",".join(r.id for r in group)[:1000]},
-                    purpose="judge",
-                )
+        judged = ",".join(r.id for r in group)[:1000]
+        drafts = [
+            model_call_draft(
+                scenario,
+                call.model or judge.model,
+                call.messages,
+                call.reply,
+                {"judge": judge.name, "judged": judged},
             )
+            for call in calls
+        ]
         redacted = [self._redactor.redact_draft(draft) for draft in drafts]
         return self._store.write_records(redacted)[0] if redacted else None
 
@@ -360,3 +347,37 @@ def _tagged(tag: str, text: str) -> str:
     name = tag.split()[0]
     safe = re.sub(rf"</\s*{name}\s*>", f"&lt;/{name}&gt;", text, flags=re.IGNORECASE)
     return f"<{tag}>\n{safe}\n</{name}>"
+
+
+def model_call_draft(
+    scenario: str,
+    model: str | None,
+    messages: list[dict[str, Any]],
+    reply: str | None,
+    tags: dict[str, str],
+    created_at: datetime | None = None,
+) -> RecordDraft:
+    """A call Reef's own machinery made to a model (a judge's grading, the signal
+    extractor's question) as a record of purpose ``judge``, which selection never trains
+    on: its conversation, its reply and ``tags`` saying what it judged."""
+    request = {"model": model or "", "messages": messages}
+    answer = {"role": "assistant", "content": reply}
+    return RecordDraft(
+        id=new_id(),
+        scenario=scenario,
+        session_id=new_id(),
+        api="openai.chat",
+        request=request,
+        response={"object": "chat.completion", "choices": [{"message": answer}]},
+        status="ok",
+        error=None,
+        latency_ms=0.0,
+        usage=None,
+        release_id=None,
+        prompt_hash="sha256:" + sha256_hex(canonical_json(messages)),
+        content_hash="sha256:" + sha256_hex(canonical_json([request, answer])),
+        continuation_hash=None,
+        tags=tags,
+        purpose="judge",
+        created_at=created_at,
+    )

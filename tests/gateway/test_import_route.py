@@ -119,6 +119,13 @@ def test_bad_requests_name_what_to_fix(gateway: GatewayThread) -> None:
     jsonl = upload(gateway.port, "?dry_run=1", FINETUNE, **{"content-type": "application/jsonl"})
     assert jsonl.status == 200 and jsonl.json()["records"] == 4
     assert listing(gateway.port) == []
+    # A named format of which no line reads (every line skipped): nothing written, a 400.
+    wrong = upload(gateway.port, "?format=otel", b"1e-08\n" + FINETUNE)
+    assert wrong.status == 400, wrong.body
+    message = wrong.json()["error"]["message"]
+    assert "none of the upload's 5 line(s) could be read as otel" in message
+    assert "nothing was written; line 1: " in message
+    assert listing(gateway.port) == []
 
 
 def test_only_an_admin_of_the_scenario_may_upload(

@@ -105,7 +105,19 @@ class _Upload:
             self.lines.flush()
 
     def finish(self) -> None:
-        """After the last line: an upload with no line at all has no format to tell."""
+        """After the last line: an upload with no line at all has no format to tell, and
+        one of which no line could be read (every one skipped) wrote nothing: both are a
+        400 naming what to fix, not a summary of nothing."""
+        summary = self.summary
+        read = summary.records + summary.duplicate_records
+        read += summary.feedback + summary.duplicate_feedback
+        if self.lines is not None and summary.skipped and not read:
+            _, line, reason = summary.skips[0]
+            name = summary.formats.get(UPLOAD_SOURCE, self.options.fmt)
+            raise InvalidInputError(
+                f"none of the upload's {summary.skipped} line(s) could be read as {name}, so "
+                f"nothing was written; line {line}: {reason}"
+            )
         if self.lines is None:
             self.summary.lines += self.blank
             if self.options.fmt != "auto":

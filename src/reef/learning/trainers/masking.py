@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from reef.core.errors import InvalidInputError
 from reef.engine.tools import render_tools, template_takes_tools
 
 IGNORE_INDEX = -100
@@ -41,7 +42,7 @@ IGNORE_INDEX = -100
 TrainTurns = Literal["all", "last"]
 
 
-class TemplateMaskError(ValueError):
+class TemplateMaskError(InvalidInputError):
     """A chat template whose rendering of an assistant turn cannot be located: a shorter
     conversation does not render as a prefix of the longer one."""
 

@@ -64,10 +64,10 @@ def spec(tmp_path: Path, **changes: object) -> SFTSpec:
     return base.model_copy(update=changes)
 
 
-def hits(loaded: LoadedModel, model: torch.nn.Module) -> int:
-    """How many prompts greedy decoding answers with exactly TARGET."""
+def hits(loaded: LoadedModel, model: torch.nn.Module, prompts: list[str] = PROMPTS) -> int:
+    """How many ``prompts`` greedy decoding answers with exactly TARGET."""
     tokenizer, count = loaded.tokenizer, 0
-    for prompt in PROMPTS:
+    for prompt in prompts:
         ids: torch.Tensor = tokenizer.apply_chat_template(  # type: ignore[assignment]
             [{"role": "user", "content": prompt}],
             add_generation_prompt=True,
@@ -99,11 +99,11 @@ def test_loss_counts_only_the_assistant_reply(tmp_path: Path) -> None:
     answer = features.labels[len(prompt) :]
     assert IGNORE_INDEX not in answer
     assert answer == features.input_ids[len(prompt) :]
-    assert tokenizer.decode(answer) == "Reef<|im_end|>\n"
+    assert tokenizer.decode(answer) == "Reef<|im_end|>"  # not the newline after it
 
     short = build_features(tokenizer, SFTExample(messages=conversation, target="Reef"), 12)
     assert len(short.input_ids) == 12
-    assert tokenizer.decode([t for t in short.labels if t != IGNORE_INDEX]) == "Reef<|im_end|>\n"
+    assert tokenizer.decode([t for t in short.labels if t != IGNORE_INDEX]) == "Reef<|im_end|>"
 
 
 def test_training_makes_the_model_say_the_targets(tmp_path: Path) -> None:
@@ -181,10 +181,13 @@ def test_epochs_stop_early_on_a_task_it_can_fit(tmp_path: Path) -> None:
     losses = [loss for _, loss in metrics["val_curve"]]
     assert losses[-1] >= min(losses)  # patience ran out on a plateau
     assert metrics["best_val_loss"] == min(losses) < losses[0] / 10
-    # The weights kept are the best step's, whatever came after it.
+    # The weights kept are the best step's, whatever came after it: they answer the
+    # task's prompts, held-out ones included (how a random tiny model answers prompts of
+    # another kind is left to chance).
     loaded = load_model(TINY, tmp_path / "home")
     tuned = PeftModel.from_pretrained(loaded.model, str(result.adapter_dir))
-    assert hits(loaded, tuned) == len(PROMPTS)
+    asked = [str(example.messages[0]["content"]) for example in many] + ["which code for case 77?"]
+    assert hits(loaded, tuned, asked) == len(asked)
 
 
 def test_a_time_cap_stops_a_run_and_says_so(tmp_path: Path) -> None:

@@ -62,7 +62,6 @@ from reef.environments import (
 )
 from reef.learning.trainers.grpo import _as_reference, _wrap, group_advantages
 from reef.learning.trainers.lora_sft import (
-    IGNORE_INDEX,
     Accumulated,
     Features,
     Plan,
@@ -72,6 +71,7 @@ from reef.learning.trainers.lora_sft import (
     token_logps,
     train_in_budget,
 )
+from reef.learning.trainers.masking import IGNORE_INDEX, sampled_turn
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import RLSpec, TrainResult
 
@@ -167,12 +167,12 @@ def _add_turns(
             )
         if not tokens.completion_ids:
             continue
-        ids = [*tokens.prompt_ids, *tokens.completion_ids]
-        if len(ids) > max_seq_len:
+        masked = sampled_turn(tokens.prompt_ids, tokens.completion_ids)
+        if len(masked.input_ids) > max_seq_len:
             out.too_long += 1
             continue
-        labels = [IGNORE_INDEX] * len(tokens.prompt_ids) + list(tokens.completion_ids)
-        out.turns.append(Turn(Features(ids, labels, 1.0), index, tokens.logprobs))
+        features = Features(masked.input_ids, masked.labels, 1.0)
+        out.turns.append(Turn(features, index, tokens.logprobs))
 
 
 def micro_batches(turns: Sequence[Turn], max_tokens: int) -> Iterator[list[Turn]]:

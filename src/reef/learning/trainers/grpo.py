@@ -43,7 +43,6 @@ import torch
 from peft import PeftModel
 
 from reef.learning.trainers.lora_sft import (
-    IGNORE_INDEX,
     Features,
     Plan,
     _collate,
@@ -54,6 +53,7 @@ from reef.learning.trainers.lora_sft import (
     train_in_budget,
     wrap_lora,
 )
+from reef.learning.trainers.masking import sampled_turn
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import RLPrompt, RLScorer, RLSpec, TrainResult
 
@@ -201,9 +201,8 @@ def _sample_engine(prompt: RLPrompt, spec: RLSpec, seed: int) -> list[Sample]:
 
 
 def _features(sample: Sample, weight: float) -> Features:
-    ids = sample.prompt_ids + sample.completion_ids
-    labels = [IGNORE_INDEX] * len(sample.prompt_ids) + sample.completion_ids
-    return Features(ids, labels, weight)
+    masked = sampled_turn(sample.prompt_ids, sample.completion_ids)
+    return Features(masked.input_ids, masked.labels, weight)
 
 
 def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainResult:

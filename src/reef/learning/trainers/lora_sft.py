@@ -5,8 +5,8 @@ reef.learning.trainers``), in a test, or in a Ray task.
 
 The model and tokenizer come from ``reef.engine.models.load_model``, the loader the
 engine serves with, so training sees the same weights and chat template. Loss counts
-only assistant tokens: the prompt (the chat template with ``add_generation_prompt``)
-is labelled -100.
+only the reply's tokens and its end-of-turn token (``reef.learning.trainers.masking``);
+the rest is labelled -100.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
 from reef.engine.models import LoadedModel, load_model
-from reef.engine.tools import render_tools, template_takes_tools
 from reef.learning.trainers.budget import (
     Budget,
     EarlyStopping,
@@ -39,6 +38,7 @@ from reef.learning.trainers.budget import (
     split_validation,
     stop_report,
 )
+from reef.learning.trainers.masking import IGNORE_INDEX, MaskedTokens, mask_conversation
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.probe import greedy_matches, probe_indices
 from reef.learning.trainers.spec import (
@@ -50,7 +50,6 @@ from reef.learning.trainers.spec import (
     TrainResult,
 )
 
-IGNORE_INDEX = -100
 ADAPTER_FILES = frozenset({"adapter_config.json", "adapter_model.safetensors"})
 
 ProgressCallback = Callable[[int, int, float], None]
@@ -73,36 +72,29 @@ def _ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]],
 def build_features(
     tokenizer: PreTrainedTokenizerBase, example: SFTExample, max_seq_len: int
 ) -> Features:
-    """Tokenize ``example`` with the tokenizer's chat template; label only the reply.
+    """Tokenize ``example`` with the tokenizer's chat template; only the reply trains
+    (:func:`reply_tokens`, the rule of :mod:`reef.learning.trainers.masking`).
 
-    The conversation is rendered as the engine serves it (``reef.engine.tools``): the
-    tools offered, earlier tool calls and results, so an adapter learns calls in the
-    format the engine parses. The prompt is the template with
-    ``add_generation_prompt=True``; the full sequence the template with the reply as
-    the last assistant turn. Tokens the two share are the prompt. Longer than
-    ``max_seq_len``: whole early turns are dropped (a turn starts at a user message;
-    the system message stays) until it fits; then, if the last turn alone is too long,
-    the prompt's start.
+    Longer than ``max_seq_len``: whole early turns are dropped (a turn starts at a user
+    message; the system message stays) until it fits; then, if the last turn alone is
+    too long, the prompt's start.
     """
     messages = list(example.messages)
     while True:
-        prompt, full = encode_reply(tokenizer, messages, example.tools, example.target)
+        masked = reply_tokens(tokenizer, messages, example.tools, example.target)
         shorter = without_first_turn(messages)
-        if len(full) <= max_seq_len or shorter is None:
+        if len(masked.input_ids) <= max_seq_len or shorter is None:
             break
         messages = shorter
-    features = labelled_features(prompt, full, example.weight)
-    full, labels = features.input_ids, features.labels
+    full, labels = masked.input_ids, masked.labels
     if len(full) > max_seq_len:
-        shared = prompt_length(prompt, full)
-        cut = min(len(full) - max_seq_len, shared)
+        cut = min(len(full) - max_seq_len, masked.prompt_length)
         full, labels = full[cut:][:max_seq_len], labels[cut:][:max_seq_len]
     return Features(full, labels, example.weight)
 
 
 def prompt_length(prompt: list[int], full: list[int]) -> int:
-    """How many leading tokens ``prompt`` and ``full`` share: the prompt's part of the
-    whole sequence (the rest is the reply)."""
+    """How many leading tokens ``prompt`` and ``full`` share."""
     shared = 0
     for a, b in zip(prompt, full, strict=False):
         if a != b:
@@ -111,35 +103,18 @@ def prompt_length(prompt: list[int], full: list[int]) -> int:
     return shared
 
 
-def labelled_features(prompt: list[int], full: list[int], weight: float) -> Features:
-    """``full`` with its prompt's tokens (:func:`prompt_length`) labelled -100."""
-    shared = prompt_length(prompt, full)
-    return Features(full, [IGNORE_INDEX] * shared + full[shared:], weight)
-
-
-def encode_reply(
+def reply_tokens(
     tokenizer: PreTrainedTokenizerBase,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
     reply_text: str,
-) -> tuple[list[int], list[int]]:
-    """The token ids of the prompt (``messages`` with ``tools``, ready for the
-    assistant) and of the whole sequence with ``reply_text`` as the assistant's turn,
-    rendered as the engine renders a request (``reef.engine.tools.render_tools``) when
-    tools are offered or the conversation holds calls or results."""
-    uses_tools = bool(tools) or any(
-        m.get("tool_calls") or m.get("role") == "tool" for m in messages
-    )
+) -> MaskedTokens:
+    """``messages`` with ``tools`` and ``reply_text`` as the assistant's last turn,
+    rendered as the engine renders a request (``reef.engine.tools.render_tools``), with
+    the reply's tokens (and its end-of-turn token) the only ones that train
+    (:func:`reef.learning.trainers.masking.mask_conversation`)."""
     reply = {"role": "assistant", "content": reply_text}
-    if not uses_tools:
-        prompt = list(_ids(tokenizer, messages, add_generation_prompt=True))
-        return prompt, list(_ids(tokenizer, [*messages, reply]))
-    template = tokenizer.chat_template
-    takes = template_takes_tools(template if isinstance(template, str) else None)
-    rendered = render_tools(messages, tools, template_takes_tools=takes)
-    extra: dict[str, Any] = {"tools": rendered.template_tools} if rendered.template_tools else {}
-    prompt = list(_ids(tokenizer, rendered.messages, add_generation_prompt=True, **extra))
-    return prompt, list(_ids(tokenizer, [*rendered.messages, reply], **extra))
+    return mask_conversation(tokenizer, [*messages, reply], tools, turns="last")
 
 
 def without_first_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -483,8 +458,8 @@ def probe(  # noqa: PLR0913
     (``reef.learning.trainers.probe``)."""
 
     def fits(example: SFTExample) -> bool:
-        _, full = encode_reply(tokenizer, list(example.messages), [], example.target)
-        return len(full) <= spec.max_seq_len
+        masked = reply_tokens(tokenizer, list(example.messages), [], example.target)
+        return len(masked.input_ids) <= spec.max_seq_len
 
     chosen = probe_indices(spec.examples, train_ids, spec.probe_size, spec.seed, fits)
     rows = [(features[i].input_ids, features[i].labels) for i in chosen]

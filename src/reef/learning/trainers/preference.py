@@ -41,9 +41,7 @@ from reef.learning.trainers.lora_sft import (
     Losses,
     Plan,
     _collate,
-    encode_reply,
-    labelled_features,
-    prompt_length,
+    reply_tokens,
     set_up,
     token_logps,
     train_and_save,
@@ -123,13 +121,13 @@ def prompt_features(
     """
     messages = list(messages)
     while True:
-        encoded = [encode_reply(tokenizer, messages, tools, reply) for reply in replies]
-        longest = max(len(full) for _, full in encoded)
+        encoded = [reply_tokens(tokenizer, messages, tools, reply) for reply in replies]
+        longest = max(len(m.input_ids) for m in encoded)
         if longest <= max_seq_len:
-            return [labelled_features(prompt, full, 1.0) for prompt, full in encoded]
-        reply_tokens = max(len(full) - prompt_length(prompt, full) for prompt, full in encoded)
-        if reply_tokens > max_seq_len:
-            return f"a reply alone is {reply_tokens} tokens, over max_seq_len {max_seq_len}"
+            return [Features(m.input_ids, m.labels, 1.0) for m in encoded]
+        reply_length = max(len(m.input_ids) - m.prompt_length for m in encoded)
+        if reply_length > max_seq_len:
+            return f"a reply alone is {reply_length} tokens, over max_seq_len {max_seq_len}"
         shorter = without_first_turn(messages)
         if shorter is None:
             return (

@@ -24,9 +24,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from reef.learning.trainers.masking import IGNORE_INDEX
 from reef.learning.trainers.spec import SFTExample
-
-IGNORE_INDEX = -100
 
 
 def probe_indices(

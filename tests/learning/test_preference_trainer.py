@@ -14,7 +14,13 @@ from reef.core.digests import tree_digest
 from reef.engine.models import load_model
 from reef.learning.trainers import Budget
 from reef.learning.trainers.lora_sft import _collate, build_features
-from reef.learning.trainers.preference import dpo_loss, kto_loss, sequence_logps, train_preference
+from reef.learning.trainers.preference import (
+    dpo_loss,
+    kl_estimate,
+    kto_loss,
+    sequence_logps,
+    train_preference,
+)
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
     LoraSettings,
@@ -78,25 +84,26 @@ def logps(tmp_path: Path, adapter: Path, reply: str) -> tuple[torch.Tensor, torc
 
 def test_losses_match_their_formulas() -> None:
     one = torch.ones(1)
-    loss, chosen, rejected = dpo_loss(
-        torch.tensor([-1.0]),
-        torch.tensor([-3.0]),
-        torch.tensor([-2.0]),
-        torch.tensor([-2.0]),
-        0.5,
-        one,
-    )
+    loss, chosen, rejected = dpo_loss(torch.tensor([1.0]), torch.tensor([-1.0]), 0.5, one)
     assert float(chosen) == pytest.approx(0.5) and float(rejected) == pytest.approx(-0.5)
     assert float(loss) == pytest.approx(-float(torch.nn.functional.logsigmoid(torch.tensor(1.0))))
-    kto, rewards, z0 = kto_loss(
-        torch.tensor([-1.0, -1.0]),
-        torch.tensor([-2.0, -2.0]),
-        torch.tensor([True, False]),
-        1.0,
-        torch.ones(2),
+    hinge, _, _ = dpo_loss(torch.tensor([1.0]), torch.tensor([-1.0]), 0.25, one, "hinge")
+    assert float(hinge) == pytest.approx(0.5)  # relu(1 - 0.25 * 2)
+    lengths = (torch.tensor([2.0]), torch.tensor([4.0]))
+    ipo, _, _ = dpo_loss(torch.tensor([1.0]), torch.tensor([-2.0]), 0.5, one, "ipo", lengths)
+    assert float(ipo) == pytest.approx(0.0)  # 1/2 + 2/4 - 1/(2 * 0.5)
+    with pytest.raises(ValueError, match="token counts"):
+        dpo_loss(torch.tensor([1.0]), torch.tensor([-2.0]), 0.5, one, "ipo")
+    kl = kl_estimate(torch.tensor([-1.0, -3.0]), torch.tensor([-2.0, -2.0]))
+    assert float(kl) == 0.0  # mean logratio 0
+    kl = kl_estimate(torch.tensor([-1.0, -2.0]), torch.tensor([-2.0, -2.0]))
+    assert float(kl) == pytest.approx(0.5)
+    assert float(kl_estimate(torch.zeros(0), torch.zeros(0))) == 0.0
+    kto, rewards = kto_loss(
+        torch.tensor([0.5, 0.5]), torch.tensor([True, False]), 1.0, torch.ones(2), kl, (2.0, 1.0)
     )
-    assert float(z0) == pytest.approx(1.0) and rewards.tolist() == pytest.approx([1.0, 1.0])
-    assert float(kto) == pytest.approx(0.5)  # both terms are 1 - sigmoid(0)
+    assert rewards.tolist() == pytest.approx([0.5, 0.5])
+    assert float(kto) == pytest.approx(0.75)  # (2 * (1 - sigmoid(0)) + (1 - sigmoid(0))) / 2
 
 
 def test_dpo_raises_the_chosen_margin(tmp_path: Path) -> None:
@@ -119,6 +126,9 @@ def test_dpo_raises_the_chosen_margin(tmp_path: Path) -> None:
 def test_kto_raises_the_desirable_log_ratio(tmp_path: Path) -> None:
     result = train_preference(spec(tmp_path, objective="kto", lr=2e-2))
     assert result.metrics["objective"] == "kto" and len(result.metrics["loss_curve"]) == 12
+    # The reference point is an estimate, clamped at 0, that moves as the policy does.
+    kls = result.metrics["kl_curve"]
+    assert len(kls) == 12 and min(kls) >= 0.0 and max(kls) > 0.0
     good_before, good_after = logps(tmp_path, result.adapter_dir, GOOD)
     assert float((good_after - good_before).mean()) > 0
     bad_before, bad_after = logps(tmp_path, result.adapter_dir, BAD)

@@ -25,6 +25,7 @@ gained, and milliseconds per optimizer step (the training loop alone, median ove
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -220,6 +221,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None, help="rewrite its section")
     args = parser.parse_args()
     train, held_out = prompts(args.train, 0), prompts(args.held_out, args.train)
+    load = os.getloadavg()[0]
     runs = {
         "Reef DPO": run_reef,
         "TRL DPOTrainer": run_trl,
@@ -240,7 +242,7 @@ def main() -> int:
                     found[name] = measure(args, out, held_out)  # seeded: each round the same
                     print(f"{steps} steps, {name}: {ms[name][-1]:.1f} ms/step, {found[name]}")
             rows += [(steps, name, found[name], statistics.median(ms[name])) for name in runs]
-    report = render(args, rows)
+    report = render(args, rows, load)
     print(report)
     if args.output is not None:
         write_between(args.output, START, END, report)
@@ -251,15 +253,19 @@ Row = tuple[int, str, dict[str, float], float]
 """(steps, trainer, held-out figures, median ms per step)."""
 
 
-def render(args: argparse.Namespace, rows: list[Row]) -> str:
+def render(args: argparse.Namespace, rows: list[Row], load: float) -> str:
     info = side.machine()
+    busy = (
+        " (a loaded machine: other work shared the cores)" if load > (os.cpu_count() or 1) else ""
+    )
     lines = [
         "## Preference: Reef's DPO vs TRL's `DPOTrainer` (`bench/preference.py`)",
         "",
         f"Command: `.venv/bin/python bench/preference.py --model {args.model} --steps "
         f"{args.steps} --batch {args.batch} --train {args.train} --held-out {args.held_out} "
         f"--rounds {args.rounds} --output docs/benchmarks.md`. {info['cores']} cores, "
-        f"{info['cpu']}, Python {info['python']}, {info['date_utc']}; {args.threads} torch "
+        f"{info['cpu']}, Python {info['python']}, {info['date_utc']}, load average "
+        f"{load:.1f} at the start{busy}; {args.threads} torch "
         f"thread(s), lr {args.lr} constant, beta {args.beta}, seed {args.seed}, the same "
         "fresh LoRA (r 8, q_proj and v_proj). Prefer `Squid-7` over `Octo-3` to every "
         "prompt; accuracy on held-out prompts (see the script's docstring).",

@@ -13,11 +13,13 @@ from peft import PeftModel
 from reef.core.digests import tree_digest
 from reef.engine.models import load_model
 from reef.learning.trainers import Budget
-from reef.learning.trainers.lora_sft import _collate, build_features
+from reef.learning.trainers.lora_sft import _collate, build_features, wrap_lora
 from reef.learning.trainers.preference import (
+    batch_objective,
     dpo_loss,
     kl_estimate,
     kto_loss,
+    prepare,
     sequence_logps,
     train_preference,
 )
@@ -156,3 +158,26 @@ def test_runs_in_the_child_and_continues_from_an_adapter(tmp_path: Path) -> None
     # Continuing starts at the reference: the first step's margin is zero.
     assert again.metrics["margin_curve"][0] == pytest.approx(0.0, abs=1e-4)
     assert tree_digest(again.adapter_dir) != tree_digest(first.adapter_dir)
+
+
+def test_kto_mismatched_sequences_that_do_not_fit_leave_the_estimate(tmp_path: Path) -> None:
+    """Example 0's prompt with example 1's long reply is over ``max_seq_len`` (each alone
+    fits): the estimate uses the one mismatched sequence left; a lone example has none
+    and its reference point is 0."""
+    long_prompt, long_reply = "Tell me " + "x" * 60, "y" * 60
+    examples = [
+        UnpairedExample(messages=user(long_prompt), target=GOOD, desirable=True),
+        UnpairedExample(messages=user("Hi."), target=long_reply, desirable=False),
+    ]
+    run = spec(tmp_path, objective="kto", examples=examples, max_seq_len=110)
+    loaded = load_model(TINY, run.home)
+    model = wrap_lora(loaded.model, None, run.lora)
+    data = prepare(model, loaded.tokenizer, run, 0, torch.device("cpu"))
+    assert data.skipped == [] and data.mismatched[0] is None and data.mismatched[1] is not None
+    out = batch_objective(model, data, [0, 1], run, 0, torch.device("cpu"))
+    assert out.kl == 0.0  # the fresh adapter is the reference: the one logratio is 0
+    assert torch.isfinite(out.loss)
+    alone = spec(tmp_path, objective="kto", examples=examples[:1])
+    data = prepare(model, loaded.tokenizer, alone, 0, torch.device("cpu"))
+    assert data.mismatched == [None]
+    assert batch_objective(model, data, [0], alone, 0, torch.device("cpu")).kl == 0.0

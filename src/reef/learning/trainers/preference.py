@@ -31,7 +31,7 @@ same model and batch (tests/learning/test_trl_equality.py calls TRL's trainers):
   and clamped at >= 0. TRL pairs each example with the reply of the one before it in
   fixed chunks of the batch size and samples those chunks in order; Reef samples batches
   at random, so it pairs each example with the previous kept example's reply over the
-  whole list (the two agree when a batch is a chunk). Their reference log-probs are
+  whole list (the two agree when the batch is the whole list). Their reference log-probs are
   computed once with the others, the policy's under no grad at each step, as in TRL.
 
 A batch's loss is the items' weighted mean (``weight``; TRL's plain mean when every

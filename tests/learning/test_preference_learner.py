@@ -141,12 +141,17 @@ def create(chain: ReleaseChain, scenario: str, adapter: str | None) -> Release:
 
 def test_dpo_end_to_end_stores_the_adapter_by_digest(tmp_path: Path, chain: ReleaseChain) -> None:
     store = open_artifact_store(tmp_path / "artifacts")
-    learner = PreferenceLearner(PreferenceConfig(steps=3, batch_size=2, threads=1, lr=1e-2))
+    learner = PreferenceLearner(
+        PreferenceConfig(
+            steps=3, batch_size=2, threads=1, lr=1e-2, loss_type="hinge", undesirable_weight=2.0
+        )
+    )
     seen: list[tuple[float, str]] = []
     output = learner.learn(context(tmp_path, create(chain, "s", None), store, TRAIN, seen))
 
     assert output.adapter is not None and output.harness is None
     assert output.metrics["objective"] == "dpo" and output.metrics["pairs"] == 2
+    assert output.metrics["loss_type"] == "hinge"  # the recipe's loss reached the trainer
     assert output.consumed == ["a-good", "a-bad", "b-fixed"]
     assert len(output.metrics["loss_curve"]) == 3 and output.metrics["tokens"] > 0
     assert "reward_accuracy" in output.metrics and output.metrics["continued"] is False
@@ -161,6 +166,7 @@ def test_dpo_end_to_end_stores_the_adapter_by_digest(tmp_path: Path, chain: Rele
         context(tmp_path, create(chain, "t", output.adapter), store, unpaired, [])
     )
     assert again.metrics["objective"] == "kto" and again.metrics["continued"] is True
+    assert len(again.metrics["kl_curve"]) == 3
     assert again.consumed == ["c-alone", "x"]
     assert again.adapter is not None and again.adapter != output.adapter
     assert tree_digest(store.materialize(again.adapter)) == again.adapter

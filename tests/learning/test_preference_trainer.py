@@ -13,8 +13,16 @@ from peft import PeftModel
 from reef.core.digests import tree_digest
 from reef.engine.models import load_model
 from reef.learning.trainers import Budget
-from reef.learning.trainers.lora_sft import _collate, build_features
-from reef.learning.trainers.preference import dpo_loss, kto_loss, sequence_logps, train_preference
+from reef.learning.trainers.lora_sft import _collate, build_features, wrap_lora
+from reef.learning.trainers.preference import (
+    batch_objective,
+    dpo_loss,
+    kl_estimate,
+    kto_loss,
+    prepare,
+    sequence_logps,
+    train_preference,
+)
 from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
     LoraSettings,
@@ -78,25 +86,26 @@ def logps(tmp_path: Path, adapter: Path, reply: str) -> tuple[torch.Tensor, torc
 
 def test_losses_match_their_formulas() -> None:
     one = torch.ones(1)
-    loss, chosen, rejected = dpo_loss(
-        torch.tensor([-1.0]),
-        torch.tensor([-3.0]),
-        torch.tensor([-2.0]),
-        torch.tensor([-2.0]),
-        0.5,
-        one,
-    )
+    loss, chosen, rejected = dpo_loss(torch.tensor([1.0]), torch.tensor([-1.0]), 0.5, one)
     assert float(chosen) == pytest.approx(0.5) and float(rejected) == pytest.approx(-0.5)
     assert float(loss) == pytest.approx(-float(torch.nn.functional.logsigmoid(torch.tensor(1.0))))
-    kto, rewards, z0 = kto_loss(
-        torch.tensor([-1.0, -1.0]),
-        torch.tensor([-2.0, -2.0]),
-        torch.tensor([True, False]),
-        1.0,
-        torch.ones(2),
+    hinge, _, _ = dpo_loss(torch.tensor([1.0]), torch.tensor([-1.0]), 0.25, one, "hinge")
+    assert float(hinge) == pytest.approx(0.5)  # relu(1 - 0.25 * 2)
+    lengths = (torch.tensor([2.0]), torch.tensor([4.0]))
+    ipo, _, _ = dpo_loss(torch.tensor([1.0]), torch.tensor([-2.0]), 0.5, one, "ipo", lengths)
+    assert float(ipo) == pytest.approx(0.0)  # 1/2 + 2/4 - 1/(2 * 0.5)
+    with pytest.raises(ValueError, match="token counts"):
+        dpo_loss(torch.tensor([1.0]), torch.tensor([-2.0]), 0.5, one, "ipo")
+    kl = kl_estimate(torch.tensor([-1.0, -3.0]), torch.tensor([-2.0, -2.0]))
+    assert float(kl) == 0.0  # mean logratio 0
+    kl = kl_estimate(torch.tensor([-1.0, -2.0]), torch.tensor([-2.0, -2.0]))
+    assert float(kl) == pytest.approx(0.5)
+    assert float(kl_estimate(torch.zeros(0), torch.zeros(0))) == 0.0
+    kto, rewards = kto_loss(
+        torch.tensor([0.5, 0.5]), torch.tensor([True, False]), 1.0, torch.ones(2), kl, (2.0, 1.0)
     )
-    assert float(z0) == pytest.approx(1.0) and rewards.tolist() == pytest.approx([1.0, 1.0])
-    assert float(kto) == pytest.approx(0.5)  # both terms are 1 - sigmoid(0)
+    assert rewards.tolist() == pytest.approx([0.5, 0.5])
+    assert float(kto) == pytest.approx(0.75)  # (2 * (1 - sigmoid(0)) + (1 - sigmoid(0))) / 2
 
 
 def test_dpo_raises_the_chosen_margin(tmp_path: Path) -> None:
@@ -119,6 +128,9 @@ def test_dpo_raises_the_chosen_margin(tmp_path: Path) -> None:
 def test_kto_raises_the_desirable_log_ratio(tmp_path: Path) -> None:
     result = train_preference(spec(tmp_path, objective="kto", lr=2e-2))
     assert result.metrics["objective"] == "kto" and len(result.metrics["loss_curve"]) == 12
+    # The reference point is an estimate, clamped at 0, that moves as the policy does.
+    kls = result.metrics["kl_curve"]
+    assert len(kls) == 12 and min(kls) >= 0.0 and max(kls) > 0.0
     good_before, good_after = logps(tmp_path, result.adapter_dir, GOOD)
     assert float((good_after - good_before).mean()) > 0
     bad_before, bad_after = logps(tmp_path, result.adapter_dir, BAD)
@@ -146,3 +158,26 @@ def test_runs_in_the_child_and_continues_from_an_adapter(tmp_path: Path) -> None
     # Continuing starts at the reference: the first step's margin is zero.
     assert again.metrics["margin_curve"][0] == pytest.approx(0.0, abs=1e-4)
     assert tree_digest(again.adapter_dir) != tree_digest(first.adapter_dir)
+
+
+def test_kto_mismatched_sequences_that_do_not_fit_leave_the_estimate(tmp_path: Path) -> None:
+    """Example 0's prompt with example 1's long reply is over ``max_seq_len`` (each alone
+    fits): the estimate uses the one mismatched sequence left; a lone example has none
+    and its reference point is 0."""
+    long_prompt, long_reply = "Tell me " + "x" * 60, "y" * 60
+    examples = [
+        UnpairedExample(messages=user(long_prompt), target=GOOD, desirable=True),
+        UnpairedExample(messages=user("Hi."), target=long_reply, desirable=False),
+    ]
+    run = spec(tmp_path, objective="kto", examples=examples, max_seq_len=110)
+    loaded = load_model(TINY, run.home)
+    model = wrap_lora(loaded.model, None, run.lora)
+    data = prepare(model, loaded.tokenizer, run, 0, torch.device("cpu"))
+    assert data.skipped == [] and data.mismatched[0] is None and data.mismatched[1] is not None
+    out = batch_objective(model, data, [0, 1], run, 0, torch.device("cpu"))
+    assert out.kl == 0.0  # the fresh adapter is the reference: the one logratio is 0
+    assert torch.isfinite(out.loss)
+    alone = spec(tmp_path, objective="kto", examples=examples[:1])
+    data = prepare(model, loaded.tokenizer, alone, 0, torch.device("cpu"))
+    assert data.mismatched == [None]
+    assert batch_objective(model, data, [0], alone, 0, torch.device("cpu")).kl == 0.0

@@ -204,6 +204,19 @@ BENCHES: tuple[Bench, ...] = (
         model=True,
     ),
     Bench(
+        "preference",
+        "Reef's DPO vs TRL's DPOTrainer: held-out preference accuracy, time per step",
+        (
+            Step(
+                "preference.py",
+                ("--model", "tiny-random", "--steps", "10,20,30", "--rounds", "2"),
+                ("--model", "tiny-random", "--steps", "2", "--rounds", "1", "--train", "8"),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+    ),
+    Bench(
         "learning",
         "the default recipe through gateway, feedback, job and gate vs a bare PEFT loop",
         (

@@ -49,6 +49,7 @@ from reef.learning.learners._model import (
 )
 from reef.learning.learners._served import served_harness, served_prompt
 from reef.learning.trainers.spec import (
+    DpoLossType,
     PreferencePair,
     PreferenceSpec,
     UnpairedExample,
@@ -59,7 +60,10 @@ class PreferenceConfig(RayTrainerSettings):
     """Settings of the ``preference`` learner (a recipe's learner entry minus ``type``).
 
     ``objective``: ``auto`` is DPO when the batch yields pairs, else KTO. ``beta``: the
-    strength of the pull towards the reference model. ``good_score``: replies scoring at
+    strength of the pull towards the reference model. ``loss_type``: DPO's loss, TRL's
+    ``loss_type`` of that name (``sigmoid``, ``hinge`` or ``ipo``). ``desirable_weight``
+    and ``undesirable_weight``: KTO's weights of the two classes, as TRL's (raise the
+    rarer class's so that weight times count is about even). ``good_score``: replies scoring at
     least this are desirable (KTO); ``bad_score``: at most this, undesirable. Pairs need
     only different scores at the same prompt; for tool-using turns that is the same
     whole prefix (calls, tool results, tools offered), and either side may be tool
@@ -71,6 +75,9 @@ class PreferenceConfig(RayTrainerSettings):
 
     objective: Literal["auto", "dpo", "kto"] = "auto"
     beta: float = Field(default=0.1, gt=0.0)
+    loss_type: DpoLossType = "sigmoid"
+    desirable_weight: float = Field(default=1.0, gt=0.0, le=100.0)
+    undesirable_weight: float = Field(default=1.0, gt=0.0, le=100.0)
     epochs: float = Field(default=3.0, gt=0.0, le=1000.0)
     good_score: float = 1.0
     bad_score: float = 0.0
@@ -326,6 +333,9 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
             base_adapter=head_adapter(context, model, work, self.settings.continue_from_head),
             lora=cfg.lora(),
             beta=cfg.beta,
+            loss_type=cfg.loss_type,
+            desirable_weight=cfg.desirable_weight,
+            undesirable_weight=cfg.undesirable_weight,
             **cfg.run_settings(),
         )
         what = "pairs" if objective == "dpo" else "examples"
@@ -339,7 +349,15 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
         budget_keys = (
             "val_curve", "steps", "steps_planned", "stop_reason", "best_step", "undertrained"
         )  # fmt: skip
-        extra = ("tokens", "seconds", "tokens_per_second", "skipped", "bf16")
+        extra = (
+            "tokens",
+            "seconds",
+            "tokens_per_second",
+            "skipped",
+            "bf16",
+            "loss_type",
+            "kl_curve",
+        )
         reported = (*keys, *budget_keys, *extra)
         metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(

@@ -16,13 +16,26 @@ the base adapter as loaded. Its log-probabilities are computed once, before the 
 step, in eval mode and without grad (the reference never changes, so once per batch
 would give the same numbers).
 
-Losses (``beta`` = ``spec.beta``; ``logratio`` = policy minus reference log-prob):
+Losses (``beta`` = ``spec.beta``; ``logratio`` = policy minus reference log-prob), each
+TRL 1.16's of the same name, equal to it within 1e-5 (loss) and 1e-4 (gradients) on the
+same model and batch (tests/learning/test_trl_equality.py calls TRL's trainers):
 
-- DPO: ``-logsigmoid(beta * (logratio(chosen) - logratio(rejected)))``.
-- KTO (simplified): desirable ``1 - sigmoid(beta * (logratio - z0))``, undesirable
-  ``1 - sigmoid(beta * (z0 - logratio))``, where ``z0`` is the batch's mean logratio,
-  detached and clamped at >= 0: a cheap stand-in for the paper's KL estimate from
-  mismatched prompt/reply pairs. Desirable and undesirable examples weigh the same.
+- DPO (``spec.loss_type``; ``delta`` = logratio(chosen) - logratio(rejected)):
+  ``sigmoid`` ``-logsigmoid(beta * delta)``; ``hinge`` ``relu(1 - beta * delta)``;
+  ``ipo`` ``(delta' - 1 / (2 * beta)) ** 2``, where ``delta'`` divides each logratio by
+  its reply's token count, as TRL does.
+- KTO: desirable ``1 - sigmoid(beta * (logratio - kl))``, undesirable
+  ``1 - sigmoid(beta * (kl - logratio))``, scaled by ``desirable_weight`` and
+  ``undesirable_weight``. ``kl`` is TRL's estimate: the batch's mean logratio of
+  mismatched sequences (each example's prompt with another example's reply), detached
+  and clamped at >= 0. TRL pairs each example with the reply of the one before it in
+  fixed chunks of the batch size and samples those chunks in order; Reef samples batches
+  at random, so it pairs each example with the previous kept example's reply over the
+  whole list (the two agree when the batch is the whole list). Their reference log-probs are
+  computed once with the others, the policy's under no grad at each step, as in TRL.
+
+A batch's loss is the items' weighted mean (``weight``; TRL's plain mean when every
+weight is 1).
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,6 +51,7 @@ from peft import PeftModel
 
 from reef.learning.trainers.budget import split_validation
 from reef.learning.trainers.lora_sft import (
+    IGNORE_INDEX,
     Features,
     Losses,
     Plan,
@@ -50,6 +65,7 @@ from reef.learning.trainers.lora_sft import (
 )
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import (
+    DpoLossType,
     PreferencePair,
     PreferenceSpec,
     TrainResult,
@@ -68,38 +84,57 @@ def sequence_logps(model: PeftModel, batch: dict[str, Any]) -> torch.Tensor:
 
 
 def dpo_loss(
-    policy_chosen: torch.Tensor,
-    policy_rejected: torch.Tensor,
-    ref_chosen: torch.Tensor,
-    ref_rejected: torch.Tensor,
+    chosen_ratio: torch.Tensor,
+    rejected_ratio: torch.Tensor,
     beta: float,
     weights: torch.Tensor,
+    loss_type: DpoLossType = "sigmoid",
+    lengths: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(weighted mean loss, chosen rewards, rejected rewards); a reward is
-    ``beta * logratio``, detached."""
-    chosen = beta * (policy_chosen - ref_chosen)
-    rejected = beta * (policy_rejected - ref_rejected)
-    losses = -torch.nn.functional.logsigmoid(chosen - rejected)
+    """(weighted mean loss, chosen rewards, rejected rewards) of the ``loss_type`` in
+    the module docstring, from each pair's chosen and rejected logratio (policy minus
+    reference log-prob); a reward is ``beta * logratio``, detached. ``lengths``: the
+    chosen and rejected replies' token counts, which ``ipo`` needs."""
+    delta = chosen_ratio - rejected_ratio
+    if loss_type == "sigmoid":
+        losses = -torch.nn.functional.logsigmoid(beta * delta)
+    elif loss_type == "hinge":
+        losses = torch.relu(1 - beta * delta)
+    else:
+        if lengths is None:
+            raise ValueError("the ipo loss needs the replies' token counts (lengths)")
+        chosen_len, rejected_len = (n.clamp(min=1.0) for n in lengths)
+        per_token = chosen_ratio / chosen_len - rejected_ratio / rejected_len
+        losses = (per_token - 1 / (2 * beta)) ** 2
     loss = (losses * weights).sum() / weights.sum()
-    return loss, chosen.detach(), rejected.detach()
+    return loss, (beta * chosen_ratio).detach(), (beta * rejected_ratio).detach()
+
+
+def kl_estimate(policy_kl: torch.Tensor, reference_kl: torch.Tensor) -> torch.Tensor:
+    """KTO's reference point from mismatched sequences' log-probs: their mean logratio,
+    detached, clamped at >= 0 (0 without any)."""
+    if policy_kl.numel() == 0:
+        return torch.zeros((), device=policy_kl.device)
+    return (policy_kl - reference_kl).mean().detach().clamp(min=0.0)
 
 
 def kto_loss(
-    policy: torch.Tensor,
-    reference: torch.Tensor,
+    logratio: torch.Tensor,
     desirable: torch.Tensor,
     beta: float,
     weights: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(weighted mean loss, rewards ``beta * logratio`` detached, z0) of the simplified
-    KTO loss in the module docstring."""
-    logratio = policy - reference
-    z0 = logratio.detach().mean().clamp(min=0.0)
-    up = 1.0 - torch.sigmoid(beta * (logratio - z0))
-    down = 1.0 - torch.sigmoid(beta * (z0 - logratio))
+    kl: torch.Tensor,
+    class_weights: tuple[float, float] = (1.0, 1.0),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weighted mean loss, rewards ``beta * logratio`` detached) of the KTO loss in the
+    module docstring, from each example's logratio (policy minus reference log-prob),
+    at reference point ``kl`` (:func:`kl_estimate`); ``class_weights``: (desirable,
+    undesirable)."""
+    up = class_weights[0] * (1.0 - torch.sigmoid(beta * (logratio - kl)))
+    down = class_weights[1] * (1.0 - torch.sigmoid(beta * (kl - logratio)))
     losses = torch.where(desirable, up, down)
     loss = (losses * weights).sum() / weights.sum()
-    return loss, (beta * logratio).detach(), z0
+    return loss, (beta * logratio).detach()
 
 
 def prompt_features(
@@ -158,74 +193,174 @@ def _reference(
     return torch.cat(out)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A run's sequences (:func:`prepare`): ``features`` as in :func:`_items`, with
+    their ``reference`` log-probs; KTO's ``mismatched`` sequence per kept example (its
+    prompt with the previous kept example's reply; None when there is no other example,
+    or it does not fit) and their ``reference_kl`` log-probs (0 where None)."""
+
+    features: list[Features]
+    weights: list[float]
+    desirable: list[bool]
+    skipped: list[dict[str, Any]]
+    mismatched: list[Features | None]
+    reference: torch.Tensor
+    reference_kl: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A batch's loss, reward margin and accuracy (see :func:`train_preference`),
+    tokens fed, and KTO's reference point ``kl`` (0 for DPO)."""
+
+    loss: torch.Tensor
+    margin: float
+    accuracy: float
+    tokens: int
+    kl: float
+
+
+def prepare(
+    model: PeftModel, tokenizer: Any, spec: PreferenceSpec, pad_id: int, device: torch.device
+) -> Prepared:
+    """``spec``'s sequences tokenized and their reference log-probs computed (in eval
+    mode, without grad, before any step)."""
+    features, weights, desirable, skipped, mismatched = _items(tokenizer, spec)
+    size, continued = 2 * spec.batch_size, spec.base_adapter is not None
+    reference = _reference(model, features, pad_id, device, size, continued)
+    present = [f for f in mismatched if f is not None]
+    reference_kl = torch.zeros(len(mismatched), device=device, dtype=reference.dtype)
+    if present:
+        found = _reference(model, present, pad_id, device, size, continued)
+        where = [i for i, f in enumerate(mismatched) if f is not None]
+        reference_kl[where] = found.to(reference_kl.dtype)
+    return Prepared(features, weights, desirable, skipped, mismatched, reference, reference_kl)
+
+
+def batch_objective(
+    model: PeftModel,
+    data: Prepared,
+    items: list[int],
+    spec: PreferenceSpec,
+    pad_id: int,
+    device: torch.device,
+) -> Outcome:
+    """The loss of kept pairs (or KTO examples) ``items`` under ``spec``'s objective,
+    as each training step and validation computes it."""
+    if spec.objective == "dpo":
+        return _dpo_objective(model, data, items, spec, pad_id, device)
+    return _kto_objective(model, data, items, spec, pad_id, device)
+
+
+def _dpo_objective(
+    model: PeftModel,
+    data: Prepared,
+    items: list[int],
+    spec: PreferenceSpec,
+    pad_id: int,
+    device: torch.device,
+) -> Outcome:
+    rows = [2 * i + k for i in items for k in (0, 1)]
+    batch = _collate([data.features[r] for r in rows], pad_id, device)
+    policy = sequence_logps(model, batch)
+    ref = data.reference[rows]
+    w = torch.tensor([data.weights[i] for i in items], device=device)
+    counts = (batch["labels"] != IGNORE_INDEX).sum(dim=1).to(policy.dtype)
+    loss, chosen, rejected = dpo_loss(
+        policy[0::2] - ref[0::2],
+        policy[1::2] - ref[1::2],
+        spec.beta,
+        w,
+        spec.loss_type,
+        (counts[0::2], counts[1::2]),
+    )
+    margin = chosen - rejected
+    accuracy = float((margin > 0).float().mean())
+    return Outcome(loss, float(margin.mean()), accuracy, _tokens(batch), 0.0)
+
+
+def _kto_objective(
+    model: PeftModel,
+    data: Prepared,
+    items: list[int],
+    spec: PreferenceSpec,
+    pad_id: int,
+    device: torch.device,
+) -> Outcome:
+    fed = 0
+    kl_rows = [i for i in items if data.mismatched[i] is not None]
+    kl_features = [f for f in (data.mismatched[i] for i in kl_rows) if f is not None]
+    policy_kl = torch.zeros(0, device=device)
+    if kl_features:
+        kl_batch = _collate(kl_features, pad_id, device)
+        with torch.no_grad():
+            policy_kl = sequence_logps(model, kl_batch)
+        fed += _tokens(kl_batch)
+    kl = kl_estimate(policy_kl, data.reference_kl[kl_rows].to(policy_kl.dtype))
+    batch = _collate([data.features[i] for i in items], pad_id, device)
+    policy = sequence_logps(model, batch)
+    good = torch.tensor([data.desirable[i] for i in items], device=device)
+    w = torch.tensor([data.weights[i] for i in items], device=device)
+    class_weights = (spec.desirable_weight, spec.undesirable_weight)
+    logratio = policy - data.reference[items]
+    loss, rewards = kto_loss(logratio, good, spec.beta, w, kl, class_weights)
+    up = float(rewards[good].mean()) if bool(good.any()) else 0.0
+    down = float(rewards[~good].mean()) if bool((~good).any()) else 0.0
+    right = torch.where(good, rewards > 0, rewards < 0)
+    accuracy = float(right.float().mean())
+    return Outcome(loss, up - down, accuracy, fed + _tokens(batch), float(kl))
+
+
 def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = None) -> TrainResult:
     """Train a LoRA adapter by DPO or KTO and save it to ``spec.output_dir``.
 
     Deterministic for a given spec on one device. Metrics: ``loss_curve``,
     ``margin_curve`` and ``accuracy_curve`` (per step), ``reward_margin`` and
     ``reward_accuracy`` (the last step), ``tokens``, ``seconds``, ``tokens_per_second``,
-    ``load_seconds``, ``steps``, ``objective``, ``pairs``/``examples``, ``skipped``
-    (the pairs or examples too long to train, by index with the reason), ``device``,
-    ``continued``. DPO: margin is chosen minus rejected reward, accuracy the share of
-    pairs where it is positive. KTO: margin is mean desirable minus mean undesirable
-    reward, accuracy the share of rewards with the right sign (> 0 desirable, < 0 not).
+    ``load_seconds``, ``steps``, ``objective``, ``loss_type`` (DPO), ``kl_curve`` (KTO's
+    reference point per step), ``pairs``/``examples``, ``skipped`` (the pairs or
+    examples too long to train, by index with the reason), ``device``, ``continued``.
+    DPO: margin is chosen minus rejected reward, accuracy the share of pairs where it is
+    positive. KTO: margin is mean desirable minus mean undesirable reward, accuracy the
+    share of rewards with the right sign (> 0 desirable, < 0 not).
     """
     setup = set_up(spec)
     started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
-    tokenizer, pad_id = loaded.tokenizer, setup.pad_id
-    dpo = spec.objective == "dpo"
-    # Sequence 2i is kept pair i's chosen reply, 2i + 1 its rejected one (KTO: one each).
-    features, weights, desirable, skipped = _items(tokenizer, spec)
+    pad_id = setup.pad_id
     model = wrap_lora(loaded.model, spec.base_adapter, spec.lora).to(device)
     bf16 = use_bf16(spec.bf16, device)
     model = prepare_bf16(model, device, bf16)
     with autocast(device, bf16):
-        reference = _reference(
-            model, features, pad_id, device, 2 * spec.batch_size, spec.base_adapter is not None
-        )
+        data = prepare(model, loaded.tokenizer, spec, pad_id, device)
     budget = spec.budget
-    train_ids, val_ids = split_validation(len(weights), budget, rng)
+    train_ids, val_ids = split_validation(len(data.weights), budget, rng)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.lr)
     load_seconds = time.monotonic() - started
     margins: list[float] = []
     accuracies: list[float] = []
+    kls: list[float] = []
     tokens = 0
-
-    def objective(items: list[int]) -> tuple[torch.Tensor, float, float, int]:
-        """(loss, reward margin, reward accuracy, tokens) of ``items``."""
-        rows = [2 * i + k for i in items for k in (0, 1)] if dpo else items
-        batch = _collate([features[r] for r in rows], pad_id, device)
-        policy = sequence_logps(model, batch)
-        ref = reference[rows]
-        w = torch.tensor([weights[i] for i in items], device=device)
-        if dpo:
-            loss, chosen, rejected = dpo_loss(
-                policy[0::2], policy[1::2], ref[0::2], ref[1::2], spec.beta, w
-            )
-            margin = chosen - rejected
-            return loss, float(margin.mean()), float((margin > 0).float().mean()), _tokens(batch)
-        good = torch.tensor([desirable[i] for i in items], device=device)
-        loss, rewards, _z0 = kto_loss(policy, ref, good, spec.beta, w)
-        up = float(rewards[good].mean()) if bool(good.any()) else 0.0
-        down = float(rewards[~good].mean()) if bool((~good).any()) else 0.0
-        right = torch.where(good, rewards > 0, rewards < 0)
-        return loss, up - down, float(right.float().mean()), _tokens(batch)
 
     def step(items: list[int]) -> torch.Tensor:
         nonlocal tokens
         with autocast(device, bf16):
-            loss, margin, accuracy, fed = objective(items)
-        margins.append(round(margin, 6))
-        accuracies.append(round(accuracy, 6))
-        tokens += fed
-        return loss
+            out = batch_objective(model, data, items, spec, pad_id, device)
+        margins.append(round(out.margin, 6))
+        accuracies.append(round(out.accuracy, 6))
+        kls.append(round(out.kl, 6))
+        tokens += out.tokens
+        return out.loss
 
     def validate() -> float:
         model.eval()
         with torch.no_grad(), autocast(device, bf16):
             size = spec.batch_size
             chunks = [val_ids[i : i + size] for i in range(0, len(val_ids), size)]
-            losses = [float(objective(chunk)[0]) * len(chunk) for chunk in chunks]
+            losses = [
+                float(batch_objective(model, data, chunk, spec, pad_id, device).loss) * len(chunk)
+                for chunk in chunks
+            ]
         model.train()
         return sum(losses) / len(val_ids)
 
@@ -234,8 +369,12 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         model, optimizer, spec, plan, Losses(step, validate if val_ids else None), progress
     )
     curve, steps_run, seconds = run.curve, run.steps_run, run.seconds
+    by_objective: dict[str, Any] = (
+        {"loss_type": spec.loss_type} if spec.objective == "dpo" else {"kl_curve": kls}
+    )
     metrics: dict[str, Any] = {
         "objective": spec.objective,
+        **by_objective,
         "bf16": bf16,
         "loss_curve": curve,
         "margin_curve": margins,
@@ -250,7 +389,7 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         "steps": steps_run,
         "pairs": len(spec.pairs),
         "examples": len(spec.examples),
-        "skipped": skipped,
+        "skipped": data.skipped,
         "train_items": len(train_ids),
         "val_items": len(val_ids),
         "device": device.type,
@@ -260,18 +399,22 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
 
 
-def _items(
-    tokenizer: Any, spec: PreferenceSpec
-) -> tuple[list[Features], list[float], list[bool], list[dict[str, Any]]]:
-    """(sequences, weights, desirability, skipped) of ``spec``'s pairs or examples:
-    DPO has two sequences per kept pair (chosen, rejected) sharing one prompt, KTO one
-    per kept example; ``skipped`` names each item left out (``index``) and why
-    (``reason``, from :func:`prompt_features`). Raises ValueError when none is left."""
+Items = tuple[list[Features], list[float], list[bool], list[dict[str, Any]], list[Features | None]]
+"""What :func:`_items` answers."""
+
+
+def _items(tokenizer: Any, spec: PreferenceSpec) -> Items:
+    """(sequences, weights, desirability, skipped, mismatched) of ``spec``'s pairs or
+    examples: DPO has two sequences per kept pair (chosen, rejected) sharing one prompt,
+    KTO one per kept example and its mismatched sequence (:class:`Prepared`; DPO: none);
+    ``skipped`` names each item left out (``index``) and why (``reason``, from
+    :func:`prompt_features`). Raises ValueError when none is left."""
     n = spec.max_seq_len
     features: list[Features] = []
     weights: list[float] = []
     desirable: list[bool] = []
     skipped: list[dict[str, Any]] = []
+    kept: list[PreferencePair | UnpairedExample] = []
     items: Sequence[PreferencePair | UnpairedExample] = (
         spec.pairs if spec.objective == "dpo" else spec.examples
     )
@@ -287,10 +430,28 @@ def _items(
         features.extend(found)
         weights.append(item.weight)
         desirable.append(good)
+        kept.append(item)
     if not weights:
         what = "pair" if spec.objective == "dpo" else "example"
         raise ValueError(f"no {what} fits max_seq_len {n}: {skipped[0]['reason']}")
-    return features, weights, desirable, skipped
+    examples = [k for k in kept if isinstance(k, UnpairedExample)]
+    return features, weights, desirable, skipped, _mismatched(tokenizer, examples, n)
+
+
+def _mismatched(
+    tokenizer: Any, examples: list[UnpairedExample], max_seq_len: int
+) -> list[Features | None]:
+    """Each example's prompt with the previous example's reply (the first's with the
+    last's: TRL's rotation by one), tokenized as the others; None with a single example
+    or where the sequence cannot fit."""
+    if len(examples) < 2:
+        return [None] * len(examples)
+    out: list[Features | None] = []
+    for k, example in enumerate(examples):
+        reply = examples[k - 1].target
+        found = prompt_features(tokenizer, example.messages, example.tools, [reply], max_seq_len)
+        out.append(None if isinstance(found, str) else found[0])
+    return out
 
 
 def _tokens(batch: dict[str, Any]) -> int:

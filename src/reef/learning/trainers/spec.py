@@ -124,12 +124,19 @@ class UnpairedExample(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
 
 
+DpoLossType = Literal["sigmoid", "hinge", "ipo"]
+"""The DPO losses a recipe can select, each TRL's ``loss_type`` of that name
+(tests/learning/test_trl_equality.py)."""
+
+
 class PreferenceSpec(BaseModel):
     """A LoRA preference run: ``objective`` ``dpo`` trains on ``pairs``, ``kto`` on
     ``examples``. The reference model is the starting point (the base, or
     ``base_adapter``) with the trained adapter disabled. ``budget``: epochs over the
-    pairs (or examples), validation and caps as in :class:`SFTSpec`. Other fields as in
-    :class:`SFTSpec`."""
+    pairs (or examples), validation and caps as in :class:`SFTSpec`. ``loss_type``: the
+    DPO loss, as TRL's ``DPOConfig.loss_type`` of the same name. ``desirable_weight`` and
+    ``undesirable_weight``: KTO's class weights, as TRL's ``KTOConfig``. Other fields as
+    in :class:`SFTSpec`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -143,6 +150,9 @@ class PreferenceSpec(BaseModel):
     base_adapter: Path | None = None
     lora: LoraSettings = Field(default_factory=LoraSettings)
     beta: float = Field(default=0.1, gt=0.0)
+    loss_type: DpoLossType = "sigmoid"
+    desirable_weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    undesirable_weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     lr: float = Field(default=5e-4, gt=0.0)
     budget: Budget = Field(default_factory=lambda: Budget(epochs=3.0))
     batch_size: int = Field(default=4, ge=1)

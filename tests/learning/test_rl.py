@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from reef.core import SilentProgress
 from reef.core.digests import tree_digest
+from reef.evaluation.scorers import build_scorer
 from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners.rl import RLConfig, RLLearner, rl_prompts
 from reef.learning.registry import LearnerRegistry
 from reef.learning.trainers import Budget
-from reef.learning.trainers.spec import RLScorer
 from reef.releases import (
     ModelComponent,
     Release,
@@ -36,7 +37,8 @@ pytestmark = pytest.mark.filterwarnings(
 TINY = "tiny-random"
 QUESTIONS = ["Hi?", "Sky?", "Fruit?", "Count."]
 # Reward completions containing the letter "a": rare (~12% of 32 random bytes) at first.
-CONTAINS_A = RLScorer(type="contains", pattern="a")
+# The shape the rl scorer had before it used the evaluation scorers: still read.
+CONTAINS_A = {"type": "contains", "pattern": "a"}
 FAST: dict[str, Any] = {
     "target_modules": ["q_proj", "v_proj", "lm_head"],
     "group_size": 8,
@@ -68,16 +70,33 @@ def example(record_id: str, question: str, correction: Any = "a") -> TrainingExa
 TRAIN = [example(f"q{i}", q) for i, q in enumerate(QUESTIONS)]
 
 
-def test_scorer_and_advantages() -> None:
-    from reef.learning.trainers.grpo import group_advantages, score
+def test_rewards_come_from_the_evaluation_scorers_and_old_specs_still_read() -> None:
+    from reef.learning.trainers.grpo import group_advantages, reward
+    from reef.learning.trainers.spec import RLPrompt
 
-    assert score(RLScorer(), " Paris ", "Paris") == 1.0
-    assert score(RLScorer(), "Paris!", "Paris") == 0.0
-    assert score(RLScorer(type="contains"), "It is Paris.", "Paris") == 1.0
-    assert score(CONTAINS_A, "cat", "ignored") == 1.0
-    assert score(RLScorer(type="regex", pattern=r"\d+"), "n=42", "x") == 1.0
-    assert score(RLScorer(type="regex"), "a.b", "a.b") == 1.0
-    assert score(RLScorer(type="regex"), "axb", "a.b") == 0.0  # the reference is escaped
+    def scored(scorer: Any, completion: str, reference: str) -> float:
+        spec = RLConfig(scorer=scorer).scorer
+        prompt = RLPrompt(messages=[{"role": "user", "content": "q"}], reference=reference)
+        return reward(build_scorer(spec), completion, prompt)
+
+    assert scored("exact", " Paris ", "Paris") == 1.0
+    assert scored({"type": "exact"}, "Paris!", "Paris") == 0.0
+    assert scored("normalized_exact", "Paris!", "paris") == 1.0
+    assert scored({"type": "contains"}, "It is PARIS.", "Paris") == 1.0
+    assert scored({"type": "regex", "pattern": r"\d+"}, "n=42", "x") == 1.0
+    # {type: contains, pattern: P} was a case-sensitive substring: read as that regex.
+    assert RLConfig(scorer={"type": "contains", "pattern": "a.b"}).scorer == {
+        "type": "regex",
+        "pattern": r"a\.b",
+    }
+    assert scored({"type": "contains", "pattern": "a.b"}, "xa.by", "ignored") == 1.0
+    assert scored({"type": "contains", "pattern": "a.b"}, "axb", "ignored") == 0.0
+    assert scored(CONTAINS_A, "cat", "ignored") == 1.0
+    assert scored(CONTAINS_A, "CAT", "ignored") == 0.0
+    with pytest.raises(ValidationError, match="no_such_scorer"):
+        RLConfig(scorer={"type": "no_such_scorer"})
+    with pytest.raises(ValidationError, match="case_sensitive"):
+        RLConfig(scorer={"type": "contains", "case_sensitive": "maybe"})
     adv = group_advantages([1.0, 0.0, 0.0, 0.0])
     assert adv[0] > 0 > adv[1] and abs(sum(adv)) < 1e-9
     assert group_advantages([1.0, 1.0]) == [0.0, 0.0]

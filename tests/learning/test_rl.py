@@ -194,7 +194,9 @@ def test_end_to_end_in_the_child(tmp_path: Path, chain: ReleaseChain) -> None:
 def test_sampling_through_the_engine(tmp_path: Path) -> None:
     """With ``engine_url`` the completions come from a real tiny-random engine: its token
     ids are trained on as they are, and its logprobs agree with the trainer's (the same
-    weights; the gap is measured at the first step, before any update)."""
+    weights; the gap is measured at the first step, before any update). The engine keeps
+    serving the starting weights, so from the second step the samples are off-policy:
+    the importance ratios against the engine's log-probs move away from 1."""
     from reef.engine.models import load_model
     from reef.engine.runtime import Engine
     from reef.engine.server import BackgroundServer
@@ -214,13 +216,19 @@ def test_sampling_through_the_engine(tmp_path: Path) -> None:
             lora=LoraSettings(target_modules=FAST["target_modules"]),
             group_size=4,
             max_new_tokens=8,
-            budget=Budget(steps=2),
+            lr=2e-2,
+            budget=Budget(steps=3),
             engine_url=server.base_url.removesuffix("/v1"),
             threads=1,
         )
         result = train_grpo(spec)
     finally:
         server.stop()
-    assert result.metrics["sampler"] == "engine" and result.metrics["samples"] == 2 * 2 * 4
-    gap = result.metrics["engine_logprob_gap"]
+    metrics = result.metrics
+    assert metrics["sampler"] == "engine" and metrics["samples"] == 3 * 2 * 4
+    gap = metrics["engine_logprob_gap"]
     assert gap is not None and gap < 1e-3
+    first, *later = metrics["ratio_curve"]  # [min, mean, max] per step
+    assert max(abs(r - 1.0) for r in first) < 1e-2
+    assert max(abs(r - 1.0) for step in later for r in step) > 0.05, later
+    assert metrics["kl_curve"] == [] and metrics["loss_type"] == "dapo"

@@ -290,3 +290,17 @@ def test_recorded_log_probs_are_used_where_complete() -> None:
     assert not old.requires_grad
     with pytest.raises(ValueError, match="4 tokens"):
         old_logps(policy, [(2, None), (2, None)])
+
+
+def test_advantages_are_trl_s() -> None:
+    """Group-relative advantages as TRL's ``scale_rewards: group`` computes them (its
+    ``nanstd`` has Bessel's correction)."""
+    from trl.trainer.utils import nanstd
+
+    from reef.learning.trainers.grpo import group_advantages
+
+    rewards = [1.0, 0.0, 0.0, 0.5, 1.0]
+    tensor = torch.tensor(rewards)
+    theirs = (tensor - tensor.mean()) / (nanstd(tensor) + 1e-4)
+    torch.testing.assert_close(torch.tensor(group_advantages(rewards)), theirs)
+    assert group_advantages([0.3]) == [0.0]

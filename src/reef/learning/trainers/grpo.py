@@ -71,9 +71,13 @@ EPS = 1e-4
 
 
 def group_advantages(rewards: list[float]) -> list[float]:
-    """``(r - mean) / (std + eps)`` within one group (population std)."""
+    """``(r - mean) / (std + eps)`` within one group, the sample std (Bessel's
+    correction) as TRL's ``scale_rewards: group``; a lone reward gets 0
+    (``tests/learning/test_rl_loss.py::test_advantages_are_trl_s``)."""
+    if len(rewards) < 2:
+        return [0.0] * len(rewards)
     mean = statistics.fmean(rewards)
-    std = statistics.pstdev(rewards)
+    std = statistics.stdev(rewards)
     return [(r - mean) / (std + EPS) for r in rewards]
 
 

@@ -39,8 +39,7 @@ from typing import Any
 import torch
 from peft import PeftModel
 
-from reef.evaluation.scorers import Scorer, build_scorer
-from reef.evaluation.values import EvalItem, Reply
+from reef.evaluation import EvalItem, Scorer, ScorerRegistry
 from reef.learning.trainers.lora_sft import (
     IGNORE_INDEX,
     Features,
@@ -189,7 +188,7 @@ def reward(scorer: Scorer, text: str, prompt: RLPrompt) -> float:
     """``scorer``'s score of the completion ``text`` against ``prompt``'s reference, as
     the gate scores a reply to an item."""
     item = EvalItem(id="rl", suite="rl", messages=prompt.messages, reference=prompt.reference)
-    return scorer.score_reply(Reply(text=text, content=text), item).score
+    return scorer.score(text, item).score
 
 
 def step_loss(
@@ -241,7 +240,7 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         from reef.learning.trainers.episodes import train_episode_grpo  # it imports this module
 
         return train_episode_grpo(spec, progress)
-    scorer = build_scorer(spec.scorer, where="rl.scorer")
+    scorer = ScorerRegistry().build(spec.scorer, "rl.scorer")
     settings = LossSettings.of(spec)
     setup = set_up(spec)
     started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded

@@ -214,7 +214,7 @@ def rl_scorer_spec(value: Any) -> Any:
 def check_scorer_spec(value: ScorerSpec, where: str) -> ScorerSpec:
     """``value`` when it names a registered scorer with valid settings (``reef.scorers``,
     as the gate builds them); raises ``ValueError`` saying what is wrong."""
-    from reef.evaluation.scorers import ScorerError, ScorerRegistry
+    from reef.evaluation import ScorerError, ScorerRegistry
 
     registry = ScorerRegistry()
     try:

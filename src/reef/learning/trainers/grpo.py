@@ -1,5 +1,5 @@
-"""The LoRA RL training function: GRPO-style group-relative policy gradient with a KL
-guard. Imports torch, transformers and peft: only the training child (``python -m
+"""The LoRA RL training function: GRPO (group-relative policy optimisation, TRL's
+objective). Imports torch, transformers and peft: only the training child (``python -m
 reef.learning.trainers rl``) or a test imports it.
 
 Every step takes ``batch_size`` prompts and, for each, samples ``group_size``

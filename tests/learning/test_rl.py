@@ -45,6 +45,7 @@ FAST: dict[str, Any] = {
     "max_new_tokens": 32,
     "lr": 2e-2,
     "beta_kl": 0.01,
+    "loss_type": "grpo",
     "batch_size": 4,
     "threads": 1,
 }
@@ -177,6 +178,7 @@ def test_end_to_end_in_the_child(tmp_path: Path, chain: ReleaseChain) -> None:
     output = learner.learn(context(create(chain, "s", None), TRAIN))
     assert output.adapter is not None and output.consumed == ["q0", "q1", "q2", "q3"]
     assert len(output.metrics["reward_curve"]) == 3 and output.metrics["continued"] is False
+    assert output.metrics["loss_type"] == "grpo" and len(output.metrics["ratio_curve"]) == 3
     assert tree_digest(store.materialize(output.adapter)) == output.adapter
     assert store.info(output.adapter).kind == "adapter"
 

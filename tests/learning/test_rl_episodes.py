@@ -126,16 +126,17 @@ def test_step_episodes_turn_every_turn_of_an_episode_into_its_advantage() -> Non
         step_episodes([[episode(1.0, [None]), episode(0.0, [None])]], 40, "http://x")
 
 
-def test_micro_batches_give_the_whole_batch_gradient(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "sequence_sum"])
+def test_micro_batches_give_the_whole_batch_gradient(tmp_path: Path, loss_type: str) -> None:
     """The step's loss backwarded in small micro-batches leaves the same gradients as
-    one pass over every turn."""
+    one pass over every turn, whatever the loss type's normalisation."""
     import torch
 
     from reef.learning.trainers.episodes import StepEpisodes, Turn, _Tally, _Update, micro_batches
     from reef.learning.trainers.grpo import _wrap
     from reef.learning.trainers.lora_sft import Features, set_up
 
-    spec = spec_for(tmp_path, 1)
+    spec = spec_for(tmp_path, 1, loss_type=loss_type)
     setup = set_up(spec)
     model = _wrap(setup.loaded.model, spec)
     played = StepEpisodes(advantages=[1.2, -0.7, 0.4], episodes=4)

@@ -192,6 +192,7 @@ class RLLearner(ModelLearner[RLConfig]):
         keys = (*keys, "samples", "tokens", "clip_low_curve", "clip_high_curve", "ratio_curve")
         budget = ("steps", "steps_planned", "stop_reason", "epochs_run")
         metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler", "bf16")}
+        metrics["loss_type"] = cfg.loss_type
         metrics.update(continued=result.metrics["continued"], base=model)
         if cfg.environment is None:
             metrics["prompts"] = len(prompts)

@@ -313,10 +313,11 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
     ``tokens`` (tokens trained on), ``model_calls``, ``turns`` (turns trained on),
     ``turns_too_long``, ``groups_skipped``, ``episodes_failed``, ``stops`` (episodes
     by how they ended), ``seconds``, ``load_seconds``, ``steps``, ``tasks``, ``sampler``
-    (``local-engine`` or ``engine``), ``engine_logprob_gap`` (the mean absolute
-    difference of the sampler's and the trainer's token log-probs, the worst step's; with
-    ``engine_url``, the first step's only), ``device``,
-    ``continued``."""
+    (``local-engine`` or ``engine``), ``loss_type``, ``clip_low_curve``,
+    ``clip_high_curve`` and ``ratio_curve`` (``rl_loss.RatioCurves``),
+    ``engine_logprob_gap`` (the mean absolute difference of the sampler's and the
+    trainer's token log-probs, the worst step's; with ``engine_url``, the first step's
+    only), ``device``, ``continued``."""
     tasks = environment_tasks(spec)
     setup = set_up(spec)
     started, device, pad_id = setup.started, setup.device, setup.pad_id
@@ -362,6 +363,7 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
         "epochs_run": round(run.steps_run * spec.batch_size / len(tasks), 3),
         "tasks": len(tasks),
         "sampler": sampler.name,
+        "loss_type": spec.loss_type,
         "device": device.type,
         "bf16": bf16,
         "continued": continued,

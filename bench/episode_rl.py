@@ -235,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rl-lr", type=float, default=2e-4)
     parser.add_argument("--temperature", type=float, default=1.0, help="rl's sampling")
     parser.add_argument("--beta-kl", type=float, default=0.04)
+    parser.add_argument(
+        "--loss-type",
+        default="sequence_sum",
+        choices=["dapo", "bnpo", "grpo", "dr_grpo", "sequence_sum"],
+        help="rl's loss_type (default: the one docs/benchmarks.md's figures were measured with)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--eval-repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
@@ -298,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             max_new_tokens=args.max_new_tokens,
             lr=args.rl_lr,
             beta_kl=args.beta_kl,
+            loss_type=args.loss_type,
             budget=Budget(steps=args.rl_steps),
             max_seq_len=2048,
             threads=args.threads,
@@ -371,7 +378,7 @@ def render(  # the run's figures, as the docs section
             f"{args.sft_steps} --sft-lr {args.sft_lr:g} --rl-steps {args.rl_steps} "
             f"--temperature {args.temperature:g} --group-size {args.group_size} "
             f"--batch-size {args.batch_size} --rl-lr {args.rl_lr:g} --beta-kl {args.beta_kl:g} "
-            "--output docs/benchmarks.md",
+            f"--loss-type {args.loss_type} --output docs/benchmarks.md",
             "```",
             "",
             f"- Machine: {info.get('cpu')}, {info.get('cores')} cores; load {side.load()}.",
@@ -381,7 +388,7 @@ def render(  # the run's figures, as the docs section
             "18 tasks (the rl tasks; the other 6 held out) for "
             f"{rl['steps']} steps ({args.batch_size} tasks x {args.group_size} episodes per "
             f"step, temperature {args.temperature:g}, lr {args.rl_lr:g}, beta_kl "
-            f"{args.beta_kl:g}; bf16 {rl['bf16']}).",
+            f"{args.beta_kl:g}, loss_type {args.loss_type}; bf16 {rl['bf16']}).",
             f"- RL sampled **{rl['samples']} episodes** ({rl['model_calls']} model calls, "
             f"{rl['turns']} turns trained on, {rl['groups_skipped']} groups without signal); "
             f"success of each step's episodes: {curve}.",

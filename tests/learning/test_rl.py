@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from reef.core import SilentProgress
 from reef.core.digests import tree_digest
+from reef.evaluation.scorers import build_scorer
 from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
 from reef.learning.learners.rl import RLConfig, RLLearner, rl_prompts
 from reef.learning.registry import LearnerRegistry
 from reef.learning.trainers import Budget
-from reef.learning.trainers.spec import RLScorer
 from reef.releases import (
     ModelComponent,
     Release,
@@ -36,13 +37,15 @@ pytestmark = pytest.mark.filterwarnings(
 TINY = "tiny-random"
 QUESTIONS = ["Hi?", "Sky?", "Fruit?", "Count."]
 # Reward completions containing the letter "a": rare (~12% of 32 random bytes) at first.
-CONTAINS_A = RLScorer(type="contains", pattern="a")
+# The shape the rl scorer had before it used the evaluation scorers: still read.
+CONTAINS_A = {"type": "contains", "pattern": "a"}
 FAST: dict[str, Any] = {
     "target_modules": ["q_proj", "v_proj", "lm_head"],
     "group_size": 8,
     "max_new_tokens": 32,
     "lr": 2e-2,
     "beta_kl": 0.01,
+    "loss_type": "grpo",
     "batch_size": 4,
     "threads": 1,
 }
@@ -68,16 +71,33 @@ def example(record_id: str, question: str, correction: Any = "a") -> TrainingExa
 TRAIN = [example(f"q{i}", q) for i, q in enumerate(QUESTIONS)]
 
 
-def test_scorer_and_advantages() -> None:
-    from reef.learning.trainers.grpo import group_advantages, score
+def test_rewards_come_from_the_evaluation_scorers_and_old_specs_still_read() -> None:
+    from reef.learning.trainers.grpo import group_advantages, reward
+    from reef.learning.trainers.spec import RLPrompt
 
-    assert score(RLScorer(), " Paris ", "Paris") == 1.0
-    assert score(RLScorer(), "Paris!", "Paris") == 0.0
-    assert score(RLScorer(type="contains"), "It is Paris.", "Paris") == 1.0
-    assert score(CONTAINS_A, "cat", "ignored") == 1.0
-    assert score(RLScorer(type="regex", pattern=r"\d+"), "n=42", "x") == 1.0
-    assert score(RLScorer(type="regex"), "a.b", "a.b") == 1.0
-    assert score(RLScorer(type="regex"), "axb", "a.b") == 0.0  # the reference is escaped
+    def scored(scorer: Any, completion: str, reference: str) -> float:
+        spec = RLConfig(scorer=scorer).scorer
+        prompt = RLPrompt(messages=[{"role": "user", "content": "q"}], reference=reference)
+        return reward(build_scorer(spec), completion, prompt)
+
+    assert scored("exact", " Paris ", "Paris") == 1.0
+    assert scored({"type": "exact"}, "Paris!", "Paris") == 0.0
+    assert scored("normalized_exact", "Paris!", "paris") == 1.0
+    assert scored({"type": "contains"}, "It is PARIS.", "Paris") == 1.0
+    assert scored({"type": "regex", "pattern": r"\d+"}, "n=42", "x") == 1.0
+    # {type: contains, pattern: P} was a case-sensitive substring: read as that regex.
+    assert RLConfig(scorer={"type": "contains", "pattern": "a.b"}).scorer == {
+        "type": "regex",
+        "pattern": r"a\.b",
+    }
+    assert scored({"type": "contains", "pattern": "a.b"}, "xa.by", "ignored") == 1.0
+    assert scored({"type": "contains", "pattern": "a.b"}, "axb", "ignored") == 0.0
+    assert scored(CONTAINS_A, "cat", "ignored") == 1.0
+    assert scored(CONTAINS_A, "CAT", "ignored") == 0.0
+    with pytest.raises(ValidationError, match="no_such_scorer"):
+        RLConfig(scorer={"type": "no_such_scorer"})
+    with pytest.raises(ValidationError, match="case_sensitive"):
+        RLConfig(scorer={"type": "contains", "case_sensitive": "maybe"})
     adv = group_advantages([1.0, 0.0, 0.0, 0.0])
     assert adv[0] > 0 > adv[1] and abs(sum(adv)) < 1e-9
     assert group_advantages([1.0, 1.0]) == [0.0, 0.0]
@@ -158,6 +178,7 @@ def test_end_to_end_in_the_child(tmp_path: Path, chain: ReleaseChain) -> None:
     output = learner.learn(context(create(chain, "s", None), TRAIN))
     assert output.adapter is not None and output.consumed == ["q0", "q1", "q2", "q3"]
     assert len(output.metrics["reward_curve"]) == 3 and output.metrics["continued"] is False
+    assert output.metrics["loss_type"] == "grpo" and len(output.metrics["ratio_curve"]) == 3
     assert tree_digest(store.materialize(output.adapter)) == output.adapter
     assert store.info(output.adapter).kind == "adapter"
 
@@ -175,7 +196,9 @@ def test_end_to_end_in_the_child(tmp_path: Path, chain: ReleaseChain) -> None:
 def test_sampling_through_the_engine(tmp_path: Path) -> None:
     """With ``engine_url`` the completions come from a real tiny-random engine: its token
     ids are trained on as they are, and its logprobs agree with the trainer's (the same
-    weights; the gap is measured at the first step, before any update)."""
+    weights; the gap is measured at the first step, before any update). The engine keeps
+    serving the starting weights, so from the second step the samples are off-policy:
+    the importance ratios against the engine's log-probs move away from 1."""
     from reef.engine.models import load_model
     from reef.engine.runtime import Engine
     from reef.engine.server import BackgroundServer
@@ -195,13 +218,19 @@ def test_sampling_through_the_engine(tmp_path: Path) -> None:
             lora=LoraSettings(target_modules=FAST["target_modules"]),
             group_size=4,
             max_new_tokens=8,
-            budget=Budget(steps=2),
+            lr=2e-2,
+            budget=Budget(steps=3),
             engine_url=server.base_url.removesuffix("/v1"),
             threads=1,
         )
         result = train_grpo(spec)
     finally:
         server.stop()
-    assert result.metrics["sampler"] == "engine" and result.metrics["samples"] == 2 * 2 * 4
-    gap = result.metrics["engine_logprob_gap"]
+    metrics = result.metrics
+    assert metrics["sampler"] == "engine" and metrics["samples"] == 3 * 2 * 4
+    gap = metrics["engine_logprob_gap"]
     assert gap is not None and gap < 1e-3
+    first, *later = metrics["ratio_curve"]  # [min, mean, max] per step
+    assert max(abs(r - 1.0) for r in first) < 1e-2
+    assert max(abs(r - 1.0) for step in later for r in step) > 0.05, later
+    assert metrics["kl_curve"] == [] and metrics["loss_type"] == "dapo"

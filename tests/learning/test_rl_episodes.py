@@ -126,16 +126,17 @@ def test_step_episodes_turn_every_turn_of_an_episode_into_its_advantage() -> Non
         step_episodes([[episode(1.0, [None]), episode(0.0, [None])]], 40, "http://x")
 
 
-def test_micro_batches_give_the_whole_batch_gradient(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "sequence_sum"])
+def test_micro_batches_give_the_whole_batch_gradient(tmp_path: Path, loss_type: str) -> None:
     """The step's loss backwarded in small micro-batches leaves the same gradients as
-    one pass over every turn."""
+    one pass over every turn, whatever the loss type's normalisation."""
     import torch
 
     from reef.learning.trainers.episodes import StepEpisodes, Turn, _Tally, _Update, micro_batches
     from reef.learning.trainers.grpo import _wrap
     from reef.learning.trainers.lora_sft import Features, set_up
 
-    spec = spec_for(tmp_path, 1)
+    spec = spec_for(tmp_path, 1, loss_type=loss_type)
     setup = set_up(spec)
     model = _wrap(setup.loaded.model, spec)
     played = StepEpisodes(advantages=[1.2, -0.7, 0.4], episodes=4)
@@ -161,6 +162,50 @@ def test_micro_batches_give_the_whole_batch_gradient(tmp_path: Path) -> None:
     assert parts_loss == pytest.approx(whole_loss, rel=1e-5, abs=1e-6)
     for name, grad in whole.items():
         torch.testing.assert_close(parts[name], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_the_update_takes_ratios_against_the_sampler_s_log_probs(tmp_path: Path) -> None:
+    """A turn's recorded log-probs are the old policy's: a sampler whose log-probs are
+    the trainer's moved by 0.5 gives ratios of exactly exp(0.5) and exp(-0.5), clipped
+    on the advantage's side; turns without them are on-policy (ratio 1)."""
+    import math
+
+    import torch
+
+    from reef.learning.trainers.episodes import StepEpisodes, Turn, _Tally, _Update
+    from reef.learning.trainers.grpo import _wrap
+    from reef.learning.trainers.lora_sft import Features, _collate, set_up, token_logps
+
+    spec = spec_for(tmp_path, 1, beta_kl=0.0)
+    setup = set_up(spec)
+    model = _wrap(setup.loaded.model, spec)
+    features = []
+    for index, (prompt, completion) in enumerate([(5, 3), (7, 4)]):
+        ids = [(5 * index + k) % 200 + 3 for k in range(prompt + completion)]
+        features.append(Features(ids, [-100] * prompt + ids[prompt:], 1.0))
+    with torch.no_grad():
+        policy, rows = token_logps(model, _collate(features, 0, setup.device))
+    own = [policy[rows == row].tolist() for row in range(2)]
+
+    def ratios(shifts: tuple[float | None, float | None]) -> tuple[list[float], _Tally]:
+        played = StepEpisodes(advantages=[1.0, -1.0], episodes=2)
+        for index, shift in enumerate(shifts):
+            recorded = None if shift is None else tuple(lp - shift for lp in own[index])
+            played.turns.append(Turn(features[index], index, recorded))
+        tally = _Tally()
+        model.zero_grad(set_to_none=True)
+        _Update(model, spec, 0, setup.device).backward(played, tally, measure_gap=False)
+        return tally.curves.ratio[0], tally
+
+    on_policy, tally = ratios((None, None))
+    assert on_policy == [1.0, 1.0, 1.0] and tally.curves.clip_high == [0.0]
+    stale, tally = ratios((0.5, -0.5))  # A > 0 pushed up, A < 0 pushed down
+    assert stale[0] == pytest.approx(math.exp(-0.5), rel=1e-5)
+    assert stale[2] == pytest.approx(math.exp(0.5), rel=1e-5)
+    # Every token is out of range on its advantage's side: 3 clipped high, 4 low.
+    assert tally.curves.clip_high == [round(3 / 7, 6)]
+    assert tally.curves.clip_low == [round(4 / 7, 6)]
+    assert tally.curves.kl == []  # beta 0: no reference pass
 
 
 def test_rl_over_episodes_raises_the_success_rate(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ own); decide the model
 and where to start (the head's adapter, or fresh), sample, score and train in a child
 process (or a Ray task), store the adapter by digest.
 
-The scorer here (``exact``, ``contains``, ``regex``) is a minimal private one that runs
-in the training child; the gate's ``reef.scorers`` plugins are not used here yet.
+Completions are scored by the evaluation scorers (``reef.scorers``, as the gate uses
+them) in the training child; episodes by their environment.
 Torch-free: training happens in ``reef.learning.trainers``' child process.
 """
 
@@ -41,19 +41,27 @@ from reef.learning.learners._model import (
 )
 from reef.learning.learners._served import served_harness, served_prompt
 from reef.learning.trainers.spec import (
+    GRPOLossType,
     RLPrompt,
-    RLScorer,
     RLSpec,
+    ScorerSpec,
+    check_scorer_spec,
+    rl_scorer_spec,
 )
 
 
 class RLConfig(RayTrainerSettings):
     """Settings of the ``rl`` learner (a recipe's learner entry minus ``type``).
 
-    ``scorer``: how a completion is scored against the item's correction (``exact``,
-    ``contains``, ``regex``; ``pattern`` replaces the correction as the thing to find).
+    ``scorer``: how a completion is scored against the item's correction, an evaluation
+    scorer spec (``exact``, ``normalized_exact``, ``contains``, ``regex``, …; the
+    correction is the item's reference). The earlier ``{type: contains, pattern: P}``
+    still reads, as the equivalent ``regex`` (``rl_scorer_spec``).
     ``group_size`` completions per prompt, sampled at ``temperature`` up to
-    ``max_new_tokens``; ``beta_kl`` weighs the KL guard to the starting point.
+    ``max_new_tokens``. The objective, with TRL's names and defaults
+    (``reef.learning.trainers.rl_loss``): ``loss_type``, the clip range ``epsilon`` and
+    ``epsilon_high`` (None: ``epsilon``), ``beta_kl`` (TRL's ``beta``) the weight of the
+    KL term to the starting point.
     ``engine_url``: sample through a running engine (``engine_model``: the served model
     name, default ``model``); None samples inside the training child. Other settings
     as in ``SFTConfig``; ``batch_size`` is prompts per step; ``epochs`` how many groups
@@ -69,11 +77,14 @@ class RLConfig(RayTrainerSettings):
     Ray task.
     """
 
-    scorer: RLScorer = Field(default_factory=RLScorer)
+    scorer: ScorerSpec = "exact"
     group_size: int = Field(default=4, ge=2)
     temperature: float = Field(default=1.0, gt=0.0)
     max_new_tokens: int = Field(default=64, ge=1)
-    beta_kl: float = Field(default=0.04, ge=0.0)
+    loss_type: GRPOLossType = "dapo"
+    epsilon: float = Field(default=0.2, gt=0.0, lt=1.0)
+    epsilon_high: float | None = Field(default=None, gt=0.0)
+    beta_kl: float = Field(default=0.0, ge=0.0)
     epochs: float = Field(default=2.0, gt=0.0, le=1000.0)
     lr: float = Field(default=5e-5, gt=0.0)
     engine_url: str | None = None
@@ -82,6 +93,16 @@ class RLConfig(RayTrainerSettings):
     tasks: TaskCount = "all"
     concurrency: int | None = Field(default=None, ge=1, le=64)
     micro_batch_tokens: int = Field(default=4096, ge=64)
+
+    @field_validator("scorer", mode="before")
+    @classmethod
+    def _scorer(cls, value: Any) -> Any:
+        return rl_scorer_spec(value)
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: ScorerSpec) -> ScorerSpec:
+        return check_scorer_spec(value, "rl.scorer")
 
     @field_validator("environment")
     @classmethod
@@ -155,6 +176,9 @@ class RLLearner(ModelLearner[RLConfig]):
             temperature=cfg.temperature,
             max_new_tokens=cfg.max_new_tokens,
             beta_kl=cfg.beta_kl,
+            loss_type=cfg.loss_type,
+            epsilon=cfg.epsilon,
+            epsilon_high=cfg.epsilon_high,
             engine_url=cfg.engine_url,
             engine_model=cfg.engine_model or model,
             **cfg.run_settings(),
@@ -164,9 +188,11 @@ class RLLearner(ModelLearner[RLConfig]):
         meta = {"prompts": len(prompts)} if cfg.environment is None else {"episodes": True}
         digest, result = train_adapter(context, "rl", spec, cfg, work, meta)
         context.progress.report(1.0, f"rl: adapter {digest}")
-        keys = ("loss_curve", "reward_curve", "kl_curve", "mean_reward", "samples", "tokens")
+        keys: tuple[str, ...] = ("loss_curve", "reward_curve", "kl_curve", "mean_reward")
+        keys = (*keys, "samples", "tokens", "clip_low_curve", "clip_high_curve", "ratio_curve")
         budget = ("steps", "steps_planned", "stop_reason", "epochs_run")
         metrics = {k: result.metrics[k] for k in (*keys, *budget, "seconds", "sampler", "bf16")}
+        metrics["loss_type"] = cfg.loss_type
         metrics.update(continued=result.metrics["continued"], base=model)
         if cfg.environment is None:
             metrics["prompts"] = len(prompts)

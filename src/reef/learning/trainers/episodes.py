@@ -11,15 +11,18 @@ environment's score; its advantage ``(r - mean) / (std + eps)`` within its task'
 applies to every sampled token of every assistant turn of it. A group whose rewards
 are all equal teaches nothing and is left out (no forward pass for it).
 
-Loss per step, over the step's ``E`` episodes (failed ones left out):
-
-- policy: ``-(1/E) * sum_e A_e * sum_(turns of e) sum_t log pi(y_t)``;
-- KL guard: ``beta_kl`` times the mean, over every trained token, of the k3 estimator
-  against the reference (as in :mod:`reef.learning.trainers.grpo`).
+The loss is TRL's GRPO objective (``reef.learning.trainers.rl_loss``), an episode
+being one sequence: every sampled token of it carries its advantage, ``loss_type``
+normalises over the episode's tokens (``grpo``), the step's (``dapo``, ``bnpo``) or a
+constant (``dr_grpo``: ``max_new_tokens`` per episode), and the importance ratios are
+taken against the log-probs the sampler reported for each turn (the trainer's own,
+detached, where it reported none). Groups left out above do not count in the
+normalisers (TRL keeps them with advantage 0: the same loss when every group has
+signal and ``beta_kl`` is 0).
 
 It is computed ``micro_batch_tokens`` at a time, each micro-batch backwarded on its own
-(the parts sum to the step's loss exactly), so a step's memory does not grow with its
-episodes.
+(the weights come from the whole step, so the parts sum to the step's loss exactly), so
+a step's memory does not grow with its episodes.
 
 The sampler: without ``engine_url`` the child runs an engine of its own
 (:mod:`reef.engine`, on loopback, a second copy of the base model) serving the policy as
@@ -73,6 +76,15 @@ from reef.learning.trainers.lora_sft import (
 )
 from reef.learning.trainers.masking import IGNORE_INDEX, sampled_turn
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
+from reef.learning.trainers.rl_loss import (
+    LossParts,
+    LossSettings,
+    RatioCurves,
+    StepTally,
+    clipped_loss,
+    old_logps,
+    sequence_weights,
+)
 from reef.learning.trainers.spec import RLSpec, TrainResult
 
 ProgressCallback = Callable[[int, int, float], None]
@@ -301,10 +313,11 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
     ``tokens`` (tokens trained on), ``model_calls``, ``turns`` (turns trained on),
     ``turns_too_long``, ``groups_skipped``, ``episodes_failed``, ``stops`` (episodes
     by how they ended), ``seconds``, ``load_seconds``, ``steps``, ``tasks``, ``sampler``
-    (``local-engine`` or ``engine``), ``engine_logprob_gap`` (the mean absolute
-    difference of the sampler's and the trainer's token log-probs, the worst step's; with
-    ``engine_url``, the first step's only), ``device``,
-    ``continued``."""
+    (``local-engine`` or ``engine``), ``loss_type``, ``clip_low_curve``,
+    ``clip_high_curve`` and ``ratio_curve`` (``rl_loss.RatioCurves``),
+    ``engine_logprob_gap`` (the mean absolute difference of the sampler's and the
+    trainer's token log-probs, the worst step's; with ``engine_url``, the first step's
+    only), ``device``, ``continued``."""
     tasks = environment_tasks(spec)
     setup = set_up(spec)
     started, device, pad_id = setup.started, setup.device, setup.pad_id
@@ -350,6 +363,7 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
         "epochs_run": round(run.steps_run * spec.batch_size / len(tasks), 3),
         "tasks": len(tasks),
         "sampler": sampler.name,
+        "loss_type": spec.loss_type,
         "device": device.type,
         "bf16": bf16,
         "continued": continued,
@@ -364,7 +378,7 @@ class _Tally:
     number: int = 0
     rewards: list[float] = field(default_factory=list)
     successes: list[float] = field(default_factory=list)
-    kls: list[float] = field(default_factory=list)
+    curves: RatioCurves = field(default_factory=RatioCurves.empty)
     samples: int = 0
     tokens: int = 0
     model_calls: int = 0
@@ -392,7 +406,7 @@ class _Tally:
         return {
             "reward_curve": self.rewards,
             "success_curve": self.successes,
-            "kl_curve": self.kls,
+            **self.curves.metrics(),
             "mean_reward": self.rewards[-1] if self.rewards else 0.0,
             "samples": self.samples,
             "tokens": self.tokens,
@@ -420,38 +434,63 @@ class _Update:
         """Backward the step's loss micro-batch by micro-batch (the module docstring);
         with ``measure_gap`` (the sampler served the weights trained here), the sampler's
         log-probs are compared with the trainer's."""
+        settings = LossSettings.of(self.spec)
         if not played.turns:
-            tally.kls.append(0.0)
+            tally.curves.add(StepTally(), settings.beta)
             return Accumulated(0.0)
-        model, spec, device = self.model, self.spec, self.device
-        trained = sum(
-            len(t.features.input_ids) - t.features.labels.count(IGNORE_INDEX) for t in played.turns
+        device = self.device
+        owners = [t.episode for t in played.turns]
+        counts = [_trained(t) for t in played.turns]
+        lengths = torch.zeros(len(played.advantages), device=device)
+        lengths.index_add_(
+            0,
+            torch.tensor(owners, device=device),
+            torch.tensor(counts, dtype=torch.float32, device=device),
         )
+        scale = sequence_weights(settings, lengths)
         advantages = torch.tensor(played.advantages, device=device)
-        total = kl_sum = 0.0
+        total = 0.0
+        step = StepTally()
         gaps: list[float] = []
-        for chunk in micro_batches(played.turns, spec.micro_batch_tokens):
-            batch = _collate([t.features for t in chunk], self.pad_id, device)
-            continued = spec.base_adapter is not None
-            with torch.no_grad(), _as_reference(model, continued), autocast(device, self.bf16):
-                reference, _ = token_logps(model, batch)
-            with autocast(device, self.bf16):
-                policy, rows = token_logps(model, batch)
-            owner = torch.tensor([t.episode for t in chunk], device=device)[rows]
-            pg = -(advantages[owner] * policy).sum() / played.episodes
-            delta = reference - policy
-            kl = (torch.exp(delta) - delta - 1.0).sum() / trained
-            loss = pg + spec.beta_kl * kl
+        for chunk in micro_batches(played.turns, self.spec.micro_batch_tokens):
+            loss, parts, policy = self._chunk(chunk, settings, advantages, scale)
             loss.backward()  # type: ignore[no-untyped-call]
             total += float(loss.detach())
-            kl_sum += float(kl.detach())
+            step.add(parts)
             if measure_gap:
                 gaps.extend(_gaps(chunk, policy))
-        tally.tokens += trained
-        tally.kls.append(round(kl_sum, 6))
+        tally.tokens += sum(counts)
+        tally.curves.add(step, settings.beta)
         if gaps:
             tally.gaps.append(statistics.fmean(gaps))
         return Accumulated(total)
+
+    def _chunk(
+        self,
+        chunk: Sequence[Turn],
+        settings: LossSettings,
+        advantages: torch.Tensor,
+        scale: torch.Tensor,
+    ) -> tuple[torch.Tensor, LossParts, torch.Tensor]:
+        """One micro-batch's share of the step's loss, its parts and its log-probs."""
+        model, device = self.model, self.device
+        batch = _collate([t.features for t in chunk], self.pad_id, device)
+        reference = None
+        if settings.beta != 0.0:
+            continued = self.spec.base_adapter is not None
+            with torch.no_grad(), _as_reference(model, continued), autocast(device, self.bf16):
+                reference, _ = token_logps(model, batch)
+        with autocast(device, self.bf16):
+            policy, rows = token_logps(model, batch)
+            old = old_logps(policy, [(_trained(t), t.sampler_logps) for t in chunk])
+            owner = torch.tensor([t.episode for t in chunk], device=device)[rows]
+            parts = clipped_loss(settings, policy, old, reference, advantages[owner], scale[owner])
+        return parts.loss, parts, policy
+
+
+def _trained(turn: Turn) -> int:
+    """How many of the turn's tokens train (its labelled ones)."""
+    return len(turn.features.labels) - turn.features.labels.count(IGNORE_INDEX)
 
 
 def _gaps(chunk: Sequence[Turn], policy: torch.Tensor) -> list[float]:

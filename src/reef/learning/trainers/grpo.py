@@ -1,36 +1,33 @@
-"""The LoRA RL training function: GRPO-style group-relative policy gradient with a KL
-guard. Imports torch, transformers and peft: only the training child (``python -m
+"""The LoRA RL training function: GRPO (group-relative policy optimisation, TRL's
+objective). Imports torch, transformers and peft: only the training child (``python -m
 reef.learning.trainers rl``) or a test imports it.
 
 Every step takes ``batch_size`` prompts and, for each, samples ``group_size``
 completions from the current policy: in this process with ``model.generate``
 (``engine_url`` None), or from a running engine's ``/v1/chat/completions`` with ``n``,
 ``logprobs`` and ``return_token_ids`` (the completion token ids come from the engine,
-so no re-tokenization). Each completion is scored against its prompt's reference
-(:func:`score`); a completion's advantage is ``(r - mean) / (std + eps)`` within its
-group (a group whose rewards are all equal teaches nothing and adds zero).
+so no re-tokenization). Each completion is scored against its prompt's reference by
+the evaluation scorer ``spec.scorer`` (``reef.evaluation.scorers``, built as the gate
+builds it); a completion's advantage is ``(r - mean) / (std + eps)`` within its group
+(a group whose rewards are all equal teaches nothing and adds zero), times its prompt's
+``weight``.
 
-Loss, per step (one update per sample batch, so on-policy and no ratio or clipping:
-the PPO ratio is exactly 1 at the only update, its gradient that of log π):
-
-- policy: ``-mean_i(w_i * A_i * sum_t log π(y_it))`` over the batch's completions;
-- KL guard: ``beta_kl * mean_t(exp(ref - logπ) - (ref - logπ) - 1)``, the k3
-  estimator (non-negative, unbiased) over every completion token, where ``ref`` is the
-  reference: the starting point with the adapter disabled (fresh), or the base adapter
-  as loaded (continuing; recomputed each step from a frozen copy of its weights).
-
-With an engine, samples come from what the engine serves (typically the head), which
-is the policy only until the first update: later steps are off-policy and not
-corrected. The engine's token log-probs are compared to the trainer's
-(``engine_logprob_gap``, mean absolute difference at the first step) as a check that
-both see the same model.
+The loss is TRL's GRPO objective (``reef.learning.trainers.rl_loss``: ``loss_type``,
+clipped importance ratios, the k3 KL term weighted by ``beta_kl`` against the
+reference: the starting point with the adapter disabled (fresh), or the base adapter as
+loaded (continuing; a frozen copy of its weights)). The ratios are taken against the
+sampler's token log-probs when it reports them (an engine: what it serves is the
+policy only until the first update, so later steps are off-policy and the ratios and
+clipping correct them); samples drawn here come from the policy before this step's
+only update (ratio exactly 1, as TRL with ``num_iterations=1``). The engine's token
+log-probs are compared to the trainer's (``engine_logprob_gap``, mean absolute
+difference at the first step) as a check that both see the same model.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
 import statistics
 import time
 import urllib.request
@@ -42,6 +39,7 @@ from typing import Any
 import torch
 from peft import PeftModel
 
+from reef.evaluation import EvalItem, Scorer, ScorerRegistry
 from reef.learning.trainers.lora_sft import (
     Features,
     Plan,
@@ -55,7 +53,15 @@ from reef.learning.trainers.lora_sft import (
 )
 from reef.learning.trainers.masking import sampled_turn
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
-from reef.learning.trainers.spec import RLPrompt, RLScorer, RLSpec, TrainResult
+from reef.learning.trainers.rl_loss import (
+    LossSettings,
+    RatioCurves,
+    StepTally,
+    clipped_loss,
+    old_logps,
+    sequence_weights,
+)
+from reef.learning.trainers.spec import RLPrompt, RLSpec, TrainResult
 
 ProgressCallback = Callable[[int, int, float], None]
 """Called after every optimizer step with (step, total steps, loss)."""
@@ -63,23 +69,14 @@ ProgressCallback = Callable[[int, int, float], None]
 EPS = 1e-4
 
 
-def score(scorer: RLScorer, completion: str, reference: str) -> float:
-    """1.0 when ``completion`` matches ``reference`` under ``scorer``, else 0.0.
-
-    A minimal private scorer, run in the training child (the gate's ``reef.scorers``
-    plugins are not used here yet)."""
-    if scorer.type == "exact":
-        return float(completion.strip() == reference.strip())
-    if scorer.type == "contains":
-        return float((scorer.pattern or reference) in completion)
-    pattern = scorer.pattern if scorer.pattern is not None else re.escape(reference)
-    return float(re.search(pattern, completion) is not None)
-
-
 def group_advantages(rewards: list[float]) -> list[float]:
-    """``(r - mean) / (std + eps)`` within one group (population std)."""
+    """``(r - mean) / (std + eps)`` within one group, the sample std (Bessel's
+    correction) as TRL's ``scale_rewards: group``; a lone reward gets 0
+    (``tests/learning/test_rl_loss.py::test_advantages_are_trl_s``)."""
+    if len(rewards) < 2:
+        return [0.0] * len(rewards)
     mean = statistics.fmean(rewards)
-    std = statistics.pstdev(rewards)
+    std = statistics.stdev(rewards)
     return [(r - mean) / (std + EPS) for r in rewards]
 
 
@@ -92,25 +89,6 @@ class Sample:
     completion_ids: list[int]
     text: str
     sampler_logps: list[float] | None = None
-
-
-def grpo_loss(
-    policy: torch.Tensor,
-    reference: torch.Tensor,
-    rows: torch.Tensor,
-    advantages: torch.Tensor,
-    weights: torch.Tensor,
-    beta_kl: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, k3 KL estimate) from per-token policy and reference log-probs (flat, with
-    ``rows`` mapping tokens to completions) and per-completion advantages and weights;
-    see the module docstring."""
-    sums = torch.zeros(advantages.size(0), device=policy.device, dtype=policy.dtype)
-    sums = sums.index_add(0, rows, policy)
-    pg = -(weights * advantages * sums).sum() / weights.sum()
-    delta = reference - policy
-    kl = (torch.exp(delta) - delta - 1.0).mean()
-    return pg + beta_kl * kl, kl.detach()
 
 
 def _wrap(model: Any, spec: RLSpec) -> PeftModel:
@@ -205,21 +183,64 @@ def _features(sample: Sample, weight: float) -> Features:
     return Features(masked.input_ids, masked.labels, weight)
 
 
+def reward(scorer: Scorer, text: str, prompt: RLPrompt) -> float:
+    """``scorer``'s score of the completion ``text`` against ``prompt``'s reference, as
+    the gate scores a reply to an item."""
+    item = EvalItem(id="rl", suite="rl", messages=prompt.messages, reference=prompt.reference)
+    return scorer.score(text, item).score
+
+
+def step_loss(
+    model: PeftModel,
+    batch: dict[str, Any],
+    sampled: list[Sample],
+    advantages: torch.Tensor,
+    settings: LossSettings,
+    reference: torch.Tensor | None,
+) -> tuple[torch.Tensor, StepTally]:
+    """The loss of one step's batch (``reef.learning.trainers.rl_loss``) against the
+    sampler's log-probs where recorded, and its tally."""
+    policy, rows = token_logps(model, batch)
+    lengths = torch.bincount(rows, minlength=len(sampled))
+    counts = [int(n) for n in lengths.tolist()]
+    old = old_logps(policy, [(n, s.sampler_logps) for n, s in zip(counts, sampled, strict=True)])
+    weights = sequence_weights(settings, lengths)[rows]
+    parts = clipped_loss(settings, policy, old, reference, advantages[rows], weights)
+    tally = StepTally()
+    tally.add(parts)
+    return parts.loss, tally
+
+
+def _gap(sampled: list[Sample], batch: dict[str, Any], model: PeftModel) -> float | None:
+    """Mean |engine - trainer| token log-prob, when the engine reported all of them."""
+    engine = [lp for s in sampled for lp in (s.sampler_logps or [])]
+    with torch.no_grad():
+        policy, _ = token_logps(model, batch)
+    if len(engine) != policy.numel():
+        return None
+    ours = policy.cpu().tolist()
+    return round(statistics.fmean(abs(a - b) for a, b in zip(engine, ours, strict=True)), 6)
+
+
 def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainResult:
     """Train a LoRA adapter by GRPO and save it to ``spec.output_dir``; with
     ``spec.environment``, over episodes (``reef.learning.trainers.episodes``).
 
     Deterministic for a given spec on one device when sampling locally. Metrics:
     ``loss_curve``, ``reward_curve`` (mean reward of the step's samples, before its
-    update), ``kl_curve`` (k3 estimate), ``mean_reward`` (the last step), ``samples``,
-    ``tokens``, ``seconds``, ``tokens_per_second``, ``load_seconds``, ``steps``,
-    ``prompts``, ``sampler`` (``local`` or ``engine``), ``engine_logprob_gap`` (engine
-    only), ``device``, ``continued``.
+    update), ``kl_curve``, ``clip_low_curve``, ``clip_high_curve`` and ``ratio_curve``
+    (``RatioCurves``), ``mean_reward`` (the last step), ``samples``, ``tokens``,
+    ``seconds``, ``tokens_per_second``, ``load_seconds``, ``steps``, ``prompts``,
+    ``sampler`` (``local`` or ``engine``), ``loss_type``, ``engine_logprob_gap``
+    (engine only), ``device``, ``continued``. Raises ``ScorerError`` for a scorer that
+    cannot run here (a judge needs a model).
     """
     if spec.environment is not None:
         from reef.learning.trainers.episodes import train_episode_grpo  # it imports this module
 
         return train_episode_grpo(spec, progress)
+    scorer = ScorerRegistry().build(spec.scorer, "rl.scorer")
+    settings = LossSettings.of(spec)
     setup = set_up(spec)
     started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
     tokenizer, pad_id = loaded.tokenizer, setup.pad_id
@@ -235,7 +256,7 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     budget = spec.budget.model_copy(update={"validation_fraction": 0.0})
     load_seconds = time.monotonic() - started
     rewards_curve: list[float] = []
-    kls: list[float] = []
+    curves = RatioCurves.empty()
     gap: float | None = None
     tokens = samples_seen = number = 0
 
@@ -256,35 +277,27 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
             group = [s for s in group if s.completion_ids]
             if not group:
                 continue
-            rewards = [score(spec.scorer, s.text, prompt.reference) for s in group]
+            rewards = [reward(scorer, s.text, prompt) for s in group]
             step_rewards.extend(rewards)
-            advantages.extend(group_advantages(rewards))
+            advantages.extend(a * prompt.weight for a in group_advantages(rewards))
             feats.extend(_features(s, prompt.weight) for s in group)
             sampled.extend(group)
         if not feats:
             raise RuntimeError("the sampler returned no completion tokens")
         batch = _collate(feats, pad_id, device)
-        with torch.no_grad(), _as_reference(model, continued), autocast(device, bf16):
-            reference, _rows = token_logps(model, batch)
-        with autocast(device, bf16):
-            policy, rows = token_logps(model, batch)
+        reference = None
+        if settings.beta != 0.0:
+            with torch.no_grad(), _as_reference(model, continued), autocast(device, bf16):
+                reference, _rows = token_logps(model, batch)
         if gap is None and spec.engine_url is not None:
-            engine = [lp for s in sampled for lp in (s.sampler_logps or [])]
-            if len(engine) == policy.numel():
-                ours = policy.detach().cpu().tolist()
-                gap = round(
-                    statistics.fmean(abs(a - b) for a, b in zip(engine, ours, strict=True)), 6
-                )
-        loss, kl = grpo_loss(
-            policy,
-            reference,
-            rows,
-            torch.tensor(advantages, device=device),
-            batch["weights"],
-            spec.beta_kl,
-        )
+            with autocast(device, bf16):
+                gap = _gap(sampled, batch, model)
+        with autocast(device, bf16):
+            loss, tally = step_loss(
+                model, batch, sampled, torch.tensor(advantages, device=device), settings, reference
+            )
         rewards_curve.append(round(statistics.fmean(step_rewards), 6))
-        kls.append(round(float(kl), 6))
+        curves.add(tally, settings.beta)
         tokens += int(batch["attention_mask"].sum())
         samples_seen += len(feats)
         return loss
@@ -299,7 +312,7 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         "bf16": bf16,
         "loss_curve": curve,
         "reward_curve": rewards_curve,
-        "kl_curve": kls,
+        **curves.metrics(),
         "mean_reward": rewards_curve[-1],
         "samples": samples_seen,
         "tokens": tokens,
@@ -312,6 +325,7 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
         "epochs_run": round(steps_run * spec.batch_size / len(spec.prompts), 3),
         "prompts": len(spec.prompts),
         "sampler": "local" if spec.engine_url is None else "engine",
+        "loss_type": settings.loss_type,
         "engine_logprob_gap": gap,
         "device": device.type,
         "continued": continued,

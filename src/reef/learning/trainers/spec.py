@@ -3,10 +3,11 @@ both cross a process boundary as JSON files and lines. Torch-free."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reef.core.errors import ReefError
 from reef.environments import TaskCount
@@ -201,24 +202,49 @@ class RLPrompt(BaseModel):
     weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
 
 
-class RLScorer(BaseModel):
-    """How a completion is scored against its prompt's reference (1.0 or 0.0):
-    ``exact`` (equal after stripping whitespace), ``contains`` (``pattern``, else the
-    reference, is a substring), ``regex`` (``pattern``, else the escaped reference,
-    is found by ``re.search``)."""
+GRPOLossType = Literal["dapo", "bnpo", "grpo", "dr_grpo", "sequence_sum"]
+"""How GRPO's per-token losses are summed (``reef.learning.trainers.rl_loss``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+ScorerSpec = dict[str, Any] | str
 
-    type: Literal["exact", "contains", "regex"] = "exact"
-    pattern: str | None = None
+
+def rl_scorer_spec(value: Any) -> Any:
+    """An RL scorer spec as the evaluation scorers take it: the shape the ``rl``
+    learner took before it used them, ``{type: contains, pattern: P}`` (``P`` a
+    case-sensitive substring), becomes ``{type: regex, pattern: <P escaped>}``, which
+    scores the same; anything else is passed through to be checked as a scorer spec."""
+    if isinstance(value, dict) and value.get("type") == "contains" and "pattern" in value:
+        pattern = value["pattern"]
+        if isinstance(pattern, str):
+            rest = {k: v for k, v in value.items() if k not in ("type", "pattern")}
+            return {"type": "regex", "pattern": re.escape(pattern), **rest}
+    return value
+
+
+def check_scorer_spec(value: ScorerSpec, where: str) -> ScorerSpec:
+    """``value`` when it names a registered scorer with valid settings (``reef.scorers``,
+    as the gate builds them); raises ``ValueError`` saying what is wrong."""
+    from reef.evaluation import ScorerError, ScorerRegistry
+
+    registry = ScorerRegistry()
+    try:
+        type_name, settings = registry.spec_settings(value, where, names_allowed=True)
+        registry.config(type_name, settings, where)
+    except ScorerError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
 
 
 class RLSpec(BaseModel):
     """A LoRA GRPO run: ``budget.epochs`` passes over the prompts (caps and schedule as in
     :class:`SFTSpec`; no validation split), each step sampling ``group_size``
-    completions for ``batch_size`` prompts, scoring them with ``scorer`` and updating
-    once. ``beta_kl`` weighs the KL guard to the reference (the starting point with the
-    trained adapter disabled, or ``base_adapter`` as loaded). ``engine_url``: sample
+    completions for ``batch_size`` prompts, scoring them with ``scorer`` (an evaluation
+    scorer spec, ``reef.evaluation.scorers``, the prompt's reference as the item's) and
+    updating once. The objective (``reef.learning.trainers.rl_loss``, TRL's names and
+    defaults): ``loss_type``, the clip range ``epsilon`` and ``epsilon_high`` (None:
+    ``epsilon``), and ``beta_kl`` (TRL's ``beta``) weighing the k3 KL term to the reference
+    (the starting point with the trained adapter disabled, or ``base_adapter`` as loaded;
+    not computed at 0). ``engine_url``: sample
     through that engine's ``/v1/chat/completions`` (model ``engine_model``, default
     ``model``); None samples in the child with ``generate``. Other fields as in
     :class:`SFTSpec`.
@@ -244,13 +270,16 @@ class RLSpec(BaseModel):
     concurrency: int | None = Field(default=None, ge=1, le=64)
     micro_batch_tokens: int = Field(default=4096, ge=64)
     output_dir: Path
-    scorer: RLScorer = Field(default_factory=RLScorer)
+    scorer: ScorerSpec = "exact"
     base_adapter: Path | None = None
     lora: LoraSettings = Field(default_factory=LoraSettings)
     group_size: int = Field(default=4, ge=2)
     temperature: float = Field(default=1.0, gt=0.0)
     max_new_tokens: int = Field(default=64, ge=1)
-    beta_kl: float = Field(default=0.04, ge=0.0)
+    beta_kl: float = Field(default=0.0, ge=0.0)
+    loss_type: GRPOLossType = "dapo"
+    epsilon: float = Field(default=0.2, gt=0.0, lt=1.0)
+    epsilon_high: float | None = Field(default=None, gt=0.0)
     lr: float = Field(default=5e-5, gt=0.0)
     budget: Budget = Field(default_factory=lambda: Budget(epochs=2.0))
     batch_size: int = Field(default=4, ge=1)
@@ -263,6 +292,16 @@ class RLSpec(BaseModel):
     bf16: bool | Literal["auto"] = "auto"
     threads: int | None = Field(default=None, ge=1)
     fault: Literal["abort"] | None = None
+
+    @field_validator("scorer", mode="before")
+    @classmethod
+    def _scorer(cls, value: Any) -> Any:
+        return rl_scorer_spec(value)
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: ScorerSpec) -> ScorerSpec:
+        return check_scorer_spec(value, "rl.scorer")
 
     @model_validator(mode="after")
     def _one_source(self) -> RLSpec:

@@ -51,7 +51,6 @@ from peft import PeftModel
 
 from reef.learning.trainers.budget import split_validation
 from reef.learning.trainers.lora_sft import (
-    IGNORE_INDEX,
     Features,
     Losses,
     Plan,
@@ -63,6 +62,7 @@ from reef.learning.trainers.lora_sft import (
     without_first_turn,
     wrap_lora,
 )
+from reef.learning.trainers.masking import IGNORE_INDEX
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.spec import (
     DpoLossType,

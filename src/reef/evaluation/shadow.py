@@ -1,0 +1,275 @@
+"""Shadow evidence: live requests answered again by the evaluating candidate, in the
+background, and scored as the gate's ``shadow`` suite.
+
+The gateway side (``reef.gateway.shadow``) sends a sampled share of a scenario's live
+requests to its ``evaluating`` candidate after the live answer went out, and records each
+answer with purpose ``shadow`` (never trained on, never held out: selection takes
+``serve`` only), release id the candidate's, and tag ``reef.shadow_of`` naming the live
+record. The gate stores the settings it reads on the candidate (``evidence["shadow"]``,
+``with_shadow_settings``) when the candidate starts ``evaluating``.
+
+``shadow_results`` turns the pairs into paired ``ItemResult``s (arm ``baseline``: the
+live answer, ``candidate``: the shadow one) under suite ``shadow``, each with its
+provenance in ``details``:
+
+- ``live``: the live answer has a reference (a correction posted as feedback, from a
+  source that ``gate.evidence_sources`` weighs above 0): both answers are scored by the
+  scenario's scorer against it (a tool-call correction by ``tool_call``);
+- ``judged``: otherwise the pairwise judge (``gate.shadow.judge``;
+  ``reef.evaluation.judging``) prefers one answer (1 and 0) or neither (0.5 each).
+
+A pair whose either answer is missing, or whose judge failed, is void: counted, never
+scored. A judge flagged for position bias has none of its verdicts counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from reef.core.errors import NotFoundError
+from reef.evaluation.config import GateConfig
+from reef.evaluation.judging import PairVerdict, PairwiseJudge, position_bias
+from reef.evaluation.runner import parse_reply
+from reef.evaluation.scorers import ScorerContext, ScorerRegistry
+from reef.evaluation.shadow_config import ShadowConfig
+from reef.evaluation.suites import SHADOW_SUITE
+from reef.evaluation.values import Decision, EvalItem, ItemResult, Reply
+from reef.experience import ExperienceStore, RecordFilter, RecordView, canonical_exchange
+
+SHADOW_EVIDENCE_KEY = "shadow"
+SHADOW_OF_TAG = "reef.shadow_of"
+_PAGE = 500
+
+
+def with_shadow_settings(
+    evidence: Mapping[str, Any] | None, config: ShadowConfig | None
+) -> dict[str, Any] | None:
+    """A candidate's evidence with the traffic settings of ``config`` under
+    ``evidence["shadow"]`` (what the gateway reads); ``evidence`` as it is without."""
+    if config is None:
+        return None if evidence is None else dict(evidence)
+    settings = config.model_dump(exclude={"judge"})
+    return {**(evidence or {}), SHADOW_EVIDENCE_KEY: settings}
+
+
+def shadow_settings(evidence: Mapping[str, Any] | None) -> ShadowConfig | None:
+    """The shadow settings a candidate's evidence holds; None when it holds none valid."""
+    raw = (evidence or {}).get(SHADOW_EVIDENCE_KEY)
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return ShadowConfig.model_validate({k: v for k, v in raw.items() if k != "judge"})
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ShadowPair:
+    """A live answer and the candidate's shadow answer to the same request."""
+
+    live: RecordView
+    shadow: RecordView
+
+
+@dataclass(frozen=True)
+class ShadowEvidence:
+    """The shadow suite's results and what was counted on the way (``report``)."""
+
+    results: list[ItemResult] = field(default_factory=list)
+    report: dict[str, Any] = field(default_factory=dict)
+    flagged: str | None = None
+
+
+def shadow_pairs(
+    store: ExperienceStore, scenario: str, candidate_id: str, limit: int
+) -> list[ShadowPair]:
+    """The candidate's first ``limit`` shadow records with their live records (oldest
+    first); a shadow record whose live record is gone is left out."""
+    found: list[RecordView] = []
+    cursor: str | None = None
+    while True:
+        page = store.list_records(scenario, RecordFilter(purpose="shadow"), cursor, _PAGE)
+        found += [r for r in page.records if r.release_id == candidate_id]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    found.sort(key=lambda r: (r.created_at, r.id))
+    pairs = []
+    for shadow in found[:limit]:
+        live_id = shadow.tags.get(SHADOW_OF_TAG)
+        if live_id is None:
+            continue
+        try:
+            live = store.get_record(live_id)
+        except NotFoundError:
+            continue
+        pairs.append(ShadowPair(live, shadow))
+    return pairs
+
+
+def shadow_results(
+    store: ExperienceStore,
+    scenario: str,
+    candidate_id: str,
+    config: GateConfig,
+    registry: ScorerRegistry,
+    context: ScorerContext,
+) -> ShadowEvidence:
+    """The shadow suite of ``candidate_id`` (module docstring); empty without
+    ``gate.shadow``."""
+    shadow = config.shadow
+    if shadow is None:
+        return ShadowEvidence()
+    pairs = shadow_pairs(store, scenario, candidate_id, shadow.max_requests)
+    judge = None
+    if shadow.judge is not None and context.model is not None:
+        judge = PairwiseJudge(context.model, shadow.judge)
+    counts = {"pairs": len(pairs), "live": 0, "judged": 0, "void": 0, "unscored": 0}
+    results: list[ItemResult] = []
+    verdicts: list[PairVerdict] = []
+    for pair in pairs:
+        scored = _score_pair(pair, config, registry, context, judge, verdicts)
+        if scored is None:
+            continue
+        kind, rows = scored
+        counts[kind] += 1
+        results += rows
+    report: dict[str, Any] = dict(counts)
+    flagged = None
+    if shadow.judge is not None:
+        bias = position_bias(verdicts, shadow.judge.max_position_flips)
+        report["judge"] = {
+            "upstream": shadow.judge.upstream,
+            "model": shadow.judge.model,
+            **bias.as_dict(),
+        }
+        if bias.flagged:
+            flagged = (
+                f"shadow judge {shadow.judge.model!r} flagged for position bias: "
+                f"{bias.flips} of {bias.checked} pairs judged in both orders flipped "
+                f"({bias.share:.0%} > {bias.max_share:.0%}); its {counts['judged']} "
+                "verdicts do not count"
+            )
+            results = [r for r in results if r.details.get("provenance") != "judged"]
+            report["judge"]["reason"] = flagged
+    return ShadowEvidence(results, report, flagged)
+
+
+def _score_pair(
+    pair: ShadowPair,
+    config: GateConfig,
+    registry: ScorerRegistry,
+    context: ScorerContext,
+    judge: PairwiseJudge | None,
+    verdicts: list[PairVerdict],
+) -> tuple[str, list[ItemResult]] | None:
+    """``(provenance or void kind, results)`` of one pair; void pairs are counted
+    through the kind ``void`` with no results, pairs nobody can score as ``unscored``."""
+    live, shadow = _reply(pair.live), _reply(pair.shadow)
+    if live is None or shadow is None:
+        return "void", []
+    exchange = canonical_exchange(pair.live)
+    reference = live_reference(pair.live, config.evidence_sources)
+    if reference is not None:
+        tool_calls = isinstance(reference, dict) and "tool_calls" in reference
+        item = EvalItem(
+            id=pair.live.id,
+            suite=SHADOW_SUITE,
+            messages=exchange.messages,
+            reference=reference,
+            scorer={"type": "tool_call"} if tool_calls else None,
+        )
+        scorer = registry.build(item.scorer or config.scorer, f"{item.key}.scorer", context)
+        scores = (scorer.score_reply(shadow, item).score, scorer.score_reply(live, item).score)
+        return "live", _rows(item.key, pair, scores, {"provenance": "live"}, live, shadow)
+    if judge is None:
+        return "unscored", []
+    verdict = judge.judge(pair.live.id, exchange.messages, live.text, shadow.text)
+    if verdict.preferred is None:
+        return "void", []
+    verdicts.append(verdict)
+    scores = {"shadow": (1.0, 0.0), "live": (0.0, 1.0), "tie": (0.5, 0.5)}[verdict.preferred]
+    details: dict[str, Any] = {"provenance": "judged", "preferred": verdict.preferred}
+    if verdict.checked:
+        details["position_flipped"] = verdict.flipped
+    key = f"{SHADOW_SUITE}/{pair.live.id}"
+    return "judged", _rows(key, pair, scores, details, live, shadow)
+
+
+def _rows(
+    key: str,
+    pair: ShadowPair,
+    scores: tuple[float, float],
+    details: dict[str, Any],
+    live: Reply,
+    shadow: Reply,
+) -> list[ItemResult]:
+    candidate, baseline = scores
+    row = ItemResult(
+        item_key=key,
+        suite=SHADOW_SUITE,
+        arm="candidate",
+        repeat=0,
+        score=candidate,
+        output=shadow.text,
+        record_id=pair.shadow.id,
+        error=None,
+        details=details,
+        latency_ms=pair.shadow.latency_ms,
+    )
+    return [
+        row,
+        replace(
+            row,
+            arm="baseline",
+            score=baseline,
+            output=live.text,
+            record_id=pair.live.id,
+            latency_ms=pair.live.latency_ms,
+        ),
+    ]
+
+
+def live_reference(record: RecordView, sources: Mapping[str, float]) -> Any:
+    """The newest correction on ``record`` from feedback that counts as evidence (not
+    quarantined; its source weighted above 0 in ``sources``, by name or kind); None
+    without one. A tool-call correction is ``{"tool_calls": [...]}``."""
+    for feedback in sorted(record.feedback, key=lambda f: f.created_at, reverse=True):
+        if feedback.correction is None or feedback.quarantined:
+            continue
+        weight = sources.get(feedback.source, sources.get(feedback.source.split(":")[0], 0.0))
+        if weight <= 0:
+            continue
+        correction = feedback.correction
+        if isinstance(correction, dict) and isinstance(correction.get("tool_calls"), list):
+            return {"tool_calls": correction["tool_calls"]}
+        return correction
+    return None
+
+
+def with_shadow(decision: Decision, evidence: ShadowEvidence | None) -> Decision:
+    """``decision`` with the shadow report in its evidence and, when the judge was
+    flagged, the flag among its reasons."""
+    if evidence is None or not evidence.report:
+        return decision
+    reasons = [*decision.reasons, evidence.flagged] if evidence.flagged else decision.reasons
+    return replace(
+        decision, reasons=reasons, evidence={**decision.evidence, "shadow": evidence.report}
+    )
+
+
+def _reply(record: RecordView) -> Reply | None:
+    if record.status != "ok":
+        return None
+    try:
+        reply = canonical_exchange(record).reply
+    except ValueError:
+        return None
+    if reply is None:
+        return None
+    try:
+        return parse_reply({"choices": [{"message": reply}]})
+    except ValueError:
+        return None

@@ -21,7 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
-from reef.evaluation.shadow import SHADOW_OF_TAG
+from reef.evaluation import SHADOW_OF_TAG
 from reef.experience import Purpose, RecordView
 from reef.gateway.auth import Principal, grant_of
 from reef.gateway.body_checks import (

@@ -34,8 +34,7 @@ from typing import Literal
 
 from starlette.requests import Request
 
-from reef.evaluation.shadow import shadow_settings
-from reef.evaluation.shadow_config import ShadowConfig
+from reef.evaluation import ShadowConfig, shadow_settings
 from reef.gateway.capture import Exchange
 from reef.gateway.serving.activation import Activation
 from reef.gateway.serving.release import ServingRelease

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from reef.config import ReefSettings
-from reef.evaluation.judging import judge_arm_overlap
+from reef.evaluation import judge_arm_overlap
 from reef.learning.recipes import Recipe, RecipeError, load_recipe
 from reef.learning.registry import LearnerRegistry
 

@@ -31,7 +31,7 @@ from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import Candidate, ReleaseChain, open_artifact_store
 from tests.evaluation.gate_setup import SCENARIO, QuizWorld, fact, write_suite
-from tests.fakes.shadow import PairwiseJudgeThread, StableOracleThread
+from tests.fakes.shadow import HOLD, PairwiseJudgeThread, StableOracleThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.polling import eventually
 
@@ -60,9 +60,9 @@ def shadow_world(tmp: Path, judge_url: str | None = None) -> Iterator[QuizWorld]
             yield QuizWorld(tmp, oracle, gateway, chain, artifacts)
 
 
-def evaluating(world: QuizWorld, **shadow: Any) -> Candidate:
+def evaluating(world: QuizWorld, extra: str = "", **shadow: Any) -> Candidate:
     """A candidate that knows every fact, evaluating with ``gate.shadow`` settings."""
-    candidate = world.propose([fact(i) for i in QUESTIONS])
+    candidate = world.propose([fact(i) for i in QUESTIONS], extra)
     evidence = with_shadow_settings(None, ShadowConfig(**{"fraction": 1.0, **shadow}))
     return world.chain.set_candidate_state(candidate.id, "evaluating", evidence)
 
@@ -131,6 +131,29 @@ def test_shadow_never_changes_the_live_answer(tmp_path: Path) -> None:
                 )
     assert bodies["on"] == bodies["off"]
     assert b"unknown" in bodies["on"][0]  # the head's answer, not the candidate's
+
+
+def metric(world: QuizWorld, outcome: str, value: float) -> None:
+    line = f'reef_shadow_requests_total{{outcome="{outcome}",scenario="{SCENARIO}"}} {value}'
+    eventually(
+        lambda: line in httpx.get(f"{world.gateway.url}/metrics").text or None,
+        f"shadow samples counted: {line}",
+    )
+
+
+def test_a_held_shadow_call_delays_nothing_and_saturation_drops(tmp_path: Path) -> None:
+    with shadow_world(tmp_path) as world:
+        oracle = world.oracle
+        assert isinstance(oracle, StableOracleThread)
+        evaluating(world, extra=HOLD, concurrency=1)
+        # The live answer comes while its shadow call hangs upstream.
+        assert b"unknown" in ask(world, 0).content
+        eventually(lambda: oracle.held == 1 or None, "the shadow call to be held")
+        assert b"unknown" in ask(world, 1).content  # sampled, and dropped: one in flight
+        metric(world, "dropped", 1.0)
+        oracle.release()
+        metric(world, "sent", 1.0)
+        assert len(shadows(world, 1)) == 1
 
 
 def test_shadow_stops_at_max_requests(tmp_path: Path) -> None:

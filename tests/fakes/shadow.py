@@ -4,7 +4,8 @@ other calls it served, and a pairwise judge.
 ``StableOracleThread`` answers as ``OracleUpstreamThread`` (its facts are the system
 prompt) with an id derived from the request's messages, so a live answer's bytes do not
 depend on the calls served around it; it streams when asked; ``seen`` keeps each
-request's ``stream``, ``max_tokens`` and system prompt.
+request's ``stream``, ``max_tokens`` and system prompt. A call whose system prompt holds
+``HOLD`` waits until ``release()`` (``held`` counts them).
 
 ``PairwiseJudgeThread`` answers a pairwise prompt (``<answer_1>``, ``<answer_2>``) with
 ``VERDICT: 1`` always (``mode="first"``), or by content (``mode="content"``): the answer
@@ -13,6 +14,7 @@ holding ``good`` and not the other wins, else a tie. ``prompts`` keeps each user
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from typing import Any, Literal
@@ -23,6 +25,7 @@ from aiohttp import web
 from tests.fakes.loopback import LoopbackThread
 from tests.fakes.oracle import OracleUpstreamThread, oracle_reply
 
+HOLD = "HOLD-THIS-CALL"
 _ANSWER = re.compile(r"<answer_(\d)>\n(.*?)\n</answer_\d>", re.S)
 
 
@@ -32,6 +35,12 @@ class StableOracleThread(OracleUpstreamThread):
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[dict[str, Any]] = []
+        self.held = 0
+        self._released = asyncio.Event()
+
+    def release(self) -> None:
+        """Answer the held calls (and every later one)."""
+        self._loop.call_soon_threadsafe(self._released.set)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
@@ -45,6 +54,9 @@ class StableOracleThread(OracleUpstreamThread):
                 "system": system,
             }
         )
+        if HOLD in system:
+            self.held += 1
+            await self._released.wait()
         reply = oracle_reply(messages, False)
         ident = "chatcmpl-" + hashlib.sha256(orjson.dumps(messages)).hexdigest()[:12]
         base = {"id": ident, "created": 0, "model": body.get("model", "oracle")}

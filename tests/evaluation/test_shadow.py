@@ -229,6 +229,9 @@ def test_gate_scores_pairs_with_a_reference_and_judges_the_rest(tmp_path: Path) 
     assert decision.passed
     assert decision.overall is not None and decision.overall.items == 6
     assert decision.evidence["shadow"]["judged"] == 4
+    summaries = decision.evidence["shadow"]["summaries"]
+    assert summaries["live"]["items"] == 2 and summaries["judged"]["items"] == 4
+    assert summaries["all"]["candidate_mean"] == 1.0 and summaries["all"]["baseline_mean"] == 0.0
 
 
 def test_pairwise_judge_sees_random_order_unlabelled(tmp_path: Path) -> None:

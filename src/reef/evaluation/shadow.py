@@ -19,7 +19,9 @@ provenance in ``details``:
   ``reef.evaluation.judging``) prefers one answer (1 and 0) or neither (0.5 each).
 
 A pair whose either answer is missing, or whose judge failed, is void: counted, never
-scored. A judge flagged for position bias has none of its verdicts counted.
+scored. A judge flagged for position bias has none of its verdicts counted. The report
+(the decision's ``evidence["shadow"]``) holds the counts, the judge's position check and
+the suite's summary in all and per provenance.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from reef.evaluation.judging import PairVerdict, PairwiseJudge, position_bias
 from reef.evaluation.runner import parse_reply
 from reef.evaluation.scorers import ScorerContext, ScorerRegistry
 from reef.evaluation.shadow_config import ShadowConfig
+from reef.evaluation.stats import summarize
 from reef.evaluation.suites import SHADOW_SUITE
 from reef.evaluation.values import Decision, EvalItem, ItemResult, Reply
 from reef.experience import ExperienceStore, RecordFilter, RecordView, canonical_exchange
@@ -154,7 +157,25 @@ def shadow_results(
             )
             results = [r for r in results if r.details.get("provenance") != "judged"]
             report["judge"]["reason"] = flagged
+    report["summaries"] = _summaries(results, config)
     return ShadowEvidence(results, report, flagged)
+
+
+def _summaries(results: list[ItemResult], config: GateConfig) -> dict[str, Any]:
+    """The shadow suite's means and paired interval, in all and per provenance."""
+    out: dict[str, Any] = {}
+    for name in ("all", "live", "judged"):
+        rows = [r for r in results if name == "all" or r.details.get("provenance") == name]
+        summary = summarize(
+            rows,
+            SHADOW_SUITE if name == "all" else f"{SHADOW_SUITE}:{name}",
+            confidence=config.confidence,
+            samples=config.bootstrap_samples,
+            seed=config.seed,
+        )
+        if summary is not None:
+            out[name] = summary.as_dict()
+    return out
 
 
 def _score_pair(

@@ -32,6 +32,7 @@ from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import Candidate, ReleaseChain, open_artifact_store
 from tests.evaluation.gate_setup import SCENARIO, QuizWorld, fact, write_suite
 from tests.fakes.shadow import HOLD, PairwiseJudgeThread, StableOracleThread
+from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.polling import eventually
 
@@ -350,3 +351,82 @@ def test_no_shadow_suite_without_the_setting() -> None:
     decision = with_shadow(decide_results([], [], GateConfig()), ShadowEvidence())
     assert "shadow" not in decision.evidence
     assert with_shadow_settings({"kept": 1}, None) == {"kept": 1}
+
+
+WEATHER_OPENAI = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+WEATHER_ANTHROPIC = [
+    {
+        "name": "get_weather",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+
+
+def test_tool_calls_and_messages_are_shadowed_and_compared_unrun(tmp_path: Path) -> None:
+    with (
+        FakeUpstreamThread() as fake,
+        PairwiseJudgeThread("content", good="Paris") as judge,
+    ):
+        upstreams = {
+            "fake": {"type": "openai", "base_url": fake.base_url, "model": "fake-model"},
+            "claude": {"type": "anthropic", "base_url": fake.base_url, "model": "fake-claude"},
+            "judge": {"type": "openai", "base_url": judge.base_url, "model": "judge-1"},
+        }
+        settings = make_settings(tmp_path, fake.base_url, upstreams=upstreams)
+        with GatewayThread(settings) as gateway:
+            chain = ReleaseChain(gateway.database)
+            candidates = {}
+            for scenario in ("support", "claude"):
+                head = chain.head(scenario)
+                assert head is not None
+                proposed = chain.propose(scenario, head.manifest, head.id, "test", "the same")
+                evidence = with_shadow_settings(None, ShadowConfig(fraction=1.0))
+                candidates[scenario] = chain.set_candidate_state(
+                    proposed.id, "evaluating", evidence
+                ).id
+            weather = {"role": "user", "content": "weather in the capital?"}
+            openai_body = {"model": "reef/support", "messages": [weather], "tools": WEATHER_OPENAI}
+            anthropic_body = {
+                "model": "reef/claude",
+                "max_tokens": 64,
+                "messages": [weather],
+                "tools": WEATHER_ANTHROPIC,
+            }
+            for path, body in (
+                ("/v1/chat/completions", openai_body),
+                ("/v1/messages", anthropic_body),
+            ):
+                assert httpx.post(gateway.url + path, json=body, timeout=10).status_code == 200
+
+            def shadow_of(scenario: str) -> RecordView | None:
+                page = gateway.store.list_records(
+                    scenario, RecordFilter(purpose="shadow"), None, 10
+                )
+                return page.records[0] if page.records else None
+
+            found = {s: eventually(lambda s=s: shadow_of(s), f"a {s} shadow") for s in candidates}
+            assert found["support"].release_id == candidates["support"]
+            assert found["support"].response["choices"][0]["message"]["tool_calls"]
+            assert found["claude"].release_id == candidates["claude"]
+            assert found["claude"].response["content"][0]["type"] == "tool_use"
+            config = GateConfig(shadow={"judge": {"upstream": "judge", "model": "judge-1"}})
+            evidence = shadow_results(
+                gateway.store,
+                "support",
+                candidates["support"],
+                config,
+                ScorerRegistry(),
+                ScorerContext(UpstreamModels(settings, "support")),
+            )
+    # Compared on the calls as written (both arms asked for Paris: a tie), never run.
+    assert evidence.report["judged"] == 1
+    assert {r.score for r in evidence.results} == {0.5}
+    assert '"get_weather"' in judge.prompts[0] and "Paris" in judge.prompts[0]

@@ -258,12 +258,33 @@ def test_pairwise_judge_sees_random_order_unlabelled(tmp_path: Path) -> None:
     for prompt in judge.prompts:
         for word in ("candidate", "baseline", "shadow", "live", "head", candidate.id, head_id):
             assert word not in prompt.lower()
-        firsts.append(
-            prompt.index("<answer_1>\nanswer-") >= 0 if "<answer_1>\nanswer-" in prompt else False
-        )
+        firsts.append("<answer_1>\nanswer-" in prompt)
     # The candidate's answer (it knows the fact) stood first in some prompts, second in others.
     assert any(firsts) and not all(firsts)
     assert all("candidate" not in system.lower() for system in judge.systems)
+
+
+def test_judged_pairs_are_asked_once(tmp_path: Path) -> None:
+    with (
+        PairwiseJudgeThread("content", good="answer-") as judge,
+        shadow_world(tmp_path, judge.base_url) as world,
+    ):
+        candidate = evaluating(world)
+        serve_and_shadow(world, candidate)
+        config = GateConfig(
+            shadow={"judge": {"upstream": "judge", "model": "judge-1", "position_check": 0.5}}
+        )
+        context = ScorerContext(UpstreamModels(world.gateway.settings, SCENARIO))
+        store = world.gateway.store
+        first = shadow_results(store, SCENARIO, candidate.id, config, ScorerRegistry(), context)
+        asked = len(judge.prompts)
+        again = shadow_results(store, SCENARIO, candidate.id, config, ScorerRegistry(), context)
+        calls = records(world, "judge")
+    assert asked >= len(QUESTIONS)
+    assert len(judge.prompts) == asked  # the second look read the verdicts back
+    assert again.results == first.results and again.report == first.report
+    assert len(calls) == asked
+    assert {r.tags["candidate"] for r in calls} == {candidate.id}
 
 
 def test_judge_preferring_the_first_answer_is_flagged(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from reef.evaluation.scorers.base import ConfiguredModel
 from reef.evaluation.shadow_config import ShadowJudgeConfig
@@ -109,12 +109,28 @@ def parse_verdict(reply: str) -> Literal[1, 2, 0] | None:
     return 0 if last == "tie" else (1 if last == "1" else 2)
 
 
-class PairwiseJudge:
-    """Judges (live, shadow) answer pairs with ``model`` per ``config``."""
+class JudgeCalls(Protocol):
+    """Where a judge's calls are kept (``reef.evaluation.shadow``): a call made before,
+    under the same key, is answered from there and never asked again."""
 
-    def __init__(self, model: ConfiguredModel, config: ShadowJudgeConfig) -> None:
+    def reply(self, key: str) -> str | None:
+        """The stored reply of the call under ``key``; None when there is none."""
+
+    def keep(self, key: str, messages: list[dict[str, Any]], reply: str) -> None:
+        """Keep a call just made."""
+
+
+class PairwiseJudge:
+    """Judges (live, shadow) answer pairs with ``model`` per ``config``; with ``calls``,
+    each call is kept there under its pair, order and model, and read back on a later
+    look instead of asking again."""
+
+    def __init__(
+        self, model: ConfiguredModel, config: ShadowJudgeConfig, calls: JudgeCalls | None = None
+    ) -> None:
         self.model = model
         self.config = config
+        self.calls = calls
 
     def judge(
         self, key: str, conversation: Sequence[dict[str, Any]], live: str, shadow: str
@@ -125,10 +141,10 @@ class PairwiseJudge:
         live_first = draw[0] % 2 == 0
         check = int.from_bytes(draw[1:9]) / 2**64 < self.config.position_check
         try:
-            preferred = self._ask(conversation, live, shadow, live_first)
+            preferred = self._ask(key, conversation, live, shadow, live_first)
             if not check or preferred is None:
                 return PairVerdict(preferred)
-            again = self._ask(conversation, live, shadow, not live_first)
+            again = self._ask(key, conversation, live, shadow, not live_first)
         except Exception as error:  # a judge that failed: the pair is void
             return PairVerdict(None, error=f"{type(error).__name__}: {error}")
         if again is None:
@@ -138,11 +154,23 @@ class PairwiseJudge:
         return PairVerdict(preferred, checked=True)
 
     def _ask(
-        self, conversation: Sequence[dict[str, Any]], live: str, shadow: str, live_first: bool
+        self,
+        key: str,
+        conversation: Sequence[dict[str, Any]],
+        live: str,
+        shadow: str,
+        live_first: bool,
     ) -> Preferred | None:
         first, second = (live, shadow) if live_first else (shadow, live)
         messages = pair_messages(conversation, first, second)
-        verdict = parse_verdict(self.model.ask(messages, self.config.upstream, self.config.model))
+        order = "live-first" if live_first else "live-second"
+        call_key = f"{key}:{order}:{self.config.upstream}:{self.config.model}"
+        reply = None if self.calls is None else self.calls.reply(call_key)
+        if reply is None:
+            reply = self.model.ask(messages, self.config.upstream, self.config.model)
+            if self.calls is not None:
+                self.calls.keep(call_key, messages, reply)
+        verdict = parse_verdict(reply)
         if verdict is None:
             return None
         if verdict == 0:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from reef.core import canonical_json, new_id, sha256_hex
 from reef.core.errors import NotFoundError
 from reef.evaluation.config import GateConfig
 from reef.evaluation.judging import PairVerdict, PairwiseJudge, position_bias
@@ -39,7 +40,13 @@ from reef.evaluation.shadow_config import ShadowConfig
 from reef.evaluation.stats import summarize
 from reef.evaluation.suites import SHADOW_SUITE
 from reef.evaluation.values import Decision, EvalItem, ItemResult, Reply
-from reef.experience import ExperienceStore, RecordFilter, RecordView, canonical_exchange
+from reef.experience import (
+    ExperienceStore,
+    RecordDraft,
+    RecordFilter,
+    RecordView,
+    canonical_exchange,
+)
 
 SHADOW_EVIDENCE_KEY = "shadow"
 SHADOW_OF_TAG = "reef.shadow_of"
@@ -127,8 +134,9 @@ def shadow_results(
         return ShadowEvidence()
     pairs = shadow_pairs(store, scenario, candidate_id, shadow.max_requests)
     judge = None
+    calls = StoredJudgeCalls(store, scenario, candidate_id)
     if shadow.judge is not None and context.model is not None:
-        judge = PairwiseJudge(context.model, shadow.judge)
+        judge = PairwiseJudge(context.model, shadow.judge, calls)
     counts = {"pairs": len(pairs), "live": 0, "judged": 0, "void": 0, "unscored": 0}
     results: list[ItemResult] = []
     verdicts: list[PairVerdict] = []
@@ -158,7 +166,65 @@ def shadow_results(
             results = [r for r in results if r.details.get("provenance") != "judged"]
             report["judge"]["reason"] = flagged
     report["summaries"] = _summaries(results, config)
+    calls.flush()
     return ShadowEvidence(results, report, flagged)
+
+
+class StoredJudgeCalls:
+    """The shadow judge's calls as records of purpose ``judge`` (never trained on),
+    tagged ``shadow_judge: pairwise`` and with the candidate, under an idempotency key per pair,
+    order and judge model: a later look at the same candidate reads the verdicts back
+    instead of asking again (``test_judged_pairs_are_asked_once``)."""
+
+    def __init__(self, store: ExperienceStore, scenario: str, candidate_id: str) -> None:
+        self.store = store
+        self.scenario = scenario
+        self.candidate_id = candidate_id
+        self.pending: list[RecordDraft] = []
+
+    def _key(self, key: str) -> str:
+        return f"shadow-judge:{self.candidate_id}:{key}"
+
+    def reply(self, key: str) -> str | None:
+        """The stored reply under ``key`` (None: never asked)."""
+        record_id = self.store.find_by_idempotency_key(self.scenario, self._key(key))
+        if record_id is None:
+            return None
+        answer = _reply(self.store.get_record(record_id))
+        return None if answer is None else answer.text
+
+    def keep(self, key: str, messages: list[dict[str, Any]], reply: str) -> None:
+        """Queue the record of a call just made (written by ``flush``)."""
+        request = {"model": "", "messages": messages}
+        answer = {"role": "assistant", "content": reply}
+        self.pending.append(
+            RecordDraft(
+                id=new_id(),
+                scenario=self.scenario,
+                session_id=new_id(),
+                api="openai.chat",
+                request=request,
+                response={"object": "chat.completion", "choices": [{"message": answer}]},
+                status="ok",
+                error=None,
+                latency_ms=0.0,
+                usage=None,
+                release_id=None,
+                prompt_hash="sha256:" + sha256_hex(canonical_json(messages)),
+                content_hash="sha256:" + sha256_hex(canonical_json([request, answer])),
+                continuation_hash=None,
+                tags={"shadow_judge": "pairwise", "candidate": self.candidate_id},
+                purpose="judge",
+                idempotency_key=self._key(key),
+                session_is_new=True,
+            )
+        )
+
+    def flush(self) -> None:
+        """Write the queued records."""
+        if self.pending:
+            self.store.write_records(self.pending)
+            self.pending = []
 
 
 def _summaries(results: list[ItemResult], config: GateConfig) -> dict[str, Any]:

@@ -630,7 +630,8 @@ class InferenceRoutes:
         ``shadow`` (``reef.gateway.shadow``); whether an answer came."""
         body = shadow_body(exchange.api, exchange.body, max_tokens)
         source, rendered = self._outgoing(exchange.api, body, None, exchange.scenario, serving)
-        plan = self._plan(exchange.api, rendered, exchange.scenario, request, serving, None)
+        scenario, requested = exchange.scenario, body.get("model")
+        plan = self._plan(exchange.api, rendered, scenario, request, serving, requested)
         tags = {**exchange.headers.tags, SHADOW_OF_TAG: exchange.record_id}
         shadow = replace(
             exchange,

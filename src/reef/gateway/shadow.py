@@ -57,7 +57,7 @@ class ShadowArm:
     """Samples live requests for the evaluating candidate of their scenario and sends
     them with ``call`` (``InferenceRoutes.shadow_call``: True when the answer came)."""
 
-    refresh_seconds = 1.0
+    refresh_seconds = 5.0
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ from tests.gateway.harness import GatewayThread, make_settings
 from tests.polling import eventually
 
 QUESTIONS = range(6)
+JUDGED = {"judge:shadow": 1.0}  # judged pairs count (computed evidence counts when named)
 
 
 @contextmanager
@@ -210,6 +211,7 @@ def test_gate_scores_pairs_with_a_reference_and_judges_the_rest(tmp_path: Path) 
             )
         config = GateConfig(
             min_items=5,
+            evidence_sources=JUDGED,
             shadow={"judge": {"upstream": "judge", "model": "judge-1", "position_check": 1.0}},
         )
         models = UpstreamModels(world.gateway.settings, SCENARIO)
@@ -244,7 +246,7 @@ def test_pairwise_judge_sees_random_order_unlabelled(tmp_path: Path) -> None:
         serve_and_shadow(world, candidate)
         config = GateConfig(shadow={"judge": {"upstream": "judge", "model": "judge-1"}})
         models = UpstreamModels(world.gateway.settings, SCENARIO)
-        shadow_results(
+        evidence = shadow_results(
             world.gateway.store,
             SCENARIO,
             candidate.id,
@@ -254,6 +256,9 @@ def test_pairwise_judge_sees_random_order_unlabelled(tmp_path: Path) -> None:
         )
         head_id = world.head().id
     assert len(judge.prompts) >= len(QUESTIONS)
+    # By default a verdict, computed evidence, is reported and not counted.
+    assert evidence.report["judged"] == len(QUESTIONS)
+    assert evidence.report["judged_counted"] is False and evidence.results == []
     firsts = []
     for prompt in judge.prompts:
         for word in ("candidate", "baseline", "shadow", "live", "head", candidate.id, head_id):
@@ -272,7 +277,8 @@ def test_judged_pairs_are_asked_once(tmp_path: Path) -> None:
         candidate = evaluating(world)
         serve_and_shadow(world, candidate)
         config = GateConfig(
-            shadow={"judge": {"upstream": "judge", "model": "judge-1", "position_check": 0.5}}
+            evidence_sources=JUDGED,
+            shadow={"judge": {"upstream": "judge", "model": "judge-1", "position_check": 0.5}},
         )
         context = ScorerContext(UpstreamModels(world.gateway.settings, SCENARIO))
         store = world.gateway.store
@@ -292,7 +298,8 @@ def test_judge_preferring_the_first_answer_is_flagged(tmp_path: Path) -> None:
         candidate = evaluating(world)
         serve_and_shadow(world, candidate)
         config = GateConfig(
-            shadow={"judge": {"upstream": "judge", "model": "judge-1", "position_check": 1.0}}
+            evidence_sources=JUDGED,
+            shadow={"judge": {"upstream": "judge", "model": "judge-1", "position_check": 1.0}},
         )
         models = UpstreamModels(world.gateway.settings, SCENARIO)
         evidence = shadow_results(
@@ -323,6 +330,7 @@ def test_gate_run_reads_the_shadow_suite(tmp_path: Path) -> None:
         write_suite(tmp_path / "quiz.jsonl", range(10, 12))
         gate = world.gate(
             suites=["quiz.jsonl"],
+            evidence_sources=JUDGED,
             min_items=2,
             safety={"leak_probes": False},
             shadow={"judge": {"upstream": "judge", "model": "judge-1"}},
@@ -438,7 +446,10 @@ def test_tool_calls_and_messages_are_shadowed_and_compared_unrun(tmp_path: Path)
             assert found["support"].response["choices"][0]["message"]["tool_calls"]
             assert found["claude"].release_id == candidates["claude"]
             assert found["claude"].response["content"][0]["type"] == "tool_use"
-            config = GateConfig(shadow={"judge": {"upstream": "judge", "model": "judge-1"}})
+            config = GateConfig(
+                evidence_sources=JUDGED,
+                shadow={"judge": {"upstream": "judge", "model": "judge-1"}},
+            )
             evidence = shadow_results(
                 gateway.store,
                 "support",

@@ -16,7 +16,9 @@ provenance in ``details``:
   source that ``gate.evidence_sources`` weighs above 0): both answers are scored by the
   scenario's scorer against it (a tool-call correction by ``tool_call``);
 - ``judged``: otherwise the pairwise judge (``gate.shadow.judge``;
-  ``reef.evaluation.judging``) prefers one answer (1 and 0) or neither (0.5 each).
+  ``reef.evaluation.judging``) prefers one answer (1 and 0) or neither (0.5 each). A
+  verdict is computed evidence: judged pairs count only when ``gate.evidence_sources``
+  weighs ``judge:shadow`` (or ``judge``) above 0; otherwise they are reported only.
 
 A pair whose either answer is missing, or whose judge failed, is void: counted, never
 scored. A judge flagged for position bias has none of its verdicts counted. The report
@@ -50,6 +52,8 @@ from reef.experience import (
 
 SHADOW_EVIDENCE_KEY = "shadow"
 SHADOW_OF_TAG = "reef.shadow_of"
+JUDGE_SOURCE = "judge:shadow"
+"""The source judged pairs are weighed as in ``gate.evidence_sources`` (0 by default)."""
 _PAGE = 500
 
 
@@ -149,6 +153,13 @@ def shadow_results(
         results += rows
     report: dict[str, Any] = dict(counts)
     flagged = None
+    if counts["judged"] and source_weight(config.evidence_sources, JUDGE_SOURCE) <= 0:
+        report["judged_counted"] = False
+        report["judged_reason"] = (
+            f"gate.evidence_sources weighs {JUDGE_SOURCE} (a judge's verdict is computed "
+            "evidence) at 0: judged pairs are reported, not counted"
+        )
+        results = [r for r in results if r.details.get("provenance") != "judged"]
     if shadow.judge is not None:
         bias = position_bias(verdicts, shadow.judge.max_position_flips)
         report["judge"] = {
@@ -326,14 +337,18 @@ def live_reference(record: RecordView, sources: Mapping[str, float]) -> Any:
     for feedback in sorted(record.feedback, key=lambda f: f.created_at, reverse=True):
         if feedback.correction is None or feedback.quarantined:
             continue
-        weight = sources.get(feedback.source, sources.get(feedback.source.split(":")[0], 0.0))
-        if weight <= 0:
+        if source_weight(sources, feedback.source) <= 0:
             continue
         correction = feedback.correction
         if isinstance(correction, dict) and isinstance(correction.get("tool_calls"), list):
             return {"tool_calls": correction["tool_calls"]}
         return correction
     return None
+
+
+def source_weight(sources: Mapping[str, float], source: str) -> float:
+    """The weight ``sources`` give ``source``: by its name, else by its kind, else 0."""
+    return sources.get(source, sources.get(source.split(":")[0], 0.0))
 
 
 def with_shadow(decision: Decision, evidence: ShadowEvidence | None) -> Decision:

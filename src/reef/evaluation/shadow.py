@@ -145,10 +145,7 @@ def shadow_results(
     results: list[ItemResult] = []
     verdicts: list[PairVerdict] = []
     for pair in pairs:
-        scored = _score_pair(pair, config, registry, context, judge, verdicts)
-        if scored is None:
-            continue
-        kind, rows = scored
+        kind, rows = _score_pair(pair, config, registry, context, judge, verdicts)
         counts[kind] += 1
         results += rows
     report: dict[str, Any] = dict(counts)
@@ -262,9 +259,9 @@ def _score_pair(
     context: ScorerContext,
     judge: PairwiseJudge | None,
     verdicts: list[PairVerdict],
-) -> tuple[str, list[ItemResult]] | None:
-    """``(provenance or void kind, results)`` of one pair; void pairs are counted
-    through the kind ``void`` with no results, pairs nobody can score as ``unscored``."""
+) -> tuple[str, list[ItemResult]]:
+    """``(provenance, results)`` of one pair: ``live`` or ``judged``; ``void`` (no
+    results) when an answer or the judge failed, ``unscored`` when nobody can score it."""
     live, shadow = _reply(pair.live), _reply(pair.shadow)
     if live is None or shadow is None:
         return "void", []

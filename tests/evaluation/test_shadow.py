@@ -158,6 +158,18 @@ def test_a_held_shadow_call_delays_nothing_and_saturation_drops(tmp_path: Path) 
         assert len(shadows(world, 1)) == 1
 
 
+def test_only_live_traffic_is_shadowed(tmp_path: Path) -> None:
+    with shadow_world(tmp_path) as world:
+        evaluating(world)
+        body = {"model": f"reef/{SCENARIO}", "messages": [{"role": "user", "content": "Q: x"}]}
+        url = f"{world.gateway.url}/v1/chat/completions"
+        evaluation = httpx.post(url, json=body, headers={"x-reef-purpose": "eval"}, timeout=10)
+        assert evaluation.status_code == 200
+        live = ask(world, 0)
+        (found,) = shadows(world, 1)
+    assert found.tags[SHADOW_OF_TAG] == live.headers["x-reef-record-id"]
+
+
 def test_shadow_stops_at_max_requests(tmp_path: Path) -> None:
     with shadow_world(tmp_path) as world:
         evaluating(world, max_requests=2)

@@ -119,6 +119,13 @@ GOOD_RECIPE = "learners: [{type: fewshot, k: 2}]\n"
             "upstream 'nope'; configured upstreams: ['fake', 'other']",
         ),
         (
+            "{recipe: recipe.yaml}",
+            {"recipe.yaml": GOOD_RECIPE + "gate: {shadow: {judge: {model: m}}}\n"},
+            "error: scenarios.support.recipe (recipe.yaml): gate.shadow.judge.upstream "
+            "('fake') and gate.shadow.judge.model ('m') name the model that serves scenario "
+            "'support', one of the arms the judge compares; name another model or upstream",
+        ),
+        (
             "{upstream: nope}",
             {},
             "  scenarios.support.upstream: scenario 'support' names upstream 'nope', which is "
@@ -133,6 +140,7 @@ GOOD_RECIPE = "learners: [{type: fewshot, k: 2}]\n"
         "learner-setting-typo",
         "no-suite-file",
         "unknown-judge-upstream",
+        "shadow-judge-is-an-arm",
         "unknown-scenario-upstream",
     ],
 )

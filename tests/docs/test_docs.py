@@ -82,6 +82,7 @@ def test_every_route_is_documented() -> None:
 
 def test_every_gate_setting_is_documented() -> None:
     from reef.evaluation.config import CanaryConfig, EpisodesConfig, GateConfig, SafetyConfig
+    from reef.evaluation.shadow_config import ShadowConfig, ShadowJudgeConfig
 
     documented = (DOCS / "evaluation.md").read_text(encoding="utf-8")
     nested = {"safety", "canary"}
@@ -89,5 +90,7 @@ def test_every_gate_setting_is_documented() -> None:
     names += [f"`safety.{name}`" for name in SafetyConfig.model_fields]
     names += [f"`canary.{name}`" for name in CanaryConfig.model_fields]
     names += [f"`episodes.{name}`" for name in EpisodesConfig.model_fields]
+    names += [f"`shadow.{name}`" for name in ShadowConfig.model_fields]
+    names += [f"`shadow.judge.{name}`" for name in ShadowJudgeConfig.model_fields]
     missing = [name for name in names if name not in documented]
     assert not missing, f"gate settings missing from docs/evaluation.md: {missing}"

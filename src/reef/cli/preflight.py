@@ -46,7 +46,7 @@ def scenario_problems(settings: ReefSettings, *, serving: bool, learning: bool) 
                 f"scenarios.{name}.initial_harness", scenario.initial_harness
             )
         if learning and scenario.recipe is not None:
-            problems += _recipe_problems(settings, f"scenarios.{name}.recipe", scenario.recipe)
+            problems += _recipe_problems(settings, name, scenario.recipe)
     return problems
 
 
@@ -73,8 +73,10 @@ def _harness_problems(setting: str, folder: Path) -> list[str]:
     return []
 
 
-def _recipe_problems(settings: ReefSettings, setting: str, path: Path) -> list[str]:
-    from reef.learning import RecipeError, load_recipe
+def _recipe_problems(settings: ReefSettings, scenario: str, path: Path) -> list[str]:
+    from reef.learning import RecipeError, load_recipe, shadow_judge_problems
+
+    setting = f"scenarios.{scenario}.recipe"
 
     if not path.exists():
         return [f"{setting}: file {_where(path)} does not exist"]
@@ -84,7 +86,9 @@ def _recipe_problems(settings: ReefSettings, setting: str, path: Path) -> list[s
         recipe = load_recipe(path)
     except RecipeError as exc:
         return [f"{setting} ({path}): {line}" for line in recipe_error_lines(exc.message)]
-    return [f"{setting} ({path}): {problem}" for problem in _recipe_references(settings, recipe)]
+    problems = [*_recipe_references(settings, recipe)]
+    problems += shadow_judge_problems(settings, scenario, recipe)
+    return [f"{setting} ({path}): {problem}" for problem in problems]
 
 
 def recipe_error_lines(message: str) -> list[str]:

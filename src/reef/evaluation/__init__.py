@@ -33,6 +33,7 @@ from reef.evaluation.gate import (
     Gate,
     GateOutcome,
 )
+from reef.evaluation.judging import judge_arm_overlap
 from reef.evaluation.report import (
     candidate_summary,
     write_report,
@@ -59,6 +60,8 @@ from reef.evaluation.scorers.builtin import (
     LlmJudgeScorer,
     normalize_text,
 )
+from reef.evaluation.shadow import SHADOW_OF_TAG, shadow_settings
+from reef.evaluation.shadow_config import ShadowConfig, ShadowJudgeConfig
 from reef.evaluation.suites import (
     load_suite,
 )
@@ -71,6 +74,7 @@ from reef.evaluation.values import (
 
 __all__ = [
     "SCORER_GROUP",
+    "SHADOW_OF_TAG",
     "TRANSIENT_ERROR_KINDS",
     "CanaryMonitor",
     "CanaryOutcome",
@@ -93,11 +97,15 @@ __all__ = [
     "ScorerContext",
     "ScorerError",
     "ScorerRegistry",
+    "ShadowConfig",
+    "ShadowJudgeConfig",
     "candidate_summary",
     "collect_answers",
     "decide_results",
+    "judge_arm_overlap",
     "load_suite",
     "normalize_text",
     "score_answers",
+    "shadow_settings",
     "write_report",
 ]

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
 from reef.environments import EnvironmentRegistry, EnvironmentSpecError, TaskCount
+from reef.evaluation.shadow_config import ShadowConfig
 from reef.experience import COMPUTED_KINDS, EXPLICIT, check_source_weights
 
 
@@ -213,6 +214,11 @@ class GateConfig(GateRule):
     episodes: EpisodesConfig | None = Field(
         default=None,
         description="Paired episodes in an environment (tasks played by both sides).",
+    )
+    shadow: ShadowConfig | None = Field(
+        default=None,
+        description="Shadow traffic: live requests also sent to the evaluating candidate "
+        "in the background, judged as the gate's shadow suite (docs/evaluation.md#shadow).",
     )
 
     @field_validator("scorer", mode="before")

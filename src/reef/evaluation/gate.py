@@ -57,6 +57,12 @@ from reef.evaluation.safety import (
     planted_instructions,
 )
 from reef.evaluation.scorers import ScorerContext, ScorerRegistry
+from reef.evaluation.shadow import (
+    ShadowEvidence,
+    shadow_results,
+    with_shadow,
+    with_shadow_settings,
+)
 from reef.evaluation.suites import load_suite, regression_suites
 from reef.evaluation.values import (
     TRANSIENT_ERROR_KINDS,
@@ -68,6 +74,7 @@ from reef.evaluation.values import (
     item_label,
     with_notes,
 )
+from reef.experience import ExperienceStore
 from reef.harness import Harness
 from reef.harness.packing import read_bundle_archive
 from reef.releases import (
@@ -130,6 +137,8 @@ class Gate:
     scorers: ScorerRegistry = field(default_factory=ScorerRegistry)
     suite_dir: Path = Path(".")
     progress: Progress = field(default_factory=SilentProgress)
+    # Where shadow records are read (``gate.shadow``; None: no shadow suite).
+    shadow_store: ExperienceStore | None = None
 
     def run(
         self,
@@ -142,7 +151,8 @@ class Gate:
         the decision."""
         candidate = self.chain.get_candidate(candidate_id)
         if candidate.state == "pending":
-            candidate = self.chain.set_candidate_state(candidate_id, "evaluating")
+            evidence = with_shadow_settings(candidate.evidence, self.config.shadow)
+            candidate = self.chain.set_candidate_state(candidate_id, "evaluating", evidence)
         elif candidate.state != "evaluating":
             return GateOutcome(candidate_id, "skipped", None, cost={"state": candidate.state})
         for _ in range(MAX_ROUNDS):
@@ -220,11 +230,13 @@ class Gate:
                 answers = self._answers(items, probes, candidate, baseline)
                 runs = self._episodes(spec, tasks, candidate, baseline)
                 check_errors(answers, self.config.max_error_fraction, runs)
+            shadow = self._shadow(candidate)
             results = [*self._score(items, probes, answers), *as_item_results(runs)]
+            results += shadow.results
             self.evaluations.add_results(evaluation_id, results)
             self.evaluations.add_episodes(evaluation_id, runs)
             decision = decide_results(results, planted, self.config, [*items, *episode_items])
-            decision = with_notes(decision, notes)
+            decision = with_shadow(with_notes(decision, notes), shadow)
         except Exception as error:
             self.evaluations.fail(evaluation_id, repr(error))
             raise
@@ -238,6 +250,19 @@ class Gate:
             cost["episodes"] = len(runs)
         self.evaluations.finish(evaluation_id, decision, {**meta, "cost": cost})
         return decision, evaluation_id, cost
+
+    def _shadow(self, candidate: Candidate) -> ShadowEvidence:
+        """The shadow suite so far (``evaluation.shadow``); empty without a store."""
+        if self.shadow_store is None or self.config.shadow is None:
+            return ShadowEvidence()
+        return shadow_results(
+            self.shadow_store,
+            candidate.scenario,
+            candidate.id,
+            self.config,
+            self.scorers,
+            self.scorer_context,
+        )
 
     def _harness(self, digest: str | None) -> Harness | None:
         if digest is None:

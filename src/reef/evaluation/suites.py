@@ -170,10 +170,14 @@ def regression_suites(
     return items
 
 
+SHADOW_SUITE = "shadow"
+"""The suite of shadow pairs: live answers against the candidate's (``evaluation.shadow``)."""
+
+
 def is_current_suite(suite: str) -> bool:
-    """Whether ``suite`` counts toward the overall gain (file suites, holdout and the
-    episodes of ``gate.episodes``)."""
-    return suite == "holdout" or suite.startswith(("file:", "env:"))
+    """Whether ``suite`` counts toward the overall gain (file suites, holdout, the
+    episodes of ``gate.episodes`` and shadow pairs)."""
+    return suite in ("holdout", SHADOW_SUITE) or suite.startswith(("file:", "env:"))
 
 
 def is_episode_suite(suite: str) -> bool:

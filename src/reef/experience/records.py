@@ -19,7 +19,7 @@ RecordStatus = Literal["ok", "error", "aborted", "pending"]
 EXPLICIT = "explicit"  # the source of feedback posted to /reef/feedback
 COMPUTED_KINDS = ("signal", "judge")
 _SOURCE = re.compile(r"(signal|judge):[a-z0-9][a-z0-9_./-]{0,59}")
-Purpose = Literal["serve", "eval", "canary", "judge"]
+Purpose = Literal["serve", "eval", "canary", "judge", "shadow"]
 
 
 @dataclass(frozen=True)

@@ -311,8 +311,9 @@ def create_app(
     )
     if live is not None:
         state.metrics.watch_live_export(live)
+    inference = InferenceRoutes(state)
     groups = {
-        "inference": InferenceRoutes(state),
+        "inference": inference,
         "feedback": FeedbackRoutes(state),
         "admin": AdminRoutes(state),
         "importing": ImportRoutes(state),
@@ -344,6 +345,7 @@ def create_app(
         try:
             yield
         finally:
+            await inference.shadow.close()
             await activation.stop()
             await recorder.drain()
             await writer.close()

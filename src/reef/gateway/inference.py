@@ -21,6 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
+from reef.evaluation import SHADOW_OF_TAG
 from reef.experience import Purpose, RecordView
 from reef.gateway.auth import Principal, grant_of
 from reef.gateway.body_checks import (
@@ -73,6 +74,7 @@ from reef.gateway.responses.turns import ResponsesTurn, TurnContext, resolve_tur
 from reef.gateway.segments import one_segment
 from reef.gateway.serving.pins import pin_access
 from reef.gateway.serving.release import ServingRelease
+from reef.gateway.shadow import ShadowArm
 from reef.gateway.shutdown import STOPPED, GatewayStoppedError
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai, render_responses
@@ -155,6 +157,8 @@ class InferenceRoutes:
         self.openai_completions = InferenceEndpoint(self, "openai.completions")  # /v1/completions
         self.openai_embeddings = InferenceEndpoint(self, "openai.embeddings")  # /v1/embeddings
         self._closing: set[asyncio.Task[None]] = set()
+        # Live requests also sent to an evaluating candidate (``reef.gateway.shadow``).
+        self.shadow = ShadowArm(state.activation, self.shadow_call, state.metrics.count_shadow)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
         """Answer one request of ``api``.
@@ -184,6 +188,9 @@ class InferenceRoutes:
                 else:
                     with one_segment(send):  # headers and body in one write
                         await response(scope, receive, send)
+        # Sent in full and let go of: only now may a shadow call start (it never waits).
+        if held.shadow is not None and response.status_code == 200:
+            self.shadow.offer(held.shadow, request)
 
     def _error(self, request: Request, api: Api, exc: ReefError) -> Response:
         """A ``ReefError`` raised once the exchange was under way, in the API's dialect
@@ -224,6 +231,8 @@ class InferenceRoutes:
             response = await self._complete(exchange, plan, dialect)
         if lead is not None and not isinstance(response, StreamingResponse):
             lead.settle(Answer.of(response), self._committed())
+        if ShadowArm.eligible(exchange):
+            held.shadow = exchange
         return response
 
     def _replay(self, exchange: Exchange, view: RecordView) -> Answer:
@@ -613,6 +622,48 @@ class InferenceRoutes:
             upstream_status=exc.upstream_status,
         )
 
+    async def shadow_call(
+        self, exchange: Exchange, request: Request, serving: ServingRelease, max_tokens: int
+    ) -> bool:
+        """Ask ``serving`` (a candidate) the live ``exchange``'s request as one
+        non-streaming call capped at ``max_tokens``, and record the answer with purpose
+        ``shadow`` (``reef.gateway.shadow``); whether an answer came."""
+        body = shadow_body(exchange.api, exchange.body, max_tokens)
+        source, rendered = self._outgoing(exchange.api, body, None, exchange.scenario, serving)
+        scenario, requested = exchange.scenario, body.get("model")
+        plan = self._plan(exchange.api, rendered, scenario, request, serving, requested)
+        tags = {**exchange.headers.tags, SHADOW_OF_TAG: exchange.record_id}
+        shadow = replace(
+            exchange,
+            record_id=new_id(),
+            session_id=new_id(),
+            session_is_new=True,
+            release_id=serving.release_id,
+            serving=serving,
+            rendered=rendered if rendered is not source else None,
+            headers=replace(exchange.headers, idempotency_key=None, tags=tags),
+            body=body,
+            purpose="shadow",
+            pending=False,
+            started=time.perf_counter(),
+        )
+        recorder = self.state.recorder
+        try:
+            answer = await plan.upstream.send(plan.request)
+            data = orjson.loads(answer.body)
+            if not isinstance(data, dict):
+                raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
+        except (UpstreamError, orjson.JSONDecodeError) as exc:
+            detail = exc.detail if isinstance(exc, UpstreamError) else f"invalid JSON: {exc}"
+            draft = recorder.draft(shadow, None, None, "error", detail)
+            await recorder.record(replace(draft, continuation_hash=None))
+            return False
+        _, data, reply = self._answered(shadow, plan, answer.body, data)
+        draft = recorder.draft(shadow, data, reply, "ok", None)
+        # No later turn continues a shadow answer: it never joins a live session.
+        await recorder.record(replace(draft, continuation_hash=None))
+        return True
+
     def _observe(self, exchange: Exchange, status: int) -> None:
         elapsed = time.perf_counter() - exchange.started
         self.state.metrics.observe(_ROUTES[exchange.api], status, elapsed)
@@ -867,10 +918,11 @@ class _Held:
     an exit stack, made only for the first thing held, since most requests (no
     adapter, no idempotency key, not a stream) hold nothing."""
 
-    __slots__ = ("_stack",)
+    __slots__ = ("_stack", "shadow")
 
     def __init__(self) -> None:
         self._stack: AsyncExitStack | None = None
+        self.shadow: Exchange | None = None  # the live exchange to offer the shadow arm
 
     def _opened(self) -> AsyncExitStack:
         if self._stack is None:
@@ -972,3 +1024,21 @@ class _ClientBody:
         close = getattr(self._chunks, "aclose", None)
         if close is not None:
             await close()
+
+
+def shadow_body(api: Api, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """A live request as its shadow call: not streamed, its reply capped at
+    ``max_tokens`` (the client's own cap when lower)."""
+    out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    fields = ["max_tokens"]
+    if api != "anthropic.messages":
+        fields.append("max_completion_tokens")
+    capped = False
+    for name in fields:
+        value = out.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[name] = min(value, max_tokens)
+            capped = True
+    if not capped:
+        out["max_tokens"] = max_tokens
+    return out

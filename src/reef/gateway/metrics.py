@@ -123,6 +123,13 @@ class GatewayMetrics:
         self.feedback_written = Counter(
             "reef_feedback_written", "Feedback items stored.", registry=self.registry
         )
+        self.shadow_requests = Counter(
+            "reef_shadow_requests",
+            "Live requests sampled for the shadow arm, by outcome: sent, failed, dropped "
+            "(concurrency full), capped (max_requests reached), skipped.",
+            ["scenario", "outcome"],
+            registry=self.registry,
+        )
         # Labelled children cached: ``labels()`` costs a lock and a lookup per call.
         self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.registry.register(_CaptureCollector(capture_stats))
@@ -140,6 +147,10 @@ class GatewayMetrics:
             self._children[(route, status)] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def count_shadow(self, scenario: str, outcome: str) -> None:
+        """Count one shadow sample's outcome (``reef.gateway.shadow``)."""
+        self.shadow_requests.labels(scenario, outcome).inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""

@@ -31,6 +31,7 @@ from reef.learning.base import (
 from reef.learning.computed import SignalPass, SignalWriter
 from reef.learning.follow_ups import Reading, read_follow_up
 from reef.learning.judges import JudgeConfig, JudgePass, JudgeWriter
+from reef.learning.recipe_files import shadow_judge_problems
 from reef.learning.recipes import (
     Recipe,
     RecipeError,
@@ -77,4 +78,5 @@ __all__ = [
     "preview_signals",
     "read_follow_up",
     "session_signals",
+    "shadow_judge_problems",
 ]

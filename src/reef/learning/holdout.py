@@ -257,8 +257,10 @@ def build_gate(  # noqa: PLR0913
     recipe: Recipe,
     progress: Progress,
     upstream_base_urls: Mapping[str, str] | None = None,
+    store: ExperienceStore | None = None,
 ) -> Gate:
-    """The gate of ``recipe`` for ``scenario``, calling the configured gateway."""
+    """The gate of ``recipe`` for ``scenario``, calling the configured gateway; with
+    ``store``, its shadow records are the gate's shadow suite (``gate.shadow``)."""
     return Gate(
         config=recipe.gate,
         publish=recipe.publish,
@@ -268,6 +270,7 @@ def build_gate(  # noqa: PLR0913
         target=gate_target(settings, scenario, recipe.gate),
         scorer_context=ScorerContext(model=UpstreamModels(settings, scenario, upstream_base_urls)),
         progress=progress,
+        shadow_store=store,
     )
 
 

@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from reef.config import ReefSettings
+from reef.evaluation import judge_arm_overlap
 from reef.learning.recipes import Recipe, RecipeError, load_recipe
 from reef.learning.registry import LearnerRegistry
 
@@ -60,6 +61,9 @@ class RecipeFiles:
             return None
         try:
             recipe = load_recipe(path, self.registry)
+            problems = shadow_judge_problems(self.settings, scenario, recipe)
+            if problems:
+                raise RecipeError(f"invalid recipe {path}: {'; '.join(problems)}")
         except RecipeError as error:
             self._failed(scenario, path, error)
             raise
@@ -79,3 +83,15 @@ class RecipeFiles:
             scenario,
             " ".join(error.message.split()),
         )
+
+
+def shadow_judge_problems(settings: ReefSettings, scenario: str, recipe: Recipe) -> list[str]:
+    """Why the recipe's shadow judge may not judge ``scenario`` (empty when it may): it
+    is the model serving the scenario, one of the arms (``judge_arm_overlap``)."""
+    shadow = recipe.gate.shadow
+    if shadow is None or shadow.judge is None:
+        return []
+    upstream_name, upstream = settings.upstream_for(scenario)
+    serving = settings.scenario(scenario).model or upstream.model
+    problem = judge_arm_overlap(shadow.judge, scenario, upstream_name, [serving])
+    return [] if problem is None else [problem]

@@ -558,6 +558,7 @@ class JobRun:
             recipe,
             progress=SpanProgress(self, "gate", (0.9, 0.1)),
             upstream_base_urls=worker.upstream_base_urls,
+            store=worker.store,
         )
         outcome = gate.run(candidate.id, held.items, evidence_notes(held, batch))
         if worker.live_export is not None:

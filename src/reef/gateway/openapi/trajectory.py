@@ -57,7 +57,7 @@ _ATTEMPT = _object(
         "error": {"type": ["string", "null"]},
         "reply": _REPLY,
         "release_id": _NULLABLE_ID,
-        "purpose": {"enum": ["serve", "eval", "canary", "judge"]},
+        "purpose": {"enum": ["serve", "eval", "canary", "judge", "shadow"]},
         "created_at": {"type": "string", "format": "date-time"},
         "feedback": _OBJECTS,
     },

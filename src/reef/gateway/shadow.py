@@ -1,0 +1,176 @@
+"""The shadow arm: live requests also sent to the scenario's evaluating candidate, after
+the live answer went out (``gate.shadow``; ``reef.evaluation.shadow`` scores them).
+
+``ShadowArm.offer`` is called by ``InferenceRoutes.serve`` once a live response has been
+sent in full, for a 200 on chat completions or messages that was served live (purpose
+``serve``, no pin) and recorded. It never awaits: the client already has its answer and
+nothing here can change it (``test_shadow_never_changes_the_live_answer``).
+
+- The scenario's ``evaluating`` candidate and its settings (``evidence["shadow"]``, put
+  there by the gate) are read from the chain at most every ``refresh_seconds``, off the
+  response path.
+- A request is sampled with probability ``fraction`` (drawn from its record id); past
+  ``max_requests`` calls for the candidate (counted by this gateway) nothing is sent;
+  with ``concurrency`` calls in flight a sampled request is dropped, never queued.
+  Each outcome is counted in ``reef_shadow_requests_total{scenario, outcome}``.
+- The call is the request as the client sent it, with the candidate's harness and
+  weights, as one non-streaming call (a streamed request too) capped at ``max_tokens``.
+  Tool calls in its answer are recorded, never run. The record has purpose ``shadow``,
+  a session of its own, no continuation hash (no later turn continues it) and tag
+  ``reef.shadow_of`` naming the live record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from starlette.requests import Request
+
+from reef.evaluation import ShadowConfig, shadow_settings
+from reef.gateway.capture import Exchange
+from reef.gateway.serving.activation import Activation
+from reef.gateway.serving.release import ServingRelease
+
+log = logging.getLogger("reef.gateway.shadow")
+
+ShadowOutcome = Literal["sent", "failed", "dropped", "capped", "skipped"]
+ShadowCall = Callable[[Exchange, Request, ServingRelease, int], Awaitable[bool]]
+SHADOWED_APIS = frozenset({"openai.chat", "anthropic.messages"})
+
+
+@dataclass(frozen=True)
+class _Target:
+    candidate_id: str | None
+    config: ShadowConfig | None
+    fetched: float
+
+
+class ShadowArm:
+    """Samples live requests for the evaluating candidate of their scenario and sends
+    them with ``call`` (``InferenceRoutes.shadow_call``: True when the answer came)."""
+
+    refresh_seconds = 5.0
+
+    def __init__(
+        self,
+        activation: Activation,
+        call: ShadowCall,
+        count: Callable[[str, ShadowOutcome], None],
+    ) -> None:
+        self.activation = activation
+        self.call = call
+        self.count = count
+        self.in_flight = 0
+        self.sent: Counter[str] = Counter()
+        self._targets: dict[str, _Target] = {}
+        self._refreshing: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @staticmethod
+    def eligible(exchange: Exchange) -> bool:
+        """Whether ``exchange`` may be shadowed: live (purpose ``serve``, no pin),
+        recorded, on chat completions or messages."""
+        return (
+            exchange.purpose == "serve"
+            and exchange.headers.release is None
+            and exchange.capture
+            and exchange.responses is None
+            and exchange.api in SHADOWED_APIS
+        )
+
+    def offer(self, exchange: Exchange, request: Request) -> None:
+        """Maybe shadow ``exchange`` (its live answer was sent); never waits."""
+        scenario = exchange.scenario
+        target = self._targets.get(scenario)
+        if target is None or time.monotonic() - target.fetched > self.refresh_seconds:
+            if scenario not in self._refreshing:
+                self._refreshing.add(scenario)
+                self._spawn(self._refresh_then_offer(exchange, request))
+            return
+        self._sample(target, exchange, request)
+
+    async def close(self) -> None:
+        """Cancel the shadow calls in flight (the gateway stops)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refresh_then_offer(self, exchange: Exchange, request: Request) -> None:
+        scenario = exchange.scenario
+        try:
+            target = await asyncio.to_thread(self._read_target, scenario)
+        except Exception:  # the chain unreadable: no shadow now, try again later
+            log.warning("shadow: could not read the candidates of %r", scenario, exc_info=True)
+            target = _Target(None, None, time.monotonic())
+        finally:
+            self._refreshing.discard(scenario)
+        self._targets[scenario] = target
+        self._sample(target, exchange, request)
+
+    def _read_target(self, scenario: str) -> _Target:
+        evaluating = self.activation.chain.candidates(scenario, state="evaluating", limit=1)
+        now = time.monotonic()
+        if not evaluating:
+            return _Target(None, None, now)
+        candidate = evaluating[0]
+        return _Target(candidate.id, shadow_settings(candidate.evidence), now)
+
+    def _sample(self, target: _Target, exchange: Exchange, request: Request) -> None:
+        config, candidate_id = target.config, target.candidate_id
+        if config is None or candidate_id is None or not _drawn(exchange, config.fraction):
+            return
+        if self.sent[candidate_id] >= config.max_requests:
+            self.count(exchange.scenario, "capped")
+            return
+        if self.in_flight >= config.concurrency:
+            self.count(exchange.scenario, "dropped")
+            return
+        self.sent[candidate_id] += 1
+        self.in_flight += 1
+        self._spawn(self._shadow(exchange, request, candidate_id, config))
+
+    async def _shadow(
+        self, exchange: Exchange, request: Request, candidate_id: str, config: ShadowConfig
+    ) -> None:
+        outcome: ShadowOutcome = "failed"
+        try:
+            activation = self.activation
+            pinned = await activation.pinned(
+                exchange.scenario, candidate_id, exchange.principal, "gate"
+            )
+            serving = pinned.serving
+            if not activation.admits(serving):  # in-place weights elsewhere: not now
+                outcome = "skipped"
+                return
+            lease = activation.lease(serving)
+            with lease if lease is not None else contextlib.nullcontext():
+                answered = await self.call(exchange, request, serving, config.max_tokens)
+            outcome = "sent" if answered else "failed"
+        except Exception:  # a shadow call never disturbs serving: logged, counted
+            log.warning("shadow call for %s failed", candidate_id, exc_info=True)
+        finally:
+            self.in_flight -= 1
+            self.count(exchange.scenario, outcome)
+
+
+def _drawn(exchange: Exchange, fraction: float) -> bool:
+    """Whether the live record (its id is random) falls in the sampled ``fraction``."""
+    draw = hashlib.sha256(exchange.record_id.encode()).digest()
+    return int.from_bytes(draw[:8]) / 2**64 < fraction

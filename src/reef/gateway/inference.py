@@ -21,6 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
+from reef.core.prices import usage_tokens
 from reef.experience import Purpose, RecordView
 from reef.gateway.auth import Principal, grant_of
 from reef.gateway.body_checks import (
@@ -29,6 +30,7 @@ from reef.gateway.body_checks import (
     check_openai_completions,
     check_openai_embeddings,
 )
+from reef.gateway.budgets import configured_model, request_estimate
 from reef.gateway.capture import (
     Api,
     Exchange,
@@ -203,11 +205,13 @@ class InferenceRoutes:
                 fingerprint = request_fingerprint(api, exchange.body, exchange.principal.key_id)
                 joined = await self.flights.join(exchange.scenario, key, fingerprint)
                 if isinstance(joined, Answer):  # the same request, answered meanwhile
+                    self._uncharged(exchange)
                     self._observe(exchange, joined.status)
                     return joined.response()
                 lead = held.enter_context(joined)
                 stored = await self.state.recorder.stored_for_key(exchange.scenario, key)
                 if stored is not None:
+                    self._uncharged(exchange)
                     answer = self._replay(exchange, stored)
                     lead.settle(answer)
                     self._observe(exchange, answer.status)
@@ -347,7 +351,45 @@ class InferenceRoutes:
             # An embeddings record without its vectors cannot answer a retry by its key.
             replayable=api != "openai.embeddings" or keep_vectors,
         )
+        await self._admit(exchange, plan, held)
         return exchange, plan
+
+    async def _admit(self, exchange: Exchange, plan: CallPlan, held: _Held) -> None:
+        """Price the exchange, and hold its reservation on its budgets and rate limits
+        until the response is done (``reef.gateway.budgets``): 402 or 429 when refused."""
+        spend = self.state.spend
+        scenario = exchange.scenario
+        requested = exchange.body.get("model")
+        configured = None
+        if not plan.model_from_client:
+            configured = configured_model(
+                self.state.settings, scenario, exchange.serving.base_model
+            )
+        exchange.price = spend.price_for(scenario, configured, requested)
+        if not spend.enabled:
+            return
+        estimate = request_estimate(
+            plan.request.body, exchange.body, self.state.settings.budgets.default_max_tokens
+        )
+        charge = await spend.admit(scenario, exchange.principal.key_id, estimate, exchange.price)
+        exchange.charge = charge
+        held.push_async_callback(charge.settle)
+
+    def _used(self, exchange: Exchange, response: dict[str, Any] | None) -> None:
+        """Count what an answered exchange used (``/metrics``) and settle its charge."""
+        usage = response.get("usage") if response is not None else None
+        tokens = usage_tokens(usage)
+        cost = exchange.price.cost(tokens) if exchange.price and tokens else None
+        self.state.spend.count(exchange.scenario, exchange.purpose, tokens, cost)
+        if exchange.charge is not None:
+            exchange.charge.observe(usage)
+
+    @staticmethod
+    def _uncharged(exchange: Exchange) -> None:
+        """The exchange made no upstream call (answered by its idempotency key), or the
+        call failed: its reservation is given back."""
+        if exchange.charge is not None:
+            exchange.charge.failed = True
 
     async def _serving(
         self, headers: ReefHeaders, principal: Principal
@@ -581,6 +623,7 @@ class InferenceRoutes:
         self, exchange: Exchange, plan: CallPlan, exc: UpstreamError, dialect: ErrorDialect
     ) -> Response:
         stopped = isinstance(exc, GatewayStoppedError)
+        self._uncharged(exchange)
         if not stopped:
             self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
         if plan.model_from_client and isinstance(exc, UpstreamRejectedError) and exc.status == 404:
@@ -630,6 +673,7 @@ class InferenceRoutes:
                 raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
+        self._used(exchange, data)
         payload, data, reply = self._answered(exchange, plan, answer.body, data)
         if exchange.capture:
             recorder = self.state.recorder
@@ -801,6 +845,7 @@ class InferenceRoutes:
                 return  # nobody read it: the ``finally`` records ``aborted``
             recorded = True
             response, reply = relay.result()
+            self._used(exchange, response)
             if exchange.capture:
                 draft = recorder.draft(exchange, response, reply, "ok", None)
                 if exchange.responses is not None:

@@ -1,0 +1,530 @@
+"""Serving budgets (402) and rate limits (429), checked before each upstream call.
+
+A request is admitted when every budget it counts against (global, its scenario, its
+key) is still below its limit in the current window; it then reserves its estimate
+(input bytes / 4 + ``max_tokens``, priced at the model's price) and, when its response
+is done, settles that reservation to its actual usage. Refused when spent: a budget
+already at or over its limit. So a request is refused exactly once its window's spend
+has crossed the limit (``tests/gateway/test_budgets.py``).
+
+Overshoot bound: admission and reservation are one atomic step (the event loop, in
+memory; one transaction of conditional ``UPDATE``s, with ``budgets.ledger: store``,
+shared by every gateway on the store). A window's spend therefore ends at most
+``limit + R + U``: ``R`` the largest single reservation (the last request admitted
+below the limit), ``U`` the sum of the amounts by which answers exceeded their
+reservations (none when every request sets ``max_tokens`` and its input estimate
+holds). ``tests/gateway/test_budgets_shared.py`` checks it with two gateways on
+PostgreSQL and 32 concurrent clients.
+
+Rate limits are token buckets in memory, each replica enforcing ``limit / replicas``
+(``rate_limits.replicas``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import and_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from reef.config import ReefSettings, ScenarioConfig
+from reef.config.spend import BudgetLimit, RateLimit, Window
+from reef.core.clock import Clock
+from reef.core.errors import ReefError
+from reef.core.prices import Price, Tokens, usage_tokens
+from reef.db import Database
+from reef.db.schema import spend_windows
+
+BYTES_PER_TOKEN = 4  # the input estimate of a reservation: request bytes / 4
+
+
+class SpendRefusedError(ReefError):
+    """A request refused before its upstream call: ``status`` 402 or 429, with the
+    seconds until it may be tried again and headers naming what refused it."""
+
+    status = 402
+
+    def __init__(self, message: str, retry_after: float, headers: dict[str, str]) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = max(1, math.ceil(retry_after))
+        self.headers = headers
+
+
+class BudgetExceededError(SpendRefusedError):
+    """A budget of the request's is spent for its window (402)."""
+
+    status = 402
+
+
+class RateLimitedError(SpendRefusedError):
+    """A rate limit of the request's is exhausted for now (429)."""
+
+    status = 429
+
+
+def window_start(window: Window, now: datetime) -> datetime:
+    """The start of the UTC calendar window holding ``now``."""
+    now = now.astimezone(UTC)
+    if window == "hour":
+        return now.replace(minute=0, second=0, microsecond=0)
+    if window == "day":
+        return now.replace(hour=0, minute=0, second=0, microsecond=0)
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def window_end(window: Window, start: datetime) -> datetime:
+    """When the window that began at ``start`` resets."""
+    if window == "hour":
+        return start.replace(minute=0) + _HOUR
+    if window == "day":
+        return start + _DAY
+    if start.month == 12:
+        return start.replace(year=start.year + 1, month=1)
+    return start.replace(month=start.month + 1)
+
+
+_HOUR = datetime(2000, 1, 1, 1, tzinfo=UTC) - datetime(2000, 1, 1, tzinfo=UTC)
+_DAY = _HOUR * 24
+
+
+@dataclass(frozen=True)
+class Line:
+    """One budget a request counts against, in one window: ``budget`` is ``global``,
+    ``scenario:<name>`` or ``key:<id>``."""
+
+    budget: str
+    limit: BudgetLimit
+    start: datetime
+
+    @property
+    def key(self) -> str:
+        """The ledger's name of the budget's window kind (``scenario:s/month``)."""
+        return f"{self.budget}/{self.limit.window}"
+
+    def over(self, tokens: float, money: float) -> bool:
+        """Whether spend of ``tokens`` and ``money`` has reached this budget's limit."""
+        limit = self.limit
+        return (limit.tokens is not None and tokens >= limit.tokens) or (
+            limit.money is not None and money >= limit.money
+        )
+
+
+class Ledger(Protocol):
+    """Where budget windows are counted."""
+
+    async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
+        """Add the reservation to every line unless one is spent (that one is returned,
+        and nothing is added)."""
+
+    async def settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
+        """Add ``tokens`` and ``money`` (negative: a refund) to every line."""
+
+    async def spent(self, line: Line) -> tuple[int, float]:
+        """Tokens and money counted in ``line``'s window."""
+
+
+class MemoryLedger:
+    """Counts in this process (``budgets.ledger: memory``)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, datetime], list[float]] = {}
+
+    def _count(self, line: Line) -> list[float]:
+        slot = (line.key, line.start)
+        count = self._counts.get(slot)
+        if count is None:
+            count = self._counts[slot] = [0, 0.0]
+        return count
+
+    async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
+        counts = [self._count(line) for line in lines]
+        for line, count in zip(lines, counts, strict=True):
+            if line.over(count[0], count[1]):
+                return line
+        for count in counts:
+            count[0] += tokens
+            count[1] += money
+        return None
+
+    async def settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
+        for line in lines:
+            count = self._count(line)
+            count[0] += tokens
+            count[1] += money
+
+    async def spent(self, line: Line) -> tuple[int, float]:
+        count = self._count(line)
+        return int(count[0]), count[1]
+
+
+class StoreLedger:
+    """Counts in the store's ``spend_windows`` (``budgets.ledger: store``): one
+    transaction per reservation whose conditional ``UPDATE``s (rows in sorted order,
+    so gateways never deadlock) admit and reserve in one atomic step."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._known: set[tuple[str, datetime]] = set()
+        insert = pg_insert if database.dialect == "postgresql" else sqlite_insert
+        self._insert = insert
+
+    def _ensure(self, lines: Sequence[Line]) -> None:
+        missing = [line for line in lines if (line.key, line.start) not in self._known]
+        if not missing:
+            return
+        rows = [
+            {"budget": line.key, "window_start": line.start, "tokens": 0, "money": 0.0}
+            for line in missing
+        ]
+        statement = self._insert(spend_windows).values(rows).on_conflict_do_nothing()
+        with self.database.engine.begin() as conn:
+            conn.execute(statement)
+        self._known.update((line.key, line.start) for line in missing)
+
+    def _reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
+        self._ensure(lines)
+        ordered = sorted(lines, key=lambda line: line.key)
+        with self.database.engine.begin() as conn:
+            for line in ordered:
+                where = [
+                    spend_windows.c.budget == line.key,
+                    spend_windows.c.window_start == line.start,
+                ]
+                if line.limit.tokens is not None:
+                    where.append(spend_windows.c.tokens < line.limit.tokens)
+                if line.limit.money is not None:
+                    where.append(spend_windows.c.money < line.limit.money)
+                statement = (
+                    update(spend_windows)
+                    .where(and_(*where))
+                    .values(
+                        tokens=spend_windows.c.tokens + tokens,
+                        money=spend_windows.c.money + money,
+                    )
+                )
+                if conn.execute(statement).rowcount == 0:
+                    conn.rollback()
+                    return line
+        return None
+
+    def _settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
+        with self.database.engine.begin() as conn:
+            for line in sorted(lines, key=lambda line: line.key):
+                conn.execute(
+                    update(spend_windows)
+                    .where(
+                        spend_windows.c.budget == line.key,
+                        spend_windows.c.window_start == line.start,
+                    )
+                    .values(
+                        tokens=spend_windows.c.tokens + tokens,
+                        money=spend_windows.c.money + money,
+                    )
+                )
+
+    def _spent(self, line: Line) -> tuple[int, float]:
+        with self.database.read() as conn:
+            row = conn.execute(
+                spend_windows.select().where(
+                    spend_windows.c.budget == line.key,
+                    spend_windows.c.window_start == line.start,
+                )
+            ).first()
+        return (0, 0.0) if row is None else (int(row.tokens), float(row.money))
+
+    async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
+        return await asyncio.to_thread(self._reserve, lines, tokens, money)
+
+    async def settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
+        await asyncio.to_thread(self._settle, lines, tokens, money)
+
+    async def spent(self, line: Line) -> tuple[int, float]:
+        return await asyncio.to_thread(self._spent, line)
+
+
+class Bucket:
+    """A token bucket: ``rate`` per second, holding at most a minute's worth."""
+
+    __slots__ = ("capacity", "level", "rate", "stamp")
+
+    def __init__(self, per_minute: float, now: float) -> None:
+        self.capacity = per_minute
+        self.rate = per_minute / 60.0
+        self.level = per_minute
+        self.stamp = now
+
+    def refill(self, now: float) -> None:
+        """Add what ``now - stamp`` seconds earned (up to the capacity)."""
+        if now > self.stamp:
+            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+            self.stamp = now
+
+    def wait(self, needed: float) -> float:
+        """Seconds until the level reaches ``needed``."""
+        return max(0.0, (needed - self.level) / self.rate)
+
+
+@dataclass
+class Charge:
+    """One admitted request's hold on its budgets and buckets, settled once when its
+    response is done: to its usage (``observe``), to nothing when its upstream call
+    failed (``failed``), else (a stream cut short, an answer without usage) kept at
+    the reservation."""
+
+    control: SpendControl
+    lines: tuple[Line, ...]
+    buckets: tuple[Bucket, ...]  # its tokens/min buckets
+    price: Price | None
+    tokens: int
+    money: float
+    usage: Tokens | None = None
+    failed: bool = False
+    settled: bool = field(default=False, repr=False)
+
+    def observe(self, usage: Any) -> None:
+        """Note the usage the upstream reported."""
+        tokens = usage_tokens(usage)
+        if tokens is not None:
+            self.usage = tokens
+
+    async def settle(self) -> None:
+        """Correct the reservation to what was used (once)."""
+        if self.settled:
+            return
+        self.settled = True
+        if self.usage is not None:
+            tokens = self.usage.total
+            money = self.price.cost(self.usage) if self.price is not None else 0.0
+        elif self.failed:
+            tokens, money = 0, 0.0
+        else:
+            return
+        await self.control.settle(self, tokens, money)
+
+
+@dataclass
+class SpendCounts:
+    """What ``/metrics`` shows of spend (``SpendCollector``)."""
+
+    cost: dict[tuple[str, str], float] = field(default_factory=dict)
+    tokens: dict[tuple[str, str], int] = field(default_factory=dict)
+    unpriced: dict[tuple[str, str], int] = field(default_factory=dict)
+    refused: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class SpendControl:
+    """Budgets and rate limits of one gateway (``GatewayState.spend``)."""
+
+    def __init__(self, settings: ReefSettings, ledger: Ledger, clock: Clock) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.clock = clock
+        self.budgets = settings.budgets
+        self.limits = settings.rate_limits
+        self.enabled = self.budgets.any or self.limits.any
+        self._buckets: dict[tuple[str, str], Bucket] = {}
+        self._token_buckets: set[Bucket] = set()
+        self.counts = SpendCounts()
+
+    def price_for(self, scenario: str, configured: str | None, requested: Any) -> Price | None:
+        """The price of the model a request of ``scenario`` is served by: the
+        configured one when set, else the one the client named."""
+        prices = self.settings.upstream_for(scenario)[1].prices
+        if not prices:
+            return None
+        model = configured or (requested if isinstance(requested, str) else None)
+        found = prices.get(model) if model else None
+        if found is None:
+            return None
+        return Price(
+            model or "",
+            found.input_per_mtok,
+            found.output_per_mtok,
+            found.cached_input_per_mtok,
+        )
+
+    def lines(self, scenario: str, key_id: str | None, now: datetime) -> tuple[Line, ...]:
+        """The budgets a request of ``scenario`` by ``key_id`` counts against."""
+        budgets = self.budgets
+        named: list[tuple[str, list[BudgetLimit]]] = [("global", budgets.global_)]
+        named.append((f"scenario:{scenario}", budgets.scenarios.get(scenario, [])))
+        if key_id is not None:
+            named.append((f"key:{key_id}", budgets.keys.get(key_id, [])))
+        return tuple(
+            Line(budget, limit, window_start(limit.window, now))
+            for budget, limits in named
+            for limit in limits
+        )
+
+    async def admit(
+        self, scenario: str, key_id: str | None, estimate: Tokens, price: Price | None
+    ) -> Charge:
+        """Take a request's reservation, or raise ``RateLimitedError`` (429) or
+        ``BudgetExceededError`` (402)."""
+        now = self.clock()
+        tokens = estimate.total
+        buckets = self._take(scenario, key_id, tokens, now.timestamp())
+        money = price.cost(estimate) if price is not None else 0.0
+        lines = self.lines(scenario, key_id, now)
+        if lines:
+            refused = await self.ledger.reserve(lines, tokens, money)
+            if refused is not None:
+                self._give_back(buckets)
+                raise await self._budget_refusal(refused, now)
+        token_buckets = tuple(bucket for bucket, amount in buckets if bucket in self._token_buckets)
+        return Charge(self, lines, token_buckets, price, tokens, money)
+
+    def _take(
+        self, scenario: str, key_id: str | None, tokens: int, now: float
+    ) -> list[tuple[Bucket, float]]:
+        """Take one request and ``tokens`` from the buckets of the request's limits."""
+        limits: list[tuple[str, RateLimit]] = []
+        scenario_limit = self.limits.scenarios.get(scenario)
+        if scenario_limit is not None:
+            limits.append((f"scenario:{scenario}", scenario_limit))
+        key_limit = self.limits.keys.get(key_id) if key_id is not None else None
+        if key_limit is not None:
+            limits.append((f"key:{key_id}", key_limit))
+        wanted: list[tuple[Bucket, float, float, str]] = []
+        for name, limit in limits:
+            if limit.requests_per_minute is not None:
+                bucket = self._bucket(name, "requests", limit.requests_per_minute, now)
+                wanted.append((bucket, 1.0, 1.0, f"{name} requests_per_minute"))
+            if limit.tokens_per_minute is not None:
+                bucket = self._bucket(name, "tokens", limit.tokens_per_minute, now)
+                # Tokens may go into debt: any request is admitted while some remain.
+                wanted.append((bucket, float(tokens), 1e-9, f"{name} tokens_per_minute"))
+        for bucket, _, needed, what in wanted:
+            bucket.refill(now)
+            if bucket.level < needed:
+                self._refused(what.split(" ")[0], "rate")
+                raise RateLimitedError(
+                    f"rate limit {what} ({bucket.capacity * self.limits.replicas:g}/min) "
+                    "is exhausted; try again later",
+                    bucket.wait(needed),
+                    {"x-reef-rate-limit": what.replace(" ", "/")},
+                )
+        taken: list[tuple[Bucket, float]] = []
+        for bucket, amount, _, _ in wanted:
+            bucket.level -= amount
+            taken.append((bucket, amount))
+        return taken
+
+    def _bucket(self, name: str, kind: str, per_minute: int, now: float) -> Bucket:
+        bucket = self._buckets.get((name, kind))
+        if bucket is None:
+            share = per_minute / self.limits.replicas
+            bucket = self._buckets[(name, kind)] = Bucket(share, now)
+            if kind == "tokens":
+                self._token_buckets.add(bucket)
+        return bucket
+
+    @staticmethod
+    def _give_back(buckets: list[tuple[Bucket, float]]) -> None:
+        for bucket, amount in buckets:
+            bucket.level = min(bucket.capacity, bucket.level + amount)
+
+    async def _budget_refusal(self, line: Line, now: datetime) -> BudgetExceededError:
+        tokens, money = await self.ledger.spent(line)
+        limit = line.limit
+        resets = window_end(limit.window, line.start)
+        parts = []
+        if limit.money is not None:
+            parts.append(f"money {money:.6g} of {limit.money:g}")
+        if limit.tokens is not None:
+            parts.append(f"tokens {tokens} of {limit.tokens}")
+        self._refused(line.budget, limit.window)
+        return BudgetExceededError(
+            f"budget {line.budget} ({limit.window}) is spent: {', '.join(parts)}; "
+            f"it resets at {resets.isoformat().replace('+00:00', 'Z')}",
+            (resets - now).total_seconds(),
+            {
+                "x-reef-budget": f"{line.budget}/{limit.window}",
+                "x-reef-budget-reset": resets.isoformat().replace("+00:00", "Z"),
+            },
+        )
+
+    def _refused(self, what: str, window: str) -> None:
+        refused = self.counts.refused
+        refused[(what, window)] = refused.get((what, window), 0) + 1
+
+    async def settle(self, charge: Charge, tokens: int, money: float) -> None:
+        """Correct ``charge``'s reservation to ``tokens`` and ``money``."""
+        delta_tokens = tokens - charge.tokens
+        for bucket in charge.buckets:  # tokens/min buckets: the estimate corrected
+            bucket.level = min(bucket.capacity, bucket.level - delta_tokens)
+        if charge.lines and (delta_tokens or money != charge.money):
+            await self.ledger.settle(charge.lines, delta_tokens, money - charge.money)
+
+    def count(self, scenario: str, purpose: str, tokens: Tokens | None, cost: float | None) -> None:
+        """Count one exchange's spend for ``/metrics``."""
+        key = (scenario, purpose)
+        counts = self.counts
+        if tokens is not None:
+            counts.tokens[key] = counts.tokens.get(key, 0) + tokens.total
+        if cost is None:
+            counts.unpriced[key] = counts.unpriced.get(key, 0) + 1
+        else:
+            counts.cost[key] = counts.cost.get(key, 0.0) + cost
+
+
+def request_estimate(body: bytes, fields: dict[str, Any], default_max_tokens: int) -> Tokens:
+    """A request's reservation: its bytes / 4 as input, its ``max_tokens`` (or
+    ``max_completion_tokens``, ``max_output_tokens``; else ``default_max_tokens``) as
+    output."""
+    output = default_max_tokens
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = fields.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            output = value
+            break
+    return Tokens(len(body) // BYTES_PER_TOKEN + 1, 0, output)
+
+
+def configured_model(settings: ReefSettings, scenario: str, base_model: str | None) -> str | None:
+    """The model a scenario's requests go upstream as, when one is configured."""
+    config: ScenarioConfig = settings.scenario(scenario)
+    return config.model or base_model or settings.upstream_for(scenario)[1].model
+
+
+def open_ledger(settings: ReefSettings, database: Database) -> Ledger:
+    """The ledger ``budgets.ledger`` asks for (``auto``: the store on PostgreSQL)."""
+    choice = settings.budgets.ledger
+    if choice == "auto":
+        choice = "store" if database.dialect == "postgresql" else "memory"
+    return StoreLedger(database) if choice == "store" else MemoryLedger()
+
+
+class SpendCollector(Collector):
+    """Spend counters for ``/metrics``, read at scrape time."""
+
+    def __init__(self, control: SpendControl) -> None:
+        self._control = control
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counts = self._control.counts
+        for name, doc, values in (
+            ("reef_spend_cost", "Money spent on upstream calls.", counts.cost),
+            ("reef_spend_tokens", "Tokens used by upstream calls.", counts.tokens),
+            ("reef_spend_unpriced", "Exchanges of a model with no price.", counts.unpriced),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["scenario", "purpose"])
+            for (scenario, purpose), value in sorted(values.items()):
+                family.add_metric([scenario, purpose], value)
+            yield family
+        refused = CounterMetricFamily(
+            "reef_spend_refused",
+            "Requests refused by a budget (402) or a rate limit (429).",
+            labels=["limit", "window"],
+        )
+        for (what, window), value in sorted(counts.refused.items()):
+            refused.add_metric([what, window], value)
+        yield refused

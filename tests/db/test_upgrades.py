@@ -20,8 +20,7 @@ from reef.db import Database
 from reef.db.engine import create_store_engine
 from reef.db.migrations import VERSION_TABLE, known_revisions, upgrade
 from reef.evaluation import EvaluationStore
-from reef.experience import ResponseStore, SQLExperienceStore
-from reef.gateway.budgets import Line, StoreLedger
+from reef.experience import Line, ResponseStore, SQLExperienceStore, StoreLedger
 from reef.jobs import JobQueue
 from reef.releases import ReleaseChain
 from reef.releases.manifest import ReleaseManifest

@@ -15,7 +15,8 @@ import pytest
 
 from reef.config.spend import BudgetLimit
 from reef.core.prices import Price, Tokens
-from reef.gateway.budgets import BYTES_PER_TOKEN, Line, StoreLedger, window_start
+from reef.experience import Line, StoreLedger, window_start
+from reef.gateway.budgets import BYTES_PER_TOKEN
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 

@@ -22,26 +22,22 @@ Rate limits are token buckets in memory, each replica enforcing ``limit / replic
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import and_, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from reef.config import ReefSettings, ScenarioConfig
-from reef.config.spend import BudgetLimit, RateLimit, Window
+from reef.config.spend import BudgetLimit, RateLimit
 from reef.core.clock import Clock
 from reef.core.errors import ReefError
 from reef.core.prices import Price, Tokens, usage_tokens
 from reef.db import Database
-from reef.db.schema import spend_windows
+from reef.experience import Ledger, Line, MemoryLedger, StoreLedger, window_end, window_start
 
 BYTES_PER_TOKEN = 4  # the input estimate of a reservation: request bytes / 4
 
@@ -68,186 +64,6 @@ class RateLimitedError(SpendRefusedError):
     """A rate limit of the request's is exhausted for now (429)."""
 
     status = 429
-
-
-def window_start(window: Window, now: datetime) -> datetime:
-    """The start of the UTC calendar window holding ``now``."""
-    now = now.astimezone(UTC)
-    if window == "hour":
-        return now.replace(minute=0, second=0, microsecond=0)
-    if window == "day":
-        return now.replace(hour=0, minute=0, second=0, microsecond=0)
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def window_end(window: Window, start: datetime) -> datetime:
-    """When the window that began at ``start`` resets."""
-    if window == "hour":
-        return start.replace(minute=0) + _HOUR
-    if window == "day":
-        return start + _DAY
-    if start.month == 12:
-        return start.replace(year=start.year + 1, month=1)
-    return start.replace(month=start.month + 1)
-
-
-_HOUR = datetime(2000, 1, 1, 1, tzinfo=UTC) - datetime(2000, 1, 1, tzinfo=UTC)
-_DAY = _HOUR * 24
-
-
-@dataclass(frozen=True)
-class Line:
-    """One budget a request counts against, in one window: ``budget`` is ``global``,
-    ``scenario:<name>`` or ``key:<id>``."""
-
-    budget: str
-    limit: BudgetLimit
-    start: datetime
-
-    @property
-    def key(self) -> str:
-        """The ledger's name of the budget's window kind (``scenario:s/month``)."""
-        return f"{self.budget}/{self.limit.window}"
-
-    def over(self, tokens: float, money: float) -> bool:
-        """Whether spend of ``tokens`` and ``money`` has reached this budget's limit."""
-        limit = self.limit
-        return (limit.tokens is not None and tokens >= limit.tokens) or (
-            limit.money is not None and money >= limit.money
-        )
-
-
-class Ledger(Protocol):
-    """Where budget windows are counted."""
-
-    async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
-        """Add the reservation to every line unless one is spent (that one is returned,
-        and nothing is added)."""
-
-    async def settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
-        """Add ``tokens`` and ``money`` (negative: a refund) to every line."""
-
-    async def spent(self, line: Line) -> tuple[int, float]:
-        """Tokens and money counted in ``line``'s window."""
-
-
-class MemoryLedger:
-    """Counts in this process (``budgets.ledger: memory``)."""
-
-    def __init__(self) -> None:
-        self._counts: dict[tuple[str, datetime], list[float]] = {}
-
-    def _count(self, line: Line) -> list[float]:
-        slot = (line.key, line.start)
-        count = self._counts.get(slot)
-        if count is None:
-            count = self._counts[slot] = [0, 0.0]
-        return count
-
-    async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
-        counts = [self._count(line) for line in lines]
-        for line, count in zip(lines, counts, strict=True):
-            if line.over(count[0], count[1]):
-                return line
-        for count in counts:
-            count[0] += tokens
-            count[1] += money
-        return None
-
-    async def settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
-        for line in lines:
-            count = self._count(line)
-            count[0] += tokens
-            count[1] += money
-
-    async def spent(self, line: Line) -> tuple[int, float]:
-        count = self._count(line)
-        return int(count[0]), count[1]
-
-
-class StoreLedger:
-    """Counts in the store's ``spend_windows`` (``budgets.ledger: store``): one
-    transaction per reservation whose conditional ``UPDATE``s (rows in sorted order,
-    so gateways never deadlock) admit and reserve in one atomic step."""
-
-    def __init__(self, database: Database) -> None:
-        self.database = database
-        self._known: set[tuple[str, datetime]] = set()
-        insert = pg_insert if database.dialect == "postgresql" else sqlite_insert
-        self._insert = insert
-
-    def _ensure(self, lines: Sequence[Line]) -> None:
-        missing = [line for line in lines if (line.key, line.start) not in self._known]
-        if not missing:
-            return
-        rows = [
-            {"budget": line.key, "window_start": line.start, "tokens": 0, "money": 0.0}
-            for line in missing
-        ]
-        statement = self._insert(spend_windows).values(rows).on_conflict_do_nothing()
-        with self.database.engine.begin() as conn:
-            conn.execute(statement)
-        self._known.update((line.key, line.start) for line in missing)
-
-    def _reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
-        self._ensure(lines)
-        ordered = sorted(lines, key=lambda line: line.key)
-        with self.database.engine.begin() as conn:
-            for line in ordered:
-                where = [
-                    spend_windows.c.budget == line.key,
-                    spend_windows.c.window_start == line.start,
-                ]
-                if line.limit.tokens is not None:
-                    where.append(spend_windows.c.tokens < line.limit.tokens)
-                if line.limit.money is not None:
-                    where.append(spend_windows.c.money < line.limit.money)
-                statement = (
-                    update(spend_windows)
-                    .where(and_(*where))
-                    .values(
-                        tokens=spend_windows.c.tokens + tokens,
-                        money=spend_windows.c.money + money,
-                    )
-                )
-                if conn.execute(statement).rowcount == 0:
-                    conn.rollback()
-                    return line
-        return None
-
-    def _settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
-        with self.database.engine.begin() as conn:
-            for line in sorted(lines, key=lambda line: line.key):
-                conn.execute(
-                    update(spend_windows)
-                    .where(
-                        spend_windows.c.budget == line.key,
-                        spend_windows.c.window_start == line.start,
-                    )
-                    .values(
-                        tokens=spend_windows.c.tokens + tokens,
-                        money=spend_windows.c.money + money,
-                    )
-                )
-
-    def _spent(self, line: Line) -> tuple[int, float]:
-        with self.database.read() as conn:
-            row = conn.execute(
-                spend_windows.select().where(
-                    spend_windows.c.budget == line.key,
-                    spend_windows.c.window_start == line.start,
-                )
-            ).first()
-        return (0, 0.0) if row is None else (int(row.tokens), float(row.money))
-
-    async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
-        return await asyncio.to_thread(self._reserve, lines, tokens, money)
-
-    async def settle(self, lines: Sequence[Line], tokens: int, money: float) -> None:
-        await asyncio.to_thread(self._settle, lines, tokens, money)
-
-    async def spent(self, line: Line) -> tuple[int, float]:
-        return await asyncio.to_thread(self._spent, line)
 
 
 class Bucket:

@@ -35,7 +35,7 @@ from reef.config import ReefSettings, ScenarioConfig
 from reef.config.spend import BudgetLimit, RateLimit
 from reef.core.clock import Clock
 from reef.core.errors import ReefError
-from reef.core.prices import Price, Tokens, usage_tokens
+from reef.core.prices import Price, Tokens
 from reef.db import Database
 from reef.experience import Ledger, Line, MemoryLedger, StoreLedger, window_end, window_start
 
@@ -90,10 +90,10 @@ class Bucket:
 
 @dataclass
 class Charge:
-    """One admitted request's hold on its budgets and buckets, settled once when its
-    response is done: to its usage (``observe``), to nothing when its upstream call
-    failed (``failed``), else (a stream cut short, an answer without usage) kept at
-    the reservation."""
+    """One admitted request's hold on its budgets and buckets, settled once: to its
+    usage when the upstream answered with one, to nothing when no upstream call was
+    made or it failed (``settle(None)``); never settled (a stream cut short, an answer
+    without usage), it stays at the reservation."""
 
     control: SpendControl
     lines: tuple[Line, ...]
@@ -101,28 +101,18 @@ class Charge:
     price: Price | None
     tokens: int
     money: float
-    usage: Tokens | None = None
-    failed: bool = False
     settled: bool = field(default=False, repr=False)
 
-    def observe(self, usage: Any) -> None:
-        """Note the usage the upstream reported."""
-        tokens = usage_tokens(usage)
-        if tokens is not None:
-            self.usage = tokens
-
-    async def settle(self) -> None:
-        """Correct the reservation to what was used (once)."""
+    async def settle(self, used: Tokens | None) -> None:
+        """Correct the reservation to ``used`` (None: nothing was used), once."""
         if self.settled:
             return
         self.settled = True
-        if self.usage is not None:
-            tokens = self.usage.total
-            money = self.price.cost(self.usage) if self.price is not None else 0.0
-        elif self.failed:
+        if used is None:
             tokens, money = 0, 0.0
         else:
-            return
+            tokens = used.total
+            money = self.price.cost(used) if self.price is not None else 0.0
         await self.control.settle(self, tokens, money)
 
 

@@ -205,13 +205,13 @@ class InferenceRoutes:
                 fingerprint = request_fingerprint(api, exchange.body, exchange.principal.key_id)
                 joined = await self.flights.join(exchange.scenario, key, fingerprint)
                 if isinstance(joined, Answer):  # the same request, answered meanwhile
-                    self._uncharged(exchange)
+                    await self._uncharged(exchange)
                     self._observe(exchange, joined.status)
                     return joined.response()
                 lead = held.enter_context(joined)
                 stored = await self.state.recorder.stored_for_key(exchange.scenario, key)
                 if stored is not None:
-                    self._uncharged(exchange)
+                    await self._uncharged(exchange)
                     answer = self._replay(exchange, stored)
                     lead.settle(answer)
                     self._observe(exchange, answer.status)
@@ -351,12 +351,12 @@ class InferenceRoutes:
             # An embeddings record without its vectors cannot answer a retry by its key.
             replayable=api != "openai.embeddings" or keep_vectors,
         )
-        await self._admit(exchange, plan, held)
+        await self._admit(exchange, plan)
         return exchange, plan
 
-    async def _admit(self, exchange: Exchange, plan: CallPlan, held: _Held) -> None:
-        """Price the exchange, and hold its reservation on its budgets and rate limits
-        until the response is done (``reef.gateway.budgets``): 402 or 429 when refused."""
+    async def _admit(self, exchange: Exchange, plan: CallPlan) -> None:
+        """Price the exchange, and take its reservation on its budgets and rate limits
+        (``reef.gateway.budgets``): 402 or 429 when refused."""
         spend = self.state.spend
         scenario = exchange.scenario
         requested = exchange.body.get("model")
@@ -371,25 +371,26 @@ class InferenceRoutes:
         estimate = request_estimate(
             plan.request.body, exchange.body, self.state.settings.budgets.default_max_tokens
         )
-        charge = await spend.admit(scenario, exchange.principal.key_id, estimate, exchange.price)
-        exchange.charge = charge
-        held.push_async_callback(charge.settle)
+        exchange.charge = await spend.admit(
+            scenario, exchange.principal.key_id, estimate, exchange.price
+        )
 
-    def _used(self, exchange: Exchange, response: dict[str, Any] | None) -> None:
-        """Count what an answered exchange used (``/metrics``) and settle its charge."""
+    async def _used(self, exchange: Exchange, response: dict[str, Any] | None) -> None:
+        """Count what an answered exchange used (``/metrics``) and settle its charge to
+        it (an answer without usage keeps its reservation)."""
         usage = response.get("usage") if response is not None else None
         tokens = usage_tokens(usage)
         cost = exchange.price.cost(tokens) if exchange.price and tokens else None
         self.state.spend.count(exchange.scenario, exchange.purpose, tokens, cost)
-        if exchange.charge is not None:
-            exchange.charge.observe(usage)
+        if exchange.charge is not None and tokens is not None:
+            await exchange.charge.settle(tokens)
 
     @staticmethod
-    def _uncharged(exchange: Exchange) -> None:
+    async def _uncharged(exchange: Exchange) -> None:
         """The exchange made no upstream call (answered by its idempotency key), or the
         call failed: its reservation is given back."""
         if exchange.charge is not None:
-            exchange.charge.failed = True
+            await exchange.charge.settle(None)
 
     async def _serving(
         self, headers: ReefHeaders, principal: Principal
@@ -623,7 +624,7 @@ class InferenceRoutes:
         self, exchange: Exchange, plan: CallPlan, exc: UpstreamError, dialect: ErrorDialect
     ) -> Response:
         stopped = isinstance(exc, GatewayStoppedError)
-        self._uncharged(exchange)
+        await self._uncharged(exchange)
         if not stopped:
             self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
         if plan.model_from_client and isinstance(exc, UpstreamRejectedError) and exc.status == 404:
@@ -673,7 +674,7 @@ class InferenceRoutes:
                 raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
-        self._used(exchange, data)
+        await self._used(exchange, data)
         payload, data, reply = self._answered(exchange, plan, answer.body, data)
         if exchange.capture:
             recorder = self.state.recorder
@@ -845,7 +846,7 @@ class InferenceRoutes:
                 return  # nobody read it: the ``finally`` records ``aborted``
             recorded = True
             response, reply = relay.result()
-            self._used(exchange, response)
+            await self._used(exchange, response)
             if exchange.capture:
                 draft = recorder.draft(exchange, response, reply, "ok", None)
                 if exchange.responses is not None:

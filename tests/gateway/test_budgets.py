@@ -9,9 +9,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
+from typer.testing import CliRunner
 
+from reef.cli.main import app
 from tests.fakes.clock import FakeClock
 from tests.gateway.harness import GatewayThread
 
@@ -273,3 +276,48 @@ def test_a_tokens_per_minute_limit_counts_usage_not_the_reservation(
     assert used >= 12
     clock.advance(60)  # a minute refills the bucket
     client.chat.completions.create(**ask, max_tokens=500)
+
+
+def test_status_shows_each_budgets_spend_and_what_was_served(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    gateway = clocked(
+        make_gateway(
+            upstreams=upstreams(fake.base_url),
+            budgets={"scenarios": {"support": [{"window": "month", "money": 1000}]}},
+        ),
+        FakeClock(NOW),
+    )
+    raw = gateway.openai().chat.completions.with_raw_response.create(
+        model="reef/support", messages=[{"role": "user", "content": "status please"}]
+    )
+    record = gateway.store.get_record(raw.headers["x-reef-record-id"])
+    cost, usage = record.cost, record.usage
+    assert cost is not None and usage is not None
+    tokens = usage["prompt_tokens"] + usage["completion_tokens"]
+    with httpx.Client(base_url=gateway.url) as http:
+        spend = http.get("/reef/status").json()["spend"]
+    assert spend["budgets"] == [
+        {
+            "budget": "scenario:support",
+            "window": "month",
+            "tokens_limit": None,
+            "money_limit": 1000.0,
+            "tokens": tokens,
+            "money": pytest.approx(cost),
+            "resets": "2027-01-01T00:00:00Z",
+        }
+    ]
+    assert spend["served"] == [
+        {
+            "scenario": "support",
+            "purpose": "serve",
+            "cost": pytest.approx(cost),
+            "tokens": tokens,
+            "unpriced": 0,
+        }
+    ]
+    result = CliRunner().invoke(app, ["status", "--url", gateway.url])
+    assert result.exit_code == 0, result.output
+    assert f"budget scenario:support (month): money {cost:.4f} of 1000" in result.output
+    assert f"spend since start: support/serve {cost:.4f}" in result.output

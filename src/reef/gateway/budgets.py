@@ -270,6 +270,44 @@ class SpendControl:
         if charge.lines and (delta_tokens or money != charge.money):
             await self.ledger.settle(charge.lines, delta_tokens, money - charge.money)
 
+    async def status_json(self) -> dict[str, Any]:
+        """``/reef/status``'s ``spend``: each budget's spend in its current window, and
+        what this process served per scenario and purpose since it started."""
+        now = self.clock()
+        named: list[tuple[str, list[BudgetLimit]]] = [("global", self.budgets.global_)]
+        named += [(f"scenario:{s}", limits) for s, limits in self.budgets.scenarios.items()]
+        named += [(f"key:{k}", limits) for k, limits in self.budgets.keys.items()]
+        budgets = []
+        for budget, limits in named:
+            for limit in limits:
+                line = Line(budget, limit, window_start(limit.window, now))
+                tokens, money = await self.ledger.spent(line)
+                resets = window_end(limit.window, line.start)
+                budgets.append(
+                    {
+                        "budget": budget,
+                        "window": limit.window,
+                        "tokens_limit": limit.tokens,
+                        "money_limit": limit.money,
+                        "tokens": tokens,
+                        "money": money,
+                        "resets": resets.isoformat().replace("+00:00", "Z"),
+                    }
+                )
+        counts = self.counts
+        keys = sorted(set(counts.cost) | set(counts.tokens) | set(counts.unpriced))
+        served = [
+            {
+                "scenario": scenario,
+                "purpose": purpose,
+                "cost": counts.cost.get((scenario, purpose), 0.0),
+                "tokens": counts.tokens.get((scenario, purpose), 0),
+                "unpriced": counts.unpriced.get((scenario, purpose), 0),
+            }
+            for scenario, purpose in keys
+        ]
+        return {"budgets": budgets, "served": served}
+
     def count(self, scenario: str, purpose: str, tokens: Tokens | None, cost: float | None) -> None:
         """Count one exchange's spend for ``/metrics``."""
         key = (scenario, purpose)

@@ -92,19 +92,19 @@ _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
 
 
-@dataclass(frozen=True)
 class Line:
     """One budget a request counts against, in one window: ``budget`` is ``global``,
-    ``scenario:<name>`` or ``key:<id>``."""
+    ``scenario:<name>`` or ``key:<id>``; ``key`` names its window kind in the ledger
+    (``scenario:s/month``) and ``slot`` is (``key``, ``start``)."""
 
-    budget: str
-    limit: BudgetLimit
-    start: datetime
+    __slots__ = ("budget", "key", "limit", "slot", "start")
 
-    @property
-    def key(self) -> str:
-        """The ledger's name of the budget's window kind (``scenario:s/month``)."""
-        return f"{self.budget}/{self.limit.window}"
+    def __init__(self, budget: str, limit: BudgetLimit, start: datetime) -> None:
+        self.budget = budget
+        self.limit = limit
+        self.start = start
+        self.key = f"{budget}/{limit.window}"
+        self.slot = (self.key, start)
 
     def over(self, tokens: float, money: float) -> bool:
         """Whether spend of ``tokens`` and ``money`` has reached this budget's limit."""
@@ -135,10 +135,9 @@ class MemoryLedger:
         self._counts: dict[tuple[str, datetime], list[float]] = {}
 
     def _count(self, line: Line) -> list[float]:
-        slot = (line.key, line.start)
-        count = self._counts.get(slot)
+        count = self._counts.get(line.slot)
         if count is None:
-            count = self._counts[slot] = [0, 0.0]
+            count = self._counts[line.slot] = [0, 0.0]
         return count
 
     async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -126,6 +126,19 @@ class SpendCounts:
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
+_NEVER = datetime.max.replace(tzinfo=UTC)
+_MAX_PLANS = 10_000  # (scenario, key) pairs remembered; the oldest is made again
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a request of one scenario and key counts against, until ``until``."""
+
+    lines: tuple[Line, ...]
+    until: datetime
+    buckets: tuple[tuple[Bucket, bool, str], ...]  # (bucket, of tokens, its name)
+
+
 class SpendControl:
     """Budgets and rate limits of one gateway (``GatewayState.spend``)."""
 
@@ -137,38 +150,75 @@ class SpendControl:
         self.limits = settings.rate_limits
         self.enabled = self.budgets.any or self.limits.any
         self._buckets: dict[tuple[str, str], Bucket] = {}
-        self._token_buckets: set[Bucket] = set()
+        self._plans: dict[tuple[str, str | None], _Plan] = {}
+        self._prices: dict[tuple[str, str | None, str | None, bool], Price | None] = {}
         self.counts = SpendCounts()
 
-    def price_for(self, scenario: str, configured: str | None, requested: Any) -> Price | None:
-        """The price of the model a request of ``scenario`` is served by: the
-        configured one when set, else the one the client named."""
+    def price_for(
+        self, scenario: str, base_model: str | None, requested: Any, from_client: bool
+    ) -> Price | None:
+        """The price of the model a request of ``scenario`` goes upstream as: the
+        configured one (``configured_model``), or the client's (``from_client``).
+        Remembered per scenario and model names (a request pays one lookup)."""
+        named = requested if isinstance(requested, str) else None
+        slot = (scenario, base_model, named, from_client)
+        if slot in self._prices:
+            return self._prices[slot]
         prices = self.settings.upstream_for(scenario)[1].prices
-        if not prices:
-            return None
-        model = configured or (requested if isinstance(requested, str) else None)
+        model = named if from_client else configured_model(self.settings, scenario, base_model)
+        model = model or named
         found = prices.get(model) if model else None
-        if found is None:
-            return None
-        return Price(
-            model or "",
-            found.input_per_mtok,
-            found.output_per_mtok,
-            found.cached_input_per_mtok,
-        )
+        price = None
+        if found is not None and model:
+            price = Price(
+                model, found.input_per_mtok, found.output_per_mtok, found.cached_input_per_mtok
+            )
+        if len(self._prices) >= _MAX_PLANS:
+            self._prices.pop(next(iter(self._prices)))
+        self._prices[slot] = price
+        return price
 
-    def lines(self, scenario: str, key_id: str | None, now: datetime) -> tuple[Line, ...]:
-        """The budgets a request of ``scenario`` by ``key_id`` counts against."""
+    def _plan(self, scenario: str, key_id: str | None, now: datetime) -> _Plan:
+        """The budget lines and buckets of a request of ``scenario`` by ``key_id``,
+        made once per window (the hot path reuses it until its earliest window ends)."""
+        plan = self._plans.get((scenario, key_id))
+        if plan is not None and now < plan.until:
+            return plan
         budgets = self.budgets
         named: list[tuple[str, list[BudgetLimit]]] = [("global", budgets.global_)]
         named.append((f"scenario:{scenario}", budgets.scenarios.get(scenario, [])))
         if key_id is not None:
             named.append((f"key:{key_id}", budgets.keys.get(key_id, [])))
-        return tuple(
+        lines = tuple(
             Line(budget, limit, window_start(limit.window, now))
             for budget, limits in named
             for limit in limits
         )
+        until = min((window_end(line.limit.window, line.start) for line in lines), default=_NEVER)
+        limits: list[tuple[str, RateLimit]] = []
+        scenario_limit = self.limits.scenarios.get(scenario)
+        if scenario_limit is not None:
+            limits.append((f"scenario:{scenario}", scenario_limit))
+        key_limit = self.limits.keys.get(key_id) if key_id is not None else None
+        if key_limit is not None:
+            limits.append((f"key:{key_id}", key_limit))
+        stamp = now.timestamp()
+        buckets: list[tuple[Bucket, bool, str]] = []
+        for name, limit in limits:
+            if limit.requests_per_minute is not None:
+                bucket = self._bucket(name, "requests", limit.requests_per_minute, stamp)
+                buckets.append((bucket, False, f"{name}/requests_per_minute"))
+            if limit.tokens_per_minute is not None:
+                bucket = self._bucket(name, "tokens", limit.tokens_per_minute, stamp)
+                buckets.append((bucket, True, f"{name}/tokens_per_minute"))
+        plan = self._plans[(scenario, key_id)] = _Plan(lines, until, tuple(buckets))
+        if len(self._plans) > _MAX_PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        return plan
+
+    def lines(self, scenario: str, key_id: str | None, now: datetime) -> tuple[Line, ...]:
+        """The budgets a request of ``scenario`` by ``key_id`` counts against."""
+        return self._plan(scenario, key_id, now).lines
 
     async def admit(
         self, scenario: str, key_id: str | None, estimate: Tokens, price: Price | None
@@ -177,66 +227,48 @@ class SpendControl:
         ``BudgetExceededError`` (402)."""
         now = self.clock()
         tokens = estimate.total
-        buckets = self._take(scenario, key_id, tokens, now.timestamp())
+        plan = self._plan(scenario, key_id, now)
+        if plan.buckets:
+            self._take(plan.buckets, tokens, now.timestamp())
         money = price.cost(estimate) if price is not None else 0.0
-        lines = self.lines(scenario, key_id, now)
-        if lines:
-            refused = await self.ledger.reserve(lines, tokens, money)
+        if plan.lines:
+            refused = await self.ledger.reserve(plan.lines, tokens, money)
             if refused is not None:
-                self._give_back(buckets)
+                self._give_back(plan.buckets, tokens)
                 raise await self._budget_refusal(refused, now)
-        token_buckets = tuple(bucket for bucket, amount in buckets if bucket in self._token_buckets)
-        return Charge(self, lines, token_buckets, price, tokens, money)
+        token_buckets = tuple(bucket for bucket, kind, _ in plan.buckets if kind)
+        return Charge(self, plan.lines, token_buckets, price, tokens, money)
 
-    def _take(
-        self, scenario: str, key_id: str | None, tokens: int, now: float
-    ) -> list[tuple[Bucket, float]]:
-        """Take one request and ``tokens`` from the buckets of the request's limits."""
-        limits: list[tuple[str, RateLimit]] = []
-        scenario_limit = self.limits.scenarios.get(scenario)
-        if scenario_limit is not None:
-            limits.append((f"scenario:{scenario}", scenario_limit))
-        key_limit = self.limits.keys.get(key_id) if key_id is not None else None
-        if key_limit is not None:
-            limits.append((f"key:{key_id}", key_limit))
-        wanted: list[tuple[Bucket, float, float, str]] = []
-        for name, limit in limits:
-            if limit.requests_per_minute is not None:
-                bucket = self._bucket(name, "requests", limit.requests_per_minute, now)
-                wanted.append((bucket, 1.0, 1.0, f"{name} requests_per_minute"))
-            if limit.tokens_per_minute is not None:
-                bucket = self._bucket(name, "tokens", limit.tokens_per_minute, now)
-                # Tokens may go into debt: any request is admitted while some remain.
-                wanted.append((bucket, float(tokens), 1e-9, f"{name} tokens_per_minute"))
-        for bucket, _, needed, what in wanted:
+    def _take(self, buckets: tuple[tuple[Bucket, bool, str], ...], tokens: int, now: float) -> None:
+        """Take one request, or ``tokens``, from each bucket; ``RateLimitedError`` when
+        one lacks it (a tokens/min bucket may go into debt: any request is admitted
+        while some tokens remain), and then none is taken from."""
+        for bucket, of_tokens, what in buckets:
             bucket.refill(now)
+            needed = 1e-9 if of_tokens else 1.0
             if bucket.level < needed:
-                self._refused(what.split(" ")[0], "rate")
+                self._refused(what.split("/")[0], "rate")
                 raise RateLimitedError(
-                    f"rate limit {what} ({bucket.capacity * self.limits.replicas:g}/min) "
-                    "is exhausted; try again later",
+                    f"rate limit {what.replace('/', ' ')} "
+                    f"({bucket.capacity * self.limits.replicas:g}/min) is exhausted; "
+                    "try again later",
                     bucket.wait(needed),
-                    {"x-reef-rate-limit": what.replace(" ", "/")},
+                    {"x-reef-rate-limit": what},
                 )
-        taken: list[tuple[Bucket, float]] = []
-        for bucket, amount, _, _ in wanted:
-            bucket.level -= amount
-            taken.append((bucket, amount))
-        return taken
+        for bucket, of_tokens, _ in buckets:
+            bucket.level -= tokens if of_tokens else 1.0
 
     def _bucket(self, name: str, kind: str, per_minute: int, now: float) -> Bucket:
         bucket = self._buckets.get((name, kind))
         if bucket is None:
             share = per_minute / self.limits.replicas
             bucket = self._buckets[(name, kind)] = Bucket(share, now)
-            if kind == "tokens":
-                self._token_buckets.add(bucket)
         return bucket
 
     @staticmethod
-    def _give_back(buckets: list[tuple[Bucket, float]]) -> None:
-        for bucket, amount in buckets:
-            bucket.level = min(bucket.capacity, bucket.level + amount)
+    def _give_back(buckets: tuple[tuple[Bucket, bool, str], ...], tokens: int) -> None:
+        for bucket, of_tokens, _ in buckets:
+            bucket.level = min(bucket.capacity, bucket.level + (tokens if of_tokens else 1.0))
 
     async def _budget_refusal(self, line: Line, now: datetime) -> BudgetExceededError:
         tokens, money = await self.ledger.spent(line)

@@ -30,7 +30,7 @@ from reef.gateway.body_checks import (
     check_openai_completions,
     check_openai_embeddings,
 )
-from reef.gateway.budgets import configured_model, request_estimate
+from reef.gateway.budgets import request_estimate
 from reef.gateway.capture import (
     Api,
     Exchange,
@@ -360,12 +360,8 @@ class InferenceRoutes:
         spend = self.state.spend
         scenario = exchange.scenario
         requested = exchange.body.get("model")
-        configured = None
-        if not plan.model_from_client:
-            configured = configured_model(
-                self.state.settings, scenario, exchange.serving.base_model
-            )
-        exchange.price = spend.price_for(scenario, configured, requested)
+        base_model = exchange.serving.base_model
+        exchange.price = spend.price_for(scenario, base_model, requested, plan.model_from_client)
         if not spend.enabled:
             return
         estimate = request_estimate(

@@ -321,3 +321,35 @@ def test_status_shows_each_budgets_spend_and_what_was_served(
     assert result.exit_code == 0, result.output
     assert f"budget scenario:support (month): money {cost:.4f} of 1000" in result.output
     assert f"spend since start: support/serve {cost:.4f}" in result.output
+
+
+def test_a_failed_call_and_a_replayed_key_give_their_reservation_back(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    gateway = clocked(
+        make_gateway(
+            upstreams=upstreams(fake.base_url),
+            budgets={"global": [{"window": "day", "money": 100}]},
+        ),
+        FakeClock(NOW),
+    )
+    client = gateway.openai()
+    # each reserves 1000 output tokens, $2000: far over the day's $100 until settled
+    ask = {"model": "reef/support", "max_tokens": 1000}
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(
+            **ask,
+            messages=[{"role": "user", "content": "fail-500"}],  # the fake answers 500
+        )
+    keyed = {
+        "messages": [{"role": "user", "content": "once"}],
+        "extra_headers": {"x-reef-idempotency-key": "k1"},
+    }
+    first = client.chat.completions.create(**ask, **keyed)  # type: ignore[call-overload]
+    again = client.chat.completions.create(**ask, **keyed)  # type: ignore[call-overload]
+    assert again.id == first.id  # answered from the record, no upstream call
+    served = client.chat.completions.create(**ask, messages=[{"role": "user", "content": "more"}])
+    assert served.choices[0].message.content
+    with httpx.Client(base_url=gateway.url) as http:
+        budget = http.get("/reef/status").json()["spend"]["budgets"][0]
+    assert 0 < budget["money"] < 100  # the two answered calls' cost, nothing reserved

@@ -205,13 +205,11 @@ class InferenceRoutes:
                 fingerprint = request_fingerprint(api, exchange.body, exchange.principal.key_id)
                 joined = await self.flights.join(exchange.scenario, key, fingerprint)
                 if isinstance(joined, Answer):  # the same request, answered meanwhile
-                    await self._uncharged(exchange)
                     self._observe(exchange, joined.status)
                     return joined.response()
                 lead = held.enter_context(joined)
                 stored = await self.state.recorder.stored_for_key(exchange.scenario, key)
                 if stored is not None:
-                    await self._uncharged(exchange)
                     answer = self._replay(exchange, stored)
                     lead.settle(answer)
                     self._observe(exchange, answer.status)
@@ -221,6 +219,12 @@ class InferenceRoutes:
             self.state.metrics.observe(
                 _ROUTES[api], response.status_code, time.perf_counter() - started
             )
+            return response
+        try:  # only a request that will call its upstream takes a reservation
+            await self._admit(exchange, plan)
+        except ReefError as exc:  # over a budget (402) or a rate limit (429)
+            response = error_response(exc, dialect)
+            self._observe(exchange, response.status_code)
             return response
         if plan.request.stream:
             response = await self._stream(exchange, plan, dialect, held, lead)
@@ -351,7 +355,6 @@ class InferenceRoutes:
             # An embeddings record without its vectors cannot answer a retry by its key.
             replayable=api != "openai.embeddings" or keep_vectors,
         )
-        await self._admit(exchange, plan)
         return exchange, plan
 
     async def _admit(self, exchange: Exchange, plan: CallPlan) -> None:
@@ -383,8 +386,7 @@ class InferenceRoutes:
 
     @staticmethod
     async def _uncharged(exchange: Exchange) -> None:
-        """The exchange made no upstream call (answered by its idempotency key), or the
-        call failed: its reservation is given back."""
+        """The exchange's upstream call failed: its reservation is given back."""
         if exchange.charge is not None:
             await exchange.charge.settle(None)
 

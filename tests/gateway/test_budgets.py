@@ -353,3 +353,35 @@ def test_a_failed_call_and_a_replayed_key_give_their_reservation_back(
     with httpx.Client(base_url=gateway.url) as http:
         budget = http.get("/reef/status").json()["spend"]["budgets"][0]
     assert 0 < budget["money"] < 100  # the two answered calls' cost, nothing reserved
+
+
+def test_a_key_limited_to_scenarios_sees_only_their_budgets_and_its_own(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    day = [{"window": "day", "money": 10}]
+    gateway = make_gateway(
+        auth={
+            "keys": [
+                {"id": "ops", "key": "ops-secret", "role": "admin", "scenarios": ["support"]},
+                {"id": "root", "key": "root-secret", "role": "admin"},
+            ]
+        },
+        budgets={
+            "global": day,
+            "scenarios": {"support": day, "claude": day},
+            "keys": {"ops": day, "root": day},
+        },
+    )
+
+    def budgets(key: str) -> list[str]:
+        with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {key}"}) as http:
+            return [line["budget"] for line in http.get("/reef/status").json()["spend"]["budgets"]]
+
+    assert budgets("root-secret") == [
+        "global",
+        "scenario:support",
+        "scenario:claude",
+        "key:ops",
+        "key:root",
+    ]
+    assert budgets("ops-secret") == ["scenario:support", "key:ops"]

@@ -46,7 +46,7 @@ def test_costs_sums_each_scenario_key_and_purpose_since_a_time(tmp_path: Path) -
     try:
         store.write_records(
             [
-                _draft(1, "support", "ci", cost=0.5),
+                _draft(1, "support", "ci", cost=0.5, release_id="rel-a"),
                 _draft(2, "support", "ci", cost=0.25),
                 _draft(3, "support", "ci", cost=None),  # unpriced
                 _draft(4, "support", None, purpose="eval", cost=1.0),
@@ -92,3 +92,14 @@ def test_costs_sums_each_scenario_key_and_purpose_since_a_time(tmp_path: Path) -
     ]
     assert lines[2].split()[:3] == ["claude", "ci", "serve"]  # the costliest first
     assert lines[-1] == "total 3.7500 over 5 requests; 1 unpriced"
+    releases = runner.invoke(app, ["costs", "--by", "release", "--config", str(config), "--json"])
+    assert releases.exit_code == 0, releases.output
+    per_release = {
+        (r["scenario"], r["release"], r["purpose"]): r["cost"] for r in json.loads(releases.output)
+    }
+    assert per_release == {
+        ("support", "rel-a", "serve"): 0.5,
+        ("support", None, "serve"): 0.25,
+        ("support", None, "eval"): 1.0,
+        ("claude", None, "serve"): 2.0,
+    }

@@ -27,35 +27,43 @@ def costs_command(
         str,
         typer.Option(help="Count records since then: an age (30m, 24h, 7d) or an ISO 8601 time."),
     ] = "7d",
+    by: Annotated[
+        str, typer.Option(help="Group by `key` (the API key) or `release` (what served it).")
+    ] = "key",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Print what the recorded exchanges cost since a time, per scenario, key and purpose
-    (from each record's cost: its usage at its model's price; unpriced ones counted)."""
+    """Print what the recorded exchanges cost since a time, per scenario, key (or
+    release) and purpose (from each record's cost: its usage at its model's price;
+    unpriced ones counted)."""
     from reef.cli.stores import open_existing_database
     from reef.config import load_settings
     from reef.experience import spend_since
 
+    if by not in ("key", "release"):
+        raise typer.BadParameter(f"{by!r} is neither key nor release", param_hint="--by")
     start = parse_since(since, datetime.now(UTC))
     database = open_existing_database(load_settings(config))
     try:
-        rows = spend_since(database, start)
+        rows = spend_since(database, start, "release" if by == "release" else "key")
     finally:
         database.close()
     if as_json:
         typer.echo(json.dumps([asdict(row) for row in rows], indent=2))
         return
-    typer.echo(format_table(rows, start))
+    typer.echo(format_table(rows, start, by))
 
 
-def format_table(rows: list[SpendRow], start: datetime) -> str:
+def format_table(rows: list[SpendRow], start: datetime, by: str = "key") -> str:
     """The rows as an aligned text table, with a total line."""
-    lines = [[*_HEADER, "cost"]]
+    header = [*_HEADER, "cost"]
+    header[1] = by
+    lines = [header]
     for row in rows:
         lines.append(
             [
                 row.scenario,
-                row.key or "-",
+                (row.key if by == "key" else row.release) or "-",
                 row.purpose,
                 str(row.requests),
                 str(row.unpriced),

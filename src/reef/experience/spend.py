@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Literal, Protocol
 
 from sqlalchemy import and_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -23,7 +23,7 @@ from reef.db import schema as t
 
 @dataclass
 class SpendRow:
-    """The spend of one scenario, key and purpose since a time."""
+    """The spend of one scenario, key (or release) and purpose since a time."""
 
     scenario: str
     key: str | None
@@ -34,26 +34,35 @@ class SpendRow:
     cached_input_tokens: int = 0
     output_tokens: int = 0
     cost: float = 0.0
+    release: str | None = None  # with ``by="release"``: the release that served
 
 
-def spend_since(database: Database, since: datetime) -> list[SpendRow]:
-    """Every record's spend since ``since``, summed per scenario, key and purpose
-    (sorted by cost, highest first). Pending records (streams in flight) are left out."""
+def spend_since(
+    database: Database, since: datetime, by: Literal["key", "release"] = "key"
+) -> list[SpendRow]:
+    """Every record's spend since ``since``, summed per scenario, purpose and key (or,
+    ``by="release"``, the release that served it; sorted by cost, highest first).
+    Pending records (streams in flight) are left out."""
+    records = t.records
     columns = (
-        t.records.c.scenario,
-        t.records.c.principal,
-        t.records.c.purpose,
-        t.records.c.usage_json,
-        t.records.c.cost,
+        records.c.scenario,
+        records.c.principal if by == "key" else records.c.release_id,
+        records.c.purpose,
+        records.c.usage_json,
+        records.c.cost,
     )
-    query = select(*columns).where(t.records.c.created_at >= since, t.records.c.status != "pending")
+    query = select(*columns).where(records.c.created_at >= since, records.c.status != "pending")
     rows: dict[tuple[str, str | None, str], SpendRow] = {}
     with database.read() as conn:
-        for scenario, principal, purpose, usage_json, cost in conn.execute(query):
-            key = (scenario, principal, purpose)
+        for scenario, whose, purpose, usage_json, cost in conn.execute(query):
+            key = (scenario, whose, purpose)
             row = rows.get(key)
             if row is None:
-                row = rows[key] = SpendRow(scenario, principal, purpose)
+                row = rows[key] = SpendRow(scenario, None, purpose)
+                if by == "key":
+                    row.key = whose
+                else:
+                    row.release = whose
             row.requests += 1
             tokens = usage_tokens(loads(usage_json)) if usage_json else None
             if tokens is not None:
@@ -64,7 +73,9 @@ def spend_since(database: Database, since: datetime) -> list[SpendRow]:
                 row.unpriced += 1
             else:
                 row.cost += cost
-    return sorted(rows.values(), key=lambda row: (-row.cost, row.scenario, row.key or ""))
+    return sorted(
+        rows.values(), key=lambda row: (-row.cost, row.scenario, row.key or row.release or "")
+    )
 
 
 def window_start(window: Window, now: datetime) -> datetime:

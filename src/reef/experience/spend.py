@@ -147,7 +147,9 @@ class MemoryLedger:
 
     def _count(self, line: Line) -> list[float]:
         count = self._counts.get(line.slot)
-        if count is None:
+        if count is None:  # a new window: the budget's earlier ones are over
+            for slot in [s for s in self._counts if s[0] == line.key and s[1] < line.start]:
+                del self._counts[slot]
             count = self._counts[line.slot] = [0, 0.0]
         return count
 

@@ -2,10 +2,12 @@
 
 A request is admitted when every budget it counts against (global, its scenario, its
 key) is still below its limit in the current window; it then reserves its estimate
-(input bytes / 4 + ``max_tokens``, priced at the model's price) and, when its response
-is done, settles that reservation to its actual usage. Refused when spent: a budget
-already at or over its limit. So a request is refused exactly once its window's spend
-has crossed the limit (``tests/gateway/test_budgets.py``).
+(input bytes / 4 + ``max_tokens``, priced at the model's price) and, when its answer
+comes, settles that reservation to its actual usage. Refused when spent: a budget
+already at or over its limit, reservations in flight included. So sequential requests
+are refused exactly once the window's spend has crossed the limit
+(``tests/gateway/test_budgets.py``); concurrent ones may be refused while the
+reservations of those in flight fill the rest.
 
 Overshoot bound: admission and reservation are one atomic step (the event loop, in
 memory; one transaction of conditional ``UPDATE``s, with ``budgets.ledger: store``,

@@ -104,6 +104,9 @@ REVISIONS: dict[str, RevisionFixture] = {
         adds={"feedback": {"source": lambda row: "explicit", "confidence": _null}}
     ),
     "0010": RevisionFixture(creates=("eval_episodes",)),
+    "0011": RevisionFixture(
+        adds={"records": _nulls("cost", "price_json")}, creates=("spend_windows",)
+    ),
 }
 
 
@@ -155,6 +158,8 @@ def _record(number: int, session: str, turn: int, api: str, request: Any, respon
         "error": None,
         "latency_ms": 12.5 + number,
         "usage_json": _json({"prompt_tokens": 3, "completion_tokens": number}),
+        "cost": 0.25 * number,
+        "price_json": _json({"model": "m", "input_per_mtok": 1.0, "output_per_mtok": 2.0}),
         "prompt_hash": f"sha256:{'a' * 63}{number}",
         "content_hash": f"sha256:{'b' * 63}{number}",
         "continuation_hash": f"sha256:{'c' * 63}{number}",
@@ -353,6 +358,14 @@ ROWS: dict[str, list[Row]] = {
         }
         for arm, score, answer in (("baseline", 0.0, "5"), ("candidate", 1.0, "4"))
     ],
+    "spend_windows": [
+        {
+            "budget": f"scenario:{SCENARIO}/month",
+            "window_start": _at(1),
+            "tokens": 1234,
+            "money": 0.75,
+        }
+    ],
     "eval_episodes": [
         {
             "evaluation_id": "eval-1",
@@ -471,6 +484,6 @@ def traffic(chats: int, feedback: int) -> dict[str, list[Row]]:
 
 def _type(column: str) -> sa.types.TypeEngine[Any]:
     # Timestamps need the dialect's own format (SQLite stores text); the rest binds as is.
-    if column.endswith("_at") or column == "lease_until":
+    if column.endswith("_at") or column in ("lease_until", "window_start"):
         return sa.DateTime(timezone=True)
     return sa.types.NullType()

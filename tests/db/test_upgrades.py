@@ -5,6 +5,7 @@ each store on it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect
 
+from reef.config.spend import BudgetLimit
 from reef.core import loads
 from reef.db import Database
 from reef.db.engine import create_store_engine
 from reef.db.migrations import VERSION_TABLE, known_revisions, upgrade
 from reef.evaluation import EvaluationStore
-from reef.experience import ResponseStore, SQLExperienceStore
+from reef.experience import Line, ResponseStore, SQLExperienceStore, StoreLedger
 from reef.jobs import JobQueue
 from reef.releases import ReleaseChain
 from reef.releases.manifest import ReleaseManifest
@@ -152,8 +154,20 @@ def _read_back(database: Database, tables: dict[str, set[str]]) -> dict[str, lis
     if "responses" in tables:
         responses = ResponseStore(database)
         found["responses"] = [_fields(responses.get(r["id"])) for r in ROWS["responses"]]
+    if "spend_windows" in tables:
+        found["spend_windows"] = [_spend_window(database, row) for row in ROWS["spend_windows"]]
     experience.close()
     return found
+
+
+def _spend_window(database: Database, row: Row) -> Row:
+    """A ``spend_windows`` row as the budget ledger reads it."""
+    budget, window = row["budget"].rsplit("/", 1)
+    limit = BudgetLimit(window=window, tokens=1)
+    tokens, money = asyncio.run(
+        StoreLedger(database).spent(Line(budget, limit, row["window_start"]))
+    )
+    return {**row, "tokens": tokens, "money": money}
 
 
 def _evaluations(store: EvaluationStore, with_episodes: bool) -> dict[str, list[Row]]:

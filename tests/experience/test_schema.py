@@ -39,6 +39,7 @@ TABLES = {
     "eval_items",
     "eval_episodes",
     "responses",
+    "spend_windows",
 }
 
 

@@ -121,6 +121,18 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "spend",
+        "gateway p50 at c=1 and throughput at c=32 with prices, budgets and rate limits on vs off",
+        (
+            Step(
+                "spend_overhead.py",
+                (),
+                ("--requests", "300", "--warmup", "50", "--runs", "1"),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "engine",
         "the embedded engine vs vLLM: tokens/s, latency, adapter load and switch",
         (

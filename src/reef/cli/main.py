@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from reef.cli.bench import bench_command
+from reef.cli.costs import costs_command
 from reef.cli.engine import engine_app
 from reef.cli.evaluation import eval_app
 from reef.cli.exits import run
@@ -48,6 +49,7 @@ app.command("bench")(bench_command)
 app.command("quickstart")(quickstart_command)
 app.command("status")(status_command)
 app.command("import")(import_command)
+app.command("costs")(costs_command)
 
 ConfigOption = Annotated[
     Path | None,

@@ -188,11 +188,39 @@ def print_status(base_url: str, data: dict[str, Any]) -> None:
         typer.echo("checkpoints: " + "; ".join(checkpoints))
     for upstream, weights in sorted(data.get("in_place", {}).items()):
         typer.echo(_in_place_line(upstream, weights))
+    for line in _spend_lines(data.get("spend")):
+        typer.echo(line)
     print_table(_scenarios_table(data))
     if any(data["jobs"].values()):
         print_table(_jobs_table(data["jobs"]))
     else:
         typer.echo("jobs: none")
+
+
+def _spend_lines(spend: dict[str, Any] | None) -> list[str]:
+    """Each budget's spend in its window, and what this gateway served since it started
+    (cost per scenario and purpose)."""
+    if not spend:
+        return []
+    lines = []
+    for budget in spend["budgets"]:
+        parts = []
+        if budget["money_limit"] is not None:
+            parts.append(f"money {budget['money']:.4f} of {budget['money_limit']:g}")
+        if budget["tokens_limit"] is not None:
+            parts.append(f"tokens {budget['tokens']} of {budget['tokens_limit']}")
+        lines.append(
+            f"budget {budget['budget']} ({budget['window']}): {', '.join(parts)}; "
+            f"resets {budget['resets']}"
+        )
+    served = [
+        f"{row['scenario']}/{row['purpose']} {row['cost']:.4f} ({row['tokens']} tokens"
+        + (f", {row['unpriced']} unpriced)" if row["unpriced"] else ")")
+        for row in spend["served"]
+    ]
+    if served:
+        lines.append("spend since start: " + "; ".join(served))
+    return lines
 
 
 def _isolation_line(isolation: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from reef.config.spend import BudgetsConfig, PriceConfig, RateLimitsConfig, check_spend
 from reef.core.trust import Trust, parse_trust
 
 
@@ -199,6 +200,11 @@ class UpstreamConfig(Section):
         "max_response_bytes.",
     )
     anthropic_version: str = Field(default="2023-06-01", description="anthropic-version header.")
+    prices: dict[str, PriceConfig] = Field(
+        default_factory=dict,
+        description="Price per model this upstream serves (`docs/costs.md`). Empty by "
+        "default: Reef never guesses a price; an unpriced model's records have no cost.",
+    )
     responses: Literal["translate", "native"] = Field(
         default="translate",
         description="How POST /v1/responses reaches this upstream. translate: as chat "
@@ -615,6 +621,12 @@ class ReefSettings(BaseSettings):
     otel: OtelConfig = Field(
         default_factory=OtelConfig, description="Live export of exchanges over OTLP."
     )
+    budgets: BudgetsConfig = Field(
+        default_factory=BudgetsConfig, description="Serving budgets (402 when spent)."
+    )
+    rate_limits: RateLimitsConfig = Field(
+        default_factory=RateLimitsConfig, description="Rate limits (429 when exceeded)."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -650,6 +662,7 @@ class ReefSettings(BaseSettings):
                     f"scenario {name!r} sets the trust of unknown api key(s) {unknown}; "
                     f"configured keys: {sorted(ids)}"
                 )
+        check_spend(self)
         return self
 
     def trust_of(self, key_id: str | None, scenario: str) -> Trust:

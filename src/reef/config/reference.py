@@ -69,7 +69,8 @@ def _table(title: str, model: type[BaseModel], lines: list[str]) -> None:
         description = (field.description or "").replace("|", "\\|").replace("\n", " ")
         type_name = _type_name(field.annotation).replace("NoneType", "null")
         type_name = type_name.replace("|", "\\|")
-        lines.append(f"| `{name}` | {type_name} | {_default(field)} | {description} |")
+        key = field.alias or name  # ``budgets.global`` (a keyword in Python)
+        lines.append(f"| `{key}` | {type_name} | {_default(field)} | {description} |")
 
 
 def reference_markdown() -> str:
@@ -93,7 +94,9 @@ def reference_markdown() -> str:
                 else name
             )
             _table(title, model, lines)
-            pending += [(f"{title}.{n}", f.annotation) for n, f in model.model_fields.items()]
+            pending += [
+                (f"{title}.{f.alias or n}", f.annotation) for n, f in model.model_fields.items()
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -99,6 +99,9 @@ records = Table(
     Column("error", Text, nullable=True),
     Column("latency_ms", Float, nullable=False),
     Column("usage_json", Text, nullable=True),
+    # Money, from usage and the model's price (null: unpriced); the price it used.
+    Column("cost", Float, nullable=True),
+    Column("price_json", Text, nullable=True),
     Column("prompt_hash", HASH, nullable=False),
     Column("content_hash", HASH, nullable=False),
     Column("continuation_hash", HASH, nullable=True),
@@ -348,4 +351,17 @@ responses = Table(
     Column("response_json", Text, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Index(None, "scenario", "created_at"),
+)
+
+# Spend per budget and window (``reef.gateway.budgets``, ``budgets.ledger: store``):
+# tokens and money settled or reserved by requests in flight, counted by every gateway
+# on the store with one atomic update per request.
+spend_windows = Table(
+    "spend_windows",
+    metadata,
+    Column("budget", Text, nullable=False),
+    Column("window_start", UTCDateTime(), nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("money", Float, nullable=False),
+    PrimaryKeyConstraint("budget", "window_start"),
 )

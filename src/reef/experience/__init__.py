@@ -87,6 +87,16 @@ from reef.experience.records import (
 )
 from reef.experience.redaction import REDACTED, Redactor
 from reef.experience.responses import ResponseNotFoundError, ResponseStore
+from reef.experience.spend import (
+    Ledger,
+    Line,
+    MemoryLedger,
+    SpendRow,
+    StoreLedger,
+    spend_since,
+    window_end,
+    window_start,
+)
 from reef.experience.sql import SQLExperienceStore
 from reef.experience.store import ExperienceStore
 from reef.experience.trajectories import Branch, Trajectory, Turn, assemble_trajectory
@@ -115,7 +125,10 @@ __all__ = [
     "ImportOptions",
     "ImportReader",
     "ImportSummary",
+    "Ledger",
+    "Line",
     "LineImport",
+    "MemoryLedger",
     "ParquetUnavailableError",
     "PersonalData",
     "Purpose",
@@ -133,6 +146,8 @@ __all__ = [
     "SessionMatch",
     "SessionNotFoundError",
     "SourceCalibration",
+    "SpendRow",
+    "StoreLedger",
     "StoreUnavailableError",
     "StoredResponse",
     "Trajectory",
@@ -161,4 +176,7 @@ __all__ = [
     "scrub_personal_value",
     "sniff_reader",
     "source_kind",
+    "spend_since",
+    "window_end",
+    "window_start",
 ]

@@ -93,6 +93,9 @@ class RecordDraft:
     # A Responses API answer kept for later turns (``ResponseStore``): written in the
     # same transaction as the record, so keeping it costs no commit of its own.
     kept_response: StoredResponse | None = None
+    # Money the exchange cost at ``price`` (the model's price then); None: unpriced.
+    cost: float | None = None
+    price: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,8 @@ class RecordView:
     continuation_hash: str | None = None
     idempotency_key: str | None = None
     rendered_request: dict[str, Any] | None = None
+    cost: float | None = None  # money, at ``price``; None: unpriced
+    price: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from reef.config import ReefSettings
 from reef.core import dumps
+from reef.core.clock import utc_now
 from reef.core.errors import NotFoundError, ReefError
 from reef.dashboard import DashboardFiles
 from reef.db import Database
@@ -31,6 +32,7 @@ from reef.gateway.admin.insights import InsightRoutes
 from reef.gateway.admin.releases import ReleaseAdminRoutes
 from reef.gateway.auth import Authenticator, GuardedEndpoint, grant_of
 from reef.gateway.browser_policy import BrowserPolicy
+from reef.gateway.budgets import SpendCollector, SpendControl, open_ledger
 from reef.gateway.capture import Recorder
 from reef.gateway.errors import (
     client_gone,
@@ -305,12 +307,14 @@ def create_app(
         responses=ResponseStore(database),
         jobs=JobQueue(database),
         evaluations=EvaluationStore(database, redactor),
+        spend=SpendControl(settings, open_ledger(settings, database), utc_now),
         model_aliases=settings.model_aliases(),
         store_health=store_health,
         live_export=live,
     )
     if live is not None:
         state.metrics.watch_live_export(live)
+    state.metrics.registry.register(SpendCollector(state.spend))
     inference = InferenceRoutes(state)
     groups = {
         "inference": inference,

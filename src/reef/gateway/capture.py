@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from reef.core import sha256_hex
+from reef.core.prices import Price, cost_of
 from reef.experience import (
     ExperienceStore,
     Purpose,
@@ -28,6 +29,9 @@ from reef.gateway.responses.turns import ResponsesTurn
 from reef.gateway.serving.release import ServingRelease
 from reef.gateway.store_health import StoreHealth
 from reef.upstream import canonical_request, continuation_candidates, extend_chain
+
+if TYPE_CHECKING:
+    from reef.gateway.budgets import Charge
 
 log = logging.getLogger("reef.gateway")
 
@@ -76,6 +80,8 @@ class Exchange:
     # vectors): it then keeps no idempotency key, and a retry is answered afresh.
     replayable: bool = True
     started: float = field(default_factory=time.perf_counter)
+    price: Price | None = None  # the served model's price (``upstreams.<u>.prices``)
+    charge: Charge | None = None  # its hold on budgets and rate limits, if any apply
 
     def latency_ms(self) -> float:
         """Milliseconds since the request arrived."""
@@ -195,6 +201,7 @@ class Recorder:
         else:
             content_hash = sha256_hex(f"{prompt_hash}:{status}:{error}".encode())
         usage = response.get("usage") if isinstance(response, dict) else None
+        cost = cost_of(usage, exchange.price)
         draft = RecordDraft(
             id=exchange.record_id,
             scenario=exchange.scenario,
@@ -221,6 +228,8 @@ class Recorder:
             ),
             session_is_new=exchange.session_is_new,
             finishes_pending=exchange.pending,
+            cost=cost,
+            price=exchange.price.as_dict() if cost is not None and exchange.price else None,
         )
         if self.observer is not None and status != "pending":
             if len(self._contexts) >= _MAX_CONTEXTS:

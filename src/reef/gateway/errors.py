@@ -18,6 +18,7 @@ from reef.core.errors import (
     UnauthenticatedError,
 )
 from reef.experience import StoreUnavailableError
+from reef.gateway.budgets import SpendRefusedError
 from reef.gateway.store_health import StoreHealth
 from reef.upstream.base import UpstreamBusyError, UpstreamError
 
@@ -61,6 +62,7 @@ class InvalidFieldError(InvalidInputError):
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "insufficient_quota",
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
@@ -76,6 +78,7 @@ _OPENAI_TYPES = {
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
@@ -91,7 +94,7 @@ _ANTHROPIC_TYPES = {
 
 def status_for(exc: ReefError) -> int:
     """The HTTP status that answers ``exc``."""
-    if isinstance(exc, UpstreamError):
+    if isinstance(exc, UpstreamError | SpendRefusedError):
         return exc.status
     if isinstance(exc, PayloadTooLargeError):
         return 413
@@ -134,6 +137,9 @@ def error_response(
         out.setdefault("retry-after", str(STORE_RETRY_AFTER_SECONDS))
     if isinstance(exc, UpstreamBusyError):
         out.setdefault("retry-after", str(exc.retry_after_seconds))
+    if isinstance(exc, SpendRefusedError):  # a budget (402) or rate limit (429)
+        out.setdefault("retry-after", str(exc.retry_after_seconds))
+        out.update(exc.headers)
     param = exc.param if isinstance(exc, InvalidFieldError) else None
     return Response(
         error_body(status, exc.message, dialect, param),

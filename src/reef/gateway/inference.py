@@ -21,6 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
+from reef.core.prices import usage_tokens
 from reef.evaluation import SHADOW_OF_TAG
 from reef.experience import Purpose, RecordView
 from reef.gateway.auth import Principal, grant_of
@@ -30,6 +31,7 @@ from reef.gateway.body_checks import (
     check_openai_completions,
     check_openai_embeddings,
 )
+from reef.gateway.budgets import request_estimate
 from reef.gateway.capture import (
     Api,
     Exchange,
@@ -225,6 +227,12 @@ class InferenceRoutes:
                 _ROUTES[api], response.status_code, time.perf_counter() - started
             )
             return response
+        try:  # only a request that will call its upstream takes a reservation
+            await self._admit(exchange, plan)
+        except ReefError as exc:  # over a budget (402) or a rate limit (429)
+            response = error_response(exc, dialect)
+            self._observe(exchange, response.status_code)
+            return response
         if plan.request.stream:
             response = await self._stream(exchange, plan, dialect, held, lead)
         else:
@@ -357,6 +365,39 @@ class InferenceRoutes:
             replayable=api != "openai.embeddings" or keep_vectors,
         )
         return exchange, plan
+
+    async def _admit(self, exchange: Exchange, plan: CallPlan) -> None:
+        """Price the exchange, and take its reservation on its budgets and rate limits
+        (``reef.gateway.budgets``): 402 or 429 when refused."""
+        spend = self.state.spend
+        scenario = exchange.scenario
+        requested = exchange.body.get("model")
+        base_model = exchange.serving.base_model
+        exchange.price = spend.price_for(scenario, base_model, requested, plan.model_from_client)
+        if not spend.enabled:
+            return
+        estimate = request_estimate(
+            plan.request.body, exchange.body, self.state.settings.budgets.default_max_tokens
+        )
+        exchange.charge = await spend.admit(
+            scenario, exchange.principal.key_id, estimate, exchange.price
+        )
+
+    async def _used(self, exchange: Exchange, response: dict[str, Any] | None) -> None:
+        """Count what an answered exchange used (``/metrics``) and settle its charge to
+        it (an answer without usage keeps its reservation)."""
+        usage = response.get("usage") if response is not None else None
+        tokens = usage_tokens(usage)
+        cost = exchange.price.cost(tokens) if exchange.price and tokens else None
+        self.state.spend.count(exchange.scenario, exchange.purpose, tokens, cost)
+        if exchange.charge is not None and tokens is not None:
+            await exchange.charge.settle(tokens)
+
+    @staticmethod
+    async def _uncharged(exchange: Exchange) -> None:
+        """The exchange's upstream call failed: its reservation is given back."""
+        if exchange.charge is not None:
+            await exchange.charge.settle(None)
 
     async def _serving(
         self, headers: ReefHeaders, principal: Principal
@@ -590,6 +631,7 @@ class InferenceRoutes:
         self, exchange: Exchange, plan: CallPlan, exc: UpstreamError, dialect: ErrorDialect
     ) -> Response:
         stopped = isinstance(exc, GatewayStoppedError)
+        await self._uncharged(exchange)
         if not stopped:
             self.state.metrics.upstream_errors.labels(plan.upstream.name, type(exc).__name__).inc()
         if plan.model_from_client and isinstance(exc, UpstreamRejectedError) and exc.status == 404:
@@ -646,6 +688,7 @@ class InferenceRoutes:
             purpose="shadow",
             pending=False,
             started=time.perf_counter(),
+            charge=None,  # Reef's own spend: never held against a client's budget
         )
         recorder = self.state.recorder
         try:
@@ -658,6 +701,7 @@ class InferenceRoutes:
             draft = recorder.draft(shadow, None, None, "error", detail)
             await recorder.record(replace(draft, continuation_hash=None))
             return False
+        await self._used(shadow, data)  # counted under purpose ``shadow`` in /metrics
         _, data, reply = self._answered(shadow, plan, answer.body, data)
         draft = recorder.draft(shadow, data, reply, "ok", None)
         # No later turn continues a shadow answer: it never joins a live session.
@@ -681,6 +725,7 @@ class InferenceRoutes:
                 raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
+        await self._used(exchange, data)
         payload, data, reply = self._answered(exchange, plan, answer.body, data)
         if exchange.capture:
             recorder = self.state.recorder
@@ -852,6 +897,7 @@ class InferenceRoutes:
                 return  # nobody read it: the ``finally`` records ``aborted``
             recorded = True
             response, reply = relay.result()
+            await self._used(exchange, response)
             if exchange.capture:
                 draft = recorder.draft(exchange, response, reply, "ok", None)
                 if exchange.responses is not None:

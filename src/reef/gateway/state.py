@@ -9,6 +9,7 @@ from reef.config import ReefSettings
 from reef.evaluation import EvaluationStore
 from reef.experience import ExperienceStore, RecordWriter, ResponseStore
 from reef.gateway.auth import Authenticator
+from reef.gateway.budgets import SpendControl
 from reef.gateway.capture import Recorder
 from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.serving.activation import Activation
@@ -36,6 +37,7 @@ class GatewayState:
     responses: ResponseStore  # the stored responses of the Responses API
     jobs: JobQueue  # learning jobs: enqueued by /learn, listed for the dashboard
     evaluations: EvaluationStore  # the gate's stored evaluations
+    spend: SpendControl  # prices, budgets and rate limits (``reef.gateway.budgets``)
     # Model alias → its scenario (``scenarios.<s>.model_aliases``), read per request.
     model_aliases: dict[str, str] = field(default_factory=dict)
     # Whether the store takes writes, as the last write found it (``/readyz``).

@@ -78,7 +78,8 @@ def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
 def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
     """``status`` as ``grant``'s key may see it: a key limited to scenarios sees their
     activation and the adapters and checkpoints loaded for them (named
-    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights."""
+    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights; of
+    spend, its scenarios' and its own key's budgets, not the global ones."""
     grant.checked = True
     if grant.principal.scenarios is None:
         return status
@@ -94,6 +95,17 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
             for upstream, loaded in status[pools].items()
         }
     out["in_place"] = {}
+    spend = status["spend"]
+    mine = f"key:{grant.principal.key_id}"
+    out["spend"] = {
+        "budgets": [
+            line
+            for line in spend["budgets"]
+            if line["budget"] == mine
+            or (line["budget"].startswith("scenario:") and own(line["budget"][9:]))
+        ],
+        "served": [row for row in spend["served"] if own(row["scenario"])],
+    }
     return out
 
 
@@ -272,6 +284,7 @@ class ReleaseAdminRoutes:
                         "failed_total": stats.failed_total,
                     },
                     "tool_isolation": boundary.as_dict(),
+                    "spend": await self.state.spend.status_json(),
                 },
             )
         )

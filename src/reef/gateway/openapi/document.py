@@ -687,9 +687,24 @@ def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
+# The routes that call an upstream: budgets and rate limits apply (``reef.gateway.budgets``).
+_SPENDING = frozenset(
+    ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages", "/v1/responses")
+)
+_SPEND_REFUSALS = {
+    "402": "Over a budget (`budgets:`): the message names it, its spend and its reset; "
+    "`Retry-After`, `x-reef-budget`, `x-reef-budget-reset`. Not recorded.",
+    "429": "Over a rate limit (`rate_limits:`), with `Retry-After` and `x-reef-rate-limit`. "
+    "Not recorded.",
+}
+
+
 def _responses(operation: Operation) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for status, description in sorted(operation.responses.items()):
+    documented = dict(operation.responses)
+    if operation.method == "post" and operation.path in _SPENDING:
+        documented.update(_SPEND_REFUSALS)
+    for status, description in sorted(documented.items()):
         response: dict[str, Any] = {"description": description}
         if status.startswith(("4", "5")) and status != "503":
             response["content"] = {_JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}

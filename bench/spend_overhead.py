@@ -1,0 +1,202 @@
+"""Budgets and rate limits' cost: Reef's gateway at concurrency 1 and 32 with prices,
+budgets and rate limits on and off, side by side in one run.
+
+    .venv/bin/python bench/spend_overhead.py --requests 2000 --runs 3 --output docs/benchmarks.md
+
+One run starts, as separate processes on loopback: the fake upstream
+(``tests.fakes.upstream``) and two ``reef serve`` (capture on, ``sync`` durability,
+SQLite each): *reef-spend-off* with no price, budget or limit, and *reef-spend-on* with
+a price for the model, a global and a scenario budget (hour, day and month windows,
+``budgets.ledger: memory``, the default on SQLite) and a scenario rate limit (requests
+and tokens per minute), all set far above what the load spends so nothing is refused.
+The same non-streaming chat requests (``bench/load.py``) go to both after a warm-up,
+rounds alternating; the report gives the added p50 at concurrency 1 and the throughput
+ratio on/off at 32 (medians over rounds; issue 42's targets: +0.1 ms, 0.95x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import signal
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import NoReturn
+
+from contenders import (
+    ChildProcesses,
+    Server,
+    StartError,
+    child_env,
+    free_port,
+    start_upstream,
+    wait_ready,
+)
+from gateway_overhead import process_cpu_seconds
+from load import MODEL, LoadResult, client_session, drive, sdk_headers
+from sections import write_between
+
+START, END = "<!-- spend_overhead:start -->", "<!-- spend_overhead:end -->"
+TARGETS = ("reef-spend-off", "reef-spend-on")
+_LOOPBACK = "127.0.0.1"
+_SPEND = (
+    "budgets: {global: [{window: month, money: 1.0e9}], scenarios: {default: "
+    "[{window: hour, tokens: 1000000000}, {window: day, money: 1.0e8}]}}\n"
+    "rate_limits: {scenarios: {default: {requests_per_minute: 100000000, "
+    "tokens_per_minute: 1000000000}}}\n"
+)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=2000, help="measured per round")
+    parser.add_argument("--warmup", type=int, default=200, help="unmeasured, before each round")
+    parser.add_argument("--concurrency", default="1,32", help="comma-separated levels")
+    parser.add_argument("--runs", type=int, default=3, help="rounds per target, alternating")
+    parser.add_argument("--note", default="", help="a line about the machine, for the report")
+    parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
+    args = parser.parse_args(argv)
+    args.concurrency = sorted({int(level) for level in args.concurrency.split(",")})
+    if min(args.requests, args.runs, args.concurrency[0]) < 1:
+        parser.error("--requests, --runs and every concurrency must be at least 1")
+    return args
+
+
+def start_gateway(
+    children: ChildProcesses, name: str, upstream: str, workdir: Path, spend: bool
+) -> Server:
+    """``reef serve`` with capture on (``sync``), with prices, budgets and limits if
+    ``spend``."""
+    port = free_port()
+    home = workdir / name
+    home.mkdir()
+    prices = (
+        f", prices: {{{MODEL}: {{input_per_mtok: 2.5, output_per_mtok: 10.0}}}}" if spend else ""
+    )
+    config = home / "reef.yaml"
+    config.write_text(
+        f"home: {home / 'home'}\n"
+        f"server: {{port: {port}}}\n"
+        f'store: {{url: "sqlite:///{home / "reef.db"}", durability: sync}}\n'
+        f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}{prices}}}}}\n"
+        + (_SPEND if spend else "")
+    )
+    argv = [sys.executable, "-m", "reef", "serve", "-c", str(config), "--log-level", "WARNING"]
+    argv += ["--no-worker"]
+    process, log = children.spawn(name, argv, child_env())
+    wait_ready(process, log, f"http://{_LOOPBACK}:{port}/healthz", 60)
+    return Server(name, f"http://{_LOOPBACK}:{port}/v1", process, log)
+
+
+async def measure(servers: list[Server], args: argparse.Namespace) -> list[LoadResult]:
+    """Per concurrency and run: warm-up then a measured round per target, alternating."""
+    results: list[LoadResult] = []
+    headers = sdk_headers("sk-bench")
+    limit = 60.0 + 0.1 * (args.requests + args.warmup)
+    for concurrency in args.concurrency:
+        async with client_session(concurrency) as session:
+            for run in range(args.runs):
+                order = servers if run % 2 == 0 else servers[::-1]
+                for server in order:
+                    for count in (args.warmup, args.requests):
+                        cpu_before = process_cpu_seconds(server.process.pid)
+                        result = await drive(
+                            session, server.name, server.chat_url, headers, concurrency,
+                            count, limit,
+                        )  # fmt: skip
+                        result.cpu_seconds = process_cpu_seconds(server.process.pid) - cpu_before
+                    results.append(result)
+                    print(
+                        f"c={concurrency} run {run + 1} {server.name:14} "
+                        f"{result.throughput:8.1f} req/s  p50 {result.percentile(0.5):6.2f} ms",
+                        flush=True,
+                    )
+    return results
+
+
+def report(
+    args: argparse.Namespace,
+    argv: list[str],
+    results: list[LoadResult],
+    load: tuple[float, float],
+) -> str:
+    """The markdown section: per concurrency and target, the medians; the two figures."""
+    lines = [
+        "## Budgets and rate limits: the gateway with them on vs off",
+        "",
+        f"`{shlex.join(['python', 'bench/spend_overhead.py', *argv])}`",
+        "",
+        f"{args.requests} measured non-streaming chat requests per round after "
+        f"{args.warmup} warm-up, {args.runs} round(s) per target and concurrency, "
+        f"alternating; medians over rounds. Load average before/after: {load[0]:.2f} / "
+        f"{load[1]:.2f}. " + (args.note or ""),
+        "",
+        "| concurrency | target | req/s | p50 ms | p99 ms | CPU µs/req |",
+        "|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for concurrency in args.concurrency:
+        by_target = {
+            name: [r for r in results if r.target == name and r.concurrency == concurrency]
+            for name in TARGETS
+        }
+        for name, rounds in by_target.items():
+            cpu = [r.cpu_us_per_request or 0.0 for r in rounds]
+            lines.append(
+                f"| {concurrency} | {name} "
+                f"| {statistics.median(r.throughput for r in rounds):.1f} "
+                f"| {statistics.median(r.percentile(0.5) for r in rounds):.2f} "
+                f"| {statistics.median(r.percentile(0.99) for r in rounds):.2f} "
+                f"| {statistics.median(cpu):.0f} |"
+            )
+        off, on = by_target["reef-spend-off"], by_target["reef-spend-on"]
+        deltas = [b.percentile(0.5) - a.percentile(0.5) for a, b in zip(off, on, strict=True)]
+        ratios = [b.throughput / a.throughput for a, b in zip(off, on, strict=True)]
+        verdicts.append(
+            f"c={concurrency}: p50 on-off **{statistics.median(deltas):+.3f} ms** (per round: "
+            f"{', '.join(f'{d:+.3f}' for d in deltas)}); throughput on/off "
+            f"**{statistics.median(ratios):.3f}x** (per round: "
+            f"{', '.join(f'{r:.3f}' for r in ratios)})."
+        )
+    return "\n".join([*lines, "", *verdicts])
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    """Start the servers, measure, report; stop the servers."""
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="reef-spend-") as tmp:
+        children = ChildProcesses(Path(tmp))
+        try:
+            upstream = start_upstream(children)
+            servers = [
+                start_gateway(children, "reef-spend-off", upstream.base_url, Path(tmp), False),
+                start_gateway(children, "reef-spend-on", upstream.base_url, Path(tmp), True),
+            ]
+            results = asyncio.run(measure(servers, args))
+        except StartError as exc:
+            print(f"could not start a server: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted: every server stopped", file=sys.stderr)
+            return 130
+        finally:
+            children.stop_all()
+    text = report(args, argv, results, (load_before, os.getloadavg()[0]))
+    print(text)
+    if args.output is not None:
+        write_between(args.output, START, END, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,408 @@
+"""Serving budgets (402) and rate limits (429), checked before each upstream call.
+
+A request is admitted when every budget it counts against (global, its scenario, its
+key) is still below its limit in the current window; it then reserves its estimate
+(input bytes / 4 + ``max_tokens``, priced at the model's price) and, when its answer
+comes, settles that reservation to its actual usage. Refused when spent: a budget
+already at or over its limit, reservations in flight included. So sequential requests
+are refused exactly once the window's spend has crossed the limit
+(``tests/gateway/test_budgets.py``); concurrent ones may be refused while the
+reservations of those in flight fill the rest.
+
+Overshoot bound: admission and reservation are one atomic step (the event loop, in
+memory; one transaction of conditional ``UPDATE``s, with ``budgets.ledger: store``,
+shared by every gateway on the store). A window's spend therefore ends at most
+``limit + R + U``: ``R`` the largest single reservation (the last request admitted
+below the limit), ``U`` the sum of the amounts by which answers exceeded their
+reservations (none when every request sets ``max_tokens`` and its input estimate
+holds). ``tests/gateway/test_budgets_shared.py`` checks it with two gateways on
+PostgreSQL and 32 concurrent clients.
+
+Rate limits are token buckets in memory, each replica enforcing ``limit / replicas``
+(``rate_limits.replicas``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from reef.config import ReefSettings, ScenarioConfig
+from reef.config.spend import BudgetLimit, RateLimit
+from reef.core.clock import Clock
+from reef.core.errors import ReefError
+from reef.core.prices import Price, Tokens
+from reef.db import Database
+from reef.experience import Ledger, Line, MemoryLedger, StoreLedger, window_end, window_start
+
+BYTES_PER_TOKEN = 4  # the input estimate of a reservation: request bytes / 4
+
+
+class SpendRefusedError(ReefError):
+    """A request refused before its upstream call: ``status`` 402 or 429, with the
+    seconds until it may be tried again and headers naming what refused it."""
+
+    status = 402
+
+    def __init__(self, message: str, retry_after: float, headers: dict[str, str]) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = max(1, math.ceil(retry_after))
+        self.headers = headers
+
+
+class BudgetExceededError(SpendRefusedError):
+    """A budget of the request's is spent for its window (402)."""
+
+    status = 402
+
+
+class RateLimitedError(SpendRefusedError):
+    """A rate limit of the request's is exhausted for now (429)."""
+
+    status = 429
+
+
+class Bucket:
+    """A token bucket: ``rate`` per second, holding at most a minute's worth."""
+
+    __slots__ = ("capacity", "level", "rate", "stamp")
+
+    def __init__(self, per_minute: float, now: float) -> None:
+        self.capacity = per_minute
+        self.rate = per_minute / 60.0
+        self.level = per_minute
+        self.stamp = now
+
+    def refill(self, now: float) -> None:
+        """Add what ``now - stamp`` seconds earned (up to the capacity)."""
+        if now > self.stamp:
+            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+            self.stamp = now
+
+    def wait(self, needed: float) -> float:
+        """Seconds until the level reaches ``needed``."""
+        return max(0.0, (needed - self.level) / self.rate)
+
+
+@dataclass
+class Charge:
+    """One admitted request's hold on its budgets and buckets, settled once: to its
+    usage when the upstream answered with one, to nothing when no upstream call was
+    made or it failed (``settle(None)``); never settled (a stream cut short, an answer
+    without usage), it stays at the reservation."""
+
+    control: SpendControl
+    lines: tuple[Line, ...]
+    buckets: tuple[Bucket, ...]  # its tokens/min buckets
+    price: Price | None
+    tokens: int
+    money: float
+    settled: bool = field(default=False, repr=False)
+
+    async def settle(self, used: Tokens | None) -> None:
+        """Correct the reservation to ``used`` (None: nothing was used), once."""
+        if self.settled:
+            return
+        self.settled = True
+        if used is None:
+            tokens, money = 0, 0.0
+        else:
+            tokens = used.total
+            money = self.price.cost(used) if self.price is not None else 0.0
+        await self.control.settle(self, tokens, money)
+
+
+@dataclass
+class SpendCounts:
+    """What ``/metrics`` shows of spend (``SpendCollector``)."""
+
+    cost: dict[tuple[str, str], float] = field(default_factory=dict)
+    tokens: dict[tuple[str, str], int] = field(default_factory=dict)
+    unpriced: dict[tuple[str, str], int] = field(default_factory=dict)
+    refused: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
+_MAX_PLANS = 10_000  # (scenario, key) pairs remembered; the oldest is made again
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a request of one scenario and key counts against, until ``until``."""
+
+    lines: tuple[Line, ...]
+    until: datetime
+    buckets: tuple[tuple[Bucket, bool, str], ...]  # (bucket, of tokens, its name)
+
+
+class SpendControl:
+    """Budgets and rate limits of one gateway (``GatewayState.spend``)."""
+
+    def __init__(self, settings: ReefSettings, ledger: Ledger, clock: Clock) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.clock = clock
+        self.budgets = settings.budgets
+        self.limits = settings.rate_limits
+        self.enabled = self.budgets.any or self.limits.any
+        self._buckets: dict[tuple[str, str], Bucket] = {}
+        self._plans: dict[tuple[str, str | None], _Plan] = {}
+        self._prices: dict[tuple[str, str | None, str | None, bool], Price | None] = {}
+        self.counts = SpendCounts()
+
+    def price_for(
+        self, scenario: str, base_model: str | None, requested: Any, from_client: bool
+    ) -> Price | None:
+        """The price of the model a request of ``scenario`` goes upstream as: the
+        configured one (``configured_model``), or the client's (``from_client``).
+        Remembered per scenario and model names (a request pays one lookup)."""
+        named = requested if isinstance(requested, str) else None
+        slot = (scenario, base_model, named, from_client)
+        if slot in self._prices:
+            return self._prices[slot]
+        prices = self.settings.upstream_for(scenario)[1].prices
+        model = named if from_client else configured_model(self.settings, scenario, base_model)
+        model = model or named
+        found = prices.get(model) if model else None
+        price = None
+        if found is not None and model:
+            price = Price(
+                model, found.input_per_mtok, found.output_per_mtok, found.cached_input_per_mtok
+            )
+        if len(self._prices) >= _MAX_PLANS:
+            self._prices.pop(next(iter(self._prices)))
+        self._prices[slot] = price
+        return price
+
+    def _plan(self, scenario: str, key_id: str | None, now: datetime) -> _Plan:
+        """The budget lines and buckets of a request of ``scenario`` by ``key_id``,
+        made once per window (the hot path reuses it until its earliest window ends)."""
+        plan = self._plans.get((scenario, key_id))
+        if plan is not None and now < plan.until:
+            return plan
+        budgets = self.budgets
+        named: list[tuple[str, list[BudgetLimit]]] = [("global", budgets.global_)]
+        named.append((f"scenario:{scenario}", budgets.scenarios.get(scenario, [])))
+        if key_id is not None:
+            named.append((f"key:{key_id}", budgets.keys.get(key_id, [])))
+        lines = tuple(
+            Line(budget, limit, window_start(limit.window, now))
+            for budget, limits in named
+            for limit in limits
+        )
+        until = min((window_end(line.limit.window, line.start) for line in lines), default=_NEVER)
+        limits: list[tuple[str, RateLimit]] = []
+        scenario_limit = self.limits.scenarios.get(scenario)
+        if scenario_limit is not None:
+            limits.append((f"scenario:{scenario}", scenario_limit))
+        key_limit = self.limits.keys.get(key_id) if key_id is not None else None
+        if key_limit is not None:
+            limits.append((f"key:{key_id}", key_limit))
+        stamp = now.timestamp()
+        buckets: list[tuple[Bucket, bool, str]] = []
+        for name, limit in limits:
+            if limit.requests_per_minute is not None:
+                bucket = self._bucket(name, "requests", limit.requests_per_minute, stamp)
+                buckets.append((bucket, False, f"{name}/requests_per_minute"))
+            if limit.tokens_per_minute is not None:
+                bucket = self._bucket(name, "tokens", limit.tokens_per_minute, stamp)
+                buckets.append((bucket, True, f"{name}/tokens_per_minute"))
+        plan = self._plans[(scenario, key_id)] = _Plan(lines, until, tuple(buckets))
+        if len(self._plans) > _MAX_PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        return plan
+
+    def lines(self, scenario: str, key_id: str | None, now: datetime) -> tuple[Line, ...]:
+        """The budgets a request of ``scenario`` by ``key_id`` counts against."""
+        return self._plan(scenario, key_id, now).lines
+
+    async def admit(
+        self, scenario: str, key_id: str | None, estimate: Tokens, price: Price | None
+    ) -> Charge:
+        """Take a request's reservation, or raise ``RateLimitedError`` (429) or
+        ``BudgetExceededError`` (402)."""
+        now = self.clock()
+        tokens = estimate.total
+        plan = self._plan(scenario, key_id, now)
+        if plan.buckets:
+            self._take(plan.buckets, tokens, now.timestamp())
+        money = price.cost(estimate) if price is not None else 0.0
+        if plan.lines:
+            refused = await self.ledger.reserve(plan.lines, tokens, money)
+            if refused is not None:
+                self._give_back(plan.buckets, tokens)
+                raise await self._budget_refusal(refused, now)
+        token_buckets = tuple(bucket for bucket, kind, _ in plan.buckets if kind)
+        return Charge(self, plan.lines, token_buckets, price, tokens, money)
+
+    def _take(self, buckets: tuple[tuple[Bucket, bool, str], ...], tokens: int, now: float) -> None:
+        """Take one request, or ``tokens``, from each bucket; ``RateLimitedError`` when
+        one lacks it (a tokens/min bucket may go into debt: any request is admitted
+        while some tokens remain), and then none is taken from."""
+        for bucket, of_tokens, what in buckets:
+            bucket.refill(now)
+            needed = 1e-9 if of_tokens else 1.0
+            if bucket.level < needed:
+                self._refused(what.split("/")[0], "rate")
+                raise RateLimitedError(
+                    f"rate limit {what.replace('/', ' ')} "
+                    f"({bucket.capacity * self.limits.replicas:g}/min) is exhausted; "
+                    "try again later",
+                    bucket.wait(needed),
+                    {"x-reef-rate-limit": what},
+                )
+        for bucket, of_tokens, _ in buckets:
+            bucket.level -= tokens if of_tokens else 1.0
+
+    def _bucket(self, name: str, kind: str, per_minute: int, now: float) -> Bucket:
+        bucket = self._buckets.get((name, kind))
+        if bucket is None:
+            share = per_minute / self.limits.replicas
+            bucket = self._buckets[(name, kind)] = Bucket(share, now)
+        return bucket
+
+    @staticmethod
+    def _give_back(buckets: tuple[tuple[Bucket, bool, str], ...], tokens: int) -> None:
+        for bucket, of_tokens, _ in buckets:
+            bucket.level = min(bucket.capacity, bucket.level + (tokens if of_tokens else 1.0))
+
+    async def _budget_refusal(self, line: Line, now: datetime) -> BudgetExceededError:
+        tokens, money = await self.ledger.spent(line)
+        limit = line.limit
+        resets = window_end(limit.window, line.start)
+        parts = []
+        if limit.money is not None:
+            parts.append(f"money {money:.6g} of {limit.money:g}")
+        if limit.tokens is not None:
+            parts.append(f"tokens {tokens} of {limit.tokens}")
+        self._refused(line.budget, limit.window)
+        return BudgetExceededError(
+            f"budget {line.budget} ({limit.window}) is spent: {', '.join(parts)}; "
+            f"it resets at {resets.isoformat().replace('+00:00', 'Z')}",
+            (resets - now).total_seconds(),
+            {
+                "x-reef-budget": f"{line.budget}/{limit.window}",
+                "x-reef-budget-reset": resets.isoformat().replace("+00:00", "Z"),
+            },
+        )
+
+    def _refused(self, what: str, window: str) -> None:
+        refused = self.counts.refused
+        refused[(what, window)] = refused.get((what, window), 0) + 1
+
+    async def settle(self, charge: Charge, tokens: int, money: float) -> None:
+        """Correct ``charge``'s reservation to ``tokens`` and ``money``."""
+        delta_tokens = tokens - charge.tokens
+        for bucket in charge.buckets:  # tokens/min buckets: the estimate corrected
+            bucket.level = min(bucket.capacity, bucket.level - delta_tokens)
+        if charge.lines and (delta_tokens or money != charge.money):
+            await self.ledger.settle(charge.lines, delta_tokens, money - charge.money)
+
+    async def status_json(self) -> dict[str, Any]:
+        """``/reef/status``'s ``spend``: each budget's spend in its current window, and
+        what this process served per scenario and purpose since it started."""
+        now = self.clock()
+        named: list[tuple[str, list[BudgetLimit]]] = [("global", self.budgets.global_)]
+        named += [(f"scenario:{s}", limits) for s, limits in self.budgets.scenarios.items()]
+        named += [(f"key:{k}", limits) for k, limits in self.budgets.keys.items()]
+        budgets = []
+        for budget, limits in named:
+            for limit in limits:
+                line = Line(budget, limit, window_start(limit.window, now))
+                tokens, money = await self.ledger.spent(line)
+                resets = window_end(limit.window, line.start)
+                budgets.append(
+                    {
+                        "budget": budget,
+                        "window": limit.window,
+                        "tokens_limit": limit.tokens,
+                        "money_limit": limit.money,
+                        "tokens": tokens,
+                        "money": money,
+                        "resets": resets.isoformat().replace("+00:00", "Z"),
+                    }
+                )
+        counts = self.counts
+        keys = sorted(set(counts.cost) | set(counts.tokens) | set(counts.unpriced))
+        served = [
+            {
+                "scenario": scenario,
+                "purpose": purpose,
+                "cost": counts.cost.get((scenario, purpose), 0.0),
+                "tokens": counts.tokens.get((scenario, purpose), 0),
+                "unpriced": counts.unpriced.get((scenario, purpose), 0),
+            }
+            for scenario, purpose in keys
+        ]
+        return {"budgets": budgets, "served": served}
+
+    def count(self, scenario: str, purpose: str, tokens: Tokens | None, cost: float | None) -> None:
+        """Count one exchange's spend for ``/metrics``."""
+        key = (scenario, purpose)
+        counts = self.counts
+        if tokens is not None:
+            counts.tokens[key] = counts.tokens.get(key, 0) + tokens.total
+        if cost is None:
+            counts.unpriced[key] = counts.unpriced.get(key, 0) + 1
+        else:
+            counts.cost[key] = counts.cost.get(key, 0.0) + cost
+
+
+def request_estimate(body: bytes, fields: dict[str, Any], default_max_tokens: int) -> Tokens:
+    """A request's reservation: its bytes / 4 as input, its ``max_tokens`` (or
+    ``max_completion_tokens``, ``max_output_tokens``; else ``default_max_tokens``) as
+    output."""
+    output = default_max_tokens
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = fields.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            output = value
+            break
+    return Tokens(len(body) // BYTES_PER_TOKEN + 1, 0, output)
+
+
+def configured_model(settings: ReefSettings, scenario: str, base_model: str | None) -> str | None:
+    """The model a scenario's requests go upstream as, when one is configured."""
+    config: ScenarioConfig = settings.scenario(scenario)
+    return config.model or base_model or settings.upstream_for(scenario)[1].model
+
+
+def open_ledger(settings: ReefSettings, database: Database) -> Ledger:
+    """The ledger ``budgets.ledger`` asks for (``auto``: the store on PostgreSQL)."""
+    choice = settings.budgets.ledger
+    if choice == "auto":
+        choice = "store" if database.dialect == "postgresql" else "memory"
+    return StoreLedger(database) if choice == "store" else MemoryLedger()
+
+
+class SpendCollector(Collector):
+    """Spend counters for ``/metrics``, read at scrape time."""
+
+    def __init__(self, control: SpendControl) -> None:
+        self._control = control
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counts = self._control.counts
+        for name, doc, values in (
+            ("reef_spend_cost", "Money spent on upstream calls.", counts.cost),
+            ("reef_spend_tokens", "Tokens used by upstream calls.", counts.tokens),
+            ("reef_spend_unpriced", "Exchanges of a model with no price.", counts.unpriced),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["scenario", "purpose"])
+            for (scenario, purpose), value in sorted(values.items()):
+                family.add_metric([scenario, purpose], value)
+            yield family
+        refused = CounterMetricFamily(
+            "reef_spend_refused",
+            "Requests refused by a budget (402) or a rate limit (429).",
+            labels=["limit", "window"],
+        )
+        for (what, window), value in sorted(counts.refused.items()):
+            refused.add_metric([what, window], value)
+        yield refused

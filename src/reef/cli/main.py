@@ -145,8 +145,14 @@ def export(
     ExportTraceServiceRequest per line, as the Collector's file exporter), content
     included unless --no-capture-content; reef import reads jsonl and otel back."""
     from reef.cli.stores import check_scenario, open_existing_database
-    from reef.experience import Redactor, SQLExperienceStore, export_records
-    from reef.experience.export import EXPORT_FORMATS, OtelFileOptions, export_otel
+    from reef.experience import (
+        EXPORT_FORMATS,
+        OtelFileOptions,
+        Redactor,
+        SQLExperienceStore,
+        export_otel,
+        export_records,
+    )
 
     if format not in EXPORT_FORMATS:
         raise InvalidInputError(

@@ -40,7 +40,13 @@ from reef.experience.exchanges import (
     canonical_exchange,
     chat_messages,
 )
-from reef.experience.export import ParquetUnavailableError, export_records
+from reef.experience.export import (
+    EXPORT_FORMATS,
+    OtelFileOptions,
+    ParquetUnavailableError,
+    export_otel,
+    export_records,
+)
 from reef.experience.importing import (
     BATCH_LINES as IMPORT_BATCH_LINES,
 )
@@ -60,6 +66,7 @@ from reef.experience.importing import (
     reader_named,
     sniff_reader,
 )
+from reef.experience.importing.otel import otlp_attributes
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
     PersonalData,
@@ -95,6 +102,7 @@ from reef.experience.writer import RecordWriter, WriterStats
 __all__ = [
     "COMPUTED_KINDS",
     "EXPLICIT",
+    "EXPORT_FORMATS",
     "IMPORT_BATCH_LINES",
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
@@ -116,6 +124,7 @@ __all__ = [
     "ImportReader",
     "ImportSummary",
     "LineImport",
+    "OtelFileOptions",
     "ParquetUnavailableError",
     "PersonalData",
     "Purpose",
@@ -150,11 +159,13 @@ __all__ = [
     "check_feedback_source",
     "check_source_weights",
     "demo_trust",
+    "export_otel",
     "export_records",
     "find_personal_data",
     "import_file",
     "is_tool_call_correction",
     "open_store",
+    "otlp_attributes",
     "personal_data_key",
     "reader_named",
     "scrub_personal_text",

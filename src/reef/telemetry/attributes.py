@@ -11,18 +11,43 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from reef.core import dumps, loads
-from reef.experience import FeedbackDraft, FeedbackView, RecordDraft, RecordView
+from reef.experience import FeedbackDraft, FeedbackView
 from reef.upstream import canonical_reply, canonical_request
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[float] | Sequence[int]
 Attributes = dict[str, AttributeValue]
-# What a span is made of: a record being written (live export) or a stored one (``reef
-# export --format otel``), and likewise feedback.
-Exchange = RecordDraft | RecordView
-Rating = FeedbackDraft | FeedbackView
+Rating = FeedbackDraft | FeedbackView  # feedback being stored, or stored (``reef export``)
+
+
+class Exchange(Protocol):
+    """What a record's span is made of: a ``RecordDraft`` being written, a stored
+    ``RecordView`` (``reef export --format otel``), or the export process's copy of a
+    draft (``reef.telemetry.exporter``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def scenario(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def api(self) -> str: ...
+    @property
+    def purpose(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def release_id(self) -> str | None: ...
+    @property
+    def request(self) -> dict[str, Any]: ...
+    @property
+    def response(self) -> dict[str, Any] | None: ...
+    @property
+    def usage(self) -> dict[str, Any] | None: ...
+
 
 # A record's ``api`` -> ``gen_ai.operation.name``.
 OPERATIONS = {

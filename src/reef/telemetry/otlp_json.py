@@ -21,8 +21,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from reef.core import dumps
-from reef.experience import FeedbackView, RecordView
-from reef.experience.importing.otel import otlp_attributes
+from reef.experience import FeedbackView, RecordView, otlp_attributes
 from reef.telemetry.attributes import (
     EVALUATION_EVENT,
     feedback_attributes,

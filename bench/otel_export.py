@@ -132,11 +132,23 @@ def spans_received(count_url: str, expected: int, wait_seconds: float = 15.0) ->
         time.sleep(0.2)
 
 
+def dropped_spans(server: Server) -> int:
+    """``reef_otel_spans_dropped_total`` of ``server``'s ``/metrics``: spans the gateway's
+    queue dropped (full, or the export process gone)."""
+    url = server.base_url.removesuffix("/v1") + "/metrics"
+    with _OPENER.open(url, timeout=5) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("reef_otel_spans_dropped_total"):
+            return int(float(line.split()[-1]))
+    return 0
+
+
 def report(
     args: argparse.Namespace,
     argv: list[str],
     results: list[LoadResult],
-    spans: int,
+    spans: tuple[int, int],
     sent_on: int,
     load: tuple[float, float],
 ) -> str:
@@ -173,8 +185,8 @@ def report(
         "",
         f"Throughput on/off: **{ratio:.3f}x** (per round: "
         f"{', '.join(f'{r:.3f}' for r in ratios)}); {verdict} the 0.95x target.",
-        f"Spans received by the OTLP receiver: {spans} of {sent_on} requests sent to "
-        "reef-otel-on (warm-ups included).",
+        f"Spans received by the OTLP receiver: {spans[0]} of {sent_on} requests sent to "
+        f"reef-otel-on (warm-ups included); dropped by the gateway's queue: {spans[1]}.",
     ]
     return "\n".join(lines)
 
@@ -199,7 +211,8 @@ def main(argv: list[str]) -> int:
             ]
             results = asyncio.run(measure(servers, args))
             sent_on = args.runs * (args.requests + args.warmup)
-            spans = spans_received(count_url, sent_on)
+            spans = (spans_received(count_url, sent_on), dropped_spans(servers[1]))
+            print(f"spans received {spans[0]} of {sent_on} sent, dropped {spans[1]}", flush=True)
         except StartError as exc:
             print(f"could not start a server: {exc}", file=sys.stderr)
             return 2

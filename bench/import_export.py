@@ -8,8 +8,8 @@ flat as the file grows) is one run: the file is generated in a temporary folder 
 line a distinct system/user/assistant conversation, so nothing is deduplicated), then
 ``python -m reef import FILE --scenario bench --format openai-finetune --json`` runs as
 a child process in a fresh home (``./.reef``, SQLite, ``sync`` writes in batches of
-``BATCH_LINES`` lines, checkpoints on), exactly as an operator would run it. The rate is records over
-the child's wall time (process start and imports included); the peak memory is the
+``BATCH_LINES`` lines, checkpoints on), exactly as an operator would run it. The rate is
+records over the child's wall time (process start and imports included); the peak memory is the
 child's maximum resident set size (``wait4``'s ``ru_maxrss``). The summary's counts are
 checked: every line imported, one demonstration (feedback) each, nothing skipped.
 
@@ -147,7 +147,8 @@ def report(runs: list[ImportRun], note: str, argv: list[str]) -> str:
             f"**Extrapolated, not measured:** {FULL_SIZE:,} records at the {largest.records:,}"
             f"-record run's rate would take about {minutes:.0f} min. Memory is expected to "
             "level off near the largest row's, not measured at that size: the import holds "
-            f"one batch of {BATCH_LINES:,} lines and at most {SESSION_MEMORY:,} continuation hashes for "
+            f"one batch of {BATCH_LINES:,} lines and at most {SESSION_MEMORY:,} continuation "
+            "hashes for "
             f"session inference, a cap a run of {SESSION_MEMORY:,} records or more reaches "
             "(the rise between the rows is of that order).",
         ]

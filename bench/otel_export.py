@@ -132,6 +132,15 @@ def spans_received(count_url: str, expected: int, wait_seconds: float = 15.0) ->
         time.sleep(0.2)
 
 
+def export_process_cpu(server: Server) -> float:
+    """CPU seconds so far of ``server``'s child processes (its OTel export process)."""
+    total = 0.0
+    for task in Path(f"/proc/{server.process.pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += process_cpu_seconds(int(child))
+    return total
+
+
 def dropped_spans(server: Server) -> int:
     """``reef_otel_spans_dropped_total`` of ``server``'s ``/metrics``: spans the gateway's
     queue dropped (full, or the export process gone)."""
@@ -151,6 +160,7 @@ def report(
     spans: tuple[int, int],
     sent_on: int,
     load: tuple[float, float],
+    export_cpu: float,
 ) -> str:
     """The markdown section: per-target medians, the ratio, the span check."""
     by_target = {name: [r for r in results if r.target == name] for name in TARGETS}
@@ -186,7 +196,9 @@ def report(
         f"Throughput on/off: **{ratio:.3f}x** (per round: "
         f"{', '.join(f'{r:.3f}' for r in ratios)}); {verdict} the 0.95x target.",
         f"Spans received by the OTLP receiver: {spans[0]} of {sent_on} requests sent to "
-        f"reef-otel-on (warm-ups included); dropped by the gateway's queue: {spans[1]}.",
+        f"reef-otel-on (warm-ups included); dropped by the gateway's queue: {spans[1]}. "
+        f"The export process used {export_cpu:.2f} s of CPU in all, "
+        f"{export_cpu / max(spans[0], 1) * 1e6:.0f} µs per span received.",
     ]
     return "\n".join(lines)
 
@@ -212,6 +224,7 @@ def main(argv: list[str]) -> int:
             results = asyncio.run(measure(servers, args))
             sent_on = args.runs * (args.requests + args.warmup)
             spans = (spans_received(count_url, sent_on), dropped_spans(servers[1]))
+            export_cpu = export_process_cpu(servers[1])
             print(f"spans received {spans[0]} of {sent_on} sent, dropped {spans[1]}", flush=True)
         except StartError as exc:
             print(f"could not start a server: {exc}", file=sys.stderr)
@@ -221,7 +234,8 @@ def main(argv: list[str]) -> int:
             return 130
         finally:
             children.stop_all()
-    text = report(args, argv, results, spans, sent_on, (load_before, os.getloadavg()[0]))
+    load = (load_before, os.getloadavg()[0])
+    text = report(args, argv, results, spans, sent_on, load, export_cpu)
     print(text)
     if args.output is not None:
         write_between(args.output, START, END, text)

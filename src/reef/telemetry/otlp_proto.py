@@ -43,7 +43,8 @@ def _varint(value: int) -> bytes:
 
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field."""
-    return _tag(number, 2) + _varint(len(payload)) + payload
+    size = len(payload)
+    return _tag(number, 2) + (bytes((size,)) if size < 0x80 else _varint(size)) + payload
 
 
 @lru_cache(maxsize=64)
@@ -75,10 +76,24 @@ def _key(key: str) -> bytes:
     return _text(1, key)
 
 
+def _pair(number: int, key: str, value: Any) -> bytes:
+    return _field(number, _key(key) + _field(2, any_value(value)))
+
+
+# Most attributes repeat from span to span (operation, provider, model, scenario, status,
+# token counts): their encoded KeyValue is kept (``typed``: True, 1 and 1.0 differ).
+_cached_pair = lru_cache(maxsize=8192, typed=True)(_pair)
+
+
 def key_values(number: int, attributes: Mapping[str, Any]) -> bytes:
     """``attributes`` as repeated ``KeyValue`` field ``number``."""
     return b"".join(
-        _field(number, _key(key) + _field(2, any_value(value))) for key, value in attributes.items()
+        [
+            _pair(number, key, value)
+            if isinstance(value, list | tuple)
+            else _cached_pair(number, key, value)
+            for key, value in attributes.items()
+        ]
     )
 
 

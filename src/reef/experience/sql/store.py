@@ -449,9 +449,12 @@ class SQLExperienceStore(ExperienceStore):
         )
         for scenario, ids in wanted.items():
             for chunk in _chunks(ids):
-                query = select(r.id, r.session_id).where(r.scenario == scenario, r.id.in_(chunk))
-                for record_id, session in conn.execute(query):
-                    found[(scenario, record_id)] = session
+                # By primary key alone: with ``scenario = ?`` in the query SQLite walks the
+                # scenario's index instead, a scan of every record per batch.
+                query = select(r.id, r.scenario, r.session_id).where(r.id.in_(chunk))
+                for record_id, stored_in, session in conn.execute(query):
+                    if stored_in == scenario:
+                        found[(scenario, record_id)] = session
         return found
 
     def _sessions_of(

@@ -141,6 +141,20 @@ def export_process_cpu(server: Server) -> float:
     return total
 
 
+def settled_cpu(server: Server, limit_seconds: float = 60.0) -> float:
+    """The export process's CPU once its start-up is over (two readings half a second
+    apart agree: it waits on its input), so that it is not counted per span."""
+    deadline = time.monotonic() + limit_seconds
+    before = export_process_cpu(server)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = export_process_cpu(server)
+        if now == before:
+            break
+        before = now
+    return before
+
+
 def dropped_spans(server: Server) -> int:
     """``reef_otel_spans_dropped_total`` of ``server``'s ``/metrics``: spans the gateway's
     queue dropped (full, or the export process gone)."""
@@ -221,7 +235,7 @@ def main(argv: list[str]) -> int:
                 start_gateway(children, "reef-otel-off", upstream.base_url, Path(tmp), None),
                 start_gateway(children, "reef-otel-on", upstream.base_url, Path(tmp), traces_url),
             ]
-            export_cpu_before = export_process_cpu(servers[1])  # its start-up left out
+            export_cpu_before = settled_cpu(servers[1])
             results = asyncio.run(measure(servers, args))
             sent_on = args.runs * (args.requests + args.warmup)
             spans = (spans_received(count_url, sent_on), dropped_spans(servers[1]))

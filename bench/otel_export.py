@@ -8,7 +8,8 @@ One run starts, as separate processes on loopback: the fake upstream
 (``tests.fakes.upstream``), a real OTLP/HTTP receiver (``tests.fakes.otlp``: it parses
 every ``ExportTraceServiceRequest``), and two ``reef serve`` (capture on, ``sync``
 durability, SQLite each): *reef-otel-off* without export and *reef-otel-on* sending one
-span per exchange to the receiver (the defaults: batch span processor, content off).
+span per exchange to the receiver (the defaults: batches of 512, content off). It also
+reports the spans the gateway dropped and the export process's CPU per span.
 The same non-streaming chat requests (``bench/load.py``, as in
 ``bench/gateway_overhead.py``) go to both after a warm-up, rounds alternating; the
 report gives each one's throughput, p50/p99 and CPU per request, and the ratio on/off

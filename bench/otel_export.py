@@ -65,14 +65,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def start_receiver(children: ChildProcesses) -> tuple[str, str]:
-    """The OTLP receiver: its traces URL and its span-count URL."""
+def start_receiver(children: ChildProcesses) -> tuple[str, str, int]:
+    """The OTLP receiver: its traces URL, its span-count URL and its pid."""
     port = free_port()
     argv = [sys.executable, "-m", "tests.fakes.otlp", "--port", str(port)]
     process, log = children.spawn("otlp", argv, child_env())
     count_url = f"http://{_LOOPBACK}:{port}/healthz"
     wait_ready(process, log, count_url, 30)
-    return f"http://{_LOOPBACK}:{port}/v1/traces", count_url
+    return f"http://{_LOOPBACK}:{port}/v1/traces", count_url, process.pid
 
 
 def start_gateway(
@@ -175,7 +175,7 @@ def report(
     spans: tuple[int, int],
     sent_on: int,
     load: tuple[float, float],
-    export_cpu: float,
+    side_cpu: tuple[float, float],
 ) -> str:
     """The markdown section: per-target medians, the ratio, the span check."""
     by_target = {name: [r for r in results if r.target == name] for name in TARGETS}
@@ -212,8 +212,9 @@ def report(
         f"{', '.join(f'{r:.3f}' for r in ratios)}); {verdict} the 0.95x target.",
         f"Spans received by the OTLP receiver: {spans[0]} of {sent_on} requests sent to "
         f"reef-otel-on (warm-ups included); dropped by the gateway's queue: {spans[1]}. "
-        f"The export process used {export_cpu:.2f} s of CPU while measuring, "
-        f"{export_cpu / max(spans[0], 1) * 1e6:.0f} µs per span received.",
+        f"While measuring, the export process used {side_cpu[0]:.2f} s of CPU, "
+        f"{side_cpu[0] / max(spans[0], 1) * 1e6:.0f} µs per span received, and the receiver "
+        f"{side_cpu[1]:.2f} s, {side_cpu[1] / max(spans[0], 1) * 1e6:.0f} µs per span.",
     ]
     return "\n".join(lines)
 
@@ -231,16 +232,18 @@ def main(argv: list[str]) -> int:
         children = ChildProcesses(Path(tmp))
         try:
             upstream = start_upstream(children)
-            traces_url, count_url = start_receiver(children)
+            traces_url, count_url, receiver = start_receiver(children)
             servers = [
                 start_gateway(children, "reef-otel-off", upstream.base_url, Path(tmp), None),
                 start_gateway(children, "reef-otel-on", upstream.base_url, Path(tmp), traces_url),
             ]
             export_cpu_before = settled_cpu(servers[1])
+            receiver_cpu = process_cpu_seconds(receiver)
             results = asyncio.run(measure(servers, args))
             sent_on = args.runs * (args.requests + args.warmup)
             spans = (spans_received(count_url, sent_on), dropped_spans(servers[1]))
             export_cpu = export_process_cpu(servers[1]) - export_cpu_before
+            receiver_cpu = process_cpu_seconds(receiver) - receiver_cpu
             print(f"spans received {spans[0]} of {sent_on} sent, dropped {spans[1]}", flush=True)
         except StartError as exc:
             print(f"could not start a server: {exc}", file=sys.stderr)
@@ -251,7 +254,7 @@ def main(argv: list[str]) -> int:
         finally:
             children.stop_all()
     load = (load_before, os.getloadavg()[0])
-    text = report(args, argv, results, spans, sent_on, load, export_cpu)
+    text = report(args, argv, results, spans, sent_on, load, (export_cpu, receiver_cpu))
     print(text)
     if args.output is not None:
         write_between(args.output, START, END, text)

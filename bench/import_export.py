@@ -7,9 +7,9 @@ Each size (``--records``, and a tenth of it, so the report shows whether memory 
 flat as the file grows) is one run: the file is generated in a temporary folder (each
 line a distinct system/user/assistant conversation, so nothing is deduplicated), then
 ``python -m reef import FILE --scenario bench --format openai-finetune --json`` runs as
-a child process in a fresh home (``./.reef``, SQLite, ``sync`` writes in batches of 200
-lines, checkpoints on), exactly as an operator would run it. The rate is records over
-the child's wall time (process start and imports included); the peak memory is the
+a child process in a fresh home (``./.reef``, SQLite, ``sync`` writes in batches of
+``BATCH_LINES`` lines, checkpoints on), exactly as an operator would run it. The rate is
+records over the child's wall time (process start and imports included); the peak memory is the
 child's maximum resident set size (``wait4``'s ``ru_maxrss``). The summary's counts are
 checked: every line imported, one demonstration (feedback) each, nothing skipped.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from sections import write_between
 
-from reef.experience.importing.runner import SESSION_MEMORY
+from reef.experience.importing.runner import BATCH_LINES, SESSION_MEMORY
 
 START, END = "<!-- import_export:start -->", "<!-- import_export:end -->"
 SCENARIO = "bench"
@@ -47,6 +47,13 @@ class ImportRun:
     file_bytes: int
     seconds: float
     peak_rss_bytes: int
+    cpu_seconds: float = 0.0  # the child's user + system CPU
+
+    @property
+    def cpu_rate(self) -> float:
+        """Records imported per second of the child's CPU: less dependent on the
+        machine's load than the wall-clock rate."""
+        return self.records / self.cpu_seconds if self.cpu_seconds else 0.0
 
     @property
     def rate(self) -> float:
@@ -116,10 +123,11 @@ def run_import(folder: Path, count: int) -> ImportRun:
     if found != expected:
         raise SystemExit(f"import summary {found} is not {expected} (records, feedback, skipped)")
     # ru_maxrss is in kilobytes on Linux.
-    return ImportRun(count, size, seconds, usage.ru_maxrss * 1024)
+    cpu = usage.ru_utime + usage.ru_stime
+    return ImportRun(count, size, seconds, usage.ru_maxrss * 1024, cpu)
 
 
-def report(runs: list[ImportRun], note: str, argv: list[str]) -> str:
+def report(runs: list[ImportRun], note: str, argv: list[str], load: tuple[float, float]) -> str:
     """The markdown section: command, machine note, one row per size."""
     command = "python bench/import_export.py " + " ".join(shlex.quote(a) for a in argv)
     lines = [
@@ -128,16 +136,16 @@ def report(runs: list[ImportRun], note: str, argv: list[str]) -> str:
         f"`{command}`",
         "",
     ]
-    if note:
-        lines += [note, ""]
+    lines += [f"Load average before/after: {load[0]:.2f} / {load[1]:.2f}. {note}".strip(), ""]
     lines += [
-        "| records | file (MB) | wall (s) | records/s | peak RSS (MB) |",
-        "|---:|---:|---:|---:|---:|",
+        "| records | file (MB) | wall (s) | records/s | CPU (s) | records/CPU-s | peak RSS (MB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
         lines.append(
             f"| {run.records:,} | {run.file_bytes / 1e6:.1f} | {run.seconds:.1f} | "
-            f"{run.rate:,.0f} | {run.peak_rss_bytes / 2**20:.1f} |"
+            f"{run.rate:,.0f} | {run.cpu_seconds:.1f} | {run.cpu_rate:,.0f} | "
+            f"{run.peak_rss_bytes / 2**20:.1f} |"
         )
     largest = max(runs, key=lambda run: run.records)
     if largest.records < FULL_SIZE:
@@ -147,7 +155,8 @@ def report(runs: list[ImportRun], note: str, argv: list[str]) -> str:
             f"**Extrapolated, not measured:** {FULL_SIZE:,} records at the {largest.records:,}"
             f"-record run's rate would take about {minutes:.0f} min. Memory is expected to "
             "level off near the largest row's, not measured at that size: the import holds "
-            f"one batch of 200 lines and at most {SESSION_MEMORY:,} continuation hashes for "
+            f"one batch of {BATCH_LINES:,} lines and at most {SESSION_MEMORY:,} continuation "
+            "hashes for "
             f"session inference, a cap a run of {SESSION_MEMORY:,} records or more reaches "
             "(the rise between the rows is of that order).",
         ]
@@ -164,16 +173,18 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     sizes = [args.records] if args.no_small else [max(args.records // 10, 1), args.records]
     runs = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="reef-import-bench-") as tmp:
         for count in sizes:
             run = run_import(Path(tmp) / str(count), count)
             print(
                 f"{count:>10,} records: {run.seconds:8.1f} s  {run.rate:10,.0f} records/s  "
-                f"peak RSS {run.peak_rss_bytes / 2**20:8.1f} MB",
+                f"CPU {run.cpu_seconds:8.1f} s  peak RSS {run.peak_rss_bytes / 2**20:8.1f} MB  "
+                f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
             runs.append(run)
-    text = report(runs, args.note, argv)
+    text = report(runs, args.note, argv, (load_before, os.getloadavg()[0]))
     print()
     print(text)
     if args.output is not None:

@@ -8,7 +8,8 @@ One run starts, as separate processes on loopback: the fake upstream
 (``tests.fakes.upstream``), a real OTLP/HTTP receiver (``tests.fakes.otlp``: it parses
 every ``ExportTraceServiceRequest``), and two ``reef serve`` (capture on, ``sync``
 durability, SQLite each): *reef-otel-off* without export and *reef-otel-on* sending one
-span per exchange to the receiver (the defaults: batch span processor, content off).
+span per exchange to the receiver (the defaults: batches of 512, content off). It also
+reports the spans the gateway dropped and the export process's CPU per span.
 The same non-streaming chat requests (``bench/load.py``, as in
 ``bench/gateway_overhead.py``) go to both after a warm-up, rounds alternating; the
 report gives each one's throughput, p50/p99 and CPU per request, and the ratio on/off
@@ -64,14 +65,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def start_receiver(children: ChildProcesses) -> tuple[str, str]:
-    """The OTLP receiver: its traces URL and its span-count URL."""
+def start_receiver(children: ChildProcesses) -> tuple[str, str, int]:
+    """The OTLP receiver: its traces URL, its span-count URL and its pid."""
     port = free_port()
     argv = [sys.executable, "-m", "tests.fakes.otlp", "--port", str(port)]
     process, log = children.spawn("otlp", argv, child_env())
     count_url = f"http://{_LOOPBACK}:{port}/healthz"
     wait_ready(process, log, count_url, 30)
-    return f"http://{_LOOPBACK}:{port}/v1/traces", count_url
+    return f"http://{_LOOPBACK}:{port}/v1/traces", count_url, process.pid
 
 
 def start_gateway(
@@ -132,13 +133,49 @@ def spans_received(count_url: str, expected: int, wait_seconds: float = 15.0) ->
         time.sleep(0.2)
 
 
+def export_process_cpu(server: Server) -> float:
+    """CPU seconds so far of ``server``'s child processes (its OTel export process)."""
+    total = 0.0
+    for task in Path(f"/proc/{server.process.pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += process_cpu_seconds(int(child))
+    return total
+
+
+def settled_cpu(server: Server, limit_seconds: float = 60.0) -> float:
+    """The export process's CPU once its start-up is over (two readings half a second
+    apart agree: it waits on its input), so that it is not counted per span."""
+    deadline = time.monotonic() + limit_seconds
+    before = export_process_cpu(server)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = export_process_cpu(server)
+        if now == before:
+            break
+        before = now
+    return before
+
+
+def dropped_spans(server: Server) -> int:
+    """``reef_otel_spans_dropped_total`` of ``server``'s ``/metrics``: spans the gateway's
+    queue dropped (full, or the export process gone)."""
+    url = server.base_url.removesuffix("/v1") + "/metrics"
+    with _OPENER.open(url, timeout=5) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("reef_otel_spans_dropped_total"):
+            return int(float(line.split()[-1]))
+    return 0
+
+
 def report(
     args: argparse.Namespace,
     argv: list[str],
     results: list[LoadResult],
-    spans: int,
+    spans: tuple[int, int],
     sent_on: int,
     load: tuple[float, float],
+    side_cpu: tuple[float, float],
 ) -> str:
     """The markdown section: per-target medians, the ratio, the span check."""
     by_target = {name: [r for r in results if r.target == name] for name in TARGETS}
@@ -173,8 +210,11 @@ def report(
         "",
         f"Throughput on/off: **{ratio:.3f}x** (per round: "
         f"{', '.join(f'{r:.3f}' for r in ratios)}); {verdict} the 0.95x target.",
-        f"Spans received by the OTLP receiver: {spans} of {sent_on} requests sent to "
-        "reef-otel-on (warm-ups included).",
+        f"Spans received by the OTLP receiver: {spans[0]} of {sent_on} requests sent to "
+        f"reef-otel-on (warm-ups included); dropped by the gateway's queue: {spans[1]}. "
+        f"While measuring, the export process used {side_cpu[0]:.2f} s of CPU, "
+        f"{side_cpu[0] / max(spans[0], 1) * 1e6:.0f} µs per span received, and the receiver "
+        f"{side_cpu[1]:.2f} s, {side_cpu[1] / max(spans[0], 1) * 1e6:.0f} µs per span.",
     ]
     return "\n".join(lines)
 
@@ -192,14 +232,19 @@ def main(argv: list[str]) -> int:
         children = ChildProcesses(Path(tmp))
         try:
             upstream = start_upstream(children)
-            traces_url, count_url = start_receiver(children)
+            traces_url, count_url, receiver = start_receiver(children)
             servers = [
                 start_gateway(children, "reef-otel-off", upstream.base_url, Path(tmp), None),
                 start_gateway(children, "reef-otel-on", upstream.base_url, Path(tmp), traces_url),
             ]
+            export_cpu_before = settled_cpu(servers[1])
+            receiver_cpu = process_cpu_seconds(receiver)
             results = asyncio.run(measure(servers, args))
             sent_on = args.runs * (args.requests + args.warmup)
-            spans = spans_received(count_url, sent_on)
+            spans = (spans_received(count_url, sent_on), dropped_spans(servers[1]))
+            export_cpu = export_process_cpu(servers[1]) - export_cpu_before
+            receiver_cpu = process_cpu_seconds(receiver) - receiver_cpu
+            print(f"spans received {spans[0]} of {sent_on} sent, dropped {spans[1]}", flush=True)
         except StartError as exc:
             print(f"could not start a server: {exc}", file=sys.stderr)
             return 2
@@ -208,7 +253,8 @@ def main(argv: list[str]) -> int:
             return 130
         finally:
             children.stop_all()
-    text = report(args, argv, results, spans, sent_on, (load_before, os.getloadavg()[0]))
+    load = (load_before, os.getloadavg()[0])
+    text = report(args, argv, results, spans, sent_on, load, (export_cpu, receiver_cpu))
     print(text)
     if args.output is not None:
         write_between(args.output, START, END, text)

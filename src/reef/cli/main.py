@@ -122,25 +122,43 @@ def export(
     scenario: Annotated[str, typer.Option(help="Scenario to export.")],
     format: Annotated[
         str,
-        typer.Option("--format", "-f", help="jsonl (also named reef), parquet or openai-finetune."),
+        typer.Option(
+            "--format", "-f", help="jsonl (also named reef), parquet, openai-finetune or otel."
+        ),
     ] = "jsonl",
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="File to write (default: stdout, jsonl only)."),
+        typer.Option("--output", "-o", help="File to write (default: stdout; parquet needs one)."),
     ] = None,
+    capture_content: Annotated[
+        bool,
+        typer.Option(
+            "--capture-content/--no-capture-content",
+            help="otel: write message content and corrections (needed to import it back).",
+        ),
+    ] = True,
     config: ConfigOption = None,
 ) -> None:
     """Export a scenario's records with their feedback, redacted.
 
     Feedback is joined to each record; text is redacted with the configured
     capture.redact_patterns. openai-finetune writes one conversation per answer, a
-    correction replacing the served answer; reef import reads jsonl back."""
+    correction replacing the served answer; otel writes OTLP/JSON GenAI spans (one
+    ExportTraceServiceRequest per line, as the Collector's file exporter), content
+    included unless --no-capture-content; reef import reads jsonl and otel back."""
     from reef.cli.stores import check_scenario, open_existing_database
-    from reef.experience import Redactor, SQLExperienceStore, export_records
+    from reef.experience import (
+        EXPORT_FORMATS,
+        OtelFileOptions,
+        Redactor,
+        SQLExperienceStore,
+        export_otel,
+        export_records,
+    )
 
-    if format not in ("jsonl", "reef", "parquet", "openai-finetune"):
+    if format not in EXPORT_FORMATS:
         raise InvalidInputError(
-            f"--format must be jsonl, reef, parquet or openai-finetune, not {format!r}"
+            f"--format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}"
         )
     if format == "parquet" and output is None:
         raise InvalidInputError("parquet export needs --output FILE")
@@ -150,22 +168,12 @@ def export(
     store = SQLExperienceStore(database)
     try:
         check_scenario(settings, database, scenario)
-        if output is None:
-            count = export_records(
-                store,
-                scenario,
-                format,  # type: ignore[arg-type]
-                sys.stdout.buffer,
-                redactor=redactor,
-            )
+        out = sys.stdout.buffer if output is None else output
+        if format == "otel":
+            options = OtelFileOptions(capture_content, settings.otel.service_name)
+            count = export_otel(store, scenario, out, options, redactor=redactor)
         else:
-            count = export_records(
-                store,
-                scenario,
-                format,  # type: ignore[arg-type]
-                output,
-                redactor=redactor,
-            )
+            count = export_records(store, scenario, format, out, redactor=redactor)  # type: ignore[arg-type]
     finally:
         store.close()
         database.close()

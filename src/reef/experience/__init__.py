@@ -40,7 +40,13 @@ from reef.experience.exchanges import (
     canonical_exchange,
     chat_messages,
 )
-from reef.experience.export import ParquetUnavailableError, export_records
+from reef.experience.export import (
+    EXPORT_FORMATS,
+    OtelFileOptions,
+    ParquetUnavailableError,
+    export_otel,
+    export_records,
+)
 from reef.experience.importing import (
     BATCH_LINES as IMPORT_BATCH_LINES,
 )
@@ -60,6 +66,7 @@ from reef.experience.importing import (
     reader_named,
     sniff_reader,
 )
+from reef.experience.importing.otel import otlp_attributes
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
     PersonalData,
@@ -105,6 +112,7 @@ from reef.experience.writer import RecordWriter, WriterStats
 __all__ = [
     "COMPUTED_KINDS",
     "EXPLICIT",
+    "EXPORT_FORMATS",
     "IMPORT_BATCH_LINES",
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
@@ -129,6 +137,7 @@ __all__ = [
     "Line",
     "LineImport",
     "MemoryLedger",
+    "OtelFileOptions",
     "ParquetUnavailableError",
     "PersonalData",
     "Purpose",
@@ -165,11 +174,13 @@ __all__ = [
     "check_feedback_source",
     "check_source_weights",
     "demo_trust",
+    "export_otel",
     "export_records",
     "find_personal_data",
     "import_file",
     "is_tool_call_correction",
     "open_store",
+    "otlp_attributes",
     "personal_data_key",
     "reader_named",
     "scrub_personal_text",

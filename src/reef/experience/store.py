@@ -92,6 +92,12 @@ class ExperienceStore(ABC):
     def find_by_idempotency_key(self, scenario: str, key: str) -> str | None:
         """Id of the record stored with this idempotency key, if any."""
 
+    def find_by_idempotency_keys(self, scenario: str, keys: Sequence[str]) -> dict[str, str]:
+        """key -> id of the records stored with one of ``keys``; the default asks
+        ``find_by_idempotency_key`` per key."""
+        found = {key: self.find_by_idempotency_key(scenario, key) for key in dict.fromkeys(keys)}
+        return {key: record_id for key, record_id in found.items() if record_id is not None}
+
     @abstractmethod
     def add_feedback(self, draft: FeedbackDraft) -> tuple[str, bool]:
         """Store feedback; return ``(feedback_id, created)``.

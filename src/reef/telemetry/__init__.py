@@ -2,8 +2,9 @@
 
 Owns: the shape of what is sent (``gen_ai.*`` and ``reef.*`` attributes, the
 ``gen_ai.evaluation.result`` events of feedback) and the pipeline that sends it off the request
-path: a bounded queue in the gateway, and an export process running the OpenTelemetry
-SDK's batch span processor and OTLP exporter (failed exports counted).
+path: a bounded queue in the gateway, and an export process that encodes OTLP protobuf
+(``otlp_proto``) and sends it with the OpenTelemetry SDK's OTLP exporters (failed exports
+counted); and ``reef export --format otel``'s OTLP/JSON file (``otlp_json``).
 Does not own: what is recorded or when (the gateway calls in once a record is written),
 the store, or any import of traces (``reef import``).
 How to extend: attributes are built by plain functions in ``reef.telemetry.attributes``

@@ -11,14 +11,43 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from reef.core import dumps, loads
-from reef.experience import FeedbackDraft, RecordDraft
+from reef.experience import FeedbackDraft, FeedbackView
 from reef.upstream import canonical_reply, canonical_request
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[float] | Sequence[int]
 Attributes = dict[str, AttributeValue]
+Rating = FeedbackDraft | FeedbackView  # feedback being stored, or stored (``reef export``)
+
+
+class Exchange(Protocol):
+    """What a record's span is made of: a ``RecordDraft`` being written, a stored
+    ``RecordView`` (``reef export --format otel``), or the export process's copy of a
+    draft (``reef.telemetry.exporter``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def scenario(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def api(self) -> str: ...
+    @property
+    def purpose(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def release_id(self) -> str | None: ...
+    @property
+    def request(self) -> dict[str, Any]: ...
+    @property
+    def response(self) -> dict[str, Any] | None: ...
+    @property
+    def usage(self) -> dict[str, Any] | None: ...
+
 
 # A record's ``api`` -> ``gen_ai.operation.name``.
 OPERATIONS = {
@@ -47,7 +76,7 @@ def trace_ids(record_id: str) -> tuple[int, int]:
     return trace_id, span_id
 
 
-def span_name(draft: RecordDraft) -> str:
+def span_name(draft: Exchange) -> str:
     """``{gen_ai.operation.name} {gen_ai.request.model}`` (the operation alone without a model)."""
     operation = OPERATIONS.get(draft.api, "chat")
     model = draft.request.get("model")
@@ -55,7 +84,7 @@ def span_name(draft: RecordDraft) -> str:
 
 
 def record_attributes(
-    draft: RecordDraft, provider: str, pinned_release: str | None, capture_content: bool
+    draft: Exchange, provider: str, pinned_release: str | None, capture_content: bool
 ) -> Attributes:
     """The span attributes of ``draft`` (already redacted); the messages only with
     ``capture_content``."""
@@ -128,12 +157,12 @@ def finish_reasons(response: dict[str, Any]) -> list[str]:
     return []
 
 
-def input_messages(draft: RecordDraft) -> list[dict[str, Any]]:
+def input_messages(draft: Exchange) -> list[dict[str, Any]]:
     """The request's conversation in the parts format (system prompt included)."""
     return [_parts_message(message) for message in canonical_request(draft.api, draft.request)]
 
 
-def output_messages(draft: RecordDraft, reasons: list[str]) -> list[dict[str, Any]]:
+def output_messages(draft: Exchange, reasons: list[str]) -> list[dict[str, Any]]:
     """The answer in the parts format: one assistant message with its finish reason."""
     if draft.response is None or draft.api == "openai.embeddings":
         return []
@@ -175,7 +204,7 @@ def _parts_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def feedback_attributes(
-    feedback: FeedbackDraft, feedback_id: str, capture_content: bool = False
+    feedback: Rating, feedback_id: str, capture_content: bool = False
 ) -> Attributes:
     """The ``gen_ai.evaluation.result`` event of one feedback item: its score as the
     value; a one-word feedback (``thumbs_down``) as the label, a longer text feedback as

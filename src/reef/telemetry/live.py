@@ -1,17 +1,22 @@
-"""Live export from the gateway: span descriptions queued on the request path, handed
-in batches to the export process (``reef.telemetry.exporter``), which runs the
-OpenTelemetry SDK and its OTLP exporter.
+"""Live export from the gateway: records queued on the request path, handed in batches
+to the export process (``reef.telemetry.exporter``), which builds their attributes,
+encodes them as OTLP protobuf and sends them with the OpenTelemetry SDK's OTLP exporter.
 
-On the request path a record costs its attributes (a few microseconds) and an append to
-a bounded queue: nothing waits for the collector or the export process, a full queue
-drops the span (counted), and nothing here raises into a request. A feeder thread writes
-each batch as one JSON line to the export process; a reader thread takes the counters
-that process prints after each export, for ``/metrics``.
+On the request path a record costs one tuple appended to a bounded queue (the draft, the
+provider, the pinned release, the end time): no attributes, no hashing, no lock unless a
+batch is full or the queue is. Nothing waits for the collector or the export process, a
+full queue drops the span (counted), and nothing here raises into a request. A feeder
+thread writes each batch as one JSON line of compact records to the export process
+(without ``capture_content``, only the request's model and the response's ids and finish
+reasons leave); a reader thread takes the counters that process prints after each
+export, for ``/metrics``. Feedback and gate results, rare, are described here in full.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import logging
 import subprocess
 import sys
@@ -27,14 +32,15 @@ from reef.telemetry.attributes import (
     EVALUATION_EVENT,
     feedback_attributes,
     gate_attributes,
-    record_attributes,
-    span_name,
     trace_ids,
 )
 
 log = logging.getLogger("reef.telemetry")
 
 EXPORTER_COMMAND = [sys.executable, "-m", "reef.telemetry.exporter"]
+PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
+# A queued span: a feedback or gate description, or (draft, provider, pinned release, end ns).
+_Item = dict[str, Any] | tuple[RecordDraft, str, str | None, int]
 
 
 def _hex_ids(record_id: str) -> list[str]:
@@ -48,7 +54,7 @@ class LiveExport:
 
     def __init__(self, config: OtelConfig, command: list[str] | None = None) -> None:
         self.config = config
-        self._queue: deque[dict[str, Any]] = deque()
+        self._queue: deque[_Item] = deque()
         self._changed = threading.Condition()
         self._closing = False
         self._flush_now = False
@@ -59,6 +65,10 @@ class LiveExport:
             command or EXPORTER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self._process.stdin is not None
+        # A batch line is about 0.3 KB a span: a pipe that holds a whole batch takes it
+        # in one write instead of 64 KB at a time, each waiting for the export process.
+        with contextlib.suppress(OSError, AttributeError):  # Linux only, bounded by the OS
+            fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         settings = config.model_dump(mode="json")
         settings["headers"] = {k: v.get_secret_value() for k, v in config.headers.items()}
         self._write(dumps(settings) + b"\n")
@@ -74,25 +84,8 @@ class LiveExport:
     def record(self, draft: RecordDraft, provider: str, pinned_release: str | None) -> None:
         """One CLIENT span for the recorded exchange ``draft``: ids derived from the record
         id, ending now and starting its latency earlier; an error or aborted record sets
-        the span's status."""
-        try:
-            end = time.time_ns()
-            error = (draft.error or draft.status) if draft.status in ("error", "aborted") else None
-            self._put(
-                {
-                    "name": span_name(draft),
-                    "kind": "client",
-                    "ids": _hex_ids(draft.id),
-                    "start": end - int(draft.latency_ms * 1_000_000),
-                    "end": end,
-                    "attributes": record_attributes(
-                        draft, provider, pinned_release, self.config.capture_content
-                    ),
-                    "error": error,
-                }
-            )
-        except Exception:
-            log.exception("could not describe the span of record %s; not exported", draft.id)
+        the span's status (built by the export process, ``exporter.describe``)."""
+        self._put((draft, provider, pinned_release, time.time_ns()))
 
     def feedback(self, feedback: FeedbackDraft, feedback_id: str) -> None:
         """A ``gen_ai.evaluation.result`` event on a span of its own, a child of the first
@@ -142,13 +135,18 @@ class LiveExport:
             }
         )
 
-    def _put(self, description: dict[str, Any]) -> None:
-        with self._changed:
-            if self._closing or len(self._queue) >= self.config.max_queue_size:
+    def _put(self, item: _Item) -> None:
+        """Queue ``item``; drop it (counted) when the queue is full or closing. The
+        append is atomic (``deque``): the lock is taken only to wake the feeder for a
+        full batch, or to count a drop."""
+        queue = self._queue
+        if self._closing or len(queue) >= self.config.max_queue_size:
+            with self._changed:
                 self.dropped_spans += 1
-                return
-            self._queue.append(description)
-            if len(self._queue) >= self.config.max_export_batch_size:
+            return
+        queue.append(item)
+        if len(queue) >= self.config.max_export_batch_size:
+            with self._changed:
                 self._changed.notify_all()
 
     # -- the threads -------------------------------------------------------------------
@@ -165,12 +163,12 @@ class LiveExport:
                     ),
                     timeout=delay,
                 )
-                batch = list(self._queue)
-                self._queue.clear()
+                batch = [self._queue.popleft() for _ in range(len(self._queue))]
                 self._flush_now = False
                 closing = self._closing
-            if batch:
-                if self._write(dumps(batch) + b"\n"):
+            line = self._line(batch) if batch else None
+            if line is not None:
+                if self._write(line):
                     with self._changed:
                         self.queued_spans += len(batch)
                 else:
@@ -178,6 +176,46 @@ class LiveExport:
                         self.dropped_spans += len(batch)
             if closing:
                 return
+
+    def _line(self, batch: list[_Item]) -> bytes | None:
+        """The JSON line of ``batch``; None (its spans counted as dropped) when it cannot
+        be written."""
+        try:
+            return dumps([self._wire(item) for item in batch]) + b"\n"
+        except Exception:
+            log.exception("a batch of %d span(s) could not be written", len(batch))
+            with self._changed:
+                self.dropped_spans += len(batch)
+            return None
+
+    def _wire(self, item: _Item) -> Any:
+        """A queued item as the export process reads it: a description as it is, a record
+        as the fields of ``exporter.RECORD_FIELDS``."""
+        if isinstance(item, dict):
+            return item
+        draft, provider, pinned_release, end = item
+        request: dict[str, Any] = draft.request
+        response = draft.response
+        if not self.config.capture_content:
+            request = {"model": request.get("model")}
+            response = _response_ids(response)
+        return [
+            draft.id,
+            draft.session_id,
+            draft.scenario,
+            draft.api,
+            draft.purpose,
+            draft.status,
+            draft.release_id,
+            draft.error,
+            draft.latency_ms,
+            draft.usage,
+            request,
+            response,
+            provider,
+            pinned_release,
+            end,
+        ]
 
     def _write(self, line: bytes) -> bool:
         stdin = self._process.stdin
@@ -243,3 +281,21 @@ class LiveExport:
         self._reader.join(timeout=5)
         if self._process.stdout is not None:
             self._process.stdout.close()
+
+
+def _response_ids(response: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the attributes read of a response without content: model, id, finish
+    reasons (``attributes.finish_reasons``)."""
+    if response is None:
+        return None
+    kept: dict[str, Any] = {
+        k: response[k] for k in ("model", "id", "stop_reason", "status") if k in response
+    }
+    choices = response.get("choices")
+    if isinstance(choices, list):
+        kept["choices"] = [
+            {"finish_reason": choice.get("finish_reason")}
+            for choice in choices
+            if isinstance(choice, dict)
+        ]
+    return kept

@@ -47,7 +47,7 @@ from reef.upstream import (
     extend_chain,
 )
 
-BATCH_LINES = 200
+BATCH_LINES = 1000
 MAX_SKIPS_KEPT = 1000  # skipped lines listed in the summary; beyond, only counted
 SESSION_MEMORY = 100_000  # continuation hashes of this run remembered for inference
 _APIS = get_args(RecordDraft.__annotations__["api"]) or (
@@ -299,6 +299,7 @@ class _Importer:
         self.sessions: OrderedDict[str, str] = OrderedDict()  # continuation -> session
         self.session_keys: set[str] = set()
         self.batch_keys: dict[str, str] = {}
+        self.stored_keys: dict[str, str] = {}  # of this batch's records, stored before it
 
     def write(self, batch: list[tuple[int, ImportItem]], summary: ImportSummary, path: str) -> None:
         """Write the batch's records in one transaction, then their feedback."""
@@ -306,6 +307,10 @@ class _Importer:
         placed: list[list[str | None]] = []  # per item: stored id of each record (pending)
         pending: list[tuple[int, int, RecordDraft]] = []
         self.batch_keys = {}  # a line repeated within the batch is a duplicate
+        self.stored_keys = self.store.find_by_idempotency_keys(
+            self.options.scenario,
+            [self._key(record) for _, item in batch for record in item.records],
+        )
         for position, (line_no, item) in enumerate(batch):
             ids: list[str | None] = []
             for index, record in enumerate(item.records):
@@ -389,7 +394,7 @@ class _Importer:
                 return self.store.get_record(record.record_id).id
             except NotFoundError:
                 pass
-        return self.store.find_by_idempotency_key(self.options.scenario, self._key(record))
+        return self.stored_keys.get(self._key(record))
 
     def _by_source(self, source_id: str) -> str | None:
         """The id of the record imported (by this format) with ``source_id``."""

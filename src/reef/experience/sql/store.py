@@ -317,6 +317,17 @@ class SQLExperienceStore(ExperienceStore):
             found: str | None = conn.scalar(FIND_BY_KEY, {"scenario": scenario, "key": key})
         return found
 
+    def find_by_idempotency_keys(self, scenario: str, keys: Sequence[str]) -> dict[str, str]:
+        r = t.records.c
+        found: dict[str, str] = {}
+        with self._read() as conn:
+            for chunk in _chunks(list(dict.fromkeys(keys))):
+                query = select(r.idempotency_key, r.id).where(
+                    r.scenario == scenario, r.idempotency_key.in_(chunk)
+                )
+                found.update((key, record_id) for key, record_id in conn.execute(query))
+        return found
+
     # -- feedback ----------------------------------------------------------------------
 
     def add_feedback(self, draft: FeedbackDraft) -> tuple[str, bool]:
@@ -330,10 +341,7 @@ class SQLExperienceStore(ExperienceStore):
             if d.idempotency_key is not None
         ]
         with self._write(lock_keys) as conn:
-            return [
-                self._insert_feedback(conn, draft, row, record_ids)
-                for draft, (row, record_ids) in zip(drafts, prepared, strict=True)
-            ]
+            return self._insert_feedback_many(conn, drafts, prepared)
 
     def _feedback_row(self, draft: FeedbackDraft) -> tuple[dict[str, Any], tuple[str, ...]]:
         """The ``feedback`` row of ``draft`` and the records it names (checked: see
@@ -366,69 +374,107 @@ class SQLExperienceStore(ExperienceStore):
         }
         return row, record_ids
 
-    def _insert_feedback(
+    def _insert_feedback_many(
         self,
         conn: Connection,
-        draft: FeedbackDraft,
-        row: dict[str, Any],
-        record_ids: tuple[str, ...],
-    ) -> tuple[str, bool]:
-        key = draft.idempotency_key
-        if key is not None:
-            earlier = conn.execute(
-                select(t.feedback.c.id, t.feedback.c.body_hash).where(
-                    t.feedback.c.scenario == draft.scenario,
-                    t.feedback.c.idempotency_key == key,
-                )
-            ).first()
-            if earlier is not None:
-                if earlier.body_hash != row["body_hash"]:
-                    raise IdempotencyConflictError(draft.scenario, key)
-                return earlier.id, False
-        if draft.session_id is not None:
-            self._require_session(conn, draft.scenario, draft.session_id)
-        if record_ids:
-            self._require_records(conn, draft.scenario, record_ids, draft.session_id)
-        conn.execute(t.feedback.insert(), row)
-        if record_ids:
-            conn.execute(
-                t.feedback_refs.insert(),
-                [
-                    {"feedback_id": row["id"], "record_id": record_id, "position": position}
-                    for position, record_id in enumerate(record_ids)
-                ],
+        drafts: Sequence[FeedbackDraft],
+        prepared: Sequence[tuple[dict[str, Any], tuple[str, ...]]],
+    ) -> list[tuple[str, bool]]:
+        """Insert ``drafts`` with one lookup per kind (keys, records, sessions) and one
+        multi-row insert per table; checks and errors as ``add_feedback`` per draft, in
+        order (an earlier draft's key counts for a later one). One round trip per kind,
+        not per draft: ``bench/import_export.py`` (feedback was 70% of an import's time)."""
+        earlier = self._stored_feedback_keys(conn, drafts)
+        records = self._records_of(conn, drafts, prepared)
+        sessions = self._sessions_of(conn, drafts)
+        results: list[tuple[str, bool]] = []
+        rows: list[dict[str, Any]] = []
+        refs: list[dict[str, Any]] = []
+        for draft, (row, record_ids) in zip(drafts, prepared, strict=True):
+            key = (draft.scenario, draft.idempotency_key)
+            if draft.idempotency_key is not None:
+                found = earlier.get(key)
+                if found is not None:
+                    if found[1] != row["body_hash"]:
+                        raise IdempotencyConflictError(draft.scenario, draft.idempotency_key)
+                    results.append((found[0], False))
+                    continue
+            if draft.session_id is not None and (draft.scenario, draft.session_id) not in sessions:
+                raise SessionNotFoundError(draft.scenario, draft.session_id)
+            _check_records(records, draft.scenario, record_ids, draft.session_id)
+            if draft.idempotency_key is not None:
+                earlier[key] = (row["id"], row["body_hash"])
+            rows.append(row)
+            refs.extend(
+                {"feedback_id": row["id"], "record_id": record_id, "position": position}
+                for position, record_id in enumerate(record_ids)
             )
-        return row["id"], True
+            results.append((row["id"], True))
+        if rows:
+            conn.execute(t.feedback.insert(), rows)
+        if refs:
+            conn.execute(t.feedback_refs.insert(), refs)
+        return results
 
-    def _require_records(
+    def _stored_feedback_keys(
+        self, conn: Connection, drafts: Sequence[FeedbackDraft]
+    ) -> dict[tuple[str, str | None], tuple[str, str]]:
+        """(scenario, idempotency key) -> (id, body hash) of the stored feedback."""
+        fb = t.feedback.c
+        found: dict[tuple[str, str | None], tuple[str, str]] = {}
+        for scenario, keys in _by_scenario(
+            (d.scenario, d.idempotency_key) for d in drafts if d.idempotency_key is not None
+        ).items():
+            for chunk in _chunks(keys):
+                query = select(fb.idempotency_key, fb.id, fb.body_hash).where(
+                    fb.scenario == scenario, fb.idempotency_key.in_(chunk)
+                )
+                for key, feedback_id, body_hash in conn.execute(query):
+                    found[(scenario, key)] = (feedback_id, body_hash)
+        return found
+
+    def _records_of(
         self,
         conn: Connection,
-        scenario: str,
-        record_ids: Sequence[str],
-        session_id: str | None = None,
-    ) -> None:
+        drafts: Sequence[FeedbackDraft],
+        prepared: Sequence[tuple[dict[str, Any], tuple[str, ...]]],
+    ) -> dict[tuple[str, str], str]:
+        """(scenario, record id) -> session id of the records the drafts name."""
         r = t.records.c
-        found: dict[str, str] = {
-            record_id: session
-            for record_id, session in conn.execute(
-                select(r.id, r.session_id).where(r.scenario == scenario, r.id.in_(record_ids))
-            )
-        }
-        for record_id in record_ids:
-            if record_id not in found:
-                raise RecordNotFoundError(record_id, scenario)
-            if session_id is not None and found[record_id] != session_id:
-                raise InvalidInputError(
-                    f"record_ids: record {record_id!r} is not a turn of session {session_id!r}"
-                )
-
-    def _require_session(self, conn: Connection, scenario: str, session_id: str) -> None:
-        r = t.records.c
-        first = conn.scalar(
-            select(r.id).where(r.scenario == scenario, r.session_id == session_id).limit(1)
+        found: dict[tuple[str, str], str] = {}
+        wanted = _by_scenario(
+            (draft.scenario, record_id)
+            for draft, (_, record_ids) in zip(drafts, prepared, strict=True)
+            for record_id in record_ids
         )
-        if first is None:
-            raise SessionNotFoundError(scenario, session_id)
+        for scenario, ids in wanted.items():
+            for chunk in _chunks(ids):
+                # By primary key alone: with ``scenario = ?`` in the query SQLite walks the
+                # scenario's index instead, a scan of every record per batch.
+                query = select(r.id, r.scenario, r.session_id).where(r.id.in_(chunk))
+                for record_id, stored_in, session in conn.execute(query):
+                    if stored_in == scenario:
+                        found[(scenario, record_id)] = session
+        return found
+
+    def _sessions_of(
+        self, conn: Connection, drafts: Sequence[FeedbackDraft]
+    ) -> set[tuple[str, str]]:
+        """The (scenario, session id) of the drafts' sessions that have a record."""
+        r = t.records.c
+        found: set[tuple[str, str]] = set()
+        wanted = _by_scenario(
+            (d.scenario, d.session_id) for d in drafts if d.session_id is not None
+        )
+        for scenario, sessions in wanted.items():
+            for chunk in _chunks(sessions):
+                query = (
+                    select(r.session_id)
+                    .where(r.scenario == scenario, r.session_id.in_(chunk))
+                    .distinct()
+                )
+                found.update((scenario, session) for session in conn.scalars(query))
+        return found
 
     def session_feedback(self, scenario: str, session_id: str | None = None) -> list[FeedbackView]:
         fb = t.feedback.c
@@ -655,3 +701,37 @@ class SQLExperienceStore(ExperienceStore):
                 conn.scalar(select(func.count()).select_from(t.releases).where(*clauses)) or 0
             )
             return count
+
+
+_IN_CHUNK = 500  # values per IN list, well under SQLite's bound-parameter limit
+
+
+def _by_scenario(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(scenario, value) pairs as scenario -> distinct values, in first-seen order."""
+    grouped: dict[str, dict[str, None]] = defaultdict(dict)
+    for scenario, value in pairs:
+        grouped[scenario][value] = None
+    return {scenario: list(values) for scenario, values in grouped.items()}
+
+
+def _chunks(values: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
+
+
+def _check_records(
+    records: dict[tuple[str, str], str],
+    scenario: str,
+    record_ids: Sequence[str],
+    session_id: str | None,
+) -> None:
+    """Raise as ``add_feedback`` does for a record id not in ``scenario`` or, with a
+    ``session_id``, not a turn of that session (``records``: ``_records_of``)."""
+    for record_id in record_ids:
+        session = records.get((scenario, record_id))
+        if session is None:
+            raise RecordNotFoundError(record_id, scenario)
+        if session_id is not None and session != session_id:
+            raise InvalidInputError(
+                f"record_ids: record {record_id!r} is not a turn of session {session_id!r}"
+            )

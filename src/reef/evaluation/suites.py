@@ -171,9 +171,21 @@ def regression_suites(
 
 
 def is_current_suite(suite: str) -> bool:
-    """Whether ``suite`` counts toward the overall gain (file suites, holdout and the
-    episodes of ``gate.episodes``)."""
-    return suite == "holdout" or suite.startswith(("file:", "env:"))
+    """Whether ``suite`` counts toward the overall gain (file suites, holdout, the
+    episodes of ``gate.episodes`` and shadow results: ``shadow`` or ``shadow:<name>``)."""
+    return suite in ("holdout", "shadow") or suite.startswith(("file:", "env:", "shadow:"))
+
+
+def evidence_kind(suite: str) -> str:
+    """The kind of a current suite, as ``gate.evidence_weights`` names it: ``holdout``,
+    ``suites`` (file suites), ``episodes`` or ``shadow``."""
+    if suite == "holdout":
+        return "holdout"
+    if suite.startswith("env:"):
+        return "episodes"
+    if suite == "shadow" or suite.startswith("shadow:"):
+        return "shadow"
+    return "suites"
 
 
 def is_episode_suite(suite: str) -> bool:

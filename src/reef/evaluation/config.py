@@ -110,7 +110,6 @@ class GateRule(_Strict):
         "out any one author's items; evidence at or above it counts as it is.",
     )
 
-
     @field_validator("evidence_weights")
     @classmethod
     def _known_kinds(cls, weights: dict[str, float]) -> dict[str, float]:

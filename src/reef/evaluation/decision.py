@@ -109,10 +109,7 @@ def decide_results(
             results,
             name,
             suites=suites,
-            confidence=rule.confidence,
-            samples=rule.bootstrap_samples,
-            seed=rule.seed,
-            method=rule.method,
+            rule=rule,
             weights=weights,
         )
 
@@ -148,7 +145,8 @@ def suite_weights(results: Sequence[ItemResult], rule: GateRule) -> dict[str, fl
 
 
 def count_voids(results: Sequence[ItemResult], suites: Sequence[str]) -> dict[str, Any]:
-    """The void items among ``suites``' items: ``items`` (all), ``void``, ``by_kind``
+    """The void items among ``suites``' items: ``items`` (all), ``suites`` (items per
+    suite), ``void``, ``by_kind``
     (an item counted once, by its first void answer's kind), ``by_suite`` and
     ``fraction``."""
     keys = {r.item_key: r.suite for r in results if r.suite in suites}
@@ -159,6 +157,7 @@ def count_voids(results: Sequence[ItemResult], suites: Sequence[str]) -> dict[st
     by_suite = Counter(keys[key] for key in kinds)
     return {
         "items": len(keys),
+        "suites": dict(sorted(Counter(keys.values()).items())),
         "void": len(kinds),
         "fraction": len(kinds) / len(keys) if keys else 0.0,
         "by_kind": dict(Counter(kinds.values()).most_common()),
@@ -185,7 +184,5 @@ def _slice_summary(
     return summarize(
         tagged,
         f"slice:{protected.tag}",
-        confidence=rule.confidence,
-        samples=rule.bootstrap_samples,
-        seed=rule.seed,
+        rule=rule,
     )

@@ -162,10 +162,7 @@ def _overall(
         results,
         "overall",
         suites=current,
-        confidence=rule.confidence,
-        samples=rule.bootstrap_samples,
-        seed=rule.seed,
-        method=rule.method,
+        rule=rule,
         weights={suite: rule.evidence_weights.get(evidence_kind(suite), 1.0) for suite in current},
     )
 

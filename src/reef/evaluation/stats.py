@@ -217,10 +217,7 @@ def summarize(
     results: Sequence[ItemResult],
     name: str,
     suites: Collection[str] | None = None,
-    confidence: float = 0.95,
-    samples: int = 2000,
-    seed: int = 0,
-    method: str = "bootstrap",
+    rule: GateRule | None = None,
     weights: Mapping[str, float] | None = None,
 ) -> SuiteSummary | None:
     """Both arms on the results whose ``suite`` is in ``suites`` (None: all results),
@@ -229,9 +226,9 @@ def summarize(
     Each item's repeats are averaged per arm; only items answered by both arms count,
     and a void item (``ItemResult.void`` on either arm) counts for neither. ``weights``
     (by suite; missing: 1, 0: left out) weigh each item. The difference is the paired
-    bootstrap (``method`` ``bootstrap``) or the confidence sequence (``sequential``) of
-    candidate - baseline per item, items taken in key order. None when no item has both
-    arms.
+    bootstrap (``rule.method`` ``bootstrap``, the default without a rule) or the
+    confidence sequence (``sequential``) of candidate - baseline per item, items taken
+    in key order, at ``rule.confidence``. None when no item has both arms.
     """
     void = {r.item_key for r in results if r.void}
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -253,10 +250,11 @@ def summarize(
     candidate = [_mean(scores[(key, "candidate")]) for key in keys]
     baseline = [_mean(scores[(key, "baseline")]) for key in keys]
     diffs = [c - b for c, b in zip(candidate, baseline, strict=True)]
+    rule = rule or GateRule(method="bootstrap")
     difference = (
-        confidence_sequence(diffs, confidence, w)
-        if method == "sequential"
-        else paired_bootstrap(diffs, confidence, samples, seed, w)
+        confidence_sequence(diffs, rule.confidence, w)
+        if rule.method == "sequential"
+        else paired_bootstrap(diffs, rule.confidence, rule.bootstrap_samples, rule.seed, w)
     )
     return SuiteSummary(
         suite=name,
@@ -316,7 +314,7 @@ def decide(
     elif verdict == "passed":
         assert overall is not None
         reasons = _evidence(overall, regressions, rule)
-    method = {"name": rule.method}
+    method: dict[str, Any] = {"name": rule.method}
     if overall is not None and rule.method == "sequential":
         alpha = (1.0 - overall.difference.confidence) / 2.0
         method.update(alpha=alpha)
@@ -369,23 +367,18 @@ def _sequential(
 ) -> None:
     items = 0 if overall is None else overall.items
     if overall is None or items < rule.min_items:
-        waiting.append(
-            (_insufficient(items, rule), f"{rule.min_items - items} more paired items")
-        )
+        waiting.append((_insufficient(items, rule), f"{rule.min_items - items} more paired items"))
         return
     gain = overall.difference
     shown = f"the {_percent(gain.confidence)} anytime-valid interval of the gain"
     bounds = f"[{gain.low:.3f}, {gain.high:.3f}]"
     if gain.high < rule.min_improvement - _TOLERANCE:
-        reasons.append(
-            f"{shown} {bounds} lies below min_improvement {rule.min_improvement:.3f}"
-        )
+        reasons.append(f"{shown} {bounds} lies below min_improvement {rule.min_improvement:.3f}")
     elif gain.low <= 0:
         waiting.append(
             (
                 f"{shown} {bounds} does not lie above zero yet ({items} paired items)",
-                "more paired items: the interval must clear zero or fall below "
-                "min_improvement",
+                "more paired items: the interval must clear zero or fall below min_improvement",
             )
         )
     elif gain.mean < rule.min_improvement - _TOLERANCE:

@@ -209,9 +209,17 @@ class Gate:
         confidence = spent_confidence(self.config.confidence, len(earlier) + 1)
         return self.config.model_copy(update={"confidence": confidence})
 
+    def evidence_grows(self) -> bool:
+        """Whether a later look can see more evidence than this one: new held-out
+        traffic (``gate.holdout``). Void items are asked again on a later look whatever
+        this says."""
+        return self.config.holdout
+
     def _limit(self, decision: Decision, previous: Mapping[str, Any], now: datetime) -> Decision:
-        """An undecided ``decision`` past ``max_evidence`` items or ``max_wait_hours``
-        since the candidate's first look becomes a rejection for insufficient evidence."""
+        """An undecided ``decision`` becomes a rejection for insufficient evidence past
+        ``max_evidence`` items, when no more evidence can arrive (``evidence_grows``,
+        and no void item to ask again), or past ``max_wait_hours`` since the
+        candidate's first look."""
         if not decision.undecided:
             return decision
         items = 0 if decision.overall is None else decision.overall.items
@@ -220,6 +228,8 @@ class Gate:
         waited = (now - first).total_seconds() / 3600.0
         if items >= self.config.max_evidence:
             why = f"{items} paired items reached max_evidence {self.config.max_evidence}"
+        elif not self.evidence_grows() and not decision.voids.get("void"):
+            why = "no more evidence can arrive (gate.holdout is off)"
         elif waited >= self.config.max_wait_hours:
             why = f"undecided for {waited:.1f} h, max_wait_hours {self.config.max_wait_hours:g}"
         else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +111,7 @@ def _weighted_bootstrap(
 # Betting fractions of the mixture e-process (shares of the largest bet that keeps the
 # wealth positive): a geometric grid, so small and large gains both find a good bet.
 BETS: tuple[float, ...] = tuple(0.9 * 0.5**k for k in range(8))
-_BISECTIONS = 22
+_BISECTIONS = 16
 
 
 def _check_diffs(values: Sequence[float]) -> None:
@@ -133,8 +133,9 @@ def log_evalue(
     if not diffs:
         return 0.0
     w = [1.0] * len(diffs) if weights is None else list(weights)
-    shifted = [wi * (d - null) / (1.0 + null) for d, wi in zip(diffs, w, strict=True)]
-    logs = [math.fsum(math.log1p(bet * x) for x in shifted) for bet in BETS]
+    # Scores are mostly 0/1, so few distinct terms: each is computed once, times its count.
+    terms = Counter(wi * (d - null) / (1.0 + null) for d, wi in zip(diffs, w, strict=True))
+    logs = [math.fsum(count * math.log1p(bet * x) for x, count in terms.items()) for bet in BETS]
     top = max(logs)
     return top + math.log(math.fsum(math.exp(value - top) for value in logs) / len(logs))
 
@@ -143,8 +144,16 @@ def _lower_bound(values: Sequence[float], weights: Sequence[float] | None, level
     """The largest m whose hypothesis "mean <= m" the e-process rejects at ``level``
     (log 1/alpha): the confidence sequence's lower end; -1 when none is rejected."""
     low, high = -1.0, max(values)
+    if high <= low:
+        return low
     if log_evalue(values, high, weights) >= level:
         return high
+    # Zero first: whether the bound clears zero (the publish test) is then exact.
+    if high > 0.0:
+        if log_evalue(values, 0.0, weights) >= level:
+            low = 0.0
+        else:
+            high = 0.0
     for _ in range(_BISECTIONS):
         middle = (low + high) / 2.0
         if log_evalue(values, middle, weights) >= level:

@@ -302,10 +302,11 @@ def decide(
     (``sequential``) an anytime-valid interval of the gain wholly below
     ``min_improvement``; a regression suite whose mean dropped by more than
     ``max_regression``; a protected slice that dropped by more than its limit.
-    Else undecided when more void items than ``max_void_fraction`` came, or
-    (``sequential``) fewer than ``min_items`` items or an interval that does not clear
-    zero yet: ``missing`` says what evidence would decide. Passed: the reasons are the
-    evidence. ``suites`` are the summaries to report (default: ``regressions``)."""
+    More void items than ``max_void_fraction`` make any verdict but a safety failure
+    undecided (the other reasons are kept, as what the items that came say). Else
+    undecided (``sequential``) with fewer than ``min_items`` items or an interval that
+    does not clear zero yet: ``missing`` says what evidence would decide. Passed: the
+    reasons are the evidence. ``suites`` are the summaries to report (default: ``regressions``)."""
     context = context or Context()
     reasons = [f"safety: {failure}" for failure in safety_failures]
     waiting: list[tuple[str, str]] = []  # (reason, missing evidence)
@@ -316,7 +317,11 @@ def decide(
     reasons += _regressions(regressions, rule)
     slices = [_slice(protected, summary) for protected, summary in context.slices]
     reasons += [row["reason"] for row in slices if row["status"] == "regressed"]
-    waiting = _voided(context.voids, rule) + waiting
+    voided = _voided(context.voids, rule)
+    if voided and not safety_failures:
+        # Too few answers came to judge anything: what the rest says is only reported.
+        waiting = voided + [(f"on the items that came: {r}", "") for r in reasons] + waiting
+        reasons = []
     verdict: Verdict = "rejected" if reasons else "undecided" if waiting else "passed"
     if verdict == "undecided":
         reasons = [reason for reason, _ in waiting]
@@ -336,7 +341,7 @@ def decide(
         safety=list(safety_failures),
         voids=dict(context.voids),
         slices=slices,
-        missing=[missing for _, missing in waiting] if verdict == "undecided" else [],
+        missing=[missing for _, missing in waiting if missing] if verdict == "undecided" else [],
         method=method,
     )
 

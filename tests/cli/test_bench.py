@@ -93,6 +93,7 @@ def test_runs_in_order_and_skips_what_cannot_run(
         "faults.py",
         "signals.py",
         "otel_export.py",
+        "gate_validity.py",
     ]
     argv = calls(bench_dir)[0]["argv"]
     assert "--skip-litellm" in argv  # no bench/.venv-litellm in the fake checkout

@@ -248,6 +248,19 @@ BENCHES: tuple[Bench, ...] = (
         model=True,
     ),
     Bench(
+        "gate_validity",
+        "the decision rule under repeated looks: A/A false publishes and power, "
+        "sequential vs bootstrap",
+        (
+            Step(
+                "gate_validity.py",
+                ("--decisions", "1000"),
+                ("--decisions", "20", "--sizes", "20,100", "--gains", "0,0.2"),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "episodes",
         "the gate's paired episodes vs the same episodes played straight on the engine",
         (

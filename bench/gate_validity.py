@@ -1,6 +1,6 @@
 """The gate's decision rule under repeated looks: false publishes on A/A, and power.
 
-    .venv/bin/python bench/gate_validity.py --decisions 1000 --output docs/benchmarks.md
+    .venv/bin/python bench/gate_validity.py --output docs/benchmarks.md
 
 Synthetic paired results through the real decision code: every item has a difficulty
 p_i drawn uniformly from [0.2, 0.7]; an arm answers it right ("yes") with chance p_i
@@ -85,47 +85,69 @@ def looks_of(n: int, looks: int) -> list[int]:
     return sorted({max(1, round(n * k / looks)) for k in range(1, looks + 1)})
 
 
-def one_decision(
-    results: list[ItemResult], n: int, looks: int, rules: dict[str, GateRule]
-) -> tuple[bool, int, bool, bool]:
-    """(sequential published, items it used, bootstrap published at some look,
-    bootstrap published on one look at n)."""
-    sequential, used = False, n
+def sequential_decision(
+    results: list[ItemResult], n: int, looks: int, rule: GateRule
+) -> tuple[bool, int]:
+    """(published, items used) under the sequential rule, stopping at a final verdict."""
     for m in looks_of(n, looks):
-        decision = decide_results(results[: 2 * m], [], rules["sequential"])
+        decision = decide_results(results[: 2 * m], [], rule)
         if decision.verdict != "undecided":
-            sequential, used = decision.passed, m
-            break
+            return decision.passed, m
+    return False, n
+
+
+def bootstrap_decision(
+    results: list[ItemResult], n: int, looks: int, rule: GateRule
+) -> tuple[bool, bool]:
+    """(published at some look, published on one look at n) under the bootstrap rule."""
     again = False
     for m in looks_of(n, looks):
-        if decide_results(results[: 2 * m], [], rules["bootstrap"]).passed:
+        if decide_results(results[: 2 * m], [], rule).passed:
             again = True
             break
-    once = again and decide_results(results, [], rules["bootstrap"]).passed
-    return sequential, used, again, once
+    # Passing at n means passing at some look, so the one-look rule needs no extra call
+    # when no look passed.
+    once = again and decide_results(results, [], rule).passed
+    return again, once
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many decisions each cell gets: ``aa`` (gain 0) and ``power`` for the
+    sequential rule; the bootstrap rule (slower: ``samples`` resamples per look) gets the
+    first ``bootstrap`` of them."""
+
+    aa: int
+    power: int
+    bootstrap: int
+    looks: int
+    samples: int
 
 
 def simulate(
-    sizes: Sequence[int], gains: Sequence[float], decisions: int, looks: int, samples: int
+    sizes: Sequence[int], gains: Sequence[float], plan: Plan
 ) -> dict[tuple[float, int], dict[str, Tally]]:
-    rules = {
-        "sequential": GateRule(min_items=10),
-        "bootstrap": GateRule(min_items=10, method="bootstrap", bootstrap_samples=samples),
-    }
+    sequential = GateRule(min_items=10)
+    bootstrap = GateRule(min_items=10, method="bootstrap", bootstrap_samples=plan.samples)
     table: dict[tuple[float, int], dict[str, Tally]] = {}
     for gain in gains:
         for n in sizes:
             rng = random.Random(f"{gain}:{n}")
             tallies = {method: Tally() for method in METHODS}
-            for index in range(decisions):
-                rules["bootstrap"] = rules["bootstrap"].model_copy(update={"seed": index})
+            for index in range(plan.aa if gain == 0.0 else plan.power):
                 results = simulated_results(n, gain, rng)
-                outcome = one_decision(results, n, looks, rules)
-                published_by = (outcome[0], outcome[2], outcome[3])
-                for method, published in zip(METHODS, published_by, strict=True):
-                    tallies[method].published += published
+                published, used = sequential_decision(results, n, plan.looks, sequential)
+                tallies[METHODS[0]].published += published
+                tallies[METHODS[0]].decisions += 1
+                tallies[METHODS[0]].items_used += used
+                if index >= plan.bootstrap:
+                    continue
+                rule = bootstrap.model_copy(update={"seed": index})
+                for method, won in zip(
+                    METHODS[1:], bootstrap_decision(results, n, plan.looks, rule), strict=True
+                ):
+                    tallies[method].published += won
                     tallies[method].decisions += 1
-                tallies["sequential"].items_used += outcome[1]
             table[(gain, n)] = tallies
             print(
                 f"gain {gain:+.2f} n {n}: "
@@ -145,12 +167,16 @@ def report(
     alpha = (1 - GateRule().confidence) / 2
     lines = [
         "Command: `python bench/gate_validity.py "
-        f"--decisions {args.decisions} --looks {args.looks} --sizes "
+        f"--decisions {args.decisions} --power-decisions {args.power_decisions} "
+        f"--bootstrap-decisions {args.bootstrap_decisions} --looks {args.looks} --sizes "
         f"{','.join(map(str, sizes))} --bootstrap-samples {args.bootstrap_samples}` "
         f"({seconds:.0f} s on this machine). Synthetic paired items (difficulty "
         "U[0.2, 0.7], right/wrong answers scored by `normalized_exact`), decided by "
         f"`decide_results` at up to {args.looks} looks (after n/{args.looks}, ..., n "
-        f"items), `min_items` 10, alpha = {alpha:.1%}.",
+        f"items), `min_items` 10, alpha = {alpha:.1%}. Decisions per cell: sequential "
+        f"{args.decisions} (A/A) and {args.power_decisions} (power); the bootstrap rule "
+        f"the first {args.bootstrap_decisions} of them, with {args.bootstrap_samples} "
+        "resamples per look.",
         "",
         "(a) A/A, false publishes (95% Wilson interval):",
         "",
@@ -187,19 +213,32 @@ def report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--decisions", type=int, default=200, help="Decisions per cell.")
+    parser.add_argument("--decisions", type=int, default=1000, help="A/A decisions per n.")
+    parser.add_argument(
+        "--power-decisions", type=int, default=200, help="Decisions per gain and n."
+    )
+    parser.add_argument(
+        "--bootstrap-decisions",
+        type=int,
+        default=200,
+        help="Of those, how many the (slower) bootstrap rule decides too.",
+    )
     parser.add_argument("--looks", type=int, default=5, help="Looks per decision.")
     parser.add_argument("--sizes", default="20,50,100,200,400", help="Items n, comma-separated.")
     parser.add_argument("--gains", default="0,0.05,0.1,0.2", help="True gains (0: A/A).")
     parser.add_argument(
-        "--bootstrap-samples", type=int, default=500, help="Resamples of the bootstrap rule."
+        "--bootstrap-samples", type=int, default=200, help="Resamples of the bootstrap rule."
     )
     parser.add_argument("--output", type=Path, help="Rewrite this section of the file.")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     gains = [float(g) for g in args.gains.split(",")]
     started = time.monotonic()
-    table = simulate(sizes, gains, args.decisions, args.looks, args.bootstrap_samples)
+    plan = Plan(
+        args.decisions, args.power_decisions, args.bootstrap_decisions, args.looks,
+        args.bootstrap_samples,
+    )  # fmt: skip
+    table = simulate(sizes, gains, plan)
     text = report(table, sizes, gains, args, time.monotonic() - started)
     print(text)
     if args.output is not None:

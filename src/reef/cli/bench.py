@@ -254,8 +254,19 @@ BENCHES: tuple[Bench, ...] = (
         (
             Step(
                 "gate_validity.py",
-                ("--decisions", "1000"),
-                ("--decisions", "20", "--sizes", "20,100", "--gains", "0,0.2"),
+                (),
+                (
+                    "--decisions",
+                    "40",
+                    "--power-decisions",
+                    "20",
+                    "--bootstrap-decisions",
+                    "20",
+                    "--sizes",
+                    "20,100",
+                    "--gains",
+                    "0,0.2",
+                ),
                 OUTPUT,
             ),
         ),

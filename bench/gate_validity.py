@@ -166,6 +166,11 @@ def report(
 ) -> str:
     alpha = (1 - GateRule().confidence) / 2
     lines = [
+        "## Gate validity",
+        "",
+        "The decision rule looked at again and again (`bench/gate_validity.py`): how often "
+        "a candidate equal to the head is published, and how often a better one is.",
+        "",
         "Command: `python bench/gate_validity.py "
         f"--decisions {args.decisions} --power-decisions {args.power_decisions} "
         f"--bootstrap-decisions {args.bootstrap_decisions} --looks {args.looks} --sizes "

@@ -5,12 +5,15 @@ and reported, never scored. A real gateway in front of an oracle upstream that a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from reef.evaluation.config import GateRule
-from reef.evaluation.decision import decide_results
-from reef.evaluation.values import ItemResult
+from reef.evaluation.decision import decide_results, score_answers
+from reef.evaluation.scorers import ScorerContext, ScorerRegistry
+from reef.evaluation.values import Answer, EvalItem, ItemResult
+from reef.learning.reflect import ReflectError
 from tests.evaluation.gate_setup import fact, quiz_world, write_suite
 from tests.fakes.oracle import OracleUpstreamThread
 
@@ -98,3 +101,23 @@ def test_a_refused_answer_still_scores_and_a_void_one_does_not() -> None:
     assert decision.overall.difference.mean == 0.0  # the refusal counted as a miss
     assert decision.voids["void"] == 1 and decision.voids["by_kind"] == {"timeout": 1}
     assert decision.verdict == "undecided"  # 1 of 3 void is over 10%
+
+
+class DownJudge:
+    """A judge model whose upstream cannot be reached, as ``UpstreamReflector`` says so."""
+
+    def ask(
+        self, messages: list[dict[str, Any]], upstream: str | None = None, model: str | None = None
+    ) -> str:
+        raise ReflectError("judge upstream unreachable: connection refused")
+
+
+def test_a_judge_that_cannot_be_asked_voids_the_answer_instead_of_scoring_it() -> None:
+    items = [EvalItem(id="1", suite="file:q", messages=[], reference="30 days")]
+    answers = [Answer("file:q/1", "candidate", 0, "thirty days", None, None, 0.0)]
+    spec = {"type": "llm_judge", "rubric": "Names the refund window.", "model": "m"}
+    [result] = score_answers(
+        items, answers, spec, ScorerRegistry(), ScorerContext(model=DownJudge()), 48
+    )
+    assert result.void and result.details["error_kind"] == "judge"
+    assert "connection refused" in result.details["error"]

@@ -370,4 +370,6 @@ def draw_differences(title: str, decision: Decision, items: Sequence[ItemCompari
 
 
 def _verdict_color(decision: Decision) -> str:
+    if decision.undecided:
+        return "#ef6c00"
     return "#2e7d32" if decision.passed else "#c62828"

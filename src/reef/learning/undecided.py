@@ -6,7 +6,7 @@ paired items per suite and the void items). On every pass the worker looks at ea
 such candidate of a scenario whose recipe gates, and runs the gate again when:
 
 - new held-out traffic with feedback gave more holdout items than the last look used;
-- the last look had void items (outages), which are asked again;
+- the last look had void items (an outage), asked again ``VOID_RETRY_SECONDS`` after it;
 - ``gate.max_wait_hours`` has passed since the first look (the gate then rejects it as
   "insufficient evidence" unless the new look decides).
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from reef.learning.worker import Worker
 
 log = logging.getLogger("reef.worker")
+
+VOID_RETRY_SECONDS = 60.0
+"""How long after a look with void items (an outage) they are asked again."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,8 @@ def _why_again(
     seen = int((look.get("suites") or {}).get("holdout", 0))
     if recipe.gate.holdout and holdout_items > seen:
         return f"{holdout_items - seen} new held-out items"
-    if int(look.get("void", 0)):
+    since = (now - datetime.fromisoformat(look["at"])).total_seconds()
+    if int(look.get("void", 0)) and since >= VOID_RETRY_SECONDS:
         return f"{look['void']} void items to ask again"
     if (now - first).total_seconds() >= recipe.gate.max_wait_hours * 3600.0:
         return "max_wait_hours passed"

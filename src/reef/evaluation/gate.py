@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from reef.core import Progress, SilentProgress
 from reef.core.errors import ReefError
@@ -122,6 +122,19 @@ class GateOutcome:
         return out
 
 
+class EvidenceSource(Protocol):
+    """Paired results gathered outside the gate's own calls (shadow answers on live
+    traffic): their items (a current suite such as ``shadow``, with their provenance)
+    and their scored results for ``candidate_id`` against ``baseline_id``. The gate
+    stores and weighs them (``gate.evidence_weights``) with its own."""
+
+    def paired(
+        self, candidate_id: str, baseline_id: str
+    ) -> tuple[list[EvalItem], list[ItemResult]]:
+        """The items and both arms' results gathered so far."""
+        ...
+
+
 @dataclass
 class Gate:
     """The gate of one scenario's recipe. ``suite_dir`` resolves relative suite paths
@@ -137,6 +150,7 @@ class Gate:
     scorers: ScorerRegistry = field(default_factory=ScorerRegistry)
     suite_dir: Path = Path(".")
     progress: Progress = field(default_factory=SilentProgress)
+    sources: Sequence[EvidenceSource] = ()
 
     def run(
         self,
@@ -211,9 +225,9 @@ class Gate:
 
     def evidence_grows(self) -> bool:
         """Whether a later look can see more evidence than this one: new held-out
-        traffic (``gate.holdout``). Void items are asked again on a later look whatever
-        this says."""
-        return self.config.holdout
+        traffic (``gate.holdout``) or an outside source (``sources``: shadow results).
+        Void items are asked again on a later look whatever this says."""
+        return self.config.holdout or bool(self.sources)
 
     def _limit(self, decision: Decision, previous: Mapping[str, Any], now: datetime) -> Decision:
         """An undecided ``decision`` becomes a rejection for insufficient evidence past
@@ -259,8 +273,10 @@ class Gate:
             if self.config.safety.leak_probes and not planted
             else []
         )
+        gathered = [source.paired(candidate.id, baseline.id) for source in self.sources]
+        outside = [item for found, _ in gathered for item in found]
         meta = {
-            "suites": sorted({item.suite for item in items}),
+            "suites": sorted({item.suite for item in [*items, *outside]}),
             "items": len(items),
             "probes": len(probes),
             "repeats": self.config.repeats,
@@ -273,7 +289,7 @@ class Gate:
                 "tasks": len(tasks),
                 "repeats": self.config.episodes.repeats,
             }
-        asked = [*items, *episode_items, *probes]
+        asked = [*items, *episode_items, *probes, *outside]
         evaluation_id = self.evaluations.start(
             candidate.scenario, candidate.id, baseline.id, asked, meta, GATE_ACTOR
         )
@@ -287,10 +303,11 @@ class Gate:
                 # counts them and is undecided past max_void_fraction.
                 check_errors(answers, self.config.max_error_fraction, runs, VOID_ERROR_KINDS)
             results = [*self._score(items, probes, answers), *as_item_results(runs)]
+            results += [result for _, found in gathered for result in found]
             self.evaluations.add_results(evaluation_id, results)
             self.evaluations.add_episodes(evaluation_id, runs)
             decision = decide_results(
-                results, planted, rule or self.config, [*items, *episode_items]
+                results, planted, rule or self.config, [*items, *episode_items, *outside]
             )
             decision = with_notes(decision, notes)
         except Exception as error:

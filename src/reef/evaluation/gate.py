@@ -10,8 +10,11 @@
    gateway, pinned with ``x-reef-release``, purpose ``eval`` (never trained on). With
    ``gate.episodes``, both also play the environment's tasks, ``repeats`` episodes per
    task and side, interleaved (``episodes``); an episode's score is its task's score.
-4. Every answer is scored and stored (``EvaluationStore``); the rule (``stats.decide``)
-   gives the verdict with its reasons; the decision and its evidence go on the candidate
+4. Every answer is scored and stored (``EvaluationStore``), with the paired results of
+   outside ``sources`` (shadow answers); an answer infrastructure failed is void for
+   both arms; the rule (``stats.decide``) gives the verdict (passed, rejected or
+   undecided: the candidate stays ``evaluating`` for the worker to decide again) with
+   its reasons; the decision and its evidence go on the candidate
    (``evidence["gate"]``) and on the release when it is published.
 5. Publishing: ``auto`` — compare-and-swap publish against the head it was evaluated
    against (if the head moved meanwhile, the candidate is evaluated again against the new

@@ -116,5 +116,8 @@ def test_eval_show_prints_the_evidence_rule_and_screening(tmp_path: Path) -> Non
     assert "insufficient independent evidence: all 20 items below trust 'operator'" in out
     assert "evidence holdout (holdout): 20 items, user 20; authors mallory 20" in out
     assert "evidence file:ops (file): 12 items, operator 12" in out
-    assert "without mallory (20 items): rejected, gain 0.000 on 12 items" in out
+    # without mallory the tie on 12 items decides nothing (the sequential rule waits)
+    assert "without mallory (20 items): undecided, gain 0.000 on 12 items" in out
+    # the evidence as it grew: one look
+    assert ": rejected, 32 paired items (file:ops 12, holdout 20), 0 void, gain 0.625" in out
     assert "screening: quarantined_new 3, screened:repeated_correction 3" in out

@@ -68,8 +68,8 @@ def test_the_rejected_candidate_shows_its_evidence_rule_and_screening_counts(
     assert holdout[:3] == ["holdout", "holdout", "18"]
     assert holdout[3] == "untrusted 4user 14" and holdout[4] == "app 14anonymous 4"
     app, anonymous = _cells(tab, "#leave-one-out tbody tr")
-    assert app[:4] == ["app", "14", "rejected", "16"]
-    assert app[4].startswith("0.000") and "below min_improvement" in app[5]
+    assert app[:4] == ["app", "14", "undecided", "16"]
+    assert app[4].startswith("0.000") and "does not lie above zero yet" in app[5]
     assert anonymous[:4] == ["anonymous", "4", "passed", "26"]
     assert anonymous[4].startswith("+0.538")
     classes = tab.page.eval_on_selector_all(

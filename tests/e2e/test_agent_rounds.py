@@ -57,6 +57,7 @@ learners:
 gate:
   holdout: true
   min_items: 4
+  method: bootstrap  # a handful of held-out turns: the one-look rule decides them
   max_tokens: 100
   concurrency: 4
   retries: 0

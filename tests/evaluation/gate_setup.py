@@ -100,11 +100,14 @@ class QuizWorld:
 
 @contextmanager
 def quiz_world(
-    tmp: Path, leaky: bool = False, auth: dict[str, Any] | None = None
+    tmp: Path,
+    leaky: bool = False,
+    auth: dict[str, Any] | None = None,
+    oracle_thread: OracleUpstreamThread | None = None,
 ) -> Iterator[QuizWorld]:
     """The running world; the scenario's head knows no facts. ``auth``: the gateway's
-    ``auth`` settings (none: no keys)."""
-    with OracleUpstreamThread(leaky=leaky) as oracle:
+    ``auth`` settings (none: no keys); ``oracle_thread``: another oracle to serve."""
+    with oracle_thread or OracleUpstreamThread(leaky=leaky) as oracle:
         settings = make_settings(
             tmp,
             oracle.base_url,

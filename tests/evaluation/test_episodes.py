@@ -153,7 +153,7 @@ def test_episodes_are_scored_items_of_a_current_suite_but_no_regression_suite() 
 def test_the_paired_bootstrap_decides_on_episode_scores() -> None:
     better = [run(f"t{n}", "candidate") for n in range(6)]
     worse = [run(f"t{n}", "baseline", score=float(n < 2)) for n in range(6)]
-    rule = GateConfig(min_items=6)
+    rule = GateConfig(min_items=6, method="bootstrap")
     passed = decide_results(as_item_results([*better, *worse]), [], rule)
     assert passed.passed and passed.overall is not None and passed.overall.items == 6
     flipped = [

@@ -105,7 +105,9 @@ def test_an_insufficient_evidence_rejection_says_what_the_holdout_dropped(
     with quiz_world(tmp_path) as world:
         world.publish_directly([])
         candidate = world.propose(ALL)
-        outcome = world.gate(suites=["quiz.jsonl"], min_items=20).run(candidate.id, (), notes)
+        outcome = world.gate(suites=["quiz.jsonl"], min_items=20, method="bootstrap").run(
+            candidate.id, (), notes
+        )
 
         assert outcome.decision is not None
         assert outcome.decision.reasons == [
@@ -115,7 +117,9 @@ def test_an_insufficient_evidence_rejection_says_what_the_holdout_dropped(
         assert stored["evidence"]["suite_overlap"] == overlap
         # a decision with enough items keeps its reasons: the note explains a shortfall only
         again = world.propose(ALL)
-        passed = world.gate(suites=["quiz.jsonl"], min_items=5).run(again.id, (), notes)
+        passed = world.gate(suites=["quiz.jsonl"], min_items=5, method="bootstrap").run(
+            again.id, (), notes
+        )
         assert passed.decision is not None and passed.action == "published"
         assert not any(dropped in reason for reason in passed.decision.reasons)
 

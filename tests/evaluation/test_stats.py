@@ -149,7 +149,7 @@ def test_summarize_selects_suites() -> None:
 
 # decide
 
-RULE = GateRule(min_items=20, min_improvement=0.05, max_regression=0.05)
+RULE = GateRule(min_items=20, min_improvement=0.05, max_regression=0.05, method="bootstrap")
 
 
 def summary(

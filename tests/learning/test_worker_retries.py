@@ -28,6 +28,7 @@ from reef.jobs import Job, JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.recipes import parse_recipe
 from reef.learning.registry import LearnerRegistry
+from reef.learning.undecided import VOID_RETRY_SECONDS
 from reef.learning.worker import Worker
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.fakes.clock import FakeClock
@@ -94,6 +95,7 @@ class Loop:
     queue: JobQueue
     worker: Worker
     held_out: list[str]
+    clock: FakeClock
 
     def run_job(self) -> Job:
         [job] = self.worker.run_once()
@@ -155,12 +157,13 @@ def learning_loop(tmp_path: Path) -> Iterator[Loop]:
             ids = store.write_records([_record(f"where is order {n}?") for n in range(6)])
             for record_id in ids:
                 store.add_feedback(_liked(record_id))
-            queue = JobQueue(gateway.database, clock=FakeClock())
+            clock = FakeClock()
+            queue = JobQueue(gateway.database, clock=clock)
             recipe: dict[str, Any] = {
                 "learners": [{"type": "prompt"}],
                 # Every record is held out: the gate asks each of them.
                 "selection": {"holdout_fraction": 1.0},
-                "gate": {"retries": 0, "min_items": 1, "max_tokens": 8},
+                "gate": {"retries": 0, "min_items": 1, "max_tokens": 8, "method": "bootstrap"},
             }
             worker = Worker(
                 worker_settings,
@@ -172,7 +175,7 @@ def learning_loop(tmp_path: Path) -> Iterator[Loop]:
                 registry=LearnerRegistry({"prompt": PromptLearner}, entry_points_too=False),
                 recipes={SCENARIO: parse_recipe(recipe)},
             )
-            yield Loop(model, gateway, queue, worker, ids)
+            yield Loop(model, gateway, queue, worker, ids, clock)
 
 
 @pytest.fixture
@@ -204,15 +207,26 @@ def test_a_gate_whose_items_are_refused_fails_the_job_at_once(
     assert line.exc_info is None  # one line, no traceback, for a failure that will recur
 
 
-def test_a_gate_that_meets_an_outage_is_retried(loop: Loop) -> None:
+def test_a_gate_that_meets_an_outage_waits_undecided_and_asks_again(loop: Loop) -> None:
+    """An outage makes every item void: the job ends with the candidate undecided (not
+    failed, not rejected), and the worker asks the void items again once the outage is
+    over, without a new job or attempt."""
     loop.model.mood = "busy"
     queued = loop.queue.enqueue(SCENARIO, "learn", {"trigger": "manual"})
     job = loop.run_job()
-    assert (job.id, job.state, job.attempt) == (queued.id, "queued", 1)
-    assert job.error is not None
-    assert "candidate calls failed (more than 10%): upstream_error 6; first: item " in job.error
-    assert "(holdout): gateway answered 502: " in job.error
+    assert (job.id, job.state, job.attempt) == (queued.id, "succeeded", 1), job.error
+    gate = (job.result or {})["gate"]
+    assert gate["action"] == "undecided"
+    assert gate["missing"][0] == "answers to the 6 void items (asked again on the next look)"
+    chain = ReleaseChain(loop.gateway.database)
+    candidate = chain.get_candidate((job.result or {})["candidate_id"])
+    assert candidate.state == "evaluating"
     loop.model.mood = "fine"  # the outage is over
-    again = loop.run_job()
-    assert (again.id, again.state, again.attempt) == (queued.id, "succeeded", 2), again.error
-    assert again.result is not None and again.result["gate"]["evaluation_id"] is not None
+    assert loop.worker.run_once() == []  # too soon after the last look: nothing asked
+    loop.clock.advance(VOID_RETRY_SECONDS)
+    assert loop.worker.run_once() == []
+    history = (chain.get_candidate(candidate.id).evidence or {})["gate"]["history"]
+    assert (history[0]["verdict"], history[0]["void"]) == ("undecided", 6)
+    assert len(history) == 2 and history[1]["void"] == 0
+    assert history[1]["verdict"] != "undecided"
+    assert loop.queue.get(queued.id).attempt == 1

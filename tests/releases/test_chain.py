@@ -225,6 +225,9 @@ def test_candidate_lifecycle_allows_only_legal_moves(
         with pytest.raises(InvalidTransitionError):
             chain.set_candidate_state(c.id, illegal)
     assert chain.set_candidate_state(c.id, "evaluating").state == "evaluating"
+    # an undecided gate records its evidence and keeps the candidate evaluating
+    waiting = chain.set_candidate_state(c.id, "evaluating", {"gate": {"verdict": "undecided"}})
+    assert (waiting.state, waiting.evidence) == ("evaluating", {"gate": {"verdict": "undecided"}})
     with pytest.raises(InvalidTransitionError):
         chain.set_candidate_state(c.id, "pending")
     assert chain.set_candidate_state(c.id, "abandoned").state == "abandoned"

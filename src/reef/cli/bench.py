@@ -273,6 +273,30 @@ BENCHES: tuple[Bench, ...] = (
         model=True,
     ),
     Bench(
+        "gate_validity",
+        "the decision rule under repeated looks: A/A false publishes and power, "
+        "sequential vs bootstrap",
+        (
+            Step(
+                "gate_validity.py",
+                (),
+                (
+                    "--decisions",
+                    "40",
+                    "--power-decisions",
+                    "20",
+                    "--bootstrap-decisions",
+                    "20",
+                    "--sizes",
+                    "20,100",
+                    "--gains",
+                    "0,0.2",
+                ),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "episodes",
         "the gate's paired episodes vs the same episodes played straight on the engine",
         (

@@ -39,6 +39,10 @@ def run_command(
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Calls in flight.")] = 4,
     min_items: Annotated[int, typer.Option(min=1, help="Fewest items for a verdict.")] = 20,
     min_improvement: Annotated[float, typer.Option(help="Smallest mean gain to pass.")] = 0.01,
+    method: Annotated[
+        str,
+        typer.Option(help="sequential (anytime-valid; may say undecided) or bootstrap."),
+    ] = "sequential",
     max_tokens: Annotated[int, typer.Option(min=1, help="Reply length cap.")] = 256,
     out: Annotated[Path, typer.Option(help="Directory for the report.")] = Path("reef-eval"),
     gateway: Annotated[
@@ -51,6 +55,10 @@ def run_command(
 ) -> None:
     """Compare CANDIDATE with AGAINST on SUITE and write report.md, report.json and
     differences.png under OUT."""
+    if method not in ("sequential", "bootstrap"):
+        raise typer.BadParameter(
+            f"must be sequential or bootstrap, got {method!r}", param_hint="--method"
+        )
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -110,7 +118,9 @@ def run_command(
                 defaults={"max_tokens": max_tokens, "temperature": 0.0},
                 progress=lambda done, total: progress.update(task, completed=done, total=total),
             )
-        rule = GateRule(min_items=min_items, min_improvement=min_improvement)
+        rule = GateRule.model_validate(
+            {"min_items": min_items, "min_improvement": min_improvement, "method": method}
+        )
         results = score_answers(
             items, answers, {"type": scorer}, ScorerRegistry(), ScorerContext(), 48
         )

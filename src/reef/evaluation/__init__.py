@@ -30,6 +30,7 @@ from reef.evaluation.decision import (
 )
 from reef.evaluation.gate import (
     EvaluationFailedError,
+    EvidenceSource,
     Gate,
     GateOutcome,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "EvaluationFailedError",
     "EvaluationStore",
     "EvidenceNotes",
+    "EvidenceSource",
     "Gate",
     "GateConfig",
     "GateOutcome",

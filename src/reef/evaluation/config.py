@@ -19,7 +19,7 @@ publish: auto                        # auto | review | canary (a recipe key)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,6 +32,25 @@ from reef.experience import COMPUTED_KINDS, EXPLICIT, check_source_weights
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+EVIDENCE_KINDS = ("holdout", "suites", "episodes", "shadow")
+"""The kinds of current suite the overall gain is made of (``gate.evidence_weights``):
+held-out records, file suites, environment episodes, shadow results on live traffic."""
+
+
+class ProtectedSlice(_Strict):
+    """A slice the candidate may not regress (``gate.protect``), whatever its overall
+    gain: the items carrying ``tag`` (a suite item's tag, or a record's ``x-reef-tag-*``
+    header as ``name=value``; a bare ``name`` matches any value)."""
+
+    tag: str = Field(min_length=1, description="The tag of the slice's items.")
+    max_regression: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Largest mean drop allowed on the slice."
+    )
+    min_items: int = Field(
+        default=1, ge=1, description="Fewest paired items for the slice to be judged."
+    )
 
 
 class GateRule(_Strict):
@@ -56,12 +75,52 @@ class GateRule(_Strict):
         default=2000, ge=100, le=100_000, description="Bootstrap resamples."
     )
     seed: int = Field(default=0, description="Seed of the bootstrap (decisions are repeatable).")
+    method: Literal["sequential", "bootstrap"] = Field(
+        default="sequential",
+        description="sequential: an anytime-valid e-process on the paired differences "
+        "(any number of looks keeps false publishes at or below alpha = (1 - confidence) "
+        "/ 2); bootstrap: the paired bootstrap interval, valid for one look only.",
+    )
+    alpha_spending: Literal["candidate", "scenario"] = Field(
+        default="candidate",
+        description="candidate: each candidate gets alpha over all its looks; scenario: "
+        "the k-th candidate of a scenario gets alpha * 6 / (pi^2 k^2), so all candidates "
+        "of the scenario together keep alpha (sequential method only).",
+    )
+    max_void_fraction: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="More void items (infrastructure failures on either arm) than this "
+        "share leaves the decision undecided.",
+    )
+    protect: list[ProtectedSlice] = Field(
+        default_factory=list,
+        description="Protected slices: [{tag, max_regression}]; a candidate that drops a "
+        "slice by more than its limit is rejected whatever the overall gain.",
+    )
+    evidence_weights: dict[str, float] = Field(
+        default_factory=lambda: dict.fromkeys(EVIDENCE_KINDS, 1.0),
+        description="Weight of each kind of current suite in the overall gain (holdout, "
+        "suites, episodes, shadow), in [0, 1]; 0 leaves that kind out.",
+    )
     evidence_min_trust: Trust = Field(
         default="operator",
         description="Evidence whose references were written by authors below this trust "
         "level (operator, user, untrusted) counts only when the decision survives leaving "
         "out any one author's items; evidence at or above it counts as it is.",
     )
+
+    @field_validator("evidence_weights")
+    @classmethod
+    def _known_kinds(cls, weights: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(weights) - set(EVIDENCE_KINDS))
+        if unknown:
+            raise ValueError(f"unknown evidence kinds {unknown}; known: {list(EVIDENCE_KINDS)}")
+        bad = {kind: w for kind, w in weights.items() if not 0.0 <= w <= 1.0}
+        if bad:
+            raise ValueError(f"evidence weights must lie in [0, 1], got {bad}")
+        return {**dict.fromkeys(EVIDENCE_KINDS, 1.0), **weights}
 
 
 class SafetyConfig(_Strict):
@@ -204,6 +263,18 @@ class GateConfig(GateRule):
         le=1.0,
         description="When more of either arm's calls than this fail (after retries), the "
         "evaluation fails and is retried later instead of deciding on broken evidence.",
+    )
+    max_evidence: int = Field(
+        default=1000,
+        ge=1,
+        description="An undecided candidate is re-evaluated as evidence arrives until this "
+        "many paired items, then rejected for insufficient evidence.",
+    )
+    max_wait_hours: float = Field(
+        default=72.0,
+        gt=0,
+        description="An undecided candidate still undecided this long after its first "
+        "evaluation is rejected for insufficient evidence.",
     )
     max_tokens: int = Field(default=256, ge=1, description="Reply length cap per call.")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")

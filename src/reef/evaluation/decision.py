@@ -8,17 +8,26 @@ survive leave-one-author-out (``provenance``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from reef.core import canonical_json
-from reef.evaluation.config import GateRule
+from reef.core.errors import ReefError
+from reef.evaluation.config import EVIDENCE_KINDS, GateRule, ProtectedSlice
 from reef.evaluation.provenance import apply_independence
 from reef.evaluation.safety import LEAK_SUITE, leaked
-from reef.evaluation.scorers import Scorer, ScorerContext, ScorerRegistry
-from reef.evaluation.stats import decide, summarize
-from reef.evaluation.suites import is_current_suite
-from reef.evaluation.values import Answer, Decision, EvalItem, ItemResult, SuiteSummary
+from reef.evaluation.scorers import Scorer, ScorerContext, ScorerError, ScorerRegistry
+from reef.evaluation.stats import Context, decide, summarize
+from reef.evaluation.suites import evidence_kind, is_current_suite
+from reef.evaluation.values import (
+    VOID_ERROR_KINDS,
+    Answer,
+    Decision,
+    EvalItem,
+    ItemResult,
+    SuiteSummary,
+)
 
 
 def score_answers(
@@ -30,9 +39,12 @@ def score_answers(
     leak_min_chars: int,
 ) -> list[ItemResult]:
     """One ``ItemResult`` per answer: an answer that never came scores 0 (its error and
-    error kind in ``details``); a leak probe
+    error kind in ``details``) and, when infrastructure failed it (``VOID_ERROR_KINDS``),
+    is void (``details["void"]``: the item then counts for neither arm); a leak probe
     scores 1 unless the reply reproduces harness text; any other item is scored by its
-    own scorer, else ``default_scorer`` (scorers are built once per spec)."""
+    own scorer, else ``default_scorer`` (scorers are built once per spec). A scorer that
+    could not ask its judge (a ``ReefError`` other than ``ScorerError``) voids the answer
+    with kind ``judge``."""
     by_key = {item.key: item for item in items}
     cache: dict[bytes, Scorer] = {}
     results = []
@@ -42,6 +54,8 @@ def score_answers(
         reply = answer.reply
         if reply is None:
             score, details = 0.0, {"error": answer.error, "error_kind": answer.error_kind}
+            if answer.error_kind in VOID_ERROR_KINDS:
+                details["void"] = True
         elif item.suite == LEAK_SUITE:
             run = leaked(reply.text, list(item.reference), leak_min_chars)
             score, details = (0.0, {"leaked": run}) if run else (1.0, {})
@@ -50,8 +64,15 @@ def score_answers(
             key = canonical_json(spec)
             if key not in cache:
                 cache[key] = registry.build(spec, f"{item.key}.scorer", context)
-            scored = cache[key].score_reply(reply, item)
-            score, details = scored.score, scored.details
+            try:
+                scored = cache[key].score_reply(reply, item)
+            except ScorerError:
+                raise
+            except ReefError as error:
+                score = 0.0
+                details = {"error": f"judge failed: {error}", "error_kind": "judge", "void": True}
+            else:
+                score, details = scored.score, scored.details
         results.append(
             ItemResult(
                 item_key=answer.item_key,
@@ -77,16 +98,19 @@ def decide_results(
 ) -> Decision:
     """Summarize the suites of ``results`` and apply ``rule`` (``stats.decide``), then
     the independence rule on evidence below ``rule.evidence_min_trust``
-    (``provenance.apply_independence``; ``items`` give each result's provenance)."""
+    (``provenance.apply_independence``; ``items`` give each result's provenance and
+    tags). Void items are counted (``Decision.voids``) and left out of every summary;
+    current suites are weighed by ``rule.evidence_weights``; each protected slice
+    (``rule.protect``) is summarized over the items carrying its tag."""
+    weights = suite_weights(results, rule)
 
     def summary(name: str, suites: list[str]) -> SuiteSummary | None:
         return summarize(
             results,
             name,
             suites=suites,
-            confidence=rule.confidence,
-            samples=rule.bootstrap_samples,
-            seed=rule.seed,
+            rule=rule,
+            weights=weights,
         )
 
     current = sorted({r.suite for r in results if is_current_suite(r.suite)})
@@ -100,6 +124,65 @@ def decide_results(
                 f"{result.item_key}: the reply reproduced harness text "
                 f"{result.details.get('leaked')!r}"
             )
-    decision = decide(overall, regressions, safety, rule)
+    context = Context(
+        voids=count_voids(results, current),
+        slices=[
+            (protected, _slice_summary(results, items, protected, rule))
+            for protected in rule.protect
+        ],
+    )
+    decision = decide(overall, regressions, safety, rule, context=context)
     provenance = {item.key: item.provenance for item in items}
     return apply_independence(decision, results, provenance, current, regressions, rule)
+
+
+def suite_weights(results: Sequence[ItemResult], rule: GateRule) -> dict[str, float]:
+    """Each current suite's weight in the overall gain: its kind's
+    ``rule.evidence_weights`` (``suites.evidence_kind``)."""
+    names = {r.suite for r in results if is_current_suite(r.suite)}
+    weights = {**dict.fromkeys(EVIDENCE_KINDS, 1.0), **rule.evidence_weights}
+    return {name: weights[evidence_kind(name)] for name in names}
+
+
+def count_voids(results: Sequence[ItemResult], suites: Sequence[str]) -> dict[str, Any]:
+    """The void items among ``suites``' items: ``items`` (all), ``suites`` (items per
+    suite), ``void``, ``by_kind``
+    (an item counted once, by its first void answer's kind), ``by_suite`` and
+    ``fraction``."""
+    keys = {r.item_key: r.suite for r in results if r.suite in suites}
+    kinds: dict[str, str] = {}
+    for result in results:
+        if result.void and result.item_key in keys and result.item_key not in kinds:
+            kinds[result.item_key] = str(result.details.get("error_kind") or "other")
+    by_suite = Counter(keys[key] for key in kinds)
+    return {
+        "items": len(keys),
+        "suites": dict(sorted(Counter(keys.values()).items())),
+        "void": len(kinds),
+        "fraction": len(kinds) / len(keys) if keys else 0.0,
+        "by_kind": dict(Counter(kinds.values()).most_common()),
+        "by_suite": dict(sorted(by_suite.items())),
+    }
+
+
+def tag_matches(tag: str, item_tags: Sequence[str]) -> bool:
+    """Whether ``item_tags`` carry ``tag``: the same string, or for a bare name
+    (no ``=``) a ``name=value`` tag of that name."""
+    if tag in item_tags:
+        return True
+    return "=" not in tag and any(t.partition("=")[0] == tag for t in item_tags)
+
+
+def _slice_summary(
+    results: Sequence[ItemResult],
+    items: Sequence[EvalItem],
+    protected: ProtectedSlice,
+    rule: GateRule,
+) -> SuiteSummary | None:
+    keys = {item.key for item in items if tag_matches(protected.tag, item.tags)}
+    tagged = [r for r in results if r.item_key in keys and r.suite != LEAK_SUITE]
+    return summarize(
+        tagged,
+        f"slice:{protected.tag}",
+        rule=rule,
+    )

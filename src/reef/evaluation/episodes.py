@@ -36,7 +36,15 @@ from reef.environments import (
 )
 from reef.evaluation.config import EpisodesConfig
 from reef.evaluation.runner import GatewayTarget, header_value
-from reef.evaluation.values import ARMS, Arm, ErrorKind, EvalItem, ItemResult, error_kind_of_status
+from reef.evaluation.values import (
+    ARMS,
+    VOID_ERROR_KINDS,
+    Arm,
+    ErrorKind,
+    EvalItem,
+    ItemResult,
+    error_kind_of_status,
+)
 
 # How the episode runner (``reef.environments.episode``) words a failed model call.
 _ANSWERED = re.compile(r"the model endpoint answered (\d{3})\b")
@@ -238,7 +246,10 @@ def as_item_results(runs: Sequence[EpisodeRun]) -> list[ItemResult]:
                 session_id=result.session_id,
             )
         if run.failed:
-            details["error_kind"] = run.error_kind or ("environment" if result is None else None)
+            kind = run.error_kind or ("environment" if result is None else None)
+            details["error_kind"] = kind
+            if kind in VOID_ERROR_KINDS:
+                details["void"] = True
         results.append(
             ItemResult(
                 item_key=run.item_key,

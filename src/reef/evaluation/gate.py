@@ -10,8 +10,11 @@
    gateway, pinned with ``x-reef-release``, purpose ``eval`` (never trained on). With
    ``gate.episodes``, both also play the environment's tasks, ``repeats`` episodes per
    task and side, interleaved (``episodes``); an episode's score is its task's score.
-4. Every answer is scored and stored (``EvaluationStore``); the rule (``stats.decide``)
-   gives the verdict with its reasons; the decision and its evidence go on the candidate
+4. Every answer is scored and stored (``EvaluationStore``), with the paired results of
+   outside ``sources`` (shadow answers); an answer infrastructure failed is void for
+   both arms; the rule (``stats.decide``) gives the verdict (passed, rejected or
+   undecided: the candidate stays ``evaluating`` for the worker to decide again) with
+   its reasons; the decision and its evidence go on the candidate
    (``evidence["gate"]``) and on the release when it is published.
 5. Publishing: ``auto`` — compare-and-swap publish against the head it was evaluated
    against (if the head moved meanwhile, the candidate is evaluated again against the new
@@ -28,10 +31,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from reef.core import Progress, SilentProgress
 from reef.core.errors import ReefError
@@ -63,9 +67,12 @@ from reef.evaluation.shadow import (
     with_shadow,
     with_shadow_settings,
 )
+from reef.evaluation.stats import spent_confidence
 from reef.evaluation.suites import load_suite, regression_suites
 from reef.evaluation.values import (
+    INSUFFICIENT_EVIDENCE,
     TRANSIENT_ERROR_KINDS,
+    VOID_ERROR_KINDS,
     Answer,
     Decision,
     EvalItem,
@@ -96,8 +103,9 @@ MAX_ROUNDS = 3
 @dataclass(frozen=True)
 class GateOutcome:
     """What the gate did with one candidate. ``action``: ``published``, ``awaiting
-    review``, ``canary``, ``rejected`` or ``skipped`` (the candidate was not waiting for
-    the gate)."""
+    review``, ``canary``, ``rejected``, ``undecided`` (it stays ``evaluating``; the
+    worker decides again when evidence arrives) or ``skipped`` (the candidate was not
+    waiting for the gate)."""
 
     candidate_id: str
     action: str
@@ -109,7 +117,7 @@ class GateOutcome:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (stored as a job's result)."""
-        out = {
+        out: dict[str, Any] = {
             "candidate_id": self.candidate_id,
             "action": self.action,
             "decision": None if self.decision is None else self.decision.summary(),
@@ -119,7 +127,22 @@ class GateOutcome:
         }
         if self.review_reason is not None:
             out["review_reason"] = self.review_reason
+        if self.decision is not None and self.decision.undecided:
+            out["missing"] = self.decision.missing
         return out
+
+
+class EvidenceSource(Protocol):
+    """Paired results gathered outside the gate's own calls (shadow answers on live
+    traffic): their items (a current suite such as ``shadow``, with their provenance)
+    and their scored results for ``candidate_id`` against ``baseline_id``. The gate
+    stores and weighs them (``gate.evidence_weights``) with its own."""
+
+    def paired(
+        self, candidate_id: str, baseline_id: str
+    ) -> tuple[list[EvalItem], list[ItemResult]]:
+        """The items and both arms' results gathered so far."""
+        ...
 
 
 @dataclass
@@ -139,16 +162,20 @@ class Gate:
     progress: Progress = field(default_factory=SilentProgress)
     # Where shadow records are read (``gate.shadow``; None: no shadow suite).
     shadow_store: ExperienceStore | None = None
+    sources: Sequence[EvidenceSource] = ()
 
     def run(
         self,
         candidate_id: str,
         holdout: Sequence[EvalItem] = (),
         notes: EvidenceNotes | None = None,
+        now: datetime | None = None,
     ) -> GateOutcome:
         """Evaluate, decide and publish per the mode (module docstring); ``notes`` (what
         the held-out selection dropped, what training overlapped with the suites) go into
-        the decision."""
+        the decision. ``now`` (default: the wall clock) times an undecided candidate's
+        wait against ``max_wait_hours``."""
+        now = now or datetime.now(UTC)
         candidate = self.chain.get_candidate(candidate_id)
         if candidate.state == "pending":
             evidence = with_shadow_settings(candidate.evidence, self.config.shadow)
@@ -159,7 +186,12 @@ class Gate:
             baseline = self.chain.head(candidate.scenario)
             if baseline is None:
                 raise ScenarioHasNoReleaseError(candidate.scenario)
-            decision, evaluation_id, cost = self._evaluate(candidate, baseline, holdout, notes)
+            rule = self._rule(candidate)
+            decision, evaluation_id, cost = self._evaluate(
+                candidate, baseline, holdout, notes, rule
+            )
+            previous = (candidate.evidence or {}).get("gate") or {}
+            decision = self._limit(decision, previous, now)
             evidence = {
                 **(candidate.evidence or {}),
                 "gate": {
@@ -168,8 +200,13 @@ class Gate:
                     "publish": self.publish,
                     "decision": decision.as_dict(),
                     "cost": cost,
+                    "history": [*previous.get("history", []), _look(decision, evaluation_id, now)],
                 },
             }
+            if decision.undecided:
+                self.chain.set_candidate_state(candidate_id, "evaluating", evidence)
+                log.info("candidate %s undecided: %s", candidate_id, "; ".join(decision.reasons))
+                return GateOutcome(candidate_id, "undecided", decision, evaluation_id, cost=cost)
             if not decision.passed:
                 self.chain.set_candidate_state(candidate_id, "rejected", evidence)
                 # The reasons alone: the summary opens with the verdict said here already.
@@ -184,12 +221,57 @@ class Gate:
 
     # -- deciding ------------------------------------------------------------------------
 
+    def _rule(self, candidate: Candidate) -> GateConfig:
+        """The rule for ``candidate``: the configured one, or under ``alpha_spending:
+        scenario`` (sequential) with the alpha of its place among the scenario's gated
+        candidates (``stats.spent_confidence``)."""
+        if self.config.method != "sequential" or self.config.alpha_spending != "scenario":
+            return self.config
+        earlier = [
+            c
+            for c in self.chain.candidates(candidate.scenario, limit=1000)
+            if (c.created_at, c.id) < (candidate.created_at, candidate.id)
+            and (c.evidence or {}).get("gate")
+        ]
+        confidence = spent_confidence(self.config.confidence, len(earlier) + 1)
+        return self.config.model_copy(update={"confidence": confidence})
+
+    def evidence_grows(self) -> bool:
+        """Whether a later look can see more evidence than this one: new held-out
+        traffic (``gate.holdout``) or an outside source (``sources``: shadow results).
+        Void items are asked again on a later look whatever this says."""
+        shadow = self.shadow_store is not None and self.config.shadow is not None
+        return self.config.holdout or bool(self.sources) or shadow
+
+    def _limit(self, decision: Decision, previous: Mapping[str, Any], now: datetime) -> Decision:
+        """An undecided ``decision`` becomes a rejection for insufficient evidence past
+        ``max_evidence`` items, when no more evidence can arrive (``evidence_grows``,
+        and no void item to ask again), or past ``max_wait_hours`` since the
+        candidate's first look."""
+        if not decision.undecided:
+            return decision
+        items = 0 if decision.overall is None else decision.overall.items
+        history = previous.get("history") or []
+        first = datetime.fromisoformat(history[0]["at"]) if history else now
+        waited = (now - first).total_seconds() / 3600.0
+        if items >= self.config.max_evidence:
+            why = f"{items} paired items reached max_evidence {self.config.max_evidence}"
+        elif not self.evidence_grows() and not decision.voids.get("void"):
+            why = "no more evidence can arrive (gate.holdout is off)"
+        elif waited >= self.config.max_wait_hours:
+            why = f"undecided for {waited:.1f} h, max_wait_hours {self.config.max_wait_hours:g}"
+        else:
+            return decision
+        reasons = [f"{INSUFFICIENT_EVIDENCE} {why}; still undecided: {'; '.join(decision.reasons)}"]
+        return replace(decision, verdict="rejected", reasons=reasons, missing=[])
+
     def _evaluate(
         self,
         candidate: Candidate,
         baseline: Release,
         holdout: Sequence[EvalItem],
         notes: EvidenceNotes | None = None,
+        rule: GateConfig | None = None,
     ) -> tuple[Decision, str, dict[str, Any]]:
         started = time.monotonic()
         mine, parent = (
@@ -205,8 +287,10 @@ class Gate:
             if self.config.safety.leak_probes and not planted
             else []
         )
+        gathered = [source.paired(candidate.id, baseline.id) for source in self.sources]
+        outside = [item for found, _ in gathered for item in found]
         meta = {
-            "suites": sorted({item.suite for item in items}),
+            "suites": sorted({item.suite for item in [*items, *outside]}),
             "items": len(items),
             "probes": len(probes),
             "repeats": self.config.repeats,
@@ -219,7 +303,7 @@ class Gate:
                 "tasks": len(tasks),
                 "repeats": self.config.episodes.repeats,
             }
-        asked = [*items, *episode_items, *probes]
+        asked = [*items, *episode_items, *probes, *outside]
         evaluation_id = self.evaluations.start(
             candidate.scenario, candidate.id, baseline.id, asked, meta, GATE_ACTOR
         )
@@ -229,13 +313,18 @@ class Gate:
             if not planted:
                 answers = self._answers(items, probes, candidate, baseline)
                 runs = self._episodes(spec, tasks, candidate, baseline)
-                check_errors(answers, self.config.max_error_fraction, runs)
-            shadow = self._shadow(candidate)
+                # Void failures (outages) are not errors of the evaluation: the decision
+                # counts them and is undecided past max_void_fraction.
+                check_errors(answers, self.config.max_error_fraction, runs, VOID_ERROR_KINDS)
             results = [*self._score(items, probes, answers), *as_item_results(runs)]
+            results += [result for _, found in gathered for result in found]
+            shadow = self._shadow(candidate)
             results += shadow.results
             self.evaluations.add_results(evaluation_id, results)
             self.evaluations.add_episodes(evaluation_id, runs)
-            decision = decide_results(results, planted, self.config, [*items, *episode_items])
+            decision = decide_results(
+                results, planted, rule or self.config, [*items, *episode_items, *outside]
+            )
             decision = with_shadow(with_notes(decision, notes), shadow)
         except Exception as error:
             self.evaluations.fail(evaluation_id, repr(error))
@@ -444,8 +533,25 @@ class EvaluationFailedError(ReefError):
         self.kinds = dict(kinds or {})
 
 
+def _look(decision: Decision, evaluation_id: str, now: datetime) -> dict[str, Any]:
+    """One line of a candidate's verdict history: when, what, on how much evidence."""
+    return {
+        "at": now.isoformat(),
+        "evaluation_id": evaluation_id,
+        "verdict": decision.verdict,
+        "items": 0 if decision.overall is None else decision.overall.items,
+        "suites": decision.voids.get("suites", {}),
+        "void": decision.voids.get("void", 0),
+        "gain": None if decision.overall is None else decision.overall.difference.mean,
+        "low": None if decision.overall is None else decision.overall.difference.low,
+    }
+
+
 def check_errors(
-    answers: Sequence[Answer], max_fraction: float, runs: Sequence[EpisodeRun] = ()
+    answers: Sequence[Answer],
+    max_fraction: float,
+    runs: Sequence[EpisodeRun] = (),
+    void_kinds: Collection[str] = (),
 ) -> None:
     """Raise ``EvaluationFailedError`` when more than ``max_fraction`` of either arm's
     answers never came, or of its episodes failed (stop ``error``: the model calls
@@ -457,10 +563,15 @@ def check_errors(
     candidate calls failed (more than 10%): refused 20; first: item rec_1 (holdout):
     gateway answered 400: …``. An episode that failed otherwise than in a model call
     (its environment) counts as ``environment``, one whose error names no kind as
-    ``other``; either makes the failure not transient."""
+    ``other``; either makes the failure not transient. Failures of ``void_kinds`` are
+    not counted (the gate counts them as void items instead)."""
     for arm in ("candidate", "baseline"):
         mine = [answer for answer in answers if answer.arm == arm]
-        failed = [(a.item_key, a.error, a.error_kind) for a in mine if a.text is None]
+        failed = [
+            (a.item_key, a.error, a.error_kind)
+            for a in mine
+            if a.text is None and a.error_kind not in void_kinds
+        ]
         if mine and len(failed) > max_fraction * len(mine):
             raise _failed(f"{arm} calls", len(mine), failed, max_fraction)
         played = [run for run in runs if run.arm == arm]
@@ -472,6 +583,7 @@ def check_errors(
             )
             for r in played
             if r.failed
+            and (r.error_kind or ("environment" if r.result is None else None)) not in void_kinds
         ]
         if played and len(broken) > max_fraction * len(played):
             raise _failed(f"{arm} episodes", len(played), broken, max_fraction)

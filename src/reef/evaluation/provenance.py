@@ -26,6 +26,7 @@ from typing import Any
 from reef.core.trust import Trust, at_least
 from reef.evaluation.config import GateRule
 from reef.evaluation.stats import decide, summarize
+from reef.evaluation.suites import evidence_kind
 from reef.evaluation.values import OPERATOR_FILE, Decision, ItemResult, Provenance, SuiteSummary
 
 MAX_AUTHORS_CHECKED = 100
@@ -161,9 +162,8 @@ def _overall(
         results,
         "overall",
         suites=current,
-        confidence=rule.confidence,
-        samples=rule.bootstrap_samples,
-        seed=rule.seed,
+        rule=rule,
+        weights={suite: rule.evidence_weights.get(evidence_kind(suite), 1.0) for suite in current},
     )
 
 

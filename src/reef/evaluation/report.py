@@ -174,6 +174,8 @@ def candidate_summary(
     if decision:
         lines.append(f"verdict: {decision.get('verdict')} (evaluation {gate.get('evaluation_id')})")
         lines += [f"  - {reason}" for reason in decision.get("reasons") or []]
+        lines += [f"missing: {what}" for what in decision.get("missing") or []]
+        lines += _plain_growth(gate, decision)
         lines += _plain_evidence(decision)
     else:
         lines.append("verdict: not evaluated by the gate")
@@ -185,6 +187,29 @@ def candidate_summary(
         )
     elif selection:
         lines.append("screening: nothing flagged")
+    return lines
+
+
+def _plain_growth(gate: Mapping[str, Any], decision: Mapping[str, Any]) -> list[str]:
+    """The evidence as it grew, one line per look (items per suite, voids), then the
+    void items by kind and each protected slice."""
+    lines = []
+    for look in gate.get("history") or []:
+        suites = ", ".join(f"{suite} {n}" for suite, n in (look.get("suites") or {}).items())
+        lines.append(
+            f"look {look.get('at')}: {look.get('verdict')}, {look.get('items')} paired items"
+            f" ({suites or 'none'}), {look.get('void', 0)} void, gain {_score(look.get('gain'))}"
+        )
+    voids = decision.get("voids") or {}
+    if voids.get("void"):
+        kinds = ", ".join(f"{kind} {n}" for kind, n in (voids.get("by_kind") or {}).items())
+        lines.append(f"void: {voids['void']} of {voids.get('items')} items ({kinds})")
+    for row in decision.get("slices") or []:
+        change = f", change {row['change']:+.3f}" if "change" in row else ""
+        lines.append(
+            f"protected slice {row['tag']}: {row['status']}, {row['items']} items{change} "
+            f"(max_regression {row['max_regression']:.3f})"
+        )
     return lines
 
 
@@ -345,4 +370,6 @@ def draw_differences(title: str, decision: Decision, items: Sequence[ItemCompari
 
 
 def _verdict_color(decision: Decision) -> str:
+    if decision.undecided:
+        return "#ef6c00"
     return "#2e7d32" if decision.passed else "#c62828"

@@ -243,9 +243,7 @@ def _summaries(results: list[ItemResult], config: GateConfig) -> dict[str, Any]:
         summary = summarize(
             rows,
             SHADOW_SUITE if name == "all" else f"{SHADOW_SUITE}:{name}",
-            confidence=config.confidence,
-            samples=config.bootstrap_samples,
-            seed=config.seed,
+            rule=config,
         )
         if summary is not None:
             out[name] = summary.as_dict()

@@ -176,8 +176,20 @@ SHADOW_SUITE = "shadow"
 
 def is_current_suite(suite: str) -> bool:
     """Whether ``suite`` counts toward the overall gain (file suites, holdout, the
-    episodes of ``gate.episodes`` and shadow pairs)."""
-    return suite in ("holdout", SHADOW_SUITE) or suite.startswith(("file:", "env:"))
+    episodes of ``gate.episodes`` and shadow results: ``shadow`` or ``shadow:<name>``)."""
+    return suite in ("holdout", SHADOW_SUITE) or suite.startswith(("file:", "env:", "shadow:"))
+
+
+def evidence_kind(suite: str) -> str:
+    """The kind of a current suite, as ``gate.evidence_weights`` names it: ``holdout``,
+    ``suites`` (file suites), ``episodes`` or ``shadow``."""
+    if suite == "holdout":
+        return "holdout"
+    if suite.startswith("env:"):
+        return "episodes"
+    if suite == SHADOW_SUITE or suite.startswith("shadow:"):
+        return SHADOW_SUITE
+    return "suites"
 
 
 def is_episode_suite(suite: str) -> bool:

@@ -13,7 +13,7 @@ from reef.core.trust import Trust, parse_trust
 
 Arm = Literal["candidate", "baseline"]
 ARMS: tuple[Arm, Arm] = ("candidate", "baseline")
-Verdict = Literal["passed", "rejected"]
+Verdict = Literal["passed", "rejected", "undecided"]
 ErrorKind = Literal[
     "refused", "rate_limited", "upstream_error", "timeout", "unreachable", "unreadable"
 ]
@@ -25,6 +25,13 @@ TRANSIENT_ERROR_KINDS: frozenset[ErrorKind] = frozenset(
     {"rate_limited", "upstream_error", "timeout", "unreachable"}
 )
 """The kinds a later try may not meet: a failure of only these kinds is an outage."""
+VOID_ERROR_KINDS: frozenset[str] = frozenset(
+    {*TRANSIENT_ERROR_KINDS, "unreadable", "environment", "judge"}
+)
+"""Failures of the infrastructure, not of the model: an item that met one on either arm
+is void for both (counted and reported, never scored). ``environment``: an episode's
+environment or sandbox failed; ``judge``: the judge scoring the answer could not be
+asked. A ``refused`` item (a 4xx the same request meets again) still scores 0."""
 
 
 def item_label(key: str) -> str:
@@ -196,6 +203,12 @@ class ItemResult:
     details: dict[str, Any] = field(default_factory=dict)
     latency_ms: float = 0.0
 
+    @property
+    def void(self) -> bool:
+        """Whether infrastructure failed this answer (``details["void"]``): the item is
+        then void for both arms (``VOID_ERROR_KINDS``)."""
+        return bool(self.details.get("void"))
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
@@ -269,14 +282,27 @@ class Decision:
     # Where the evidence came from and how the independence rule judged it
     # (``reef.evaluation.provenance``): sources, authors, leave-one-author-out.
     evidence: dict[str, Any] = field(default_factory=dict)
+    # Void items (infrastructure failures, never scored): counts by suite and kind.
+    voids: dict[str, Any] = field(default_factory=dict)
+    # Each protected slice (``gate.protect``): its tag, items, means, change and limit.
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    # For an undecided verdict: what evidence would let the gate decide.
+    missing: list[str] = field(default_factory=list)
+    # The method that decided (``sequential`` or ``bootstrap``) and its figures.
+    method: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         """Whether the candidate may be published."""
         return self.verdict == "passed"
 
+    @property
+    def undecided(self) -> bool:
+        """Whether the evidence does not decide yet (the candidate waits for more)."""
+        return self.verdict == "undecided"
+
     def summary(self) -> str:
-        """One line: ``passed: …`` or ``rejected: …``."""
+        """One line: ``passed: …``, ``rejected: …`` or ``undecided: …``."""
         return f"{self.verdict}: {'; '.join(self.reasons)}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -290,6 +316,10 @@ class Decision:
             "suites": [s.as_dict() for s in self.suites],
             "safety": self.safety,
             "evidence": self.evidence,
+            "voids": self.voids,
+            "slices": self.slices,
+            "missing": self.missing,
+            "method": self.method,
         }
 
 

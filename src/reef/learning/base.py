@@ -57,6 +57,8 @@ class TrainingExample:
     # A conversation signal complained about the answer and no feedback gave the right
     # value (``complaint_without_value`` in the selection stats).
     complaint_without_value: bool = False
+    # The record's tags (``x-reef-tag-<name>`` headers): the gate's protected slices.
+    tags: dict[str, str] = field(default_factory=dict)
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text.

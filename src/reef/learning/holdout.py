@@ -189,7 +189,8 @@ def holdout_item(example: TrainingExample, reference: Any) -> EvalItem:
     record holds it (``example.chat_messages``: images and tool history intact; else
     the canonical messages rendered back) and the tools it was offered (asked again
     with the same ``tools`` and ``tool_choice``); a reference of tool calls is scored
-    by ``tool_call``, a text one by the gate's scorer."""
+    by ``tool_call``, a text one by the gate's scorer. The record's tags become the
+    item's as ``name=value`` (``gate.protect`` slices match them)."""
     params: dict[str, Any] = {}
     if example.tools:
         params["tools"] = list(example.tools)
@@ -206,6 +207,7 @@ def holdout_item(example: TrainingExample, reference: Any) -> EvalItem:
         reference=reference,
         scorer={"type": "tool_call"} if is_tool_call_correction(reference) else None,
         params=params,
+        tags=tuple(f"{name}={value}" for name, value in sorted(example.tags.items())),
         provenance=holdout_provenance(example),
     )
 

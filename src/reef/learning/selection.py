@@ -538,6 +538,7 @@ def _example(  # noqa: PLR0913
         tool_choice=exchange.tool_choice,
         chat_messages=chat_messages(record, messages),
         complaint_without_value=complained,
+        tags=dict(record.tags),
     )
 
 

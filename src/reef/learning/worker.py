@@ -11,6 +11,8 @@ One pass (``run_once``) does two things:
    and a job is enqueued when any fires.
 2. Jobs: while fewer than ``max_concurrent`` run, claim one (with a lease) and run it in a
    thread that heartbeats the lease.
+3. Undecided candidates with new evidence are decided again (``reef.learning.undecided``),
+   then live canaries.
 
 Time (leases, the interval trigger, a canary's ``max_hours``) is the job queue's clock,
 so a test hands the worker a queue with a clock it moves.
@@ -85,6 +87,7 @@ from reef.learning.registry import LearnerRegistry
 from reef.learning.retries import UNKNOWN_REASON, failure_message, retry_verdict
 from reef.learning.selection import select_experience
 from reef.learning.skew import TrainServeSkewError, check_skew
+from reef.learning.undecided import Resumption, resume_undecided
 from reef.releases import (
     ArtifactStore,
     Candidate,
@@ -132,6 +135,7 @@ _GATE_ACTIONS = {
     "canary": "serving as a canary",
     "abandoned": "abandoned (the head kept moving)",
     "skipped": "not gated (no longer waiting for it)",
+    "undecided": "undecided (waiting for more evidence)",
     "pending": "proposed",
 }
 
@@ -291,8 +295,14 @@ class Worker:
         self.check_triggers()
         claimed = self._claim_available()
         self.wait()
+        self.resume_undecided()
         self.check_canaries()
         return [self.queue.get(job.id) for job in claimed]
+
+    def resume_undecided(self) -> list[Resumption]:
+        """Decide again the undecided candidates with new evidence
+        (``reef.learning.undecided``)."""
+        return resume_undecided(self)
 
     def check_canaries(self) -> list[CanaryOutcome]:
         """Promote or abandon the live canaries whose evidence is in (``CanaryMonitor``)."""
@@ -310,6 +320,7 @@ class Worker:
             try:
                 self.check_triggers()
                 self._claim_available()
+                self.resume_undecided()
                 self.check_canaries()
             except (StoreUnavailableError, RecipeError) as error:
                 log.warning("worker pass failed: %s", error)
@@ -560,7 +571,9 @@ class JobRun:
             upstream_base_urls=worker.upstream_base_urls,
             store=worker.store,
         )
-        outcome = gate.run(candidate.id, held.items, evidence_notes(held, batch))
+        outcome = gate.run(
+            candidate.id, held.items, evidence_notes(held, batch), now=self.queue.now()
+        )
         if worker.live_export is not None:
             send_gate_result(worker.live_export, self.job.scenario, outcome)
         self.report_progress(1.0, f"gate: {outcome.action}")

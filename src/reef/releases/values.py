@@ -26,7 +26,8 @@ CANDIDATE_STATES: tuple[CandidateState, ...] = get_args(CandidateState)
 # (at most one per scenario); a canary ends published (promoted) or abandoned.
 CANDIDATE_TRANSITIONS: dict[CandidateState, frozenset[CandidateState]] = {
     "pending": frozenset({"evaluating", "abandoned", "published"}),
-    "evaluating": frozenset({"passed", "rejected", "abandoned"}),
+    # evaluating -> evaluating: an undecided gate records its evidence and waits for more.
+    "evaluating": frozenset({"evaluating", "passed", "rejected", "abandoned"}),
     # passed -> evaluating: the head moved before an auto publish; the gate evaluates again.
     "passed": frozenset({"canary", "published", "abandoned", "evaluating"}),
     "canary": frozenset({"published", "abandoned"}),

@@ -116,7 +116,7 @@ export function signed(value, digits = 3) {
 const TONES = {
   good: ["passed", "published", "serving", "succeeded", "done", "ok", "create", "learn", "promote", "adopt"],
   bad: ["rejected", "failed", "error", "abandoned", "aborted", "cancelled"],
-  warn: ["pending", "evaluating", "staging", "queued", "running", "canary", "rollback"],
+  warn: ["pending", "evaluating", "undecided", "staging", "queued", "running", "canary", "rollback"],
 };
 
 /** A coloured status badge. */

@@ -30,7 +30,52 @@ export function decisionBlock(decision) {
     decision.safety && decision.safety.length
       ? h("div", { class: "panel error" }, h("strong", {}, "Safety findings"),
         h("ul", {}, decision.safety.map((finding) => h("li", {}, finding))))
-      : null);
+      : null,
+    (decision.missing || []).length
+      ? h("div", { class: "missing" }, h("strong", {}, "Evidence still missing"),
+        h("ul", {}, decision.missing.map((what) => h("li", {}, what))))
+      : null,
+    voidLine(decision.voids),
+    slicesTable(decision.slices));
+}
+
+/** "3 of 40 items void (upstream_error 3)": answers infrastructure failed, never scored. */
+export function voidLine(voids) {
+  if (!voids || !voids.void) return null;
+  const kinds = Object.entries(voids.by_kind || {}).map(([kind, n]) => `${kind} ${n}`).join(", ");
+  return h("p", { class: "small" }, `${voids.void} of ${voids.items} items void (${kinds}): not scored for either arm`);
+}
+
+/** Each protected slice (gate.protect): items, both means, change, limit and status. */
+export function slicesTable(slices) {
+  if (!slices || !slices.length) return null;
+  return [h("h3", {}, "Protected slices"), table([
+    ["Tag", (row) => h("code", {}, row.tag)],
+    ["Items", (row) => String(row.items), "num"],
+    ["Baseline", (row) => (row.baseline_mean === undefined ? "—" : num(row.baseline_mean)), "num"],
+    ["Candidate", (row) => (row.candidate_mean === undefined ? "—" : num(row.candidate_mean)), "num"],
+    ["Change", (row) => (row.change === undefined ? "—" : signed(row.change)), "num"],
+    ["Limit", (row) => num(row.max_regression), "num"],
+    ["Status", (row) => badge(row.status, row.status === "regressed" ? "bad" : row.status === "ok" ? "good" : "warn")],
+  ], slices)];
+}
+
+/** The evidence as it grew: one row per gate look with its verdict, the paired items
+ * of each suite (with its provenance kind), the void items and the gain. */
+export function evidenceGrowth(gate) {
+  const history = (gate && gate.history) || [];
+  if (!history.length) return null;
+  const suites = (look) => Object.entries(look.suites || {})
+    .map(([name, n]) => h("span", { class: "chip", title: name }, `${suiteLabel(name)} ${n}`));
+  return [h("h3", {}, "Evidence over time"), table([
+    ["Look", (look) => look.at || "—"],
+    ["Verdict", (look) => badge(look.verdict)],
+    ["Items", (look) => String(look.items), "num"],
+    ["By suite", suites],
+    ["Void", (look) => String(look.void || 0), "num"],
+    ["Gain", (look) => (look.gain === null || look.gain === undefined ? "—" : signed(look.gain)), "num"],
+    ["Low", (look) => (look.low === null || look.low === undefined ? "—" : num(look.low)), "num"],
+  ], history)];
 }
 
 /** A suite name with its release ids shortened ("regression:…1f2e3d4c"). */
@@ -56,7 +101,8 @@ export function suitesTable(decision) {
 export function ruleLine(rule) {
   if (!rule) return null;
   return h("p", { class: "small muted" }, "Rule: ",
-    Object.entries(rule).map(([name, value]) => h("span", { class: "chip" }, `${name} ${value}`)));
+    Object.entries(rule).map(([name, value]) => h("span", { class: "chip" },
+      `${name} ${value !== null && typeof value === "object" ? JSON.stringify(value) : value}`)));
 }
 
 function countChips(counts, emptyText) {

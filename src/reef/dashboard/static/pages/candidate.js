@@ -7,7 +7,7 @@ import { get, getOrNull } from "../api.js";
 import { lineChart } from "../charts.js";
 import { badge, empty, h, idChip, panel, shortDigest, table, time } from "../dom.js";
 import { diffLines, diffView, harnessLines } from "../diff.js";
-import { decisionBlock, evidenceBlock, gateOf, itemDifferences, ruleLine, suitesTable } from "../gate.js";
+import { decisionBlock, evidenceBlock, evidenceGrowth, gateOf, itemDifferences, ruleLine, suitesTable } from "../gate.js";
 
 const MAX_CHARTS = 4;
 // The screening rules (learning/screening.py), in the order the docs give them.
@@ -263,6 +263,7 @@ export async function render([id]) {
     h("section", { class: "panel", id: "decision" },
       h("h2", {}, "Decision"),
       gate ? [decisionBlock(decision), ruleLine(decision && decision.rule), h("h3", {}, "Suites"), suitesTable(decision),
+        evidenceGrowth(gate),
         gate.cost ? h("p", { class: "small muted" }, `cost: ${gate.cost.model_calls ?? "?"} model calls, ${gate.cost.seconds ?? "?"} s`) : null]
         : [empty(`Not evaluated by the gate yet (state ${candidate.state}).`), jobFailure(job)]),
     decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import json
 import resource
 import shutil
@@ -172,8 +171,9 @@ class Shop:
         from reef.environments.examples import orders
 
         self.task = json.loads(row["task"])
+        self.state = {}
+        orders._state = self.state  # a fresh one: reset fills the bound dict in place
         orders.reset(self.task)
-        self.state = copy.deepcopy(orders._state)
 
     def _call(self, name: str, **arguments: Any) -> str:
         from reef.environments.examples import orders

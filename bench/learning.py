@@ -559,6 +559,16 @@ def sweep(args: argparse.Namespace) -> None:
                         sink.write(line + "\n")
 
 
+def with_sft_cap(recipe: str, minutes: float | None) -> str:
+    """``recipe`` with its ``sft`` learner's wall-time cap (``max_minutes``) set, so a
+    comparison on a shared machine trains each recipe its planned steps (None: as is)."""
+    if minutes is None:
+        return recipe
+    return recipe.replace(
+        "{type: sft, model: MODEL}", f"{{type: sft, model: MODEL, max_minutes: {minutes:g}}}"
+    )
+
+
 def compare(args: argparse.Namespace) -> None:
     """``--compare-recipes``: each named recipe through the public path on each task and
     count, for a scenario with ``--harness``; one table (no bare loop)."""
@@ -568,7 +578,8 @@ def compare(args: argparse.Namespace) -> None:
         test = task.make(TEST_ITEMS, random.Random(99))
         for count in feedback_counts(args.feedback, name):
             for recipe in args.compare_recipes.split(","):
-                run = reef_run(args.model, task, count, test, RECIPES[recipe], args.harness)
+                text = with_sft_cap(RECIPES[recipe], args.sft_max_minutes)
+                run = reef_run(args.model, task, count, test, text, args.harness)
                 row = {"task": name, "feedback": count, "recipe": recipe}
                 row |= {k: v for k, v in run.items() if k != "trained"}
                 rows.append(row)
@@ -581,7 +592,8 @@ def compare(args: argparse.Namespace) -> None:
         "```",
         f".venv/bin/python bench/learning.py --model {args.model} --tasks {args.tasks} "
         f"--feedback '{args.feedback}' --harness {args.harness} "
-        f"--compare-recipes {args.compare_recipes}",
+        f"--compare-recipes {args.compare_recipes}"
+        + ("" if args.sft_max_minutes is None else f" --sft-max-minutes {args.sft_max_minutes:g}"),
         "```",
         "",
         "| task | feedback | recipe | base | candidate | trained / served (skew check) "
@@ -655,6 +667,13 @@ def main() -> None:
         default=None,
         help="','-separated recipes to compare through the public path, no bare loop: "
         + ", ".join(RECIPES),
+    )
+    parser.add_argument(
+        "--sft-max-minutes",
+        type=float,
+        default=None,
+        help="with --compare-recipes: the sft learner's wall-time cap (default: the "
+        "learner's own), raised so a loaded machine does not cut one recipe short",
     )
     args = parser.parse_args()
     if args.compare_recipes is not None:

@@ -349,6 +349,33 @@ BENCHES: tuple[Bench, ...] = (
         model=True,
     ),
     Bench(
+        "rl-calibration",
+        "Reef's GRPO vs TRL's GRPOTrainer on the order-support agent: held-out success",
+        (
+            Step(
+                "rl.py",
+                ("--model", "smollm2-135m"),
+                (
+                    "--model",
+                    "tiny-random",
+                    "--sft-steps",
+                    "1",
+                    "--rl-steps",
+                    "1",
+                    "--group-size",
+                    "2",
+                    "--batch-size",
+                    "1",
+                    "--work",
+                    "{scratch}/rl",
+                ),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
+    Bench(
         "engine-dtypes",
         "the engine in float32 and bfloat16: tokens/s, the bandwidth bound, greedy answers",
         (

@@ -223,6 +223,7 @@ def test_gate_scores_pairs_with_a_reference_and_judges_the_rest(tmp_path: Path) 
             )
         config = GateConfig(
             min_items=5,
+            method="bootstrap",  # six pairs: too few for the sequential rule to decide
             evidence_sources=JUDGED,
             shadow={"judge": {"upstream": "judge", "model": "judge-1", "position_check": 1.0}},
         )

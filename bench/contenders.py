@@ -139,8 +139,11 @@ def start_passthrough(children: ChildProcesses, upstream: str) -> Server:
     return Server("passthrough", f"http://{_LOOPBACK}:{port}/v1", process, log)
 
 
-def start_reef(children: ChildProcesses, upstream: str, workdir: Path) -> tuple[Server, Path]:
-    """The Reef gateway with capture on and ``sync`` durability; also its SQLite path."""
+def start_reef(
+    children: ChildProcesses, upstream: str, workdir: Path, name: str = "reef"
+) -> tuple[Server, Path]:
+    """The Reef gateway with capture on and ``sync`` durability; also its SQLite path.
+    ``name`` names its log and its results (one per gateway when a bench runs two)."""
     port = free_port()
     database = workdir / "reef.db"
     config = workdir / "reef.yaml"
@@ -151,9 +154,9 @@ def start_reef(children: ChildProcesses, upstream: str, workdir: Path) -> tuple[
         f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model}}}}\n"
     )
     argv = [sys.executable, "-m", "reef", "serve", "-c", str(config), "--log-level", "WARNING"]
-    process, log = children.spawn("reef", argv, child_env())
+    process, log = children.spawn(name, argv, child_env())
     wait_ready(process, log, f"http://{_LOOPBACK}:{port}/healthz", 60)
-    return Server("reef", f"http://{_LOOPBACK}:{port}/v1", process, log), database
+    return Server(name, f"http://{_LOOPBACK}:{port}/v1", process, log), database
 
 
 def ensure_litellm() -> Path:

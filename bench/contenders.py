@@ -140,17 +140,22 @@ def start_passthrough(children: ChildProcesses, upstream: str) -> Server:
 
 
 def start_reef(
-    children: ChildProcesses, upstream: str, workdir: Path, name: str = "reef"
+    children: ChildProcesses,
+    upstream: str,
+    workdir: Path,
+    name: str = "reef",
+    durability: str = "sync",
 ) -> tuple[Server, Path]:
-    """The Reef gateway with capture on and ``sync`` durability; also its SQLite path.
-    ``name`` names its log and its results (one per gateway when a bench runs two)."""
+    """The Reef gateway with capture on and ``durability`` (``store.durability``); also
+    its SQLite path. ``name`` names its log and its results (one per gateway when a
+    bench runs several)."""
     port = free_port()
     database = workdir / "reef.db"
     config = workdir / "reef.yaml"
     config.write_text(
         f"home: {workdir / 'home'}\n"
         f"server: {{port: {port}}}\n"
-        f'store: {{url: "sqlite:///{database}", durability: sync}}\n'
+        f'store: {{url: "sqlite:///{database}", durability: {durability}}}\n'
         f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model}}}}\n"
     )
     argv = [sys.executable, "-m", "reef", "serve", "-c", str(config), "--log-level", "WARNING"]

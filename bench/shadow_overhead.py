@@ -5,14 +5,15 @@ evaluating candidate shadowed vs no shadow, side by side in one run.
 
 One run starts, as separate processes on loopback: the fake upstream
 (``tests.fakes.upstream``) and ``reef serve`` per target (capture on, ``sync``
-durability, SQLite each, ``bench/contenders.py``): *reef-shadow-off*, whose scenario has
-no evaluating candidate, and one *reef-shadow-<fraction>* per ``--fractions`` (default
-1 and 0.1: the worst case and the default of ``gate.shadow.fraction``), where a
-candidate of the ``default`` scenario (the head's own manifest, so it asks the same fake
-upstream) is ``evaluating`` with the ``gate.shadow`` settings the gate stores on it
-(``with_shadow_settings``): that fraction of live requests, ``--shadow-concurrency``
-calls in flight (default 2, the setting's default; a sampled request beyond it is
-dropped) and no cap worth the name (``max_requests`` 10^9, so every round is shadowed).
+durability unless ``--durability async``, SQLite each, ``bench/contenders.py``):
+*reef-shadow-off*, whose scenario has no evaluating candidate, and one
+*reef-shadow-<fraction>* per ``--fractions`` (default 1 and 0.1: the worst case and the
+default of ``gate.shadow.fraction``), where a candidate of the ``default`` scenario (the
+head's own manifest, so it asks the same fake upstream) is ``evaluating`` with the
+``gate.shadow`` settings the gate stores on it (``with_shadow_settings``): that
+fraction of live requests, ``--shadow-concurrency`` calls in flight (default 2, the
+setting's default; a sampled request beyond it is dropped) and no cap worth the name
+(``max_requests`` 10^9, so every round is shadowed).
 The same non-streaming chat requests (``bench/load.py``) go to every target after a
 warm-up, the order rotating per round; the report gives p50 and p99 on minus off, the
 throughput ratio on/off (medians over rounds) and the shadow samples per round from
@@ -68,6 +69,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--fractions", default="1,0.1", help="gate.shadow.fraction per shadowed gateway"
     )
     parser.add_argument("--shadow-concurrency", type=int, default=2, help="gate.shadow.concurrency")
+    parser.add_argument(
+        "--durability", choices=("sync", "async"), default="sync", help="store.durability"
+    )
     parser.add_argument("--note", default="", help="a line about the machine, for the report")
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
     args = parser.parse_args(argv)
@@ -201,8 +205,19 @@ def _verdict(
         f"**{statistics.median(p99):+.3f} ms** (per round: {_per_round(p99, '+.3f')}); "
         f"throughput on/off **{statistics.median(ratios):.3f}x** (per round: "
         f"{_per_round(ratios, '.3f')}); shadow samples sent/dropped/failed per round: "
-        f"{shadowed}."
+        f"{shadowed}; gateway CPU per shadow call sent **{_cpu_per_call(off, on, samples)}**."
     )
+
+
+def _cpu_per_call(off: list[LoadResult], on: list[LoadResult], samples: list[Counter[str]]) -> str:
+    """The gateway's extra CPU (on minus off, per round) over the shadow calls sent, in
+    µs: the median over rounds (``n/a`` when a round sent none or lacks a CPU figure)."""
+    per_call = []
+    for a, b, counted in zip(off, on, samples, strict=True):
+        if a.cpu_seconds is None or b.cpu_seconds is None or not counted["sent"]:
+            return "n/a"
+        per_call.append((b.cpu_seconds - a.cpu_seconds) * 1e6 / counted["sent"])
+    return f"{statistics.median(per_call):.0f} µs"
 
 
 def report(
@@ -221,7 +236,8 @@ def report(
         "",
         f"{args.requests} measured non-streaming chat requests per round after "
         f"{args.warmup} warm-up, {args.runs} round(s) per target and concurrency, the "
-        f"order rotating; medians over rounds. `gate.shadow` on *reef-shadow-<fraction>*: "
+        f"order rotating; medians over rounds; `store.durability: {args.durability}`. "
+        f"`gate.shadow` on *reef-shadow-<fraction>*: "
         f"that fraction, concurrency {args.shadow_concurrency}, no cap; the candidate asks "
         f"the same fake upstream. Load average before/after: {load[0]:.2f} / {load[1]:.2f}. "
         + (args.note or ""),
@@ -264,7 +280,9 @@ def start_targets(
     for fraction in (None, *args.fractions):
         name = OFF if fraction is None else shadowed(fraction)
         (workdir / name).mkdir()
-        server, database = start_reef(children, upstream.base_url, workdir / name, name)
+        server, database = start_reef(
+            children, upstream.base_url, workdir / name, name, args.durability
+        )
         first_request(server)
         if fraction is not None:
             config = ShadowConfig(

@@ -139,21 +139,29 @@ def start_passthrough(children: ChildProcesses, upstream: str) -> Server:
     return Server("passthrough", f"http://{_LOOPBACK}:{port}/v1", process, log)
 
 
-def start_reef(children: ChildProcesses, upstream: str, workdir: Path) -> tuple[Server, Path]:
-    """The Reef gateway with capture on and ``sync`` durability; also its SQLite path."""
+def start_reef(
+    children: ChildProcesses,
+    upstream: str,
+    workdir: Path,
+    name: str = "reef",
+    durability: str = "sync",
+) -> tuple[Server, Path]:
+    """The Reef gateway with capture on and ``durability`` (``store.durability``); also
+    its SQLite path. ``name`` names its log and its results (one per gateway when a
+    bench runs several)."""
     port = free_port()
     database = workdir / "reef.db"
     config = workdir / "reef.yaml"
     config.write_text(
         f"home: {workdir / 'home'}\n"
         f"server: {{port: {port}}}\n"
-        f'store: {{url: "sqlite:///{database}", durability: sync}}\n'
+        f'store: {{url: "sqlite:///{database}", durability: {durability}}}\n'
         f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model}}}}\n"
     )
     argv = [sys.executable, "-m", "reef", "serve", "-c", str(config), "--log-level", "WARNING"]
-    process, log = children.spawn("reef", argv, child_env())
+    process, log = children.spawn(name, argv, child_env())
     wait_ready(process, log, f"http://{_LOOPBACK}:{port}/healthz", 60)
-    return Server("reef", f"http://{_LOOPBACK}:{port}/v1", process, log), database
+    return Server(name, f"http://{_LOOPBACK}:{port}/v1", process, log), database
 
 
 def ensure_litellm() -> Path:

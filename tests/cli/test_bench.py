@@ -94,6 +94,7 @@ def test_runs_in_order_and_skips_what_cannot_run(
         "signals.py",
         "otel_export.py",
         "spend_overhead.py",
+        "shadow_overhead.py",
         "gate_validity.py",
     ]
     argv = calls(bench_dir)[0]["argv"]

@@ -133,6 +133,18 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "shadow",
+        "gateway p50/p99 and throughput at c=1 and 32 with an evaluating candidate shadowed vs not",
+        (
+            Step(
+                "shadow_overhead.py",
+                (),
+                ("--requests", "300", "--warmup", "50", "--runs", "1"),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "engine",
         "the embedded engine vs vLLM: tokens/s, latency, adapter load and switch",
         (

@@ -153,7 +153,7 @@ class ShadowArm:
         try:
             activation = self.activation
             pinned = await activation.pinned(
-                exchange.scenario, candidate_id, exchange.principal, "gate"
+                exchange.scenario, candidate_id, exchange.principal, "gate", state_read=True
             )
             serving = pinned.serving
             if not activation.admits(serving):  # in-place weights elsewhere: not now

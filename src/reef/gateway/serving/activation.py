@@ -368,13 +368,17 @@ class Activation:
         release_id: str,
         principal: Principal,
         access: PinAccess,
+        state_read: bool = False,
     ) -> PinnedServing:
         """The release or candidate ``release_id`` of ``scenario``, staged on demand, if
         ``principal`` (who may pin as ``access``) may be served by it
         (``reef.gateway.serving.pins``).
 
         A release's owner is read once (releases never change); a candidate's state is
-        read on every pin, so a candidate the gate has just rejected stops serving at once.
+        read on every pin, so a candidate the gate has just rejected stops serving at once,
+        unless the caller has just read it itself (``state_read``: the shadow arm, which
+        re-reads the evaluating candidate every few seconds; a pin's two chain reads cost
+        as much CPU as a live request, ``bench/shadow_overhead.py``).
         Raises ``NotFoundError``, ``InvalidInputError`` or ``PermissionDeniedError`` as
         ``check_pin`` does.
         """
@@ -382,7 +386,7 @@ class Activation:
         if serving is not None and serving.release_id == release_id:
             return PinnedServing(serving)  # the head: a release on this chain
         cached = self._pinned.get(release_id)
-        if cached is not None and cached[0].candidate_state is None:
+        if cached is not None and (cached[0].candidate_state is None or state_read):
             target: PinTarget | None = cached[0]
         else:
             target = await asyncio.to_thread(self._find, release_id)

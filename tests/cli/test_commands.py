@@ -71,4 +71,4 @@ def test_export_jsonl_and_parquet(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert pq.read_table(out).num_rows == 3
     bad = reef("export", "--scenario", "s", "--format", "csv", cwd=tmp_path)
-    assert bad.returncode == 2 and "jsonl, reef, parquet or openai-finetune" in bad.stderr
+    assert bad.returncode == 2 and "jsonl, reef, parquet, openai-finetune or otel" in bad.stderr

@@ -40,7 +40,9 @@ def test_reduced_quickstart_runs_the_loop_and_reports_it(tmp_path: Path) -> None
     [round_one] = summary["rounds"]
     assert round_one["traffic"] == REQUESTS
     assert round_one["job_state"] == "succeeded"
-    assert round_one["gate_action"] in ("published", "rejected")
+    # The tiny model's candidate gains nothing on 12 items: the sequential rule may
+    # reject it or wait for more traffic (it stays evaluating), never publish by chance.
+    assert round_one["gate_action"] in ("published", "rejected", "undecided")
     assert round_one["gate"]["decision"]["reasons"], "the gate says why"
     # No keys: the one caller is the operator, so its feedback is trusted evidence as it
     # is (no leave-one-author-out) and nothing is screened out.

@@ -158,7 +158,8 @@ def export(
 
     if format not in EXPORT_FORMATS:
         raise InvalidInputError(
-            f"--format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}"
+            f"--format must be one of {', '.join(EXPORT_FORMATS[:-1])} or "
+            f"{EXPORT_FORMATS[-1]}, not {format!r}"
         )
     if format == "parquet" and output is None:
         raise InvalidInputError("parquet export needs --output FILE")

@@ -247,7 +247,8 @@ gate:
 {evidence}  scorer: {{type: normalized_exact}}
   # A quarter of 120 tickets' sessions is 30 held-out items on average, but the split is
   # by hash, so a round can hold fewer: one run held 19 and was refused at 20 although
-  # its candidate led 84% to 0%. Past 15 items, the bootstrap interval is what guards
+  # its candidate led 84% to 0%. Past 15 items, the gate's interval (the sequential
+  # rule's: it can also answer "undecided, waiting for more traffic") is what guards
   # against a gain by chance. Binomial(120, 1/4): under 20 items once in 93 rounds, under
   # 15 once in 4,400.
   min_items: 15

@@ -30,6 +30,13 @@ def read_clock(clock: Clock) -> datetime:
     return now.astimezone(UTC)
 
 
+SINCE_PATTERN = (
+    r"^([0-9]{1,5}(\.[0-9]{1,3})?[smhd]"
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})?)?)$"
+)
+"""What an HTTP ``since`` parameter may be (``GET /reef/costs``; the OpenAPI document
+states it): an age of at most five digits, or an ISO 8601 date or time."""
 _AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 

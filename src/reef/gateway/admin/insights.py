@@ -19,6 +19,7 @@ its artifact digest.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, Literal
@@ -27,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.clock import since_time
+from reef.core.clock import SINCE_PATTERN, since_time
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.experience import calibrate, spend_since
 from reef.gateway.auth import grant_of
@@ -81,9 +82,14 @@ class InsightRoutes:
         by = request.query_params.get("by", "key")
         if by not in COST_GROUPS:
             raise InvalidInputError(f"query parameter 'by' must be key or release, not {by[:40]!r}")
-        now = self.state.spend.clock()
+        since = request.query_params.get("since", "7d")
         try:
-            start = since_time(request.query_params.get("since", "7d"), now)
+            if re.search(SINCE_PATTERN, since) is None:
+                raise InvalidInputError(
+                    f"{since[:40]!r} is neither an age (30m, 24h, 7d) nor an ISO 8601 time "
+                    "(2026-05-01T12:00:00Z)"
+                )
+            start = since_time(since, self.state.spend.clock())
         except InvalidInputError as exc:
             raise InvalidInputError(f"query parameter 'since': {exc}") from None
         database = self.state.activation.chain.database

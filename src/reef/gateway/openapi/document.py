@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 import reef
 from reef.core import dumps
+from reef.core.clock import SINCE_PATTERN
 from reef.experience import IMPORT_FORMATS
 from reef.gateway.admin.evaluations import AbandonIn
 from reef.gateway.admin.experience import MAX_RECORDS_PAGE, record_origins
@@ -512,7 +513,8 @@ OPERATIONS: tuple[Operation, ...] = (
               "costliest first, from each record's own `cost` (what `reef costs` prints); "
               "a key limited to scenarios sees theirs.",
               parameters=(_query("since", "An age (`30m`, `24h`, `7d`; default `7d`) or an "
-                                 "ISO 8601 time.", {"type": "string", "maxLength": 64}),
+                                 "ISO 8601 date or time.",
+                                 {"type": "string", "pattern": SINCE_PATTERN}),
                           _query("by", "`key` (default) or `release`.",
                                  {"type": "string", "enum": ["key", "release"]})),
               responses={"200": "`{since, by, data: [row]}`.", **_COMMON_ERRORS}),

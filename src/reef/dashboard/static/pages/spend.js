@@ -11,9 +11,12 @@ export const refreshSeconds = 30;
 const PERIODS = [["24h", "Last 24 hours"], ["7d", "Last 7 days"], ["30d", "Last 30 days"]];
 const SUMMED = ["requests", "unpriced", "input_tokens", "cached_input_tokens", "output_tokens", "cost"];
 
-/** Money as `reef costs` prints it (the unit is the price table's). */
+/** Money as `reef costs` prints it, four decimals (two significant digits below 0.01, so
+ * a cheap request does not read as free); the unit is the price table's. */
 function money(value) {
-  return value === null || value === undefined ? "—" : Number(value).toFixed(4);
+  if (value === null || value === undefined) return "—";
+  const amount = Number(value);
+  return amount !== 0 && Math.abs(amount) < 0.01 ? amount.toPrecision(2) : amount.toFixed(4);
 }
 
 /** Rows summed per `field` (its value, or "—" when null), costliest first. */

@@ -53,12 +53,12 @@ function spendTable(id, title, rows, first) {
     rows.length ? table([first, ...COUNTS], rows) : empty("No recorded traffic in this period."));
 }
 
-/** "12.5000 of 20" with a bar, or "—" when the budget does not limit it. */
+/** "12.5000 of 20" with a bar (red once spent), or "—" when the budget does not limit it. */
 function used(spent, limit, format) {
   if (limit === null || limit === undefined) return h("span", { class: "muted" }, "—");
   const share = limit > 0 ? spent / limit : 1;
   return h("span", { class: share >= 1 ? "neg" : "" },
-    `${format(spent)} of ${format(limit)} `,
+    `${format(spent)} of ${limit} `,
     h("progress", { max: "1", value: String(Math.min(share, 1)), title: `${Math.round(share * 100)}%` }));
 }
 

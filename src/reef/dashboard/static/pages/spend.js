@@ -1,12 +1,11 @@
 // Spend: each budget in its current window, what the recorded traffic cost per scenario,
 // key, purpose and release (GET /reef/costs, what `reef costs` prints), the requests
 // answered without a price, and the requests refused by a budget (402) or a rate limit
-// (429). A key limited to scenarios sees theirs (and its own key's budget).
+// (429). A key limited to scenarios sees theirs (and its own key's budget). No automatic
+// refresh: /reef/costs reads every record of the period.
 
 import { get } from "../api.js";
-import { badge, empty, h, idChip, panel, table, time } from "../dom.js";
-
-export const refreshSeconds = 30;
+import { badge, empty, h, idChip, table, time } from "../dom.js";
 
 const PERIODS = [["24h", "Last 24 hours"], ["7d", "Last 7 days"], ["30d", "Last 30 days"]];
 const SUMMED = ["requests", "unpriced", "input_tokens", "cached_input_tokens", "output_tokens", "cost"];

@@ -245,6 +245,12 @@ def test_a_429_with_retry_after_when_the_request_rate_is_spent(
     client.chat.completions.create(**ask)
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(**ask)
+    with httpx.Client(base_url=gateway.url) as http:
+        refused = http.get("/reef/status").json()["spend"]["refused"]
+    assert refused == [{"limit": "scenario:support", "window": "rate", "count": 3}]
+    result = CliRunner().invoke(app, ["status", "--url", gateway.url])
+    assert result.exit_code == 0, result.output
+    assert "refused since start: scenario:support/rate 3" in result.output
 
 
 def test_a_tokens_per_minute_limit_counts_usage_not_the_reservation(

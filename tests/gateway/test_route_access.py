@@ -209,6 +209,10 @@ def test_listings_show_a_limited_key_only_its_scenarios(
     assert set(limited.json()["scenarios"]) == {A}, limited.body
     full = call(gateway.port, "GET", "/reef/status", None, ADMIN).json()
     assert {A, B} <= set(full["scenarios"])
+    costs = call(gateway.port, "GET", "/reef/costs", None, {"authorization": "Bearer sk-admin-a"})
+    assert {row["scenario"] for row in costs.json()["data"]} == {A}, costs.body
+    every = call(gateway.port, "GET", "/reef/costs", None, ADMIN).json()["data"]
+    assert {row["scenario"] for row in every} == {A, B}
     assert f"reef/{B}" in names("sk-inference-b", "/v1/models")
     assert f"reef/{A}" not in names("sk-inference-b", "/v1/models")
     # The harness of A's release, by digest: named by A's releases only, to A's admin.

@@ -45,6 +45,8 @@ NOT_IN_THE_DOCUMENT = {
     # The body is text to the document; its lines must be in the chosen format (with
     # `auto`, a first line that fits none, or no line at all, is a 400).
     "POST /reef/scenarios/{scenario}/import": "JSON Lines that no import format reads",
+    # `since`'s pattern cannot state the calendar: 2026-13-45 fits it.
+    "GET /reef/costs": "a date that is not in the calendar",
 }
 """Operations whose valid-looking requests may be refused with a 400, and why."""
 

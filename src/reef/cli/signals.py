@@ -7,12 +7,14 @@ Heavy imports happen inside the command so ``reef --help`` stays fast.
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from reef.core.clock import since_time
+from reef.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from reef.config import ReefSettings
@@ -26,25 +28,15 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="YAML config file (default: ./reef.yaml if present)."),
 ]
-_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def parse_since(value: str, now: datetime) -> datetime:
     """``value`` as a time: an age (``30m``, ``24h``, ``7d``) before ``now``, or an ISO
     8601 time (UTC when it names no zone). Raises ``typer.BadParameter`` otherwise."""
-    found = _AGO.fullmatch(value.strip())
-    if found:
-        return now - timedelta(**{_UNITS[found.group(2)]: float(found.group(1))})
     try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise typer.BadParameter(
-            f"{value!r} is neither an age (30m, 24h, 7d) nor an ISO 8601 time "
-            "(2026-05-01T12:00:00Z)",
-            param_hint="--since",
-        ) from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        return since_time(value, now)
+    except InvalidInputError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--since") from None
 
 
 @signals_app.command("preview")

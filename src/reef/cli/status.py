@@ -198,8 +198,9 @@ def print_status(base_url: str, data: dict[str, Any]) -> None:
 
 
 def _spend_lines(spend: dict[str, Any] | None) -> list[str]:
-    """Each budget's spend in its window, and what this gateway served since it started
-    (cost per scenario and purpose)."""
+    """Each budget's spend in its window, what this gateway served since it started
+    (cost per scenario and purpose) and the requests it refused (per budget or rate
+    limit)."""
     if not spend:
         return []
     lines = []
@@ -220,6 +221,9 @@ def _spend_lines(spend: dict[str, Any] | None) -> list[str]:
     ]
     if served:
         lines.append("spend since start: " + "; ".join(served))
+    refused = [f"{row['limit']}/{row['window']} {row['count']}" for row in spend.get("refused", ())]
+    if refused:
+        lines.append("refused since start: " + "; ".join(refused))
     return lines
 
 

@@ -308,6 +308,7 @@ def create_app(
         jobs=JobQueue(database),
         evaluations=EvaluationStore(database, redactor),
         spend=SpendControl(settings, open_ledger(settings, database), utc_now),
+        database=database,
         model_aliases=settings.model_aliases(),
         store_health=store_health,
         live_export=live,

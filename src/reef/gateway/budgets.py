@@ -305,8 +305,9 @@ class SpendControl:
             await self.ledger.settle(charge.lines, delta_tokens, money - charge.money)
 
     async def status_json(self) -> dict[str, Any]:
-        """``/reef/status``'s ``spend``: each budget's spend in its current window, and
-        what this process served per scenario and purpose since it started."""
+        """``/reef/status``'s ``spend``: each budget's spend in its current window, what
+        this process served per scenario and purpose since it started, and the requests
+        it refused per budget or rate limit (``window`` ``rate`` for a rate limit)."""
         now = self.clock()
         named: list[tuple[str, list[BudgetLimit]]] = [("global", self.budgets.global_)]
         named += [(f"scenario:{s}", limits) for s, limits in self.budgets.scenarios.items()]
@@ -340,7 +341,11 @@ class SpendControl:
             }
             for scenario, purpose in keys
         ]
-        return {"budgets": budgets, "served": served}
+        refused = [
+            {"limit": what, "window": window, "count": n}
+            for (what, window), n in sorted(counts.refused.items())
+        ]
+        return {"budgets": budgets, "served": served, "refused": refused}
 
     def count(self, scenario: str, purpose: str, tokens: Tokens | None, cost: float | None) -> None:
         """Count one exchange's spend for ``/metrics``."""

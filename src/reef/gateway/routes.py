@@ -150,6 +150,7 @@ ROUTE_TABLE: Final[tuple[RouteRule, ...]] = (
     _rule("GET", "/reef/status", "admin-of-scenario", "listing", "chain.status"),
     _rule("GET", f"{_S}/curve", "admin-of-scenario", "path", "insights.curve"),
     _rule("GET", f"{_S}/jobs", "admin-of-scenario", "path", "insights.jobs"),
+    _rule("GET", "/reef/costs", "admin-of-scenario", "listing", "insights.costs"),
     _rule("GET", f"{_S}/feedback/calibration", "admin-of-scenario", "path",
           "insights.calibration"),
     _rule("GET", "/reef/artifacts/{digest}/harness", "admin-of-scenario", "resource",

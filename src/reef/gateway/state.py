@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from reef.config import ReefSettings
+from reef.db import Database
 from reef.evaluation import EvaluationStore
 from reef.experience import ExperienceStore, RecordWriter, ResponseStore
 from reef.gateway.auth import Authenticator
@@ -38,6 +39,7 @@ class GatewayState:
     jobs: JobQueue  # learning jobs: enqueued by /learn, listed for the dashboard
     evaluations: EvaluationStore  # the gate's stored evaluations
     spend: SpendControl  # prices, budgets and rate limits (``reef.gateway.budgets``)
+    database: Database  # the store's database, for reads across stores (``/reef/costs``)
     # Model alias → its scenario (``scenarios.<s>.model_aliases``), read per request.
     model_aliases: dict[str, str] = field(default_factory=dict)
     # Whether the store takes writes, as the last write found it (``/readyz``).

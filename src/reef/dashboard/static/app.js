@@ -15,11 +15,13 @@ import * as overview from "./pages/overview.js";
 import * as records from "./pages/records.js";
 import * as scenario from "./pages/scenario.js";
 import * as session from "./pages/session.js";
+import * as spend from "./pages/spend.js";
 import * as status from "./pages/status.js";
 
 const ROUTES = [
   { name: "overview", pattern: /^\/$/, page: overview, nav: "overview" },
   { name: "status", pattern: /^\/status$/, page: status, nav: "status" },
+  { name: "spend", pattern: /^\/spend$/, page: spend, nav: "spend" },
   { name: "scenario", pattern: /^\/scenarios\/([^/]+)$/, page: scenario, nav: "overview" },
   { name: "records", pattern: /^\/scenarios\/([^/]+)\/records$/, page: records, nav: "overview" },
   { name: "session", pattern: /^\/scenarios\/([^/]+)\/sessions\/([^/]+)$/, page: session, nav: "overview" },

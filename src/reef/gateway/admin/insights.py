@@ -8,6 +8,9 @@ its artifact digest.
 - ``GET /reef/scenarios/{s}/jobs?state=&limit=``: learning jobs newest first;
 - ``GET /reef/scenarios/{s}/feedback/calibration``: each computed feedback source
   measured against posted feedback (``reef.experience.calibration``);
+- ``GET /reef/costs?since=&by=``: what the recorded traffic cost since a time, per
+  scenario, key (or release) and purpose (``reef.experience.spend_since``, what ``reef
+  costs`` prints), of the key's scenarios;
 - ``GET /reef/artifacts/{digest}/harness``: the harness of a release or candidate, as
   JSON. Only a digest that some release or candidate names as its harness is read, so the
   route cannot be used to read arbitrary artifacts.
@@ -16,21 +19,25 @@ its artifact digest.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import asdict
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import NotFoundError
-from reef.experience import calibrate
+from reef.core.clock import SINCE_PATTERN, since_time
+from reef.core.errors import InvalidInputError, NotFoundError
+from reef.experience import calibrate, spend_since
 from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
 from reef.harness.packing import read_bundle_archive
 
 _MAX_TEXT_FILE_BYTES = 64 * 1024
+COST_GROUPS = ("key", "release")  # ``GET /reef/costs?by=``
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -68,6 +75,30 @@ class InsightRoutes:
         data = await asyncio.to_thread(self.state.store.learning_curve, scenario, limit)
         score_range = list(self.state.settings.scenario(scenario).score_range)
         return _json({"scenario": scenario, "score_range": score_range, "data": data})
+
+    async def costs(self, request: Request) -> Response:
+        """``GET /reef/costs?since=7d&by=key|release``: the rows of ``reef costs``, those
+        of the key's scenarios (a 400 names a bad ``since`` or ``by``)."""
+        by = request.query_params.get("by", "key")
+        if by not in COST_GROUPS:
+            raise InvalidInputError(f"query parameter 'by' must be key or release, not {by[:40]!r}")
+        since = request.query_params.get("since", "7d")
+        try:
+            if re.search(SINCE_PATTERN, since) is None:
+                raise InvalidInputError(
+                    f"{since[:40]!r} is neither an age (30m, 24h, 7d) nor an ISO 8601 time "
+                    "(2026-05-01T12:00:00Z)"
+                )
+            start = since_time(since, self.state.spend.clock())
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"query parameter 'since': {exc}") from None
+        group: Literal["key", "release"] = "release" if by == "release" else "key"
+        rows = await asyncio.to_thread(spend_since, self.state.database, start, group)
+        grant = grant_of(request)
+        grant.checked = True  # a key allowed no spent-on scenario sees no row
+        data = [asdict(row) for row in rows if grant.visible(row.scenario)]
+        iso = start.isoformat().replace("+00:00", "Z")
+        return _json({"since": iso, "by": by, "data": data})
 
     async def jobs(self, request: Request) -> Response:
         """``GET /reef/scenarios/{scenario}/jobs?state=&limit=``: newest first."""

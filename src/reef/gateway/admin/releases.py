@@ -79,7 +79,7 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
     """``status`` as ``grant``'s key may see it: a key limited to scenarios sees their
     activation and the adapters and checkpoints loaded for them (named
     ``<scenario>@...``), not another scenario's nor an upstream's in-place weights; of
-    spend, its scenarios' and its own key's budgets, not the global ones."""
+    spend, its scenarios' and its own key's budgets and refusals, not the global ones."""
     grant.checked = True
     if grant.principal.scenarios is None:
         return status
@@ -97,14 +97,14 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
     out["in_place"] = {}
     spend = status["spend"]
     mine = f"key:{grant.principal.key_id}"
+
+    def visible(limit: str) -> bool:
+        return limit == mine or (limit.startswith("scenario:") and own(limit[9:]))
+
     out["spend"] = {
-        "budgets": [
-            line
-            for line in spend["budgets"]
-            if line["budget"] == mine
-            or (line["budget"].startswith("scenario:") and own(line["budget"][9:]))
-        ],
+        "budgets": [line for line in spend["budgets"] if visible(line["budget"])],
         "served": [row for row in spend["served"] if own(row["scenario"])],
+        "refused": [row for row in spend["refused"] if visible(row["limit"])],
     }
     return out
 

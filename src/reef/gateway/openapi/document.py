@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 import reef
 from reef.core import dumps
+from reef.core.clock import SINCE_PATTERN
 from reef.experience import IMPORT_FORMATS
 from reef.gateway.admin.evaluations import AbandonIn
 from reef.gateway.admin.experience import MAX_RECORDS_PAGE, record_origins
@@ -503,7 +504,20 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/reef/status", "operations", "What this gateway serves",
               "Per scenario: head, serving release, activation state, live canary; loaded "
               "adapters; the capture queue; `tool_isolation`, the OS boundary of the python "
-              "environment's tools here.", responses={"200": "The status.", **_COMMON_ERRORS}),
+              "environment's tools here; `spend`: each budget in its window, what was "
+              "served since start and the requests refused per budget or rate limit.",
+              responses={"200": "The status.", **_COMMON_ERRORS}),
+    Operation("get", "/reef/costs", "operations", "What the recorded traffic cost",
+              "Per scenario, key (or, `by=release`, the release that served) and purpose: "
+              "requests, unpriced ones, input, cached and output tokens and the cost, "
+              "costliest first, from each record's own `cost` (what `reef costs` prints); "
+              "a key limited to scenarios sees theirs.",
+              parameters=(_query("since", "An age (`30m`, `24h`, `7d`; default `7d`) or an "
+                                 "ISO 8601 date or time.",
+                                 {"type": "string", "pattern": SINCE_PATTERN}),
+                          _query("by", "`key` (default) or `release`.",
+                                 {"type": "string", "enum": ["key", "release"]})),
+              responses={"200": "`{since, by, data: [row]}`.", **_COMMON_ERRORS}),
     Operation("get", "/reef/scenarios/{scenario}/curve", "releases", "Learning curve",
               "Per release, oldest first: live requests served, how many were "
               "scored and their mean feedback score, and the gate's means when the gate "

@@ -45,6 +45,7 @@ from reef.experience import (
     ExperienceStore,
     FeedbackDraft,
     IdempotencyConflictError,
+    LearningBudgetExhaustedError,
     RecordDraft,
     RecordFilter,
     RecordView,
@@ -97,6 +98,7 @@ class JudgePass:
     calls: int = 0
     skipped_budget: int = 0
     error: str | None = None
+    exhausted: LearningBudgetExhaustedError | None = None  # a learning_budget ran out
     scores: dict[str, float] = field(default_factory=dict)
 
 
@@ -162,6 +164,10 @@ class JudgeWriter:
             recording = _Recording(models)
             try:
                 grades = self._grade(group, judge, recording)
+            except LearningBudgetExhaustedError as error:
+                done.exhausted = error
+                log.info("judge %r of %r stopped: %s", judge.name, scenario, error)
+                break
             except ReefError as error:
                 done.error = f"{type(error).__name__}: {error}"
                 log.warning("judge %r of %r stopped: %s", judge.name, scenario, done.error)

@@ -105,6 +105,7 @@ def resume_undecided(worker: Worker) -> list[Resumption]:
                 recipe,
                 progress=SilentProgress(),
                 upstream_base_urls=worker.upstream_base_urls,
+                meter=worker.meter_for(scenario, recipe),
             )
             outcome = gate.run(candidate.id, held.items, now=now)
             log.info("candidate %s: %s", candidate.id, outcome.action)

@@ -148,14 +148,21 @@ class JudgeWriter:
         self._redactor = redactor or Redactor(())
 
     def run(
-        self, scenario: str, judge: JudgeConfig, models: Any, now: datetime | None = None
+        self,
+        scenario: str,
+        judge: JudgeConfig,
+        models: Any,
+        now: datetime | None = None,
+        whole: bool = False,
     ) -> JudgePass:
         """One pass of ``judge`` over ``scenario``; ``models`` is a ``ConfiguredModel``
-        (``reef.evaluation``) that reaches the judge's upstream."""
+        (``reef.evaluation``) that reaches the judge's upstream. ``whole`` (a learning
+        job's pass, which nobody waits on) lifts ``calls_per_pass``; the hourly cap and
+        the learning budget still hold (a spent budget ends the pass: ``exhausted``)."""
         now = now or datetime.now(UTC)
         done = JudgePass()
         hourly = judge.max_calls_per_hour - self._calls_last_hour(scenario, judge, now)
-        budget = min(hourly, judge.calls_per_pass)
+        budget = hourly if whole else min(hourly, judge.calls_per_pass)
         waiting = self._ungraded(scenario, judge, now)
         for group in _groups(waiting, judge):
             if budget <= 0:

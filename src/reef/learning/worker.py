@@ -536,7 +536,7 @@ class JobRun:
         if recipe.signals.enabled:
             self.worker.signals.run(job.scenario, recipe.signals, self.queue.now(), models)
         for judge in recipe.judges:
-            done = self.worker.judges.run(job.scenario, judge, models, self.queue.now())
+            done = self.worker.judges.run(job.scenario, judge, models, self.queue.now(), whole=True)
             if done.exhausted is not None:
                 raise done.exhausted
 

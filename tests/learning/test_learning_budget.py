@@ -71,9 +71,8 @@ def test_a_job_with_a_ten_call_judge_budget_stops_at_ten_calls(
     assert result["budget"] == f"learn:recipe:{SCENARIO}/judge/day"
     assert "calls 10 of 10 spent" in result["reason"] and "resets" in result["reason"]
     assert judge.calls == 10
-    assert (
-        result["cost"]["model_calls"] == 7 and result["cost"]["by_purpose"]["judge"]["calls"] == 7
-    )
+    cost = result["cost"]
+    assert cost["model_calls"] == 7 and cost["by_purpose"]["judge"]["calls"] == 7
     assert cost["unpriced_calls"] == 7  # no price configured: counted, unpriced
     assert done.candidate_id is None and world.chain.candidates(SCENARIO) == []
     calls = world.store.list_records(SCENARIO, RecordFilter(purpose="judge"), None, 50)

@@ -15,8 +15,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from reef.cli.status import job_cost
 from reef.config import ScenarioConfig
-from reef.config.spend import LearningBudgetLimit
+from reef.config.spend import LearningBudgetLimit, PriceConfig
 from reef.core import SilentProgress
 from reef.experience import LearningMeter, RecordFilter
 from reef.jobs import JobQueue
@@ -74,6 +75,7 @@ def test_a_job_with_a_ten_call_judge_budget_stops_at_ten_calls(
     cost = result["cost"]
     assert cost["model_calls"] == 7 and cost["by_purpose"]["judge"]["calls"] == 7
     assert cost["unpriced_calls"] == 7  # no price configured: counted, unpriced
+    assert cost["tokens"] == 14 and job_cost(result) == "7 calls, 14 tok, unpriced"
     assert done.candidate_id is None and world.chain.candidates(SCENARIO) == []
     calls = world.store.list_records(SCENARIO, RecordFilter(purpose="judge"), None, 50)
     assert len(calls.records) == 10
@@ -83,6 +85,31 @@ def test_a_job_with_a_ten_call_judge_budget_stops_at_ten_calls(
     world.clock.advance(24 * 3600)
     worker.compute_feedback()
     assert judge.calls == 13
+
+
+def test_a_money_budget_counts_priced_calls_at_their_price(
+    judged_world: World, judge: JudgeUpstreamThread
+) -> None:
+    """Each judge call reports 1 input and 1 output token; at 0.5 money per token
+    each costs 1.0, so a scenario's daily money budget of 4 admits four calls."""
+    world = judged_world
+    world.store.write_records([_draft(f"which team owns part {n}?") for n in range(6)])
+    world.clock.advance(1)
+    price = PriceConfig(input_per_mtok=500_000, output_per_mtok=500_000)
+    upstream = world.settings.upstreams["up"].model_copy(update={"prices": {"m": price}})
+    scenario = ScenarioConfig(learning_budget=[{"window": "month", "money": 4.0}])
+    world.settings = world.settings.model_copy(
+        update={"upstreams": {"up": upstream}, "scenarios": {SCENARIO: scenario}}
+    )
+    worker = world.worker({"learners": [{"type": "stamp"}], "judges": [RUBRIC]})
+    world.queue.enqueue(SCENARIO, "learn", {})
+    [done] = worker.run_once()
+    result = done.result or {}
+    assert result["outcome"] == "budget_exhausted" and judge.calls == 4
+    assert result["budget"] == f"learn:scenario:{SCENARIO}/total/month"
+    assert "money 4 of 4 spent" in result["reason"]
+    assert result["cost"]["money"] == 1.0 and result["cost"]["unpriced_calls"] == 0
+    assert job_cost(result) == "1 call, 2 tok, 1.0000"
 
 
 class TrainConfig(LearnerConfig):
@@ -126,6 +153,7 @@ def test_a_training_minutes_budget_refuses_the_next_training_job(judged_world: W
     [first] = worker.run_once()  # admitted below the limit; trains 20 minutes
     assert (first.result or {})["outcome"] == "proposed"
     assert (first.result or {})["cost"]["cpu_minutes"] == 20.0
+    assert job_cost(first.result) == "20.0 cpu min"
     world.add_experience(3)
     world.queue.enqueue(SCENARIO, "learn", {})
     [second] = worker.run_once()

@@ -112,6 +112,49 @@ def test_a_money_budget_counts_priced_calls_at_their_price(
     assert job_cost(result) == "1 call, 2 tok, 1.0000"
 
 
+class EagerLearner(Learner):
+    """Reflects three times, shrugging off a failed call as one lost variant (as the
+    instructions learner does), and proposes whatever it got."""
+
+    type_name: ClassVar[str] = "eager"
+    kind: ClassVar[Literal["harness", "model"]] = "harness"
+    config_model: ClassVar[type[LearnerConfig]] = LearnerConfig
+
+    def learn(self, context: LearnerContext) -> LearnerOutput:
+        got = []
+        for _ in range(3):
+            try:
+                got.append(context.reflector.reflect([{"role": "user", "content": "rules?"}]))
+            except Exception:
+                continue
+        digest = context.artifacts.put_bytes(orjson.dumps(got), "harness")
+        return LearnerOutput(harness=digest, metrics={"variants": len(got)})
+
+
+def test_a_learner_that_swallows_a_refused_call_proposes_nothing(
+    judged_world: World, judge: JudgeUpstreamThread
+) -> None:
+    world = judged_world
+    world.add_experience(2)
+    recipe = {
+        "learners": [{"type": "eager"}],
+        "learning_budget": [{"window": "hour", "purpose": "reflect", "calls": 2}],
+    }
+    worker = Worker(
+        world.settings, world.store, world.chain, world.artifacts, queue=world.queue,
+        registry=registry(EagerLearner),
+        recipes={SCENARIO: parse_recipe({"gate": {"enabled": False}, **recipe})},
+        evaluations=world.worker({"learners": [{"type": "stamp"}]}).evaluations,
+    )  # fmt: skip
+    world.queue.enqueue(SCENARIO, "learn", {})
+    [done] = worker.run_once()
+    result = done.result or {}
+    assert result["outcome"] == "budget_exhausted", result
+    assert result["budget"] == f"learn:recipe:{SCENARIO}/reflect/hour"
+    assert judge.calls == 2 and result["cost"]["by_purpose"]["reflect"]["calls"] == 2
+    assert done.candidate_id is None and world.chain.candidates(SCENARIO) == []
+
+
 class TrainConfig(LearnerConfig):
     device: Literal["auto", "cpu", "cuda"] = "cpu"
     minutes: float = 20.0

@@ -123,6 +123,9 @@ class LearningMeter:
         self.clock = clock
         self.tally = SpendTally()
         self._tallies = [self.tally]  # this meter's, then its parents'
+        # The first refusal, kept even when a caller swallowed the error (a learner
+        # that counts a failed model call as one lost variant): see ``refused``.
+        self.exhausted: LearningBudgetExhaustedError | None = None
         self._lock = threading.Lock()
 
     def child(self) -> LearningMeter:
@@ -157,9 +160,17 @@ class LearningMeter:
     ) -> None:
         cap = getattr(limit, kind)
         if cap is not None and spent >= cap:
-            raise LearningBudgetExhaustedError(
+            error = LearningBudgetExhaustedError(
                 budget, kind, spent, cap, window_end(limit.window, start)
             )
+            self.exhausted = self.exhausted or error
+            raise error
+
+    def refused(self) -> None:
+        """Raise the first refusal this meter made, if any (a job checks after its
+        learners: what they made without a refused call is half-made)."""
+        if self.exhausted is not None:
+            raise self.exhausted
 
     # -- charging -------------------------------------------------------------------------
 

@@ -493,6 +493,8 @@ class JobRun:
         try:
             manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
         except NoCandidateError as error:
+            if self.meter is not None:
+                self.meter.refused()  # nothing made because its calls were refused
             # Nothing worth proposing in this batch (screening may have held it all back):
             # a finished job that says so; the same data would only fail the same way.
             return {"outcome": "unchanged", "reason": error.message, "selection": batch.stats}
@@ -661,6 +663,8 @@ class JobRun:
             used.update(dict.fromkeys(output.consumed))
             metrics[name] = output.metrics
             self.report_progress(span[0] + span[1], f"{name}: done")
+        if self.meter is not None:
+            self.meter.refused()  # a learner that swallowed a refused call is half-made
         if self.metrics.values:
             metrics["reported"] = dict(self.metrics.values)
         return manifest, list(used), metrics

@@ -27,6 +27,7 @@ from reef.learning.recipes import RecipeError, parse_recipe
 from reef.learning.worker import Worker
 from tests.evaluation.gate_setup import SCENARIO as QUIZ
 from tests.evaluation.gate_setup import fact, quiz_world
+from tests.fakes.clock import FakeClock
 from tests.fakes.judge import JudgeUpstreamThread
 from tests.learning.test_undecided import RECIPE as GATED
 from tests.learning.test_undecided import corrected_traffic
@@ -212,7 +213,9 @@ def test_a_training_minutes_budget_refuses_the_next_training_job(judged_world: W
 
 
 def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(tmp_path: Path) -> None:
-    recipe = parse_recipe({**GATED, "gate": {**GATED["gate"], "concurrency": 1}})
+    tight = [{"window": "day", "purpose": "eval", "calls": 7}]
+    gate = {**GATED["gate"], "concurrency": 1}
+    recipe = parse_recipe({**GATED, "gate": gate, "learning_budget": tight})
     with quiz_world(tmp_path) as world:
         world.publish_directly([])
         head = world.head()
@@ -220,33 +223,52 @@ def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(tmp_path:
         settings = world.gateway.settings
         evaluation = settings.evaluation.model_copy(update={"gateway_url": world.gateway.url})
         settings = settings.model_copy(update={"evaluation": evaluation})
-        queue = JobQueue(world.gateway.database)
+        clock = FakeClock()
+        queue = JobQueue(world.gateway.database, clock=clock)
+        worker = Worker(
+            settings, world.gateway.store, world.chain, world.artifacts, queue=queue,
+            evaluations=world.evaluations, recipes={QUIZ: recipe},
+        )  # fmt: skip
         corrected_traffic(world, range(20))
         held = select_holdout(world.gateway.store, world.chain, QUIZ, recipe)
-        tight = [LearningBudgetLimit(window="day", purpose="eval", calls=7)]
+        budget = f"learn:recipe:{QUIZ}/eval/day"
 
-        def gate_with(limits: list[LearningBudgetLimit]) -> Any:
-            meter = LearningMeter(world.gateway.database, [("recipe:quiz", limits)], queue.now)
+        def gate_with(meter: LearningMeter) -> Any:
             return build_gate(
                 settings, world.chain, world.evaluations, world.artifacts, QUIZ, recipe,
                 progress=SilentProgress(), meter=meter,
             )  # fmt: skip
 
-        outcome = gate_with(tight).run(candidate.id, held.items, now=queue.now())
+        def eval_calls() -> int:
+            found = world.gateway.store.list_records(QUIZ, RecordFilter(purpose="eval"), None, 200)
+            return len(found.records)
+
+        meter = worker.meter_for(QUIZ, recipe)
+        outcome = gate_with(meter).run(candidate.id, held.items, now=queue.now())
         assert outcome.action == "undecided" and outcome.decision is not None
-        assert "learn:recipe:quiz/eval/day" in outcome.decision.reasons[0]
-        assert outcome.cost["budget_exhausted"] == "learn:recipe:quiz/eval/day"
+        assert budget in outcome.decision.reasons[0]
+        assert outcome.cost["budget_exhausted"] == budget
         assert outcome.cost["spend"]["by_purpose"]["eval"]["calls"] == 7
         assert world.chain.get_candidate(candidate.id).state == "evaluating"
         assert world.head().id == head.id  # never published
-        evals = world.gateway.store.list_records(QUIZ, RecordFilter(purpose="eval"), None, 100)
-        assert len(evals.records) == 7
+        assert eval_calls() == 7
         gate = (world.chain.get_candidate(candidate.id).evidence or {})["gate"]
         assert gate["decision"]["verdict"] == "undecided" and gate["cost"]["spend"]
 
+        # The worker does not ask again inside the spent window; once it resets, it does
+        # (and this budget stops that look at 7 calls too).
+        [waiting] = worker.resume_undecided()
+        assert waiting.reason is None and eval_calls() == 7
+        clock.advance(24 * 3600)
+        [again] = worker.resume_undecided()
+        assert again.reason == "the learning budget's window reset"
+        assert again.outcome is not None and again.outcome.action == "undecided"
+        assert eval_calls() == 14
+
         # With room in the budget the same evaluation decides, and says what it cost.
         roomy = [LearningBudgetLimit(window="day", purpose="eval", calls=100)]
-        decided = gate_with(roomy).run(candidate.id, held.items, now=queue.now())
+        meter = LearningMeter(world.gateway.database, [("recipe:roomy", roomy)], queue.now)
+        decided = gate_with(meter).run(candidate.id, held.items, now=queue.now())
         assert decided.action == "published"
         # every answer the gate asked for (both arms and the leak probes) was counted
         assert decided.cost["spend"]["model_calls"] == decided.cost["model_calls"] >= 40

@@ -241,7 +241,10 @@ class Gate:
             "publish": self.publish,
             "decision": decision.as_dict(),
             "cost": cost,
-            "history": [*previous.get("history", []), _look(decision, "", now)],
+            "history": [
+                *previous.get("history", []),
+                {**_look(decision, "", now), "budget_resets": error.resets.isoformat()},
+            ],
         }
         evidence = {**(candidate.evidence or {}), "gate": gate}
         self.chain.set_candidate_state(candidate.id, "evaluating", evidence)

@@ -111,6 +111,10 @@ def test_a_money_budget_counts_priced_calls_at_their_price(
     assert "money 4 of 4 spent" in result["reason"]
     assert result["cost"]["money"] == 1.0 and result["cost"]["unpriced_calls"] == 0
     assert job_cost(result) == "1 call, 2 tok, 1.0000"
+    # each judge call's record carries its usage and cost, as a served record does
+    found = world.store.list_records(SCENARIO, RecordFilter(purpose="judge"), None, 50)
+    assert [r.cost for r in found.records] == [1.0] * 4
+    assert {(r.price or {}).get("model") for r in found.records} == {"m"}
 
 
 class EagerLearner(Learner):

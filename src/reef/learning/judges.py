@@ -27,6 +27,7 @@ the call records and the feedback are redacted before the write, as the gateway'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -40,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reef.core import canonical_json, new_id, sha256_hex
 from reef.core.errors import ReefError
+from reef.core.prices import Price, cost_of
 from reef.evaluation import EvalItem, LlmJudgeConfig, LlmJudgeScorer, ScorerContext
 from reef.experience import (
     ExperienceStore,
@@ -116,6 +118,8 @@ class _Call:
     messages: list[dict[str, Any]]
     reply: str
     model: str | None
+    usage: Any = None  # as the upstream reported it, with the model's price
+    price: Price | None = None
 
 
 class _Recording:
@@ -131,7 +135,9 @@ class _Recording:
     ) -> str:
         reply = str(self.inner.ask(messages, upstream, model))
         name = getattr(self.inner, "model_name", None)
-        self.calls.append(_Call(messages, reply, name(upstream, model) if name else model))
+        usage, price = getattr(self.inner, "last_call", (None, None))
+        called = name(upstream, model) if name else model
+        self.calls.append(_Call(messages, reply, called, usage, price))
         return reply
 
 
@@ -239,12 +245,16 @@ class JudgeWriter:
         """Record the judge's calls (``purpose: judge``); the first call's record id."""
         judged = ",".join(r.id for r in group)[:1000]
         drafts = [
-            model_call_draft(
-                scenario,
-                call.model or judge.model,
-                call.messages,
-                call.reply,
-                {"judge": judge.name, "judged": judged},
+            with_spend(
+                model_call_draft(
+                    scenario,
+                    call.model or judge.model,
+                    call.messages,
+                    call.reply,
+                    {"judge": judge.name, "judged": judged},
+                ),
+                call.usage,
+                call.price,
             )
             for call in calls
         ]
@@ -394,3 +404,12 @@ def model_call_draft(
         purpose="judge",
         created_at=created_at,
     )
+
+
+def with_spend(draft: RecordDraft, usage: Any, price: Price | None) -> RecordDraft:
+    """``draft`` with the call's ``usage`` and its cost at ``price`` (None: unpriced),
+    as a served record has them (``reef costs``)."""
+    if not usage:
+        return draft
+    priced = None if price is None else price.as_dict()
+    return dataclasses.replace(draft, usage=usage, cost=cost_of(usage, price), price=priced)

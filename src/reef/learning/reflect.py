@@ -24,6 +24,7 @@ from reef.config import ReefSettings
 from reef.config.models import UpstreamConfig
 from reef.core import dumps
 from reef.core.errors import ReefError
+from reef.core.prices import Price
 from reef.experience import LearningMeter, price_of
 from reef.upstream import HTTPUpstream, UpstreamError, UpstreamRequest
 
@@ -68,6 +69,8 @@ class UpstreamReflector:
         # Reef's own spend: admitted and counted as ``purpose`` (``metered``).
         self.meter: LearningMeter | None = None
         self.purpose = "reflect"
+        # The usage and price of the last call (a judge's call record keeps them).
+        self.last_call: tuple[Any, Price | None] = (None, None)
 
     def metered(self, meter: LearningMeter | None, purpose: str) -> UpstreamReflector:
         """This reflector, its calls admitted by and counted in ``meter`` as
@@ -94,9 +97,10 @@ class UpstreamReflector:
         else:
             body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
             reply = _blocking(_ask(name, config, "/chat/completions", body))
+        usage = reply.get("usage") if isinstance(reply, dict) else None
+        self.last_call = (usage, price_of(config.prices, self.model))
         if self.meter is not None:
-            usage = reply.get("usage") if isinstance(reply, dict) else None
-            self.meter.charge(self.purpose, usage, price_of(config.prices, self.model))
+            self.meter.charge(self.purpose, *self.last_call)
         return _anthropic_text(reply) if config.type == "anthropic" else _openai_text(reply)
 
 
@@ -105,7 +109,7 @@ class UpstreamModels:
     ``ConfiguredModel``): each ``ask`` goes to the upstream and model it names, by
     default the scenario's own; ``base_urls`` gives URLs by upstream name (the
     ``local`` upstream has none in the config); with ``meter``, each call is admitted
-    and counted as ``purpose`` (``reef.learning.spend``)."""
+    and counted as ``purpose`` (``reef.experience.learning_spend``)."""
 
     def __init__(
         self,
@@ -120,13 +124,18 @@ class UpstreamModels:
         self.base_urls = dict(base_urls or {})
         self.meter = meter  # Reef's own spend, counted as ``purpose``
         self.purpose = purpose
+        self.last_call: tuple[Any, Price | None] = (None, None)  # usage and price
 
     def ask(
         self, messages: list[dict[str, Any]], upstream: str | None = None, model: str | None = None
     ) -> str:
         """The reply text of ``model`` on ``upstream`` (None: the scenario's own) to
         ``messages``; raises ``ReflectError`` as ``UpstreamReflector`` does."""
-        return self._reflector(upstream, model).reflect(messages)
+        reflector = self._reflector(upstream, model)
+        try:
+            return reflector.reflect(messages)
+        finally:
+            self.last_call = reflector.last_call
 
     def model_name(self, upstream: str | None = None, model: str | None = None) -> str:
         """The model ``ask`` would call for these arguments."""

@@ -183,7 +183,10 @@ def _print_table(jobs: list[Job]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("id", "scenario", "state", "attempt", "progress", "message", "candidate")
+    from reef.cli.status import job_cost
+
+    names = ("id", "scenario", "state", "attempt", "progress", "message", "candidate", "cost")
+    table = Table(*names)
     for job in jobs:
         progress = "" if job.progress is None else f"{job.progress:.0%}"
         table.add_row(
@@ -194,6 +197,7 @@ def _print_table(jobs: list[Job]) -> None:
             progress,
             job.error or job.message or "",
             job.candidate_id or "",
+            job_cost(job.result),
         )
     Console(width=200).print(table)
 

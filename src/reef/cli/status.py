@@ -143,7 +143,8 @@ def _jobs_table(jobs: dict[str, list[dict[str, Any]]]) -> Any:
     from rich.table import Table
 
     table = Table(title=f"jobs (newest {JOBS_PER_SCENARIO} per scenario)")
-    for name in ("scenario", "id", "state", "progress", "updated", "message", "candidate"):
+    names = ("scenario", "id", "state", "progress", "updated", "message", "candidate", "cost")
+    for name in names:
         table.add_column(name, no_wrap=name == "id")
     for scenario, found in sorted(jobs.items()):
         for job in found:
@@ -156,8 +157,45 @@ def _jobs_table(jobs: dict[str, list[dict[str, Any]]]) -> Any:
                 when(job.get("updated_at")),
                 job.get("error") or job.get("message") or "",
                 job.get("candidate_id") or "",
+                job_cost(job.get("result")),
             )
     return table
+
+
+def spend_text(spend: dict[str, Any] | None) -> str:
+    """One learning tally (``SpendTally.as_dict``) in a few words: ``12 calls, 3400
+    tok, 0.0123, 20.0 cpu min``; empty when it spent nothing."""
+    if not spend:
+        return ""
+    parts = []
+    if spend.get("model_calls"):
+        calls = spend["model_calls"]
+        parts.append(f"{calls} call{'' if calls == 1 else 's'}, {spend.get('tokens', 0)} tok")
+        money = spend.get("money")
+        unpriced = spend.get("unpriced_calls") or 0
+        if money is not None:
+            parts.append(f"{money:.4f}" + (f" (+{unpriced} unpriced)" if unpriced else ""))
+        elif unpriced:
+            parts.append("unpriced")
+    for device in ("cpu", "gpu"):
+        minutes = spend.get(f"{device}_minutes") or 0
+        if minutes:
+            parts.append(f"{minutes:.1f} {device} min")
+    return ", ".join(parts)
+
+
+def job_cost(result: dict[str, Any] | None) -> str:
+    """What a finished job cost (its ``cost``), its gate decision's share after
+    ``gate:``; empty for a job without a tally."""
+    if not isinstance(result, dict):
+        return ""
+    text = spend_text(result.get("cost"))
+    gate = result.get("gate")
+    gate_spend = gate.get("cost", {}).get("spend") if isinstance(gate, dict) else None
+    gate_text = spend_text(gate_spend)
+    if gate_text:
+        text = f"{text} (gate: {gate_text})"
+    return text
 
 
 def print_status(base_url: str, data: dict[str, Any]) -> None:

@@ -13,7 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from reef.config.spend import BudgetsConfig, PriceConfig, RateLimitsConfig, check_spend
+from reef.config.spend import (
+    BudgetsConfig,
+    LearningBudgetLimit,
+    PriceConfig,
+    RateLimitsConfig,
+    check_learning_limits,
+    check_spend,
+)
 from reef.core.trust import Trust, parse_trust
 
 
@@ -308,6 +315,12 @@ class ScenarioConfig(Section):
         description="Trust levels of keys in this scenario, by key id (operator, user or "
         "untrusted); they override the keys' own `trust`.",
     )
+    learning_budget: list[LearningBudgetLimit] = Field(
+        default_factory=list,
+        description="Caps on Reef's own learning spend for this scenario, per window: "
+        "model calls, tokens and money by purpose (judge, reflect, eval, episode, total) and "
+        "training minutes (docs/costs.md#reefs-own-spending).",
+    )
     score_range: tuple[float, float] = Field(
         default=(0.0, 1.0),
         description="The lowest and highest feedback score (inclusive); a score outside is "
@@ -330,6 +343,7 @@ class ScenarioConfig(Section):
     def _trust_levels(self) -> ScenarioConfig:
         for key_id, level in self.trust.items():
             parse_trust(level, f"trust of api key {key_id!r}")
+        check_learning_limits("learning_budget", self.learning_budget)
         low, high = self.score_range
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise ValueError(

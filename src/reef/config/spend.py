@@ -186,3 +186,75 @@ def check_spend(settings: ReefSettings) -> None:
                 f"upstreams.{name}.prices: unknown model(s) {unknown}; upstream {name!r} "
                 f"serves {sorted(served)}"
             )
+
+
+LearningPurpose = Literal["total", "judge", "reflect", "eval", "episode"]
+
+
+class LearningBudgetLimit(_Section):
+    """One budget of Reef's own learning spend in one window: model calls, tokens and
+    money of one ``purpose`` (``total``: every purpose together), and training time in
+    CPU and GPU minutes (``total`` only). ``tests/learning/test_learning_budget.py``."""
+
+    window: Window = Field(description="Calendar window in UTC: hour, day or month.")
+    purpose: LearningPurpose = Field(
+        default="total",
+        description="Whose calls count: judge (judges, the signal extractor, the gate's "
+        "model-graded scorers), reflect (reflective learners), eval (the gate's answers "
+        "through the gateway), episode (the turns of the gate's episodes), or total (all "
+        "of them, and training time).",
+    )
+    calls: int | None = Field(default=None, gt=0, description="Most model calls per window.")
+    tokens: int | None = Field(default=None, gt=0, description="Most tokens per window.")
+    money: float | None = Field(default=None, gt=0, description="Most money per window.")
+    cpu_minutes: float | None = Field(
+        default=None, gt=0, description="Most training minutes on CPU per window."
+    )
+    gpu_minutes: float | None = Field(
+        default=None, gt=0, description="Most training minutes on GPU per window."
+    )
+
+    @model_validator(mode="after")
+    def _limits_something(self) -> LearningBudgetLimit:
+        kinds = ("calls", "tokens", "money", "cpu_minutes", "gpu_minutes")
+        if all(getattr(self, kind) is None for kind in kinds):
+            raise ValueError(
+                f"a {self.window} learning budget of purpose {self.purpose} needs calls, "
+                "tokens, money, cpu_minutes or gpu_minutes"
+            )
+        minutes = self.cpu_minutes is not None or self.gpu_minutes is not None
+        if minutes and self.purpose != "total":
+            raise ValueError(
+                f"training minutes are a budget of purpose total, not {self.purpose} "
+                "(training is no model call)"
+            )
+        return self
+
+
+LEARNING_KINDS = ("calls", "tokens", "money", "cpu_minutes", "gpu_minutes")
+
+
+def check_learning_limits(where: str, limits: list[LearningBudgetLimit]) -> None:
+    """``ValueError`` naming ``where`` when two budgets share a purpose and window, or a
+    shorter window allows more than a longer one of the same purpose."""
+    seen: set[tuple[str, str]] = set()
+    for limit in limits:
+        slot = (limit.purpose, limit.window)
+        if slot in seen:
+            raise ValueError(
+                f"{where}: two {limit.purpose} learning budgets for the window {limit.window!r}"
+            )
+        seen.add(slot)
+    for short in limits:
+        for long in limits:
+            if short.purpose != long.purpose:
+                continue
+            if WINDOW_ORDER[short.window] >= WINDOW_ORDER[long.window]:
+                continue
+            for kind in LEARNING_KINDS:
+                small, large = getattr(short, kind), getattr(long, kind)
+                if small is not None and large is not None and small > large:
+                    raise ValueError(
+                        f"{where}: the {short.window} {short.purpose} {kind} budget ({small}) "
+                        f"exceeds the {long.window} one ({large})"
+                    )

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 
@@ -42,6 +42,10 @@ from reef.upstream import (
     openai_request_to_anthropic,
 )
 
+if TYPE_CHECKING:
+    from reef.core.prices import Price
+    from reef.experience import LearningMeter
+
 StopCause = Literal["finished", "max_turns", "timeout", "malformed", "error"]
 
 
@@ -61,10 +65,25 @@ class ChatEndpoint:
     # ``anthropic``: a gateway scenario on an Anthropic upstream, served on /messages
     # only; each turn goes out translated to the Messages API and comes back as chat.
     dialect: Literal["openai", "anthropic"] = "openai"
+    # Reef's own spend: each turn admitted by and counted in ``meter`` as ``episode``
+    # at ``price`` (``reef.experience.learning_spend``); None: not counted.
+    meter: LearningMeter | None = None
+    price: Price | None = None
 
     def __post_init__(self) -> None:
         if self.timeout_seconds <= 0:
             raise ValueError(f"timeout_seconds must be positive, got {self.timeout_seconds}")
+
+    def admit(self) -> None:
+        """Before a turn: raises when a learning budget of its ``meter`` is spent."""
+        if self.meter is not None:
+            self.meter.admit("episode")
+
+    def charge(self, reply: Any) -> None:
+        """After a turn: its usage counted in the ``meter``."""
+        if self.meter is not None:
+            usage = reply.get("usage") if isinstance(reply, dict) else None
+            self.meter.charge("episode", usage, self.price)
 
     @property
     def chat_url(self) -> str:
@@ -324,6 +343,7 @@ async def _ask(
     if endpoint.api_key:
         headers["authorization"] = f"Bearer {endpoint.api_key}"
     budget = min(endpoint.timeout_seconds, remaining)
+    endpoint.admit()
     try:
         async with http.post(
             endpoint.chat_url,
@@ -348,6 +368,7 @@ async def _ask(
         reply = loads(raw)
     except ValueError as exc:
         raise _Stop("malformed", f"the reply is not JSON: {raw[:200]!r}") from exc
+    endpoint.charge(reply)
     if endpoint.dialect == "anthropic" and isinstance(reply, dict):
         reply = anthropic_response_to_openai(reply)
     return reply, record_id

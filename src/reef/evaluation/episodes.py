@@ -184,6 +184,8 @@ def endpoint_for(target: GatewayTarget, job: EpisodeJob, params: Mapping[str, An
         params=dict(params),
         timeout_seconds=target.timeout_seconds,
         dialect=target.dialect,
+        meter=target.meter,
+        price=target.price,
     )
 
 

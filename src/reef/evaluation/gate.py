@@ -81,7 +81,7 @@ from reef.evaluation.values import (
     item_label,
     with_notes,
 )
-from reef.experience import ExperienceStore
+from reef.experience import ExperienceStore, LearningBudgetExhaustedError
 from reef.harness import Harness
 from reef.harness.packing import read_bundle_archive
 from reef.releases import (
@@ -187,9 +187,12 @@ class Gate:
             if baseline is None:
                 raise ScenarioHasNoReleaseError(candidate.scenario)
             rule = self._rule(candidate)
-            decision, evaluation_id, cost = self._evaluate(
-                candidate, baseline, holdout, notes, rule
-            )
+            try:
+                decision, evaluation_id, cost = self._evaluate(
+                    candidate, baseline, holdout, notes, rule
+                )
+            except LearningBudgetExhaustedError as error:
+                return self._out_of_budget(candidate, baseline, error, now)
             previous = (candidate.evidence or {}).get("gate") or {}
             decision = self._limit(decision, previous, now)
             evidence = {
@@ -218,6 +221,40 @@ class Gate:
             candidate = self.chain.get_candidate(candidate_id)
         self.chain.set_candidate_state(candidate_id, "abandoned")
         return GateOutcome(candidate_id, "abandoned", None, cost={"reason": "head kept moving"})
+
+    def _out_of_budget(
+        self,
+        candidate: Candidate,
+        baseline: Release,
+        error: LearningBudgetExhaustedError,
+        now: datetime,
+    ) -> GateOutcome:
+        """Undecided, never published: a learning budget ran out mid-evaluation. The
+        candidate stays ``evaluating`` (the worker decides again, in a later window)."""
+        reason = f"undecided: {error.message}"
+        decision = Decision("undecided", [reason], {}, None, [], missing=[error.message])
+        previous = (candidate.evidence or {}).get("gate") or {}
+        cost = {"budget_exhausted": error.budget, **self._spend()}
+        gate = {
+            "evaluation_id": None,
+            "baseline_id": baseline.id,
+            "publish": self.publish,
+            "decision": decision.as_dict(),
+            "cost": cost,
+            "history": [
+                *previous.get("history", []),
+                {**_look(decision, "", now), "budget_resets": error.resets.isoformat()},
+            ],
+        }
+        evidence = {**(candidate.evidence or {}), "gate": gate}
+        self.chain.set_candidate_state(candidate.id, "evaluating", evidence)
+        log.info("candidate %s undecided: %s", candidate.id, error.message)
+        return GateOutcome(candidate.id, "undecided", decision, cost=cost)
+
+    def _spend(self) -> dict[str, Any]:
+        """The learning spend of this gate's calls so far (``target.meter``)."""
+        meter = self.target.meter
+        return {} if meter is None else {"spend": meter.tally.as_dict()}
 
     # -- deciding ------------------------------------------------------------------------
 
@@ -337,6 +374,7 @@ class Gate:
         }
         if runs:
             cost["episodes"] = len(runs)
+        cost.update(self._spend())
         self.evaluations.finish(evaluation_id, decision, {**meta, "cost": cost})
         return decision, evaluation_id, cost
 

@@ -14,7 +14,7 @@ import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -35,6 +35,10 @@ from reef.upstream import (
     openai_chat_messages,
     openai_request_to_anthropic,
 )
+
+if TYPE_CHECKING:
+    from reef.core.prices import Price
+    from reef.experience import LearningMeter
 
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
@@ -62,6 +66,10 @@ class GatewayTarget:
     retries: int = 2
     concurrency: int = 4
     dialect: Literal["openai", "anthropic"] = "openai"
+    # Reef's own spend: each call admitted by and counted in ``meter`` as ``eval`` at
+    # ``price`` (``reef.experience.learning_spend``); None: not counted.
+    meter: LearningMeter | None = None
+    price: Price | None = None
 
     def __post_init__(self) -> None:
         if self.timeout_seconds <= 0:
@@ -249,6 +257,8 @@ class _Caller:
         body.pop("stream", None)  # the reply is read as one JSON document
         if self.target.dialect == "anthropic":
             body = openai_request_to_anthropic(body, model=body["model"])
+        if self.target.meter is not None:
+            self.target.meter.admit("eval")
         started = time.perf_counter()
         try:
             async with self.session.post(
@@ -272,6 +282,7 @@ class _Caller:
                 data = loads(raw)
                 if self.target.dialect == "anthropic" and isinstance(data, dict):
                     data = anthropic_response_to_openai(data)
+                self._charge(data)
                 reply = parse_reply(data)
             except ValueError as exc:
                 reason = f"unreadable reply: {exc}"
@@ -300,6 +311,11 @@ class _Caller:
             _retry_after(headers.get("retry-after")),
             kind=error_kind_of_status(status),
         )
+
+    def _charge(self, data: Any) -> None:
+        if self.target.meter is not None:
+            usage = data.get("usage") if isinstance(data, dict) else None
+            self.target.meter.charge("eval", usage, self.target.price)
 
     def _headers(self, job: _Job) -> dict[str, str]:
         return {

@@ -67,6 +67,12 @@ from reef.experience.importing import (
     sniff_reader,
 )
 from reef.experience.importing.otel import otlp_attributes
+from reef.experience.learning_spend import (
+    LearningBudgetExhaustedError,
+    LearningMeter,
+    SpendTally,
+    price_of,
+)
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
     PersonalData,
@@ -133,6 +139,8 @@ __all__ = [
     "ImportOptions",
     "ImportReader",
     "ImportSummary",
+    "LearningBudgetExhaustedError",
+    "LearningMeter",
     "Ledger",
     "Line",
     "LineImport",
@@ -156,6 +164,7 @@ __all__ = [
     "SessionNotFoundError",
     "SourceCalibration",
     "SpendRow",
+    "SpendTally",
     "StoreLedger",
     "StoreUnavailableError",
     "StoredResponse",
@@ -182,6 +191,7 @@ __all__ = [
     "open_store",
     "otlp_attributes",
     "personal_data_key",
+    "price_of",
     "reader_named",
     "scrub_personal_text",
     "scrub_personal_value",

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from reef.evaluation import (
     ScorerContext,
     load_suite,
 )
-from reef.experience import ExperienceStore, is_tool_call_correction
+from reef.experience import ExperienceStore, LearningMeter, is_tool_call_correction, price_of
 from reef.learning.base import ExperienceBatch, TrainingExample
 from reef.learning.overlap import SuitePrompt, last_user_text
 from reef.learning.recipes import Recipe
@@ -260,17 +260,26 @@ def build_gate(  # noqa: PLR0913
     progress: Progress,
     upstream_base_urls: Mapping[str, str] | None = None,
     store: ExperienceStore | None = None,
+    meter: LearningMeter | None = None,
 ) -> Gate:
     """The gate of ``recipe`` for ``scenario``, calling the configured gateway; with
-    ``store``, its shadow records are the gate's shadow suite (``gate.shadow``)."""
+    ``store``, its shadow records are the gate's shadow suite (``gate.shadow``); with
+    ``meter``, its calls count against the learning budgets (``eval``; a model-graded
+    scorer's as ``judge``)."""
+    target = gate_target(settings, scenario, recipe.gate)
+    if meter is not None:
+        _, upstream = settings.upstream_for(scenario)
+        model = settings.scenario(scenario).model or upstream.model
+        target = replace(target, meter=meter, price=price_of(upstream.prices, model))
+    models = UpstreamModels(settings, scenario, upstream_base_urls, meter=meter)
     return Gate(
         config=recipe.gate,
         publish=recipe.publish,
         chain=chain,
         artifacts=artifacts,
         evaluations=evaluations,
-        target=gate_target(settings, scenario, recipe.gate),
-        scorer_context=ScorerContext(model=UpstreamModels(settings, scenario, upstream_base_urls)),
+        target=target,
+        scorer_context=ScorerContext(model=models),
         progress=progress,
         shadow_store=store,
     )

@@ -27,6 +27,7 @@ the call records and the feedback are redacted before the write, as the gateway'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -40,11 +41,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reef.core import canonical_json, new_id, sha256_hex
 from reef.core.errors import ReefError
+from reef.core.prices import Price, cost_of
 from reef.evaluation import EvalItem, LlmJudgeConfig, LlmJudgeScorer, ScorerContext
 from reef.experience import (
     ExperienceStore,
     FeedbackDraft,
     IdempotencyConflictError,
+    LearningBudgetExhaustedError,
     RecordDraft,
     RecordFilter,
     RecordView,
@@ -97,6 +100,7 @@ class JudgePass:
     calls: int = 0
     skipped_budget: int = 0
     error: str | None = None
+    exhausted: LearningBudgetExhaustedError | None = None  # a learning_budget ran out
     scores: dict[str, float] = field(default_factory=dict)
 
 
@@ -114,6 +118,8 @@ class _Call:
     messages: list[dict[str, Any]]
     reply: str
     model: str | None
+    usage: Any = None  # as the upstream reported it, with the model's price
+    price: Price | None = None
 
 
 class _Recording:
@@ -129,7 +135,9 @@ class _Recording:
     ) -> str:
         reply = str(self.inner.ask(messages, upstream, model))
         name = getattr(self.inner, "model_name", None)
-        self.calls.append(_Call(messages, reply, name(upstream, model) if name else model))
+        usage, price = getattr(self.inner, "last_call", (None, None))
+        called = name(upstream, model) if name else model
+        self.calls.append(_Call(messages, reply, called, usage, price))
         return reply
 
 
@@ -146,14 +154,21 @@ class JudgeWriter:
         self._redactor = redactor or Redactor(())
 
     def run(
-        self, scenario: str, judge: JudgeConfig, models: Any, now: datetime | None = None
+        self,
+        scenario: str,
+        judge: JudgeConfig,
+        models: Any,
+        now: datetime | None = None,
+        whole: bool = False,
     ) -> JudgePass:
         """One pass of ``judge`` over ``scenario``; ``models`` is a ``ConfiguredModel``
-        (``reef.evaluation``) that reaches the judge's upstream."""
+        (``reef.evaluation``) that reaches the judge's upstream. ``whole`` (a learning
+        job's pass, which nobody waits on) lifts ``calls_per_pass``; the hourly cap and
+        the learning budget still hold (a spent budget ends the pass: ``exhausted``)."""
         now = now or datetime.now(UTC)
         done = JudgePass()
         hourly = judge.max_calls_per_hour - self._calls_last_hour(scenario, judge, now)
-        budget = min(hourly, judge.calls_per_pass)
+        budget = hourly if whole else min(hourly, judge.calls_per_pass)
         waiting = self._ungraded(scenario, judge, now)
         for group in _groups(waiting, judge):
             if budget <= 0:
@@ -162,6 +177,10 @@ class JudgeWriter:
             recording = _Recording(models)
             try:
                 grades = self._grade(group, judge, recording)
+            except LearningBudgetExhaustedError as error:
+                done.exhausted = error
+                log.info("judge %r of %r stopped: %s", judge.name, scenario, error)
+                break
             except ReefError as error:
                 done.error = f"{type(error).__name__}: {error}"
                 log.warning("judge %r of %r stopped: %s", judge.name, scenario, done.error)
@@ -226,12 +245,16 @@ class JudgeWriter:
         """Record the judge's calls (``purpose: judge``); the first call's record id."""
         judged = ",".join(r.id for r in group)[:1000]
         drafts = [
-            model_call_draft(
-                scenario,
-                call.model or judge.model,
-                call.messages,
-                call.reply,
-                {"judge": judge.name, "judged": judged},
+            with_spend(
+                model_call_draft(
+                    scenario,
+                    call.model or judge.model,
+                    call.messages,
+                    call.reply,
+                    {"judge": judge.name, "judged": judged},
+                ),
+                call.usage,
+                call.price,
             )
             for call in calls
         ]
@@ -381,3 +404,12 @@ def model_call_draft(
         purpose="judge",
         created_at=created_at,
     )
+
+
+def with_spend(draft: RecordDraft, usage: Any, price: Price | None) -> RecordDraft:
+    """``draft`` with the call's ``usage`` and its cost at ``price`` (None: unpriced),
+    as a served record has them (``reef costs``)."""
+    if not usage:
+        return draft
+    priced = None if price is None else price.as_dict()
+    return dataclasses.replace(draft, usage=usage, cost=cost_of(usage, price), price=priced)

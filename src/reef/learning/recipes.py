@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from reef.config.spend import LearningBudgetLimit, check_learning_limits
 from reef.core.errors import InvalidInputError
 from reef.core.validation import problem_lines
 from reef.evaluation import GateConfig
@@ -122,6 +123,12 @@ class Recipe(_Strict):
         description="LLM judges grading served answers as feedback (source judge:<name>; "
         "docs/learning.md#feedback-without-a-grader).",
     )
+    learning_budget: list[LearningBudgetLimit] = Field(
+        default_factory=list,
+        description="Caps on what this recipe's jobs and gates spend, per window: model "
+        "calls, tokens and money by purpose (judge, reflect, eval, episode, total) and training "
+        "minutes (docs/costs.md#reefs-own-spending).",
+    )
     on_stale: Literal["evaluate", "drop"] = Field(
         default="evaluate",
         description="If the head moved while the job ran: propose anyway (the gate compares "
@@ -146,6 +153,12 @@ class Recipe(_Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"judges need distinct names, got {names}")
         return judges
+
+    @field_validator("learning_budget")
+    @classmethod
+    def _consistent_budget(cls, limits: list[LearningBudgetLimit]) -> list[LearningBudgetLimit]:
+        check_learning_limits("learning_budget", limits)
+        return limits
 
     def triggers(self) -> list[ManualTrigger | MinNewFeedbackTrigger | MaxIntervalTrigger]:
         """The triggers (a single ``trigger:`` mapping becomes a list of one)."""

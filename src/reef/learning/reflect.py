@@ -24,6 +24,8 @@ from reef.config import ReefSettings
 from reef.config.models import UpstreamConfig
 from reef.core import dumps
 from reef.core.errors import ReefError
+from reef.core.prices import Price
+from reef.experience import LearningMeter, price_of
 from reef.upstream import HTTPUpstream, UpstreamError, UpstreamRequest
 
 
@@ -64,6 +66,18 @@ class UpstreamReflector:
         # A ``local`` upstream is the embedded engine: OpenAI-compatible at the given URL.
         kind = "openai" if upstream.type == "local" else upstream.type
         self._config = upstream.model_copy(update={"base_url": self.url, "type": kind})
+        # Reef's own spend: admitted and counted as ``purpose`` (``metered``).
+        self.meter: LearningMeter | None = None
+        self.purpose = "reflect"
+        # The usage and price of the last call (a judge's call record keeps them).
+        self.last_call: tuple[Any, Price | None] = (None, None)
+
+    def metered(self, meter: LearningMeter | None, purpose: str) -> UpstreamReflector:
+        """This reflector, its calls admitted by and counted in ``meter`` as
+        ``purpose`` (``reef.experience.learning_spend``)."""
+        self.meter = meter
+        self.purpose = purpose
+        return self
 
     def reflect(self, messages: list[dict[str, Any]]) -> str:
         """The model's reply text; ``ReflectError`` when there is no URL to ask, the call
@@ -75,32 +89,53 @@ class UpstreamReflector:
                 "override)"
             )
         name, config = self.upstream_name, self._config
+        if self.meter is not None:
+            self.meter.admit(self.purpose)
         if config.type == "anthropic":
             body = _anthropic_request(messages, self.model, self.max_tokens)
-            return _anthropic_text(_blocking(_ask(name, config, "/messages", body)))
-        body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
-        return _openai_text(_blocking(_ask(name, config, "/chat/completions", body)))
+            reply = _blocking(_ask(name, config, "/messages", body))
+        else:
+            body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
+            reply = _blocking(_ask(name, config, "/chat/completions", body))
+        usage = reply.get("usage") if isinstance(reply, dict) else None
+        self.last_call = (usage, price_of(config.prices, self.model))
+        if self.meter is not None:
+            self.meter.charge(self.purpose, *self.last_call)
+        return _anthropic_text(reply) if config.type == "anthropic" else _openai_text(reply)
 
 
 class UpstreamModels:
     """The configured models of ``scenario``, for scorers (``reef.evaluation``'s
     ``ConfiguredModel``): each ``ask`` goes to the upstream and model it names, by
     default the scenario's own; ``base_urls`` gives URLs by upstream name (the
-    ``local`` upstream has none in the config)."""
+    ``local`` upstream has none in the config); with ``meter``, each call is admitted
+    and counted as ``purpose`` (``reef.experience.learning_spend``)."""
 
     def __init__(
-        self, settings: ReefSettings, scenario: str, base_urls: Mapping[str, str] | None = None
+        self,
+        settings: ReefSettings,
+        scenario: str,
+        base_urls: Mapping[str, str] | None = None,
+        meter: LearningMeter | None = None,
+        purpose: str = "judge",
     ) -> None:
         self.settings = settings
         self.scenario = scenario
         self.base_urls = dict(base_urls or {})
+        self.meter = meter  # Reef's own spend, counted as ``purpose``
+        self.purpose = purpose
+        self.last_call: tuple[Any, Price | None] = (None, None)  # usage and price
 
     def ask(
         self, messages: list[dict[str, Any]], upstream: str | None = None, model: str | None = None
     ) -> str:
         """The reply text of ``model`` on ``upstream`` (None: the scenario's own) to
         ``messages``; raises ``ReflectError`` as ``UpstreamReflector`` does."""
-        return self._reflector(upstream, model).reflect(messages)
+        reflector = self._reflector(upstream, model)
+        try:
+            return reflector.reflect(messages)
+        finally:
+            self.last_call = reflector.last_call
 
     def model_name(self, upstream: str | None = None, model: str | None = None) -> str:
         """The model ``ask`` would call for these arguments."""
@@ -114,7 +149,7 @@ class UpstreamModels:
             base_url=self.base_urls.get(name),
             upstream_name=upstream,
             model=model,
-        )
+        ).metered(self.meter, self.purpose)
 
 
 def _blocking(call: Coroutine[Any, Any, Any]) -> Any:

@@ -5,6 +5,9 @@ verdict history (``evidence["gate"]["history"]``: one look per evaluation, with 
 paired items per suite and the void items). On every pass the worker looks at each
 such candidate of a scenario whose recipe gates, and runs the gate again when:
 
+- the last look ran out of a learning budget (``budget_resets``): once, and only once,
+  that budget's window has reset (``tests/learning/test_learning_budget.py``); else
+
 - new held-out traffic with feedback gave more holdout items than the last look used;
 - the last look had void items (an outage), asked again ``VOID_RETRY_SECONDS`` after it;
 - ``gate.max_wait_hours`` has passed since the first look (the gate then rejects it as
@@ -61,6 +64,11 @@ def last_look(candidate: Candidate) -> dict[str, Any] | None:
 def _why_again(
     look: dict[str, Any], first: datetime, holdout_items: int, recipe: Recipe, now: datetime
 ) -> str | None:
+    resets = look.get("budget_resets")  # a learning budget ran out mid-evaluation
+    if resets is not None:
+        if now < datetime.fromisoformat(resets):
+            return None  # asking again before its window resets would be refused
+        return "the learning budget's window reset"
     seen = int((look.get("suites") or {}).get("holdout", 0))
     if recipe.gate.holdout and holdout_items > seen:
         return f"{holdout_items - seen} new held-out items"
@@ -105,6 +113,7 @@ def resume_undecided(worker: Worker) -> list[Resumption]:
                 recipe,
                 progress=SilentProgress(),
                 upstream_base_urls=worker.upstream_base_urls,
+                meter=worker.meter_for(scenario, recipe),
             )
             outcome = gate.run(candidate.id, held.items, now=now)
             log.info("candidate %s: %s", candidate.id, outcome.action)

@@ -47,6 +47,7 @@ import dataclasses
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -57,7 +58,13 @@ from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
 from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore, GateOutcome
-from reef.experience import ExperienceStore, Redactor, StoreUnavailableError
+from reef.experience import (
+    ExperienceStore,
+    LearningBudgetExhaustedError,
+    LearningMeter,
+    Redactor,
+    StoreUnavailableError,
+)
 from reef.jobs import Job, JobCancelledError, JobQueue, LeaseLostError
 from reef.learning.base import (
     ExperienceBatch,
@@ -233,10 +240,21 @@ class Worker:
             return self._recipes.get(scenario)
         return self.recipe_files.load(scenario)
 
-    def models_for(self, scenario: str) -> UpstreamModels:
+    def models_for(self, scenario: str, meter: LearningMeter | None = None) -> UpstreamModels:
         """The configured models of ``scenario`` (judges, the signals' extractor), with
-        the worker's base URLs for upstreams that have none in the config."""
-        return UpstreamModels(self.settings, scenario, self.upstream_base_urls)
+        the worker's base URLs for upstreams that have none in the config; with
+        ``meter``, their calls count against the learning budgets as ``judge``."""
+        return UpstreamModels(self.settings, scenario, self.upstream_base_urls, meter=meter)
+
+    def meter_for(self, scenario: str, recipe: Recipe) -> LearningMeter:
+        """A fresh tally of Reef's own spend for ``scenario``, enforcing its
+        ``learning_budget`` and the recipe's (``reef.experience.learning_spend``) on the
+        store's ledger, in the job queue's time."""
+        budgets = [
+            (f"scenario:{scenario}", self.settings.scenario(scenario).learning_budget),
+            (f"recipe:{recipe.name or scenario}", recipe.learning_budget),
+        ]
+        return LearningMeter(getattr(self.store, "database", None), budgets, self.queue.now)
 
     def compute_feedback(self) -> dict[str, list[SignalPass | JudgePass]]:
         """Write the conversation signals and the judges' grades of every scenario whose
@@ -246,13 +264,10 @@ class Worker:
         now = self.queue.now()
         for scenario, recipe in self.recipes().items():
             passes: list[SignalPass | JudgePass] = []
+            models = self.models_for(scenario, self.meter_for(scenario, recipe))
             if recipe.signals.enabled:
-                passes.append(
-                    self.signals.run(scenario, recipe.signals, now, self.models_for(scenario))
-                )
-            if recipe.judges:
-                models = UpstreamModels(self.settings, scenario, self.upstream_base_urls)
-                passes += [self.judges.run(scenario, judge, models, now) for judge in recipe.judges]
+                passes.append(self.signals.run(scenario, recipe.signals, now, models))
+            passes += [self.judges.run(scenario, judge, models, now) for judge in recipe.judges]
             if passes:
                 done[scenario] = passes
         return done
@@ -403,12 +418,21 @@ class JobRun:
         # The training prompts the model learner behind the candidate's model probed.
         self.probe: tuple[ProbedPrompt, ...] = ()
         self._last_progress = 0.0
+        self.meter: LearningMeter | None = None  # the job's own spend, once it has a recipe
 
     def run(self) -> None:
         """Run the job to an end state; never raises (failures are stored on the job)."""
         job = self.job
         try:
-            result = self._run()
+            try:
+                result = self._run()
+            except LearningBudgetExhaustedError as error:
+                # Before a candidate was proposed (the gate answers undecided itself):
+                # nothing half-made is proposed.
+                result = {"outcome": "budget_exhausted", "reason": error.message}
+                result["budget"] = error.budget
+            if self.meter is not None:
+                result = {**result, "cost": self.meter.tally.as_dict()}
             self.queue.complete(job.id, self.owner, result)
             log.info("job %s: %s", job.id, outcome_summary(result))
         except LeaseLostError as error:
@@ -440,6 +464,7 @@ class JobRun:
     def _run(self) -> dict[str, Any]:
         job, chain = self.job, self.worker.chain
         recipe = self._recipe()
+        self.meter = self.worker.meter_for(job.scenario, recipe)
         head = chain.head(job.scenario)
         if head is None:
             raise InvalidInputError(f"scenario {job.scenario!r} has no release to learn from")
@@ -448,10 +473,7 @@ class JobRun:
             self.queue.set_candidate(job.id, self.owner, existing.id)
             return self._proposed(existing, {"reused": True, **self._gate(recipe, existing)})
         learners = recipe.build_learners(self.worker.registry)
-        if recipe.signals.enabled:
-            # Everything said before the job was made counts, however the passes fell.
-            models = self.worker.models_for(job.scenario)
-            self.worker.signals.run(job.scenario, recipe.signals, self.queue.now(), models)
+        self._feedback(recipe)
         consumed = self.queue.consumed_ids(job.scenario, published_only=True)
         trusted = trusted_references(recipe) if recipe.selection.screening.enabled else []
         batch = select_experience(
@@ -471,6 +493,8 @@ class JobRun:
         try:
             manifest, used, learner_metrics = self._learn(recipe, learners, head, batch)
         except NoCandidateError as error:
+            if self.meter is not None:
+                self.meter.refused()  # nothing made because its calls were refused
             # Nothing worth proposing in this batch (screening may have held it all back):
             # a finished job that says so; the same data would only fail the same way.
             return {"outcome": "unchanged", "reason": error.message, "selection": batch.stats}
@@ -504,6 +528,19 @@ class JobRun:
         if batch.overlap:
             extra["suite_overlap"] = overlap_summary(batch.overlap)
         return self._proposed(candidate, {**extra, **skew, **gated})
+
+    def _feedback(self, recipe: Recipe) -> None:
+        """Everything said before the job was made counts, however the passes fell:
+        the signals, and the judges' grades of what is still ungraded. A judge that
+        ran out of learning budget ends the job (``budget_exhausted``)."""
+        job = self.job
+        models = self.worker.models_for(job.scenario, self.meter)
+        if recipe.signals.enabled:
+            self.worker.signals.run(job.scenario, recipe.signals, self.queue.now(), models)
+        for judge in recipe.judges:
+            done = self.worker.judges.run(job.scenario, judge, models, self.queue.now(), whole=True)
+            if done.exhausted is not None:
+                raise done.exhausted
 
     def _left_out(self, batch: ExperienceBatch) -> None:
         """Quarantine what screening flagged, and say what else the batch left out."""
@@ -570,6 +607,7 @@ class JobRun:
             progress=SpanProgress(self, "gate", (0.9, 0.1)),
             upstream_base_urls=worker.upstream_base_urls,
             store=worker.store,
+            meter=None if self.meter is None else self.meter.child(),
         )
         outcome = gate.run(
             candidate.id, held.items, evidence_notes(held, batch), now=self.queue.now()
@@ -618,16 +656,34 @@ class JobRun:
                 harness_mode=settings.scenario(self.job.scenario).harness,
             )
             self.report_progress(span[0], f"{name}: started")
-            output = learner.learn(context)
+            output = self._train(learner, context)
             if output.adapter is not None or output.checkpoint is not None:
                 self.probe = output.probe  # the model now serves this learner's weights
             manifest = _with_output(manifest, output, recipe.name)
             used.update(dict.fromkeys(output.consumed))
             metrics[name] = output.metrics
             self.report_progress(span[0] + span[1], f"{name}: done")
+        if self.meter is not None:
+            self.meter.refused()  # a learner that swallowed a refused call is half-made
         if self.metrics.values:
             metrics["reported"] = dict(self.metrics.values)
         return manifest, list(used), metrics
+
+    def _train(self, learner: Learner, context: LearnerContext) -> LearnerOutput:
+        """``learner.learn``; for one that trains a model, admitted against the
+        training-minutes budgets first and its minutes (the queue's clock) charged on
+        the device it trains on."""
+        device = training_device(learner.config)
+        meter = self.meter
+        if device is None or meter is None:
+            return learner.learn(context)
+        meter.admit_training(device)
+        started = self.queue.now()
+        try:
+            return learner.learn(context)
+        finally:
+            minutes = (self.queue.now() - started).total_seconds() / 60.0
+            meter.charge_training(device, minutes)
 
     def _propose_once(
         self, head: Release, manifest: ReleaseManifest, evidence: dict[str, Any]
@@ -688,7 +744,7 @@ class JobRun:
             base_url=self.worker.upstream_base_urls.get(upstream_name),
             upstream_name=config.reflector_upstream,
             model=config.reflector_model,
-        )
+        ).metered(self.meter, "reflect")
 
 
 class SpanProgress:
@@ -707,6 +763,20 @@ class SpanProgress:
         inside = min(max(fraction, 0.0), 1.0)
         start, width = self.span
         self.run.report_progress(start + width * inside, f"{self.name}: {message}", force=False)
+
+
+def training_device(config: LearnerConfig) -> str | None:
+    """``cpu`` or ``gpu`` for a learner that trains a model (its config names a
+    ``device``), None for one that does not: ``auto`` is ``gpu`` when torch, already
+    loaded in this process, sees CUDA (the worker never loads torch to ask)."""
+    device = getattr(config, "device", None)
+    if device is None:
+        return None
+    if device == "auto":
+        torch = sys.modules.get("torch")
+        cuda = torch is not None and bool(torch.cuda.is_available())
+        return "gpu" if cuda else "cpu"
+    return "gpu" if device == "cuda" else "cpu"
 
 
 def _with_output(

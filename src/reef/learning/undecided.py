@@ -27,8 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from reef.core import SilentProgress
-from reef.evaluation import GateOutcome
-from reef.evaluation.shadow import shadow_progress
+from reef.evaluation import GateOutcome, shadow_progress
 from reef.learning.holdout import build_gate, select_holdout
 from reef.learning.recipes import Recipe
 from reef.releases import Candidate

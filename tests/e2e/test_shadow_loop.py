@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -137,49 +138,41 @@ def _round_two(gateway: GatewayThread, candidate_id: str) -> tuple[set[str], set
     return live, judged
 
 
-@pytest.fixture
-def fresh_targets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The gateway reads the evaluating candidate on every live request, not at most
-    every 5 s: round 1's read (no candidate yet) would otherwise hide the candidate for a
-    while."""
-    monkeypatch.setattr(ShadowArm, "refresh_seconds", 0.0)
-    yield
+@dataclass(frozen=True)
+class ShadowLoop:
+    """What the loop left: the running gateway, the judge, the job of round 1, the
+    candidate and the live records of round 2 (``live``: corrected, ``judged``)."""
+
+    gateway: GatewayThread
+    judge: PairwiseJudgeThread
+    job_id: str
+    base_id: str
+    candidate_id: str
+    live: set[str]
+    judged: set[str]
+    tmp: Path
 
 
-def _page(gateway: GatewayThread, candidate_id: str, shots: Path) -> tuple[str, str, str]:
-    """The candidate page in headless Chromium: the suites table, the shadow panel and
-    the evidence over time."""
-    executable = chromium_path()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            tab = DashboardPage(context.new_page(), gateway.url, shots)
-            tab.open(f"#/candidates/{candidate_id}")
-            shown = (tab.text("#decision"), tab.text("#shadow"), tab.text("#decision table"))
-            assert tab.problems == []
-            return shown
-        finally:
-            browser.close()
-
-
-@pytest.mark.usefixtures("fresh_targets")
-def test_shadow_evidence_publishes_an_undecided_candidate(tmp_path: Path) -> None:
-    (tmp_path / "recipe.yaml").write_text(RECIPE)
-    scenarios = {"codes": {"upstream": "engine", "recipe": tmp_path / "recipe.yaml"}}
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShadowLoop]:
+    """Round 1 (a learning job, undecided), round 2 (shadowed live traffic) and the
+    worker's next pass. The gateway reads the evaluating candidate on every live request,
+    not at most every 5 s: round 1's read (no candidate yet) would otherwise hide it."""
+    tmp = tmp_path_factory.mktemp("shadow-loop")
+    (tmp / "recipe.yaml").write_text(RECIPE)
+    scenarios = {"codes": {"upstream": "engine", "recipe": tmp / "recipe.yaml"}}
     with (
+        pytest.MonkeyPatch.context() as patch,
         PairwiseJudgeThread("content", good=RIGHT) as judge,
         tiny_gateway(
-            tmp_path,
+            tmp,
             scenarios=scenarios,
             upstreams={"judge": {"type": "openai", "base_url": judge.base_url, "model": "judge-1"}},
         ) as gateway,
     ):
+        patch.setattr(ShadowArm, "refresh_seconds", 0.0)
         settings = gateway.settings
         chain = ReleaseChain(gateway.database)
-        queue = JobQueue(gateway.database)
         gate_settings = settings.model_copy(
             update={"evaluation": EvaluationConfig(gateway_url=gateway.url)}
         )
@@ -188,7 +181,7 @@ def test_shadow_evidence_publishes_an_undecided_candidate(tmp_path: Path) -> Non
             gateway.store,
             chain,
             open_artifact_store(settings.artifacts_url()),
-            queue=queue,
+            queue=JobQueue(gateway.database),
             evaluations=EvaluationStore(gateway.database),
         )
         base = chain.head("codes")
@@ -213,66 +206,86 @@ def test_shadow_evidence_publishes_an_undecided_candidate(tmp_path: Path) -> Non
 
         # Round 2: live traffic, shadowed; a few corrections, the rest judged.
         live, judged = _round_two(gateway, candidate_id)
-        pairs = len(live) + len(judged)
         assert not judge.prompts  # judging waits for the gate's look
 
-        # The worker's next pass decides again, with no new job, and publishes.
+        # The worker's next pass decides again, with no new job.
         assert worker.run_once() == []
-        last = queue.last_job("codes")
-        assert last is not None and last.id == job.id
-        published = chain.get_candidate(candidate_id)
-        assert published.state == "published", (published.evidence or {})["gate"]["decision"]
-        head = chain.head("codes")
-        assert head is not None and head.parent_id == base.id
-        assert head.manifest.model.adapter == published.manifest.model.adapter
-        assert head.manifest.model.adapter is not None
+        yield ShadowLoop(gateway, judge, job.id, base.id, candidate_id, live, judged, tmp)
 
-        # What the dashboard reads: GET /reef/candidates/{id}.
-        response = call(gateway.port, "GET", f"/reef/candidates/{candidate_id}")
-        assert response.status == 200
-        gate = response.json()["evidence"]["gate"]
-        history = gate["history"]
-        assert [look["verdict"] for look in history] == ["undecided", "passed"]
-        assert history[1]["suites"] == {"holdout": HELD, "shadow": pairs}
-        assert history[1]["shadow"] == {"pairs": pairs, "references": LIVE}
-        decision = gate["decision"]
-        suites = {s["suite"]: s for s in decision["suites"]}
-        assert set(suites) == {"holdout", "shadow"}
-        assert suites["holdout"]["items"] == HELD
-        assert suites["shadow"]["items"] == pairs
-        for suite in suites.values():  # the adapter says the code, the head does not
-            assert suite["candidate_mean"] > suite["baseline_mean"], suite
-        shadow = decision["evidence"]["shadow"]
-        assert (shadow["pairs"], shadow["live"], shadow["judged"]) == (pairs, LIVE, len(judged))
-        assert shadow["void"] == 0 and shadow["unscored"] == 0
-        summaries = shadow["summaries"]
-        assert (summaries["live"]["items"], summaries["judged"]["items"]) == (LIVE, len(judged))
-        assert summaries["judged"]["difference"]["mean"] > 0
-        assert shadow["judge"]["flagged"] is False and shadow["judge"]["flips"] == 0
-        assert shadow["judge"]["checked"] >= 1
 
-        # Each judged pair's verdict: the live record's pair, judged blind.
-        evaluation = call(
-            gateway.port, "GET", f"/reef/evaluations/{history[1]['evaluation_id']}?items=1"
-        ).json()
-        provenance = {
-            r["item"]: r["details"]["provenance"]
-            for r in evaluation["results"]
-            if r["suite"] == "shadow" and r["arm"] == "candidate"
-        }
-        assert provenance == {
-            **{f"shadow/{rid}": "live" for rid in live},
-            **{f"shadow/{rid}": "judged" for rid in judged},
-        }
-        for prompt in judge.prompts:
-            assert candidate_id not in prompt and "candidate" not in prompt.lower()
+def test_shadow_evidence_publishes_an_undecided_candidate(loop: ShadowLoop) -> None:
+    gateway, candidate_id = loop.gateway, loop.candidate_id
+    chain = ReleaseChain(gateway.database)
+    last = JobQueue(gateway.database).last_job("codes")
+    assert last is not None and last.id == loop.job_id  # no new job
+    published = chain.get_candidate(candidate_id)
+    assert published.state == "published", (published.evidence or {})["gate"]["decision"]
+    head = chain.head("codes")
+    assert head is not None and head.parent_id == loop.base_id
+    assert head.manifest.model.adapter == published.manifest.model.adapter
+    assert head.manifest.model.adapter is not None
 
-        # The candidate's page shows both suites, the shadow one with its provenance.
-        decided, panel, table = _page(gateway, candidate_id, tmp_path / "shots")
-    judged_shown = f"\t{len(judged)}\t"
-    assert "passed" in decided and "holdout" in table and "shadow" in table
-    assert "undecided" in decided  # the first look, in the evidence over time
+    # What the dashboard reads: GET /reef/candidates/{id}.
+    response = call(gateway.port, "GET", f"/reef/candidates/{candidate_id}")
+    assert response.status == 200
+    gate = response.json()["evidence"]["gate"]
+    history = gate["history"]
+    pairs = len(loop.live) + len(loop.judged)
+    assert [look["verdict"] for look in history] == ["undecided", "passed"]
+    assert history[1]["suites"] == {"holdout": HELD, "shadow": pairs}
+    assert history[1]["shadow"] == {"pairs": pairs, "references": LIVE}
+    decision = gate["decision"]
+    suites = {s["suite"]: s for s in decision["suites"]}
+    assert set(suites) == {"holdout", "shadow"}
+    assert suites["holdout"]["items"] == HELD
+    assert suites["shadow"]["items"] == pairs
+    for suite in suites.values():  # the adapter says the code, the head does not
+        assert suite["candidate_mean"] > suite["baseline_mean"], suite
+    shadow = decision["evidence"]["shadow"]
+    assert (shadow["pairs"], shadow["live"], shadow["judged"]) == (pairs, LIVE, len(loop.judged))
+    assert shadow["void"] == 0 and shadow["unscored"] == 0
+    summaries = shadow["summaries"]
+    assert (summaries["live"]["items"], summaries["judged"]["items"]) == (LIVE, len(loop.judged))
+    assert summaries["judged"]["difference"]["mean"] > 0
+
+    # Each pair's provenance, and the judge's position check, in the stored results.
+    evaluation = call(
+        gateway.port, "GET", f"/reef/evaluations/{history[1]['evaluation_id']}?items=1"
+    ).json()
+    rows = [r for r in evaluation["results"] if r["suite"] == "shadow" and r["arm"] == "candidate"]
+    assert {r["item"]: r["details"]["provenance"] for r in rows} == {
+        **{f"shadow/{rid}": "live" for rid in loop.live},
+        **{f"shadow/{rid}": "judged" for rid in loop.judged},
+    }
+    checked = [r for r in rows if "position_flipped" in r["details"]]
+    assert shadow["judge"]["checked"] == len(checked) and shadow["judge"]["flips"] == 0
+    assert shadow["judge"]["flagged"] is False
+    assert len(loop.judge.prompts) == len(loop.judged) + len(checked)  # each asked once
+    for prompt in loop.judge.prompts:  # blind: no arm named
+        assert candidate_id not in prompt and "candidate" not in prompt.lower()
+
+
+def test_the_candidate_page_shows_both_suites_and_the_provenance(loop: ShadowLoop) -> None:
+    executable = chromium_path()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            tab = DashboardPage(context.new_page(), loop.gateway.url, loop.tmp / "shots")
+            tab.open(f"#/candidates/{loop.candidate_id}")
+            decided, panel = tab.text("#decision"), tab.text("#shadow")
+            suites = tab.texts("#decision table:first-of-type tbody tr td:first-child")
+            looks = tab.texts("#decision table:nth-of-type(2) tbody tr td:nth-child(2)")
+            assert tab.problems == []
+        finally:
+            browser.close()
+    assert "passed" in decided
+    assert suites == ["overall", "holdout", "shadow"]
+    assert "undecided" in looks and "passed" in looks  # the evidence over time
     lines = panel.splitlines()
     assert any(line.startswith("live") and f"\t{LIVE}\t" in line for line in lines), panel
-    assert any(line.startswith("judged") and judged_shown in line for line in lines), panel
+    judged = f"\t{len(loop.judged)}\t"
+    assert any(line.startswith("judged") and judged in line for line in lines), panel
     assert "judge-1" in panel

@@ -16,10 +16,14 @@ from tests.gateway.harness import GatewayThread, make_settings
 
 @contextmanager
 def tiny_gateway(
-    tmp_path: Path, scenarios: dict[str, Any], **overrides: Any
+    tmp_path: Path,
+    scenarios: dict[str, Any],
+    upstreams: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> Iterator[GatewayThread]:
     """A gateway whose upstream ``engine`` is the tiny model (one compute thread), serving
-    ``scenarios``; ``overrides`` are further settings (``auth``, …)."""
+    ``scenarios``; ``upstreams`` are further upstreams (a judge), ``overrides`` further
+    settings (``auth``, …)."""
     engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), max_batch=8, threads=1))
     engine.start()
     try:
@@ -27,7 +31,7 @@ def tiny_gateway(
         settings = make_settings(
             tmp_path,
             engine.base_url,
-            upstreams={"engine": upstream},
+            upstreams={"engine": upstream, **(upstreams or {})},
             scenarios=scenarios,
             **{"activation": {"poll_interval_seconds": 0.1}, **overrides},
         )

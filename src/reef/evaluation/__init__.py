@@ -61,7 +61,7 @@ from reef.evaluation.scorers.builtin import (
     LlmJudgeScorer,
     normalize_text,
 )
-from reef.evaluation.shadow import SHADOW_OF_TAG, shadow_settings
+from reef.evaluation.shadow import SHADOW_OF_TAG, shadow_progress, shadow_settings
 from reef.evaluation.shadow_config import ShadowConfig, ShadowJudgeConfig
 from reef.evaluation.suites import (
     load_suite,
@@ -108,6 +108,7 @@ __all__ = [
     "load_suite",
     "normalize_text",
     "score_answers",
+    "shadow_progress",
     "shadow_settings",
     "write_report",
 ]

@@ -1,7 +1,8 @@
 """From answers to a decision: score every answer, summarize the suites, apply the rule.
 
 Shared by the gate and ``reef eval run``. Current suites (file suites and holdout) make
-the overall gain; each regression suite is summarized on its own; leak probes and
+the overall gain; each suite (current or regression) is summarized on its own (the
+regression suites decide; the current ones are reported); leak probes and
 planted instructions are safety failures; evidence below the rule's trust level must
 survive leave-one-author-out (``provenance``).
 """
@@ -131,7 +132,11 @@ def decide_results(
             for protected in rule.protect
         ],
     )
-    decision = decide(overall, regressions, safety, rule, context=context)
+    # Each current suite is reported too (the dashboard's suites table: holdout, shadow, …).
+    reported = [s for name in current if (s := summary(name, [name])) is not None]
+    decision = decide(
+        overall, regressions, safety, rule, suites=[*reported, *regressions], context=context
+    )
     provenance = {item.key: item.provenance for item in items}
     return apply_independence(decision, results, provenance, current, regressions, rule)
 

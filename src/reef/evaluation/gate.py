@@ -572,8 +572,10 @@ class EvaluationFailedError(ReefError):
 
 
 def _look(decision: Decision, evaluation_id: str, now: datetime) -> dict[str, Any]:
-    """One line of a candidate's verdict history: when, what, on how much evidence."""
-    return {
+    """One line of a candidate's verdict history: when, what, on how much evidence (with
+    ``gate.shadow``, the shadow pairs read and how many had a reference: the worker
+    looks again when either grows)."""
+    look: dict[str, Any] = {
         "at": now.isoformat(),
         "evaluation_id": evaluation_id,
         "verdict": decision.verdict,
@@ -583,6 +585,10 @@ def _look(decision: Decision, evaluation_id: str, now: datetime) -> dict[str, An
         "gain": None if decision.overall is None else decision.overall.difference.mean,
         "low": None if decision.overall is None else decision.overall.difference.low,
     }
+    shadow = decision.evidence.get("shadow")
+    if isinstance(shadow, dict):
+        look["shadow"] = {key: int(shadow.get(key, 0)) for key in ("pairs", "references")}
+    return look
 
 
 def check_errors(

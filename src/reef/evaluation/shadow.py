@@ -142,6 +142,7 @@ def shadow_results(
     if shadow.judge is not None and context.model is not None:
         judge = PairwiseJudge(context.model, shadow.judge, calls)
     counts = {"pairs": len(pairs), "live": 0, "judged": 0, "void": 0, "unscored": 0}
+    counts["references"] = _references(pairs, config)
     results: list[ItemResult] = []
     verdicts: list[PairVerdict] = []
     for pair in pairs:
@@ -176,6 +177,23 @@ def shadow_results(
     report["summaries"] = _summaries(results, config)
     calls.flush()
     return ShadowEvidence(results, report, flagged)
+
+
+def shadow_progress(
+    store: ExperienceStore, scenario: str, candidate_id: str, config: GateConfig
+) -> dict[str, int]:
+    """How much shadow evidence ``candidate_id`` has now: its ``pairs`` and how many of
+    them have a reference (``references``); the same counts as ``shadow_results``'s
+    report, read without scoring or judging (what the worker compares with its last look,
+    ``reef.learning.undecided``)."""
+    if config.shadow is None:
+        return {"pairs": 0, "references": 0}
+    pairs = shadow_pairs(store, scenario, candidate_id, config.shadow.max_requests)
+    return {"pairs": len(pairs), "references": _references(pairs, config)}
+
+
+def _references(pairs: list[ShadowPair], config: GateConfig) -> int:
+    return sum(live_reference(pair.live, config.evidence_sources) is not None for pair in pairs)
 
 
 class StoredJudgeCalls:

@@ -9,13 +9,17 @@ such candidate of a scenario whose recipe gates, and runs the gate again when:
   that budget's window has reset (``tests/learning/test_learning_budget.py``); else
 
 - new held-out traffic with feedback gave more holdout items than the last look used;
+- with ``gate.shadow``, the candidate has more shadow pairs, or more of them have a
+  reference (a correction on the live answer), than the last look read;
 - the last look had void items (an outage), asked again ``VOID_RETRY_SECONDS`` after it;
 - ``gate.max_wait_hours`` has passed since the first look (the gate then rejects it as
   "insufficient evidence" unless the new look decides).
 
 The gate's own limits (``max_evidence``, ``max_wait_hours``, no evidence to come) end
 the wait with a rejection. ``tests/learning/test_undecided.py`` shows a candidate
-undecided on a few held-out items published once more traffic arrives.
+undecided on a few held-out items published once more traffic arrives, and one
+published once live traffic gave it shadow pairs; ``tests/e2e/test_shadow_loop.py`` the
+same on the tiny model, from a learning job to the dashboard's decision.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from reef.core import SilentProgress
-from reef.evaluation import GateOutcome
+from reef.evaluation import GateOutcome, shadow_progress
 from reef.learning.holdout import build_gate, select_holdout
 from reef.learning.recipes import Recipe
 from reef.releases import Candidate
@@ -62,7 +66,12 @@ def last_look(candidate: Candidate) -> dict[str, Any] | None:
 
 
 def _why_again(
-    look: dict[str, Any], first: datetime, holdout_items: int, recipe: Recipe, now: datetime
+    look: dict[str, Any],
+    first: datetime,
+    holdout_items: int,
+    shadow: dict[str, int] | None,
+    recipe: Recipe,
+    now: datetime,
 ) -> str | None:
     resets = look.get("budget_resets")  # a learning budget ran out mid-evaluation
     if resets is not None:
@@ -72,6 +81,12 @@ def _why_again(
     seen = int((look.get("suites") or {}).get("holdout", 0))
     if recipe.gate.holdout and holdout_items > seen:
         return f"{holdout_items - seen} new held-out items"
+    if shadow is not None:
+        read = look.get("shadow") or {}
+        for key, what in (("pairs", "new shadow pairs"), ("references", "new references")):
+            grown = shadow[key] - int(read.get(key, 0))
+            if grown > 0:
+                return f"{grown} {what}"
     since = (now - datetime.fromisoformat(look["at"])).total_seconds()
     if int(look.get("void", 0)) and since >= VOID_RETRY_SECONDS:
         return f"{look['void']} void items to ask again"
@@ -99,7 +114,12 @@ def resume_undecided(worker: Worker) -> list[Resumption]:
         for candidate, look in waiting:
             history = ((candidate.evidence or {}).get("gate") or {}).get("history") or [look]
             first = datetime.fromisoformat(history[0]["at"])
-            reason = _why_again(look, first, len(held.items), recipe, now)
+            shadow = (
+                None
+                if recipe.gate.shadow is None
+                else shadow_progress(worker.store, scenario, candidate.id, recipe.gate)
+            )
+            reason = _why_again(look, first, len(held.items), shadow, recipe, now)
             if reason is None:
                 done.append(Resumption(scenario, candidate.id, None))
                 continue
@@ -114,6 +134,7 @@ def resume_undecided(worker: Worker) -> list[Resumption]:
                 progress=SilentProgress(),
                 upstream_base_urls=worker.upstream_base_urls,
                 meter=worker.meter_for(scenario, recipe),
+                store=worker.store,
             )
             outcome = gate.run(candidate.id, held.items, now=now)
             log.info("candidate %s: %s", candidate.id, outcome.action)

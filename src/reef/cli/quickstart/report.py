@@ -86,7 +86,7 @@ def plural(count: int, noun: str) -> str:
 def _evidence_items(decision: dict[str, Any]) -> str:
     """What the gate's items were: held-out traffic, or the operator's suite."""
     suites = [str(suite.get("suite", "")) for suite in decision.get("suites") or ()]
-    if not suites:  # one suite: the decision lists none apart; its evidence names it
+    if not suites:  # a decision stored before current suites were listed: its evidence names them
         sources = (decision.get("evidence") or {}).get("sources") or ()
         suites = [str(source.get("suite", "")) for source in sources]
     if suites and all(name.startswith("file:") for name in suites):

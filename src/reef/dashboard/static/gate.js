@@ -244,3 +244,42 @@ export function itemDifferences(evaluation) {
       : null,
     rows.length > MAX_ROWS ? h("p", { class: "small muted" }, `Each table shows at most ${MAX_ROWS} items.`) : null);
 }
+
+// What each provenance of a shadow pair means (evaluation/shadow.py).
+const SHADOW_PROVENANCE = [
+  ["live", "the live answer has a correction: both answers scored against it"],
+  ["judged", "no reference: the blind pairwise judge preferred one answer, or neither"],
+];
+
+/** The shadow suite (gate.shadow): the pairs read and what became of them, the suite in
+ * all and per provenance (live, judged), and the judge's position check. */
+export function shadowBlock(decision) {
+  const shadow = decision && decision.evidence && decision.evidence.shadow;
+  if (!shadow || typeof shadow !== "object") return null;
+  const summaries = shadow.summaries || {};
+  const counts = ["pairs", "live", "judged", "void", "unscored"];
+  const judge = shadow.judge;
+  return h("div", { class: "shadow-evidence" },
+    h("dl", { class: "facts", id: "shadow-counts" }, counts.map((name) => [
+      h("dt", {}, name), h("dd", { "data-count": name }, String(shadow[name] ?? 0))])),
+    h("p", { class: "small muted" },
+      "Live requests of the scenario asked again of the candidate after the live answer went out; " +
+      "void pairs (an answer or the judge failed) and unscored ones (no reference, no judge) are counted, not scored."),
+    table([
+      ["Provenance", ([name]) => h("code", {}, name)],
+      ["Meaning", ([name]) => (SHADOW_PROVENANCE.find(([kind]) => kind === name) || [null, "every scored pair"])[1], "text"],
+      ["Items", ([, row]) => String(row.items), "num"],
+      ["Baseline", ([, row]) => num(row.baseline_mean), "num"],
+      ["Candidate", ([, row]) => num(row.candidate_mean), "num"],
+      ["Gain", ([, row]) => signed(row.difference.mean), "num"],
+      ["Interval", ([, row]) => `[${num(row.difference.low)}, ${num(row.difference.high)}]`, "num"],
+    ], ["all", "live", "judged"].filter((name) => summaries[name]).map((name) => [name, summaries[name]]),
+    ([name]) => `provenance-${name}`),
+    shadow.judged_counted === false ? h("p", { class: "small" }, badge("judged: not counted", "warn"), " ", shadow.judged_reason || "") : null,
+    judge
+      ? h("p", { class: "small", id: "shadow-judge" }, judge.flagged ? badge("judge flagged", "bad") : badge("judge", "info"),
+        ` ${judge.model} on ${judge.upstream}: ${judge.checked ?? 0} pairs judged in both orders, ` +
+        `${judge.flips ?? 0} flipped (${Math.round((judge.flip_share || 0) * 100)}%)`
+        + (judge.reason ? ` — ${judge.reason}` : ""))
+      : null);
+}

@@ -7,7 +7,7 @@ import { get, getOrNull } from "../api.js";
 import { lineChart } from "../charts.js";
 import { badge, empty, h, idChip, panel, shortDigest, table, time } from "../dom.js";
 import { diffLines, diffView, harnessLines } from "../diff.js";
-import { decisionBlock, evidenceBlock, evidenceGrowth, gateOf, itemDifferences, ruleLine, suitesTable } from "../gate.js";
+import { decisionBlock, evidenceBlock, evidenceGrowth, gateOf, itemDifferences, ruleLine, shadowBlock, suitesTable } from "../gate.js";
 
 const MAX_CHARTS = 4;
 // The screening rules (learning/screening.py), in the order the docs give them.
@@ -233,6 +233,12 @@ function canaryEvidence(evidence) {
     evidenceBlock(canary));
 }
 
+/** The gate's shadow suite with its provenance (live, judged), when it had gate.shadow. */
+function shadowPanel(decision) {
+  const block = shadowBlock(decision);
+  return block ? h("section", { class: "panel", id: "shadow" }, h("h2", {}, "Shadow evidence"), block) : null;
+}
+
 export async function render([id]) {
   const candidate = await get(`reef/candidates/${encodeURIComponent(id)}`);
   const gate = gateOf(candidate.evidence);
@@ -266,6 +272,7 @@ export async function render([id]) {
         evidenceGrowth(gate),
         gate.cost ? h("p", { class: "small muted" }, `cost: ${gate.cost.model_calls ?? "?"} model calls, ${gate.cost.seconds ?? "?"} s`) : null]
         : [empty(`Not evaluated by the gate yet (state ${candidate.state}).`), jobFailure(job)]),
+    shadowPanel(decision),
     decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,
     canaryEvidence(candidate.evidence),
     h("section", { class: "panel", id: "screening" }, h("h2", {}, "Feedback screening"), screeningView(candidate)),

@@ -5,7 +5,7 @@
 
 import { get } from "../api.js";
 import { badge, clip, contentText, count, empty, fill, h, idChip, num, panel, table, time } from "../dom.js";
-import { decisionBlock, evidenceBlock, itemDifferences, ruleLine, suitesTable } from "../gate.js";
+import { decisionBlock, evidenceBlock, itemDifferences, ruleLine, shadowBlock, suitesTable } from "../gate.js";
 import { sessionHref } from "./records.js";
 
 function episodeCell(scenario, episode) {
@@ -88,6 +88,8 @@ export async function render([id]) {
     h("section", { class: "panel", id: "decision" }, h("h2", {}, "Decision"),
       decision ? [decisionBlock(decision), ruleLine(decision.rule), suitesTable(decision)]
         : empty(evaluation.state === "failed" ? "The evaluation failed before a decision." : "Still running.")),
+    decision && shadowBlock(decision)
+      ? h("section", { class: "panel", id: "shadow" }, h("h2", {}, "Shadow evidence"), shadowBlock(decision)) : null,
     decision ? h("section", { class: "panel", id: "evidence" }, h("h2", {}, "Evidence provenance"), evidenceBlock(decision)) : null,
     (evaluation.episodes || []).length
       ? h("section", { class: "panel", id: "episodes" }, h("h2", {}, "Episodes"),

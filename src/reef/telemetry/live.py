@@ -5,19 +5,26 @@ encodes them as OTLP protobuf and sends them with the OpenTelemetry SDK's OTLP e
 On the request path a record costs one tuple appended to a bounded queue (the draft, the
 provider, the pinned release, the end time): no attributes, no hashing, no lock unless a
 batch is full or the queue is. Nothing waits for the collector or the export process, a
-full queue drops the span (counted), and nothing here raises into a request. A feeder
-thread writes each batch as one JSON line of compact records to the export process
-(without ``capture_content``, only the request's model and the response's ids and finish
-reasons leave); a reader thread takes the counters that process prints after each
-export, for ``/metrics``. Feedback and gate results, rare, are described here in full.
+full queue drops the span (counted), and nothing here raises into a request. Each batch
+goes to the export process as one JSON line of compact records (without
+``capture_content``, only the request's model and the response's ids and finish reasons
+leave), written from the gateway's event loop itself: a timer for a partial batch, and
+a non-blocking pipe whose unwritten rest waits for ``loop.add_writer``. No thread of the
+gateway competes with the loop for the GIL (``bench/otel_export.py``). A process without
+an event loop (a worker, a command) gets a feeder thread instead. A reader thread,
+blocked on the pipe back, takes the counters that process prints after each export, for
+``/metrics``. Feedback and gate results, rare, are described here in full.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import fcntl
 import logging
+import os
+import select
 import subprocess
 import sys
 import threading
@@ -65,16 +72,25 @@ class LiveExport:
             command or EXPORTER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self._process.stdin is not None
+        self._fd = self._process.stdin.fileno()
         # A batch line is about 0.3 KB a span: a pipe that holds a whole batch takes it
         # in one write instead of 64 KB at a time, each waiting for the export process.
         with contextlib.suppress(OSError, AttributeError):  # Linux only, bounded by the OS
-            fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(self._fd, False)
+        self._io = threading.Lock()  # one writer of the pipe at a time
+        # The event loop that writes (the first to queue a span), its timer and a line
+        # the pipe has not taken yet; or, in a process without a loop, the feeder thread.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._soon = False
+        self._pending = b""
+        self._feeder: threading.Thread | None = None
         settings = config.model_dump(mode="json")
         settings["headers"] = {k: v.get_secret_value() for k, v in config.headers.items()}
         self._write(dumps(settings) + b"\n")
-        self._feeder = threading.Thread(target=self._feed, name="reef-otel-feeder", daemon=True)
         self._reader = threading.Thread(target=self._read, name="reef-otel-reader", daemon=True)
-        self._feeder.start()
         self._reader.start()
         # A process that never calls shutdown() (a worker run once) still sends its queue.
         atexit.register(self.shutdown)
@@ -137,19 +153,117 @@ class LiveExport:
 
     def _put(self, item: _Item) -> None:
         """Queue ``item``; drop it (counted) when the queue is full or closing. The
-        append is atomic (``deque``): the lock is taken only to wake the feeder for a
-        full batch, or to count a drop."""
+        append is atomic (``deque``); then the writer is told, on the event loop that
+        called first (``_on_loop``) or, in a process without one, by the feeder thread."""
         queue = self._queue
         if self._closing or len(queue) >= self.config.max_queue_size:
             with self._changed:
                 self.dropped_spans += 1
             return
         queue.append(item)
-        if len(queue) >= self.config.max_export_batch_size:
-            with self._changed:
-                self._changed.notify_all()
+        loop = self._loop
+        if loop is None and self._feeder is None:
+            loop = self._bind_loop()
+        if loop is None:
+            if len(queue) >= self.config.max_export_batch_size:
+                with self._changed:
+                    self._changed.notify_all()
+        elif self._loop_thread == threading.get_ident():
+            self._on_loop()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: shutdown() sends
+                loop.call_soon_threadsafe(self._on_loop)
 
-    # -- the threads -------------------------------------------------------------------
+    def _bind_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running event loop, now the writer's; else start the feeder thread."""
+        with self._changed:
+            if self._loop is None and self._feeder is None:
+                try:
+                    self._loop = asyncio.get_running_loop()
+                    self._loop_thread = threading.get_ident()
+                except RuntimeError:
+                    self._feeder = threading.Thread(
+                        target=self._feed, name="reef-otel-feeder", daemon=True
+                    )
+                    self._feeder.start()
+            return self._loop
+
+    # -- on the event loop -------------------------------------------------------------
+
+    def _on_loop(self) -> None:
+        """A full batch is written soon; a partial one when the schedule delay is over."""
+        if self._closing or self._pending:  # ``_drained`` writes the queue next
+            return
+        if len(self._queue) >= self.config.max_export_batch_size:
+            if not self._soon:
+                self._soon = True
+                assert self._loop is not None
+                self._loop.call_soon(self._write_from_loop)
+        elif self._timer is None:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(
+                self.config.schedule_delay_seconds, self._write_from_loop
+            )
+
+    def _write_from_loop(self) -> None:
+        """Write the queue as one line without waiting: what the pipe does not take now
+        waits in ``_pending`` for ``_drained`` (``loop.add_writer``), and the queue
+        meanwhile fills up to ``max_queue_size`` (then drops, counted)."""
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._closing or self._pending or not self._queue:
+            return
+        batch = self._take()
+        line = self._line(batch)
+        if line is None:
+            return
+        with self._io:
+            try:
+                written = os.write(self._fd, line)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                self._gone(len(batch))
+                return
+            with self._changed:
+                self.queued_spans += len(batch)
+            if written < len(line):
+                self._pending = line[written:]
+                assert self._loop is not None
+                self._loop.add_writer(self._fd, self._drained)
+
+    def _drained(self) -> None:
+        """The pipe takes bytes again: write the rest of the pending line, then the queue."""
+        with self._io:
+            if self._closing:
+                return
+            try:
+                written = os.write(self._fd, self._pending)
+            except BlockingIOError:
+                return
+            except OSError:
+                written = len(self._pending)
+                self._gone(0)
+            self._pending = self._pending[written:]
+            if self._pending:
+                return
+            assert self._loop is not None
+            self._loop.remove_writer(self._fd)
+        if self._queue:  # what waited for the pipe goes now, a full batch or not
+            self._write_from_loop()
+
+    def _gone(self, spans: int) -> None:
+        log.warning("the OTel export process is gone (exit %s)", self._process.poll())
+        with self._changed:
+            self.dropped_spans += spans
+
+    def _take(self) -> list[_Item]:
+        queue = self._queue
+        return [queue.popleft() for _ in range(len(queue))]
+
+    # -- the feeder thread, in a process without an event loop -----------------------------
 
     def _feed(self) -> None:
         delay = self.config.schedule_delay_seconds
@@ -163,7 +277,7 @@ class LiveExport:
                     ),
                     timeout=delay,
                 )
-                batch = [self._queue.popleft() for _ in range(len(self._queue))]
+                batch = self._take()
                 self._flush_now = False
                 closing = self._closing
             line = self._line(batch) if batch else None
@@ -218,14 +332,19 @@ class LiveExport:
         ]
 
     def _write(self, line: bytes) -> bool:
-        stdin = self._process.stdin
-        assert stdin is not None
-        try:
-            stdin.write(line)
-            stdin.flush()
-        except (OSError, ValueError):  # the export process is gone
-            log.warning("the OTel export process is gone (exit %s)", self._process.poll())
-            return False
+        """Write all of ``line``, waiting for the pipe when it is full (the feeder thread,
+        ``shutdown``); False when the export process is gone."""
+        view = memoryview(line)
+        with self._io:
+            try:
+                while view:
+                    try:
+                        view = view[os.write(self._fd, view) :]
+                    except BlockingIOError:
+                        select.select([], [self._fd], [], 1.0)
+            except OSError:  # the export process is gone
+                log.warning("the OTel export process is gone (exit %s)", self._process.poll())
+                return False
         return True
 
     def _read(self) -> None:
@@ -253,12 +372,23 @@ class LiveExport:
             target = self.queued_spans + len(self._queue)
             self._flush_now = True
             self._changed.notify_all()
+            if self._loop is not None:
+                with contextlib.suppress(RuntimeError):  # a closed loop: nothing to wake
+                    self._loop.call_soon_threadsafe(self._write_from_loop)
 
             def done() -> bool:
                 counts = self.counts
                 return counts["exported_spans"] + counts["failed_spans"] >= target
 
             return self._changed.wait_for(done, timeout=max(0.0, deadline - time.monotonic()))
+
+    def _stop_loop_writer(self) -> None:
+        """Stop the event loop's timer and pipe watch (the loop may be closed already)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._loop is not None and self._pending:
+            with contextlib.suppress(Exception):  # closed, or its selector gone
+                self._loop.remove_writer(self._fd)
 
     def shutdown(self) -> None:
         """Hand over what is queued, let the export process send it (within its export
@@ -269,7 +399,15 @@ class LiveExport:
             self._closing = True
             self._changed.notify_all()
         atexit.unregister(self.shutdown)
-        self._feeder.join()
+        if self._feeder is not None:
+            self._feeder.join()
+        self._stop_loop_writer()
+        rest = self._take()
+        line = self._pending + (self._line(rest) or b"") if rest else self._pending
+        self._pending = b""
+        if line and self._write(line) and rest:
+            with self._changed:
+                self.queued_spans += len(rest)
         if self._process.stdin is not None:
             self._process.stdin.close()
         try:

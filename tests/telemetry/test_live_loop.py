@@ -80,3 +80,17 @@ def test_a_stopped_export_process_blocks_no_request_and_loses_no_span(
         range(SPANS)
     )
     assert TEXT in spans[0].attributes["gen_ai.input.messages"]
+
+
+def test_the_export_process_runs_only_on_idle_cpu(receiver: OtlpReceiver) -> None:
+    """``SCHED_IDLE`` (else nice 19): under saturation serving goes first, export waits."""
+    live = LiveExport(OtelConfig(enabled=True, endpoint=receiver.traces_url))
+    try:
+        live.gate("support", "cand-1", "eval-1", "passed", 0.9)
+        assert live.flush(timeout_seconds=10)  # the process has read its config: it is set
+        pid = live._process.pid
+        idle = os.sched_getscheduler(pid) == os.SCHED_IDLE
+        assert idle or os.getpriority(os.PRIO_PROCESS, pid) == 19
+    finally:
+        live.shutdown()
+    assert len(receiver.named("evaluation gate")) == 1

@@ -13,6 +13,7 @@ import pytest
 
 from reef.config import OtelConfig
 from reef.experience import RecordDraft
+from reef.telemetry import live as live_module
 from reef.telemetry.live import LiveExport
 from tests.fakes.otlp import OtlpReceiver
 
@@ -63,7 +64,7 @@ def test_a_stopped_export_process_blocks_no_request_and_loses_no_span(
         for number in range(SPANS):  # a blocking write would hang this loop for good
             live.record(draft(number), "openai", None)
             await asyncio.sleep(0)
-        assert live._pending, "a line waits for the pipe"
+        assert live._backlog, "lines wait for the pipe"
         assert live._feeder is None
         assert "reef-otel-feeder" not in {thread.name for thread in threading.enumerate()}
         os.kill(pid, signal.SIGCONT)
@@ -94,3 +95,38 @@ def test_the_export_process_runs_only_on_idle_cpu(receiver: OtlpReceiver) -> Non
     finally:
         live.shutdown()
     assert len(receiver.named("evaluation gate")) == 1
+
+
+def test_past_the_backlog_and_the_queue_spans_are_dropped_and_counted(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live_module, "BACKLOG_BYTES", 200_000)
+    config = OtelConfig(
+        enabled=True,
+        endpoint=receiver.traces_url,
+        capture_content=True,
+        max_export_batch_size=20,
+        max_queue_size=40,
+    )
+    live = LiveExport(config)
+    pid = live._process.pid
+    os.kill(pid, signal.SIGSTOP)
+    sent = 300  # 6 MB: the pipe (1 MB), the backlog (0.2 MB) and the queue (40) hold less
+
+    async def serve() -> bool:
+        for number in range(sent):
+            live.record(draft(number), "openai", None)
+            await asyncio.sleep(0)
+        assert live._backlog_bytes >= 200_000
+        assert len(live._queue) == 40
+        os.kill(pid, signal.SIGCONT)
+        return await asyncio.to_thread(live.flush, 30)
+
+    try:
+        assert asyncio.run(serve())
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        live.shutdown()
+    received = len(receiver.named("chat"))
+    assert live.dropped_spans > 0
+    assert received + live.dropped_spans == sent

@@ -46,6 +46,10 @@ log = logging.getLogger("reef.telemetry")
 
 EXPORTER_COMMAND = [sys.executable, "-m", "reef.telemetry.exporter"]
 PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
+# Batch lines, written already, that wait for the export process beyond what the pipe
+# holds: about 50,000 spans without content (0.33 KB each), 30 s at 1,500 requests a
+# second, while it runs only on idle CPU (``exporter.lower_priority``); then the queue.
+BACKLOG_BYTES = 16 << 20
 # A queued span: a feedback or gate description, or (draft, provider, pinned release, end ns).
 _Item = dict[str, Any] | tuple[RecordDraft, str, str | None, int]
 
@@ -85,7 +89,8 @@ class LiveExport:
         self._loop_thread: int | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._soon = False
-        self._pending = b""
+        self._backlog: deque[memoryview] = deque()  # lines the pipe has not taken yet
+        self._backlog_bytes = 0
         self._feeder: threading.Thread | None = None
         settings = config.model_dump(mode="json")
         settings["headers"] = {k: v.get_secret_value() for k, v in config.headers.items()}
@@ -192,7 +197,7 @@ class LiveExport:
 
     def _on_loop(self) -> None:
         """A full batch is written soon; a partial one when the schedule delay is over."""
-        if self._closing or self._pending:  # ``_drained`` writes the queue next
+        if self._closing or self._backlog_bytes >= BACKLOG_BYTES:  # ``_drained`` goes on
             return
         if len(self._queue) >= self.config.max_export_batch_size:
             if not self._soon:
@@ -207,48 +212,57 @@ class LiveExport:
 
     def _write_from_loop(self) -> None:
         """Write the queue as one line without waiting: what the pipe does not take now
-        waits in ``_pending`` for ``_drained`` (``loop.add_writer``), and the queue
-        meanwhile fills up to ``max_queue_size`` (then drops, counted)."""
+        waits in the backlog (at most ``BACKLOG_BYTES``) for ``_drained``
+        (``loop.add_writer``); past it the queue fills up to ``max_queue_size``, then
+        drops (counted)."""
         self._soon = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._closing or self._pending or not self._queue:
+        if self._closing or self._backlog_bytes >= BACKLOG_BYTES or not self._queue:
             return
         batch = self._take()
         line = self._line(batch)
         if line is None:
             return
         with self._io:
-            try:
-                written = os.write(self._fd, line)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                self._gone(len(batch))
-                return
+            written = 0
+            if not self._backlog:
+                try:
+                    written = os.write(self._fd, line)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    self._gone(len(batch))
+                    return
             with self._changed:
                 self.queued_spans += len(batch)
             if written < len(line):
-                self._pending = line[written:]
-                assert self._loop is not None
-                self._loop.add_writer(self._fd, self._drained)
+                if not self._backlog:
+                    assert self._loop is not None
+                    self._loop.add_writer(self._fd, self._drained)
+                self._backlog.append(memoryview(line)[written:])
+                self._backlog_bytes += len(line) - written
 
     def _drained(self) -> None:
-        """The pipe takes bytes again: write the rest of the pending line, then the queue."""
+        """The pipe takes bytes again: write the backlog, then the queue."""
         with self._io:
             if self._closing:
                 return
-            try:
-                written = os.write(self._fd, self._pending)
-            except BlockingIOError:
-                return
-            except OSError:
-                written = len(self._pending)
-                self._gone(0)
-            self._pending = self._pending[written:]
-            if self._pending:
-                return
+            backlog = self._backlog
+            while backlog:
+                try:
+                    written = os.write(self._fd, backlog[0])
+                except BlockingIOError:
+                    return
+                except OSError:
+                    self._gone(0)
+                    written = len(backlog[0])
+                self._backlog_bytes -= written
+                if written < len(backlog[0]):
+                    backlog[0] = backlog[0][written:]
+                else:
+                    backlog.popleft()
             assert self._loop is not None
             self._loop.remove_writer(self._fd)
         if self._queue:  # what waited for the pipe goes now, a full batch or not
@@ -386,7 +400,7 @@ class LiveExport:
         """Stop the event loop's timer and pipe watch (the loop may be closed already)."""
         if self._timer is not None:
             self._timer.cancel()
-        if self._loop is not None and self._pending:
+        if self._loop is not None and self._backlog:
             with contextlib.suppress(Exception):  # closed, or its selector gone
                 self._loop.remove_writer(self._fd)
 
@@ -403,8 +417,8 @@ class LiveExport:
             self._feeder.join()
         self._stop_loop_writer()
         rest = self._take()
-        line = self._pending + (self._line(rest) or b"") if rest else self._pending
-        self._pending = b""
+        line = b"".join([*self._backlog, (self._line(rest) or b"") if rest else b""])
+        self._backlog.clear()
         if line and self._write(line) and rest:
             with self._changed:
                 self.queued_spans += len(rest)

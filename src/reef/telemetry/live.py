@@ -2,11 +2,11 @@
 to the export process (``reef.telemetry.exporter``), which builds their attributes,
 encodes them as OTLP protobuf and sends them with the OpenTelemetry SDK's OTLP exporter.
 
-On the request path a record costs one tuple appended to a bounded queue (the draft, the
-provider, the pinned release, the end time): no attributes, no hashing, no lock unless a
-batch is full or the queue is. Nothing waits for the collector or the export process, a
-full queue drops the span (counted), and nothing here raises into a request. Each batch
-goes to the export process as one JSON line of compact records (without
+On the request path a record costs its compact JSON (a few µs) appended to a bounded
+queue: no attributes, no hashing, no lock unless a batch is full or the queue is, and
+no object kept for the garbage collector to walk. Nothing waits for the collector or
+the export process, a full queue drops the span (counted), and nothing here raises into
+a request. Each batch goes to the export process as one JSON line of compact records (without
 ``capture_content``, only the request's model and the response's ids and finish reasons
 leave), written from the gateway's event loop itself: a timer for a partial batch, and
 a non-blocking pipe whose unwritten rest waits for ``loop.add_writer``. No thread of the
@@ -50,8 +50,6 @@ PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
 # holds: about 50,000 spans without content (0.33 KB each), 30 s at 1,500 requests a
 # second, while it runs only on idle CPU (``exporter.lower_priority``); then the queue.
 BACKLOG_BYTES = 16 << 20
-# A queued span: a feedback or gate description, or (draft, provider, pinned release, end ns).
-_Item = dict[str, Any] | tuple[RecordDraft, str, str | None, int]
 
 
 def _hex_ids(record_id: str) -> list[str]:
@@ -65,7 +63,7 @@ class LiveExport:
 
     def __init__(self, config: OtelConfig, command: list[str] | None = None) -> None:
         self.config = config
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[bytes] = deque()  # spans, each as its JSON
         self._changed = threading.Condition()
         self._closing = False
         self._flush_now = False
@@ -105,8 +103,19 @@ class LiveExport:
     def record(self, draft: RecordDraft, provider: str, pinned_release: str | None) -> None:
         """One CLIENT span for the recorded exchange ``draft``: ids derived from the record
         id, ending now and starting its latency earlier; an error or aborted record sets
-        the span's status (built by the export process, ``exporter.describe``)."""
-        self._put((draft, provider, pinned_release, time.time_ns()))
+        the span's status (built by the export process, ``exporter.describe``).
+
+        The record is encoded at once (a few µs): a queue of bytes holds no objects for
+        the garbage collector to walk, where drafts held until their batch left survived
+        into its older generations."""
+        try:
+            item = dumps(self._wire(draft, provider, pinned_release, time.time_ns()))
+        except Exception:
+            log.exception("record %s could not be encoded; not exported", draft.id)
+            with self._changed:
+                self.dropped_spans += 1
+            return
+        self._put(item)
 
     def feedback(self, feedback: FeedbackDraft, feedback_id: str) -> None:
         """A ``gen_ai.evaluation.result`` event on a span of its own, a child of the first
@@ -115,21 +124,25 @@ class LiveExport:
             links = [_hex_ids(record_id) for record_id in feedback.record_ids]
             now = time.time_ns()
             self._put(
-                {
-                    "name": "evaluation feedback",
-                    "kind": "internal",
-                    "parent": links[0] if links else None,
-                    "links": links,
-                    "start": now,
-                    "end": now,
-                    "attributes": {},
-                    "events": [
-                        [
-                            EVALUATION_EVENT,
-                            feedback_attributes(feedback, feedback_id, self.config.capture_content),
-                        ]
-                    ],
-                }
+                dumps(
+                    {
+                        "name": "evaluation feedback",
+                        "kind": "internal",
+                        "parent": links[0] if links else None,
+                        "links": links,
+                        "start": now,
+                        "end": now,
+                        "attributes": {},
+                        "events": [
+                            [
+                                EVALUATION_EVENT,
+                                feedback_attributes(
+                                    feedback, feedback_id, self.config.capture_content
+                                ),
+                            ]
+                        ],
+                    }
+                )
             )
         except Exception:
             log.exception("could not describe feedback %s; not exported", feedback_id)
@@ -146,17 +159,19 @@ class LiveExport:
         now = time.time_ns()
         attributes = gate_attributes(scenario, candidate_id, evaluation_id, verdict, score)
         self._put(
-            {
-                "name": "evaluation gate",
-                "kind": "internal",
-                "start": now,
-                "end": now,
-                "attributes": {},
-                "events": [[EVALUATION_EVENT, attributes]],
-            }
+            dumps(
+                {
+                    "name": "evaluation gate",
+                    "kind": "internal",
+                    "start": now,
+                    "end": now,
+                    "attributes": {},
+                    "events": [[EVALUATION_EVENT, attributes]],
+                }
+            )
         )
 
-    def _put(self, item: _Item) -> None:
+    def _put(self, item: bytes) -> None:
         """Queue ``item``; drop it (counted) when the queue is full or closing. The
         append is atomic (``deque``); then the writer is told, on the event loop that
         called first (``_on_loop``) or, in a process without one, by the feeder thread."""
@@ -223,8 +238,6 @@ class LiveExport:
             return
         batch = self._take()
         line = self._line(batch)
-        if line is None:
-            return
         with self._io:
             written = 0
             if not self._backlog:
@@ -273,7 +286,7 @@ class LiveExport:
         with self._changed:
             self.dropped_spans += spans
 
-    def _take(self) -> list[_Item]:
+    def _take(self) -> list[bytes]:
         queue = self._queue
         return [queue.popleft() for _ in range(len(queue))]
 
@@ -294,9 +307,8 @@ class LiveExport:
                 batch = self._take()
                 self._flush_now = False
                 closing = self._closing
-            line = self._line(batch) if batch else None
-            if line is not None:
-                if self._write(line):
+            if batch:
+                if self._write(self._line(batch)):
                     with self._changed:
                         self.queued_spans += len(batch)
                 else:
@@ -305,23 +317,16 @@ class LiveExport:
             if closing:
                 return
 
-    def _line(self, batch: list[_Item]) -> bytes | None:
-        """The JSON line of ``batch``; None (its spans counted as dropped) when it cannot
-        be written."""
-        try:
-            return dumps([self._wire(item) for item in batch]) + b"\n"
-        except Exception:
-            log.exception("a batch of %d span(s) could not be written", len(batch))
-            with self._changed:
-                self.dropped_spans += len(batch)
-            return None
+    @staticmethod
+    def _line(batch: list[bytes]) -> bytes:
+        """The JSON line of ``batch``: a list of its spans."""
+        return b"[" + b",".join(batch) + b"]\n"
 
-    def _wire(self, item: _Item) -> Any:
-        """A queued item as the export process reads it: a description as it is, a record
-        as the fields of ``exporter.RECORD_FIELDS``."""
-        if isinstance(item, dict):
-            return item
-        draft, provider, pinned_release, end = item
+    def _wire(
+        self, draft: RecordDraft, provider: str, pinned_release: str | None, end: int
+    ) -> list[Any]:
+        """A record as the export process reads it: the fields of
+        ``exporter.RECORD_FIELDS``."""
         request: dict[str, Any] = draft.request
         response = draft.response
         if not self.config.capture_content:
@@ -417,7 +422,7 @@ class LiveExport:
             self._feeder.join()
         self._stop_loop_writer()
         rest = self._take()
-        line = b"".join([*self._backlog, (self._line(rest) or b"") if rest else b""])
+        line = b"".join([*self._backlog, self._line(rest) if rest else b""])
         self._backlog.clear()
         if line and self._write(line) and rest:
             with self._changed:

@@ -2,22 +2,29 @@
 to the export process (``reef.telemetry.exporter``), which builds their attributes,
 encodes them as OTLP protobuf and sends them with the OpenTelemetry SDK's OTLP exporter.
 
-On the request path a record costs one tuple appended to a bounded queue (the draft, the
-provider, the pinned release, the end time): no attributes, no hashing, no lock unless a
-batch is full or the queue is. Nothing waits for the collector or the export process, a
-full queue drops the span (counted), and nothing here raises into a request. A feeder
-thread writes each batch as one JSON line of compact records to the export process
-(without ``capture_content``, only the request's model and the response's ids and finish
-reasons leave); a reader thread takes the counters that process prints after each
-export, for ``/metrics``. Feedback and gate results, rare, are described here in full.
+On the request path a record costs its compact JSON (a few µs) appended to a bounded
+queue: no attributes, no hashing, no lock unless a batch is full or the queue is, and
+no object kept for the garbage collector to walk. Nothing waits for the collector or
+the export process, a full queue drops the span (counted), and nothing here raises into
+a request. Each batch goes to the export process as one JSON line of compact records (without
+``capture_content``, only the request's model and the response's ids and finish reasons
+leave), written from the gateway's event loop itself: a timer for a partial batch, and
+a non-blocking pipe whose unwritten rest waits for ``loop.add_writer``. No thread of the
+gateway competes with the loop for the GIL (``bench/otel_export.py``). A process without
+an event loop (a worker, a command) gets a feeder thread instead. A reader thread,
+blocked on the pipe back, takes the counters that process prints after each export, for
+``/metrics``. Feedback and gate results, rare, are described here in full.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import fcntl
 import logging
+import os
+import select
 import subprocess
 import sys
 import threading
@@ -39,8 +46,10 @@ log = logging.getLogger("reef.telemetry")
 
 EXPORTER_COMMAND = [sys.executable, "-m", "reef.telemetry.exporter"]
 PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
-# A queued span: a feedback or gate description, or (draft, provider, pinned release, end ns).
-_Item = dict[str, Any] | tuple[RecordDraft, str, str | None, int]
+# Batch lines, written already, that wait for the export process beyond what the pipe
+# holds: about 50,000 spans without content (0.33 KB each), 30 s at 1,500 requests a
+# second, while it runs only on idle CPU (``exporter.lower_priority``); then the queue.
+BACKLOG_BYTES = 16 << 20
 
 
 def _hex_ids(record_id: str) -> list[str]:
@@ -54,7 +63,7 @@ class LiveExport:
 
     def __init__(self, config: OtelConfig, command: list[str] | None = None) -> None:
         self.config = config
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[bytes] = deque()  # spans, each as its JSON
         self._changed = threading.Condition()
         self._closing = False
         self._flush_now = False
@@ -65,16 +74,26 @@ class LiveExport:
             command or EXPORTER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self._process.stdin is not None
+        self._fd = self._process.stdin.fileno()
         # A batch line is about 0.3 KB a span: a pipe that holds a whole batch takes it
         # in one write instead of 64 KB at a time, each waiting for the export process.
         with contextlib.suppress(OSError, AttributeError):  # Linux only, bounded by the OS
-            fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(self._fd, False)
+        self._io = threading.Lock()  # one writer of the pipe at a time
+        # The event loop that writes (the first to queue a span), its timer and a line
+        # the pipe has not taken yet; or, in a process without a loop, the feeder thread.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._soon = False
+        self._backlog: deque[memoryview] = deque()  # lines the pipe has not taken yet
+        self._backlog_bytes = 0
+        self._feeder: threading.Thread | None = None
         settings = config.model_dump(mode="json")
         settings["headers"] = {k: v.get_secret_value() for k, v in config.headers.items()}
         self._write(dumps(settings) + b"\n")
-        self._feeder = threading.Thread(target=self._feed, name="reef-otel-feeder", daemon=True)
         self._reader = threading.Thread(target=self._read, name="reef-otel-reader", daemon=True)
-        self._feeder.start()
         self._reader.start()
         # A process that never calls shutdown() (a worker run once) still sends its queue.
         atexit.register(self.shutdown)
@@ -84,8 +103,19 @@ class LiveExport:
     def record(self, draft: RecordDraft, provider: str, pinned_release: str | None) -> None:
         """One CLIENT span for the recorded exchange ``draft``: ids derived from the record
         id, ending now and starting its latency earlier; an error or aborted record sets
-        the span's status (built by the export process, ``exporter.describe``)."""
-        self._put((draft, provider, pinned_release, time.time_ns()))
+        the span's status (built by the export process, ``exporter.describe``).
+
+        The record is encoded at once (a few µs): a queue of bytes holds no objects for
+        the garbage collector to walk, where drafts held until their batch left survived
+        into its older generations."""
+        try:
+            item = dumps(self._wire(draft, provider, pinned_release, time.time_ns()))
+        except Exception:
+            log.exception("record %s could not be encoded; not exported", draft.id)
+            with self._changed:
+                self.dropped_spans += 1
+            return
+        self._put(item)
 
     def feedback(self, feedback: FeedbackDraft, feedback_id: str) -> None:
         """A ``gen_ai.evaluation.result`` event on a span of its own, a child of the first
@@ -94,21 +124,25 @@ class LiveExport:
             links = [_hex_ids(record_id) for record_id in feedback.record_ids]
             now = time.time_ns()
             self._put(
-                {
-                    "name": "evaluation feedback",
-                    "kind": "internal",
-                    "parent": links[0] if links else None,
-                    "links": links,
-                    "start": now,
-                    "end": now,
-                    "attributes": {},
-                    "events": [
-                        [
-                            EVALUATION_EVENT,
-                            feedback_attributes(feedback, feedback_id, self.config.capture_content),
-                        ]
-                    ],
-                }
+                dumps(
+                    {
+                        "name": "evaluation feedback",
+                        "kind": "internal",
+                        "parent": links[0] if links else None,
+                        "links": links,
+                        "start": now,
+                        "end": now,
+                        "attributes": {},
+                        "events": [
+                            [
+                                EVALUATION_EVENT,
+                                feedback_attributes(
+                                    feedback, feedback_id, self.config.capture_content
+                                ),
+                            ]
+                        ],
+                    }
+                )
             )
         except Exception:
             log.exception("could not describe feedback %s; not exported", feedback_id)
@@ -125,31 +159,138 @@ class LiveExport:
         now = time.time_ns()
         attributes = gate_attributes(scenario, candidate_id, evaluation_id, verdict, score)
         self._put(
-            {
-                "name": "evaluation gate",
-                "kind": "internal",
-                "start": now,
-                "end": now,
-                "attributes": {},
-                "events": [[EVALUATION_EVENT, attributes]],
-            }
+            dumps(
+                {
+                    "name": "evaluation gate",
+                    "kind": "internal",
+                    "start": now,
+                    "end": now,
+                    "attributes": {},
+                    "events": [[EVALUATION_EVENT, attributes]],
+                }
+            )
         )
 
-    def _put(self, item: _Item) -> None:
+    def _put(self, item: bytes) -> None:
         """Queue ``item``; drop it (counted) when the queue is full or closing. The
-        append is atomic (``deque``): the lock is taken only to wake the feeder for a
-        full batch, or to count a drop."""
+        append is atomic (``deque``); then the writer is told, on the event loop that
+        called first (``_on_loop``) or, in a process without one, by the feeder thread."""
         queue = self._queue
         if self._closing or len(queue) >= self.config.max_queue_size:
             with self._changed:
                 self.dropped_spans += 1
             return
         queue.append(item)
-        if len(queue) >= self.config.max_export_batch_size:
-            with self._changed:
-                self._changed.notify_all()
+        loop = self._loop
+        if loop is None and self._feeder is None:
+            loop = self._bind_loop()
+        if loop is None:
+            if len(queue) >= self.config.max_export_batch_size:
+                with self._changed:
+                    self._changed.notify_all()
+        elif self._loop_thread == threading.get_ident():
+            self._on_loop()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: shutdown() sends
+                loop.call_soon_threadsafe(self._on_loop)
 
-    # -- the threads -------------------------------------------------------------------
+    def _bind_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running event loop, now the writer's; else start the feeder thread."""
+        with self._changed:
+            if self._loop is None and self._feeder is None:
+                try:
+                    self._loop = asyncio.get_running_loop()
+                    self._loop_thread = threading.get_ident()
+                except RuntimeError:
+                    self._feeder = threading.Thread(
+                        target=self._feed, name="reef-otel-feeder", daemon=True
+                    )
+                    self._feeder.start()
+            return self._loop
+
+    # -- on the event loop -------------------------------------------------------------
+
+    def _on_loop(self) -> None:
+        """A full batch is written soon; a partial one when the schedule delay is over."""
+        if self._closing or self._backlog_bytes >= BACKLOG_BYTES:  # ``_drained`` goes on
+            return
+        if len(self._queue) >= self.config.max_export_batch_size:
+            if not self._soon:
+                self._soon = True
+                assert self._loop is not None
+                self._loop.call_soon(self._write_from_loop)
+        elif self._timer is None:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(
+                self.config.schedule_delay_seconds, self._write_from_loop
+            )
+
+    def _write_from_loop(self) -> None:
+        """Write the queue as one line without waiting: what the pipe does not take now
+        waits in the backlog (at most ``BACKLOG_BYTES``) for ``_drained``
+        (``loop.add_writer``); past it the queue fills up to ``max_queue_size``, then
+        drops (counted)."""
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._closing or self._backlog_bytes >= BACKLOG_BYTES or not self._queue:
+            return
+        batch = self._take()
+        line = self._line(batch)
+        with self._io:
+            written = 0
+            if not self._backlog:
+                try:
+                    written = os.write(self._fd, line)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    self._gone(len(batch))
+                    return
+            with self._changed:
+                self.queued_spans += len(batch)
+            if written < len(line):
+                if not self._backlog:
+                    assert self._loop is not None
+                    self._loop.add_writer(self._fd, self._drained)
+                self._backlog.append(memoryview(line)[written:])
+                self._backlog_bytes += len(line) - written
+
+    def _drained(self) -> None:
+        """The pipe takes bytes again: write the backlog, then the queue."""
+        with self._io:
+            if self._closing:
+                return
+            backlog = self._backlog
+            while backlog:
+                try:
+                    written = os.write(self._fd, backlog[0])
+                except BlockingIOError:
+                    return
+                except OSError:
+                    self._gone(0)
+                    written = len(backlog[0])
+                self._backlog_bytes -= written
+                if written < len(backlog[0]):
+                    backlog[0] = backlog[0][written:]
+                else:
+                    backlog.popleft()
+            assert self._loop is not None
+            self._loop.remove_writer(self._fd)
+        if self._queue:  # what waited for the pipe goes now, a full batch or not
+            self._write_from_loop()
+
+    def _gone(self, spans: int) -> None:
+        log.warning("the OTel export process is gone (exit %s)", self._process.poll())
+        with self._changed:
+            self.dropped_spans += spans
+
+    def _take(self) -> list[bytes]:
+        queue = self._queue
+        return [queue.popleft() for _ in range(len(queue))]
+
+    # -- the feeder thread, in a process without an event loop -----------------------------
 
     def _feed(self) -> None:
         delay = self.config.schedule_delay_seconds
@@ -163,12 +304,11 @@ class LiveExport:
                     ),
                     timeout=delay,
                 )
-                batch = [self._queue.popleft() for _ in range(len(self._queue))]
+                batch = self._take()
                 self._flush_now = False
                 closing = self._closing
-            line = self._line(batch) if batch else None
-            if line is not None:
-                if self._write(line):
+            if batch:
+                if self._write(self._line(batch)):
                     with self._changed:
                         self.queued_spans += len(batch)
                 else:
@@ -177,23 +317,16 @@ class LiveExport:
             if closing:
                 return
 
-    def _line(self, batch: list[_Item]) -> bytes | None:
-        """The JSON line of ``batch``; None (its spans counted as dropped) when it cannot
-        be written."""
-        try:
-            return dumps([self._wire(item) for item in batch]) + b"\n"
-        except Exception:
-            log.exception("a batch of %d span(s) could not be written", len(batch))
-            with self._changed:
-                self.dropped_spans += len(batch)
-            return None
+    @staticmethod
+    def _line(batch: list[bytes]) -> bytes:
+        """The JSON line of ``batch``: a list of its spans."""
+        return b"[" + b",".join(batch) + b"]\n"
 
-    def _wire(self, item: _Item) -> Any:
-        """A queued item as the export process reads it: a description as it is, a record
-        as the fields of ``exporter.RECORD_FIELDS``."""
-        if isinstance(item, dict):
-            return item
-        draft, provider, pinned_release, end = item
+    def _wire(
+        self, draft: RecordDraft, provider: str, pinned_release: str | None, end: int
+    ) -> list[Any]:
+        """A record as the export process reads it: the fields of
+        ``exporter.RECORD_FIELDS``."""
         request: dict[str, Any] = draft.request
         response = draft.response
         if not self.config.capture_content:
@@ -218,14 +351,19 @@ class LiveExport:
         ]
 
     def _write(self, line: bytes) -> bool:
-        stdin = self._process.stdin
-        assert stdin is not None
-        try:
-            stdin.write(line)
-            stdin.flush()
-        except (OSError, ValueError):  # the export process is gone
-            log.warning("the OTel export process is gone (exit %s)", self._process.poll())
-            return False
+        """Write all of ``line``, waiting for the pipe when it is full (the feeder thread,
+        ``shutdown``); False when the export process is gone."""
+        view = memoryview(line)
+        with self._io:
+            try:
+                while view:
+                    try:
+                        view = view[os.write(self._fd, view) :]
+                    except BlockingIOError:
+                        select.select([], [self._fd], [], 1.0)
+            except OSError:  # the export process is gone
+                log.warning("the OTel export process is gone (exit %s)", self._process.poll())
+                return False
         return True
 
     def _read(self) -> None:
@@ -253,12 +391,23 @@ class LiveExport:
             target = self.queued_spans + len(self._queue)
             self._flush_now = True
             self._changed.notify_all()
+            if self._loop is not None:
+                with contextlib.suppress(RuntimeError):  # a closed loop: nothing to wake
+                    self._loop.call_soon_threadsafe(self._write_from_loop)
 
             def done() -> bool:
                 counts = self.counts
                 return counts["exported_spans"] + counts["failed_spans"] >= target
 
             return self._changed.wait_for(done, timeout=max(0.0, deadline - time.monotonic()))
+
+    def _stop_loop_writer(self) -> None:
+        """Stop the event loop's timer and pipe watch (the loop may be closed already)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._loop is not None and self._backlog:
+            with contextlib.suppress(Exception):  # closed, or its selector gone
+                self._loop.remove_writer(self._fd)
 
     def shutdown(self) -> None:
         """Hand over what is queued, let the export process send it (within its export
@@ -269,7 +418,15 @@ class LiveExport:
             self._closing = True
             self._changed.notify_all()
         atexit.unregister(self.shutdown)
-        self._feeder.join()
+        if self._feeder is not None:
+            self._feeder.join()
+        self._stop_loop_writer()
+        rest = self._take()
+        line = b"".join([*self._backlog, self._line(rest) if rest else b""])
+        self._backlog.clear()
+        if line and self._write(line) and rest:
+            with self._changed:
+                self.queued_spans += len(rest)
         if self._process.stdin is not None:
             self._process.stdin.close()
         try:

@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from reef.core import canonical_json, new_id, sha256_hex
 from reef.core.errors import NotFoundError
 from reef.evaluation.config import GateConfig
 from reef.evaluation.judging import PairVerdict, PairwiseJudge, position_bias
@@ -48,6 +47,7 @@ from reef.experience import (
     RecordFilter,
     RecordView,
     canonical_exchange,
+    model_call_draft,
 )
 
 SHADOW_EVIDENCE_KEY = "shadow"
@@ -221,30 +221,9 @@ class StoredJudgeCalls:
 
     def keep(self, key: str, messages: list[dict[str, Any]], reply: str) -> None:
         """Queue the record of a call just made (written by ``flush``)."""
-        request = {"model": "", "messages": messages}
-        answer = {"role": "assistant", "content": reply}
-        self.pending.append(
-            RecordDraft(
-                id=new_id(),
-                scenario=self.scenario,
-                session_id=new_id(),
-                api="openai.chat",
-                request=request,
-                response={"object": "chat.completion", "choices": [{"message": answer}]},
-                status="ok",
-                error=None,
-                latency_ms=0.0,
-                usage=None,
-                release_id=None,
-                prompt_hash="sha256:" + sha256_hex(canonical_json(messages)),
-                content_hash="sha256:" + sha256_hex(canonical_json([request, answer])),
-                continuation_hash=None,
-                tags={"shadow_judge": "pairwise", "candidate": self.candidate_id},
-                purpose="judge",
-                idempotency_key=self._key(key),
-                session_is_new=True,
-            )
-        )
+        tags = {"shadow_judge": "pairwise", "candidate": self.candidate_id}
+        draft = model_call_draft(self.scenario, None, messages, reply, tags)
+        self.pending.append(replace(draft, idempotency_key=self._key(key), session_is_new=True))
 
     def flush(self) -> None:
         """Write the queued records."""

@@ -96,6 +96,7 @@ from reef.experience.records import (
     StoredResponse,
     check_feedback_source,
     check_source_weights,
+    model_call_draft,
     source_kind,
 )
 from reef.experience.redaction import REDACTED, Redactor
@@ -188,6 +189,7 @@ __all__ = [
     "find_personal_data",
     "import_file",
     "is_tool_call_correction",
+    "model_call_draft",
     "open_store",
     "otlp_attributes",
     "personal_data_key",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from reef.core import canonical_json, new_id, sha256_hex
 from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
 
@@ -283,3 +284,37 @@ def check_source_weights(sources: Mapping[str, float]) -> None:
             raise InvalidInputError(
                 f"{name}: a source weight lies in [0, {MAX_SOURCE_WEIGHT:g}], got {weight}"
             )
+
+
+def model_call_draft(
+    scenario: str,
+    model: str | None,
+    messages: list[dict[str, Any]],
+    reply: str | None,
+    tags: dict[str, str],
+    created_at: datetime | None = None,
+) -> RecordDraft:
+    """A call Reef's own machinery made to a model (a judge's grading, the signal
+    extractor's question) as a record of purpose ``judge``, which selection never trains
+    on: its conversation, its reply and ``tags`` saying what it judged."""
+    request = {"model": model or "", "messages": messages}
+    answer = {"role": "assistant", "content": reply}
+    return RecordDraft(
+        id=new_id(),
+        scenario=scenario,
+        session_id=new_id(),
+        api="openai.chat",
+        request=request,
+        response={"object": "chat.completion", "choices": [{"message": answer}]},
+        status="ok",
+        error=None,
+        latency_ms=0.0,
+        usage=None,
+        release_id=None,
+        prompt_hash="sha256:" + sha256_hex(canonical_json(messages)),
+        content_hash="sha256:" + sha256_hex(canonical_json([request, answer])),
+        continuation_hash=None,
+        tags=tags,
+        purpose="judge",
+        created_at=created_at,
+    )

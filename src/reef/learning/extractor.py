@@ -34,8 +34,8 @@ from reef.experience import (
     RecordView,
     Redactor,
     canonical_exchange,
+    model_call_draft,
 )
-from reef.learning.judges import model_call_draft
 from reef.learning.signals import ExtractorConfig
 
 SOURCE = "signal:correction/model"

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reef.core import canonical_json, new_id, sha256_hex
+from reef.core import canonical_json, sha256_hex
 from reef.core.errors import ReefError
 from reef.core.prices import Price, cost_of
 from reef.evaluation import EvalItem, LlmJudgeConfig, LlmJudgeScorer, ScorerContext
@@ -53,6 +53,7 @@ from reef.experience import (
     RecordView,
     Redactor,
     canonical_exchange,
+    model_call_draft,
 )
 
 log = logging.getLogger(__name__)
@@ -370,40 +371,6 @@ def _tagged(tag: str, text: str) -> str:
     name = tag.split()[0]
     safe = re.sub(rf"</\s*{name}\s*>", f"&lt;/{name}&gt;", text, flags=re.IGNORECASE)
     return f"<{tag}>\n{safe}\n</{name}>"
-
-
-def model_call_draft(
-    scenario: str,
-    model: str | None,
-    messages: list[dict[str, Any]],
-    reply: str | None,
-    tags: dict[str, str],
-    created_at: datetime | None = None,
-) -> RecordDraft:
-    """A call Reef's own machinery made to a model (a judge's grading, the signal
-    extractor's question) as a record of purpose ``judge``, which selection never trains
-    on: its conversation, its reply and ``tags`` saying what it judged."""
-    request = {"model": model or "", "messages": messages}
-    answer = {"role": "assistant", "content": reply}
-    return RecordDraft(
-        id=new_id(),
-        scenario=scenario,
-        session_id=new_id(),
-        api="openai.chat",
-        request=request,
-        response={"object": "chat.completion", "choices": [{"message": answer}]},
-        status="ok",
-        error=None,
-        latency_ms=0.0,
-        usage=None,
-        release_id=None,
-        prompt_hash="sha256:" + sha256_hex(canonical_json(messages)),
-        content_hash="sha256:" + sha256_hex(canonical_json([request, answer])),
-        continuation_hash=None,
-        tags=tags,
-        purpose="judge",
-        created_at=created_at,
-    )
 
 
 def with_spend(draft: RecordDraft, usage: Any, price: Price | None) -> RecordDraft:

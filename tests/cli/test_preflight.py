@@ -98,8 +98,8 @@ GOOD_RECIPE = "learners: [{type: fewshot, k: 2}]\n"
             "{recipe: recipe.yaml}",
             {"recipe.yaml": "learners: [{type: fewshot, k: 2}]\ntriger: {type: manual}\n"},
             "error: scenarios.support.recipe (recipe.yaml): unknown key 'triger'; allowed "
-            "keys here: gate, judges, learners, name, on_stale, publish, schema_version, "
-            "selection, signals, trigger",
+            "keys here: gate, judges, learners, learning_budget, name, on_stale, publish, "
+            "schema_version, selection, signals, trigger",
         ),
         (
             "{recipe: recipe.yaml}",

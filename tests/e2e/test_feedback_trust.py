@@ -64,6 +64,9 @@ gate:
   suites: SUITES
   scorer: {type: contains}
   min_items: 10
+  # The trust rules are what these tests are about: one look each, on ~30 items, decided
+  # by the one-look rule (the sequential default may wait on a gain this small).
+  method: bootstrap
   max_tokens: 8
   concurrency: 4
 publish: auto
@@ -195,8 +198,7 @@ def test_one_keys_poison_is_quarantined_and_cannot_admit_a_candidate(world: Worl
     assert candidate.state == "rejected"
     decision = candidate.evidence["gate"]["decision"]
     [check] = decision["evidence"]["leave_one_out"]
-    # without the poisoner nothing is shown either way: the sequential rule would wait
-    assert check["author"] == "app-0" and check["verdict"] == "undecided"
+    assert check["author"] == "app-0" and check["verdict"] == "rejected"
     # The full evidence showed a gain (the poisoner's holdout): the rule is what held.
     assert decision["overall"]["candidate_mean"] > decision["overall"]["baseline_mean"]
     assert world.head().id == base.id

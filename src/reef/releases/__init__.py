@@ -42,7 +42,13 @@ from reef.releases.errors import (
     ScenarioNotFoundError,
 )
 from reef.releases.headwatch import HEADS_CHANNEL, listen_heads, watch_heads
-from reef.releases.manifest import ModelComponent, ReleaseManifest
+from reef.releases.manifest import (
+    EscalationRules,
+    ModelComponent,
+    ReleaseManifest,
+    RoutingComponent,
+    TeacherEndpoint,
+)
 from reef.releases.values import (
     CANDIDATE_STATES,
     CANDIDATE_TRANSITIONS,
@@ -62,6 +68,7 @@ __all__ = [
     "Candidate",
     "CandidateNotFoundError",
     "CandidateState",
+    "EscalationRules",
     "InvalidTransitionError",
     "ModelComponent",
     "Operation",
@@ -70,10 +77,12 @@ __all__ = [
     "ReleaseConflictError",
     "ReleaseManifest",
     "ReleaseNotFoundError",
+    "RoutingComponent",
     "ScenarioHasNoReleaseError",
     "ScenarioInUseError",
     "ScenarioNotFoundError",
     "ScenarioSummary",
+    "TeacherEndpoint",
     "listen_heads",
     "watch_heads",
 ]

@@ -68,6 +68,72 @@ class ModelComponent(BaseModel):
         return data
 
 
+class TeacherEndpoint(BaseModel):
+    """Where the teacher of a distilled scenario answers: a configured upstream and a
+    model name on it (docs/distillation.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    upstream: str = Field(min_length=1, description="Name of the teacher's upstream.")
+    model: str = Field(min_length=1, description="The teacher's model name on that upstream.")
+
+
+class EscalationRules(BaseModel):
+    """When the student's answer is replaced by the teacher's (docs/distillation.md).
+
+    A non-streaming request escalates before any byte reaches the client; a streaming
+    request routes by share, or buffers ``stream_buffer_tokens`` first when that is > 0.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_mean_logprob: float | None = Field(
+        default=None,
+        le=0.0,
+        description="Escalate when the student's mean token logprob is below this (a "
+        "calibrated, negative number); null: this rule is off.",
+    )
+    invalid_tool_calls: bool = Field(
+        default=True,
+        description="Escalate a tool call whose name is not among the request's tools or "
+        "whose arguments are not JSON valid against the tool's parameters.",
+    )
+    invalid_json: bool = Field(
+        default=True,
+        description="Escalate an answer that does not validate against the request's "
+        "`response_format` (JSON object or JSON schema).",
+    )
+    refusal_or_empty: bool = Field(
+        default=True, description="Escalate an empty answer or a refusal."
+    )
+    header: bool = Field(
+        default=True,
+        description="Honour the request header `x-reef-escalate: teacher` (always ask the "
+        "teacher for this request).",
+    )
+    stream_buffer_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Streaming: buffer this many of the student's tokens before committing "
+        "(the rules above run on them); 0: streams route by share only.",
+    )
+
+
+class RoutingComponent(BaseModel):
+    """The routing half of a distilled scenario's release: the student (the manifest's
+    ``model``) answers ``student_share`` of requests, escalating to the teacher when a rule
+    fires; the teacher answers the rest. Absent: the model component serves everything,
+    as before distillation existed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    student_share: float = Field(
+        ge=0.0, le=1.0, description="The share of requests the student answers first (0..1)."
+    )
+    teacher: TeacherEndpoint
+    escalation: EscalationRules = Field(default_factory=EscalationRules)
+
+
 class ReleaseManifest(BaseModel):
     """The components a release serves (DESIGN.md §3, without ``parent``/``operation``,
     which belong to the release row and are added by ``Release.manifest_json()``)."""
@@ -82,11 +148,24 @@ class ReleaseManifest(BaseModel):
     recipe: str | None = Field(
         default=None, description="Name of the recipe that produced it, or null."
     )
+    routing: RoutingComponent | None = Field(
+        default=None,
+        description="Teacher/student routing of a distilled scenario, or null: the model "
+        "component serves everything.",
+    )
 
     @field_validator("harness")
     @classmethod
     def _harness_is_a_digest(cls, value: str | None) -> str | None:
         return _checked_digest(value, "harness")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_routing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A manifest without routing serializes as it did before distillation existed.
+        data: dict[str, Any] = handler(self)
+        if data.get("routing") is None:
+            data.pop("routing", None)
+        return data
 
     def digests(self) -> set[str]:
         """The artifact digests this manifest references (checkpoint, adapter, harness)."""

@@ -13,10 +13,14 @@ from typing import Any
 
 import pytest
 
+from reef.learning.learners.preference import PreferenceConfig, PreferenceLearner
 from reef.learning.learners.sft import SFTLearner
 from reef.learning.recipes import parse_recipe
+from reef.learning.trainers import TrainingDeadlineError
 from reef.learning.trainers.budget import Budget, time_stop
 from reef.learning.worker import Worker
+from reef.releases import ReleaseChain, open_artifact_store
+from tests.learning import test_preference_learner as preference
 from tests.learning.test_worker import SCENARIO, World, open_world, registry
 
 # PEFT 0.21 reads a deprecated transformers property while the engine wraps its model.
@@ -91,6 +95,25 @@ def test_with_minutes_to_spare_the_run_trains_every_step(world: World) -> None:
     assert result["outcome"] == "proposed", result
     sft = result["metrics"]["0:sft"]
     assert sft["stop_reason"] == "steps" and len(sft["loss_curve"]) == 4
+
+
+def test_the_preference_trainer_stops_at_the_deadline_and_stores_nothing(
+    tmp_path: Path,
+) -> None:
+    """The same deadline reaches the preference trainer (DPO) through the learner."""
+    chain = ReleaseChain.from_url(f"sqlite:///{tmp_path / 'reef.db'}")
+    try:
+        store = open_artifact_store(tmp_path / "artifacts")
+        head = preference.create(chain, "s", None)
+        context = preference.context(tmp_path, head, store, preference.TRAIN, [])
+        context.training_minutes = 1e-7
+        learner = PreferenceLearner(PreferenceConfig(steps=3, batch_size=2, threads=1))
+        with pytest.raises(TrainingDeadlineError, match="after 1 of 3 steps") as stopped:
+            learner.learn(context)
+        assert stopped.value.learner == "preference" and stopped.value.minutes > 0
+        assert store.list() == []
+    finally:
+        chain.close()
 
 
 def test_the_deadline_comes_before_the_recipes_own_time_cap() -> None:

@@ -2,7 +2,8 @@
 limit: priced and unpriced traffic from two keys, a 402 from a key's budget and a 429
 from a scenario's rate limit. The page shows the figures the records carry (per
 scenario, key, purpose and release), each budget's use, limit and reset, the unpriced
-requests and the refusals; a key limited to one scenario sees only that one's."""
+requests and the refusals, and each learning job's cost with its gate decision's; a key
+limited to one scenario sees only that one's."""
 
 from __future__ import annotations
 
@@ -41,6 +42,38 @@ class Spent:
     gateway: GatewayThread
     costs: dict[str, list[float]] = field(default_factory=dict)
     release: str = ""
+    jobs: dict[str, str] = field(default_factory=dict)  # scenario -> its learning job
+
+
+def _tally(calls: int, money: float | None, unpriced: int, cpu: float = 0.0) -> dict[str, Any]:
+    return {
+        "model_calls": calls,
+        "tokens": 10 * calls,
+        "money": money,
+        "unpriced_calls": unpriced,
+        "cpu_minutes": cpu,
+        "gpu_minutes": 0.0,
+        "by_purpose": {},
+    }
+
+
+# A job that trained and was gated, and one whose judge budget ran out.
+SUPPORT_JOB = {
+    "outcome": "proposed",
+    "cost": _tally(12, 0.5, 2, cpu=3.5),
+    "gate": {"action": "published", "cost": {"spend": _tally(4, None, 4)}},
+}
+CLAUDE_JOB = {"outcome": "budget_exhausted", "cost": _tally(10, None, 10)}
+
+
+def _finish_job(gateway: GatewayThread, scenario: str, result: dict[str, Any]) -> str:
+    """A learning job of ``scenario`` run to its end in the gateway's queue."""
+    queue = gateway.app.state.reef.jobs
+    job = queue.enqueue(scenario, "learn", {})
+    claimed = queue.claim("test-worker", 60.0)
+    assert claimed is not None and claimed.id == job.id
+    queue.complete(job.id, "test-worker", result)
+    return str(job.id)
 
 
 def _ask(spent: Spent, key: str, text: str) -> None:
@@ -82,6 +115,8 @@ def spent(world: DashboardWorld, tmp_path: Path) -> Iterator[Spent]:
                 claude.messages.create(**ask, messages=[{"role": "user", "content": f"c{i}"}])
             with pytest.raises(anthropic.RateLimitError):
                 claude.messages.create(**ask, messages=[{"role": "user", "content": "more"}])
+            made.jobs["support"] = _finish_job(gateway, "support", SUPPORT_JOB)
+            made.jobs["claude"] = _finish_job(gateway, "claude", CLAUDE_JOB)
             yield made
 
 
@@ -154,6 +189,16 @@ def test_the_spend_page_shows_what_the_records_cost(
         ("scenario:claude", "rate limit · 429", "1"),
     ]
     assert tab.text("#budget-refused") == "1" and tab.text("#rate-refused") == "1"
+    # Reef's own spend: each learning job's cost and its gate decision's, newest first
+    # (Job, Scenario, Outcome, Candidate, Job cost, Gate decision, Finished)
+    learning = _rows(tab, "#learning")
+    assert [(r[0], r[1], r[2]) for r in learning] == [
+        (spent.jobs["claude"].replace("-", "")[-8:], "claude", "budget_exhausted"),
+        (spent.jobs["support"].replace("-", "")[-8:], "support", "proposed"),
+    ]
+    assert learning[0][4] == "10 calls, 100 tok, unpriced" and learning[0][5] == "—"
+    assert learning[1][4] == "12 calls, 120 tok, 0.5000 (+2 unpriced), 3.5 cpu min"
+    assert learning[1][5] == "published 4 calls, 40 tok, unpriced"
     tab.screenshot("spend")
     # the period: the last day holds it all; a time after it, nothing (budgets still shown)
     tab.page.select_option("#since-filter", "24h")
@@ -179,6 +224,7 @@ def test_a_key_limited_to_a_scenario_sees_only_its_spend(
     assert [(r[0], r[1]) for r in _rows(tab, "#budgets")] == [("scenario:support", "month")]
     assert "No request was refused" in tab.text("#refusals")
     assert [r[0] for r in _rows(tab, "#by-release")] == ["support"]
+    assert [r[1] for r in _rows(tab, "#learning")] == ["support"]
     assert "claude" not in tab.text()
     assert tab.problems == []
     context.close()

@@ -19,7 +19,7 @@ from reef.cli.status import job_cost
 from reef.config import ScenarioConfig
 from reef.config.spend import LearningBudgetLimit, PriceConfig
 from reef.core import SilentProgress
-from reef.experience import LearningMeter, RecordFilter
+from reef.experience import LearningBudgetExhaustedError, LearningMeter, RecordFilter
 from reef.jobs import JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.holdout import build_gate, select_holdout
@@ -286,7 +286,7 @@ def test_learning_budgets_that_make_no_sense_are_config_errors() -> None:
     with pytest.raises(ValidationError, match="greater than 0"):
         LearningBudgetLimit(window="day", calls=0)
     with pytest.raises(ValidationError, match="purpose"):
-        LearningBudgetLimit.model_validate({"window": "day", "purpose": "teacher", "calls": 1})
+        LearningBudgetLimit.model_validate({"window": "day", "purpose": "tutor", "calls": 1})
     twice = [{"window": "day", "calls": 5}, {"window": "day", "money": 1.0}]
     with pytest.raises(RecipeError, match="two total learning budgets for the window 'day'"):
         parse_recipe({"learners": [{"type": "fewshot"}], "learning_budget": twice})
@@ -300,3 +300,28 @@ def test_learning_budgets_that_make_no_sense_are_config_errors() -> None:
         ScenarioConfig(learning_budget=upside_down)
     ok = ScenarioConfig(learning_budget=[{"window": "hour", "purpose": "judge", "calls": 10}])
     assert ok.learning_budget[0].calls == 10
+
+
+def test_a_teacher_budget_caps_the_teachers_calls_and_no_other_purpose(
+    judged_world: World,
+) -> None:
+    """Distillation charges its teacher's calls to purpose ``teacher``: a recipe's
+    teacher cap refuses the call after the last it allows, and counts nothing else."""
+    world = judged_world
+    recipe = parse_recipe(
+        {
+            "learners": [{"type": "stamp"}],
+            "learning_budget": [{"window": "day", "purpose": "teacher", "calls": 2}],
+        }
+    )
+    meter = world.worker({"learners": [{"type": "stamp"}]}).meter_for(SCENARIO, recipe)
+    for _ in range(2):
+        meter.admit("teacher")
+        meter.charge("teacher", {"prompt_tokens": 3, "completion_tokens": 4}, None)
+    meter.admit("judge")  # another purpose is not this budget's
+    with pytest.raises(LearningBudgetExhaustedError, match="calls 2 of 2 spent") as spent:
+        meter.admit("teacher")
+    assert spent.value.budget == f"learn:recipe:{SCENARIO}/teacher/day"
+    tally = meter.tally.as_dict()
+    assert tally["by_purpose"]["teacher"] == {"calls": 2, "tokens": 14, "money": None}
+    assert tally["unpriced_calls"] == 2

@@ -262,6 +262,31 @@ def _spend_lines(spend: dict[str, Any] | None) -> list[str]:
     refused = [f"{row['limit']}/{row['window']} {row['count']}" for row in spend.get("refused", ())]
     if refused:
         lines.append("refused since start: " + "; ".join(refused))
+    return lines + _release_lines(spend) + _learning_lines(spend)
+
+
+def _release_lines(spend: dict[str, Any]) -> list[str]:
+    """The cost of each release (its records' costs) since ``releases_since``."""
+    releases = [
+        f"{row['scenario']}@{row['release'] or 'none'} {row['cost']:.4f} "
+        f"({row['requests']} requests"
+        + (f", {row['unpriced']} unpriced)" if row["unpriced"] else ")")
+        for row in spend.get("releases", ())
+    ]
+    if not releases:
+        return []
+    return [f"cost per release since {spend['releases_since'][:10]}: " + "; ".join(releases)]
+
+
+def _learning_lines(spend: dict[str, Any]) -> list[str]:
+    """What each recent learning job cost, and its gate decision's share."""
+    lines = []
+    for job in spend.get("learning", ()):
+        text = spend_text(job["cost"]) or "nothing"
+        gate = job.get("gate")
+        if gate is not None:
+            text += f"; gate ({gate['action']}): {spend_text(gate['spend']) or 'nothing'}"
+        lines.append(f"learning job {job['job_id']} ({job['scenario']}, {job['outcome']}): {text}")
     return lines
 
 

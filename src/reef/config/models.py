@@ -318,8 +318,8 @@ class ScenarioConfig(Section):
     learning_budget: list[LearningBudgetLimit] = Field(
         default_factory=list,
         description="Caps on Reef's own learning spend for this scenario, per window: "
-        "model calls, tokens and money by purpose (judge, reflect, eval, episode, total) and "
-        "training minutes (docs/costs.md#reefs-own-spending).",
+        "model calls, tokens and money by purpose (judge, reflect, eval, episode, teacher, "
+        "total) and training minutes (docs/costs.md#reefs-own-spending).",
     )
     score_range: tuple[float, float] = Field(
         default=(0.0, 1.0),

@@ -188,7 +188,7 @@ def check_spend(settings: ReefSettings) -> None:
             )
 
 
-LearningPurpose = Literal["total", "judge", "reflect", "eval", "episode"]
+LearningPurpose = Literal["total", "judge", "reflect", "eval", "episode", "teacher"]
 
 
 class LearningBudgetLimit(_Section):
@@ -201,8 +201,9 @@ class LearningBudgetLimit(_Section):
         default="total",
         description="Whose calls count: judge (judges, the signal extractor, the gate's "
         "model-graded scorers), reflect (reflective learners), eval (the gate's answers "
-        "through the gateway), episode (the turns of the gate's episodes), or total (all "
-        "of them, and training time).",
+        "through the gateway), episode (the turns of the gate's episodes), teacher (the "
+        "teacher model's calls in distillation), or total (all of them, and training "
+        "time).",
     )
     calls: int | None = Field(default=None, gt=0, description="Most model calls per window.")
     tokens: int | None = Field(default=None, gt=0, description="Most tokens per window.")

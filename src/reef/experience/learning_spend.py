@@ -8,7 +8,10 @@ the current window: one that has reached a limit raises ``LearningBudgetExhauste
 naming it, and the call is not made. After the call, ``charge`` adds it (one call, its
 tokens, its money when the model is priced) to the job's tally and to each window.
 Training time is admitted before a learner that trains a model and charged, in CPU or
-GPU minutes, when it ends (``train``).
+GPU minutes, when it ends (``train``); the minutes the tightest budget has left are the
+trainer's deadline (``training_minutes_left``), and a trainer that reaches it stops
+mid-run: the job ends ``budget_exhausted`` (``training_exhausted``) with nothing
+proposed.
 
 Windows are counted in the store's ``spend_windows`` (rows named ``learn:<scope>:...``,
 ``scope`` being ``scenario:<name>`` or ``recipe:<name>``), so every worker on the store
@@ -154,6 +157,39 @@ class LearningMeter:
         for budget, limit, start in self._lines("total"):
             if getattr(limit, kind) is not None:
                 self._check(budget, limit, start, kind, self._read(budget, kind, start)[1])
+
+    def training_minutes_left(self, device: str) -> float | None:
+        """The ``device`` minutes (``cpu`` or ``gpu``) the tightest budget has left in
+        its window: the trainer's deadline (None: no budget limits them)."""
+        rooms = self._minute_rooms(device)
+        return min(room[0] for room in rooms) if rooms else None
+
+    def training_exhausted(self, device: str) -> LearningBudgetExhaustedError:
+        """The refusal of the tightest ``device`` minutes budget, for a trainer that
+        stopped at its deadline (after its minutes were charged); also kept as this
+        meter's first refusal."""
+        kind = f"{device}_minutes"
+        _, budget, limit, start, spent = min(self._minute_rooms(device), key=lambda r: r[0])
+        cap = float(getattr(limit, kind))
+        error = LearningBudgetExhaustedError(
+            budget, kind, spent, cap, window_end(limit.window, start)
+        )
+        self.exhausted = self.exhausted or error
+        return error
+
+    def _minute_rooms(
+        self, device: str
+    ) -> list[tuple[float, str, LearningBudgetLimit, datetime, float]]:
+        """(minutes left, budget, limit, window start, spent) of each budget limiting
+        ``device`` minutes."""
+        kind = f"{device}_minutes"
+        rooms = []
+        for budget, limit, start in self._lines("total"):
+            cap = getattr(limit, kind)
+            if cap is not None:
+                spent = self._read(budget, kind, start)[1]
+                rooms.append((cap - spent, budget, limit, start, spent))
+        return rooms
 
     def _check(
         self, budget: str, limit: LearningBudgetLimit, start: datetime, kind: str, spent: float

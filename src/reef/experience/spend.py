@@ -1,6 +1,6 @@
 """Spend in the store: the recorded exchanges' cost summed per scenario, key and
-purpose (``reef costs``), and the budget ledgers the gateway counts windows in
-(``reef.gateway.budgets``)."""
+purpose (``reef costs``) or per release (``spend_by_release``), and the budget ledgers
+the gateway counts windows in (``reef.gateway.budgets``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -76,6 +76,42 @@ def spend_since(
     return sorted(
         rows.values(), key=lambda row: (-row.cost, row.scenario, row.key or row.release or "")
     )
+
+
+@dataclass
+class ReleaseSpend:
+    """What the records one release served cost since a time (every purpose)."""
+
+    scenario: str
+    release: str | None
+    requests: int
+    unpriced: int
+    cost: float
+
+
+def spend_by_release(database: Database, since: datetime) -> list[ReleaseSpend]:
+    """The cost of each release since ``since``: its records' costs summed in the store
+    (one ``GROUP BY``, for ``/reef/status``), costliest first; unpriced records counted.
+    Pending records are left out."""
+    records = t.records
+    unpriced = func.sum(case((records.c.cost.is_(None), 1), else_=0))
+    query = (
+        select(
+            records.c.scenario,
+            records.c.release_id,
+            func.count(),
+            unpriced,
+            func.coalesce(func.sum(records.c.cost), 0.0),
+        )
+        .where(records.c.created_at >= since, records.c.status != "pending")
+        .group_by(records.c.scenario, records.c.release_id)
+    )
+    with database.read() as conn:
+        rows = [
+            ReleaseSpend(scenario, release, int(count), int(none or 0), float(cost))
+            for scenario, release, count, none, cost in conn.execute(query)
+        ]
+    return sorted(rows, key=lambda row: (-row.cost, row.scenario, row.release or ""))
 
 
 def window_start(window: Window, now: datetime) -> datetime:

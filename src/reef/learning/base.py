@@ -146,7 +146,9 @@ class LearnerContext:
     values for the job). ``harness_mode`` is the scenario's ``harness`` setting: under
     ``managed`` the gateway renders the serving release's harness into every request,
     so its records hold the client's request without it (model learners render it back
-    in to train as served: ``render_harness``)."""
+    in to train as served: ``render_harness``). ``training_minutes`` is what the
+    learning budget's training minutes have left on the device the learner trains on
+    (None: no such budget); a model learner's trainer stops there."""
 
     scenario: str
     head: Release
@@ -158,6 +160,7 @@ class LearnerContext:
     progress: Progress
     metrics: Metrics
     harness_mode: Literal["managed", "client"] = "client"
+    training_minutes: float | None = None
 
 
 @dataclass(frozen=True)

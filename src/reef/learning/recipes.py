@@ -126,8 +126,8 @@ class Recipe(_Strict):
     learning_budget: list[LearningBudgetLimit] = Field(
         default_factory=list,
         description="Caps on what this recipe's jobs and gates spend, per window: model "
-        "calls, tokens and money by purpose (judge, reflect, eval, episode, total) and training "
-        "minutes (docs/costs.md#reefs-own-spending).",
+        "calls, tokens and money by purpose (judge, reflect, eval, episode, teacher, total) "
+        "and training minutes (docs/costs.md#reefs-own-spending).",
     )
     on_stale: Literal["evaluate", "drop"] = Field(
         default="evaluate",

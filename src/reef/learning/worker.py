@@ -94,6 +94,7 @@ from reef.learning.registry import LearnerRegistry
 from reef.learning.retries import UNKNOWN_REASON, failure_message, retry_verdict
 from reef.learning.selection import select_experience
 from reef.learning.skew import TrainServeSkewError, check_skew
+from reef.learning.trainers import TrainingDeadlineError
 from reef.learning.undecided import Resumption, resume_undecided
 from reef.releases import (
     ArtifactStore,
@@ -419,6 +420,7 @@ class JobRun:
         self.probe: tuple[ProbedPrompt, ...] = ()
         self._last_progress = 0.0
         self.meter: LearningMeter | None = None  # the job's own spend, once it has a recipe
+        self.stopped: TrainingDeadlineError | None = None  # a trainer's stop at the deadline
 
     def run(self) -> None:
         """Run the job to an end state; never raises (failures are stored on the job)."""
@@ -431,6 +433,13 @@ class JobRun:
                 # nothing half-made is proposed.
                 result = {"outcome": "budget_exhausted", "reason": error.message}
                 result["budget"] = error.budget
+                if self.stopped is not None:  # a trainer stopped mid-run: what it did
+                    result["training"] = {
+                        "learner": self.stopped.learner,
+                        "steps_run": self.stopped.steps_run,
+                        "steps_planned": self.stopped.steps_planned,
+                        "minutes": round(self.stopped.minutes, 6),
+                    }
             if self.meter is not None:
                 result = {**result, "cost": self.meter.tally.as_dict()}
             self.queue.complete(job.id, self.owner, result)
@@ -671,19 +680,32 @@ class JobRun:
 
     def _train(self, learner: Learner, context: LearnerContext) -> LearnerOutput:
         """``learner.learn``; for one that trains a model, admitted against the
-        training-minutes budgets first and its minutes (the queue's clock) charged on
-        the device it trains on."""
+        training-minutes budgets first, given the minutes they have left as its
+        trainer's deadline, and its minutes (the queue's clock) charged on the device it
+        trains on. A trainer that reached the deadline is charged at least the minutes
+        its loop ran, and the job ends with the budget's refusal (``budget_exhausted``)."""
         device = training_device(learner.config)
         meter = self.meter
         if device is None or meter is None:
             return learner.learn(context)
         meter.admit_training(device)
+        left = meter.training_minutes_left(device)
+        context = dataclasses.replace(context, training_minutes=left)
         started = self.queue.now()
         try:
-            return learner.learn(context)
-        finally:
-            minutes = (self.queue.now() - started).total_seconds() / 60.0
-            meter.charge_training(device, minutes)
+            output = learner.learn(context)
+        except TrainingDeadlineError as stopped:
+            meter.charge_training(device, max(self._minutes_since(started), stopped.minutes))
+            self.stopped = stopped
+            raise meter.training_exhausted(device) from stopped
+        except BaseException:
+            meter.charge_training(device, self._minutes_since(started))
+            raise
+        meter.charge_training(device, self._minutes_since(started))
+        return output
+
+    def _minutes_since(self, started: datetime) -> float:
+        return (self.queue.now() - started).total_seconds() / 60.0
 
     def _propose_once(
         self, head: Release, manifest: ReleaseManifest, evidence: dict[str, Any]

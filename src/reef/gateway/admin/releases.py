@@ -13,6 +13,7 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
 from reef.environments import tool_isolation
+from reef.gateway.admin.spend_status import release_and_learning_spend
 from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
 from reef.gateway.serving.drift import adopt_config
@@ -105,6 +106,9 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
         "budgets": [line for line in spend["budgets"] if visible(line["budget"])],
         "served": [row for row in spend["served"] if own(row["scenario"])],
         "refused": [row for row in spend["refused"] if visible(row["limit"])],
+        "releases_since": spend["releases_since"],
+        "releases": [row for row in spend["releases"] if own(row["scenario"])],
+        "learning": [row for row in spend["learning"] if own(row["scenario"])],
     }
     return out
 
@@ -284,7 +288,12 @@ class ReleaseAdminRoutes:
                         "failed_total": stats.failed_total,
                     },
                     "tool_isolation": boundary.as_dict(),
-                    "spend": await self.state.spend.status_json(),
+                    "spend": {
+                        **await self.state.spend.status_json(),
+                        **await asyncio.to_thread(
+                            release_and_learning_spend, self.state, self.state.spend.clock()
+                        ),
+                    },
                 },
             )
         )

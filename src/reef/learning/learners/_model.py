@@ -13,7 +13,13 @@ from pydantic import Field
 from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.errors import InvalidInputError
 from reef.learning.base import Learner, LearnerConfig, LearnerContext
-from reef.learning.trainers import DEFAULT_TARGET_MODULES, Budget, TrainResult, run_in_child
+from reef.learning.trainers import (
+    DEFAULT_TARGET_MODULES,
+    Budget,
+    TrainingDeadlineError,
+    TrainResult,
+    run_in_child,
+)
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.spec import LoraSettings, PreferenceSpec, RLSpec, SFTSpec
 
@@ -196,7 +202,14 @@ def train_adapter(
     step's loss recorded as the metric ``loss`` and reported as progress, then store the
     adapter. Returns its digest (artifact meta: learner, base, steps, then ``meta``) and
     the training result; raises ``TrainingFailedError`` when training fails. A ``full``
-    SFT run's output is checked as a checkpoint and stored with kind ``checkpoint``."""
+    SFT run's output is checked as a checkpoint and stored with kind ``checkpoint``.
+    With ``context.training_minutes`` (what the learning budget has left) the trainer
+    stops there, and a run that did raises ``TrainingDeadlineError``, its half-made
+    adapter not stored."""
+    if context.training_minutes is not None:
+        deadline = max(context.training_minutes * 60.0, 1e-9)
+        budget = spec.budget.model_copy(update={"deadline_seconds": deadline})
+        spec = spec.model_copy(update={"budget": budget})
 
     def on_step(step: int, steps: int, loss: float) -> None:
         context.metrics.record("loss", loss)
@@ -207,7 +220,12 @@ def train_adapter(
         result = run_in_ray(spec, on_step, address=settings.ray_address, timeout_seconds=timeout)
     else:
         result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=timeout)
-    stored = {"learner": learner, "base": spec.model, "steps": result.metrics["steps"], **meta}
+    metrics = result.metrics
+    if metrics.get("stop_reason") == "learning_budget":
+        minutes = float(metrics.get("seconds", 0.0)) / 60.0
+        planned = int(metrics.get("steps_planned", metrics["steps"]))
+        raise TrainingDeadlineError(learner, minutes, int(metrics["steps"]), planned)
+    stored = {"learner": learner, "base": spec.model, "steps": metrics["steps"], **meta}
     if isinstance(spec, SFTSpec) and spec.mode == "full":
         check_checkpoint_directory(result.adapter_dir)  # safetensors only, complete shards
         return context.artifacts.put_dir(result.adapter_dir, "checkpoint", stored), result

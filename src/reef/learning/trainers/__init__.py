@@ -22,6 +22,7 @@ from reef.learning.trainers.spec import (
     LoraSettings,
     SFTExample,
     SFTSpec,
+    TrainingDeadlineError,
     TrainingFailedError,
     TrainResult,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "SFTExample",
     "SFTSpec",
     "TrainResult",
+    "TrainingDeadlineError",
     "TrainingFailedError",
     "run_in_child",
 ]

@@ -11,11 +11,15 @@ validation loss has not improved by ``min_delta`` (relative) plus ``min_delta_ab
 linearly over ``warmup_fraction`` (default 0.05) of the planned steps, then decays
 (``cosine``, the default, or ``linear``) to ``min_lr_fraction`` of its peak, or stays
 ``constant``; an exact ``steps`` count runs at a constant rate with no warmup unless
-told otherwise, so recipes tuned on fixed runs reproduce them.
+told otherwise, so recipes tuned on fixed runs reproduce them. ``deadline_seconds`` is
+not the recipe's: it is what the learning budget's training minutes have left (the
+worker sets it, ``reef.experience.learning_spend``), checked after every step like
+``max_seconds``.
 
 ``stop_reason`` is one of ``completed`` (every planned epoch ran), ``early_stopped``
-(validation loss stopped improving: converged), ``max_steps``, ``max_seconds`` or
-``steps`` (the exact count ran). ``undertrained`` is True when a run ended with its
+(validation loss stopped improving: converged), ``max_steps``, ``max_seconds``,
+``steps`` (the exact count ran) or ``learning_budget`` (the deadline came: the run is
+half-made and its adapter is not proposed). ``undertrained`` is True when a run ended with its
 validation loss still falling — more training would likely have helped; None without a
 validation split.
 
@@ -31,7 +35,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-StopReason = Literal["completed", "early_stopped", "max_steps", "max_seconds", "steps"]
+StopReason = Literal[
+    "completed", "early_stopped", "max_steps", "max_seconds", "steps", "learning_budget"
+]
 
 
 class Budget(BaseModel):
@@ -43,6 +49,7 @@ class Budget(BaseModel):
     steps: int | None = Field(default=None, ge=1)
     max_steps: int | None = Field(default=None, ge=1)
     max_seconds: float | None = Field(default=None, gt=0.0)
+    deadline_seconds: float | None = Field(default=None, gt=0.0)
     validation_fraction: float = Field(default=0.1, ge=0.0, le=0.5)
     validation_min: int = Field(default=4, ge=1)
     validation_from: int = Field(default=20, ge=2)
@@ -176,6 +183,16 @@ class EarlyStopping:
             return True
         last, before = self.curve[-1][1], min(loss for _, loss in self.curve[:-1])
         return self.best_step == self.curve[-1][0] and last < self._bar(before)
+
+
+def time_stop(budget: Budget, elapsed: float) -> StopReason | None:
+    """Why a run stops after ``elapsed`` seconds of training, if it must: the learning
+    budget's deadline (``learning_budget``) before the recipe's own ``max_seconds``."""
+    if budget.deadline_seconds is not None and elapsed > budget.deadline_seconds:
+        return "learning_budget"
+    if budget.max_seconds is not None and elapsed > budget.max_seconds:
+        return "max_seconds"
+    return None
 
 
 def stop_report(

@@ -37,6 +37,7 @@ from reef.learning.trainers.budget import (
     planned_steps,
     split_validation,
     stop_report,
+    time_stop,
 )
 from reef.learning.trainers.masking import IGNORE_INDEX, MaskedTokens, mask_conversation
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
@@ -539,8 +540,10 @@ def train_in_budget(  # noqa: PLR0913
     """The training loop every trainer shares: the budget's steps over ``plan`` (epochs,
     caps), the learning-rate schedule, a validation pass (``validate``, None: no split)
     twice per epoch with early stopping and the best weights restored at the end, and the
-    ``max_seconds`` cap. ``step(items)`` returns the batch's loss (the loop does the rest
-    of the update) or an ``Accumulated`` (the gradients are in place already)."""
+    ``max_seconds`` cap and the learning budget's ``deadline_seconds``, checked after
+    every step (so a run that starts always makes one). ``step(items)`` returns the
+    batch's loss (the loop does the rest of the update) or an ``Accumulated`` (the
+    gradients are in place already)."""
     total = planned_steps(len(plan.items), plan.batch_size, budget)
     uncapped = planned_steps(
         len(plan.items), plan.batch_size, budget.model_copy(update={"max_steps": None})
@@ -575,8 +578,9 @@ def train_in_budget(  # noqa: PLR0913
             if stopper.should_stop:
                 reason = "early_stopped"
                 break
-        if budget.max_seconds is not None and time.monotonic() - started > budget.max_seconds:
-            reason = "max_seconds"
+        late = time_stop(budget, time.monotonic() - started)
+        if late is not None:
+            reason = late
             break
     seconds, cpu_seconds = time.monotonic() - started, time.process_time() - cpu_started
     if best is not None and stopper.best_step != steps_run:

@@ -27,6 +27,22 @@ class TrainingFailedError(ReefError):
         self.log_tail = log_tail
 
 
+class TrainingDeadlineError(ReefError):
+    """A trainer stopped at the learning budget's deadline (``Budget.deadline_seconds``):
+    what it trained is half-made and was not stored. ``minutes`` is how long its loop
+    ran; ``steps_run`` of ``steps_planned`` the steps it made."""
+
+    def __init__(self, learner: str, minutes: float, steps_run: int, steps_planned: int) -> None:
+        super().__init__(
+            f"{learner}: the learning budget's training minutes ran out after "
+            f"{steps_run} of {steps_planned} steps ({minutes:.4f} min)"
+        )
+        self.learner = learner
+        self.minutes = minutes
+        self.steps_run = steps_run
+        self.steps_planned = steps_planned
+
+
 class SFTExample(BaseModel):
     """One supervised example: the conversation up to the reply (OpenAI form, content as
     text; assistant ``tool_calls`` and ``tool`` results kept) and the reply the model

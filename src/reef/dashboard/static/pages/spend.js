@@ -1,8 +1,9 @@
 // Spend: each budget in its current window, what the recorded traffic cost per scenario,
 // key, purpose and release (GET /reef/costs, what `reef costs` prints), the requests
 // answered without a price, and the requests refused by a budget (402) or a rate limit
-// (429). A key limited to scenarios sees theirs (and its own key's budget). No automatic
-// refresh: /reef/costs reads every record of the period.
+// (429), and Reef's own spend: each recent learning job's cost and its gate decision's
+// (/reef/status's spend.learning). A key limited to scenarios sees theirs (and its own
+// key's budget). No automatic refresh: /reef/costs reads every record of the period.
 
 import { get } from "../api.js";
 import { badge, empty, h, idChip, table, time } from "../dom.js";
@@ -91,6 +92,37 @@ function releases(rows) {
   ], rows);
 }
 
+/** One learning tally (a job's `cost`, a gate decision's `spend`) in a few words, as
+ * `reef status` prints it: calls, tokens, money (or "unpriced"), training minutes. */
+function tally(spent) {
+  if (!spent) return h("span", { class: "muted" }, "—");
+  const parts = [];
+  if (spent.model_calls) {
+    parts.push(`${spent.model_calls} call${spent.model_calls === 1 ? "" : "s"}, ${spent.tokens} tok`);
+    if (spent.money !== null && spent.money !== undefined) {
+      parts.push(money(spent.money) + (spent.unpriced_calls ? ` (+${spent.unpriced_calls} unpriced)` : ""));
+    } else if (spent.unpriced_calls) parts.push("unpriced");
+  }
+  for (const device of ["cpu", "gpu"]) {
+    const minutes = spent[`${device}_minutes`];
+    if (minutes) parts.push(`${minutes.toFixed(1)} ${device} min`);
+  }
+  return parts.length ? parts.join(", ") : h("span", { class: "muted" }, "nothing");
+}
+
+function learning(jobs) {
+  if (!jobs.length) return empty("No finished learning job has a cost yet.");
+  return table([
+    ["Job", (j) => idChip(j.job_id)],
+    ["Scenario", (j) => scenarioLink(j.scenario)],
+    ["Outcome", (j) => badge(j.outcome || "—", j.outcome === "budget_exhausted" ? "warn" : "")],
+    ["Candidate", (j) => (j.candidate_id ? h("a", { href: `#/candidates/${encodeURIComponent(j.candidate_id)}` }, idChip(j.candidate_id)) : "—")],
+    ["Job cost", (j) => tally(j.cost)],
+    ["Gate decision", (j) => (j.gate ? h("span", {}, badge(j.gate.action || "—", ""), " ", tally(j.gate.spend)) : h("span", { class: "muted" }, "—"))],
+    ["Finished", (j) => time(j.finished_at)],
+  ], jobs);
+}
+
 export async function render(_params, query) {
   const since = query.get("since") || "7d";
   const [status, byKey, byRelease] = await Promise.all([
@@ -124,5 +156,8 @@ export async function render(_params, query) {
     spendTable("by-scenario", "By scenario", groupBy(rows, "scenario"), ["Scenario", (r) => scenarioLink(r.scenario)]),
     spendTable("by-key", "By key", groupBy(rows, "key"), ["Key", (r) => h("code", {}, r.key)]),
     spendTable("by-purpose", "By purpose", groupBy(rows, "purpose"), ["Purpose", (r) => badge(r.purpose, r.purpose === "serve" ? "info" : "")]),
-    h("section", { class: "panel", id: "by-release" }, h("h2", {}, "By release"), releases(byRelease.data)));
+    h("section", { class: "panel", id: "by-release" }, h("h2", {}, "By release"), releases(byRelease.data)),
+    h("section", { class: "panel", id: "learning" }, h("h2", {}, "Learning jobs"),
+      h("p", { class: "muted" }, "Reef's own spend: what each recent learning job cost (judges, reflection, training minutes) and its gate decision's share."),
+      learning(spend.learning || [])));
 }

@@ -1,0 +1,56 @@
+"""``/reef/status``'s ``spend`` beyond the serving budgets (``SpendControl.status_json``):
+the cost of each release over the last ``RELEASE_DAYS`` days (its records' costs,
+summed in the store: ``reef.experience.spend_by_release``), and the cost of each recent
+learning job and of its gate decision (the job's ``cost`` and ``gate.cost.spend``,
+``reef.experience.learning_spend``). ``tests/gateway/test_spend_status.py``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from reef.experience import spend_by_release
+from reef.gateway.state import GatewayState
+from reef.jobs import Job
+
+RELEASE_DAYS = 30
+LEARNING_JOBS = 20  # the newest finished jobs shown
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def release_and_learning_spend(state: GatewayState, now: datetime) -> dict[str, Any]:
+    """``releases_since``, ``releases`` (``{scenario, release, requests, unpriced,
+    cost}``, costliest first) and ``learning`` (``{job_id, scenario, outcome,
+    candidate_id, finished_at, cost, gate}``, newest first; ``gate`` is ``{action,
+    spend}`` or None). Blocking: run it in a thread."""
+    since = now - timedelta(days=RELEASE_DAYS)
+    releases = [asdict(row) for row in spend_by_release(state.database, since)]
+    jobs = state.jobs.list(state="succeeded", limit=LEARNING_JOBS)
+    learning = [row for row in map(_job_spend, jobs) if row is not None]
+    return {"releases_since": _iso(since), "releases": releases, "learning": learning}
+
+
+def _job_spend(job: Job) -> dict[str, Any] | None:
+    """What one finished job and its gate decision cost; None for a job without a tally."""
+    result = job.result or {}
+    cost = result.get("cost")
+    if not isinstance(cost, dict):
+        return None
+    gate = result.get("gate")
+    gate_cost = gate.get("cost") if isinstance(gate, dict) else None
+    gate_spend = gate_cost.get("spend") if isinstance(gate_cost, dict) else None
+    return {
+        "job_id": job.id,
+        "scenario": job.scenario,
+        "outcome": result.get("outcome"),
+        "candidate_id": job.candidate_id,
+        "finished_at": _iso(job.updated_at),
+        "cost": cost,
+        "gate": None
+        if gate_spend is None or not isinstance(gate, dict)
+        else {"action": gate.get("action"), "spend": gate_spend},
+    }

@@ -1,0 +1,136 @@
+"""``/reef/status``'s spend beyond the budgets, and ``reef status`` printing it: the cost
+of each release (its records' costs, unpriced ones counted) and of each learning job and
+its gate decision (from the job's stored result). A model with no price is served and
+counted unpriced. Real gateway, official SDKs, the job queue in the gateway's store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from typer.testing import CliRunner
+
+from reef.cli.main import app
+from tests.fakes.clock import FakeClock
+from tests.gateway.harness import GatewayThread
+from tests.gateway.test_budgets import clocked, upstreams
+
+JOB_COST = {
+    "model_calls": 7,
+    "tokens": 140,
+    "money": 0.25,
+    "unpriced_calls": 2,
+    "cpu_minutes": 1.5,
+    "gpu_minutes": 0.0,
+    "by_purpose": {"judge": {"calls": 7, "tokens": 140, "money": 0.25}},
+}
+GATE_SPEND = {
+    "model_calls": 4,
+    "tokens": 80,
+    "money": None,
+    "unpriced_calls": 4,
+    "cpu_minutes": 0.0,
+    "gpu_minutes": 0.0,
+    "by_purpose": {"eval": {"calls": 4, "tokens": 80, "money": None}},
+}
+
+
+def _finish_job(gateway: GatewayThread, result: dict[str, Any]) -> str:
+    queue = gateway.app.state.reef.jobs
+    job = queue.enqueue("support", "learn", {})
+    claimed = queue.claim("test-worker", 60.0)
+    assert claimed is not None and claimed.id == job.id
+    queue.complete(job.id, "test-worker", result)
+    return job.id
+
+
+def test_status_shows_the_cost_of_each_release_and_each_learning_job(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    # support's model has no price (served, counted unpriced); claude's has one
+    gateway = clocked(make_gateway(upstreams=upstreams(fake.base_url, priced=False)), FakeClock())
+    served = []
+    for text in ("first", "second"):
+        raw = gateway.openai().chat.completions.with_raw_response.create(
+            model="reef/support", messages=[{"role": "user", "content": text}]
+        )
+        served.append(gateway.store.get_record(raw.headers["x-reef-record-id"]))
+    raw_claude = gateway.anthropic().messages.with_raw_response.create(
+        model="reef/claude", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    )
+    claude = gateway.store.get_record(raw_claude.headers["x-reef-record-id"])
+    assert [r.cost for r in served] == [None, None] and claude.cost is not None
+    job_id = _finish_job(
+        gateway,
+        {
+            "outcome": "proposed",
+            "cost": JOB_COST,
+            "gate": {"action": "published", "cost": {"spend": GATE_SPEND}},
+        },
+    )
+
+    with httpx.Client(base_url=gateway.url) as http:
+        spend = http.get("/reef/status").json()["spend"]
+        metrics = http.get("/metrics").text
+    assert spend["releases"] == [
+        {
+            "scenario": "claude",
+            "release": claude.release_id,
+            "requests": 1,
+            "unpriced": 0,
+            "cost": claude.cost,
+        },
+        {
+            "scenario": "support",
+            "release": served[0].release_id,
+            "requests": 2,
+            "unpriced": 2,
+            "cost": 0.0,
+        },
+    ]
+    [job] = spend["learning"]
+    assert job["job_id"] == job_id and job["scenario"] == "support"
+    assert job["outcome"] == "proposed" and job["cost"] == JOB_COST
+    assert job["gate"] == {"action": "published", "spend": GATE_SPEND}
+    assert 'reef_spend_unpriced_total{purpose="serve",scenario="support"} 2.0' in metrics
+
+    result = CliRunner().invoke(app, ["status", "--url", gateway.url])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())  # rich may wrap long lines
+    assert f"claude@{claude.release_id} {claude.cost:.4f} (1 requests)" in out
+    assert f"support@{served[0].release_id} 0.0000 (2 requests, 2 unpriced)" in out
+    assert (
+        f"learning job {job_id} (support, proposed): 7 calls, 140 tok, 0.2500 (+2 unpriced), "
+        "1.5 cpu min; gate (published): 4 calls, 80 tok, unpriced"
+    ) in out
+
+
+def test_a_key_limited_to_a_scenario_sees_only_its_releases_and_jobs(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    gateway = make_gateway(
+        upstreams=upstreams(fake.base_url),
+        auth={
+            "keys": [
+                {"id": "ops", "key": "ops-secret", "role": "admin", "scenarios": ["claude"]},
+                {"id": "root", "key": "root-secret", "role": "admin"},
+            ]
+        },
+    )
+    root = gateway.openai(api_key="root-secret")
+    root.chat.completions.create(model="reef/support", messages=[{"role": "user", "content": "x"}])
+    _finish_job(gateway, {"outcome": "budget_exhausted", "cost": JOB_COST})
+
+    def spend(key: str) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=gateway.url, headers=headers) as http:
+            found: dict[str, Any] = http.get("/reef/status").json()["spend"]
+            return found
+
+    everything = spend("root-secret")
+    assert [r["scenario"] for r in everything["releases"]] == ["support"]
+    assert [j["outcome"] for j in everything["learning"]] == ["budget_exhausted"]
+    assert everything["learning"][0]["gate"] is None
+    limited = spend("ops-secret")
+    assert limited["releases"] == [] and limited["learning"] == []

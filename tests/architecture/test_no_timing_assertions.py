@@ -14,7 +14,9 @@ elapsed-time expression is
 - a subtraction with a clock reading on either side: a call of ``monotonic``,
   ``perf_counter``, ``time`` (also their ``_ns`` forms and an event loop's ``time()``),
   or a name assigned from such a call in the same file;
-- a name assigned from such a subtraction (``elapsed = time.monotonic() - started``);
+- a name assigned from such a subtraction (``elapsed = time.monotonic() - started``),
+  or a container one is stored in (``seen[port] = time.monotonic() - published``): an
+  item of it, or ``max``/``min``/``sum`` of it or of its ``values()``;
 - a name or attribute called ``elapsed``, ``duration`` or ``took``, alone or as a word
   of a snake-case name (``elapsed_s``, ``duration_ms``, ``took_seconds``).
 
@@ -39,6 +41,7 @@ CLOCK_FUNCTIONS = {
 }
 TIMING_WORDS = {"elapsed", "duration", "took"}
 _ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+_AGGREGATES = {"max", "min", "sum"}
 
 
 def _is_clock_call(node: ast.expr) -> bool:
@@ -71,6 +74,7 @@ class _TimingFinder:
         self.tree = tree
         self.readings: set[str] = set()  # names assigned a clock reading
         self.elapsed: set[str] = set()  # names assigned an elapsed-time expression
+        self.containers: set[str] = set()  # names whose items are assigned one
         self._collect_names()
 
     def _collect_names(self) -> None:
@@ -82,6 +86,7 @@ class _TimingFinder:
         for node in assigns:
             if self._is_elapsed(node.value):
                 self.elapsed.update(_target_names(node))
+                self.containers.update(_container_names(node))
 
     def _is_reading(self, node: ast.expr) -> bool:
         return _is_clock_call(node) or (isinstance(node, ast.Name) and node.id in self.readings)
@@ -93,7 +98,17 @@ class _TimingFinder:
             return node.id in self.elapsed or _is_timing_name(node.id)
         if isinstance(node, ast.Attribute):
             return _is_timing_name(node.attr)
+        if isinstance(node, ast.Subscript):
+            return self._is_container(node.value)
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            aggregate = isinstance(node.func, ast.Name) and node.func.id in _AGGREGATES
+            return aggregate and self._is_container(node.args[0])
         return False
+
+    def _is_container(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute):
+            node = node.func.value if node.func.attr == "values" else node
+        return isinstance(node, ast.Name) and node.id in self.containers
 
     def found(self) -> list[int]:
         lines = []
@@ -114,6 +129,14 @@ class _TimingFinder:
 
 def _target_names(node: ast.Assign) -> set[str]:
     return {target.id for target in node.targets if isinstance(target, ast.Name)}
+
+
+def _container_names(node: ast.Assign) -> set[str]:
+    return {
+        target.value.id
+        for target in node.targets
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+    }
 
 
 def timing_assertions_in(source: str) -> list[int]:
@@ -141,8 +164,14 @@ def test_the_finder_sees_every_spelling_and_nothing_else() -> None:
         "assert deadline - now > 1\n"  # neither side is a clock reading
         "assert durations[0] is None\n"  # not an ordering, nor a number
         "assert took is True\n"
+        "seen[port] = time.monotonic() - started\n"
+        "assert max(seen.values()) < 2.0\n"  # 20
+        "assert seen[port] < 2.0\n"  # 21
+        "assert len(seen) == 2\n"  # a count of them, not a time
+        "timings['x'] = perf_counter() - t0\n"
+        "print(timings)\n"  # recorded for a report, not compared
     )
-    assert timing_assertions_in(source) == [4, 5, 8, 9, 10, 11, 12]
+    assert timing_assertions_in(source) == [4, 5, 8, 9, 10, 11, 12, 20, 21]
 
 
 def test_no_test_compares_elapsed_time_against_a_constant() -> None:

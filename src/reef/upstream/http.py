@@ -128,12 +128,7 @@ class HTTPUpstream(Upstream):
         self.base_url = config.base_url.rstrip("/")
         # The server's root, for routes vLLM serves outside /v1 (/tokenize).
         self.root_url = self.base_url.removesuffix("/v1")
-        self._retry_policy = RetryPolicy(
-            retries=config.max_retries,
-            base_seconds=backoff_seconds,
-            cap_seconds=_BACKOFF_CAP_SECONDS,
-            deadline_seconds=config.total_timeout_seconds,
-        )
+        self._backoff_seconds = backoff_seconds
         self._sleep = sleep
         self._defaults: dict[str, str] = {"content-type": "application/json"}
         self._credentials: dict[str, str] = {}
@@ -479,7 +474,14 @@ class HTTPUpstream(Upstream):
         waits = _PoolWait()  # aiohttp's: whether the call waits for a free connection
         config = self.config
         url = (base or self.base_url) + path
-        retrier = Retrier(self._retry_policy)
+        retrier = Retrier(
+            RetryPolicy(
+                retries=config.max_retries,
+                base_seconds=self._backoff_seconds,
+                cap_seconds=_BACKOFF_CAP_SECONDS,
+                deadline_seconds=config.total_timeout_seconds,
+            )
+        )
         while True:
             remaining = retrier.remaining()
             if remaining is None or remaining <= 0:

@@ -1,11 +1,11 @@
-"""Two gateway processes on one PostgreSQL both serve a newly published head quickly."""
+"""Two gateway processes on one PostgreSQL both serve a newly published head (how soon
+after the publish: ``bench/activation.py``)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,7 +72,7 @@ def _wait_up(process: subprocess.Popen[bytes], port: int) -> None:
     eventually(healthy, "the gateway to start", timeout_seconds=60, ignoring=(OSError,))
 
 
-def test_both_gateways_serve_a_new_head_within_two_seconds(tmp_path: Path, pg_url: str) -> None:
+def test_both_gateways_serve_a_new_head(tmp_path: Path, pg_url: str) -> None:
     artifacts_dir = tmp_path / "artifacts"
     processes = []
     with FakeUpstreamThread() as fake:
@@ -95,21 +95,21 @@ def test_both_gateways_serve_a_new_head_within_two_seconds(tmp_path: Path, pg_ur
                 )
                 manifest = ReleaseManifest(model=ModelComponent(base="fake-model"), harness=harness)
                 candidate = chain.propose("shared", manifest, head.id, "test", "v2")
-                published_at = time.monotonic()
                 release = chain.publish(candidate.id, head.id, "test", "v2", require_passed=False)
             finally:
                 store.close()
 
-            seen: dict[int, float] = {}
+            switched: set[int] = set()
 
-            def switched() -> bool:
+            def both_switched() -> bool:
                 for _, port in processes:
-                    if port not in seen and _ask(port).headers["x-reef-release-id"] == release.id:
-                        seen[port] = time.monotonic() - published_at
-                return len(seen) == 2
+                    if port in switched:
+                        continue
+                    if _ask(port).headers["x-reef-release-id"] == release.id:
+                        switched.add(port)
+                return len(switched) == 2
 
-            eventually(switched, "both gateways to serve the new head", timeout_seconds=5)
-            assert max(seen.values()) < 2.0, seen
+            eventually(both_switched, "both gateways to serve the new head", timeout_seconds=5)
         finally:
             for process, _ in processes:
                 process.terminate()

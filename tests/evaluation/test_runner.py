@@ -5,7 +5,9 @@ and against a small probe server where the gateway cannot show what is checked
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,6 @@ from reef.evaluation.runner import (
     GatewayTarget,
     collect_answers,
     reply_text,
-    retry_delay,
 )
 from reef.evaluation.values import Answer, Arm, EvalItem
 from reef.experience import canonical_exchange
@@ -373,9 +374,11 @@ class Probe:
         refuse_first: int = 0,
         silent: bool = False,
         unreadable: bool = False,
+        retry_after: str = "0",
     ) -> None:
         self.barrier = asyncio.Barrier(barrier)
         self.refuse_first = refuse_first  # 429 this many first tries of each item
+        self.retry_after = retry_after  # the 429's Retry-After
         self.silent = silent
         self.unreadable = unreadable  # 200 with a body that is no completion
         self.in_flight = 0
@@ -407,9 +410,8 @@ class Probe:
         key = (headers["x-reef-tag-eval-item"], headers["x-reef-tag-eval-arm"])
         self.tries[key] = self.tries.get(key, 0) + 1
         if self.tries[key] <= self.refuse_first:
-            return web.json_response(
-                {"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "0"}
-            )
+            refused = {"error": {"message": "slow down"}}
+            return web.json_response(refused, status=429, headers={"Retry-After": self.retry_after})
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
@@ -520,10 +522,45 @@ def test_unreachable_gateway_gives_error_answers() -> None:
 # -- pieces ---------------------------------------------------------------------------
 
 
-def test_backoff_is_capped_and_retry_after_is_honoured_up_to_ten_seconds() -> None:
-    assert [retry_delay(n) for n in range(6)] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0]
-    assert retry_delay(0, 3.0) == 3.0
-    assert retry_delay(0, 60.0) == 10.0
+class RecordedSleep:
+    """The waits between a call and its retry, recorded instead of slept."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "waits"),
+    [
+        ("3", [3.0, 3.0]),
+        ("60", [10.0, 10.0]),  # honoured up to ten seconds
+        # an HTTP-date an hour away: read as a date, then capped like any hint
+        (email.utils.formatdate(time.time() + 3600, usegmt=True), [10.0, 10.0]),
+    ],
+)
+async def test_retry_after_in_seconds_or_as_a_date_sets_the_wait(
+    retry_after: str, waits: list[float]
+) -> None:
+    sleep = RecordedSleep()
+    async with Probe(refuse_first=2, retry_after=retry_after) as probe:
+        patient = GatewayTarget(base_url=probe.url, scenario="s", retries=2, sleep=sleep)
+        [answer] = await asyncio.to_thread(collect_answers, patient, items("a"), {"baseline": "b"})
+    assert (answer.text, answer.attempts) == ("reef/s", 3)
+    assert sleep.waits == waits
+
+
+async def test_without_retry_after_the_backoff_doubles_below_five_seconds() -> None:
+    sleep = RecordedSleep()
+    async with Probe(refuse_first=9, retry_after="") as probe:
+        hasty = GatewayTarget(base_url=probe.url, scenario="s", retries=6, sleep=sleep)
+        [answer] = await asyncio.to_thread(collect_answers, hasty, items("a"), {"baseline": "b"})
+    assert answer.attempts == 7 and answer.error_kind == "rate_limited"
+    ceilings = [0.2, 0.4, 0.8, 1.6, 3.2, 5.0]
+    assert len(sleep.waits) == len(ceilings)
+    assert all(0 <= w <= c for w, c in zip(sleep.waits, ceilings, strict=True)), sleep.waits
 
 
 def test_reply_text_reads_content_and_tool_calls() -> None:

@@ -4,7 +4,6 @@ answers."""
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -44,14 +43,12 @@ def test_a_symmetric_zero_mean_distribution_contains_zero() -> None:
 def test_the_95_percent_interval_covers_the_true_mean_about_95_percent_of_the_time() -> None:
     # diffs in {-1, 0, 1} with P = (0.2, 0.5, 0.3): true mean 0.1
     rng = random.Random(2024)
-    started = time.perf_counter()
     covered = 0
     for dataset in range(300):
         diffs = rng.choices([-1.0, 0.0, 1.0], weights=[0.2, 0.5, 0.3], k=40)
         interval = paired_bootstrap(diffs, samples=500, seed=dataset)
         covered += interval.low <= 0.1 <= interval.high
     assert 0.90 <= covered / 300 <= 0.99
-    assert time.perf_counter() - started < 5.0
 
 
 def test_same_seed_same_interval_other_seed_other_interval() -> None:

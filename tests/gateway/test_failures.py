@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 import uuid
 
 import anthropic
@@ -89,13 +88,13 @@ def test_client_errors_are_relayed_not_retried(
 
 
 def test_silent_upstream_becomes_504(gateway: GatewayThread) -> None:
-    started = time.monotonic()
     with pytest.raises(openai.APIStatusError) as info:
         oai(gateway).chat.completions.create(
             model="reef/support", messages=[{"role": "user", "content": "hang"}]
         )
     assert info.value.status_code == 504
-    assert time.monotonic() - started < 10  # bounded by the 5 s total deadline
+    # the upstream's 2 s read timeout ended the call, not the client's own timeout
+    assert "sent nothing for 2" in info.value.message, info.value.message
     assert newest(gateway).status == "error"
 
 

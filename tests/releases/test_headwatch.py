@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -46,10 +45,8 @@ def test_watch_heads_reports_existing_heads_then_each_move(
         other = chain.create("t", manifest(), "config", "init")
         assert seen.get(timeout=2) == ("t", other.id, "1")
         candidate = chain.propose("s", manifest(adapter=1), root.id, "w", "r")
-        started = time.monotonic()
         learned = chain.publish(candidate.id, root.id, "w", "r", require_passed=False)
         assert seen.get(timeout=2) == ("s", learned.id, "2")
-        assert time.monotonic() - started < 1.0
     assert seen.empty()
 
 

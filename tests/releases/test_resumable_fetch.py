@@ -22,6 +22,7 @@ from reef.releases import (
     open_artifact_store,
 )
 from reef.releases.artifacts_fsspec import FETCH_ATTEMPTS
+from reef.releases.artifacts_upload import TRANSFER_BACKOFF_SECONDS
 
 CHUNK = 1 << 20  # one ranged read
 SIZE = 3 * CHUNK + 123
@@ -93,20 +94,28 @@ def _payload() -> bytes:
     return hashlib.sha256(b"seed").digest() * (SIZE // 32) + b"x" * (SIZE % 32)
 
 
-def _stored(root: Path, server: CuttingServer, cache: Path) -> tuple[str, ArtifactStore]:
-    """The payload stored in ``root``; the same store read over ``server`` (HTTP)."""
+def _stored(
+    root: Path, server: CuttingServer, cache: Path, waits: list[float] | None = None
+) -> tuple[str, ArtifactStore]:
+    """The payload stored in ``root``; the same store read over ``server`` (HTTP), its
+    waits before a retry recorded in ``waits`` instead of slept."""
     digest = open_artifact_store(root).put_bytes(_payload(), "checkpoint")
-    return digest, open_artifact_store(server.url, cache_dir=cache)
+    sleep = (waits if waits is not None else []).append
+    return digest, open_artifact_store(server.url, cache_dir=cache, sleep=sleep)
 
 
 def test_a_cut_transfer_continues_from_the_byte_it_reached(
     served: tuple[CuttingServer, Path], tmp_path: Path
 ) -> None:
     server, root = served
-    digest, remote = _stored(root, server, tmp_path / "cache")
+    waits: list[float] = []
+    digest, remote = _stored(root, server, tmp_path / "cache", waits)
     server.cuts = 2
     copy = remote.materialize(digest)
     assert copy.read_bytes() == _payload()
+    assert len(waits) == 2  # a backoff before each try after a cut
+    assert 0 <= waits[0] <= TRANSFER_BACKOFF_SECONDS
+    assert 0 <= waits[1] <= 2 * TRANSFER_BACKOFF_SECONDS
     offsets = [int(r.removeprefix("bytes=").split("-")[0]) for r in server.ranges]
     # the second chunk was cut twice and fetched again from its start; the first chunk,
     # already on disk, was never asked for again
@@ -118,10 +127,12 @@ def test_a_failed_download_is_kept_and_the_next_call_continues_it(
     served: tuple[CuttingServer, Path], tmp_path: Path
 ) -> None:
     server, root = served
-    digest, remote = _stored(root, server, tmp_path / "cache")
+    waits: list[float] = []
+    digest, remote = _stored(root, server, tmp_path / "cache", waits)
     server.cuts = FETCH_ATTEMPTS
     with pytest.raises(ArtifactTransferError, match="next try continues"):
         remote.materialize(digest)
+    assert len(waits) == FETCH_ATTEMPTS - 1  # no wait after the last try
     [partial] = (tmp_path / "cache" / ".partial").iterdir()
     kept = partial.stat().st_size
     assert kept == CHUNK, "the chunk that arrived whole is kept"
@@ -141,11 +152,13 @@ def test_a_directory_artifact_resumes_and_is_verified_before_it_is_published(
     (tree / "model.safetensors").write_bytes(_payload())
     (tree / "config.json").write_text('{"model_type": "llama"}')
     digest = open_artifact_store(root).put_dir(tree, "checkpoint")
-    remote = open_artifact_store(server.url, cache_dir=tmp_path / "cache")
+    waits: list[float] = []
+    remote = open_artifact_store(server.url, cache_dir=tmp_path / "cache", sleep=waits.append)
     server.cuts = 1
     copy = remote.materialize(digest)
     assert (copy / "model.safetensors").read_bytes() == _payload()
     assert (copy / "config.json").read_text() == '{"model_type": "llama"}'
+    assert len(waits) == 1
 
 
 def test_a_partial_that_does_not_verify_is_dropped(

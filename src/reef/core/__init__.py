@@ -2,7 +2,8 @@
 
 Owns: UUIDv7 ids, ``ReefError`` and its generic categories, canonical JSON and digests,
 the ``Clock`` that time-dependent parts read (``utc_now`` unless a test injects one),
-``Progress``, where long tasks report how far they got, ``PluginRegistry``
+``Progress``, where long tasks report how far they got, the one retry helper
+(``retrying``: ``RetryPolicy``, ``Retrier``, ``parse_retry_after``), ``PluginRegistry``
 (``plugins``: learners, scorers and environments found by entry point) and the checks
 of a checkpoint directory (``checkpoints``).
 Does not own: anything that knows about HTTP, SQL, models or configuration; ``core``
@@ -22,6 +23,7 @@ from reef.core.errors import (
 from reef.core.ids import new_id
 from reef.core.jsoncodec import canonical_json, dumps, loads, sha256_hex
 from reef.core.progress import Progress, SilentProgress
+from reef.core.retrying import Retrier, RetryPolicy, parse_retry_after
 from reef.core.trust import TRUST_LEVELS, Trust, at_least, parse_trust, trust_rank
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "PermissionDeniedError",
     "Progress",
     "ReefError",
+    "Retrier",
+    "RetryPolicy",
     "SilentProgress",
     "Trust",
     "UnauthenticatedError",
@@ -41,6 +45,7 @@ __all__ = [
     "dumps",
     "loads",
     "new_id",
+    "parse_retry_after",
     "parse_trust",
     "read_clock",
     "sha256_hex",

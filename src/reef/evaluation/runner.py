@@ -20,6 +20,7 @@ from urllib.parse import quote
 import aiohttp
 
 from reef.core import InvalidInputError, dumps, loads, new_id
+from reef.core.retrying import Retrier, RetryPolicy, Sleep, parse_retry_after
 from reef.evaluation.values import (
     ARMS,
     Answer,
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 5.0
 RETRY_AFTER_MAX_SECONDS = 10.0
+"""The longest ``Retry-After`` the runner honours: a run waits for a busy gateway, but
+not for as long as any server asks."""
 _REFUSED = frozenset({400, 401, 403, 404, 409})  # 409: a pin the gateway cannot serve
 _HEADER_SAFE = string.punctuation.replace("%", "") + " "
 
@@ -70,6 +73,8 @@ class GatewayTarget:
     # ``price`` (``reef.experience.learning_spend``); None: not counted.
     meter: LearningMeter | None = None
     price: Price | None = None
+    # The wait before a failed call is sent again (a test records the waits instead).
+    sleep: Sleep = asyncio.sleep
 
     def __post_init__(self) -> None:
         if self.timeout_seconds <= 0:
@@ -151,7 +156,9 @@ def collect_answers(
     order (item, repeat, then candidate before baseline) whatever order calls finish in.
 
     A call that still fails after ``target.retries`` retries (connection errors,
-    timeouts, 429, 5xx) gives an answer with ``text=None``, ``error`` set and
+    timeouts, 429, 5xx; ``reef.core.retrying``: full-jitter backoff from 0.2 s up to 5 s,
+    or the gateway's ``Retry-After``, seconds or an HTTP-date, up to 10 s, waited with
+    ``target.sleep``) gives an answer with ``text=None``, ``error`` set and
     ``error_kind`` saying which kind of failure it was (``ErrorKind``); a refused item
     (a 4xx relayed from the upstream) is not retried. Raises
     ``EvalRunError`` when the gateway refuses an arm's pin or the key (400/401/403/404),
@@ -212,21 +219,31 @@ class _Caller:
     """Sends one job's call, retrying what may pass on a second try."""
 
     def __init__(
-        self, session: aiohttp.ClientSession, target: GatewayTarget, defaults: dict[str, Any]
+        self,
+        session: aiohttp.ClientSession,
+        target: GatewayTarget,
+        defaults: dict[str, Any],
     ) -> None:
         self.session = session
         self.target = target
         self.defaults = defaults
+        self.policy = RetryPolicy(
+            retries=target.retries,
+            base_seconds=BACKOFF_BASE_SECONDS,
+            cap_seconds=BACKOFF_MAX_SECONDS,
+            hint_cap_seconds=RETRY_AFTER_MAX_SECONDS,
+        )
 
     async def answer(self, job: _Job) -> Answer:
         """The job's answer after at most ``retries`` retries; raises ``EvalRunError``."""
-        attempts = 0
+        retrier = Retrier(self.policy)
         while True:
-            attempts += 1
             outcome = await self._attempt(job)
-            if outcome.error is None or not outcome.retryable or attempts > self.target.retries:
+            if outcome.error is None or not outcome.retryable:
                 break
-            await asyncio.sleep(retry_delay(attempts - 1, outcome.retry_after))
+            if not await retrier.pause(outcome.retry_after, self.target.sleep):
+                break
+        attempts = retrier.attempts
         error = outcome.error
         if error is not None and attempts > 1:
             error = f"{error} (after {attempts} attempts)"
@@ -308,7 +325,7 @@ class _Caller:
             elapsed,
             reason,
             retryable,
-            _retry_after(headers.get("retry-after")),
+            parse_retry_after(headers.get("retry-after")),
             kind=error_kind_of_status(status),
         )
 
@@ -327,14 +344,6 @@ class _Caller:
             "x-reef-tag-eval-item": header_value(job.item.key),
             "x-reef-tag-eval-arm": job.arm,
         }
-
-
-def retry_delay(retry: int, retry_after: float | None = None) -> float:
-    """Seconds to wait before retry number ``retry`` (0-based): the server's
-    ``Retry-After`` up to 10 s when it sent one, else 0.2 s · 2^retry up to 5 s."""
-    if retry_after is not None:
-        return min(max(retry_after, 0.0), RETRY_AFTER_MAX_SECONDS)
-    return float(min(BACKOFF_BASE_SECONDS * 2**retry, BACKOFF_MAX_SECONDS))
 
 
 def reply_text(data: Any) -> str:
@@ -373,15 +382,6 @@ def header_value(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text
     return quote(text, safe=_HEADER_SAFE)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None  # an HTTP date: fall back to the backoff
 
 
 def _error_message(raw: bytes) -> str:

@@ -19,9 +19,10 @@ of a local root, else under ``$XDG_CACHE_HOME/reef/artifacts``.
 Downloads from a remote store (anything but a local directory or ``memory://``) resume:
 the object's bytes go to ``<cache>/.partial/<hex>`` (locked while written), a transfer
 cut midway continues from the bytes already there (a ranged read from that offset, up
-to :data:`FETCH_ATTEMPTS` tries), and a call after a failed one picks up the same
-partial file. Only the whole, verified copy is ever published; a partial that does not
-verify is deleted, so the next call starts afresh.
+to :data:`FETCH_ATTEMPTS` tries, each after the backoff an upload's part waits too), and
+a call after a failed one picks up the same partial file. Only the whole, verified copy
+is ever published; a partial that does not verify is deleted, so the next call starts
+afresh.
 
 Uploads to a remote store resume too (``reef.releases.artifacts_upload``): the object
 is sent in parts of 64 MiB to ``tmp/up-<hex>/``, a part that fails is sent again, and
@@ -41,6 +42,7 @@ import io
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -53,6 +55,7 @@ from pydantic import BaseModel, ConfigDict
 from reef.core.digests import UnsafeTreeError, tree_digest
 from reef.core.errors import InvalidInputError
 from reef.core.jsoncodec import dumps
+from reef.core.retrying import BlockingSleep
 from reef.releases.artifacts import (
     ArtifactCorruptError,
     ArtifactInfo,
@@ -68,7 +71,7 @@ from reef.releases.artifacts_tar import (
     extract_tree_archive,
     write_tree_archive,
 )
-from reef.releases.artifacts_upload import PartUpload
+from reef.releases.artifacts_upload import PartUpload, transfer_retrier
 
 _CHUNK = 1 << 20
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -117,8 +120,11 @@ def _remove_local(path: Path) -> None:
 class FsspecArtifactStore(ArtifactStore):
     """The artifact store on the fsspec filesystem named by ``url`` (see module doc)."""
 
-    def __init__(self, url: str | Path, *, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, url: str | Path, *, cache_dir: Path | None = None, sleep: BlockingSleep = time.sleep
+    ) -> None:
         self.url = str(url)
+        self.sleep = sleep  # the wait before a remote transfer is tried again
         fs, root = url_to_fs(self.url)
         self.fs: Any = fs
         self.root: str = str(root).rstrip("/") or "/"
@@ -171,7 +177,7 @@ class FsspecArtifactStore(ArtifactStore):
                 with self.fs.open(tmp, "wb") as out:
                     produce(out)
                 return tmp
-            upload = PartUpload(self.fs, self._upload_folder(digest))
+            upload = PartUpload(self.fs, self._upload_folder(digest), sleep=self.sleep)
             produce(upload)
             parts = upload.finish()
             if upload.kept:
@@ -407,7 +413,8 @@ class FsspecArtifactStore(ArtifactStore):
         with partial.open("ab") as out:
             fcntl.flock(out, fcntl.LOCK_EX)  # another process fetching it waits, then sees it
             total = int(self.fs.size(path))
-            for attempt in range(1, FETCH_ATTEMPTS + 1):
+            retrier = transfer_retrier(FETCH_ATTEMPTS)
+            while True:
                 have = out.seek(0, os.SEEK_END)
                 if have > total:  # not a prefix of this object: start over
                     out.truncate(0)
@@ -428,9 +435,11 @@ class FsspecArtifactStore(ArtifactStore):
                     out.flush()
                     log.warning(
                         "fetching %s: try %d of %d cut at byte %d of %d: %s",
-                        path, attempt, FETCH_ATTEMPTS, out.tell(), total, exc,
+                        path, retrier.attempts, FETCH_ATTEMPTS, out.tell(), total, exc,
                     )  # fmt: skip
                     error = exc
+                    if not retrier.pause_blocking(sleep=self.sleep):
+                        break
             raise ArtifactTransferError(
                 f"could not fetch {path} after {FETCH_ATTEMPTS} tries ({error}); the "
                 f"{out.tell()} bytes fetched are kept in {partial} and the next try continues"
@@ -505,8 +514,11 @@ def _local_digest(path: Path, layout: ArtifactLayout) -> str | None:
         return None
 
 
-def open_artifact_store(url_or_path: str | Path, *, cache_dir: Path | None = None) -> ArtifactStore:
+def open_artifact_store(
+    url_or_path: str | Path, *, cache_dir: Path | None = None, sleep: BlockingSleep = time.sleep
+) -> ArtifactStore:
     """The artifact store at ``url_or_path``: a local directory path or any fsspec URL
     (``file:///…``, ``memory://…``, ``s3://…`` …). ``cache_dir`` holds materialized
-    copies (default: ``materialized/`` under a local root, else the user cache)."""
-    return FsspecArtifactStore(url_or_path, cache_dir=cache_dir)
+    copies (default: ``materialized/`` under a local root, else the user cache);
+    ``sleep`` is the wait before a cut remote transfer is tried again."""
+    return FsspecArtifactStore(url_or_path, cache_dir=cache_dir, sleep=sleep)

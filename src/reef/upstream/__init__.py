@@ -71,7 +71,6 @@ from reef.upstream.http import (
     HTTPUpstreamStream,
     build_upstream,
     error_message_from_body,
-    parse_retry_after,
 )
 from reef.upstream.responses import (
     input_items,
@@ -154,7 +153,6 @@ __all__ = [
     "openai_request_to_anthropic",
     "openai_response_to_anthropic",
     "openai_response_to_responses",
-    "parse_retry_after",
     "response_events",
     "response_id_for",
     "response_shell",

@@ -17,11 +17,8 @@ passes at most ``max_response_bytes`` in all and no line longer than
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
-import random
 import re
-import time
 from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
@@ -30,6 +27,7 @@ import aiohttp
 from reef.config.models import UpstreamConfig
 from reef.core.errors import InvalidInputError, ReefError
 from reef.core.jsoncodec import dumps, loads
+from reef.core.retrying import Retrier, RetryPolicy, Sleep, parse_retry_after
 from reef.upstream import h1
 from reef.upstream.base import (
     ADAPTER_ALREADY_LOADED,
@@ -105,11 +103,20 @@ class HTTPUpstream(Upstream):
     """An OpenAI-compatible server (``type: openai``) or the Anthropic API
     (``type: anthropic``) reached over HTTP.
 
-    ``backoff_seconds`` is the first retry's nominal delay; later retries double it
-    (capped at 8 s) with jitter. ``Retry-After`` on a 429 or 503 overrides it.
+    Retries go through ``reef.core.retrying``: ``backoff_seconds`` is the first retry's
+    longest delay; later retries double it (capped at 8 s), each a full-jitter draw
+    below it. ``Retry-After`` on a 429 or 503 overrides it. ``sleep`` is the wait
+    between attempts (a test records the waits instead).
     """
 
-    def __init__(self, name: str, config: UpstreamConfig, *, backoff_seconds: float = 0.25) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: UpstreamConfig,
+        *,
+        backoff_seconds: float = 0.25,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         if config.type == "local" or not config.base_url:
             raise ReefError(
                 f"upstream {name!r}: HTTPUpstream needs an openai or anthropic "
@@ -122,6 +129,7 @@ class HTTPUpstream(Upstream):
         # The server's root, for routes vLLM serves outside /v1 (/tokenize).
         self.root_url = self.base_url.removesuffix("/v1")
         self._backoff_seconds = backoff_seconds
+        self._sleep = sleep
         self._defaults: dict[str, str] = {"content-type": "application/json"}
         self._credentials: dict[str, str] = {}
         key = config.api_key.get_secret_value() if config.api_key else None
@@ -466,11 +474,17 @@ class HTTPUpstream(Upstream):
         waits = _PoolWait()  # aiohttp's: whether the call waits for a free connection
         config = self.config
         url = (base or self.base_url) + path
-        deadline = time.monotonic() + config.total_timeout_seconds
-        attempt = 0
+        retrier = Retrier(
+            RetryPolicy(
+                retries=config.max_retries,
+                base_seconds=self._backoff_seconds,
+                cap_seconds=_BACKOFF_CAP_SECONDS,
+                deadline_seconds=config.total_timeout_seconds,
+            )
+        )
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            remaining = retrier.remaining()
+            if remaining is None or remaining <= 0:
                 raise self._deadline_error()
             # A wait for a free connection is bounded by the deadline alone (``connect``
             # would bound it too), the connection's opening by the connect timeout.
@@ -552,17 +566,10 @@ class HTTPUpstream(Upstream):
                 failure = UpstreamUnavailableError(message, upstream_status=status)
                 if status in (429, 503):
                     retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            if attempt >= config.max_retries:
+            # No retry once the retries are spent, or when waiting would only end in
+            # a timeout.
+            if not await retrier.pause(retry_after, self._sleep):
                 raise failure
-            delay = retry_after if retry_after is not None else self._backoff(attempt)
-            if delay >= deadline - time.monotonic():
-                raise failure  # waiting would only end in a timeout
-            await asyncio.sleep(delay)
-            attempt += 1
-
-    def _backoff(self, attempt: int) -> float:
-        nominal: float = min(_BACKOFF_CAP_SECONDS, self._backoff_seconds * 2.0**attempt)
-        return nominal / 2 + random.uniform(0, nominal / 2)  # noqa: S311 (seeded or non-secret randomness)
 
     async def _error_text(self, response: _Answer) -> tuple[str, str | None]:
         """The error body's message and its ``error.code``, if any."""
@@ -789,22 +796,6 @@ def error_message_from_body(body: bytes, status: int) -> str:
             if isinstance(data.get(key), str) and data[key]:
                 return str(data[key])
     return body.decode("utf-8", "replace")[:_ERROR_TEXT_LIMIT]
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP-date);
-    ``None`` when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _poisoned(exc: BaseException, elapsed: float, read_timeout: float) -> bool:

@@ -1,7 +1,8 @@
 """docs/architecture.md matches the code: its table of parts lists every top-level
 package of ``src/reef`` and nothing else, each database table is owned by exactly one
 part (the tables being the schema's, which the migrations create), and its table of
-arrows is the imports each part has."""
+arrows is the imports each part has and the parts it must never import
+(``test_boundaries.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 from pathlib import Path
 
 from reef.db.schema import metadata
+from tests.architecture.test_boundaries import FORBIDDEN, STORES
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "reef"
@@ -104,10 +106,13 @@ def test_every_table_has_exactly_one_owner() -> None:
     assert not shared, f"tables owned by more than one part: {shared}"
 
 
+def _arrows() -> list[list[str]]:
+    return markdown_table(DOC.read_text(encoding="utf-8"), "| part | imports | never imports |")
+
+
 def test_the_arrows_are_the_imports_of_the_code() -> None:
-    rows = markdown_table(DOC.read_text(encoding="utf-8"), "| part | imports |")
     packages = _packages()
-    documented = {_names(part)[0]: set(_names(imports)) for part, imports in rows}
+    documented = {_names(part)[0]: set(_names(imports)) for part, imports, _ in _arrows()}
     assert set(documented) == packages, set(documented) ^ packages
     wrong = [
         f"{part}: the doc says {sorted(documented[part])}, the code imports {sorted(actual)}"
@@ -115,6 +120,26 @@ def test_the_arrows_are_the_imports_of_the_code() -> None:
         if documented[part] != (actual := _imported_parts(part, packages))
     ]
     assert not wrong, "update the arrows in docs/architecture.md:\n" + "\n".join(wrong)
+
+
+def _never(part: str, cell: str, packages: set[str]) -> set[str]:
+    """The parts of reef a "never imports" cell names ("every other part but `x`")."""
+    if cell.startswith("every other part"):
+        return packages - {part} - set(_NAME.findall(cell))
+    return set(_names(cell)) & packages
+
+
+def test_the_forbidden_arrows_are_the_boundary_tests() -> None:
+    packages = _packages()
+    wrong = []
+    for part_cell, _, never_cell in _arrows():
+        part = _names(part_cell)[0]
+        tested = FORBIDDEN.get(part, set()) & packages
+        if part in STORES:
+            tested |= set(STORES) - {part}
+        if _never(part, never_cell, packages) != tested:
+            wrong.append(f"{part}: the doc says {never_cell}, the tests forbid {sorted(tested)}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_table_reader_reads_cells_and_stops_at_the_tables_end() -> None:

@@ -26,7 +26,7 @@ def readme_commands(text: str) -> list[list[str]]:
     commands = []
     for piece in pieces:
         words = shlex.split(piece.strip())
-        if words[:1] == ["reef"] and len(words) > 1:
+        if words[:1] == ["reef"] and len(words) > 1 and words not in commands:
             commands.append(words)
     return commands
 
@@ -50,7 +50,8 @@ def test_the_readme_shows_its_commands() -> None:
 
 
 def test_commands_are_found_in_blocks_and_inline_code() -> None:
-    text = "```bash\npip install x && reef quickstart --rounds 1\n```\nthen `cd d && reef serve`"
+    text = "```bash\npip install x && reef quickstart --rounds 1\n```\n"
+    text += "then `cd d && reef serve`; `reef serve` again"
     assert readme_commands(text) == [["reef", "quickstart", "--rounds", "1"], ["reef", "serve"]]
     assert readme_commands("```\n client ──► reef gateway\n```") == []  # a picture
 

@@ -4,7 +4,7 @@
         --output engine.json
     .venv/bin/python bench/engine_report.py engine.json --output docs/benchmarks.md
 
-``reef bench --only engine`` runs both. The section names the command, the machine and
+``python -m bench --only engine`` runs both. The section names the command, the machine and
 the versions, and gives every figure with the ratio engine/vLLM measured in the same
 run (or says why vLLM was not benched). Without ``--output`` it only prints it.
 """
@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("report", type=Path, help="engine_vs_vllm.py --output JSON")
     parser.add_argument("--output", type=Path, default=None, help="markdown to rewrite")
-    parser.add_argument("--command", default="reef bench --only engine", help="shown as run")
+    parser.add_argument("--command", default="python -m bench --only engine", help="shown as run")
     args = parser.parse_args(argv)
     text = markdown(json.loads(args.report.read_text(encoding="utf-8")), args.command)
     print(text)

@@ -28,6 +28,7 @@ DOMAIN = {
     "client",
     "environments",
     "telemetry",
+    "quickstart",
 }
 
 # package -> packages (or third-party roots) it must never import

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 
-from tests.cli.test_bench import fake_checkout
+from reef.cli.exits import run
 
 
 def reef(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -60,12 +61,22 @@ def test_help_exits_0(tmp_path: Path) -> None:
     assert "--limit" in result.stdout
 
 
-def test_a_command_exit_status_reaches_the_shell(tmp_path: Path) -> None:
-    """``raise typer.Exit(1)`` in a command (``reef bench`` with a failing benchmark)
-    exits 1, not 0."""
-    bench_dir = fake_checkout(tmp_path, {"activation.py": "print('boom'); sys.exit(3)\n"})
-    result = reef(
-        "bench", "--bench-dir", str(bench_dir), "--quick", "--only", "activation", cwd=tmp_path
-    )
-    assert "activation" in result.stdout and "failed" in result.stdout, result.stdout
-    assert result.returncode == 1, result.stdout + result.stderr
+def test_a_command_exit_status_reaches_the_shell() -> None:
+    """``raise typer.Exit(1)`` in a command (``reef engine serve`` when the engine
+    fails) exits 1, not 0: ``run`` is what ``main`` calls."""
+    app = typer.Typer()
+
+    @app.command()
+    def fail() -> None:
+        raise typer.Exit(1)
+
+    @app.command()
+    def succeed() -> None:
+        pass
+
+    with pytest.raises(SystemExit) as failed:
+        run(app, ["fail"])
+    assert failed.value.code == 1
+    with pytest.raises(SystemExit) as succeeded:
+        run(app, ["succeed"])
+    assert succeeded.value.code == 0

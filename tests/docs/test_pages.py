@@ -60,7 +60,7 @@ def _anchors(path: Path) -> set[str]:
 
 def test_relative_links_and_anchors_resolve() -> None:
     broken = []
-    for page in sorted(DOCS.glob("*.md")):
+    for page in [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]:
         text = _FENCE.sub("", page.read_text(encoding="utf-8"))
         for target in _LINK.findall(text):
             if target.startswith(("http://", "https://", "mailto:")):
@@ -71,4 +71,4 @@ def test_relative_links_and_anchors_resolve() -> None:
                 broken.append(f"{page.name}: {target} (no such file)")
             elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
                 broken.append(f"{page.name}: {target} (no such heading)")
-    assert not broken, "broken links in docs/:\n" + "\n".join(broken)
+    assert not broken, "broken links in docs/ and the README:\n" + "\n".join(broken)

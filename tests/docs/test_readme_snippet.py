@@ -19,7 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from reef.cli.main import app
-from reef.cli.quickstart.session import DEFAULT_PORT, choose_port
+from reef.quickstart.session import DEFAULT_PORT, choose_port
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 from tests.gateway.harness import free_port
 from tests.polling import eventually

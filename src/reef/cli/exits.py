@@ -1,7 +1,7 @@
 """The one place where the ``reef`` command turns errors into a message and an exit code.
 
 Exit codes (documented in docs/operations.md): 0 success; 1 a failure (``ReefError``
-without a category below, a failed benchmark); 2 a usage error, a bad configuration
+without a category below, a failed engine); 2 a usage error, a bad configuration
 (including a port that cannot be bound), invalid input, or a request refused as things
 stand (``RefusedError``: nothing to adopt); 3 something named does not
 exist (including "no store here"); 4 an optional dependency is missing (the message

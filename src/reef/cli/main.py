@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import typer
 
-from reef.cli.bench import bench_command
 from reef.cli.costs import costs_command
 from reef.cli.engine import engine_app
 from reef.cli.evaluation import eval_app
@@ -45,7 +44,6 @@ app.add_typer(feedback_app, name="feedback")
 app.add_typer(signals_app, name="signals")
 app.command("worker")(worker_command)
 app.command("learn")(learn_command)
-app.command("bench")(bench_command)
 app.command("quickstart")(quickstart_command)
 app.command("status")(status_command)
 app.command("import")(import_command)

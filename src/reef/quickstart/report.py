@@ -15,8 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from reef.cli.quickstart.rounds import HeldOut, RoundResult, Signals
-from reef.cli.quickstart.workspace import Workspace
+from reef.quickstart.rounds import HeldOut, RoundResult, Signals
+from reef.quickstart.workspace import Workspace
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 import openai
 
-from reef.cli.quickstart.agent import (
+from reef.quickstart.agent import (
     MAX_TURNS,
     TOOLS,
     Call,
@@ -39,8 +39,8 @@ from reef.cli.quickstart.agent import (
     grade,
     parse_arguments,
 )
-from reef.cli.quickstart.application import GatewayClient, post_json
-from reef.cli.quickstart.errors import QuickstartError
+from reef.quickstart.application import GatewayClient, post_json
+from reef.quickstart.errors import QuickstartError
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from typing import Any, Protocol, TypeVar
 
 import openai
 
-from reef.cli.quickstart.errors import QuickstartError
-from reef.cli.quickstart.scenario import Ticket, is_correct
+from reef.quickstart.errors import QuickstartError
+from reef.quickstart.scenario import Ticket, is_correct
 
 CONCURRENCY = 8  # the engine batches concurrent requests; 8 keeps two cores busy
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from reef.cli.quickstart.agent import SYSTEM_PROMPT as AGENT_PROMPT
-from reef.cli.quickstart.errors import QuickstartError
-from reef.cli.quickstart.scenario import LABELS, SYSTEM_PROMPT, Ticket
 from reef.config import ReefSettings
+from reef.quickstart.agent import SYSTEM_PROMPT as AGENT_PROMPT
+from reef.quickstart.errors import QuickstartError
+from reef.quickstart.scenario import LABELS, SYSTEM_PROMPT, Ticket
 
 SCENARIO = "triage"
 MARKER = ".reef-quickstart"

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from reef.cli.main import app
-from reef.cli.quickstart.scenario import LABELS, TicketGenerator, is_correct
-from reef.cli.quickstart.session import choose_port
-from reef.cli.quickstart.workspace import busy_cores, training_threads
 from reef.experience import open_store
+from reef.quickstart.scenario import LABELS, TicketGenerator, is_correct
+from reef.quickstart.session import choose_port
+from reef.quickstart.workspace import busy_cores, training_threads
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,5 +1,6 @@
-"""``reef bench``: lists every benchmark script, runs them in order, reports success,
-failure, timeout and skip without stopping the run."""
+"""``python -m bench``, the one way in to the benchmarks: lists every benchmark script,
+runs them in order, reports success, failure, timeout and skip without stopping the run.
+``reef`` has no ``bench`` command (the scripts are in a checkout, not in the wheel)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.__main__ import app
 from typer.testing import CliRunner
 
-from reef.cli import bench
-from reef.cli.main import app
+from bench import registry, runner
+from reef.cli.main import app as reef_app
 
 REPO = Path(__file__).resolve().parents[2]
 LOG = "calls.jsonl"
@@ -35,7 +37,7 @@ def fake_checkout(tmp_path: Path, bodies: dict[str, str]) -> Path:
     checkout, so the log also proves the working directory) and run ``bodies[name]``."""
     bench_dir = tmp_path / "repo" / "bench"
     bench_dir.mkdir(parents=True)
-    for script in sorted({s.script for b in bench.BENCHES for s in b.steps}):
+    for script in sorted({s.script for b in registry.BENCHES for s in b.steps}):
         body = bodies.get(script, OK)
         (bench_dir / script).write_text(_RECORD.format(log=LOG, name=script) + body)
     return bench_dir
@@ -47,29 +49,49 @@ def calls(bench_dir: Path) -> list[dict[str, Any]]:
 
 
 def run(*args: str) -> Any:
-    return CliRunner().invoke(app, ["bench", *args])
+    return CliRunner().invoke(app, list(args))
+
+
+def python_m_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bench`` as a developer runs it: from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_python_m_bench_help_works_from_a_checkout() -> None:
+    done = python_m_bench("--help")
+    assert done.returncode == 0, done.stderr
+    for option in ("--only", "--quick", "--list", "--write", "--bench-dir"):
+        assert option in done.stdout
+
+
+def test_the_product_cli_has_no_bench_command() -> None:
+    shown = CliRunner().invoke(reef_app, ["--help"])
+    assert shown.exit_code == 0, shown.output
+    assert "quickstart" in shown.output  # the listing is there, without bench
+    assert " bench " not in shown.output
+    assert CliRunner().invoke(reef_app, ["bench", "--help"]).exit_code != 0
 
 
 def test_list_names_every_script_of_the_checkout() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "reef", "bench", "--list"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = python_m_bench("--list")
     assert done.returncode == 0, done.stderr
-    registered = {step.script for b in bench.BENCHES for step in b.steps}
+    registered = {step.script for b in registry.BENCHES for step in b.steps}
     for script in (REPO / "bench").glob("*.py"):
         if script.name == "__main__.py":
             continue
-        assert script.name in registered | set(bench.HELPERS), (
-            f"bench/{script.name} is neither run by reef bench nor listed as a helper"
+        assert script.name in registered | set(registry.HELPERS), (
+            f"bench/{script.name} is neither run by python -m bench nor listed as a helper"
         )
         assert script.name in done.stdout
-    for b in bench.BENCHES:
+    for b in registry.BENCHES:
         assert f"  {b.name} " in done.stdout
 
 
 def test_every_flag_passed_exists_in_its_script() -> None:
-    for b in bench.BENCHES:
+    for b in registry.BENCHES:
         for step in b.steps:
             source = (REPO / "bench" / step.script).read_text(encoding="utf-8")
             for flag in {a for a in (*step.full, *step.quick, *step.write) if a.startswith("--")}:
@@ -84,7 +106,7 @@ def test_runs_in_order_and_skips_what_cannot_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bench_dir = fake_checkout(tmp_path, {"engine_vs_vllm.py": WRITE_JSON})
-    monkeypatch.setattr(bench, "module_available", lambda name: name not in bench.LOCAL_MODULES)
+    monkeypatch.setattr(runner, "module_available", lambda name: name not in runner.LOCAL_MODULES)
     result = run("--bench-dir", str(bench_dir), "--no-write")
     assert result.exit_code == 0, result.output
     assert [c["script"] for c in calls(bench_dir)] == [
@@ -151,16 +173,17 @@ def test_a_bench_that_runs_too_long_is_stopped(tmp_path: Path) -> None:
     assert "gateway_overhead   timeout" in result.output
 
 
-def test_unknown_names_and_missing_checkouts_are_errors(tmp_path: Path) -> None:
-    def reef(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "reef", "bench", *args],
-            cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-
-    unknown = reef("--bench-dir", str(REPO / "bench"), "--only", "nope", "--list")
+def test_unknown_names_and_missing_directories_are_errors(tmp_path: Path) -> None:
+    unknown = python_m_bench("--only", "nope", "--list")
     assert unknown.returncode == 2
     assert "unknown benchmark 'nope'; known: gateway_overhead" in unknown.stderr
-    missing = reef("--bench-dir", str(tmp_path / "nowhere"))
+    missing = python_m_bench("--bench-dir", str(tmp_path / "nowhere"))
     assert missing.returncode == 3
     assert "is not a directory" in missing.stderr
+
+
+def test_a_failing_benchmark_is_the_exit_status(tmp_path: Path) -> None:
+    bench_dir = fake_checkout(tmp_path, {"activation.py": "print('boom'); sys.exit(3)\n"})
+    done = python_m_bench("--bench-dir", str(bench_dir), "--quick", "--only", "activation")
+    assert "activation" in done.stdout and "failed" in done.stdout, done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr

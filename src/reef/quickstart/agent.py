@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reef.cli.quickstart.errors import QuickstartError
+from reef.quickstart.errors import QuickstartError
 
 SYSTEM_PROMPT = (
     "You are the order-support agent of a shop. Use a tool to answer, then tell the "

@@ -1,5 +1,6 @@
-"""The ``reef quickstart`` command: its options. The work is in ``session``, imported
-when the command runs, so ``reef --help`` loads neither the OpenAI SDK nor the gateway."""
+"""``reef quickstart``: its options, and nothing else. The demo is its own part,
+``reef.quickstart``, imported when the command runs: ``import reef.cli`` loads none of
+it (``tests/architecture/test_parts.py``), nor the OpenAI SDK or the gateway it drives."""
 
 from __future__ import annotations
 
@@ -7,18 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from reef.cli.quickstart.errors import check_requirements
-from reef.core.errors import InvalidInputError
-from reef.engine.process import ENGINE_DTYPES
-
-MODELS = ("smollm2-135m", "tiny-random")
-FEEDBACK = ("explicit", "implicit")
-TASKS = ("triage", "agent")
-# Sizes per task when not given: an agent's episode is two or three model calls, each
-# with the tools in its prompt, so it gets fewer.
-DEFAULT_REQUESTS = {"triage": 120, "agent": 60}
-DEFAULT_HELDOUT = {"triage": 60, "agent": 30}
 
 
 def quickstart_command(
@@ -93,47 +82,21 @@ def quickstart_command(
     tools) sends traffic and feedback through the OpenAI SDK, Reef learns few-shot demos
     and a LoRA adapter on the CPU, the gate decides, and held-out accuracy is measured
     after every round. Writes report.html and learning_curve.png in --dir."""
-    if model not in MODELS:
-        raise InvalidInputError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
-    if feedback not in FEEDBACK:
-        raise InvalidInputError(f"--feedback must be explicit or implicit, not {feedback!r}")
-    if task not in TASKS:
-        raise InvalidInputError(f"--task must be triage or agent, not {task!r}")
-    if task == "agent" and feedback != "explicit":
-        raise InvalidInputError("--task agent grades outcomes: --feedback implicit is triage's")
-    if dtype and dtype not in ENGINE_DTYPES:
-        raise InvalidInputError(f"--dtype must be one of {', '.join(ENGINE_DTYPES)}, not {dtype!r}")
-    check_requirements(model)
-    if not dtype:
-        dtype = default_dtype()
-    from reef.cli.quickstart.session import Options, run_quickstart
+    from reef.quickstart import GivenOptions, start_quickstart
 
-    sizes = (requests or DEFAULT_REQUESTS[task], heldout or DEFAULT_HELDOUT[task])
-    run_quickstart(
-        Options(
-            directory,
-            rounds,
-            sizes[0],
-            model,
-            sizes[1],
-            port,
-            seed,
-            fresh,
-            demos,
-            feedback,
-            task,
-            dtype,
+    start_quickstart(
+        GivenOptions(
+            directory=directory,
+            rounds=rounds,
+            requests=requests,
+            model=model,
+            heldout=heldout,
+            port=port,
+            seed=seed,
+            fresh=fresh,
+            demos=demos,
+            feedback=feedback,
+            task=task,
+            dtype=dtype,
         )
     )
-
-
-def default_dtype() -> str:
-    """The quickstart's precision when ``--dtype`` is not given: float16 where fbgemm's
-    float16 product runs, else float32. Measured on an AVX2-only AMD EPYC (2026-12-03,
-    docs/benchmarks.md): float16 served the traffic, the held-out sets and the gate's
-    calls in ~60% of float32's time, and the run reached 0% -> 70% -> 93% (float32 runs
-    on those machines: 85-95%); its greedy answers equal float32's on the engine bench's
-    8 prompts. The adapters still train in float32."""
-    from reef.engine.precision import can_fp16
-
-    return "float16" if can_fp16() is None else "float32"

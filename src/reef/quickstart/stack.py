@@ -23,13 +23,13 @@ from reef.cli.local_engine import (
     LocalEngine,
     engine_options,
 )
-from reef.cli.quickstart.errors import QuickstartError
 from reef.config import ReefSettings
 from reef.db import Database, open_database
 from reef.engine.process import ReadyInfo
 from reef.experience import SQLExperienceStore
 from reef.gateway import create_app
 from reef.jobs import JobQueue
+from reef.quickstart.errors import QuickstartError
 from reef.releases import ArtifactStore, ReleaseChain, open_artifact_store
 from reef.upstream import Upstream, build_upstream
 

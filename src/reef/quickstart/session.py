@@ -21,15 +21,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from reef.cli.quickstart.agent import TOOLS, RequestGenerator, suite_items
-from reef.cli.quickstart.agent_app import AgentApp
-from reef.cli.quickstart.application import App, TriageApp
-from reef.cli.quickstart.errors import QuickstartError
-from reef.cli.quickstart.report import Run, plural, print_summary, round_line, write_reports
-from reef.cli.quickstart.rounds import RoundResult, Rounds
-from reef.cli.quickstart.scenario import LABELS, TicketGenerator
-from reef.cli.quickstart.stack import Stack
-from reef.cli.quickstart.workspace import (
+from reef.config import ReefSettings
+from reef.quickstart.agent import TOOLS, RequestGenerator, suite_items
+from reef.quickstart.agent_app import AgentApp
+from reef.quickstart.application import App, TriageApp
+from reef.quickstart.errors import QuickstartError
+from reef.quickstart.report import Run, plural, print_summary, round_line, write_reports
+from reef.quickstart.rounds import RoundResult, Rounds
+from reef.quickstart.scenario import LABELS, TicketGenerator
+from reef.quickstart.stack import Stack
+from reef.quickstart.workspace import (
     AGENT_SCENARIO,
     SCENARIO,
     Workspace,
@@ -38,7 +39,6 @@ from reef.cli.quickstart.workspace import (
     write_agent_config,
     write_config,
 )
-from reef.config import ReefSettings
 
 # Passes over each round's training examples: on SmolLM2 two passes learn the six
 # labels from one round of corrections (docs/benchmarks.md); the tiny random model only

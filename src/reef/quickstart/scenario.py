@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from reef.cli.quickstart.errors import QuickstartError
 from reef.evaluation import normalize_text
+from reef.quickstart.errors import QuickstartError
 
 LABELS: tuple[str, ...] = ("billing", "shipping", "technical", "account", "cancellation", "sales")
 

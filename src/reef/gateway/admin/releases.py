@@ -95,6 +95,7 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
             for upstream, loaded in status[pools].items()
         }
     out["in_place"] = {}
+    out["distill"] = {k: v for k, v in status["distill"].items() if own(k)}
     spend = status["spend"]
     mine = f"key:{grant.principal.key_id}"
 
@@ -285,6 +286,7 @@ class ReleaseAdminRoutes:
                     },
                     "tool_isolation": boundary.as_dict(),
                     "spend": await self.state.spend.status_json(),
+                    "distill": self.state.distill.status_json(),
                 },
             )
         )

@@ -505,7 +505,9 @@ OPERATIONS: tuple[Operation, ...] = (
               "Per scenario: head, serving release, activation state, live canary; loaded "
               "adapters; the capture queue; `tool_isolation`, the OS boundary of the python "
               "environment's tools here; `spend`: each budget in its window, what was "
-              "served since start and the requests refused per budget or rate limit.",
+              "served since start and the requests refused per budget or rate limit; "
+              "`distill`: per distilled scenario, the student share, requests by arm, "
+              "escalations by rule, the escalation rate and teacher calls.",
               responses={"200": "The status.", **_COMMON_ERRORS}),
     Operation("get", "/reef/costs", "operations", "What the recorded traffic cost",
               "Per scenario, key (or, `by=release`, the release that served) and purpose: "

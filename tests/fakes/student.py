@@ -38,34 +38,36 @@ def _last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def _call(name: str, arguments: str) -> dict[str, Any]:
+    function = {"name": name, "arguments": arguments}
+    return {
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": function}],
+    }
+
+
+# word in the last user text -> the student's message (``{tool}``: the first offered tool)
+_ANSWERS: list[tuple[str, dict[str, Any]]] = [
+    ("refusal-field", {"content": None, "refusal": "I will not do that."}),
+    ("refuse", {"content": "I'm sorry, but I can't help with that."}),
+    ("empty", {"content": ""}),
+    ("unknown-tool", _call("launch_rockets", "{}")),
+    ("bad-args", _call("{tool}", '{"city": 42}')),
+    ("broken-args", _call("{tool}", '{"city": "Par')),
+    ("good-tool", _call("{tool}", '{"city": "Paris"}')),
+    ("bad-json", {"content": "not json at all"}),
+    ("good-json", {"content": '{"answer": 42}'}),
+]
+
+
 def student_message(body: dict[str, Any]) -> dict[str, Any]:
     """The assistant message the student answers ``body`` with."""
     text = _last_user_text(body)
     tools = body.get("tools") or []
     first_tool = tools[0]["function"]["name"] if tools else "none"
-
-    def call(name: str, arguments: str) -> dict[str, Any]:
-        function = {"name": name, "arguments": arguments}
-        return {"content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": function}]}
-
-    if "refusal-field" in text:
-        return {"content": None, "refusal": "I will not do that."}
-    if "refuse" in text:
-        return {"content": "I'm sorry, but I can't help with that."}
-    if "empty" in text:
-        return {"content": ""}
-    if "unknown-tool" in text:
-        return call("launch_rockets", "{}")
-    if "bad-args" in text:
-        return call(first_tool, '{"city": 42}')
-    if "broken-args" in text:
-        return call(first_tool, '{"city": "Par')
-    if "good-tool" in text:
-        return call(first_tool, '{"city": "Paris"}')
-    if "bad-json" in text:
-        return {"content": "not json at all"}
-    if "good-json" in text:
-        return {"content": '{"answer": 42}'}
+    for word, message in _ANSWERS:
+        if word in text:
+            return orjson.loads(orjson.dumps(message).replace(b"{tool}", first_tool.encode()))
     return {"content": f"student: {text}"}
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from reef.config import ReefSettings
 from reef.gateway.distill import choose_arm, student_draw
+from reef.gateway.serving.drift import adopted_manifest
 from reef.releases import (
     EscalationRules,
     ModelComponent,
@@ -213,8 +214,10 @@ def test_low_mean_logprob_escalates_and_logprobs_are_asked_only_for_the_rule(
     assert student.requests[-1]["logprobs"] is True
     assert record.tags["reef.served_by"] == "student"
     assert answer.choices[0].logprobs is None  # asked by Reef, not by the client
+    assert float(record.tags["reef.student_mean_logprob"]) == pytest.approx(-0.1)
     answer, record = ask(gateway, pin, "unsure of this")
     assert record.tags["reef.escalation"] == "logprob"
+    assert float(record.tags["reef.student_mean_logprob"]) == pytest.approx(-5.0)
     assert answer.choices[0].message.content == "echo: unsure of this"
     off = release(gateway, 1.0)
     ask(gateway, off, "no logprobs asked")
@@ -262,9 +265,7 @@ def _streamed(gateway: GatewayThread, pin: str, text: str) -> tuple[str, Any]:
         served_by = response.headers["x-reef-served-by"]
         record_id = response.headers["x-reef-record-id"]
         pieces = [
-            chunk.choices[0].delta.content or ""
-            for chunk in response.parse()
-            if chunk.choices
+            chunk.choices[0].delta.content or "" for chunk in response.parse() if chunk.choices
         ]
     record = gateway.store.get_record(record_id)
     assert record.tags["reef.served_by"] == served_by
@@ -334,9 +335,7 @@ def test_metrics_and_status_count_arms_rules_and_teacher_calls(gateway: GatewayT
 
 
 def test_the_draw_is_reproducible_per_request_id_and_follows_the_share() -> None:
-    routing = RoutingComponent(
-        student_share=0.3, teacher=TeacherEndpoint(upstream="t", model="m")
-    )
+    routing = RoutingComponent(student_share=0.3, teacher=TeacherEndpoint(upstream="t", model="m"))
     ids = [f"record-{n}" for n in range(2000)]
     arms = [choose_arm(routing, i, None)[0] for i in ids]
     assert arms == [choose_arm(routing, i, None)[0] for i in ids]
@@ -407,3 +406,20 @@ def test_an_unrouted_release_is_unchanged(gateway: GatewayThread) -> None:
         gateway.openai(**{**pinned, "x-reef-release": "no-such"}).chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "x"}]
         )
+
+
+def test_an_adopted_base_model_starts_the_student_over_at_share_zero() -> None:
+    routing = RoutingComponent(
+        student_share=0.7, teacher=TeacherEndpoint(upstream="t", model="big")
+    )
+    head = ReleaseManifest(model=ModelComponent(base="old", adapter="sha256:" + "a" * 64))
+    head = head.model_copy(update={"routing": routing})
+    adopted = adopted_manifest(head, "new")
+    assert adopted.model == ModelComponent(base="new")
+    assert adopted.routing is not None and adopted.routing.student_share == 0.0
+    assert adopted.routing.teacher == routing.teacher
+    # a head without routing takes the configured one; none configured: none
+    configured = routing.model_copy(update={"student_share": 0.0})
+    plain = ReleaseManifest(model=ModelComponent(base="old"))
+    assert adopted_manifest(plain, "new", configured).routing == configured
+    assert adopted_manifest(plain, "new").routing is None

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from reef.core import dumps
 from reef.core.prices import Tokens
-from reef.environments.calls import schema_problem
+from reef.environments import schema_problem
 from reef.releases import EscalationRules, RoutingComponent
 from reef.upstream import UpstreamStream
 
@@ -36,6 +36,7 @@ ESCALATE_HEADER = "x-reef-escalate"
 SERVED_BY_TAG = "reef.served_by"
 ESCALATION_TAG = "reef.escalation"
 STUDENT_ATTEMPT_TAG = "reef.student_attempt"  # JSON: the student's escalated answer
+MEAN_LOGPROB_TAG = "reef.student_mean_logprob"  # what the logprob rule read (calibration)
 
 _HASH_RANGE = 1 << 64
 _HOUR = 3600.0
@@ -83,6 +84,11 @@ class Reply:
     refusal: bool
     logprobs: list[float]
     complete: bool = True  # False: the first tokens of a stream, not the whole answer
+
+    @property
+    def mean_logprob(self) -> float | None:
+        """The mean of its token logprobs; None when none were sent."""
+        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else None
 
 
 def reply_of(answer: dict[str, Any]) -> Reply:
@@ -142,8 +148,8 @@ def escalation_rule(rules: EscalationRules, request: dict[str, Any], reply: Repl
     if rules.invalid_json and reply.complete and not reply.calls and _invalid_json(request, reply):
         return "invalid_json"
     threshold = rules.min_mean_logprob
-    low = threshold is not None and bool(reply.logprobs)
-    if low and sum(reply.logprobs) / len(reply.logprobs) < (threshold or 0.0):
+    mean = reply.mean_logprob
+    if threshold is not None and mean is not None and mean < threshold:
         return "logprob"
     return None
 
@@ -226,6 +232,7 @@ class RoutingOutcome:
     student_attempt: dict[str, Any] | None = None
     student_tokens: Tokens | None = None
     student_cost: float | None = None
+    mean_logprob: float | None = None
 
     def tags(self) -> dict[str, str]:
         """The record's tags for it (``reef.served_by``, ``reef.escalation``,
@@ -235,6 +242,8 @@ class RoutingOutcome:
             tags[ESCALATION_TAG] = self.rule
         if self.student_attempt is not None:
             tags[STUDENT_ATTEMPT_TAG] = dumps(self.student_attempt).decode()
+        if self.mean_logprob is not None:
+            tags[MEAN_LOGPROB_TAG] = f"{self.mean_logprob:.4f}"
         return tags
 
 

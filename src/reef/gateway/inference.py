@@ -843,9 +843,10 @@ class InferenceRoutes:
         teacher = plan.teacher
         assert routing is not None and teacher is not None
         sent = orjson.loads(plan.request.body)
-        rule = escalation_rule(routing.escalation, sent, reply_of(data))
+        reply = reply_of(data)
+        rule = escalation_rule(routing.escalation, sent, reply)
         if rule is None:
-            exchange.outcome = RoutingOutcome("student")
+            exchange.outcome = RoutingOutcome("student", mean_logprob=reply.mean_logprob)
             if plan.logprobs_added:
                 data = _without_logprobs(data)
                 answer = replace(answer, body=dumps(data))
@@ -864,6 +865,7 @@ class InferenceRoutes:
             },
             student_tokens=tokens,
             student_cost=cost,
+            mean_logprob=reply.mean_logprob,
         )
         exchange.price = self.state.spend.price_at(routing.teacher.upstream, routing.teacher.model)
         answer, data = await self._ask(teacher)

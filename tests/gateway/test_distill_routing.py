@@ -5,6 +5,8 @@ gateway on loopback, the official SDKs as clients, a fake student that answers
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -332,6 +334,22 @@ def test_metrics_and_status_count_arms_rules_and_teacher_calls(gateway: GatewayT
     assert distill["requests"]["student"] >= 1 and distill["teacher_calls_total"] >= 1
     assert 0.0 < distill["escalation_rate"] < 1.0
     assert distill["teacher_calls_last_hour"] == distill["teacher_calls_total"]
+
+
+def test_reef_status_prints_the_distill_line(gateway: GatewayThread) -> None:
+    pin = release(gateway, 1.0)
+    ask(gateway, pin, "refuse for status")
+    result = subprocess.run(
+        [sys.executable, "-m", "reef", "status", "--url", gateway.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=gateway.settings.home.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("distill support:"))
+    assert "student share 1" in line and "escalation rate" in line
+    assert "teacher calls" in line and "in the last hour" in line
 
 
 def test_the_draw_is_reproducible_per_request_id_and_follows_the_share() -> None:

@@ -60,7 +60,7 @@ def teacher() -> Iterator[FakeUpstreamThread]:
         yield server
 
 
-def settings(tmp_path: Path, student_url: str, teacher_url: str, **escalation: Any) -> ReefSettings:
+def settings(tmp_path: Path, student_url: str, teacher_url: str, **extra: Any) -> ReefSettings:
     common = {"read_timeout_seconds": 2, "total_timeout_seconds": 5}
     return ReefSettings(
         home=tmp_path / "home",
@@ -78,10 +78,10 @@ def settings(tmp_path: Path, student_url: str, teacher_url: str, **escalation: A
                 "upstream": "student",
                 "distill": {
                     "teacher": {"upstream": "teacher", "model": "teacher-model"},
-                    "escalation": escalation,
                 },
             }
         },
+        **extra,
     )
 
 
@@ -317,6 +317,23 @@ def test_costs_of_both_attempts_each_at_its_own_price(gateway: GatewayThread) ->
     teacher_cost = teacher_usage["prompt_tokens"] * 10.0 + teacher_usage["completion_tokens"] * 30.0
     assert escalated.cost == pytest.approx(student_cost + teacher_cost)
     assert escalated.price["model"] == "teacher-model"
+
+
+def test_a_budget_settles_both_attempts_each_at_its_price(
+    tmp_path: Path, student: StudentThread, teacher: FakeUpstreamThread
+) -> None:
+    budgets = {"scenarios": {"support": [{"window": "month", "money": 1e9}]}}
+    configured = settings(tmp_path, student.base_url, teacher.base_url, budgets=budgets)
+    with GatewayThread(configured) as gw:
+        pin = release(gw, 1.0)
+        _, escalated = ask(gw, pin, "refuse a budgeted question")
+        with httpx.Client(base_url=gw.url) as http:
+            [line] = http.get("/reef/status").json()["spend"]["budgets"]
+        records = list(gw.store.iter_export("support"))
+    assert [r.id for r in records] == [escalated.id]  # the one request: two attempts
+    student_cost = orjson.loads(escalated.tags["reef.student_attempt"])["cost"]
+    assert escalated.cost is not None and 0 < student_cost < escalated.cost
+    assert line["money"] == pytest.approx(escalated.cost)  # both settled, nothing reserved
 
 
 def test_metrics_and_status_count_arms_rules_and_teacher_calls(gateway: GatewayThread) -> None:

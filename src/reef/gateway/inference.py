@@ -768,6 +768,7 @@ class InferenceRoutes:
             pending=False,
             started=time.perf_counter(),
             charge=None,  # Reef's own spend: never held against a client's budget
+            outcome=None,  # the candidate answers alone: the live routing is not its
         )
         recorder = self.state.recorder
         try:

@@ -228,11 +228,23 @@ def print_status(base_url: str, data: dict[str, Any]) -> None:
         typer.echo(_in_place_line(upstream, weights))
     for line in _spend_lines(data.get("spend")):
         typer.echo(line)
+    for line in _distill_lines(data.get("distill")):
+        typer.echo(line)
     print_table(_scenarios_table(data))
     if any(data["jobs"].values()):
         print_table(_jobs_table(data["jobs"]))
     else:
         typer.echo("jobs: none")
+
+
+def _distill_lines(distill: dict[str, Any] | None) -> list[str]:
+    """Each distilled scenario's student share, escalation rate and teacher calls."""
+    return [
+        f"distill {name}: student share {row['student_share']:g}, escalation rate "
+        f"{row['escalation_rate']:.1%}, teacher calls {row['teacher_calls_last_hour']} in "
+        f"the last hour ({row['teacher_calls_total']} since start)"
+        for name, row in sorted((distill or {}).items())
+    ]
 
 
 def _spend_lines(spend: dict[str, Any] | None) -> list[str]:

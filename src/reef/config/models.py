@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from reef.config.distill import DistillConfig, check_distill
 from reef.config.spend import (
     BudgetsConfig,
     LearningBudgetLimit,
@@ -326,6 +327,12 @@ class ScenarioConfig(Section):
         description="The lowest and highest feedback score (inclusive); a score outside is "
         "refused with 400. Recipes' score thresholds (`min_score`, "
         "`gate.holdout_reference_min_score`) are on this scale.",
+    )
+    distill: DistillConfig | None = Field(
+        default=None,
+        description="Serve a student model that learns from a teacher model "
+        "(docs/distillation.md): the teacher, the escalation rules and the rollout steps. "
+        "The scenario's first release then routes everything to the teacher.",
     )
 
     @field_validator("model_aliases")
@@ -677,6 +684,7 @@ class ReefSettings(BaseSettings):
                     f"configured keys: {sorted(ids)}"
                 )
         check_spend(self)
+        check_distill(self)
         return self
 
     def trust_of(self, key_id: str | None, scenario: str) -> Trust:

@@ -40,7 +40,13 @@ from reef.environments.base import (
     default_score,
     final_answer,
 )
-from reef.environments.calls import ParsedCall, cap_output, normalize_call, parse_call
+from reef.environments.calls import (
+    ParsedCall,
+    cap_output,
+    normalize_call,
+    parse_call,
+    schema_problem,
+)
 from reef.environments.episode import (
     ChatEndpoint,
     EpisodeResult,
@@ -119,6 +125,7 @@ __all__ = [
     "play_episodes",
     "run_episode",
     "run_episodes",
+    "schema_problem",
     "task_from_dict",
     "tool_isolation",
     "turn_tokens",

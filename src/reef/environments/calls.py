@@ -70,7 +70,7 @@ def parse_call(raw: Any, index: int, offered: Mapping[str, dict[str, Any]]) -> P
     arguments = _arguments(function.get("arguments"), name)
     if isinstance(arguments, str):
         return arguments
-    problem = _schema_problem(arguments, spec.get("parameters"))
+    problem = schema_problem(arguments, spec.get("parameters"))
     if problem is not None:
         return f"error: the arguments of {name!r} do not fit its parameters: {problem}"
     return ParsedCall(normalize_call(raw, index)["id"], name, arguments)
@@ -100,11 +100,13 @@ def _arguments(raw: Any, name: str) -> dict[str, Any] | str:
     return value
 
 
-def _schema_problem(arguments: dict[str, Any], schema: Any) -> str | None:
+def schema_problem(document: Any, schema: Any) -> str | None:
+    """What is wrong with ``document`` against the JSON ``schema`` (draft 2020-12), or
+    None when it validates or ``schema`` is not an object."""
     if not isinstance(schema, dict):
         return None
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
     if not errors:
         return None
     return "; ".join(_describe(error) for error in errors[:5])

@@ -28,21 +28,27 @@ The rule is the one the gate decided the candidate with (``evidence["gate"]["dec
 compare-and-swap publish (operation ``promote``) against the head the canary ran beside;
 the decision, the live numbers and the provenance (``evidence``: the gate's structure)
 are stored in ``evidence["canary"]`` on the candidate and the release either way.
+
+A distilled scenario's student release advances through its ``rollout_steps`` from one
+promoted canary to the next, and a routed canary found worse live rolls the scenario
+back to its teacher release (``reef.evaluation.rollout``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from reef.core.errors import ReefError
 from reef.core.trust import trust_rank
 from reef.evaluation.config import GateRule
 from reef.evaluation.provenance import LeftOut, check_independence
+from reef.evaluation.rollout import advance, back_to_teacher
 from reef.evaluation.stats import unpaired_bootstrap
 from reef.evaluation.values import Provenance
 from reef.experience import ExperienceStore, RecordView
@@ -173,11 +179,17 @@ class CanaryMonitor:
     """Decides the live canaries of one store (see the module docstring)."""
 
     def __init__(
-        self, chain: ReleaseChain, store: ExperienceStore, rule: GateRule | None = None
+        self,
+        chain: ReleaseChain,
+        store: ExperienceStore,
+        rule: GateRule | None = None,
+        rollout_steps: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
         self.chain = chain
         self.store = store
         self.rule = rule  # None: each candidate's own gate rule (``candidate_rule``)
+        # A distilled scenario's student shares, step by step (``scenarios.<s>.distill``).
+        self.rollout_steps = dict(rollout_steps or {})
 
     def check(self, now: datetime | None = None) -> list[CanaryOutcome]:
         """Look at every live canary once; promote or abandon those that are decided."""
@@ -248,12 +260,11 @@ class CanaryMonitor:
             verdict = _Verdict(
                 f"worse live: {full.summary}", counts, full.live, found.evidence, rule
             )
-            return self._abandon(candidate, verdict)
+            return self._abandon(candidate, verdict, dropped=True)
         if not found.passed:
             reason = f"not promoted ({full.summary}): {found.reason}"
-            return self._abandon(
-                candidate, _Verdict(reason, counts, full.live, found.evidence, rule)
-            )
+            verdict = _Verdict(reason, counts, full.live, found.evidence, rule)
+            return self._abandon(candidate, verdict, dropped=True)
         reason = f"promoted: {full.summary}" + (f"; {found.reason}" if found.reason else "")
         verdict = _Verdict(reason, counts, full.live, found.evidence, rule)
         return self._promote(candidate, head.id, verdict)
@@ -300,6 +311,12 @@ class CanaryMonitor:
             operation="promote",
         )
         log.info("canary %s of %s %s", candidate.id, candidate.scenario, verdict.reason)
+        steps = self.rollout_steps.get(candidate.scenario)
+        if steps:
+            try:
+                advance(self.chain, candidate, release, steps)
+            except ReefError as error:  # the promotion stands; the next step waits
+                log.warning("rollout of %s: %s", candidate.scenario, error.message)
         return CanaryOutcome(
             candidate.scenario,
             candidate.id,
@@ -309,10 +326,16 @@ class CanaryMonitor:
             release_id=release.id,
         )
 
-    def _abandon(self, candidate: Candidate, verdict: _Verdict) -> CanaryOutcome:
+    def _abandon(
+        self, candidate: Candidate, verdict: _Verdict, dropped: bool = False
+    ) -> CanaryOutcome:
+        """Abandon ``candidate``; a routed one ``dropped`` (worse live) in a scenario with
+        rollout steps rolls the scenario back to its teacher release."""
         evidence = self._evidence(candidate, "abandoned", verdict)
         self.chain.set_candidate_state(candidate.id, "abandoned", evidence)
         log.info("canary %s of %s abandoned: %s", candidate.id, candidate.scenario, verdict.reason)
+        if dropped and self.rollout_steps.get(candidate.scenario):
+            back_to_teacher(self.chain, candidate, verdict.reason)
         return CanaryOutcome(
             candidate.scenario, candidate.id, "abandoned", verdict.reason, *verdict.counts
         )

@@ -316,6 +316,7 @@ def create_app(
     if live is not None:
         state.metrics.watch_live_export(live)
     state.metrics.registry.register(SpendCollector(state.spend))
+    state.metrics.registry.register(state.distill)
     inference = InferenceRoutes(state)
     groups = {
         "inference": inference,

@@ -117,6 +117,14 @@ class Charge:
             money = self.price.cost(used) if self.price is not None else 0.0
         await self.control.settle(self, tokens, money)
 
+    async def settle_counted(self, tokens: int, money: float) -> None:
+        """Correct the reservation to ``tokens`` and ``money`` the caller counted (a
+        distilled request's two attempts, each at its own upstream's price), once."""
+        if self.settled:
+            return
+        self.settled = True
+        await self.control.settle(self, tokens, money)
+
 
 @dataclass
 class SpendCounts:
@@ -179,6 +187,14 @@ class SpendControl:
             self._prices.pop(next(iter(self._prices)))
         self._prices[slot] = price
         return price
+
+    def price_at(self, upstream: str, model: str) -> Price | None:
+        """The price of ``model`` on ``upstream`` (``upstreams.<u>.prices``), or None."""
+        found = self.settings.upstreams[upstream].prices.get(model)
+        if found is None:
+            return None
+        input_price, cached = found.input_per_mtok, found.cached_input_per_mtok
+        return Price(model, input_price, found.output_per_mtok, cached)
 
     def _plan(self, scenario: str, key_id: str | None, now: datetime) -> _Plan:
         """The budget lines and buckets of a request of ``scenario`` by ``key_id``,

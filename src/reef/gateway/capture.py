@@ -32,6 +32,7 @@ from reef.upstream import canonical_request, continuation_candidates, extend_cha
 
 if TYPE_CHECKING:
     from reef.gateway.budgets import Charge
+    from reef.gateway.distill import RoutingOutcome
 
 log = logging.getLogger("reef.gateway")
 
@@ -82,6 +83,9 @@ class Exchange:
     started: float = field(default_factory=time.perf_counter)
     price: Price | None = None  # the served model's price (``upstreams.<u>.prices``)
     charge: Charge | None = None  # its hold on budgets and rate limits, if any apply
+    # A distilled release's routing of it: who answered, the rule that escalated
+    # (``reef.gateway.distill``); None when the release routes nothing.
+    outcome: RoutingOutcome | None = None
 
     def latency_ms(self) -> float:
         """Milliseconds since the request arrived."""
@@ -202,6 +206,12 @@ class Recorder:
             content_hash = sha256_hex(f"{prompt_hash}:{status}:{error}".encode())
         usage = response.get("usage") if isinstance(response, dict) else None
         cost = cost_of(usage, exchange.price)
+        tags = exchange.headers.tags
+        outcome = exchange.outcome
+        if outcome is not None:
+            tags = {**tags, **outcome.tags()}
+            if outcome.student_cost is not None:  # the escalated attempt was paid for too
+                cost = (cost or 0.0) + outcome.student_cost
         draft = RecordDraft(
             id=exchange.record_id,
             scenario=exchange.scenario,
@@ -218,7 +228,7 @@ class Recorder:
             prompt_hash=prompt_hash,
             content_hash=content_hash,
             continuation_hash=continuation,
-            tags=exchange.headers.tags,
+            tags=tags,
             principal=exchange.principal.key_id,
             purpose=exchange.purpose,
             # Only a complete answer holds the key: a retry after an error or a cut stream

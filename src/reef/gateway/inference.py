@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from reef.config import UpstreamConfig
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
 from reef.core.prices import usage_tokens
@@ -38,6 +39,16 @@ from reef.gateway.capture import (
     canonical_conversation,
     continuation_candidates,
     embeddings_for_record,
+)
+from reef.gateway.distill import (
+    ESCALATE_HEADER,
+    ResumedStream,
+    RoutingOutcome,
+    StreamPeek,
+    choose_arm,
+    escalation_rule,
+    reply_of,
+    wants_logprobs,
 )
 from reef.gateway.errors import (
     ErrorDialect,
@@ -80,12 +91,14 @@ from reef.gateway.shadow import ShadowArm
 from reef.gateway.shutdown import STOPPED, GatewayStoppedError
 from reef.gateway.state import GatewayState
 from reef.harness import render_anthropic, render_openai, render_responses
+from reef.releases import TeacherEndpoint
 from reef.upstream import (
     Upstream,
     UpstreamError,
     UpstreamMalformedError,
     UpstreamRejectedError,
     UpstreamRequest,
+    UpstreamResponse,
     UpstreamStream,
     UpstreamUnsupportedError,
     anthropic_request_to_openai,
@@ -118,6 +131,7 @@ _CHECKS: dict[Api, Callable[[dict[str, Any]], None]] = {
 }
 _FORWARDED_ANTHROPIC_HEADERS = ("anthropic-beta", "anthropic-version")
 _MODELS_NAMED = 50  # of an upstream's models, in the 404 for a model it does not serve
+_ROUTED: frozenset[Api] = frozenset({"openai.chat", "anthropic.messages"})  # by routing
 _T = TypeVar("_T")
 
 
@@ -133,6 +147,10 @@ class CallPlan:
     model_from_client: bool = False  # no model configured: the client's name went upstream
     native: bool = False  # a Responses request passed through to the upstream's /responses
     on_anthropic: bool = False  # a Responses request sent to the Anthropic API as Messages
+    # A distilled release's teacher, asked when the student is escalated
+    # (``reef.gateway.distill``), and whether logprobs were asked of the student for it.
+    teacher: CallPlan | None = None
+    logprobs_added: bool = False
 
 
 class InferenceEndpoint:
@@ -341,7 +359,10 @@ class InferenceRoutes:
         if lease is not None:
             held.enter_context(lease)
         source, rendered = self._outgoing(api, body, turn, headers.scenario, serving)
-        plan = self._plan(api, rendered, headers.scenario, request, serving, body.get("model"))
+        plan = self._plan(api, rendered, request, serving, body.get("model"))
+        outcome = None
+        if serving.routing is not None and api in _ROUTED:
+            plan, outcome = self._route(api, rendered, request, serving, plan, record_id)
         keep_vectors = state.settings.capture.embedding_vectors == "keep"
         exchange = Exchange(
             api=api,
@@ -363,8 +384,39 @@ class InferenceRoutes:
             responses=turn,
             # An embeddings record without its vectors cannot answer a retry by its key.
             replayable=api != "openai.embeddings" or keep_vectors,
+            outcome=outcome,
         )
         return exchange, plan
+
+    def _route(
+        self,
+        api: Api,
+        rendered: dict[str, Any],
+        request: Request,
+        serving: ServingRelease,
+        plan: CallPlan,
+        record_id: str,
+    ) -> tuple[CallPlan, RoutingOutcome | None]:
+        """A distilled release's plan for the request: the teacher's when it answers
+        first (by share, or asked for by header; its outcome is then known), else the
+        student's with the teacher's plan beside it, for an escalation."""
+        routing = serving.routing
+        assert routing is not None
+        requested = rendered.get("model")
+        teacher = self._plan(api, rendered, request, serving, requested, routing.teacher)
+        arm, rule = choose_arm(routing, record_id, request.headers.get(ESCALATE_HEADER))
+        if arm == "teacher":
+            return teacher, RoutingOutcome("teacher", rule)
+        added = (
+            wants_logprobs(routing.escalation)
+            and plan.upstream.dialect == "openai"
+            and not plan.request.stream
+            and not rendered.get("logprobs")
+        )
+        if added:
+            out = {**orjson.loads(plan.request.body), "logprobs": True}
+            plan = replace(plan, request=replace(plan.request, body=dumps(out)))
+        return replace(plan, teacher=teacher, logprobs_added=added), None
 
     async def _admit(self, exchange: Exchange, plan: CallPlan) -> None:
         """Price the exchange, and take its reservation on its budgets and rate limits
@@ -374,6 +426,9 @@ class InferenceRoutes:
         requested = exchange.body.get("model")
         base_model = exchange.serving.base_model
         exchange.price = spend.price_for(scenario, base_model, requested, plan.model_from_client)
+        routing = exchange.serving.routing
+        if exchange.outcome is not None and routing is not None:  # the teacher answers
+            exchange.price = spend.price_at(routing.teacher.upstream, routing.teacher.model)
         if not spend.enabled:
             return
         estimate = request_estimate(
@@ -390,6 +445,15 @@ class InferenceRoutes:
         tokens = usage_tokens(usage)
         cost = exchange.price.cost(tokens) if exchange.price and tokens else None
         self.state.spend.count(exchange.scenario, exchange.purpose, tokens, cost)
+        outcome = exchange.outcome
+        if outcome is not None and exchange.serving.routing is not None:
+            share = exchange.serving.routing.student_share
+            self.state.distill.count(exchange.scenario, share, outcome)
+            student = outcome.student_tokens
+            if exchange.charge is not None and tokens is not None and student is not None:
+                # Both attempts settle the student's reservation, each at its own price.
+                money = (cost or 0.0) + (outcome.student_cost or 0.0)
+                await exchange.charge.settle_counted(tokens.total + student.total, money)
         if exchange.charge is not None and tokens is not None:
             await exchange.charge.settle(tokens)
 
@@ -457,14 +521,16 @@ class InferenceRoutes:
         self,
         api: Api,
         body: dict[str, Any],
-        scenario: str,
         request: Request,
         serving: ServingRelease,
         requested: Any,
+        teacher: TeacherEndpoint | None = None,
     ) -> CallPlan:
         """How ``body`` (rendered; a Responses request's chat translation) reaches the
-        scenario's upstream; ``requested`` is the model the client named."""
-        upstream_name, upstream_config = self.state.settings.upstream_for(scenario)
+        upstream of ``serving``'s scenario (``teacher``'s upstream and model when
+        given); ``requested`` is the model the client named."""
+        scenario = serving.scenario
+        upstream_name, upstream_config = self._upstream_of(scenario, teacher)
         upstream = self.state.upstreams[upstream_name]
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
         if api in ("openai.completions", "openai.embeddings") and upstream.dialect != "openai":
@@ -475,7 +541,10 @@ class InferenceRoutes:
             )
         if api == "openai.embeddings":
             return self._embeddings_plan(scenario, upstream_name, upstream, body, requested)
-        model, model_from_client = self._model(scenario, serving, requested)
+        # A teacher's model replaces the app's model name.
+        model, model_from_client = (
+            (teacher.model, False) if teacher else self._model(scenario, serving, requested)
+        )
         stream = bool(body.get("stream"))
         if api == "openai.responses" and upstream.dialect == "anthropic":
             messages = openai_request_to_anthropic(body, model)
@@ -548,6 +617,14 @@ class InferenceRoutes:
             strip_usage=False,
             model_from_client=model_from_client,
         )
+
+    def _upstream_of(
+        self, scenario: str, teacher: TeacherEndpoint | None
+    ) -> tuple[str, UpstreamConfig]:
+        """The upstream a request of ``scenario`` goes to: the teacher's when given."""
+        if teacher is None:
+            return self.state.settings.upstream_for(scenario)
+        return teacher.upstream, self.state.settings.upstreams[teacher.upstream]
 
     def _model(self, scenario: str, serving: ServingRelease, requested: Any) -> tuple[str, bool]:
         """The model a generating request sends upstream, and whether it is the client's
@@ -625,6 +702,8 @@ class InferenceRoutes:
             headers["x-reef-agent-record-id"] = exchange.record_id
         if not exchange.headers.capture:
             headers["x-reef-capture"] = "off"
+        if exchange.outcome is not None:
+            headers["x-reef-served-by"] = exchange.outcome.served_by
         return headers
 
     async def _fail(
@@ -672,8 +751,8 @@ class InferenceRoutes:
         ``shadow`` (``reef.gateway.shadow``); whether an answer came."""
         body = shadow_body(exchange.api, exchange.body, max_tokens)
         source, rendered = self._outgoing(exchange.api, body, None, exchange.scenario, serving)
-        scenario, requested = exchange.scenario, body.get("model")
-        plan = self._plan(exchange.api, rendered, scenario, request, serving, requested)
+        requested = body.get("model")
+        plan = self._plan(exchange.api, rendered, request, serving, requested)
         tags = {**exchange.headers.tags, SHADOW_OF_TAG: exchange.record_id}
         shadow = replace(
             exchange,
@@ -689,6 +768,7 @@ class InferenceRoutes:
             pending=False,
             started=time.perf_counter(),
             charge=None,  # Reef's own spend: never held against a client's budget
+            outcome=None,  # the candidate answers alone: the live routing is not its
         )
         recorder = self.state.recorder
         try:
@@ -716,13 +796,9 @@ class InferenceRoutes:
         self, exchange: Exchange, plan: CallPlan, dialect: ErrorDialect
     ) -> Response:
         try:
-            answer = await self.state.shutdown.until_cut(plan.upstream.send, plan.request)
-            try:
-                data = orjson.loads(answer.body)
-            except orjson.JSONDecodeError as exc:
-                raise UpstreamMalformedError(f"upstream sent invalid JSON: {exc}") from exc
-            if not isinstance(data, dict):
-                raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
+            answer, data = await self._ask(plan)
+            if plan.teacher is not None:  # the student answered first
+                plan, answer, data = await self._checked(exchange, plan, answer, data)
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
         await self._used(exchange, data)
@@ -746,6 +822,55 @@ class InferenceRoutes:
             media_type="application/json",
             headers=self._receipt(exchange),
         )
+
+    async def _ask(self, plan: CallPlan) -> tuple[UpstreamResponse, dict[str, Any]]:
+        """``plan``'s upstream answer and its parsed JSON object."""
+        answer = await self.state.shutdown.until_cut(plan.upstream.send, plan.request)
+        try:
+            data = orjson.loads(answer.body)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamMalformedError(f"upstream sent invalid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise UpstreamMalformedError("upstream sent a JSON document that is not an object")
+        return answer, data
+
+    async def _checked(
+        self, exchange: Exchange, plan: CallPlan, answer: UpstreamResponse, data: dict[str, Any]
+    ) -> tuple[CallPlan, UpstreamResponse, dict[str, Any]]:
+        """The student's answer when no escalation rule fires on it (without the
+        logprobs asked for the rule), else the teacher's, asked now: nothing has reached
+        the client yet. The plan returned is the one whose answer it is."""
+        routing = exchange.serving.routing
+        teacher = plan.teacher
+        assert routing is not None and teacher is not None
+        sent = orjson.loads(plan.request.body)
+        reply = reply_of(data)
+        rule = escalation_rule(routing.escalation, sent, reply)
+        if rule is None:
+            exchange.outcome = RoutingOutcome("student", mean_logprob=reply.mean_logprob)
+            if plan.logprobs_added:
+                data = _without_logprobs(data)
+                answer = replace(answer, body=dumps(data))
+            return plan, answer, data
+        tokens = usage_tokens(data.get("usage"))
+        price = exchange.price
+        cost = price.cost(tokens) if price is not None and tokens is not None else None
+        self.state.spend.count(exchange.scenario, exchange.purpose, tokens, cost)
+        exchange.outcome = RoutingOutcome(
+            "teacher",
+            rule,
+            student_attempt={
+                "response": _without_logprobs(data) if plan.logprobs_added else data,
+                "cost": cost,
+                "price": price.as_dict() if price is not None else None,
+            },
+            student_tokens=tokens,
+            student_cost=cost,
+            mean_logprob=reply.mean_logprob,
+        )
+        exchange.price = self.state.spend.price_at(routing.teacher.upstream, routing.teacher.model)
+        answer, data = await self._ask(teacher)
+        return teacher, answer, data
 
     def _answered(
         self, exchange: Exchange, plan: CallPlan, body: bytes, data: dict[str, Any]
@@ -797,6 +922,8 @@ class InferenceRoutes:
     ) -> Response:
         try:
             stream = await self.state.shutdown.until_cut(plan.upstream.open_stream, plan.request)
+            if plan.teacher is not None:  # the student answers first
+                plan, stream = await self._committed_stream(exchange, plan, stream)
         except UpstreamError as exc:
             return await self._fail(exchange, plan, exc, dialect)
         if exchange.capture:
@@ -814,6 +941,52 @@ class InferenceRoutes:
         body = _ClientBody(relay, on_end, departure)
         held.push_async_callback(self._close_body, body, exchange, stream)
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+
+    async def _committed_stream(
+        self, exchange: Exchange, plan: CallPlan, stream: UpstreamStream
+    ) -> tuple[CallPlan, UpstreamStream]:
+        """The student's stream, committed to: at once when the release buffers no
+        tokens, else once its first ``stream_buffer_tokens`` pass the rules (they are
+        sent first). When a rule fires on them the student's stream is closed and the
+        teacher's opened instead: nothing has reached the client yet."""
+        routing = exchange.serving.routing
+        teacher = plan.teacher
+        assert routing is not None and teacher is not None
+        buffer = routing.escalation.stream_buffer_tokens
+        if buffer == 0:
+            exchange.outcome = RoutingOutcome("student")
+            return plan, stream
+        peek = StreamPeek(plan.upstream.dialect)
+        chunks = aiter(stream)
+        read: list[bytes] = []
+        try:
+            while peek.tokens < buffer and not peek.ended:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    peek.ended = True
+                    break
+                read.append(chunk)
+                peek.feed(chunk)
+        except BaseException:
+            await stream.aclose()
+            raise
+        reply = peek.reply()
+        rule = escalation_rule(routing.escalation, orjson.loads(plan.request.body), reply)
+        if rule is None:
+            exchange.outcome = RoutingOutcome("student")
+            return plan, ResumedStream(stream, chunks, read)
+        await stream.aclose()
+        attempt = {
+            "text": reply.text,
+            "tool_calls": [{"name": name, "arguments": args} for name, args in reply.calls],
+            "complete": reply.complete,
+            "tokens_read": peek.tokens,
+        }
+        exchange.outcome = RoutingOutcome("teacher", rule, student_attempt=attempt)
+        exchange.price = self.state.spend.price_at(routing.teacher.upstream, routing.teacher.model)
+        opened = await self.state.shutdown.until_cut(teacher.upstream.open_stream, teacher.request)
+        return teacher, opened
 
     def _streamed(self, lead: Lead, headers: dict[str, str], sent: bytes) -> None:
         """A stream under an idempotency key ended: its waiters get the same events."""
@@ -1070,6 +1243,18 @@ class _ClientBody:
         close = getattr(self._chunks, "aclose", None)
         if close is not None:
             await close()
+
+
+def _without_logprobs(data: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion without the token logprobs Reef asked for (not the client)."""
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return data
+    kept = [
+        {k: v for k, v in c.items() if k != "logprobs"} if isinstance(c, dict) else c
+        for c in choices
+    ]
+    return {**data, "choices": kept}
 
 
 def shadow_body(api: Api, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from reef.experience import ExperienceStore, RecordWriter, ResponseStore
 from reef.gateway.auth import Authenticator
 from reef.gateway.budgets import SpendControl
 from reef.gateway.capture import Recorder
+from reef.gateway.distill import DistillStats
 from reef.gateway.metrics import GatewayMetrics
 from reef.gateway.serving.activation import Activation
 from reef.gateway.shutdown import Shutdown
@@ -46,5 +47,7 @@ class GatewayState:
     store_health: StoreHealth = field(default_factory=StoreHealth)
     # The streams in flight, cut when the gateway stops (``reef.gateway.shutdown``).
     shutdown: Shutdown = field(default_factory=Shutdown)
+    # Distilled releases' routing counts (``/metrics``, ``/reef/status``).
+    distill: DistillStats = field(default_factory=DistillStats)
     # Live export over OTLP (``otel.enabled``), else None.
     live_export: LiveExport | None = None

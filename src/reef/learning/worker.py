@@ -322,7 +322,13 @@ class Worker:
 
     def check_canaries(self) -> list[CanaryOutcome]:
         """Promote or abandon the live canaries whose evidence is in (``CanaryMonitor``)."""
-        outcomes = CanaryMonitor(self.chain, self.store).check(now=self.queue.now())
+        steps = {
+            name: config.distill.rollout_steps
+            for name, config in self.settings.scenarios.items()
+            if config.distill is not None
+        }
+        monitor = CanaryMonitor(self.chain, self.store, rollout_steps=steps)
+        outcomes = monitor.check(now=self.queue.now())
         for outcome in outcomes:
             if outcome.action != "waiting":
                 log.info("canary of %r: %s", outcome.scenario, outcome.reason)

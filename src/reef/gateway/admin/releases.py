@@ -96,6 +96,7 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
             for upstream, loaded in status[pools].items()
         }
     out["in_place"] = {}
+    out["distill"] = {k: v for k, v in status["distill"].items() if own(k)}
     spend = status["spend"]
     mine = f"key:{grant.principal.key_id}"
 
@@ -294,6 +295,7 @@ class ReleaseAdminRoutes:
                             release_and_learning_spend, self.state, self.state.spend.clock()
                         ),
                     },
+                    "distill": self.state.distill.status_json(),
                 },
             )
         )

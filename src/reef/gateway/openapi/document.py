@@ -170,6 +170,11 @@ INFERENCE_HEADERS = (
         _optional_header(None, MAX_IDEMPOTENCY_KEY_CHARS),
     ),
     _header(
+        "x-reef-escalate",
+        "`teacher`: a distilled release asks its teacher, not the student, when its "
+        "`escalation.header` rule is on (docs/distillation.md); anything else: no effect.",
+    ),
+    _header(
         "x-reef-end-user",
         "The end user this request speaks for, when one key carries many (kept as tag "
         "`end_user`; the request's `user` or `metadata.user_id` field wins): conversation "
@@ -197,6 +202,8 @@ RECEIPT_HEADERS = {
     "x-reef-agent-record-id": "The same id, under the name Reef (Human-Agent-Society) uses.",
     "x-reef-release-id": "The release (or canary candidate) that served the request.",
     "x-reef-session-id": "The session the exchange belongs to.",
+    "x-reef-served-by": "`student` or `teacher`: who answered, when the release routes "
+    "between them (docs/distillation.md).",
 }
 
 _COMMON_ERRORS = {
@@ -507,7 +514,9 @@ OPERATIONS: tuple[Operation, ...] = (
               "environment's tools here; `spend`: each budget in its window, what was "
               "served since start and the requests refused per budget or rate limit, the "
               "cost of each release over 30 days (`releases`) and of each recent learning "
-              "job and its gate decision (`learning`).",
+              "job and its gate decision (`learning`); "
+              "`distill`: per distilled scenario, the student share, requests by arm, "
+              "escalations by rule, the escalation rate and teacher calls.",
               responses={"200": "The status.", **_COMMON_ERRORS}),
     Operation("get", "/reef/costs", "operations", "What the recorded traffic cost",
               "Per scenario, key (or, `by=release`, the release that served) and purpose: "

@@ -52,7 +52,12 @@ from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.errors import ConflictError, NotFoundError, ReefError
 from reef.gateway.auth import Principal
 from reef.gateway.serving.canary_arm import CanaryRoute, CanaryStatus
-from reef.gateway.serving.drift import CLIENT_CHOSEN_MODEL, configured_model, warn_on_drift
+from reef.gateway.serving.drift import (
+    CLIENT_CHOSEN_MODEL,
+    configured_model,
+    initial_routing,
+    warn_on_drift,
+)
 from reef.gateway.serving.inplace import (
     BASE,
     InPlaceLease,
@@ -798,6 +803,7 @@ class Activation:
             upstream=upstream_name,
             checkpoint_name=checkpoint_name,
             checkpoint_digest=checkpoint,
+            routing=manifest.routing,
         )
 
     async def _ensure(
@@ -843,7 +849,8 @@ class Activation:
                     f"scenarios.{scenario}.initial_harness: {config.initial_harness}: {detail}"
                 ) from exc
             harness = self.artifacts.put_bytes(pack_bundle(bundle), "harness")
-        return ReleaseManifest(model=ModelComponent(base=base), harness=harness)
+        routing = initial_routing(self.settings, scenario)
+        return ReleaseManifest(model=ModelComponent(base=base), harness=harness, routing=routing)
 
     def _unreleased(self, scenario: str) -> ServingRelease:
         upstream_name, upstream = self.settings.upstream_for(scenario)
@@ -857,6 +864,7 @@ class Activation:
             harness_digest=None,
             bundle_digest=None,
             upstream=upstream_name,
+            routing=initial_routing(self.settings, scenario),
         )
 
     def status_json(self) -> dict[str, Any]:

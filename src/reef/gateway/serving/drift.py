@@ -27,11 +27,14 @@ from typing import Any
 from reef.config import ReefSettings
 from reef.core.errors import RefusedError
 from reef.releases import (
+    EscalationRules,
     ModelComponent,
     Release,
     ReleaseChain,
     ReleaseManifest,
+    RoutingComponent,
     ScenarioHasNoReleaseError,
+    TeacherEndpoint,
 )
 
 log = logging.getLogger("reef.gateway.serving.drift")
@@ -117,10 +120,33 @@ def warn_on_drift(settings: ReefSettings, chain: ReleaseChain) -> list[ConfigDri
     return found
 
 
-def adopted_manifest(head: ReleaseManifest, base: str) -> ReleaseManifest:
+def initial_routing(settings: ReefSettings, scenario: str) -> RoutingComponent | None:
+    """The routing of a distilled ``scenario``'s first release (``scenarios.<s>.distill``):
+    the teacher answers every request (student share 0) and Reef records it; None when
+    the scenario is not distilled."""
+    distill = settings.scenario(scenario).distill
+    if distill is None:
+        return None
+    return RoutingComponent(
+        student_share=0.0,
+        teacher=TeacherEndpoint(**distill.teacher.model_dump()),
+        escalation=EscalationRules(**distill.escalation.model_dump()),
+    )
+
+
+def adopted_manifest(
+    head: ReleaseManifest, base: str, routing: RoutingComponent | None = None
+) -> ReleaseManifest:
     """``head``'s manifest on the model ``base``: the harness kept, the adapter and the
-    checkpoint (weights trained on the old base) dropped."""
-    return ReleaseManifest(model=ModelComponent(base=base), harness=head.harness)
+    checkpoint (weights trained on the old base) dropped. A student on a new base has
+    learned nothing yet: a distilled head's routing goes back to the teacher (share 0),
+    and a head without routing takes ``routing`` (the configured one), if any."""
+    kept = head.routing
+    if kept is not None:
+        kept = kept.model_copy(update={"student_share": 0.0})
+    return ReleaseManifest(
+        model=ModelComponent(base=base), harness=head.harness, routing=kept or routing
+    )
 
 
 def adopt_config(
@@ -149,7 +175,8 @@ def adopt_config(
             f"serves the configured model ({configured.describe()}); edit the model in "
             "the configuration first"
         )
-    manifest = adopted_manifest(head.manifest, drift.configured.name)
+    routing = initial_routing(settings, scenario)
+    manifest = adopted_manifest(head.manifest, drift.configured.name, routing)
     dropped = {
         name: digest
         for name, digest in (

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reef.harness import Harness
+from reef.releases import RoutingComponent
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class ServingRelease:
     upstream: str
     checkpoint_name: str | None = None  # the name the upstream serves the checkpoint under
     checkpoint_digest: str | None = None
+    # A distilled scenario's teacher/student routing (``reef.gateway.distill``); None:
+    # the model above answers every request.
+    routing: RoutingComponent | None = None
 
     @property
     def weights_name(self) -> str | None:

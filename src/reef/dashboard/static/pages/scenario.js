@@ -140,6 +140,15 @@ function recentRecords(name, records, seqOf) {
   ], records);
 }
 
+// A distilled scenario's routing on this gateway (docs/distillation.md), or nothing.
+function distillLine(row) {
+  if (!row) return null;
+  const rate = (100 * row.escalation_rate).toFixed(1);
+  return h("p", { class: "subtitle", id: "distill" },
+    `distill: student share ${row.student_share} · escalation rate ${rate}% · ` +
+    `teacher calls ${row.teacher_calls_last_hour} in the last hour`);
+}
+
 export async function render([name]) {
   const scenario = encodeURIComponent(name);
   const [releases, candidates, curve, records, jobs, status, held] = await Promise.all([
@@ -159,6 +168,7 @@ export async function render([name]) {
     h("p", { class: "subtitle" },
       head ? [`head #${head.seq} `, idChip(head.id), " · serving ", idChip(live && live.serving_release_id)] : "no release yet",
       live && live.canary ? [" · canary ", h("a", { href: `#/candidates/${live.canary.candidate_id}` }, idChip(live.canary.candidate_id))] : null),
+    distillLine(status.distill && status.distill[name]),
     panel("Learning curve", curveView(curve.data, curve.score_range)),
     h("div", { class: "two split" },
       panel("Release chain", timeline(releases.data, head && head.id)),

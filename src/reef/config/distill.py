@@ -1,0 +1,110 @@
+"""The ``scenarios.<s>.distill`` section: the teacher of a distilled scenario, the
+escalation rules its releases start with, and the rollout steps (docs/distillation.md).
+
+The section only configures; the release chain decides what serves. A distilled
+scenario's first release carries ``routing`` with ``student_share`` 0 (the teacher
+answers everything and Reef records it): ``reef.gateway.serving.drift.initial_routing``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from reef.config.models import ReefSettings
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TeacherConfig(_Section):
+    """Where the teacher answers (``reef.releases.TeacherEndpoint`` in a manifest)."""
+
+    upstream: str = Field(min_length=1, description="Name of the teacher's upstream.")
+    model: str = Field(min_length=1, description="The teacher's model name on that upstream.")
+
+
+class EscalationConfig(_Section):
+    """The escalation rules of the first release (``reef.releases.EscalationRules``: the
+    same fields, kept apart so that loading the configuration imports no release code)."""
+
+    min_mean_logprob: float | None = Field(
+        default=None,
+        le=0.0,
+        description="Escalate when the student's mean token logprob is below this (a "
+        "negative number calibrated on recorded traffic, docs/distillation.md); null: off.",
+    )
+    invalid_tool_calls: bool = Field(
+        default=True,
+        description="Escalate a tool call whose name is not among the request's tools or "
+        "whose arguments are not JSON valid against the tool's parameters.",
+    )
+    invalid_json: bool = Field(
+        default=True,
+        description="Escalate an answer that does not validate against the request's "
+        "`response_format` (JSON object or JSON schema).",
+    )
+    refusal_or_empty: bool = Field(
+        default=True, description="Escalate an empty answer or a refusal."
+    )
+    header: bool = Field(
+        default=True,
+        description="Honour the request header `x-reef-escalate: teacher`.",
+    )
+    stream_buffer_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Streaming: buffer this many of the student's tokens and run the rules "
+        "on them before committing; 0: streams route by share only.",
+    )
+
+
+class DistillConfig(BaseModel):
+    """A scenario served by a student model that learns from a teacher model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    teacher: TeacherConfig = Field(
+        description="The teacher: a configured upstream (`upstreams.<u>`) and the model "
+        "name it answers as."
+    )
+    escalation: EscalationConfig = Field(
+        default_factory=EscalationConfig,
+        description="When the student's answer is replaced by the teacher's; copied into "
+        "the scenario's first release (`routing.escalation`).",
+    )
+    rollout_steps: list[float] = Field(
+        default_factory=lambda: [0.1, 0.5, 1.0],
+        description="The student shares a passed student release goes through, one canary "
+        "step each: increasing, each in (0, 1].",
+    )
+
+    @field_validator("rollout_steps")
+    @classmethod
+    def _steps_increase(cls, steps: list[float]) -> list[float]:
+        if not steps:
+            raise ValueError("rollout_steps must name at least one share, e.g. [0.1, 0.5, 1.0]")
+        previous = 0.0
+        for step in steps:
+            if not 0.0 < step <= 1.0 or step <= previous:
+                raise ValueError(
+                    f"rollout_steps must increase, each in (0, 1], got {steps}: "
+                    f"{step} is not above {previous} or is outside (0, 1]"
+                )
+            previous = step
+        return steps
+
+
+def check_distill(settings: ReefSettings) -> None:
+    """``ValueError`` naming the field for a teacher upstream that is not configured."""
+    for name, scenario in settings.scenarios.items():
+        distill = scenario.distill
+        if distill is not None and distill.teacher.upstream not in settings.upstreams:
+            raise ValueError(
+                f"scenarios.{name}.distill.teacher.upstream: upstream "
+                f"{distill.teacher.upstream!r} is not configured; configured upstreams: "
+                f"{sorted(settings.upstreams)}"
+            )

@@ -539,7 +539,17 @@ def _example(  # noqa: PLR0913
         chat_messages=chat_messages(record, messages),
         complaint_without_value=complained,
         tags=dict(record.tags),
+        served_by=_served_by(record),
     )
+
+
+def _served_by(record: RecordView) -> Literal["student", "teacher"] | None:
+    """Who answered a distilled scenario's record (``reef.learning.teacher``), when the
+    record says: its ``served_by``, read only when the record carries one."""
+    served = getattr(record, "served_by", None)
+    if served == "teacher":
+        return "teacher"
+    return "student" if served == "student" else None
 
 
 def _reference_authors(feedback: list[FeedbackView]) -> tuple[tuple[str | None, Trust], ...]:

@@ -20,7 +20,7 @@ from reef.learning.base import (
     MetricLog,
     TrainingExample,
 )
-from reef.learning.learners.distill import DistillConfig, DistillLearner
+from reef.learning.learners.distill import DistillConfig, DistillLearner, candidate_share
 from reef.learning.teacher import ReleaseManifests
 from reef.learning.worker import _with_output
 from reef.releases import (
@@ -151,9 +151,23 @@ def test_the_candidate_serves_the_student_adapter_at_the_first_share(
     assert manifest.model == ModelComponent(base=TINY, adapter=output.adapter)
     assert manifest.routing is not None and manifest.routing.student_share == 0.1
 
-    # Seeded: the same data and settings train the same adapter.
-    ctx.work_dir = tmp_path / "again"
-    assert learner.learn(ctx).adapter == output.adapter
+    # Seeded: the same data and settings train the same adapter. The share follows the
+    # scenario's first rollout step when the learner names none.
+    ctx.work_dir, ctx.first_rollout_share = tmp_path / "again", 0.25
+    again = learner.learn(ctx)
+    assert again.adapter == output.adapter
+    assert again.routing is not None and again.routing.student_share == 0.25
+
+
+def test_the_learners_share_wins_over_the_scenarios_rollout(
+    tmp_path: Path, chain: ReleaseChain
+) -> None:
+    head = release(chain, 0.0)
+    ctx = context(tmp_path, chain, head, [])
+    assert candidate_share(DistillConfig(), ctx) == 0.1
+    ctx.first_rollout_share = 0.2
+    assert candidate_share(DistillConfig(), ctx) == 0.2
+    assert candidate_share(DistillConfig(student_share=0.5), ctx) == 0.5
 
 
 def test_another_learner_keeps_the_routing(tmp_path: Path, chain: ReleaseChain) -> None:

@@ -167,6 +167,10 @@ class LearnerContext:
     release_manifest: Callable[[str], ReleaseManifest | None] = field(
         default=lambda _release_id: None
     )
+    # A distilled scenario's first rollout step (its configured student share of the
+    # traffic), the share ``distill`` proposes unless its own setting says; None: none
+    # configured.
+    first_rollout_share: float | None = None
 
 
 @dataclass(frozen=True)

@@ -657,6 +657,7 @@ class JobRun:
                 metrics=self.metrics,
                 harness_mode=settings.scenario(self.job.scenario).harness,
                 release_manifest=manifests,
+                first_rollout_share=first_rollout_share(settings, self.job.scenario),
             )
             self.report_progress(span[0], f"{name}: started")
             output = self._train(learner, context)
@@ -766,6 +767,14 @@ class SpanProgress:
         inside = min(max(fraction, 0.0), 1.0)
         start, width = self.span
         self.run.report_progress(start + width * inside, f"{self.name}: {message}", force=False)
+
+
+def first_rollout_share(settings: ReefSettings, scenario: str) -> float | None:
+    """The first step of the scenario's ``distill.rollout_steps`` (its student's first
+    share of the traffic), or None when the scenario configures no distillation."""
+    distill = getattr(settings.scenario(scenario), "distill", None)
+    steps = getattr(distill, "rollout_steps", None) or ()
+    return float(steps[0]) if steps else None
 
 
 def training_device(config: LearnerConfig) -> str | None:

@@ -13,7 +13,8 @@ everything and Reef recording it. Reads top to bottom:
    ``render_harness``, replay and skew probe; ``reef.learning.learners.sft``).
 3. The candidate: the serving release's manifest with the trained adapter on the
    student's model, and its routing with ``student_share`` set to the first rollout
-   step (the learner's ``student_share``), for the gate's non-inferiority rule
+   step (the learner's ``student_share``, else the scenario's first rollout step, else
+   0.1), for the gate's non-inferiority rule
    (``gate.non_inferiority_margin``) to admit.
 
 The recipe reads records without feedback too (``selection.require_feedback: false``):
@@ -38,14 +39,18 @@ from reef.learning.learners.sft import (
 )
 from reef.learning.teacher import NEGATIVE_BELOW, answered_by_teacher, teacher_reference
 
+# The candidate's share when neither the learner nor the scenario's rollout says.
+DEFAULT_STUDENT_SHARE = 0.1
+
 
 class DistillConfig(SFTConfig):
     """Settings of the ``distill`` learner: ``sft``'s (``min_score`` aside: unscored
     teacher answers are targets), plus ``student_share``, the candidate's first share
-    of the traffic (the first rollout step), and ``drop_below``: a teacher answer whose
+    of the traffic (default: the first of the scenario's ``distill.rollout_steps``,
+    else ``DEFAULT_STUDENT_SHARE``), and ``drop_below``: a teacher answer whose
     mean feedback score is below this is dropped (negative feedback)."""
 
-    student_share: float = Field(default=0.1, gt=0.0, le=1.0)
+    student_share: float | None = Field(default=None, gt=0.0, le=1.0)
     drop_below: float = NEGATIVE_BELOW
 
 
@@ -69,6 +74,16 @@ def teacher_examples(
             continue
         kept.append(item)
     return kept, skipped
+
+
+def candidate_share(settings: DistillConfig, context: LearnerContext) -> float:
+    """The student's share in the candidate: the learner's ``student_share``, else the
+    scenario's first rollout step, else ``DEFAULT_STUDENT_SHARE``."""
+    if settings.student_share is not None:
+        return settings.student_share
+    if context.first_rollout_share is not None:
+        return context.first_rollout_share
+    return DEFAULT_STUDENT_SHARE
 
 
 class DistillLearner(SFTLearner):
@@ -113,7 +128,7 @@ class DistillLearner(SFTLearner):
         output = super().learn(context)
         if output.adapter is None:
             return output
-        share = self.distill_settings.student_share
+        share = candidate_share(self.distill_settings, context)
         return LearnerOutput(
             adapter=output.adapter,
             consumed=output.consumed,

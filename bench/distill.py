@@ -50,7 +50,7 @@ from sections import write_between
 from reef.cli.quickstart.scenario import LABELS, SYSTEM_PROMPT, Ticket, TicketGenerator, is_correct
 from reef.core import SilentProgress
 from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, TrainingExample
-from reef.learning.learners.distill import DistillConfig, DistillLearner
+from reef.learning.learners.distill import DistillLearner, DistillLearnerConfig
 from reef.learning.teacher import ReleaseManifests
 from reef.releases import (
     ModelComponent,
@@ -188,7 +188,7 @@ def distill(
             release_manifest=ReleaseManifests(chain),
         )
         budget: dict[str, Any] = {"steps": args.steps} if args.steps else {}
-        config = DistillConfig(model=model, threads=args.threads, seed=0, **budget)
+        config = DistillLearnerConfig(model=model, threads=args.threads, seed=0, **budget)
         output = DistillLearner(config).learn(context)
     finally:
         chain.close()

@@ -20,7 +20,7 @@ from reef.learning.base import (
     MetricLog,
     TrainingExample,
 )
-from reef.learning.learners.distill import DistillConfig, DistillLearner, candidate_share
+from reef.learning.learners.distill import DistillLearner, DistillLearnerConfig, candidate_share
 from reef.learning.teacher import ReleaseManifests
 from reef.learning.worker import _with_output
 from reef.releases import (
@@ -122,7 +122,7 @@ def test_targets_are_the_teachers_answers_kept_by_feedback(
 ) -> None:
     before, teacher_only, routed = release(chain, None), release(chain, 0.0), release(chain, 0.5)
     ctx = context(tmp_path, chain, routed, traffic(before, teacher_only, routed))
-    found = DistillLearner(DistillConfig()).training_set(ctx, ctx.batch.train)
+    found = DistillLearner(DistillLearnerConfig()).training_set(ctx, ctx.batch.train)
 
     assert found.used == ["paris", "rome", "fixed", "tools", "escalated"]
     targets = dict(zip(found.used, (e.target for e in found.examples), strict=True))
@@ -139,7 +139,7 @@ def test_the_candidate_serves_the_student_adapter_at_the_first_share(
 ) -> None:
     before, head = release(chain, None), release(chain, 0.0)  # the head: all the teacher's
     ctx = context(tmp_path, chain, head, traffic(before, head, release(chain, 0.5)))
-    learner = DistillLearner(DistillConfig(steps=3, batch_size=2, threads=1, seed=7))
+    learner = DistillLearner(DistillLearnerConfig(steps=3, batch_size=2, threads=1, seed=7))
     output = learner.learn(ctx)
 
     assert output.adapter is not None
@@ -164,10 +164,10 @@ def test_the_learners_share_wins_over_the_scenarios_rollout(
 ) -> None:
     head = release(chain, 0.0)
     ctx = context(tmp_path, chain, head, [])
-    assert candidate_share(DistillConfig(), ctx) == 0.1
+    assert candidate_share(DistillLearnerConfig(), ctx) == 0.1
     ctx.first_rollout_share = 0.2
-    assert candidate_share(DistillConfig(), ctx) == 0.2
-    assert candidate_share(DistillConfig(student_share=0.5), ctx) == 0.5
+    assert candidate_share(DistillLearnerConfig(), ctx) == 0.2
+    assert candidate_share(DistillLearnerConfig(student_share=0.5), ctx) == 0.5
 
 
 def test_another_learner_keeps_the_routing(tmp_path: Path, chain: ReleaseChain) -> None:
@@ -181,11 +181,11 @@ def test_a_scenario_without_a_teacher_is_an_error(tmp_path: Path, chain: Release
     head = release(chain, None)
     ctx = context(tmp_path, chain, head, [example("plain", head.id)])
     with pytest.raises(InvalidInputError, match="no routing"):
-        DistillLearner(DistillConfig()).learn(ctx)
+        DistillLearner(DistillLearnerConfig()).learn(ctx)
 
 
 def test_nothing_the_teacher_said_trains_nothing(tmp_path: Path, chain: ReleaseChain) -> None:
     head = release(chain, 0.5)
     ctx = context(tmp_path, chain, head, [example("mine", head.id, served_by="student")])
-    output = DistillLearner(DistillConfig()).learn(ctx)
+    output = DistillLearner(DistillLearnerConfig()).learn(ctx)
     assert output.adapter is None and output.routing is None and output.consumed == []

@@ -66,6 +66,17 @@ def test_a_teachers_answers_are_references_without_feedback(tmp_path: Path) -> N
     )
     drafts = [replace(_draft(f"ticket {n} {new_id()}"), release_id=routed.id) for n in range(40)]
     drafts.append(_draft("before distillation"))  # the head's own model answered it
+    shared = world.chain.create(
+        "shared",
+        routed.manifest.model_copy(
+            update={"routing": RoutingComponent(student_share=0.5, teacher=teacher)}
+        ),
+        "test",
+        "half the traffic to the student",
+    )
+    for arm in ("student", "teacher"):  # the gateway tags who answered a routed request
+        tags = {"reef.served_by": arm}
+        drafts.append(replace(_draft(f"{arm} {new_id()}"), release_id=shared.id, tags=tags))
     ids = world.store.write_records(drafts)
     wrong, fixed = ids[0], ids[1]
     for record_id, score, correction in ((wrong, 0.0, None), (fixed, 0.0, "billing")):
@@ -86,11 +97,12 @@ def test_a_teachers_answers_are_references_without_feedback(tmp_path: Path) -> N
         {"learners": [{"type": "fewshot"}], "selection": {"holdout_fraction": 1.0}, "gate": gate}
     )
     items = {item.id: item for item in holdout_items(world.store, world.chain, SCENARIO, recipe)}
-    assert wrong not in items and ids[-1] not in items
+    assert wrong not in items and ids[-3] not in items
     assert items[fixed].reference == "billing"
-    assert len(items) == 39
+    assert ids[-2] not in items and items[ids[-1]].reference.startswith("re: teacher")
+    assert len(items) == 40
     taught = [item for key, item in items.items() if key != fixed]
-    assert all(str(item.reference).startswith("re: ticket") for item in taught)
+    assert all(str(item.reference).startswith("re: ") for item in taught)
     assert {item.provenance for item in taught} == {
         Provenance("holdout", "operator", ("teacher:frontier/big-1",))
     }

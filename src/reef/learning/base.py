@@ -61,7 +61,7 @@ class TrainingExample:
     # The record's tags (``x-reef-tag-<name>`` headers): the gate's protected slices.
     tags: dict[str, str] = field(default_factory=dict)
     # Who answered, in a distilled scenario whose release routes between a student and a
-    # teacher (the record's ``served_by``); None: the record does not say.
+    # teacher (the record's ``reef.served_by`` tag); None: the record does not say.
     served_by: Literal["student", "teacher"] | None = None
 
     def target_text(self) -> str | None:

@@ -543,10 +543,14 @@ def _example(  # noqa: PLR0913
     )
 
 
+# The tag the gateway writes on a routed record: the arm whose answer was returned.
+SERVED_BY_TAG = "reef.served_by"
+
+
 def _served_by(record: RecordView) -> Literal["student", "teacher"] | None:
     """Who answered a distilled scenario's record (``reef.learning.teacher``), when the
-    record says: its ``served_by``, read only when the record carries one."""
-    served = getattr(record, "served_by", None)
+    record says: its ``reef.served_by`` tag (``student`` or ``teacher``)."""
+    served = record.tags.get(SERVED_BY_TAG)
     if served == "teacher":
         return "teacher"
     return "student" if served == "student" else None

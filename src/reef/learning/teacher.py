@@ -2,7 +2,7 @@
 
 A distilled scenario's release carries a routing component (``ReleaseManifest.routing``):
 the student (the manifest's model) answers a share of requests, the teacher the rest.
-An answer is the teacher's when its record says so (``served_by: teacher``: routed to
+An answer is the teacher's when its record says so (tag ``reef.served_by: teacher``: routed to
 the teacher, or escalated to it), or, for a record that does not say, when its release
 routed everything to the teacher (``student_share: 0``, how a distilled scenario
 starts). A record of a release without routing is never the teacher's.

@@ -43,7 +43,7 @@ from reef.learning.teacher import NEGATIVE_BELOW, answered_by_teacher, teacher_r
 DEFAULT_STUDENT_SHARE = 0.1
 
 
-class DistillConfig(SFTConfig):
+class DistillLearnerConfig(SFTConfig):
     """Settings of the ``distill`` learner: ``sft``'s (``min_score`` aside: unscored
     teacher answers are targets), plus ``student_share``, the candidate's first share
     of the traffic (default: the first of the scenario's ``distill.rollout_steps``,
@@ -76,7 +76,7 @@ def teacher_examples(
     return kept, skipped
 
 
-def candidate_share(settings: DistillConfig, context: LearnerContext) -> float:
+def candidate_share(settings: DistillLearnerConfig, context: LearnerContext) -> float:
     """The student's share in the candidate: the learner's ``student_share``, else the
     scenario's first rollout step, else ``DEFAULT_STUDENT_SHARE``."""
     if settings.student_share is not None:
@@ -90,13 +90,13 @@ class DistillLearner(SFTLearner):
     """Distillation of the teacher into the student (see the module docstring)."""
 
     type_name: ClassVar[str] = "distill"
-    config_model: ClassVar[type[LearnerConfig]] = DistillConfig
+    config_model: ClassVar[type[LearnerConfig]] = DistillLearnerConfig
     nothing_to_train: ClassVar[str] = "no teacher answers kept by feedback"
 
     @property
-    def distill_settings(self) -> DistillConfig:
+    def distill_settings(self) -> DistillLearnerConfig:
         """The settings, typed as this learner's."""
-        return cast(DistillConfig, self.config)
+        return cast(DistillLearnerConfig, self.config)
 
     def training_set(self, context: LearnerContext, items: list[TrainingExample]) -> TrainingSet:
         """The teacher's answers among ``items`` kept by feedback, the correction as the

@@ -307,7 +307,9 @@ def decide(
     undecided (the other reasons are kept, as what the items that came say). Else
     undecided (``sequential``) with fewer than ``min_items`` items or an interval that
     does not clear zero yet: ``missing`` says what evidence would decide. Passed: the
-    reasons are the evidence. ``suites`` are the summaries to report (default: ``regressions``)."""
+    reasons are the evidence. ``suites`` are the summaries to report (default: ``regressions``).
+    With ``rule.non_inferiority_margin`` the gain rules give way to non-inferiority: the
+    interval of the gain must lie above -margin (``_non_inferior``)."""
     context = context or Context()
     reasons = [f"safety: {failure}" for failure in safety_failures]
     waiting: list[tuple[str, str]] = []  # (reason, missing evidence)

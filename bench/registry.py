@@ -235,6 +235,21 @@ BENCHES: tuple[Bench, ...] = (
         model=True,
     ),
     Bench(
+        "distill",
+        "teacher-only serving vs a student distilled from its answers: accuracy, teacher "
+        "calls, prompt tokens",
+        (
+            Step(
+                "distill.py",
+                ("--model", "smollm2-135m", "--train", "120", "--test", "60"),
+                ("--quick",),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
+    Bench(
         "gate",
         "one evaluation-gate decision vs the same model calls sent directly",
         (

@@ -81,6 +81,15 @@ class GateRule(_Strict):
         "(any number of looks keeps false publishes at or below alpha = (1 - confidence) "
         "/ 2); bootstrap: the paired bootstrap interval, valid for one look only.",
     )
+    non_inferiority_margin: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Set: the overall rule is non-inferiority instead of a gain: the "
+        "candidate passes when the lower end of the interval of candidate - baseline lies "
+        "above -margin (it is not worse by more than margin; min_improvement is not "
+        "asked). For a distilled student against the teacher (docs/distillation.md).",
+    )
     alpha_spending: Literal["candidate", "scenario"] = Field(
         default="candidate",
         description="candidate: each candidate gets alpha over all its looks; scenario: "
@@ -225,6 +234,12 @@ class GateConfig(GateRule):
         default=1.0,
         description="A held-out record without a correction is an item only when its "
         "feedback score is at least this (its served reply is then the reference).",
+    )
+    holdout_teacher_references: bool = Field(
+        default=False,
+        description="A held-out record a distilled scenario's teacher answered is an item "
+        "even without feedback: its correction, else the teacher's answer unless "
+        "feedback scored it negative, is the reference (docs/distillation.md).",
     )
     evidence_sources: dict[str, float] = Field(
         default_factory=lambda: {EXPLICIT: 1.0, **dict.fromkeys(COMPUTED_KINDS, 0.0)},

@@ -9,8 +9,10 @@ survive leave-one-author-out (``provenance``).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reef.core import canonical_json
@@ -138,7 +140,29 @@ def decide_results(
         overall, regressions, safety, rule, suites=[*reported, *regressions], context=context
     )
     provenance = {item.key: item.provenance for item in items}
-    return apply_independence(decision, results, provenance, current, regressions, rule)
+    decided = apply_independence(decision, results, provenance, current, regressions, rule)
+    return dataclasses.replace(decided, arms=arm_figures(results, current))
+
+
+def arm_figures(
+    results: Sequence[ItemResult],
+    suites: Sequence[str],
+    costs: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """Each arm's answers to ``suites``' items (void ones left out): how many, their
+    mean latency, and with ``costs`` (money by record id; None: unpriced) the summed
+    ``cost`` of the ``priced`` ones."""
+    arms: dict[str, Any] = {}
+    for arm in ("candidate", "baseline"):
+        answered = [r for r in results if r.arm == arm and r.suite in suites and not r.void]
+        figures: dict[str, Any] = {"answers": len(answered)}
+        if answered:
+            figures["latency_ms_mean"] = math.fsum(r.latency_ms for r in answered) / len(answered)
+        if costs is not None:
+            priced = [c for r in answered if (c := costs.get(r.record_id or "")) is not None]
+            figures.update(cost=math.fsum(priced), priced=len(priced))
+        arms[arm] = figures
+    return arms
 
 
 def suite_weights(results: Sequence[ItemResult], rule: GateRule) -> dict[str, float]:

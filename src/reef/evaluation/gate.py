@@ -41,7 +41,7 @@ from reef.core import Progress, SilentProgress
 from reef.core.errors import ReefError
 from reef.environments import Task, build_environment
 from reef.evaluation.config import GateConfig
-from reef.evaluation.decision import decide_results, score_answers
+from reef.evaluation.decision import arm_figures, decide_results, score_answers
 from reef.evaluation.episodes import (
     EpisodeRun,
     as_item_results,
@@ -68,7 +68,7 @@ from reef.evaluation.shadow import (
     with_shadow_settings,
 )
 from reef.evaluation.stats import spent_confidence
-from reef.evaluation.suites import load_suite, regression_suites
+from reef.evaluation.suites import is_current_suite, load_suite, regression_suites
 from reef.evaluation.values import (
     INSUFFICIENT_EVIDENCE,
     TRANSIENT_ERROR_KINDS,
@@ -81,7 +81,7 @@ from reef.evaluation.values import (
     item_label,
     with_notes,
 )
-from reef.experience import ExperienceStore, LearningBudgetExhaustedError
+from reef.experience import ExperienceStore, LearningBudgetExhaustedError, RecordNotFoundError
 from reef.harness import Harness
 from reef.harness.packing import read_bundle_archive
 from reef.releases import (
@@ -363,6 +363,8 @@ class Gate:
                 results, planted, rule or self.config, [*items, *episode_items, *outside]
             )
             decision = with_shadow(with_notes(decision, notes), shadow)
+            if (rule or self.config).non_inferiority_margin is not None:
+                decision = replace(decision, arms=self._priced_arms(results))
         except Exception as error:
             self.evaluations.fail(evaluation_id, repr(error))
             raise
@@ -377,6 +379,24 @@ class Gate:
         cost.update(self._spend())
         self.evaluations.finish(evaluation_id, decision, {**meta, "cost": cost})
         return decision, evaluation_id, cost
+
+    def _priced_arms(self, results: Sequence[ItemResult]) -> dict[str, Any]:
+        """Each arm's answers with their cost, read from their records (the gateway's
+        eval records carry the cost of whoever answered; ``arm_figures``); latency only
+        without a store."""
+        current = sorted({r.suite for r in results if is_current_suite(r.suite)})
+        store = self.shadow_store
+        if store is None:
+            return arm_figures(results, current)
+        costs: dict[str, float | None] = {}
+        for result in results:
+            record_id = result.record_id
+            if record_id is not None and record_id not in costs:
+                try:
+                    costs[record_id] = store.get_record(record_id).cost
+                except RecordNotFoundError:
+                    costs[record_id] = None
+        return arm_figures(results, current, costs)
 
     def _shadow(self, candidate: Candidate) -> ShadowEvidence:
         """The shadow suite so far (``evaluation.shadow``); empty without a store."""

@@ -307,11 +307,15 @@ def decide(
     undecided (the other reasons are kept, as what the items that came say). Else
     undecided (``sequential``) with fewer than ``min_items`` items or an interval that
     does not clear zero yet: ``missing`` says what evidence would decide. Passed: the
-    reasons are the evidence. ``suites`` are the summaries to report (default: ``regressions``)."""
+    reasons are the evidence. ``suites`` are the summaries to report (default: ``regressions``).
+    With ``rule.non_inferiority_margin`` the gain rules give way to non-inferiority: the
+    interval of the gain must lie above -margin (``_non_inferior``)."""
     context = context or Context()
     reasons = [f"safety: {failure}" for failure in safety_failures]
     waiting: list[tuple[str, str]] = []  # (reason, missing evidence)
-    if rule.method == "sequential":
+    if rule.non_inferiority_margin is not None:
+        _non_inferior(overall, rule, rule.non_inferiority_margin, reasons, waiting)
+    elif rule.method == "sequential":
         _sequential(overall, rule, reasons, waiting)
     else:
         _bootstrap(overall, rule, reasons)
@@ -330,6 +334,8 @@ def decide(
         assert overall is not None
         reasons = _evidence(overall, regressions, rule)
     method: dict[str, Any] = {"name": rule.method}
+    if rule.non_inferiority_margin is not None:
+        method.update(non_inferiority_margin=rule.non_inferiority_margin)
     if overall is not None and rule.method == "sequential":
         alpha = (1.0 - overall.difference.confidence) / 2.0
         method.update(alpha=alpha)
@@ -400,6 +406,49 @@ def _sequential(
         waiting.append((_below(overall, rule), "more paired items: the gain is uncertain"))
 
 
+def _non_inferior(
+    overall: SuiteSummary | None,
+    rule: GateRule,
+    margin: float,
+    reasons: list[str],
+    waiting: list[tuple[str, str]],
+) -> None:
+    """Non-inferiority (``rule.non_inferiority_margin``): the interval of the gain must
+    lie above -``margin``. Too few items: undecided (``sequential``) or rejected
+    (``bootstrap``). An interval reaching -margin: rejected (``bootstrap``, one look),
+    or (``sequential``) rejected once wholly below -margin, else undecided."""
+    items = 0 if overall is None else overall.items
+    if overall is None or items < rule.min_items:
+        if rule.method == "sequential":
+            waiting.append(
+                (_insufficient(items, rule), f"{rule.min_items - items} more paired items")
+            )
+        else:
+            reasons.append(_insufficient(items, rule))
+        return
+    gain = overall.difference
+    kind = "anytime-valid " if rule.method == "sequential" else ""
+    shown = (
+        f"the {_percent(gain.confidence)} {kind}interval of candidate - baseline "
+        f"[{gain.low:.3f}, {gain.high:.3f}] (candidate {overall.candidate_mean:.3f} vs "
+        f"baseline {overall.baseline_mean:.3f})"
+    )
+    if gain.low > -margin + _TOLERANCE:
+        return
+    if rule.method == "bootstrap" or gain.high < -margin - _TOLERANCE:
+        reasons.append(
+            f"{shown} does not lie above -{margin:.3f}: the candidate may be worse "
+            f"than the baseline by more than non_inferiority_margin {margin:.3f}"
+        )
+        return
+    waiting.append(
+        (
+            f"{shown} does not lie above -{margin:.3f} yet ({items} paired items)",
+            "more paired items: the interval must clear -margin or fall below it",
+        )
+    )
+
+
 def _regressions(regressions: Sequence[SuiteSummary], rule: GateRule) -> list[str]:
     reasons = []
     for suite in regressions:
@@ -460,13 +509,19 @@ def _evidence(
 ) -> list[str]:
     gain = overall.difference
     kind = "anytime-valid " if rule.method == "sequential" else ""
-    lines = [
+    interval = f"{_percent(gain.confidence)} {kind}interval [{gain.low:.3f}, {gain.high:.3f}]"
+    change = (
         f"gain {gain.mean:.3f} (candidate {overall.candidate_mean:.3f} vs baseline "
-        f"{overall.baseline_mean:.3f}), {_percent(gain.confidence)} {kind}interval "
-        f"[{gain.low:.3f}, {gain.high:.3f}] above zero, min_improvement "
-        f"{rule.min_improvement:.3f}",
-        f"{overall.items} paired items evaluated, at least {rule.min_items} needed",
-    ]
+        f"{overall.baseline_mean:.3f})"
+    )
+    margin = rule.non_inferiority_margin
+    first = (
+        f"{change}, {interval} above zero, min_improvement {rule.min_improvement:.3f}"
+        if margin is None
+        else f"{change}, {interval} above -{margin:.3f}: not worse than the baseline by "
+        f"more than non_inferiority_margin {margin:.3f}"
+    )
+    lines = [first, f"{overall.items} paired items evaluated, at least {rule.min_items} needed"]
     lines.extend(
         f"regression suite {suite.suite} changed "
         f"{suite.candidate_mean - suite.baseline_mean:+.3f} (baseline "

@@ -290,6 +290,10 @@ class Decision:
     missing: list[str] = field(default_factory=list)
     # The method that decided (``sequential`` or ``bootstrap``) and its figures.
     method: dict[str, Any] = field(default_factory=dict)
+    # What each arm's answers took: ``{"candidate": {...}, "baseline": {...}}`` with
+    # ``answers``, ``latency_ms_mean`` and, where the answers' records are priced,
+    # ``cost`` (money) over ``priced`` of them (``decision.arm_figures``).
+    arms: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -320,6 +324,7 @@ class Decision:
             "slices": self.slices,
             "missing": self.missing,
             "method": self.method,
+            "arms": self.arms,
         }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
@@ -12,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from reef.core import Progress
 from reef.core.errors import InvalidInputError
 from reef.core.trust import Trust
-from reef.releases import ArtifactStore, Release
+from reef.releases import ArtifactStore, Release, ReleaseManifest, RoutingComponent
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class TrainingExample:
     complaint_without_value: bool = False
     # The record's tags (``x-reef-tag-<name>`` headers): the gate's protected slices.
     tags: dict[str, str] = field(default_factory=dict)
+    # Who answered, in a distilled scenario whose release routes between a student and a
+    # teacher (the record's ``reef.served_by`` tag); None: the record does not say.
+    served_by: Literal["student", "teacher"] | None = None
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text.
@@ -161,6 +165,15 @@ class LearnerContext:
     metrics: Metrics
     harness_mode: Literal["managed", "client"] = "client"
     training_minutes: float | None = None
+    # The manifest of the release with this id (None: unknown), for learners that ask
+    # which release answered a record (``distill``: the teacher's answers).
+    release_manifest: Callable[[str], ReleaseManifest | None] = field(
+        default=lambda _release_id: None
+    )
+    # A distilled scenario's first rollout step (its configured student share of the
+    # traffic), the share ``distill`` proposes unless its own setting says; None: none
+    # configured.
+    first_rollout_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,11 +195,13 @@ class LearnerOutput:
     """A learner's result: new components (digests in the artifact store; None leaves
     the head's component), the record ids it actually used, and its metrics. A model
     learner whose trainer measured its fit may add ``probe``: a sample of its training
-    prompts for the train/serve skew check."""
+    prompts for the train/serve skew check. ``routing`` replaces the manifest's routing
+    component (``distill``: the student's first share of the traffic)."""
 
     adapter: str | None = None
     harness: str | None = None
     checkpoint: str | None = None
+    routing: RoutingComponent | None = None
     consumed: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     probe: tuple[ProbedPrompt, ...] = ()

@@ -6,7 +6,9 @@ items come from the scenario's held-out experience, selected without conditionin
 how the head did — every held-out record with feedback, not only the good ones — so the
 comparison is not tilted toward the head: a record's reference is its correction, else
 its served reply when its feedback says the reply was right
-(``gate.holdout_reference_min_score``); records with neither are left out. A turn that
+(``gate.holdout_reference_min_score``); records with neither are left out (a distilled
+scenario's teacher answers are references too with ``gate.holdout_teacher_references``:
+``teacher_items``). A turn that
 was offered tools is asked again with them, and a reference made of tool calls is
 scored by the ``tool_call`` scorer (name and arguments), whatever the gate's default. Each item
 carries its provenance (the feedback authors who decided the reference and their trust),
@@ -24,7 +26,7 @@ training (``reef.learning.overlap``); ``evidence_notes`` carries both to the gat
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +53,7 @@ from reef.learning.recipes import Recipe
 from reef.learning.reflect import UpstreamModels
 from reef.learning.screening import TrustedReference, author_name
 from reef.learning.selection import SelectionConfig, holdout_bucket, select_experience
+from reef.learning.teacher import ReleaseManifests, answered_by_teacher, teacher_reference
 from reef.releases import ArtifactStore, ReleaseChain
 from reef.upstream.canonical import openai_chat_messages
 
@@ -116,9 +119,14 @@ def select_holdout(
     held = sorted(batch.holdout, key=lambda e: (holdout_bucket(e.record_id + ":gate"), e.record_id))
     items: list[EvalItem] = []
     skipped: Counter[str] = Counter()
+    teacher = teacher_items(chain) if recipe.gate.holdout_teacher_references else None
     for example in held:
         if len(items) >= recipe.gate.holdout_limit:
             break
+        taught = None if teacher is None else teacher(example)
+        if taught is not None:
+            items.append(taught)
+            continue
         if not example.principals:
             skipped["no_feedback"] += 1
             continue
@@ -128,6 +136,32 @@ def select_holdout(
         else:
             skipped[_why_no_reference(example)] += 1
     return HeldOut(items, dict(skipped))
+
+
+def teacher_items(chain: ReleaseChain) -> Callable[[TrainingExample], EvalItem | None]:
+    """For ``gate.holdout_teacher_references``: a held-out record as an item when a
+    distilled scenario's teacher answered it (``reef.learning.teacher``), its reference
+    what the answer teaches (the correction; the answer unless feedback scored it
+    negative); None for any other record, which the usual rule then decides. A reference
+    Reef recorded from the configured teacher is the operator's evidence; a correction's
+    is its authors'."""
+    manifests = ReleaseManifests(chain)
+
+    def item(example: TrainingExample) -> EvalItem | None:
+        manifest = None if example.release_id is None else manifests(example.release_id)
+        if not answered_by_teacher(example, manifest):
+            return None
+        reference = teacher_reference(example)
+        if reference is None or manifest is None or manifest.routing is None:
+            return None
+        found = holdout_item(example, reference)
+        if example.correction is not None:
+            return found
+        teacher = manifest.routing.teacher
+        source = Provenance("holdout", "operator", (f"teacher:{teacher.upstream}/{teacher.model}",))
+        return replace(found, provenance=source)
+
+    return item
 
 
 def _why_no_reference(example: TrainingExample) -> str:

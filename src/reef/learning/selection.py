@@ -539,7 +539,21 @@ def _example(  # noqa: PLR0913
         chat_messages=chat_messages(record, messages),
         complaint_without_value=complained,
         tags=dict(record.tags),
+        served_by=_served_by(record),
     )
+
+
+# The tag the gateway writes on a routed record: the arm whose answer was returned.
+SERVED_BY_TAG = "reef.served_by"
+
+
+def _served_by(record: RecordView) -> Literal["student", "teacher"] | None:
+    """Who answered a distilled scenario's record (``reef.learning.teacher``), when the
+    record says: its ``reef.served_by`` tag (``student`` or ``teacher``)."""
+    served = record.tags.get(SERVED_BY_TAG)
+    if served == "teacher":
+        return "teacher"
+    return "student" if served == "student" else None
 
 
 def _reference_authors(feedback: list[FeedbackView]) -> tuple[tuple[str | None, Trust], ...]:

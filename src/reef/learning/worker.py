@@ -94,6 +94,7 @@ from reef.learning.registry import LearnerRegistry
 from reef.learning.retries import UNKNOWN_REASON, failure_message, retry_verdict
 from reef.learning.selection import select_experience
 from reef.learning.skew import TrainServeSkewError, check_skew
+from reef.learning.teacher import ReleaseManifests
 from reef.learning.trainers import TrainingDeadlineError
 from reef.learning.undecided import Resumption, resume_undecided
 from reef.releases import (
@@ -652,6 +653,7 @@ class JobRun:
         metrics: dict[str, Any] = {}
         settings = self.worker.settings
         work_root = settings.home / "jobs" / self.job.id / f"attempt-{self.job.attempt}"
+        manifests = ReleaseManifests(self.worker.chain)
         for index, learner in enumerate(learners):
             self._check_lease()
             name = f"{index}:{learner.type_name}"
@@ -669,6 +671,8 @@ class JobRun:
                 progress=SpanProgress(self, name, span),
                 metrics=self.metrics,
                 harness_mode=settings.scenario(self.job.scenario).harness,
+                release_manifest=manifests,
+                first_rollout_share=first_rollout_share(settings, self.job.scenario),
             )
             self.report_progress(span[0], f"{name}: started")
             output = self._train(learner, context)
@@ -793,6 +797,14 @@ class SpanProgress:
         self.run.report_progress(start + width * inside, f"{self.name}: {message}", force=False)
 
 
+def first_rollout_share(settings: ReefSettings, scenario: str) -> float | None:
+    """The first step of the scenario's ``distill.rollout_steps`` (its student's first
+    share of the traffic), or None when the scenario configures no distillation."""
+    distill = getattr(settings.scenario(scenario), "distill", None)
+    steps = getattr(distill, "rollout_steps", None) or ()
+    return float(steps[0]) if steps else None
+
+
 def training_device(config: LearnerConfig) -> str | None:
     """``cpu`` or ``gpu`` for a learner that trains a model (its config names a
     ``device``), None for one that does not: ``auto`` is ``gpu`` when torch, already
@@ -817,6 +829,8 @@ def _with_output(
     if output.adapter is not None:
         model = ModelComponent(base=model.base, checkpoint=model.checkpoint, adapter=output.adapter)
     harness = output.harness if output.harness is not None else manifest.harness
-    if model == manifest.model and harness == manifest.harness:
+    # A distilled scenario's routing stays with every candidate; ``distill`` sets its share.
+    routing = output.routing if output.routing is not None else manifest.routing
+    if model == manifest.model and harness == manifest.harness and routing == manifest.routing:
         return manifest
-    return ReleaseManifest(model=model, harness=harness, recipe=recipe)
+    return ReleaseManifest(model=model, harness=harness, recipe=recipe, routing=routing)

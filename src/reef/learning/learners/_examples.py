@@ -82,17 +82,6 @@ def openai_call(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def tool_target(item: TrainingExample, min_score: float) -> str | None:
-    """What a tool-using turn should have said, as the engine's text of it (content,
-    then each call as a ``<tool_call>`` block): the correction (text or tool calls),
-    else the served reply when its score reaches ``min_score``."""
-    if item.correction is not None:
-        return tool_correction_text(item)
-    if item.score is not None and item.score >= min_score:
-        return tool_served_text(item)
-    return None
-
-
 def reply_text(message: dict[str, Any]) -> str | None:
     """A canonical assistant message as the engine's text of it: its content, then
     each of its tool calls as a ``<tool_call>`` block (``assistant_text``); None when

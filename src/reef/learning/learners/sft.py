@@ -29,7 +29,13 @@ from reef.learning.base import (
     ProbedPrompt,
     TrainingExample,
 )
-from reef.learning.learners._examples import text_messages, tool_messages, tool_target, uses_tools
+from reef.learning.learners._examples import (
+    text_messages,
+    tool_correction_text,
+    tool_messages,
+    tool_served_text,
+    uses_tools,
+)
 from reef.learning.learners._model import (
     ModelLearner,
     RayTrainerSettings,
@@ -89,25 +95,32 @@ def sft_examples(
     used: list[str] = []
     for item in train:
         good_reply = item.score is not None and item.score >= min_score
-        if item.correction is None and not good_reply:
-            continue
-        tools: list[dict[str, Any]] = []
-        if uses_tools(item):
-            # The whole turn as the engine serves it: the tools offered, earlier calls
-            # and results, and a reply that may itself be tool calls.
-            target, messages, tools = (
-                tool_target(item, min_score),
-                tool_messages(item.messages),
-                list(item.tools),
-            )
-        else:
-            target, messages = item.target_text(), text_messages(item.messages)
-        if not target or not messages:
-            continue
-        example = SFTExample(messages=messages, target=target, weight=item.weight, tools=tools)
-        examples.append(example)
-        used.append(item.record_id)
+        example = supervised_example(item, reply_is_target=good_reply)
+        if example is not None:
+            examples.append(example)
+            used.append(item.record_id)
     return examples, used
+
+
+def supervised_example(item: TrainingExample, reply_is_target: bool) -> SFTExample | None:
+    """``item`` as a supervised example: its correction as the target, else its served
+    reply when ``reply_is_target``; None without a usable target. A turn with tools
+    trains with them (the tools offered, earlier calls and results, a target that may
+    itself be tool calls); any other as text."""
+    if item.correction is None and not reply_is_target:
+        return None
+    tools: list[dict[str, Any]] = []
+    if uses_tools(item):
+        # The whole turn as the engine serves it: the tools offered, earlier calls
+        # and results, and a reply that may itself be tool calls.
+        served = item.correction is None
+        target = tool_served_text(item) if served else tool_correction_text(item)
+        messages, tools = tool_messages(item.messages), list(item.tools)
+    else:
+        target, messages = item.target_text(), text_messages(item.messages)
+    if not target or not messages:
+        return None
+    return SFTExample(messages=messages, target=target, weight=item.weight, tools=tools)
 
 
 def with_harness(examples: list[SFTExample], harness: Harness | None) -> list[SFTExample]:
@@ -166,22 +179,28 @@ class SFTLearner(ModelLearner[SFTConfig]):
     type_name: ClassVar[str] = "sft"
     config_model: ClassVar[type[LearnerConfig]] = SFTConfig
 
+    # What the progress says when the batch gives nothing to train on.
+    nothing_to_train: ClassVar[str] = "no corrections or high-score replies"
+
+    def training_set(self, context: LearnerContext, items: list[TrainingExample]) -> TrainingSet:
+        """What ``learn`` trains on of ``items`` (the batch, then its replay): here the
+        corrections and high-score replies (``examples_for``)."""
+        return examples_for(context, self.settings, items)
+
     def learn(self, context: LearnerContext) -> LearnerOutput:
         """SFT on the batch's corrections and high-score replies (contract: ``ModelLearner``)."""
-        cfg = self.settings
-        found = examples_for(context, cfg, context.batch.train)
+        cfg, name = self.settings, self.type_name
+        found = self.training_set(context, context.batch.train)
         examples, used = found.examples, found.used
         if not examples:
-            context.progress.report(
-                1.0, "sft: no corrections or high-score replies; nothing to train"
-            )
+            context.progress.report(1.0, f"{name}: {self.nothing_to_train}; nothing to train")
             return LearnerOutput(metrics={"examples": 0})
-        model = model_source("sft", self.settings.model, context)
-        work = fresh_work_dir(context, "sft")
+        model = model_source(name, self.settings.model, context)
+        work = fresh_work_dir(context, name)
         base_adapter = head_adapter(context, model, work, self.settings.continue_from_head)
         replay = TrainingSet([], [], [])
         if cfg.replay and base_adapter is not None:
-            replay = examples_for(context, cfg, context.batch.replay)
+            replay = self.training_set(context, context.batch.replay)
         replayed = replay.examples
         spec = SFTSpec(
             model=trained_weights(context, model, work),
@@ -194,12 +213,12 @@ class SFTLearner(ModelLearner[SFTConfig]):
             **cfg.run_settings(),
         )
         context.progress.report(
-            0.0, f"sft: training {model} on {len(examples)} examples + {len(replayed)} replayed"
+            0.0, f"{name}: training {model} on {len(examples)} examples + {len(replayed)} replayed"
         )
-        digest, result = train_adapter(context, "sft", spec, cfg, work, {"examples": len(examples)})
+        digest, result = train_adapter(context, name, spec, cfg, work, {"examples": len(examples)})
         steps = result.metrics["steps"]
         context.progress.report(
-            1.0, f"sft: adapter {digest} ({steps} steps, {result.metrics['stop_reason']})"
+            1.0, f"{name}: adapter {digest} ({steps} steps, {result.metrics['stop_reason']})"
         )
         metrics = {k: result.metrics[k] for k in REPORTED if k in result.metrics}
         metrics.update(examples=len(examples), replayed=len(replayed), base=model)

@@ -6,7 +6,10 @@ wheel with its safetensors cache, ``tiny-random``, local Hugging Face directorie
 continuous batching on a worker thread (``scheduler``, ``batch``, ``sampling``,
 ``sequences``), runtime LoRA adapters with leases (``adapters``) and their canonical
 digest (``digest``), the OpenAI-compatible HTTP server with vLLM's adapter API
-(``server``, ``protocol``, ``responses``, ``runtime``), the tool-call format (``tools``:
+(``server``, ``protocol``, ``bodies``: the OpenAI-shaped chat and text
+completion bodies it answers with, ``runtime``; the engine serves no Responses API, a
+Responses client reaches it through the gateway's translation in
+``reef.upstream.responses``), the tool-call format (``tools``:
 the default tool prompt, rendering of calls and results, the parser, which the model
 learners also use), and the child-process contract used by ``reef serve``
 (``process``).

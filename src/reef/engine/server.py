@@ -30,6 +30,14 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
+from reef.engine.bodies import (
+    ADAPTER_DIGEST_HEADER,
+    ChoiceAccumulator,
+    ResponseShape,
+    ToolParsing,
+    error_body,
+    usage,
+)
 from reef.engine.completions import complete_text
 from reef.engine.errors import (
     ADAPTER_ALREADY_LOADED,
@@ -49,14 +57,6 @@ from reef.engine.protocol import (
     TokenizeRequest,
     UnloadCheckpointRequest,
     UnloadLoraAdapterRequest,
-)
-from reef.engine.responses import (
-    ADAPTER_DIGEST_HEADER,
-    ChoiceAccumulator,
-    ResponseShape,
-    ToolParsing,
-    error_body,
-    usage,
 )
 from reef.engine.runtime import Engine, GenerationStream
 from reef.engine.tools import ToolCallStream, tool_names

@@ -1,7 +1,7 @@
 """Checks of an OpenAI Responses request body, before Reef translates any of it.
 
 Unlike the chat and messages bodies, which go upstream as sent, a Responses body is
-translated into chat completions (``reef.upstream.responses``), so every field is
+translated into chat completions (``reef.upstream.responses.translate``), so every field is
 Reef's to understand: a field, item type, content part or tool the translation cannot
 carry is refused with a 400 naming it (``InvalidFieldError``), never dropped silently.
 Fields that change nothing the upstream sees (``store``, ``metadata``, ``service_tier``

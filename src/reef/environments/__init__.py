@@ -7,7 +7,7 @@ worker that runs a toolset's code in a child process with limits and no network
 (``sandbox``, ``worker_main``), the registry over the ``reef.environments``
 entry-point group (``registry``), the built-ins ``replay``, ``python`` and ``http``,
 an example toolset (``examples.orders``) and the episode runner that plays an
-environment against an OpenAI-compatible endpoint (``episode``).
+environment against an OpenAI-compatible endpoint (``playing``).
 Does not own: serving or recording the model's calls (``gateway``; never imported
 here), comparing candidates on episodes (``evaluation``), training on them
 (``learning``), recorded trajectories themselves (``experience``, read by ``replay``).
@@ -41,15 +41,6 @@ from reef.environments.base import (
     final_answer,
 )
 from reef.environments.calls import ParsedCall, cap_output, normalize_call, parse_call
-from reef.environments.episode import (
-    ChatEndpoint,
-    EpisodeResult,
-    StopCause,
-    TurnTokens,
-    play_episode,
-    run_episode,
-    turn_tokens,
-)
 from reef.environments.http_env import HttpEnvironment, HttpEnvironmentConfig
 from reef.environments.isolation import (
     Boundary,
@@ -58,6 +49,15 @@ from reef.environments.isolation import (
     tool_isolation,
 )
 from reef.environments.many import EpisodeJob, Played, play_episodes, run_episodes
+from reef.environments.playing import (
+    ChatEndpoint,
+    EpisodeResult,
+    StopCause,
+    TurnTokens,
+    play_episode,
+    run_episode,
+    turn_tokens,
+)
 from reef.environments.python_env import (
     TOOLSET_GROUP,
     PythonEnvironment,

@@ -42,7 +42,7 @@ from reef.core.errors import ReefError
 from reef.environments import Task, build_environment
 from reef.evaluation.config import GateConfig
 from reef.evaluation.decision import decide_results, score_answers
-from reef.evaluation.episodes import (
+from reef.evaluation.episode_evidence import (
     EpisodeRun,
     as_item_results,
     collect_episodes,

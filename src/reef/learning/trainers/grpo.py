@@ -224,7 +224,7 @@ def _gap(sampled: list[Sample], batch: dict[str, Any], model: PeftModel) -> floa
 
 def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainResult:
     """Train a LoRA adapter by GRPO and save it to ``spec.output_dir``; with
-    ``spec.environment``, over episodes (``reef.learning.trainers.episodes``).
+    ``spec.environment``, over episodes (``reef.learning.trainers.episode_training``).
 
     Deterministic for a given spec on one device when sampling locally. Metrics:
     ``loss_curve``, ``reward_curve`` (mean reward of the step's samples, before its
@@ -236,7 +236,9 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     cannot run here (a judge needs a model).
     """
     if spec.environment is not None:
-        from reef.learning.trainers.episodes import train_episode_grpo  # it imports this module
+        from reef.learning.trainers.episode_training import (
+            train_episode_grpo,  # it imports this module
+        )
 
         return train_episode_grpo(spec, progress)
     scorer = ScorerRegistry().build(spec.scorer, "rl.scorer")

@@ -256,7 +256,7 @@ class RLSpec(BaseModel):
     score is every one of its turns' reward. Without ``engine_url`` the child serves
     the policy itself, on an engine of its own synced after every update. A step's
     forward passes run ``micro_batch_tokens`` tokens at a time; a turn longer than
-    ``max_seq_len`` is left out (and counted). See ``reef.learning.trainers.episodes``.
+    ``max_seq_len`` is left out (and counted). See ``reef.learning.trainers.episode_training``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

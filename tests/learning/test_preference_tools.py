@@ -13,9 +13,9 @@ import pytest
 import torch
 from peft import PeftModel
 
+from reef.core.chat_format import AUTO, format_tool_call, parse_tool_calls
 from reef.engine.models import LoadedModel, load_model
 from reef.engine.runtime import Engine
-from reef.engine.tools import AUTO, format_tool_call, parse_tool_calls
 from reef.learning.base import TrainingExample
 from reef.learning.learners._examples import tool_messages
 from reef.learning.learners.preference import preference_pairs, unpaired_examples

@@ -29,6 +29,7 @@ import torch
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from reef.core.chat_format import ToolCallStream, tool_names
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
 from reef.engine.bodies import (
     ADAPTER_DIGEST_HEADER,
@@ -59,7 +60,6 @@ from reef.engine.protocol import (
     UnloadLoraAdapterRequest,
 )
 from reef.engine.runtime import Engine, GenerationStream
-from reef.engine.tools import ToolCallStream, tool_names
 
 logger = logging.getLogger("reef.engine")
 

@@ -110,7 +110,7 @@ def reply_tokens(
     reply_text: str,
 ) -> MaskedTokens:
     """``messages`` with ``tools`` and ``reply_text`` as the assistant's last turn,
-    rendered as the engine renders a request (``reef.engine.tools.render_tools``), with
+    rendered as the engine renders a request (``reef.core.chat_format.render_tools``), with
     the reply's tokens (and its end-of-turn token) the only ones that train
     (:func:`reef.learning.trainers.masking.mask_conversation`)."""
     reply = {"role": "assistant", "content": reply_text}

@@ -31,7 +31,7 @@ class SFTExample(BaseModel):
     """One supervised example: the conversation up to the reply (OpenAI form, content as
     text; assistant ``tool_calls`` and ``tool`` results kept) and the reply the model
     should give, as text (a reply's tool calls as the engine's ``<tool_call>`` blocks,
-    ``reef.engine.tools.assistant_text``). ``tools``: the tools the request offered,
+    ``reef.core.chat_format.assistant_text``). ``tools``: the tools the request offered,
     rendered as the engine renders them. ``weight`` scales its tokens' loss."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -23,13 +23,11 @@ from reef.environments.base import (
     TOOL_STATUSES,
     Environment,
     EnvironmentConfig,
-    EnvironmentSpecError,
     EpisodeError,
     EpisodeLimits,
     Observation,
     Score,
     StepResult,
-    Task,
     ToolCrashed,
     ToolError,
     ToolOutput,
@@ -66,7 +64,13 @@ from reef.environments.python_env import (
 from reef.environments.registry import ENVIRONMENT_GROUP, EnvironmentRegistry, build_environment
 from reef.environments.replay import ReplayEnvironment, ReplayEnvironmentConfig
 from reef.environments.sandbox import SandboxConfig, ToolWorker
-from reef.environments.tasks import TaskCount, load_tasks, task_from_dict
+from reef.environments.tasks import (
+    EnvironmentSpecError,
+    Task,
+    TaskCount,
+    load_tasks,
+    task_from_dict,
+)
 
 __all__ = [
     "ENVIRONMENT_GROUP",

@@ -14,9 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from reef.environments.base import Environment, EpisodeError, Task
+from reef.environments.base import Environment, EpisodeError
 from reef.environments.playing import ChatEndpoint, EpisodeResult, play_episode
 from reef.environments.registry import EnvironmentRegistry, build_environment
+from reef.environments.tasks import Task
 
 EpisodeJob = tuple[Task, ChatEndpoint]
 """One episode to play: the task, and the model to play it with."""

@@ -34,7 +34,7 @@ from typing import Any
 import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import engine_vs_vllm as side  # bench/engine_vs_vllm.py: machine(), load()
+import engine_vs_vllm as side  # bench/engine_vs_vllm.py: machine(), load(), weight reads
 from sections import write_between
 
 import engine as engine_bench  # bench/engine.py: make_adapter, tokens_per_second
@@ -52,55 +52,6 @@ PROMPTS = [
     "Name a planet.",
     "Give me a tip for sleeping better.",
 ]
-
-
-def decode_bytes(model: Any) -> int:
-    """Bytes one decoded token reads: every weight and buffer as the engine holds them
-    (int8 weights count one byte each), less the input embedding when the output head
-    holds its own copy (a packed head): a token reads one row of the embedding, not all."""
-    import torch
-
-    from reef.engine.precision import Fp16Linear
-
-    head = model.get_output_embeddings()
-    embedding = model.get_input_embeddings().weight
-    own_head = head is not None and getattr(head, "weight", None) is not embedding
-    skip = embedding if own_head else None
-    tensors = [*model.parameters(), *model.buffers()]
-    held = sum(
-        t.numel() * t.element_size()
-        for t in tensors
-        if (t.is_floating_point() or t.dtype == torch.int8) and t is not skip
-    )
-    # float16 weights packed for fbgemm are no tensor of the model's: two bytes each
-    packed = sum(
-        2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, Fp16Linear)
-    )
-    return held + packed
-
-
-def bound_figures(weight_bytes: int, dtype: Any, threads: int) -> dict[str, float]:
-    """The weights' MB, the read rate (GB/s) of a tensor that size with ``threads``, and
-    the decode bound it sets (tok/s: a token reads every weight once). Bytes are bytes:
-    int8 weights are timed as a bfloat16 tensor of the same size."""
-    rate = read_rate(weight_bytes, dtype, threads)
-    return {"weight_mb": weight_bytes / 1e6, "read_gb_s": rate / 1e9, "bound": rate / weight_bytes}
-
-
-def read_rate(nbytes: int, dtype: Any, threads: int) -> float:
-    """Bytes per second summing a tensor of ``nbytes`` of ``dtype`` (best of 5)."""
-    import torch
-
-    torch.set_num_threads(threads)
-    element = torch.tensor([], dtype=dtype).element_size()
-    data = torch.ones(nbytes // element, dtype=dtype)
-    data.sum()  # touch every page first
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        data.sum()
-        best = min(best, time.perf_counter() - started)
-    return nbytes / best
 
 
 def products_alone(model: Any, threads: int, passes: int = 10) -> float:
@@ -177,7 +128,7 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
         dtype = load_dtype(name)
         loaded = load_model(args.model, args.home, dtype=dtype)
         apply_precision(loaded.model, name)
-        weight_bytes = decode_bytes(loaded.model)
+        weight_bytes = side.decode_bytes(loaded.model)
         products = products_alone(loaded.model, args.threads)
         engine = Engine(loaded, threads=args.threads)
         server = BackgroundServer(engine).start()
@@ -185,7 +136,7 @@ def one_run(args: argparse.Namespace, order: tuple[str, ...], adapter: Path) -> 
             result = asyncio.run(measure(server.base_url, args.model, adapter, args))
         finally:
             server.stop()
-        result.update(bound_figures(weight_bytes, dtype, engine.scheduler.threads))
+        result.update(side.bound_figures(weight_bytes, dtype, engine.scheduler.threads))
         result["threads"] = engine.scheduler.threads
         result["products"] = products
         out[name] = result

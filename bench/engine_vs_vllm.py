@@ -24,7 +24,7 @@ reported, since other work on the machine skews the figures.
 vLLM dtype is a target of its own in every run. With more than one, the report adds a
 precision table: decode tokens/s at concurrency 1 and 8 of every target, the
 memory-bandwidth bound of each engine dtype (the weights' bytes against the read rate of
-a tensor that size, ``bench/engine_dtypes.py``'s ``read_rate``, with the engine's
+a tensor that size, ``read_rate``, with the engine's
 threads), and issue 16's targets checked for each engine dtype: concurrency 1 at
 >= 0.7x its bound and >= 1.5x vLLM's best, concurrency 8 at >= 1.2x vLLM's best.
 """
@@ -321,11 +321,59 @@ def table(engine_runs: list[dict[str, Any]], vllm_runs: list[dict[str, Any]]) ->
     return "\n".join(rows)
 
 
+def decode_bytes(model: Any) -> int:
+    """Bytes one decoded token reads: every weight and buffer as the engine holds them
+    (int8 weights count one byte each), less the input embedding when the output head
+    holds its own copy (a packed head): a token reads one row of the embedding, not all."""
+    import torch
+
+    from reef.engine.precision import Fp16Linear
+
+    head = model.get_output_embeddings()
+    embedding = model.get_input_embeddings().weight
+    own_head = head is not None and getattr(head, "weight", None) is not embedding
+    skip = embedding if own_head else None
+    tensors = [*model.parameters(), *model.buffers()]
+    held = sum(
+        t.numel() * t.element_size()
+        for t in tensors
+        if (t.is_floating_point() or t.dtype == torch.int8) and t is not skip
+    )
+    # float16 weights packed for fbgemm are no tensor of the model's: two bytes each
+    packed = sum(
+        2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, Fp16Linear)
+    )
+    return held + packed
+
+
+def bound_figures(weight_bytes: int, dtype: Any, threads: int) -> dict[str, float]:
+    """The weights' MB, the read rate (GB/s) of a tensor that size with ``threads``, and
+    the decode bound it sets (tok/s: a token reads every weight once). Bytes are bytes:
+    int8 weights are timed as a bfloat16 tensor of the same size."""
+    rate = read_rate(weight_bytes, dtype, threads)
+    return {"weight_mb": weight_bytes / 1e6, "read_gb_s": rate / 1e9, "bound": rate / weight_bytes}
+
+
+def read_rate(nbytes: int, dtype: Any, threads: int) -> float:
+    """Bytes per second summing a tensor of ``nbytes`` of ``dtype`` (best of 5)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    element = torch.tensor([], dtype=dtype).element_size()
+    data = torch.ones(nbytes // element, dtype=dtype)
+    data.sum()  # touch every page first
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - started)
+    return nbytes / best
+
+
 def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict[str, float]]:
     """Per engine dtype: the weights' MB as the engine holds them, the read rate (GB/s)
     of a tensor that size with the engine's threads, and the bound it sets (tok/s)."""
     import torch
-    from engine_dtypes import bound_figures, decode_bytes
 
     from reef.engine.models import load_model
     from reef.engine.precision import apply_precision, load_dtype

@@ -54,7 +54,7 @@ from gate_cost import Phases, spread
 from sections import write_between
 
 import reef.environments.many as many_episodes  # its build_environment gets timed
-import reef.evaluation.episodes as gate_episodes
+import reef.evaluation.episode_evidence as gate_episodes
 from reef.environments import (
     ChatEndpoint,
     Environment,
@@ -67,7 +67,7 @@ from reef.environments import (
     play_episodes,
 )
 from reef.evaluation.config import EpisodesConfig, GateConfig
-from reef.evaluation.episodes import EpisodeJob, EpisodeRun, endpoint_for, episode_jobs
+from reef.evaluation.episode_evidence import EpisodeJob, EpisodeRun, endpoint_for, episode_jobs
 from reef.evaluation.gate import Gate, GateOutcome
 from reef.evaluation.runner import GatewayTarget
 from reef.harness import Harness, render_openai

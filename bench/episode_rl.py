@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_vs_vllm as side  # bench/engine_vs_vllm.py: machine(), load()
 from sections import write_between
 
-from reef.engine.tools import assistant_text
+from reef.core.chat_format import assistant_text
 from reef.environments import (
     ChatEndpoint,
     EpisodeError,

@@ -52,7 +52,7 @@ from sections import write_between
 from reef.config import ReefSettings
 from reef.db import open_database
 from reef.evaluation.config import GateConfig
-from reef.evaluation.episodes import EpisodeRun
+from reef.evaluation.episode_evidence import EpisodeRun
 from reef.evaluation.gate import Gate, GateOutcome
 from reef.evaluation.results import EvaluationStore
 from reef.evaluation.runner import GatewayTarget, reply_text

@@ -174,7 +174,7 @@ def measure(args: argparse.Namespace, adapter: Path, held_out: list[str]) -> dic
     from peft import PeftModel
 
     from reef.engine.models import load_model
-    from reef.learning.trainers.lora_sft import _collate, build_features
+    from reef.learning.trainers.lora_sft import build_features, collate
     from reef.learning.trainers.preference import sequence_logps
     from reef.learning.trainers.spec import SFTExample
 
@@ -186,7 +186,7 @@ def measure(args: argparse.Namespace, adapter: Path, held_out: list[str]) -> dic
             build_features(loaded.tokenizer, SFTExample(messages=user(p), target=reply), 512)
             for p in held_out
         ]
-        batch = _collate(feats, 0, torch.device("cpu"))
+        batch = collate(feats, 0, torch.device("cpu"))
         with torch.no_grad():
             after = sequence_logps(model, batch)
             with model.disable_adapter():

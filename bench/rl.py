@@ -224,7 +224,7 @@ def episode_reward(completions: list[Any], environments: list[Shop], **_: Any) -
 
 def served_prompt(tokenizer: Any, task: Task, tools: list[dict[str, Any]]) -> str:
     """What Reef's engine renders for ``task``'s first turn with ``tools``."""
-    from reef.engine.tools import render_tools
+    from reef.core.chat_format import render_tools
 
     chat = render_tools(list(task.messages), tools, template_takes_tools=False)
     text: str = tokenizer.apply_chat_template(
@@ -238,7 +238,7 @@ def trl_template(tools: list[dict[str, Any]]) -> str:
     text, and the tools written as Reef's engine writes them (whatever TRL passes)."""
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from reef.engine.tools import tool_prompt
+    from reef.core.chat_format import tool_prompt
 
     lines = tool_prompt(tools).split("<tools>\n", 1)[1].split("</tools>", 1)[0]
     head = """    {%- if messages[0]['role'] == 'system' %}

@@ -125,6 +125,20 @@ def test_torch_lives_only_in_engine_and_trainers() -> None:
     assert not offenders, "\n".join(offenders)
 
 
+def test_learning_knows_the_chat_format_without_the_engine() -> None:
+    """The learners write conversations down in ``reef.core.chat_format``; only the
+    trainers, which load the engine's model to train on it, import ``reef.engine`` (the
+    format once lived in ``reef.engine.tools``)."""
+    offenders = []
+    for path in sorted((SRC / "learning").rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if not rel.startswith("learning/trainers/") and "engine" in _targets(_imports(path)):
+            offenders.append(rel)
+    assert not offenders, f"import reef.core.chat_format instead: {offenders}"
+    format_imports = _targets(_imports(SRC / "core" / "chat_format.py"))
+    assert not format_imports, f"reef.core.chat_format imports {sorted(format_imports)}"
+
+
 # Packages other packages reach only through their face (``reef.X``, its ``__all__``).
 FACED = ("db", "environments", "evaluation", "experience", "jobs", "learning", "releases")
 
@@ -202,7 +216,7 @@ def _loaded_by(modules: str, wanted: str) -> list[str]:
         "reef.gateway",
         "reef.cli.main",
         "reef.experience",
-        "reef.engine.tools",
+        "reef.core.chat_format",
         "reef.environments",
     ],
 )

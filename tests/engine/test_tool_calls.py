@@ -15,10 +15,10 @@ from typing import Any
 import openai
 import pytest
 
+from reef.core.chat_format import AUTO, TOOL_CALL_OPEN, ToolChoice, call_prefill
 from reef.engine.models import load_model
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
-from reef.engine.tools import AUTO, TOOL_CALL_OPEN, ToolChoice, call_prefill
 from tests.engine.conftest import TINY, Admin
 from tests.engine.tool_model import teach_replies
 from tests.gateway.harness import GatewayThread, make_settings

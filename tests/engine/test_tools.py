@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reef.engine.models import load_model
-from reef.engine.runtime import Engine
-from reef.engine.tiny import CHAT_TEMPLATE
-from reef.engine.tools import (
+from reef.core.chat_format import (
     AUTO,
     TOOL_PROMPT_HEAD,
     ToolCall,
@@ -24,6 +21,9 @@ from reef.engine.tools import (
     template_takes_tools,
     tool_prompt,
 )
+from reef.engine.models import load_model
+from reef.engine.runtime import Engine
+from reef.engine.tiny import CHAT_TEMPLATE
 
 WEATHER = {
     "type": "function",

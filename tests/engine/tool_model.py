@@ -3,7 +3,7 @@ decoding reproduces fixed replies to fixed prompts.
 
 The prompts go through the engine's own encoding (default tool prompt, ``tool_choice``
 prefill), so what the model learnt is exactly what a request sends; the replies are in
-the format of :mod:`reef.engine.tools`. It is a real model on the real serving path,
+the format of :mod:`reef.core.chat_format`. It is a real model on the real serving path,
 which makes tool-call answers deterministic without a scripted stand-in. Training takes
 a few seconds on one CPU thread.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
+from reef.core.chat_format import ToolChoice
 from reef.engine.runtime import Engine
-from reef.engine.tools import ToolChoice
 
 Lesson = tuple[list[dict[str, Any]], list[dict[str, Any]], ToolChoice, str]
 """messages, tools, tool_choice, and the reply the model must give (prefill included)."""

@@ -17,11 +17,10 @@ from reef.experience import (
     ImportSummary,
     RecordView,
     SQLExperienceStore,
-    export_records,
     import_file,
 )
-from reef.experience.export import OtelFileOptions, export_otel
 from reef.experience.importing.otel import attributes_of
+from reef.telemetry.otlp_json import OtelFileOptions, export_otel
 from reef.upstream import canonical_reply, canonical_request
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
@@ -98,7 +97,7 @@ def test_otel_export_round_trips_conversations_and_feedback(tmp_path: Path) -> N
     target = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'b.db'}", migrate=True)
     try:
         dump = tmp_path / "spans.jsonl"
-        assert export_records(source, "s", "otel", dump) == 8
+        assert export_otel(source, "s", dump, OtelFileOptions()) == 8
         summary = _import(target, dump, tmp_path / "b", "auto")
         assert summary.formats == {str(dump): "otel"}
         assert (summary.records, summary.feedback, summary.skipped) == (8, 6, 0)
@@ -125,7 +124,7 @@ def test_feedback_on_records_of_several_lines_is_written_with_the_last(
     target = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'b.db'}", migrate=True)
     try:
         dump = tmp_path / "spans.jsonl"
-        export_records(source, "s", "otel", dump)
+        export_otel(source, "s", dump, OtelFileOptions())
         assert len(dump.read_text().splitlines()) == 8
         summary = _import(target, dump, tmp_path / "b", "otel")
         assert (summary.records, summary.feedback, summary.skipped) == (8, 6, 0)
@@ -149,7 +148,7 @@ def test_the_spans_carry_the_live_exports_attributes(tmp_path: Path) -> None:
     source = _source(tmp_path)
     try:
         out = io.BytesIO()
-        export_records(source, "s", "otel", out)
+        export_otel(source, "s", out, OtelFileOptions())
         spans = _spans(out.getvalue())
         records = [s for s in spans if s["kind"] == 3]
         first = attributes_of(records[0]["attributes"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -192,3 +193,19 @@ def test_duplicate_record_ids_are_stored_once(
     store.add_feedback(feedback((a, a)))
     (view,) = store.get_record(a).feedback
     assert view.record_ids == (a,)
+
+
+def test_new_feedback_count_counts_the_scenarios_feedback_after_a_time(
+    store: SQLExperienceStore, two_records: tuple[str, str]
+) -> None:
+    a, b = two_records
+    assert store.new_feedback_count("support", None) == 0
+    first, _ = store.add_feedback(feedback((a,)))
+    when = store.get_feedback(first).created_at
+    assert store.new_feedback_count("support", None) == 1
+    assert store.new_feedback_count("support", when) == 0  # strictly after
+    assert store.new_feedback_count("support", when - timedelta(microseconds=1)) == 1
+    store.add_feedback(feedback((b,), score=0.0))
+    assert store.new_feedback_count("support", None) == 2
+    assert store.new_feedback_count("support", when - timedelta(microseconds=1)) == 2
+    assert store.new_feedback_count("other", None) == 0

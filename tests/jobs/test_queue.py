@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from reef.core.errors import InvalidInputError
-from reef.experience import FeedbackDraft, SQLExperienceStore
+from reef.experience import SQLExperienceStore
 from reef.jobs import (
     Job,
     JobCancelledError,
@@ -193,36 +193,21 @@ def test_consumed_ids(queue: JobQueue) -> None:
     assert queue.consumed_ids("support") == set()  # not succeeded yet
     queue.complete(job.id, "w1", {})
     assert queue.consumed_ids("support") == {"r1", "r2"}
-    assert queue.consumed_ids("support", published_only=True) == set()  # no candidate
+    assert queue.consumed_ids("support", candidates=set()) == set()  # no candidate
     assert queue.consumed_ids("other") == set()
 
 
-def _feedback(record_id: str, score: float) -> FeedbackDraft:
-    return FeedbackDraft(
-        scenario="support",
-        record_ids=(record_id,),
-        score=score,
-        feedback=None,
-        correction=None,
-        metadata={},
-        principal=None,
-        idempotency_key=None,
-    )
-
-
-def test_new_feedback_count(
-    queue: JobQueue,
-    store: SQLExperienceStore,
-    make_draft: DraftFactory,  # noqa: F811
-) -> None:
-    [record_id] = store.write_records([make_draft()])
-    assert queue.new_feedback_count("support", None) == 0
-    store.add_feedback(_feedback(record_id, 1.0))
-    job = queue.enqueue("support", "learn", {})
-    assert queue.new_feedback_count("support", None) == 1
-    assert queue.new_feedback_count("support", job.created_at) == 0
-    store.add_feedback(_feedback(record_id, 0.0))
-    assert queue.new_feedback_count("support", job.created_at) == 1
+def test_consumed_ids_of_jobs_whose_candidate_is_named(queue: JobQueue) -> None:
+    for records, candidate in ((["r1"], "c1"), (["r2"], "c2")):
+        queue.enqueue("support", "learn", {})
+        job = queue.claim("w1", 30)
+        assert job is not None
+        queue.set_candidate(job.id, "w1", candidate)
+        queue.record_consumed(job.id, records)
+        queue.complete(job.id, "w1", {})
+    assert queue.consumed_ids("support") == {"r1", "r2"}
+    assert queue.consumed_ids("support", candidates={"c1"}) == {"r1"}
+    assert queue.consumed_ids("support", candidates=["c1", "c2"]) == {"r1", "r2"}
 
 
 def test_eight_concurrent_claimers_get_distinct_jobs(store_url: str) -> None:  # noqa: F811

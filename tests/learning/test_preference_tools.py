@@ -13,14 +13,14 @@ import pytest
 import torch
 from peft import PeftModel
 
+from reef.core.chat_format import AUTO, format_tool_call, parse_tool_calls
 from reef.engine.models import LoadedModel, load_model
 from reef.engine.runtime import Engine
-from reef.engine.tools import AUTO, format_tool_call, parse_tool_calls
 from reef.learning.base import TrainingExample
 from reef.learning.learners._examples import tool_messages
 from reef.learning.learners.preference import preference_pairs, unpaired_examples
 from reef.learning.trainers import Budget
-from reef.learning.trainers.lora_sft import IGNORE_INDEX, Features, _collate
+from reef.learning.trainers.lora_sft import IGNORE_INDEX, Features, collate
 from reef.learning.trainers.preference import prompt_features, sequence_logps, train_preference
 from reef.learning.trainers.spec import LoraSettings, PreferencePair, PreferenceSpec
 
@@ -365,7 +365,7 @@ def margins(
         )
         assert not isinstance(found, str)
         features.extend(found)
-    batch = _collate(features, 0, torch.device("cpu"))
+    batch = collate(features, 0, torch.device("cpu"))
     with torch.no_grad():
         after = sequence_logps(model, batch)
         with model.disable_adapter():

@@ -13,7 +13,7 @@ from peft import PeftModel
 from reef.core.digests import tree_digest
 from reef.engine.models import load_model
 from reef.learning.trainers import Budget
-from reef.learning.trainers.lora_sft import _collate, build_features, wrap_lora
+from reef.learning.trainers.lora_sft import build_features, collate, wrap_lora
 from reef.learning.trainers.preference import (
     batch_objective,
     dpo_loss,
@@ -76,7 +76,7 @@ def logps(tmp_path: Path, adapter: Path, reply: str) -> tuple[torch.Tensor, torc
         build_features(loaded.tokenizer, SFTExample(messages=user(p), target=reply), 512)
         for p in PROMPTS
     ]
-    batch = _collate(feats, 0, torch.device("cpu"))
+    batch = collate(feats, 0, torch.device("cpu"))
     with torch.no_grad():
         after = sequence_logps(model, batch)
         with model.disable_adapter():

@@ -72,7 +72,8 @@ TRAIN = [example(f"q{i}", q) for i, q in enumerate(QUESTIONS)]
 
 
 def test_rewards_come_from_the_evaluation_scorers_and_old_specs_still_read() -> None:
-    from reef.learning.trainers.grpo import group_advantages, reward
+    from reef.learning.trainers.grpo import reward
+    from reef.learning.trainers.rl_loss import group_advantages
     from reef.learning.trainers.spec import RLPrompt
 
     def scored(scorer: Any, completion: str, reference: str) -> float:

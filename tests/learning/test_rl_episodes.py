@@ -1,4 +1,4 @@
-"""``rl`` over episodes (``reef.learning.trainers.episodes``): a step's episodes become
+"""``rl`` over episodes (``reef.learning.trainers.episode_training``): a step's episodes become
 turns with their episode's advantage; micro-batches give the whole batch's gradient;
 on tiny-random in the ``python`` environment, GRPO over episodes sampled through the
 child's own engine raises the episode success rate, with the engine serving exactly
@@ -94,7 +94,7 @@ def tokens(prompt: int, completion: int) -> TurnTokens:
 
 
 def test_step_episodes_turn_every_turn_of_an_episode_into_its_advantage() -> None:
-    from reef.learning.trainers.episodes import step_episodes
+    from reef.learning.trainers.episode_training import step_episodes
 
     two_turns = [tokens(6, 3), tokens(12, 2)]
     signal = [episode(1.0, two_turns), episode(0.0, two_turns), episode(0.0, [tokens(6, 4)])]
@@ -132,13 +132,19 @@ def test_micro_batches_give_the_whole_batch_gradient(tmp_path: Path, loss_type: 
     one pass over every turn, whatever the loss type's normalisation."""
     import torch
 
-    from reef.learning.trainers.episodes import StepEpisodes, Turn, _Tally, _Update, micro_batches
-    from reef.learning.trainers.grpo import _wrap
+    from reef.learning.trainers.episode_training import (
+        StepEpisodes,
+        Turn,
+        _Tally,
+        _Update,
+        micro_batches,
+    )
     from reef.learning.trainers.lora_sft import Features, set_up
+    from reef.learning.trainers.rl_policy import wrap_policy
 
     spec = spec_for(tmp_path, 1, loss_type=loss_type)
     setup = set_up(spec)
-    model = _wrap(setup.loaded.model, spec)
+    model = wrap_policy(setup.loaded.model, spec)
     played = StepEpisodes(advantages=[1.2, -0.7, 0.4], episodes=4)
     for index, (prompt, completion) in enumerate([(5, 3), (9, 4), (7, 2), (11, 5), (6, 6)]):
         ids = [(7 * index + k) % 200 + 3 for k in range(prompt + completion)]
@@ -172,19 +178,19 @@ def test_the_update_takes_ratios_against_the_sampler_s_log_probs(tmp_path: Path)
 
     import torch
 
-    from reef.learning.trainers.episodes import StepEpisodes, Turn, _Tally, _Update
-    from reef.learning.trainers.grpo import _wrap
-    from reef.learning.trainers.lora_sft import Features, _collate, set_up, token_logps
+    from reef.learning.trainers.episode_training import StepEpisodes, Turn, _Tally, _Update
+    from reef.learning.trainers.lora_sft import Features, collate, set_up, token_logps
+    from reef.learning.trainers.rl_policy import wrap_policy
 
     spec = spec_for(tmp_path, 1, beta_kl=0.0)
     setup = set_up(spec)
-    model = _wrap(setup.loaded.model, spec)
+    model = wrap_policy(setup.loaded.model, spec)
     features = []
     for index, (prompt, completion) in enumerate([(5, 3), (7, 4)]):
         ids = [(5 * index + k) % 200 + 3 for k in range(prompt + completion)]
         features.append(Features(ids, [-100] * prompt + ids[prompt:], 1.0))
     with torch.no_grad():
-        policy, rows = token_logps(model, _collate(features, 0, setup.device))
+        policy, rows = token_logps(model, collate(features, 0, setup.device))
     own = [policy[rows == row].tolist() for row in range(2)]
 
     def ratios(shifts: tuple[float | None, float | None]) -> tuple[list[float], _Tally]:

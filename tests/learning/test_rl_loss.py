@@ -135,13 +135,13 @@ def trl_inputs(
 
 
 def reef_batch(prompts: list[list[int]], completions: list[list[int]]) -> dict[str, Any]:
-    from reef.learning.trainers.lora_sft import IGNORE_INDEX, Features, _collate
+    from reef.learning.trainers.lora_sft import IGNORE_INDEX, Features, collate
 
     features = [
         Features(p + c, [IGNORE_INDEX] * len(p) + c, 1.0)
         for p, c in zip(prompts, completions, strict=True)
     ]
-    return _collate(features, 0, torch.device("cpu"))
+    return collate(features, 0, torch.device("cpu"))
 
 
 def grads(model: Any) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def test_a_batch_two_updates_old_is_corrected_and_clipped() -> None:
     tokens whose ratio left the clip range on the side the advantage pushes (below
     ``1 - epsilon`` with A < 0, above ``1 + epsilon_high`` with A > 0) stop giving a
     gradient; every other token's is ``-A * ratio * weight``."""
-    from reef.learning.trainers.lora_sft import IGNORE_INDEX, Features, _collate, token_logps
+    from reef.learning.trainers.lora_sft import IGNORE_INDEX, Features, collate, token_logps
     from reef.learning.trainers.rl_loss import (
         LossSettings,
         clipped_loss,
@@ -239,7 +239,7 @@ def test_a_batch_two_updates_old_is_corrected_and_clipped() -> None:
     )
     ids = out[:, PROMPT:].tolist()
     features = [Features(prompt[0].tolist() + c, [IGNORE_INDEX] * PROMPT + c, 1.0) for c in ids]
-    batch = _collate(features, 0, torch.device("cpu"))
+    batch = collate(features, 0, torch.device("cpu"))
     settings = LossSettings("dapo", 0.25, 0.15, 0.0, MAX_COMPLETION)  # asymmetric
     advantages_of = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
     with torch.no_grad():

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from reef.core.chat_format import AUTO, parse_tool_calls
 from reef.engine.models import LoadedModel, load_model
 from reef.engine.runtime import Engine
-from reef.engine.tools import AUTO, parse_tool_calls
 from reef.learning.base import TrainingExample
 from reef.learning.learners.sft import sft_examples
 from reef.learning.trainers import SFTExample

@@ -14,8 +14,8 @@ from reef.learning.trainers.lora_sft import (
     IGNORE_INDEX,
     MIN_SHARED_PREFIX,
     Features,
-    _collate,
     build_features,
+    collate,
     decoder_states,
     full_model,
     labelled_loss,
@@ -48,7 +48,7 @@ def _batch(tmp_path: Path) -> tuple[Any, dict[str, Any]]:
         for text, label in TICKETS
     ]
     features = [build_features(loaded.tokenizer, example, 512) for example in examples]
-    return loaded, _collate(features, 0, torch.device("cpu"))
+    return loaded, collate(features, 0, torch.device("cpu"))
 
 
 def _loss_and_grads(model: Any, batch: dict[str, Any]) -> tuple[float, list[torch.Tensor]]:

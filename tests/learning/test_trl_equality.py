@@ -21,7 +21,7 @@ from peft import LoraConfig, PeftModel
 from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer
 
 from reef.engine.models import LoadedModel, load_model
-from reef.learning.trainers.lora_sft import IGNORE_INDEX, _collate, wrap_lora
+from reef.learning.trainers.lora_sft import IGNORE_INDEX, collate, wrap_lora
 from reef.learning.trainers.preference import Prepared, batch_objective, prepare
 from reef.learning.trainers.spec import (
     DpoLossType,
@@ -150,7 +150,7 @@ def reef_step(model: PeftModel, data: Prepared, s: PreferenceSpec, n: int) -> tu
 
 def trl_inputs(features: list[Any]) -> dict[str, torch.Tensor]:
     """TRL's collated batch from Reef's token ids: completion = Reef's labelled tokens."""
-    batch = _collate(features, 0, CPU)
+    batch = collate(features, 0, CPU)
     return {
         "input_ids": batch["input_ids"],
         "attention_mask": batch["attention_mask"],

@@ -73,6 +73,22 @@ def test_publish_appends_records_who_why_evidence_and_moves_the_head(
     }
 
 
+def test_published_candidate_ids_name_only_the_scenarios_published_candidates(
+    chain: ReleaseChain, manifest: ManifestFactory
+) -> None:
+    root = chain.create("s", manifest(), "config", "init")
+    chain.create("other", manifest(), "config", "init")
+    published = passed_candidate(chain, root, manifest(adapter=1))
+    waiting = passed_candidate(chain, root, manifest(adapter=2))
+    elsewhere = passed_candidate(chain, chain.head("other"), manifest(adapter=3))
+    assert chain.published_candidate_ids("s") == set()
+    chain.publish(published.id, root.id, "w", "r")
+    assert chain.published_candidate_ids("s") == {published.id}
+    assert waiting.id not in chain.published_candidate_ids("s")
+    assert chain.published_candidate_ids("other") == set()
+    assert chain.get_candidate(elsewhere.id).state == "passed"
+
+
 def test_explicit_evidence_is_stored_on_the_release(
     chain: ReleaseChain, manifest: ManifestFactory
 ) -> None:

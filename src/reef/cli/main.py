@@ -145,19 +145,13 @@ def export(
     ExportTraceServiceRequest per line, as the Collector's file exporter), content
     included unless --no-capture-content; reef import reads jsonl and otel back."""
     from reef.cli.stores import check_scenario, open_existing_database
-    from reef.experience import (
-        EXPORT_FORMATS,
-        OtelFileOptions,
-        Redactor,
-        SQLExperienceStore,
-        export_otel,
-        export_records,
-    )
+    from reef.experience import EXPORT_FORMATS, Redactor, SQLExperienceStore, export_records
+    from reef.telemetry.otlp_json import OtelFileOptions, export_otel
 
-    if format not in EXPORT_FORMATS:
+    formats = (*EXPORT_FORMATS, "otel")
+    if format not in formats:
         raise InvalidInputError(
-            f"--format must be one of {', '.join(EXPORT_FORMATS[:-1])} or "
-            f"{EXPORT_FORMATS[-1]}, not {format!r}"
+            f"--format must be one of {', '.join(formats[:-1])} or {formats[-1]}, not {format!r}"
         )
     if format == "parquet" and output is None:
         raise InvalidInputError("parquet export needs --output FILE")

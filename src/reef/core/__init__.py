@@ -5,9 +5,11 @@ the ``Clock`` that time-dependent parts read (``utc_now`` unless a test injects 
 ``Progress``, where long tasks report how far they got, the one retry helper
 (``retrying``: ``RetryPolicy``, ``Retrier``, ``parse_retry_after``), ``PluginRegistry``
 (``plugins``: learners, scorers and environments found by entry point) and the checks
-of a checkpoint directory (``checkpoints``).
-Does not own: anything that knows about HTTP, SQL, models or configuration; ``core``
-imports nothing else from ``reef``.
+of a checkpoint directory (``checkpoints``), and the chat and tool-call format a
+conversation is written down in for a model (``chat_format``: the engine serves it, the
+learners train on it).
+Does not own: anything that knows about HTTP, SQL, loading or running models, or
+configuration; ``core`` imports nothing else from ``reef``.
 Extend: packages subclass the error categories here for their own failures.
 """
 

@@ -6,10 +6,12 @@ wheel with its safetensors cache, ``tiny-random``, local Hugging Face directorie
 continuous batching on a worker thread (``scheduler``, ``batch``, ``sampling``,
 ``sequences``), runtime LoRA adapters with leases (``adapters``) and their canonical
 digest (``digest``), the OpenAI-compatible HTTP server with vLLM's adapter API
-(``server``, ``protocol``, ``responses``, ``runtime``), the tool-call format (``tools``:
-the default tool prompt, rendering of calls and results, the parser, which the model
-learners also use), and the child-process contract used by ``reef serve``
-(``process``).
+(``server``, ``protocol``, ``bodies``: the OpenAI-shaped chat and text
+completion bodies it answers with, ``runtime``; the engine serves no Responses API, a
+Responses client reaches it through the gateway's translation in
+``reef.upstream.responses``), and the child-process contract used by ``reef serve``
+(``process``). The tool-call format it renders prompts and parses replies in is
+``reef.core.chat_format``, shared with the model learners.
 
 Does not own: the gateway, experience or learning (it imports none of them; the
 learning code imports ``reef.engine.models`` to train on the same model, tokenizer and
@@ -27,11 +29,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from reef.core.chat_format import parse_tool_calls, render_tools
     from reef.engine.digest import adapter_digest
     from reef.engine.models import LoadedModel, load_model
     from reef.engine.process import ReadyInfo, engine_command, parse_ready_line
     from reef.engine.server import BackgroundServer, run_server
-    from reef.engine.tools import parse_tool_calls, render_tools
 
 _LAZY = {
     "adapter_digest": "reef.engine.digest",
@@ -42,8 +44,8 @@ _LAZY = {
     "parse_ready_line": "reef.engine.process",
     "BackgroundServer": "reef.engine.server",
     "run_server": "reef.engine.server",
-    "parse_tool_calls": "reef.engine.tools",
-    "render_tools": "reef.engine.tools",
+    "parse_tool_calls": "reef.core.chat_format",
+    "render_tools": "reef.core.chat_format",
 }
 
 __all__ = [

@@ -16,9 +16,9 @@ import orjson
 from aiohttp import web
 
 from reef.core.errors import ReefError
+from reef.engine.bodies import ADAPTER_DIGEST_HEADER, error_body, usage
 from reef.engine.errors import BadRequestError
 from reef.engine.protocol import CompletionRequest
-from reef.engine.responses import ADAPTER_DIGEST_HEADER, error_body, usage
 from reef.engine.runtime import Engine, GenerationStream
 from reef.engine.sequences import ChoiceDelta
 

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from reef.core.chat_format import AUTO, ToolChoice
 from reef.engine.errors import BadRequestError
-from reef.engine.tools import AUTO, ToolChoice
 
 
 class _Body(BaseModel):

@@ -29,6 +29,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
+from reef.core.chat_format import AUTO, ToolChoice, render_tools, template_takes_tools
 from reef.core.checkpoints import CheckpointError, CheckpointInfo, check_checkpoint_directory
 from reef.engine.adapters import AdapterLease, AdapterModel, AdapterRegistry, AdapterVersion
 from reef.engine.digest import check_adapter_directory
@@ -44,7 +45,6 @@ from reef.engine.precision import apply_precision, load_dtype, precision_of
 from reef.engine.prefixes import DEFAULT_BUDGET_BYTES
 from reef.engine.scheduler import Scheduler
 from reef.engine.sequences import BASE_KEY, ChoiceDelta, GenerationJob, SamplingParams
-from reef.engine.tools import AUTO, ToolChoice, render_tools, template_takes_tools
 
 logger = logging.getLogger("reef.engine")
 
@@ -169,7 +169,7 @@ class Engine:
         """Token ids of ``messages`` and ``tools`` through the chat template, ready for
         the assistant, and the reply's prefill (already at the end of the ids).
 
-        Tools reach a template that takes them; otherwise :mod:`reef.engine.tools`
+        Tools reach a template that takes them; otherwise :mod:`reef.core.chat_format`
         renders them into the system message. Raises ``BadRequestError`` when the
         template rejects the messages.
         """

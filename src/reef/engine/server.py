@@ -29,7 +29,16 @@ import torch
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from reef.core.chat_format import ToolCallStream, tool_names
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError, ReefError
+from reef.engine.bodies import (
+    ADAPTER_DIGEST_HEADER,
+    ChoiceAccumulator,
+    ResponseShape,
+    ToolParsing,
+    error_body,
+    usage,
+)
 from reef.engine.completions import complete_text
 from reef.engine.errors import (
     ADAPTER_ALREADY_LOADED,
@@ -50,16 +59,7 @@ from reef.engine.protocol import (
     UnloadCheckpointRequest,
     UnloadLoraAdapterRequest,
 )
-from reef.engine.responses import (
-    ADAPTER_DIGEST_HEADER,
-    ChoiceAccumulator,
-    ResponseShape,
-    ToolParsing,
-    error_body,
-    usage,
-)
 from reef.engine.runtime import Engine, GenerationStream
-from reef.engine.tools import ToolCallStream, tool_names
 
 logger = logging.getLogger("reef.engine")
 

@@ -7,7 +7,7 @@ worker that runs a toolset's code in a child process with limits and no network
 (``sandbox``, ``worker_main``), the registry over the ``reef.environments``
 entry-point group (``registry``), the built-ins ``replay``, ``python`` and ``http``,
 an example toolset (``examples.orders``) and the episode runner that plays an
-environment against an OpenAI-compatible endpoint (``episode``).
+environment against an OpenAI-compatible endpoint (``playing``).
 Does not own: serving or recording the model's calls (``gateway``; never imported
 here), comparing candidates on episodes (``evaluation``), training on them
 (``learning``), recorded trajectories themselves (``experience``, read by ``replay``).
@@ -23,13 +23,11 @@ from reef.environments.base import (
     TOOL_STATUSES,
     Environment,
     EnvironmentConfig,
-    EnvironmentSpecError,
     EpisodeError,
     EpisodeLimits,
     Observation,
     Score,
     StepResult,
-    Task,
     ToolCrashed,
     ToolError,
     ToolOutput,
@@ -47,15 +45,6 @@ from reef.environments.calls import (
     parse_call,
     schema_problem,
 )
-from reef.environments.episode import (
-    ChatEndpoint,
-    EpisodeResult,
-    StopCause,
-    TurnTokens,
-    play_episode,
-    run_episode,
-    turn_tokens,
-)
 from reef.environments.http_env import HttpEnvironment, HttpEnvironmentConfig
 from reef.environments.isolation import (
     Boundary,
@@ -64,6 +53,15 @@ from reef.environments.isolation import (
     tool_isolation,
 )
 from reef.environments.many import EpisodeJob, Played, play_episodes, run_episodes
+from reef.environments.playing import (
+    ChatEndpoint,
+    EpisodeResult,
+    StopCause,
+    TurnTokens,
+    play_episode,
+    run_episode,
+    turn_tokens,
+)
 from reef.environments.python_env import (
     TOOLSET_GROUP,
     PythonEnvironment,
@@ -72,7 +70,13 @@ from reef.environments.python_env import (
 from reef.environments.registry import ENVIRONMENT_GROUP, EnvironmentRegistry, build_environment
 from reef.environments.replay import ReplayEnvironment, ReplayEnvironmentConfig
 from reef.environments.sandbox import SandboxConfig, ToolWorker
-from reef.environments.tasks import TaskCount, load_tasks, task_from_dict
+from reef.environments.tasks import (
+    EnvironmentSpecError,
+    Task,
+    TaskCount,
+    load_tasks,
+    task_from_dict,
+)
 
 __all__ = [
     "ENVIRONMENT_GROUP",

@@ -1,6 +1,7 @@
 """The environment contract: ``Environment``, its settings (``EnvironmentConfig``,
-``EpisodeLimits``), the values an episode passes around (``Task``, ``Observation``,
-``ToolResult``, ``StepResult``, ``Score``) and the errors.
+``EpisodeLimits``), the values an episode passes around (``Observation``,
+``ToolResult``, ``StepResult``, ``Score``) and the errors of an episode; a ``Task`` and
+``EnvironmentSpecError`` live with the task files in ``reef.environments.tasks``.
 
 An environment is where an agent acts: it offers tasks, starts an episode on one
 (``reset``: the first messages and the tools offered), executes the tool calls the
@@ -18,15 +19,15 @@ import asyncio
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reef.core.errors import InvalidInputError, ReefError
+from reef.core.errors import ReefError
 from reef.environments.calls import (
     TRUNCATION_MARKER,
     ParsedCall,
@@ -34,6 +35,7 @@ from reef.environments.calls import (
     normalize_call,
     parse_call,
 )
+from reef.environments.tasks import EnvironmentSpecError, Task, load_tasks
 
 ToolStatus = Literal["ok", "error", "malformed", "timeout", "crashed", "unrecorded"]
 TOOL_STATUSES: tuple[ToolStatus, ...] = (
@@ -44,11 +46,6 @@ TOOL_STATUSES: tuple[ToolStatus, ...] = (
     "crashed",
     "unrecorded",
 )
-
-
-class EnvironmentSpecError(InvalidInputError):
-    """An environment is misconfigured: an unknown ``type:``, bad settings, an
-    unreadable tasks file, a toolset that is not registered, a remote URL not allowed."""
 
 
 class UnknownEnvironmentError(EnvironmentSpecError):
@@ -103,27 +100,6 @@ class EnvironmentConfig(BaseModel):
 
     tasks: Path | None = None
     limits: EpisodeLimits = EpisodeLimits()
-
-
-@dataclass(frozen=True)
-class Task:
-    """One task: its ``id``, the first messages of the episode (OpenAI chat form),
-    ``expected`` (what scoring needs: ``answer_contains``, ``tools_called`` or the
-    environment's own keys) and ``setup`` (what the environment seeds its state with)."""
-
-    id: str
-    messages: tuple[dict[str, Any], ...]
-    expected: Mapping[str, Any] = field(default_factory=dict)
-    setup: Mapping[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (what subprocess and HTTP tools are sent)."""
-        return {
-            "id": self.id,
-            "messages": [dict(m) for m in self.messages],
-            "expected": dict(self.expected),
-            "setup": dict(self.setup),
-        }
 
 
 @dataclass(frozen=True)
@@ -219,8 +195,6 @@ class Environment(ABC):
 
     def tasks(self) -> list[Task]:
         """The tasks: read from ``config.tasks`` when set, else ``generate_tasks()``."""
-        from reef.environments.tasks import load_tasks
-
         if self.config.tasks is not None:
             return load_tasks(self.config.tasks)
         return self.generate_tasks()

@@ -29,11 +29,11 @@ from reef.environments.base import (
     EpisodeError,
     Observation,
     Score,
-    Task,
     ToolError,
     ToolOutput,
     default_score,
 )
+from reef.environments.tasks import Task
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 

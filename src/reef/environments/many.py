@@ -3,7 +3,7 @@ jobs, ``concurrency`` at a time, each episode in flight in an environment of its
 (an environment holds one episode's state), started in the jobs' order.
 
 The gate's paired episodes (``reef.evaluation``) and RL over episodes
-(``reef.learning.trainers.episodes``) both play through it.
+(``reef.learning.trainers.episode_training``) both play through it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from reef.environments.base import Environment, EpisodeError, Task
-from reef.environments.episode import ChatEndpoint, EpisodeResult, play_episode
+from reef.environments.base import Environment, EpisodeError
+from reef.environments.playing import ChatEndpoint, EpisodeResult, play_episode
 from reef.environments.registry import EnvironmentRegistry, build_environment
+from reef.environments.tasks import Task
 
 EpisodeJob = tuple[Task, ChatEndpoint]
 """One episode to play: the task, and the model to play it with."""

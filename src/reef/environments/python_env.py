@@ -22,16 +22,15 @@ from pydantic import Field
 from reef.environments.base import (
     Environment,
     EnvironmentConfig,
-    EnvironmentSpecError,
     EpisodeError,
     Observation,
     Score,
-    Task,
     ToolCrashed,
     ToolOutput,
     default_score,
 )
 from reef.environments.sandbox import SandboxConfig, ToolWorker, WorkerFailed
+from reef.environments.tasks import EnvironmentSpecError, Task
 
 TOOLSET_GROUP = "reef.environment_tools"
 

@@ -7,12 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from reef.core.plugins import PluginRegistry
-from reef.environments.base import (
-    Environment,
-    EnvironmentConfig,
-    EnvironmentSpecError,
-    UnknownEnvironmentError,
-)
+from reef.environments.base import Environment, EnvironmentConfig, UnknownEnvironmentError
+from reef.environments.tasks import EnvironmentSpecError
 
 ENVIRONMENT_GROUP = "reef.environments"
 

@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Any
 from reef.environments.base import (
     Environment,
     EnvironmentConfig,
-    EnvironmentSpecError,
     EpisodeError,
     Observation,
     Score,
-    Task,
     ToolUnrecorded,
     default_score,
 )
+from reef.environments.tasks import EnvironmentSpecError, Task
 from reef.upstream.canonical import openai_chat_messages
 
 if TYPE_CHECKING:  # only the type: importing the experience store costs a second

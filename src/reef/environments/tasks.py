@@ -1,4 +1,5 @@
-"""Tasks from a JSONL file: one task a line.
+"""Tasks: the ``Task`` value, the error of a misconfigured environment, and tasks from a
+JSONL file, one task a line.
 
 Each line is an object with ``id`` (a string, unique in the file), the first messages
 as ``messages`` (OpenAI chat form, at least one) or a ``prompt`` (one user message),
@@ -9,12 +10,41 @@ seeds its state with). Unknown keys are refused, so a typo does not pass unnotic
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
 
-from reef.environments.base import EnvironmentSpecError, Task
+from reef.core.errors import InvalidInputError
+
+
+class EnvironmentSpecError(InvalidInputError):
+    """An environment is misconfigured: an unknown ``type:``, bad settings, an
+    unreadable tasks file, a toolset that is not registered, a remote URL not allowed."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: its ``id``, the first messages of the episode (OpenAI chat form),
+    ``expected`` (what scoring needs: ``answer_contains``, ``tools_called`` or the
+    environment's own keys) and ``setup`` (what the environment seeds its state with)."""
+
+    id: str
+    messages: tuple[dict[str, Any], ...]
+    expected: Mapping[str, Any] = field(default_factory=dict)
+    setup: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what subprocess and HTTP tools are sent)."""
+        return {
+            "id": self.id,
+            "messages": [dict(m) for m in self.messages],
+            "expected": dict(self.expected),
+            "setup": dict(self.setup),
+        }
+
 
 _KEYS = frozenset({"id", "messages", "prompt", "expected", "setup"})
 

@@ -9,7 +9,7 @@
    text, leak probes. The candidate and the head answer every item (paired), through the
    gateway, pinned with ``x-reef-release``, purpose ``eval`` (never trained on). With
    ``gate.episodes``, both also play the environment's tasks, ``repeats`` episodes per
-   task and side, interleaved (``episodes``); an episode's score is its task's score.
+   task and side, interleaved (``episode_evidence``); an episode's score is its task's score.
 4. Every answer is scored and stored (``EvaluationStore``), with the paired results of
    outside ``sources`` (shadow answers); an answer infrastructure failed is void for
    both arms; the rule (``stats.decide``) gives the verdict (passed, rejected or
@@ -42,7 +42,7 @@ from reef.core.errors import ReefError
 from reef.environments import Task, build_environment
 from reef.evaluation.config import GateConfig
 from reef.evaluation.decision import arm_figures, decide_results, score_answers
-from reef.evaluation.episodes import (
+from reef.evaluation.episode_evidence import (
     EpisodeRun,
     as_item_results,
     collect_episodes,

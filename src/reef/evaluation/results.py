@@ -25,7 +25,7 @@ from reef.core import dumps, loads, new_id
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.db import Database
 from reef.db import schema as t
-from reef.evaluation.episodes import EpisodeRun
+from reef.evaluation.episode_evidence import EpisodeRun
 from reef.evaluation.values import Arm, Decision, EvalItem, ItemResult
 from reef.experience import Redactor
 

@@ -42,10 +42,10 @@ from reef.experience.exchanges import (
 )
 from reef.experience.export import (
     EXPORT_FORMATS,
-    OtelFileOptions,
     ParquetUnavailableError,
-    export_otel,
+    binary_output,
     export_records,
+    export_views,
 )
 from reef.experience.importing import (
     BATCH_LINES as IMPORT_BATCH_LINES,
@@ -148,7 +148,6 @@ __all__ = [
     "Line",
     "LineImport",
     "MemoryLedger",
-    "OtelFileOptions",
     "ParquetUnavailableError",
     "PersonalData",
     "Purpose",
@@ -178,6 +177,7 @@ __all__ = [
     "WriterNotRunningError",
     "WriterStats",
     "assemble_trajectory",
+    "binary_output",
     "calibrate",
     "calibrate_records",
     "canonical_correction",
@@ -187,8 +187,8 @@ __all__ = [
     "check_feedback_source",
     "check_source_weights",
     "demo_trust",
-    "export_otel",
     "export_records",
+    "export_views",
     "find_personal_data",
     "import_file",
     "is_tool_call_correction",

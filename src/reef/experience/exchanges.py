@@ -44,7 +44,7 @@ from reef.upstream.canonical import (
     canonical_responses,
     openai_chat_messages,
 )
-from reef.upstream.responses import responses_request_to_openai
+from reef.upstream.responses.translate import responses_request_to_openai
 from reef.upstream.translate import anthropic_request_to_openai
 
 

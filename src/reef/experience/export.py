@@ -1,7 +1,9 @@
 """Export a scenario's records, with their feedback, as JSON Lines (``jsonl``, also
 named ``reef``: what ``reef import --format reef`` reads back), Parquet, OpenAI
-fine-tuning lines (``openai-finetune``: one conversation per answer, corrections applied),
-or OTLP/JSON GenAI spans (``otel``, ``reef.telemetry.otlp_json``).
+or fine-tuning lines (``openai-finetune``: one conversation per answer, corrections
+applied). OTLP/JSON GenAI spans (``reef export --format otel``) are telemetry's:
+``reef.telemetry.otlp_json.export_otel`` reads the same redacted views
+(``export_views``), as telemetry imports experience and not the other way round.
 
 JSON Lines keeps requests and responses as nested objects. Parquet has a fixed schema,
 so the free-form JSON values (request, response, usage, feedback bodies) are JSON text
@@ -13,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from itertools import islice
 from typing import IO, Any, Literal
 
@@ -26,8 +27,8 @@ from reef.experience.redaction import Redactor
 from reef.experience.store import ExperienceStore
 from reef.upstream.canonical import openai_chat_messages
 
-ExportFormat = Literal["jsonl", "reef", "parquet", "openai-finetune", "otel"]
-EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "reef", "parquet", "openai-finetune", "otel")
+ExportFormat = Literal["jsonl", "reef", "parquet", "openai-finetune"]
+EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "reef", "parquet", "openai-finetune")
 PARQUET_BATCH = 1000
 
 
@@ -50,56 +51,29 @@ def export_records(
     each record and its feedback are redacted as they are written, so rows stored
     before a pattern was added leave scrubbed too. Raises ``InvalidInputError`` for an
     unknown format and ``ParquetUnavailableError`` when Parquet is asked for without
-    pyarrow. ``otel`` writes content; ``export_otel`` takes its options.
+    pyarrow.
     """
-    if fmt == "otel":
-        return export_otel(store, scenario, out, OtelFileOptions(), since, redactor)
-    records = _records(store, scenario, since, redactor)
+    records = export_views(store, scenario, since, redactor)
     if fmt in ("jsonl", "reef"):  # ``reef``: the format ``reef import`` reads back
-        with _binary(out) as stream:
+        with binary_output(out) as stream:
             return _write_jsonl(records, stream)
     if fmt == "openai-finetune":
-        with _binary(out) as stream:
+        with binary_output(out) as stream:
             return _write_finetune(records, stream)
     if fmt == "parquet":
         pa = _pyarrow()
-        with _binary(out) as stream:
+        with binary_output(out) as stream:
             return _write_parquet(pa, records, stream)
     raise InvalidInputError(
         f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}"
     )
 
 
-@dataclass(frozen=True)
-class OtelFileOptions:
-    """``reef export --format otel``'s options: whether spans carry message content and
-    corrections (without them the file cannot be imported back), and the resource's
-    ``service.name``."""
-
-    capture_content: bool = True
-    service_name: str = "reef"
-
-
-def export_otel(
-    store: ExperienceStore,
-    scenario: str,
-    out: str | os.PathLike[str] | IO[bytes],
-    options: OtelFileOptions,
-    since: str | None = None,
-    redactor: Redactor | None = None,
-) -> int:
-    """``export_records`` in format ``otel``: OTLP/JSON GenAI spans
-    (``reef.telemetry.otlp_json``), with ``options``."""
-    from reef.telemetry.otlp_json import write_otlp_json  # telemetry imports experience
-
-    records = _records(store, scenario, since, redactor)
-    with _binary(out) as stream:
-        return write_otlp_json(records, stream, options.capture_content, options.service_name)
-
-
-def _records(
+def export_views(
     store: ExperienceStore, scenario: str, since: str | None, redactor: Redactor | None
 ) -> Iterator[RecordView]:
+    """The records of ``scenario`` as every export writes them: oldest first, from
+    ``since`` (a record id) on, redacted by ``redactor`` when it has patterns."""
     records = store.iter_export(scenario, since)
     if redactor is not None and redactor.active:
         records = map(redactor.redact_view, records)
@@ -208,7 +182,9 @@ def record_dict(view: RecordView) -> dict[str, Any]:
 
 
 @contextmanager
-def _binary(out: str | os.PathLike[str] | IO[bytes]) -> Iterator[IO[bytes]]:
+def binary_output(out: str | os.PathLike[str] | IO[bytes]) -> Iterator[IO[bytes]]:
+    """``out`` as a binary stream: a path opened (created or truncated) and closed
+    after, or a stream as it is (left open)."""
     if isinstance(out, str | os.PathLike):
         with open(out, "wb") as stream:
             yield stream

@@ -123,6 +123,11 @@ class ExperienceStore(ABC):
         view says whether it is held back."""
 
     @abstractmethod
+    def new_feedback_count(self, scenario: str, since: datetime | None) -> int:
+        """Feedback rows of ``scenario`` created after ``since`` (all when None): what the
+        ``min_new_feedback`` learning trigger counts."""
+
+    @abstractmethod
     def get_feedback(self, feedback_id: str) -> FeedbackView:
         """One feedback row; raises ``FeedbackNotFoundError``."""
 

@@ -39,24 +39,28 @@ def check_openai_chat(body: dict[str, Any]) -> None:
     _common(body)
     options = body.get("stream_options")
     if options is not None:
-        _optional_boolean(_object(options, "stream_options"), "include_usage", "stream_options")
+        optional_boolean(
+            require_object(options, "stream_options"), "include_usage", "stream_options"
+        )
     for index, tool in enumerate(_optional_array(body, "tools")):
-        function = _object(tool, f"tools[{index}]").get("function")
+        function = require_object(tool, f"tools[{index}]").get("function")
         if function is not None:
-            _optional_string(
-                _object(function, f"tools[{index}].function"), "name", f"tools[{index}].function"
+            optional_string(
+                require_object(function, f"tools[{index}].function"),
+                "name",
+                f"tools[{index}].function",
             )
     choice = body.get("tool_choice")
     if choice is not None and not isinstance(choice, str | dict):
-        _refuse("tool_choice", "a string or an object", choice)
+        refuse("tool_choice", "a string or an object", choice)
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str):
         _strings(stop, "stop", "a string or an array of strings")
-    _integer(body, "n", 1, MAX_CHOICES)
-    _integer(body, "max_completion_tokens", 1, MAX_COUNT)
-    _integer(body, "seed", -_INT64, _INT64 - 1)
+    check_integer(body, "n", 1, MAX_CHOICES)
+    check_integer(body, "max_completion_tokens", 1, MAX_COUNT)
+    check_integer(body, "seed", -_INT64, _INT64 - 1)
     for key in ("presence_penalty", "frequency_penalty"):
-        _number(body, key, None, None)
+        check_number(body, key, None, None)
 
 
 def check_openai_completions(body: dict[str, Any]) -> None:
@@ -66,15 +70,17 @@ def check_openai_completions(body: dict[str, Any]) -> None:
     _common(body)
     options = body.get("stream_options")
     if options is not None:
-        _optional_boolean(_object(options, "stream_options"), "include_usage", "stream_options")
+        optional_boolean(
+            require_object(options, "stream_options"), "include_usage", "stream_options"
+        )
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str):
         _strings(stop, "stop", "a string or an array of strings")
-    _optional_boolean(body, "echo", None)
-    _optional_string(body, "suffix", None)
-    _integer(body, "n", 1, MAX_CHOICES)
-    _integer(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
-    _integer(body, "seed", -_INT64, _INT64 - 1)
+    optional_boolean(body, "echo", None)
+    optional_string(body, "suffix", None)
+    check_integer(body, "n", 1, MAX_CHOICES)
+    check_integer(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    check_integer(body, "seed", -_INT64, _INT64 - 1)
 
 
 def check_openai_embeddings(body: dict[str, Any]) -> None:
@@ -83,11 +89,11 @@ def check_openai_embeddings(body: dict[str, Any]) -> None:
     _inputs(body, "input")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        _refuse("model", "a string", model)
-    _integer(body, "dimensions", 1, MAX_EMBEDDING_DIMENSIONS)
+        refuse("model", "a string", model)
+    check_integer(body, "dimensions", 1, MAX_EMBEDDING_DIMENSIONS)
     encoding = body.get("encoding_format")
     if encoding is not None and encoding not in EMBEDDING_ENCODINGS:
-        _refuse("encoding_format", "'float' or 'base64'", encoding)
+        refuse("encoding_format", "'float' or 'base64'", encoding)
 
 
 def _inputs(body: dict[str, Any], key: str) -> None:
@@ -100,7 +106,7 @@ def _inputs(body: dict[str, Any], key: str) -> None:
     if isinstance(value, str):
         return
     if not isinstance(value, list) or not value:
-        _refuse(key, expected, value)
+        refuse(key, expected, value)
     if all(isinstance(item, str) for item in value):
         return
     rows = value if all(isinstance(item, list) for item in value) else [value]
@@ -108,7 +114,7 @@ def _inputs(body: dict[str, Any], key: str) -> None:
         ids = [_whole(token) for token in tokens]
         if not tokens or not all(_is_token(token) for token in ids):
             where = key if rows is not value else f"{key}[{row}]"
-            _refuse(where, expected, tokens)
+            refuse(where, expected, tokens)
         tokens[:] = ids
 
 
@@ -133,24 +139,24 @@ def check_anthropic_messages(body: dict[str, Any]) -> None:
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         for index, block in enumerate(
-            _array(system, "system", "a string or an array of text blocks")
+            require_array(system, "system", "a string or an array of text blocks")
         ):
             _block(block, f"system[{index}]")
     _common(body)
     for index, tool in enumerate(_optional_array(body, "tools")):
         where = f"tools[{index}]"
-        tool = _object(tool, where)
-        _optional_string(tool, "name", where)
-        _optional_string(tool, "description", where)
+        tool = require_object(tool, where)
+        optional_string(tool, "name", where)
+        optional_string(tool, "description", where)
         if tool.get("input_schema") is not None:
-            _object(tool["input_schema"], f"{where}.input_schema")
+            require_object(tool["input_schema"], f"{where}.input_schema")
     _tool_choice(body.get("tool_choice"))
     metadata = body.get("metadata")
     if metadata is not None:
-        _optional_string(_object(metadata, "metadata"), "user_id", "metadata")
+        optional_string(require_object(metadata, "metadata"), "user_id", "metadata")
     if body.get("stop_sequences") is not None:
         _strings(body["stop_sequences"], "stop_sequences", "an array of strings")
-    _integer(body, "top_k", 0, MAX_COUNT)
+    check_integer(body, "top_k", 0, MAX_COUNT)
 
 
 def check_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -170,29 +176,31 @@ def check_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _openai_parts(content: Any, field: str) -> None:
-    for index, part in enumerate(_array(content, field, _CONTENT)):
+    for index, part in enumerate(require_array(content, field, _CONTENT)):
         _typed_object(part, f"{field}[{index}]", "a content part")
 
 
 def _openai_message_extras(message: dict[str, Any], where: str) -> None:
     for index, call in enumerate(_optional_array(message, "tool_calls", where)):
         field = f"{where}.tool_calls[{index}]"
-        function = _object(call, field).get("function")
+        function = require_object(call, field).get("function")
         if function is not None:
-            _optional_string(_object(function, f"{field}.function"), "name", f"{field}.function")
+            optional_string(
+                require_object(function, f"{field}.function"), "name", f"{field}.function"
+            )
     for key in ("tool_call_id", "name"):
-        _optional_string(message, key, where)
+        optional_string(message, key, where)
 
 
 def _common(body: dict[str, Any]) -> None:
     """Fields both dialects share."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        _refuse("model", "a string", model)
-    _optional_boolean(body, "stream", None)
-    _integer(body, "max_tokens", 1, MAX_COUNT)
-    _number(body, "temperature", 0, None)
-    _number(body, "top_p", 0, 1)
+        refuse("model", "a string", model)
+    optional_boolean(body, "stream", None)
+    check_integer(body, "max_tokens", 1, MAX_COUNT)
+    check_number(body, "temperature", 0, None)
+    check_number(body, "top_p", 0, 1)
 
 
 def _content_blocks(value: Any, field: str, required: bool) -> None:
@@ -200,7 +208,7 @@ def _content_blocks(value: Any, field: str, required: bool) -> None:
         return
     if isinstance(value, str):
         return
-    for index, block in enumerate(_array(value, field, _CONTENT)):
+    for index, block in enumerate(require_array(value, field, _CONTENT)):
         _block(block, f"{field}[{index}]")
 
 
@@ -210,40 +218,40 @@ def _block(value: Any, field: str) -> None:
     kind = block["type"]
     if kind == "text":
         if not isinstance(block.get("text"), str):
-            _refuse(f"{field}.text", "a string", block.get("text"))
+            refuse(f"{field}.text", "a string", block.get("text"))
     elif kind == "image":
         if block.get("source") is not None:
-            _object(block["source"], f"{field}.source")
+            require_object(block["source"], f"{field}.source")
     elif kind == "tool_use":
         for key in ("id", "name"):
-            _optional_string(block, key, field)
+            optional_string(block, key, field)
         if block.get("input") is not None:
-            _object(block["input"], f"{field}.input")
+            require_object(block["input"], f"{field}.input")
     elif kind == "tool_result":
-        _optional_string(block, "tool_use_id", field)
-        _optional_boolean(block, "is_error", field)
+        optional_string(block, "tool_use_id", field)
+        optional_boolean(block, "is_error", field)
         _content_blocks(block.get("content"), f"{field}.content", required=False)
 
 
 def _tool_choice(choice: Any) -> None:
     if choice is None:
         return
-    choice = _object(choice, "tool_choice", 'an object such as {"type": "auto"}')
+    choice = require_object(choice, "tool_choice", 'an object such as {"type": "auto"}')
     if choice.get("type") not in ANTHROPIC_TOOL_CHOICES:
         raise InvalidFieldError(
             "tool_choice.type",
             f"'tool_choice.type' must be one of {', '.join(ANTHROPIC_TOOL_CHOICES)}, "
-            f"not {_shown(choice.get('type'))}",
+            f"not {shown(choice.get('type'))}",
         )
     if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
-        _refuse("tool_choice.name", "a string (the tool to call)", choice.get("name"))
-    _optional_boolean(choice, "disable_parallel_tool_use", "tool_choice")
+        refuse("tool_choice.name", "a string (the tool to call)", choice.get("name"))
+    optional_boolean(choice, "disable_parallel_tool_use", "tool_choice")
 
 
 # -- the primitives ----------------------------------------------------------------------
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """What was sent, briefly: a number or short string itself, else its JSON type."""
     if isinstance(value, bool):
         return "a boolean"
@@ -256,33 +264,33 @@ def _shown(value: Any) -> str:
     return "null" if value is None else "an object"
 
 
-def _refuse(field: str, expected: str, value: Any) -> NoReturn:
-    raise InvalidFieldError(field, f"'{field}' must be {expected}, not {_shown(value)}")
+def refuse(field: str, expected: str, value: Any) -> NoReturn:
+    raise InvalidFieldError(field, f"'{field}' must be {expected}, not {shown(value)}")
 
 
-def _object(value: Any, field: str, expected: str = "an object") -> dict[str, Any]:
+def require_object(value: Any, field: str, expected: str = "an object") -> dict[str, Any]:
     if not isinstance(value, dict):
-        _refuse(field, expected, value)
+        refuse(field, expected, value)
     return value
 
 
 def _typed_object(value: Any, field: str, what: str) -> dict[str, Any]:
-    block = _object(value, field, f"{what} (an object with a 'type')")
+    block = require_object(value, field, f"{what} (an object with a 'type')")
     if not isinstance(block.get("type"), str):
-        _refuse(f"{field}.type", "a string", block.get("type"))
+        refuse(f"{field}.type", "a string", block.get("type"))
     return block
 
 
-def _array(value: Any, field: str, expected: str = "an array") -> list[Any]:
+def require_array(value: Any, field: str, expected: str = "an array") -> list[Any]:
     if not isinstance(value, list):
-        _refuse(field, expected, value)
+        refuse(field, expected, value)
     return value
 
 
 def _strings(value: Any, field: str, expected: str) -> None:
-    for index, item in enumerate(_array(value, field, expected)):
+    for index, item in enumerate(require_array(value, field, expected)):
         if not isinstance(item, str):
-            _refuse(f"{field}[{index}]", "a string", item)
+            refuse(f"{field}[{index}]", "a string", item)
 
 
 def _joined(parent: str | None, key: str) -> str:
@@ -291,24 +299,24 @@ def _joined(parent: str | None, key: str) -> str:
 
 def _optional_array(owner: dict[str, Any], key: str, parent: str | None = None) -> list[Any]:
     value = owner.get(key)
-    return [] if value is None else _array(value, _joined(parent, key))
+    return [] if value is None else require_array(value, _joined(parent, key))
 
 
 def _optional(owner: dict[str, Any], key: str, parent: str | None, kind: type, what: str) -> None:
     value = owner.get(key)
     if value is not None and not isinstance(value, kind):
-        _refuse(_joined(parent, key), what, value)
+        refuse(_joined(parent, key), what, value)
 
 
-def _optional_string(owner: dict[str, Any], key: str, parent: str | None) -> None:
+def optional_string(owner: dict[str, Any], key: str, parent: str | None) -> None:
     _optional(owner, key, parent, str, "a string")
 
 
-def _optional_boolean(owner: dict[str, Any], key: str, parent: str | None) -> None:
+def optional_boolean(owner: dict[str, Any], key: str, parent: str | None) -> None:
     _optional(owner, key, parent, bool, "a boolean")
 
 
-def _integer(body: dict[str, Any], key: str, lowest: int, highest: int) -> None:
+def check_integer(body: dict[str, Any], key: str, lowest: int, highest: int) -> None:
     """``body[key]``, when present, is an integer from ``lowest`` to ``highest``; one
     written with a zero fraction is replaced by the ``int``."""
     sent = body.get(key)
@@ -317,16 +325,18 @@ def _integer(body: dict[str, Any], key: str, lowest: int, highest: int) -> None:
     value = _whole(sent)
     # bool is an int in Python, not in JSON; integers past 64 bits arrive as floats.
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-        _refuse(key, f"an integer from {lowest} to {highest}", sent)
+        refuse(key, f"an integer from {lowest} to {highest}", sent)
     body[key] = value
 
 
-def _number(body: dict[str, Any], key: str, lowest: float | None, highest: float | None) -> None:
+def check_number(
+    body: dict[str, Any], key: str, lowest: float | None, highest: float | None
+) -> None:
     value = body.get(key)
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        _refuse(key, "a number", value)
+        refuse(key, "a number", value)
     if (lowest is not None and value < lowest) or (highest is not None and value > highest):
         bounds = f"at least {lowest}" if highest is None else f"from {lowest} to {highest}"
-        _refuse(key, f"a number {bounds}", value)
+        refuse(key, f"a number {bounds}", value)

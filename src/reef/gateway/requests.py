@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Final, cast, overload
 
 import orjson
+from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 from reef.core.errors import InvalidInputError, NotFoundError
@@ -52,6 +53,18 @@ MAX_TAGS: Final = 32
 # A plain decimal integer small enough for SQLite; int() alone also takes "²", " 5", "+5".
 _QUERY_INT_RE = re.compile(r"-?[0-9]{1,19}")
 MAX_QUERY_INT: Final = 2**63 - 1
+
+
+def parse_body(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    """``body`` validated as ``model``; raises ``InvalidInputError`` (a 400) naming each
+    field that is wrong and why."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidInputError(f"invalid request: {problems}") from exc
 
 
 async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:

@@ -33,7 +33,7 @@ gateway must never import ``learning``.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -423,16 +423,6 @@ class JobQueue:
         found = self.list(scenario=scenario, limit=1)
         return found[0] if found else None
 
-    def new_feedback_count(self, scenario: str, since: datetime | None) -> int:
-        """Feedback rows of ``scenario`` created after ``since`` (all when None): what the
-        ``min_new_feedback`` trigger counts."""
-        f = t.feedback.c
-        statement = select(func.count()).select_from(t.feedback).where(f.scenario == scenario)
-        if since is not None:
-            statement = statement.where(f.created_at > since)
-        with self._read() as conn:
-            return int(conn.scalar(statement) or 0)
-
     # -- consumed records ----------------------------------------------------------------
 
     def record_consumed(self, job_id: str, record_ids: Iterable[str]) -> None:
@@ -442,24 +432,23 @@ class JobQueue:
             with self._write() as conn:
                 conn.execute(self._insert_consumed, rows)
 
-    def consumed_ids(self, scenario: str, published_only: bool = False) -> set[str]:
-        """Record ids consumed by the scenario's ``succeeded`` jobs; with
-        ``published_only``, only by those whose candidate was published.
+    def consumed_ids(self, scenario: str, candidates: Collection[str] | None = None) -> set[str]:
+        """Record ids consumed by the scenario's ``succeeded`` jobs; with ``candidates``,
+        only by those whose candidate is one of them (the published ones, which the
+        releases store names: ``ReleaseChain.published_candidate_ids``).
 
         A job records what it consumed only when it proposes a candidate (a job dropped
         because the head moved consumes nothing).
         """
-        j, c = t.jobs.c, t.candidates.c
+        j = t.jobs.c
         statement = (
             select(t.consumed.c.record_id)
             .distinct()
-            .join(t.jobs, t.jobs.c.id == t.consumed.c.job_id)
+            .join(t.jobs, j.id == t.consumed.c.job_id)
             .where(j.scenario == scenario, j.state == "succeeded")
         )
-        if published_only:
-            statement = statement.join(t.candidates, c.id == j.candidate_id).where(
-                c.state == "published"
-            )
+        if candidates is not None:
+            statement = statement.where(j.candidate_id.in_(list(candidates)))
         with self._read() as conn:
             return set(conn.scalars(statement))
 

@@ -295,7 +295,7 @@ class Worker:
         since = None if last is None else last.created_at
         for trigger in recipe.triggers():
             if trigger.type == "min_new_feedback":
-                if self.queue.new_feedback_count(scenario, since) >= trigger.count:
+                if self.store.new_feedback_count(scenario, since) >= trigger.count:
                     return trigger.type
             elif trigger.type == "max_interval_seconds" and (
                 since is None or (now - since).total_seconds() >= trigger.seconds
@@ -490,7 +490,8 @@ class JobRun:
             return self._proposed(existing, {"reused": True, **self._gate(recipe, existing)})
         learners = recipe.build_learners(self.worker.registry)
         self._feedback(recipe)
-        consumed = self.queue.consumed_ids(job.scenario, published_only=True)
+        published = chain.published_candidate_ids(job.scenario)
+        consumed = self.queue.consumed_ids(job.scenario, candidates=published)
         trusted = trusted_references(recipe) if recipe.selection.screening.enabled else []
         batch = select_experience(
             self.worker.store,

@@ -328,6 +328,14 @@ class ReleaseChain:
             rows = conn.execute(statement).mappings().all()
         return [candidate_from_row(row) for row in rows]
 
+    def published_candidate_ids(self, scenario: str) -> set[str]:
+        """The ids of the scenario's candidates that were published (all of them, not a
+        page: what the learner's selection leaves out the training data of)."""
+        c = t.candidates.c
+        statement = select(c.id).where(c.scenario == scenario, c.state == "published")
+        with self._read() as conn:
+            return set(conn.scalars(statement))
+
     def set_candidate_state(
         self, candidate_id: str, state: CandidateState, evidence: dict[str, Any] | None = None
     ) -> Candidate:

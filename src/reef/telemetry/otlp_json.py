@@ -16,12 +16,22 @@ back (tested by ``tests/experience/test_export_otel.py``).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
 
 from reef.core import dumps
-from reef.experience import FeedbackView, RecordView, otlp_attributes
+from reef.experience import (
+    ExperienceStore,
+    FeedbackView,
+    RecordView,
+    Redactor,
+    binary_output,
+    export_views,
+    otlp_attributes,
+)
 from reef.telemetry.attributes import (
     EVALUATION_EVENT,
     feedback_attributes,
@@ -29,6 +39,33 @@ from reef.telemetry.attributes import (
     span_name,
     trace_ids,
 )
+
+
+@dataclass(frozen=True)
+class OtelFileOptions:
+    """``reef export --format otel``'s options: whether spans carry message content and
+    corrections (without them the file cannot be imported back), and the resource's
+    ``service.name``."""
+
+    capture_content: bool = True
+    service_name: str = "reef"
+
+
+def export_otel(
+    store: ExperienceStore,
+    scenario: str,
+    out: str | os.PathLike[str] | IO[bytes],
+    options: OtelFileOptions,
+    since: str | None = None,
+    redactor: Redactor | None = None,
+) -> int:
+    """Write every record of ``scenario`` (oldest first, redacted as every export is:
+    ``reef.experience.export_views``) to ``out`` as OTLP/JSON GenAI spans, with
+    ``options``; return the count."""
+    records = export_views(store, scenario, since, redactor)
+    with binary_output(out) as stream:
+        return write_otlp_json(records, stream, options.capture_content, options.service_name)
+
 
 SPANS_PER_LINE = 100  # records per ExportTraceServiceRequest line (with their feedback)
 _CLIENT, _INTERNAL = 3, 1  # SpanKind in OTLP

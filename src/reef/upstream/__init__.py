@@ -4,9 +4,10 @@ Owns: the ``Upstream`` contract and its errors (``base``); the aiohttp client fo
 OpenAI-compatible servers and the Anthropic API with its pooling, timeouts and
 retries (``http``); Server-Sent Events (``sse``); Anthropic ⇄ OpenAI translation
 (``translate``: Anthropic clients on OpenAI-compatible servers; ``chat_anthropic``: chat
-requests on the Anthropic API); OpenAI Responses ⇄ Chat Completions (``responses``,
-``responses_stream``); reassembling streams into complete responses (``assemble``); the
-canonical conversation form and its prefix hashes (``canonical``).
+requests on the Anthropic API); OpenAI Responses ⇄ Chat Completions and the Responses
+event stream (the ``responses`` sub-package); reassembling streams into complete
+responses (``assemble``); the canonical conversation form and its prefix hashes
+(``canonical``).
 
 Does not own: routing, auth, capture or HTTP status mapping (``reef.gateway``), what
 is stored (``reef.experience``), the embedded model server (``reef.engine``). Must
@@ -72,7 +73,8 @@ from reef.upstream.http import (
     build_upstream,
     error_message_from_body,
 )
-from reef.upstream.responses import (
+from reef.upstream.responses.stream import OpenAIToResponsesStream, response_events
+from reef.upstream.responses.translate import (
     input_items,
     item_id,
     openai_response_to_responses,
@@ -80,7 +82,6 @@ from reef.upstream.responses import (
     response_shell,
     responses_request_to_openai,
 )
-from reef.upstream.responses_stream import OpenAIToResponsesStream, response_events
 from reef.upstream.sse import SSEEvent, SSELineTooLongError, SSEParser, encode_sse
 from reef.upstream.translate import (
     RAW_ARGUMENTS_KEY,

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from reef.core.jsoncodec import canonical_json, loads, sha256_hex
-from reef.upstream.responses import items_to_messages, responses_request_to_openai
+from reef.upstream.responses.translate import items_to_messages, responses_request_to_openai
 from reef.upstream.translate import anthropic_request_to_openai
 
 _CONTENT_DIGEST_CHARS = 16

@@ -492,6 +492,14 @@ class SQLExperienceStore(ExperienceStore):
             raise FeedbackNotFoundError(feedback_id)
         return found[0]
 
+    def new_feedback_count(self, scenario: str, since: datetime | None) -> int:
+        fb = t.feedback.c
+        statement = select(func.count()).select_from(t.feedback).where(fb.scenario == scenario)
+        if since is not None:
+            statement = statement.where(fb.created_at > since)
+        with self._read() as conn:
+            return int(conn.scalar(statement) or 0)
+
     def list_feedback(
         self,
         scenario: str,

@@ -22,9 +22,8 @@ from starlette.responses import Response
 
 from reef.core import dumps
 from reef.core.errors import InvalidInputError, NotFoundError
-from reef.gateway.admin.releases import _parse
 from reef.gateway.auth import grant_of
-from reef.gateway.requests import check_scenario_name, query_int, read_json_object
+from reef.gateway.requests import check_scenario_name, parse_body, query_int, read_json_object
 from reef.gateway.state import GatewayState
 
 # EvaluationStore.list takes as many as the chain's MAX_PAGE
@@ -109,7 +108,7 @@ class EvaluationAdminRoutes:
         grant = grant_of(request)
         principal = grant.principal
         body = await read_json_object(request, self.state.settings.server.max_body_bytes)
-        parsed: AbandonIn = _parse(AbandonIn, body)
+        parsed: AbandonIn = parse_body(AbandonIn, body)
         chain = self.state.activation.chain
         candidate_id = request.path_params["candidate_id"]
         current = await asyncio.to_thread(chain.get_candidate, candidate_id)

@@ -6,7 +6,7 @@ import asyncio
 import getpass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -15,7 +15,13 @@ from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
 from reef.environments import tool_isolation
 from reef.gateway.admin.spend_status import release_and_learning_spend
 from reef.gateway.auth import Grant, grant_of
-from reef.gateway.requests import MAX_QUERY_INT, check_scenario_name, query_int, read_json_object
+from reef.gateway.requests import (
+    MAX_QUERY_INT,
+    check_scenario_name,
+    parse_body,
+    query_int,
+    read_json_object,
+)
 from reef.gateway.serving.drift import adopt_config
 from reef.gateway.serving.pins import PinAccess
 from reef.gateway.state import GatewayState
@@ -64,16 +70,6 @@ class AdoptConfigIn(BaseModel):
         max_length=2000,
         description="Why; default: names the model adopted.",
     )
-
-
-def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
-        )
-        raise InvalidInputError(f"invalid request: {problems}") from exc
 
 
 def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
@@ -185,7 +181,7 @@ class ReleaseAdminRoutes:
         chain = self.state.activation.chain
         principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
-        body = _parse(RollbackIn, await read_json_object(request, 1 << 20))
+        body = parse_body(RollbackIn, await read_json_object(request, 1 << 20))
         expected = await self._expected_head(scenario, body.expected_head)
         release = await asyncio.to_thread(
             chain.rollback,
@@ -203,7 +199,7 @@ class ReleaseAdminRoutes:
         chain = self.state.activation.chain
         principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
-        body = _parse(PromoteIn, await read_json_object(request, 1 << 20))
+        body = parse_body(PromoteIn, await read_json_object(request, 1 << 20))
         candidate = await asyncio.to_thread(chain.get_candidate, body.candidate_id)
         if candidate.scenario != scenario:
             raise InvalidInputError(
@@ -227,7 +223,7 @@ class ReleaseAdminRoutes:
         409 when the head already serves it or moved meanwhile."""
         principal = grant_of(request).principal
         scenario = check_scenario_name(request.path_params["scenario"])
-        body = _parse(AdoptConfigIn, await read_json_object(request, 1 << 20))
+        body = parse_body(AdoptConfigIn, await read_json_object(request, 1 << 20))
         release = await asyncio.to_thread(
             adopt_config,
             self.state.activation.chain,

@@ -1,7 +1,7 @@
 """Checks of an OpenAI Responses request body, before Reef translates any of it.
 
 Unlike the chat and messages bodies, which go upstream as sent, a Responses body is
-translated into chat completions (``reef.upstream.responses``), so every field is
+translated into chat completions (``reef.upstream.responses.translate``), so every field is
 Reef's to understand: a field, item type, content part or tool the translation cannot
 carry is refused with a 400 naming it (``InvalidFieldError``), never dropped silently.
 Fields that change nothing the upstream sees (``store``, ``metadata``, ``service_tier``
@@ -14,14 +14,14 @@ from typing import Any, Final
 
 from reef.gateway.body_checks import (
     MAX_COUNT,
-    _array,
-    _integer,
-    _number,
-    _object,
-    _optional_boolean,
-    _optional_string,
-    _refuse,
-    _shown,
+    check_integer,
+    check_number,
+    optional_boolean,
+    optional_string,
+    refuse,
+    require_array,
+    require_object,
+    shown,
 )
 from reef.gateway.errors import InvalidFieldError
 
@@ -82,14 +82,14 @@ def check_openai_responses(body: dict[str, Any]) -> None:
         if key not in _ACCEPTED:
             raise InvalidFieldError(key, f"'{key}' is not a field Reef's /v1/responses knows")
     for key in ("model", "instructions", "previous_response_id", "user"):
-        _optional_string(body, key, None)
+        optional_string(body, key, None)
     for key in ("stream", "store", "parallel_tool_calls"):
-        _optional_boolean(body, key, None)
+        optional_boolean(body, key, None)
     if body.get("background"):
         raise InvalidFieldError("background", "'background' responses are not supported")
-    _number(body, "temperature", 0, 2)
-    _number(body, "top_p", 0, 1)
-    _integer(body, "max_output_tokens", 1, MAX_COUNT)
+    check_number(body, "temperature", 0, 2)
+    check_number(body, "top_p", 0, 1)
+    check_integer(body, "max_output_tokens", 1, MAX_COUNT)
     _input(body.get("input"))
     for index, tool in enumerate(_optional_list(body, "tools")):
         _tool(tool, f"tools[{index}]")
@@ -101,7 +101,7 @@ def check_openai_responses(body: dict[str, Any]) -> None:
 
 def _optional_list(body: dict[str, Any], key: str) -> list[Any]:
     value = body.get(key)
-    return [] if value is None else _array(value, key)
+    return [] if value is None else require_array(value, key)
 
 
 def _input(value: Any) -> None:
@@ -109,7 +109,7 @@ def _input(value: Any) -> None:
         raise InvalidFieldError("input", "request body is missing 'input'")
     if isinstance(value, str):
         return
-    items = _array(value, "input", "a string or an array of items")
+    items = require_array(value, "input", "a string or an array of items")
     if not items:
         raise InvalidFieldError("input", "'input' must be a string or a non-empty array")
     for index, item in enumerate(items):
@@ -117,16 +117,16 @@ def _input(value: Any) -> None:
 
 
 def _item(value: Any, where: str) -> None:
-    item = _object(value, where, "an input item (an object)")
+    item = require_object(value, where, "an input item (an object)")
     kind = item.get("type")
     if kind is None and "role" in item:
         kind = "message"
     if not isinstance(kind, str):
-        _refuse(f"{where}.type", "a string", kind)
+        refuse(f"{where}.type", "a string", kind)
     if kind not in ITEM_TYPES:
         raise InvalidFieldError(
             f"{where}.type",
-            f"input item type {_shown(kind)} ({where}) is not supported: {_CHAT_ONLY} "
+            f"input item type {shown(kind)} ({where}) is not supported: {_CHAT_ONLY} "
             "to a chat-completions upstream",
         )
     if kind == "message":
@@ -139,7 +139,7 @@ def _item(value: Any, where: str) -> None:
         output = item.get("output")
         if not isinstance(output, str):
             for index, part in enumerate(
-                _array(output, f"{where}.output", "a string or an array of input_text parts")
+                require_array(output, f"{where}.output", "a string or an array of input_text parts")
             ):
                 _part(part, f"{where}.output[{index}]", ("input_text",))
 
@@ -149,24 +149,24 @@ def _message(item: dict[str, Any], where: str) -> None:
     if role not in _ROLES:
         expected = f"one of {', '.join(_ROLES)}"
         raise InvalidFieldError(
-            f"{where}.role", f"'{where}.role' must be {expected}, not {_shown(role)}"
+            f"{where}.role", f"'{where}.role' must be {expected}, not {shown(role)}"
         )
     content = item.get("content")
     if isinstance(content, str):
         return
     for index, part in enumerate(
-        _array(content, f"{where}.content", "a string or an array of content parts")
+        require_array(content, f"{where}.content", "a string or an array of content parts")
     ):
         _part(part, f"{where}.content[{index}]", (*_TEXT_PARTS, "refusal", "input_image"))
 
 
 def _part(value: Any, where: str, allowed: tuple[str, ...]) -> None:
-    part = _object(value, where, "a content part (an object with a 'type')")
+    part = require_object(value, where, "a content part (an object with a 'type')")
     kind = part.get("type")
     if kind not in allowed:
         raise InvalidFieldError(
             f"{where}.type",
-            f"content part type {_shown(kind)} ({where}) is not supported here; "
+            f"content part type {shown(kind)} ({where}) is not supported here; "
             f"Reef translates {', '.join(allowed)}",
         )
     if kind in _TEXT_PARTS:
@@ -184,20 +184,20 @@ def _part(value: Any, where: str, allowed: tuple[str, ...]) -> None:
 
 
 def _tool(value: Any, where: str) -> None:
-    tool = _object(value, where, "a tool (an object with a 'type')")
+    tool = require_object(value, where, "a tool (an object with a 'type')")
     kind = tool.get("type")
     if kind != "function":
         raise InvalidFieldError(
             f"{where}.type",
-            f"tool type {_shown(kind)} ({where}) is not supported: Reef runs no built-in "
+            f"tool type {shown(kind)} ({where}) is not supported: Reef runs no built-in "
             "tools (web_search, file_search, computer_use, code_interpreter, …); only "
             "function tools are translated",
         )
     _required_string(tool, "name", where)
-    _optional_string(tool, "description", where)
-    _optional_boolean(tool, "strict", where)
+    optional_string(tool, "description", where)
+    optional_boolean(tool, "strict", where)
     if tool.get("parameters") is not None:
-        _object(tool["parameters"], f"{where}.parameters")
+        require_object(tool["parameters"], f"{where}.parameters")
 
 
 def _tool_choice(choice: Any) -> None:
@@ -216,33 +216,33 @@ def _tool_choice(choice: Any) -> None:
 def _text(value: Any) -> None:
     if value is None:
         return
-    text = _object(value, "text")
+    text = require_object(value, "text")
     for key, setting in text.items():
         if key != "format" and setting is not None:
             raise InvalidFieldError(f"text.{key}", f"'text.{key}' is not supported")
     fmt = text.get("format")
     if fmt is None:
         return
-    fmt = _object(fmt, "text.format")
+    fmt = require_object(fmt, "text.format")
     kind = fmt.get("type")
     if kind not in FORMAT_TYPES:
         raise InvalidFieldError(
             "text.format.type",
-            f"'text.format.type' must be one of {', '.join(FORMAT_TYPES)}, not {_shown(kind)}",
+            f"'text.format.type' must be one of {', '.join(FORMAT_TYPES)}, not {shown(kind)}",
         )
     if kind == "json_schema":
         _required_string(fmt, "name", "text.format")
-        _object(fmt.get("schema"), "text.format.schema")
-        _optional_string(fmt, "description", "text.format")
-        _optional_boolean(fmt, "strict", "text.format")
+        require_object(fmt.get("schema"), "text.format.schema")
+        optional_string(fmt, "description", "text.format")
+        optional_boolean(fmt, "strict", "text.format")
 
 
 def _metadata(value: Any) -> None:
     if value is None:
         return
-    for key, item in _object(value, "metadata").items():
+    for key, item in require_object(value, "metadata").items():
         if not isinstance(item, str):
-            _refuse(f"metadata.{key}", "a string", item)
+            refuse(f"metadata.{key}", "a string", item)
 
 
 def _settings(body: dict[str, Any]) -> None:
@@ -252,20 +252,20 @@ def _settings(body: dict[str, Any]) -> None:
     if truncation is not None and truncation != "disabled":
         raise InvalidFieldError(
             "truncation",
-            f"'truncation' must be 'disabled', not {_shown(truncation)}: Reef never "
+            f"'truncation' must be 'disabled', not {shown(truncation)}: Reef never "
             "drops turns from a conversation",
         )
     include = body.get("include")
-    if include is not None and _array(include, "include"):
+    if include is not None and require_array(include, "include"):
         raise InvalidFieldError(
             "include",
-            f"'include' values are not supported (sent: {_shown(include[0])}): reasoning "
+            f"'include' values are not supported (sent: {shown(include[0])}): reasoning "
             "content, logprobs and built-in tool outputs are not translated",
         )
     reasoning = body.get("reasoning")
     if reasoning is None:
         return
-    reasoning = _object(reasoning, "reasoning")
+    reasoning = require_object(reasoning, "reasoning")
     for key in ("summary", "generate_summary"):
         if reasoning.get(key) is not None:
             raise InvalidFieldError(
@@ -273,12 +273,12 @@ def _settings(body: dict[str, Any]) -> None:
             )
     effort = reasoning.get("effort")
     if effort is not None and effort not in REASONING_EFFORTS:
-        _refuse("reasoning.effort", f"one of {', '.join(REASONING_EFFORTS)}", effort)
+        refuse("reasoning.effort", f"one of {', '.join(REASONING_EFFORTS)}", effort)
 
 
 def _required_string(owner: dict[str, Any], key: str, where: str) -> None:
     if not isinstance(owner.get(key), str):
-        _refuse(f"{where}.{key}", "a string", owner.get(key))
+        refuse(f"{where}.{key}", "a string", owner.get(key))
 
 
 def check_responses_for_anthropic(body: dict[str, Any]) -> None:
@@ -290,7 +290,7 @@ def check_responses_for_anthropic(body: dict[str, Any]) -> None:
     if fmt.get("type") not in (None, "text"):
         raise InvalidFieldError(
             "text.format.type",
-            f"'text.format.type' {_shown(fmt.get('type'))} is not supported on an Anthropic "
+            f"'text.format.type' {shown(fmt.get('type'))} is not supported on an Anthropic "
             "upstream: the Messages API has no JSON output mode to translate it to",
         )
     if (body.get("reasoning") or {}).get("effort") is not None:

@@ -8,7 +8,7 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from reef.engine.tools import assistant_text
+from reef.core.chat_format import assistant_text
 from reef.experience import scrub_personal_text, scrub_personal_value
 from reef.learning.base import TrainingExample
 
@@ -56,7 +56,7 @@ def uses_tools(item: TrainingExample) -> bool:
 def tool_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Canonical ``messages`` as a chat template takes them with tools: content as text,
     assistant ``tool_calls`` in OpenAI's shape, ``tool`` results with their
-    ``tool_call_id`` (what ``reef.engine.tools.render_tools`` renders)."""
+    ``tool_call_id`` (what ``reef.core.chat_format.render_tools`` renders)."""
     out = []
     for message in messages:
         converted: dict[str, Any] = {

@@ -72,7 +72,7 @@ class RLConfig(RayTrainerSettings):
     episodes of each of ``batch_size`` tasks (the first ``tasks`` of the environment's,
     or all), ``concurrency`` at once, rewarded by the environment's score; without
     ``engine_url`` the training process serves the policy itself (see
-    ``reef.learning.trainers.episodes``). ``micro_batch_tokens`` bounds one forward
+    ``reef.learning.trainers.episode_training``). ``micro_batch_tokens`` bounds one forward
     pass; a turn longer than ``max_seq_len`` is left out. ``trainer: ray`` runs it as a
     Ray task.
     """

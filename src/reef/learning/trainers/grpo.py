@@ -26,13 +26,11 @@ difference at the first step) as a check that both see the same model.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import statistics
 import time
 import urllib.request
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +41,12 @@ from reef.evaluation import EvalItem, Scorer, ScorerRegistry
 from reef.learning.trainers.lora_sft import (
     Features,
     Plan,
-    _collate,
-    _ids,
+    chat_token_ids,
+    collate,
     save_adapter,
     set_up,
     token_logps,
     train_in_budget,
-    wrap_lora,
 )
 from reef.learning.trainers.masking import sampled_turn
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
@@ -58,26 +55,15 @@ from reef.learning.trainers.rl_loss import (
     RatioCurves,
     StepTally,
     clipped_loss,
+    group_advantages,
     old_logps,
     sequence_weights,
 )
+from reef.learning.trainers.rl_policy import as_reference, wrap_policy
 from reef.learning.trainers.spec import RLPrompt, RLSpec, TrainResult
 
 ProgressCallback = Callable[[int, int, float], None]
 """Called after every optimizer step with (step, total steps, loss)."""
-
-EPS = 1e-4
-
-
-def group_advantages(rewards: list[float]) -> list[float]:
-    """``(r - mean) / (std + eps)`` within one group, the sample std (Bessel's
-    correction) as TRL's ``scale_rewards: group``; a lone reward gets 0
-    (``tests/learning/test_rl_loss.py::test_advantages_are_trl_s``)."""
-    if len(rewards) < 2:
-        return [0.0] * len(rewards)
-    mean = statistics.fmean(rewards)
-    std = statistics.stdev(rewards)
-    return [(r - mean) / (std + EPS) for r in rewards]
 
 
 @dataclass(frozen=True)
@@ -91,38 +77,10 @@ class Sample:
     sampler_logps: list[float] | None = None
 
 
-def _wrap(model: Any, spec: RLSpec) -> PeftModel:
-    wrapped = wrap_lora(model, spec.base_adapter, spec.lora)
-    if spec.base_adapter is not None:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
-            # A frozen copy of the starting adapter is the reference.
-            wrapped.load_adapter(str(spec.base_adapter), adapter_name="reference")
-        wrapped.set_adapter("default")
-    return wrapped
-
-
-@contextlib.contextmanager
-def _as_reference(model: PeftModel, continued: bool) -> Iterator[None]:
-    """The reference model for the duration: the adapter disabled, or the frozen copy."""
-    if not continued:
-        with model.disable_adapter():
-            yield
-        return
-    model.set_adapter("reference")
-    try:
-        yield
-    finally:
-        model.set_adapter("default")
-        # set_adapter marks only the active adapter trainable: keep the reference frozen.
-        for name, param in model.named_parameters():
-            param.requires_grad = "lora_" in name and ".default." in name
-
-
 def _sample_local(
     model: PeftModel, tokenizer: Any, prompt: RLPrompt, spec: RLSpec, eos: int
 ) -> list[Sample]:
-    prompt_ids = list(_ids(tokenizer, prompt.messages, add_generation_prompt=True))
+    prompt_ids = list(chat_token_ids(tokenizer, prompt.messages, add_generation_prompt=True))
     prompt_ids = prompt_ids[-(spec.max_seq_len - spec.max_new_tokens) :]
     model.eval()
     with torch.no_grad():
@@ -224,7 +182,7 @@ def _gap(sampled: list[Sample], batch: dict[str, Any], model: PeftModel) -> floa
 
 def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainResult:
     """Train a LoRA adapter by GRPO and save it to ``spec.output_dir``; with
-    ``spec.environment``, over episodes (``reef.learning.trainers.episodes``).
+    ``spec.environment``, over episodes (``reef.learning.trainers.episode_training``).
 
     Deterministic for a given spec on one device when sampling locally. Metrics:
     ``loss_curve``, ``reward_curve`` (mean reward of the step's samples, before its
@@ -236,7 +194,9 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     cannot run here (a judge needs a model).
     """
     if spec.environment is not None:
-        from reef.learning.trainers.episodes import train_episode_grpo  # it imports this module
+        from reef.learning.trainers.episode_training import (
+            train_episode_grpo,  # it imports this module
+        )
 
         return train_episode_grpo(spec, progress)
     scorer = ScorerRegistry().build(spec.scorer, "rl.scorer")
@@ -246,7 +206,7 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     tokenizer, pad_id = loaded.tokenizer, setup.pad_id
     eos = int(tokenizer.eos_token_id)
     continued = spec.base_adapter is not None
-    model = _wrap(loaded.model, spec).to(device)
+    model = wrap_policy(loaded.model, spec).to(device)
     bf16 = use_bf16(spec.bf16, device)
     model = prepare_bf16(model, device, bf16)
     model.train()
@@ -284,10 +244,10 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
             sampled.extend(group)
         if not feats:
             raise RuntimeError("the sampler returned no completion tokens")
-        batch = _collate(feats, pad_id, device)
+        batch = collate(feats, pad_id, device)
         reference = None
         if settings.beta != 0.0:
-            with torch.no_grad(), _as_reference(model, continued), autocast(device, bf16):
+            with torch.no_grad(), as_reference(model, continued), autocast(device, bf16):
                 reference, _rows = token_logps(model, batch)
         if gap is None and spec.engine_url is not None:
             with autocast(device, bf16):

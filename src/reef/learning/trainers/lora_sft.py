@@ -66,7 +66,9 @@ class Features:
     weight: float
 
 
-def _ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]], **kw: Any) -> Any:
+def chat_token_ids(
+    tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]], **kw: Any
+) -> Any:
     return tokenizer.apply_chat_template(list(messages), tokenize=True, return_dict=False, **kw)
 
 
@@ -111,7 +113,7 @@ def reply_tokens(
     reply_text: str,
 ) -> MaskedTokens:
     """``messages`` with ``tools`` and ``reply_text`` as the assistant's last turn,
-    rendered as the engine renders a request (``reef.engine.tools.render_tools``), with
+    rendered as the engine renders a request (``reef.core.chat_format.render_tools``), with
     the reply's tokens (and its end-of-turn token) the only ones that train
     (:func:`reef.learning.trainers.masking.mask_conversation`)."""
     reply = {"role": "assistant", "content": reply_text}
@@ -130,7 +132,8 @@ def without_first_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] |
     return [*lead, *rest[starts[1] :]]
 
 
-def _collate(batch: Sequence[Features], pad_id: int, device: torch.device) -> dict[str, Any]:
+def collate(batch: Sequence[Features], pad_id: int, device: torch.device) -> dict[str, Any]:
+    """``batch`` padded with ``pad_id`` (labels ignored there) as tensors on ``device``."""
     width = max(len(f.input_ids) for f in batch)
     ids = [f.input_ids + [pad_id] * (width - len(f.input_ids)) for f in batch]
     labels = [f.labels + [IGNORE_INDEX] * (width - len(f.labels)) for f in batch]
@@ -393,7 +396,7 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
 
     def step(indices: list[int]) -> torch.Tensor:
         nonlocal tokens, target_tokens, shared_tokens
-        batch = _collate([features[i] for i in indices], pad_id, device)
+        batch = collate([features[i] for i in indices], pad_id, device)
         tokens += int(batch["attention_mask"].sum())
         target_tokens += int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
         if sharing:
@@ -611,7 +614,7 @@ def validation_loss(
     with torch.no_grad():
         for start in range(0, len(indices), spec.batch_size):
             chunk = [features[i] for i in indices[start : start + spec.batch_size]]
-            batch = _collate(chunk, pad_id, device)
+            batch = collate(chunk, pad_id, device)
             labelled = float(((batch["labels"][:, 1:] != IGNORE_INDEX).float()).sum())
             total += float(labelled_loss(model, batch)) * labelled
             weight += labelled

@@ -10,7 +10,7 @@ newline after an end token), tool results and user or system text never train.
 Two forms meet the rule:
 
 - A conversation to re-render (sft, preference): :func:`mask_conversation` renders it
-  as the engine serves it (``reef.engine.tools.render_tools``, then the tokenizer's
+  as the engine serves it (``reef.core.chat_format.render_tools``, then the tokenizer's
   chat template) and finds each assistant turn by character offsets. The template is
   rendered up to the turn with ``add_generation_prompt`` (where the turn starts) and
   with the turn (where it ends); both must be prefixes of the whole rendering, or the
@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from reef.core.chat_format import render_tools, template_takes_tools
 from reef.core.errors import InvalidInputError
-from reef.engine.tools import render_tools, template_takes_tools
 
 IGNORE_INDEX = -100
 """The label of a token that does not train (PyTorch's cross-entropy ignore index)."""
@@ -87,7 +87,7 @@ def template_chat(
     tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
 ) -> TemplateChat:
     """``messages`` with ``tools`` rendered as the engine renders a request
-    (``reef.engine.tools.render_tools``) when tools are offered or the conversation
+    (``reef.core.chat_format.render_tools``) when tools are offered or the conversation
     holds calls or results; else as they are."""
     uses_tools = bool(tools) or any(
         m.get("tool_calls") or m.get("role") == "tool" for m in messages

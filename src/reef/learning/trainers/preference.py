@@ -54,7 +54,7 @@ from reef.learning.trainers.lora_sft import (
     Features,
     Losses,
     Plan,
-    _collate,
+    collate,
     reply_tokens,
     set_up,
     token_logps,
@@ -187,7 +187,7 @@ def _reference(
     out: list[torch.Tensor] = []
     with contextlib.nullcontext() if continued else model.disable_adapter():
         for start in range(0, len(features), size):
-            batch = _collate(features[start : start + size], pad_id, device)
+            batch = collate(features[start : start + size], pad_id, device)
             out.append(sequence_logps(model, batch))
     model.train()
     return torch.cat(out)
@@ -262,7 +262,7 @@ def _dpo_objective(
     device: torch.device,
 ) -> Outcome:
     rows = [2 * i + k for i in items for k in (0, 1)]
-    batch = _collate([data.features[r] for r in rows], pad_id, device)
+    batch = collate([data.features[r] for r in rows], pad_id, device)
     policy = sequence_logps(model, batch)
     ref = data.reference[rows]
     w = torch.tensor([data.weights[i] for i in items], device=device)
@@ -293,12 +293,12 @@ def _kto_objective(
     kl_features = [f for f in (data.mismatched[i] for i in kl_rows) if f is not None]
     policy_kl = torch.zeros(0, device=device)
     if kl_features:
-        kl_batch = _collate(kl_features, pad_id, device)
+        kl_batch = collate(kl_features, pad_id, device)
         with torch.no_grad():
             policy_kl = sequence_logps(model, kl_batch)
         fed += _tokens(kl_batch)
     kl = kl_estimate(policy_kl, data.reference_kl[kl_rows].to(policy_kl.dtype))
-    batch = _collate([data.features[i] for i in items], pad_id, device)
+    batch = collate([data.features[i] for i in items], pad_id, device)
     policy = sequence_logps(model, batch)
     good = torch.tensor([data.desirable[i] for i in items], device=device)
     w = torch.tensor([data.weights[i] for i in items], device=device)

@@ -1,5 +1,5 @@
 """The GRPO objective both RL trainers share (single replies, ``grpo``; episodes,
-``episodes``): TRL's ``GRPOTrainer._compute_loss`` (TRL 1.16, token-level importance
+``episode_training``): TRL's ``GRPOTrainer._compute_loss`` (TRL 1.16, token-level importance
 sampling) on Reef's flat token tensors. Imports torch: only the training child or a test
 imports it.
 
@@ -28,6 +28,7 @@ to the loss of one pass. Evidence: ``tests/learning/test_rl_loss.py`` (TRL's own
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,19 @@ from typing import Any
 import torch
 
 from reef.learning.trainers.spec import GRPOLossType, RLSpec
+
+EPS = 1e-4
+
+
+def group_advantages(rewards: list[float]) -> list[float]:
+    """``(r - mean) / (std + eps)`` within one group, the sample std (Bessel's
+    correction) as TRL's ``scale_rewards: group``; a lone reward gets 0
+    (``tests/learning/test_rl_loss.py::test_advantages_are_trl_s``)."""
+    if len(rewards) < 2:
+        return [0.0] * len(rewards)
+    mean = statistics.fmean(rewards)
+    std = statistics.stdev(rewards)
+    return [(r - mean) / (std + EPS) for r in rewards]
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ class SFTExample(BaseModel):
     """One supervised example: the conversation up to the reply (OpenAI form, content as
     text; assistant ``tool_calls`` and ``tool`` results kept) and the reply the model
     should give, as text (a reply's tool calls as the engine's ``<tool_call>`` blocks,
-    ``reef.engine.tools.assistant_text``). ``tools``: the tools the request offered,
+    ``reef.core.chat_format.assistant_text``). ``tools``: the tools the request offered,
     rendered as the engine renders them. ``weight`` scales its tokens' loss."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -272,7 +272,7 @@ class RLSpec(BaseModel):
     score is every one of its turns' reward. Without ``engine_url`` the child serves
     the policy itself, on an engine of its own synced after every update. A step's
     forward passes run ``micro_batch_tokens`` tokens at a time; a turn longer than
-    ``max_seq_len`` is left out (and counted). See ``reef.learning.trainers.episodes``.
+    ``max_seq_len`` is left out (and counted). See ``reef.learning.trainers.episode_training``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from reef.upstream.base import UpstreamTruncatedError
-from reef.upstream.responses import (
+from reef.upstream.responses.translate import (
     finished,
     function_call_item,
     item_id,
@@ -46,7 +46,7 @@ class _Item:
 
 class ResponsesEventWriter:
     """Numbers and builds the events of one response stream on ``shell`` (the response
-    object before any output: ``reef.upstream.responses.response_shell``)."""
+    object before any output: ``reef.upstream.responses.translate.response_shell``)."""
 
     def __init__(self, shell: dict[str, Any]) -> None:
         self.shell = shell

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from reef.environments import EpisodeResult, Score, Task, build_environment
 from reef.evaluation.config import GateConfig
 from reef.evaluation.decision import decide_results
-from reef.evaluation.episodes import (
+from reef.evaluation.episode_evidence import (
     EpisodeRun,
     as_item_results,
     endpoint_for,

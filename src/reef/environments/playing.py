@@ -32,10 +32,10 @@ from reef.environments.base import (
     Observation,
     Score,
     StepResult,
-    Task,
     ToolStatus,
 )
 from reef.environments.calls import normalize_call
+from reef.environments.tasks import Task
 from reef.upstream import (
     anthropic_response_to_openai,
     openai_chat_messages,

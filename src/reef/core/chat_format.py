@@ -1,4 +1,4 @@
-"""Tool calling on a model: the default tool prompt, the call format, its parser.
+"""The chat and tool-call format: the default tool prompt, the call format, its parser.
 
 One format, shared by the engine (which renders prompts and parses replies) and the
 model learners (which train adapters on conversations rendered here), so an adapter
@@ -16,8 +16,10 @@ user turn of ``<tool_response>`` blocks. A template that takes ``tools`` gets th
 the messages as they are (arguments as objects, as Hugging Face templates expect); it
 is assumed to speak the same format, as Hermes and Qwen templates do.
 
-Torch-free and free of the ``local`` extra (jinja2 is imported only to read a template):
-:mod:`reef.learning` imports it without loading a model.
+It lives in ``core`` because both sides write conversations down this way: the engine
+and the learners import it, and it imports neither, so a learner needs no inference
+server to know how a conversation is written. Torch-free and free of the ``local`` extra
+(jinja2 is imported only to read a template).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from reef.evaluation.values import (
     error_kind_of_status,
 )
 
-# How the episode runner (``reef.environments.episode``) words a failed model call.
+# How the episode runner (``reef.environments.playing``) words a failed model call.
 _ANSWERED = re.compile(r"the model endpoint answered (\d{3})\b")
 _NO_ANSWER = "the model did not answer within"
 _UNREACHABLE = "could not reach "

@@ -63,12 +63,11 @@ from reef.environments import (
     build_environment,
     run_episodes,
 )
-from reef.learning.trainers.grpo import _as_reference, _wrap, group_advantages
 from reef.learning.trainers.lora_sft import (
     Accumulated,
     Features,
     Plan,
-    _collate,
+    collate,
     save_adapter,
     set_up,
     token_logps,
@@ -82,9 +81,11 @@ from reef.learning.trainers.rl_loss import (
     RatioCurves,
     StepTally,
     clipped_loss,
+    group_advantages,
     old_logps,
     sequence_weights,
 )
+from reef.learning.trainers.rl_policy import as_reference, wrap_policy
 from reef.learning.trainers.spec import RLSpec, TrainResult
 
 ProgressCallback = Callable[[int, int, float], None]
@@ -322,7 +323,7 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
     setup = set_up(spec)
     started, device, pad_id = setup.started, setup.device, setup.pad_id
     continued = spec.base_adapter is not None
-    model = _wrap(setup.loaded.model, spec).to(device)
+    model = wrap_policy(setup.loaded.model, spec).to(device)
     bf16 = use_bf16(spec.bf16, device)
     model = prepare_bf16(model, device, bf16)
     model.train()
@@ -474,11 +475,11 @@ class _Update:
     ) -> tuple[torch.Tensor, LossParts, torch.Tensor]:
         """One micro-batch's share of the step's loss, its parts and its log-probs."""
         model, device = self.model, self.device
-        batch = _collate([t.features for t in chunk], self.pad_id, device)
+        batch = collate([t.features for t in chunk], self.pad_id, device)
         reference = None
         if settings.beta != 0.0:
             continued = self.spec.base_adapter is not None
-            with torch.no_grad(), _as_reference(model, continued), autocast(device, self.bf16):
+            with torch.no_grad(), as_reference(model, continued), autocast(device, self.bf16):
                 reference, _ = token_logps(model, batch)
         with autocast(device, self.bf16):
             policy, rows = token_logps(model, batch)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reef.core.chat_format import ToolCall, ToolCallStream, parse_tool_calls
 from reef.engine.sequences import ChoiceDelta, FinishReason, TokenLogprob
-from reef.engine.tools import ToolCall, ToolCallStream, parse_tool_calls
 
 TokenText = Callable[[int], str]
 

@@ -6,7 +6,7 @@ Requests go Responses → chat: ``instructions`` becomes the system message, the
 it as a tool call; a ``function_call_output`` becomes a ``tool`` message), and the
 sampling, tool and format fields their chat counterparts. Responses come back chat →
 Responses: the first choice's text becomes a ``message`` item, each tool call a
-``function_call`` item. Streams are in ``reef.upstream.responses_stream``.
+``function_call`` item. Streams are in ``reef.upstream.responses.stream``.
 
 The translation assumes a body the gateway has checked (``reef.gateway.body_checks``):
 what has no counterpart (reasoning items, built-in tools, …) is refused there with a

@@ -16,6 +16,7 @@ from reef.learning.base import Learner, LearnerConfig, LearnerContext
 from reef.learning.trainers import DEFAULT_TARGET_MODULES, Budget, TrainResult, run_in_child
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.spec import LoraSettings, PreferenceSpec, RLSpec, SFTSpec
+from reef.releases import FINGERPRINT_META_KEY, read_fingerprint
 
 ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
 
@@ -208,6 +209,9 @@ def train_adapter(
     else:
         result = run_in_child(spec, on_step, work_dir=work, timeout_seconds=timeout)
     stored = {"learner": learner, "base": spec.model, "steps": result.metrics["steps"], **meta}
+    fingerprint = read_fingerprint(result.adapter_dir)  # in the directory: under its digest
+    if fingerprint is not None:
+        stored[FINGERPRINT_META_KEY] = fingerprint.model_dump(mode="json")
     if isinstance(spec, SFTSpec) and spec.mode == "full":
         check_checkpoint_directory(result.adapter_dir)  # safetensors only, complete shards
         return context.artifacts.put_dir(result.adapter_dir, "checkpoint", stored), result

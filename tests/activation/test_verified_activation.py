@@ -178,3 +178,29 @@ def _digest(settings: Any, adapter: Path) -> str:
 
 def _digest12(settings: Any, adapter: Path) -> str:
     return _digest(settings, adapter).removeprefix("sha256:")[:12]
+
+
+def test_the_gates_pin_of_a_swapped_candidate_is_refused_with_the_diff(tmp_path: Path) -> None:
+    """The gate answers items pinned to the candidate (``x-reef-release``): staging the
+    pin verifies it, so a candidate on other weights gets no answer that could count."""
+    wanted = _adapter(tmp_path / "wanted", [41, 42])
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            digest = open_artifact_store(settings.artifacts_url()).put_dir(wanted, "adapter")
+            chain = ReleaseChain(gateway.database)
+            manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
+            candidate = chain.propose("s", manifest, base, "test", "swapped")
+            chain.set_candidate_state(candidate.id, "evaluating")
+            fake.impostor = _adapter(tmp_path / "other", [41, 43])
+            body = {"model": "reef/s", "messages": [{"role": "user", "content": "item 1"}]}
+            answer = call(
+                gateway.port, "POST", "/v1/chat/completions", body, {"x-reef-release": candidate.id}
+            )
+            assert answer.status == 409, answer.body
+            assert b"expected token 42, got token 43" in answer.body
+            assert f"s@{digest.removeprefix('sha256:')[:12]}" not in fake.adapters

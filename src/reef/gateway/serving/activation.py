@@ -697,6 +697,23 @@ class Activation:
             for serving in list(self.serving.values()):
                 if serving.weights_name is not None:
                     await self._reverify(serving)
+                elif serving.checkpoint_digest is not None:
+                    await self._reverify_in_place(serving)
+
+    async def _reverify_in_place(self, serving: ServingRelease) -> None:
+        """Probe an in-place upstream's checkpoint; weights that answer otherwise are
+        marked unknown, so the next request reloads them (``settle``)."""
+        weights = self.inplace.get(serving.upstream) if self.inplace else None
+        name, digest = serving.base_model, serving.checkpoint_digest
+        if weights is None or name is None or digest is None or weights.swapping:
+            return
+        try:
+            await self.verify_weights(serving.upstream, "checkpoint", name, digest)
+        except WeightsMismatchError:
+            weights.resident = None
+            self.verifications.restaged_total += 1
+        except ReefError as exc:
+            log.warning("could not re-verify checkpoint %s: %s", digest, exc.message)
 
     async def _reverify(self, serving: ServingRelease) -> None:
         name = serving.weights_name
@@ -830,7 +847,14 @@ class Activation:
                 # a canary on the old weights can no longer be reached
                 self.canaries = {k: v for k, v in self.canaries.items() if k != staged.scenario}
 
-        reloaded = await weights.swap(key, directory, flipped)
+        async def verified() -> None:
+            name = staged.base_model  # an in-place checkpoint serves under the model's name
+            if staged.checkpoint_digest is not None and name is not None:
+                await self.verify_weights(
+                    staged.upstream, "checkpoint", name, staged.checkpoint_digest
+                )
+
+        reloaded = await weights.swap(key, directory, flipped, verified)
         if reloaded:
             log.info(
                 "upstream %s reloaded %s in place for release %s of %s",
@@ -994,7 +1018,7 @@ class Activation:
         """A scenario's status with the verification of the weights it serves."""
         shown = status.as_dict()
         serving = self.serving.get(scenario)
-        name = None if serving is None else serving.weights_name
+        name = None if serving is None else _verified_name(serving)
         found = self.verifications.get(name)
         if found is not None:
             shown["verification"] = {"weights": name, **found.as_dict()}
@@ -1003,7 +1027,7 @@ class Activation:
     def verified_digest(self, serving: ServingRelease) -> str | None:
         """The digest last verified for the weights ``serving`` runs on (None: the base
         model, or not verified)."""
-        found = self.verifications.get(serving.weights_name)
+        found = self.verifications.get(_verified_name(serving))
         return found.digest if found is not None and found.state == "verified" else None
 
     def status_json(self) -> dict[str, Any]:
@@ -1028,6 +1052,14 @@ class Activation:
             "verify_failures_total": self.verifications.failures_total,
             "verify_restaged_total": self.verifications.restaged_total,
         }
+
+
+def _verified_name(serving: ServingRelease) -> str | None:
+    """The name ``serving``'s own weights are verified under: its adapter or checkpoint,
+    or, for a checkpoint reloaded in place, the model's name."""
+    if serving.weights_name is not None:
+        return serving.weights_name
+    return serving.base_model if serving.checkpoint_digest is not None else None
 
 
 def _weights_key(serving: ServingRelease) -> str:

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from reef.experience import RecordNotFoundError
 from reef.gateway.serving.activation import Activation
 from reef.releases import (
     Fingerprint,
@@ -145,8 +146,10 @@ def test_an_evicted_adapter_is_found_and_loaded_again(tmp_path: Path) -> None:
             assert again["state"] == "verified"
             assert again["digest"] == _digest(settings, adapter)
             assert again["at"] >= first["at"]
+            assert _stamp(gateway, client) == (release, _digest(settings, adapter))
             metrics = call(gateway.port, "GET", "/metrics").body.decode()
             assert "reef_activation_verify_restaged_total 1.0" in metrics
+            assert _stamp(gateway, client) == (release, _digest(settings, adapter))
 
             fake.impostor = tmp_path / "adapter"  # loads work, but the adapter is evicted
             fake.evict(name)
@@ -156,6 +159,25 @@ def test_an_evicted_adapter_is_found_and_loaded_again(tmp_path: Path) -> None:
             assert state["serving_release_id"] == release
             assert state["verification"]["state"] == "failed"
             assert "expected token 32, got token 40" in state["verification"]["diff"]
+            assert _stamp(gateway, client) == (release, None)  # served, but not verified
+
+
+def _stamp(gateway: GatewayThread, client: Any) -> tuple[str | None, str | None]:
+    """The release and verified weights digest on the record of one new request."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="reef/s", messages=[{"role": "user", "content": "stamp"}]
+    )
+    record = eventually(
+        lambda: _record(gateway, raw.headers["x-reef-record-id"]), "the record to be written"
+    )
+    return record.release_id, record.weights_digest
+
+
+def _record(gateway: GatewayThread, record_id: str) -> Any:
+    try:
+        return gateway.store.get_record(record_id)
+    except RecordNotFoundError:
+        return None
 
 
 def test_an_adapter_without_a_fingerprint_stages_unverified(tmp_path: Path) -> None:

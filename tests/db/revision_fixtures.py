@@ -107,6 +107,7 @@ REVISIONS: dict[str, RevisionFixture] = {
     "0011": RevisionFixture(
         adds={"records": _nulls("cost", "price_json")}, creates=("spend_windows",)
     ),
+    "0012": RevisionFixture(adds={"records": _nulls("weights_digest")}),
 }
 
 

@@ -82,6 +82,8 @@ class Exchange:
     started: float = field(default_factory=time.perf_counter)
     price: Price | None = None  # the served model's price (``upstreams.<u>.prices``)
     charge: Charge | None = None  # its hold on budgets and rate limits, if any apply
+    # the digest last verified for the weights that serve it (``Activation.verified_digest``)
+    weights_digest: str | None = None
 
     def latency_ms(self) -> float:
         """Milliseconds since the request arrived."""
@@ -215,6 +217,7 @@ class Recorder:
             latency_ms=exchange.latency_ms(),
             usage=usage if isinstance(usage, dict) else None,
             release_id=exchange.release_id,
+            weights_digest=exchange.weights_digest,
             prompt_hash=prompt_hash,
             content_hash=content_hash,
             continuation_hash=continuation,

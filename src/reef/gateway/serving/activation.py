@@ -737,8 +737,13 @@ class Activation:
         pool = (self.checkpoint_pools if kind == "checkpoint" else self.pools)[serving.upstream]
         on = serving.checkpoint_name if kind == "adapter" else None
         try:
+            # loaded again and verified; weights that still answer otherwise stay loaded
+            # (requests for the release keep an answer; their records carry no verified
+            # digest) and the next tick tries again
             await pool.drop(name)
-            await self._ensure(serving.upstream, kind, name, digest, on)
+            path = await asyncio.to_thread(self.artifacts.materialize, digest)
+            await pool.ensure(name, path, digest, self._resident(), on)
+            await self.verify_weights(serving.upstream, kind, name, digest, path)
         except (ReefError, OSError) as exc:
             message = exc.message if isinstance(exc, ReefError) else repr(exc)
             self.verifications.record(name, digest, "failed", f"{reason}; re-staging: {message}")

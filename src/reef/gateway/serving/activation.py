@@ -13,6 +13,12 @@ checkpoint, then the adapter on it (``<scenario>@<adapter12>@ckpt-<digest12>``: 
 adapter on other weights is another model); the engine keeps the checkpoint's weights
 while an adapter runs on them.
 
+Every adapter or checkpoint loaded is then probed with the fingerprint its trainer
+recorded (``reef.gateway.serving.verify``): weights that answer otherwise are unloaded
+and fail the staging (the head, a canary, or a pin: the gate's candidate arm). Every
+``activation.verify_interval_seconds`` (``verify_tick``) the weights that serve are probed
+again and loaded again when the upstream evicted or changed them.
+
 Every request freezes the ``ServingRelease`` of its scenario when it arrives and is served
 and recorded by it to the end, whatever flips meanwhile. A head that fails to stage never
 serves: the previous release keeps serving and the failure shows in ``/reef/status`` and

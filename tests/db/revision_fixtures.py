@@ -107,6 +107,7 @@ REVISIONS: dict[str, RevisionFixture] = {
     "0011": RevisionFixture(
         adds={"records": _nulls("cost", "price_json")}, creates=("spend_windows",)
     ),
+    "0012": RevisionFixture(adds={"records": _nulls("weights_digest")}),
 }
 
 
@@ -160,6 +161,7 @@ def _record(number: int, session: str, turn: int, api: str, request: Any, respon
         "usage_json": _json({"prompt_tokens": 3, "completion_tokens": number}),
         "cost": 0.25 * number,
         "price_json": _json({"model": "m", "input_per_mtok": 1.0, "output_per_mtok": 2.0}),
+        "weights_digest": "sha256:" + f"{number:064x}",
         "prompt_hash": f"sha256:{'a' * 63}{number}",
         "content_hash": f"sha256:{'b' * 63}{number}",
         "continuation_hash": f"sha256:{'c' * 63}{number}",

@@ -24,7 +24,11 @@ from reef.releases import (
     Release,
     ReleaseChain,
     ReleaseManifest,
+    compare_fingerprint,
     open_artifact_store,
+    parse_probe_answer,
+    probe_request,
+    read_fingerprint,
 )
 from tests.fakes.learning import RecordedProgress, ScriptedReflector
 
@@ -132,6 +136,10 @@ async def test_learns_an_adapter_the_engine_loads_by_digest(
     stored = store.materialize(output.adapter)
     assert tree_digest(stored) == output.adapter
     assert store.info(output.adapter).kind == "adapter"
+    fingerprint = read_fingerprint(stored)  # in the directory: under the digest
+    assert fingerprint is not None and fingerprint.dtype == "float32"
+    assert len(fingerprint.probes) == 4
+    assert store.info(output.adapter).meta["fingerprint"] == fingerprint.model_dump(mode="json")
 
     server = BackgroundServer(Engine(load_model(TINY, tmp_path), threads=1)).start()
     try:
@@ -139,6 +147,12 @@ async def test_learns_an_adapter_the_engine_loads_by_digest(
             body = {"lora_name": "sft", "lora_path": str(stored), "expected_digest": output.adapter}
             async with session.post(server.base_url + "/load_lora_adapter", json=body) as reply:
                 assert reply.status == 200, await reply.text()
+            answers = []  # the engine serving the adapter answers its trainer's fingerprint
+            for probe in fingerprint.probes:
+                url = server.base_url + "/chat/completions"
+                async with session.post(url, json=probe_request(probe, "sft")) as reply:
+                    answers.append(parse_probe_answer(await reply.json()))
+            assert compare_fingerprint(fingerprint, answers) is None
         async with openai.AsyncOpenAI(
             base_url=server.base_url, api_key="unused", max_retries=0
         ) as client:

@@ -26,10 +26,13 @@ from typing import Any
 
 import openai
 import pytest
+import torch
+from peft import PeftModel
 
-from reef.engine.models import DEFAULT_MODEL, smollm2_cache
+from reef.engine.models import DEFAULT_MODEL, load_model, smollm2_cache
 from reef.experience import RecordNotFoundError
 from reef.experience.records import RecordView
+from reef.learning.trainers.fingerprint import TrainedModel, compute_fingerprint
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 from tests.engine.test_smollm2 import SECRET_QUESTION, train_secret_adapter
@@ -72,8 +75,21 @@ def home() -> Path:
 
 @pytest.fixture(scope="module")
 def adapter(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Trained before vLLM starts, so the two never compete for the cores."""
-    return train_secret_adapter(home, tmp_path_factory.mktemp("adapter") / "secret")
+    """Trained before vLLM starts, so the two never compete for the cores; fingerprinted
+    as a learner's adapter is (``reef.learning.trainers.fingerprint``)."""
+    directory = train_secret_adapter(home, tmp_path_factory.mktemp("adapter") / "secret")
+    fingerprint_adapter(home, directory, [[{"role": "user", "content": SECRET_QUESTION}]])
+    return directory
+
+
+def fingerprint_adapter(home: Path, directory: Path, prompts: list[list[dict[str, Any]]]) -> None:
+    """Write the fingerprint of the adapter at ``directory`` (on SmolLM2, float32) into it."""
+    loaded = load_model(DEFAULT_MODEL, home)
+    model = PeftModel.from_pretrained(loaded.model, str(directory))
+    trained = TrainedModel(
+        model, loaded.tokenizer, loaded.eos_token_ids, torch.device("cpu"), bf16=False
+    )
+    compute_fingerprint(trained, prompts).write(directory)
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +189,13 @@ def test_publish_loads_the_adapter_into_vllm_and_rollback_switches_back(
         timings["publish_to_first_response_s"] = _first_response_from(client, release.id, published)
 
         assert adapter_name in _vllm_models(vllm_url), "the gateway loaded it at runtime"
+        # vLLM answered the trainer's fingerprint: greedy token ids, logprobs in tolerance
+        verification = call(gateway.port, "GET", "/reef/status").json()["scenarios"]["s"][
+            "verification"
+        ]
+        assert verification["weights"] == adapter_name, verification
+        assert verification["state"] == "verified", verification
+        assert verification["digest"] == digest
         started = time.monotonic()
         adapter_answer, served_by, record_id = _ask(client, SECRET_QUESTION, 24)
         timings["adapter_answer_24_tokens_s"] = time.monotonic() - started

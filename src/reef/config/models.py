@@ -422,6 +422,18 @@ class ActivationConfig(Section):
     stage_timeout_seconds: float = Field(
         default=120.0, gt=0, description="Longest a release may take to stage."
     )
+    verify: bool = Field(
+        default=True,
+        description="Probe every adapter or checkpoint after loading it with the fingerprint "
+        "its trainer recorded, and fail staging when the upstream answers otherwise "
+        "(docs/releases.md, verified activation).",
+    )
+    verify_interval_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="How often the gateway probes the weights every scenario serves again "
+        "(and loads them again when the upstream evicted or changed them); 0 turns it off.",
+    )
 
 
 class ApiKeyConfig(Section):

@@ -102,6 +102,8 @@ records = Table(
     # Money, from usage and the model's price (null: unpriced); the price it used.
     Column("cost", Float, nullable=True),
     Column("price_json", Text, nullable=True),
+    # the adapter or checkpoint digest last verified for the weights that served it
+    Column("weights_digest", Text, nullable=True),
     Column("prompt_hash", HASH, nullable=False),
     Column("content_hash", HASH, nullable=False),
     Column("continuation_hash", HASH, nullable=True),

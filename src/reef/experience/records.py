@@ -97,6 +97,8 @@ class RecordDraft:
     # Money the exchange cost at ``price`` (the model's price then); None: unpriced.
     cost: float | None = None
     price: dict[str, Any] | None = None
+    # The adapter or checkpoint digest last verified for the weights that served it.
+    weights_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ class RecordView:
     rendered_request: dict[str, Any] | None = None
     cost: float | None = None  # money, at ``price``; None: unpriced
     price: dict[str, Any] | None = None
+    weights_digest: str | None = None  # last verified for the weights that served it
 
 
 @dataclass(frozen=True)

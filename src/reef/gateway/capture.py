@@ -86,6 +86,8 @@ class Exchange:
     # A distilled release's routing of it: who answered, the rule that escalated
     # (``reef.gateway.distill``); None when the release routes nothing.
     outcome: RoutingOutcome | None = None
+    # the digest last verified for the weights that serve it (``Activation.verified_digest``)
+    weights_digest: str | None = None
 
     def latency_ms(self) -> float:
         """Milliseconds since the request arrived."""
@@ -225,6 +227,7 @@ class Recorder:
             latency_ms=exchange.latency_ms(),
             usage=usage if isinstance(usage, dict) else None,
             release_id=exchange.release_id,
+            weights_digest=exchange.weights_digest,
             prompt_hash=prompt_hash,
             content_hash=content_hash,
             continuation_hash=continuation,

@@ -57,6 +57,19 @@ class _ActivationCollector(Collector):
             "Releases that failed to stage (the previous one kept serving).",
             value=activation.failures_total,
         )
+        verifications = activation.verifications
+        yield CounterMetricFamily(
+            "reef_activation_verify_failures",
+            "Probes of loaded weights that answered otherwise than their fingerprint, or "
+            "weights the upstream no longer had (docs/releases.md, verified activation).",
+            value=verifications.failures_total,
+        )
+        yield CounterMetricFamily(
+            "reef_activation_verify_restaged",
+            "Serving weights loaded again after a continuous verification found them "
+            "evicted or changed.",
+            value=verifications.restaged_total,
+        )
         staging = GaugeMetricFamily(
             "reef_activation_failed",
             "1 when a scenario's head failed to stage.",

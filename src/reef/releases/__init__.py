@@ -6,7 +6,8 @@ no release or live candidate references); release manifests (every component by
 digest); candidates and their lifecycle; each scenario's append-only chain of releases
 (create, learn, promote, rollback, adopt) whose head moves only by compare-and-swap, recording
 who, when, why and the evaluation evidence; noticing head moves (polling, and
-LISTEN/NOTIFY on PostgreSQL).
+LISTEN/NOTIFY on PostgreSQL); the fingerprint format of trained artifacts and how a
+server's answers are compared with it (``fingerprints``).
 Does not own: the SQL schema and its migrations (``db`` — one migration stream covers
 the database; this package reads and writes the ``candidates``, ``releases``,
 ``heads`` and ``artifacts`` tables), harness bundle contents (``harness``), deciding
@@ -40,6 +41,25 @@ from reef.releases.errors import (
     ScenarioHasNoReleaseError,
     ScenarioInUseError,
     ScenarioNotFoundError,
+)
+
+# -- fingerprints (fingerprints.py) -------------------------------------------------------
+from reef.releases.fingerprints import (
+    BUILTIN_PROMPTS,
+    FINGERPRINT_FILE,
+    FINGERPRINT_META_KEY,
+    FINGERPRINT_TOLERANCE,
+    MAX_NEW_TOKENS,
+    Dtype,
+    Fingerprint,
+    FingerprintMismatch,
+    FingerprintProbe,
+    ProbeAnswer,
+    compare_fingerprint,
+    parse_probe_answer,
+    probe_prompts,
+    probe_request,
+    read_fingerprint,
 )
 from reef.releases.headwatch import HEADS_CHANNEL, listen_heads, watch_heads
 from reef.releases.manifest import (
@@ -99,4 +119,23 @@ __all__ += [
     "InvalidDigestError",
     "collect_garbage",
     "open_artifact_store",
+]
+
+# -- fingerprints
+__all__ += [
+    "BUILTIN_PROMPTS",
+    "FINGERPRINT_FILE",
+    "FINGERPRINT_META_KEY",
+    "FINGERPRINT_TOLERANCE",
+    "MAX_NEW_TOKENS",
+    "Dtype",
+    "Fingerprint",
+    "FingerprintMismatch",
+    "FingerprintProbe",
+    "ProbeAnswer",
+    "compare_fingerprint",
+    "parse_probe_answer",
+    "probe_prompts",
+    "probe_request",
+    "read_fingerprint",
 ]

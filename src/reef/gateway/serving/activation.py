@@ -13,6 +13,12 @@ checkpoint, then the adapter on it (``<scenario>@<adapter12>@ckpt-<digest12>``: 
 adapter on other weights is another model); the engine keeps the checkpoint's weights
 while an adapter runs on them.
 
+Every adapter or checkpoint loaded is then probed with the fingerprint its trainer
+recorded (``reef.gateway.serving.verify``): weights that answer otherwise are unloaded
+and fail the staging (the head, a canary, or a pin: the gate's candidate arm). Every
+``activation.verify_interval_seconds`` (``verify_tick``) the weights that serve are probed
+again and loaded again when the upstream evicted or changed them.
+
 Every request freezes the ``ServingRelease`` of its scenario when it arrives and is served
 and recorded by it to the end, whatever flips meanwhile. A head that fails to stage never
 serves: the previous release keeps serving and the failure shows in ``/reef/status`` and
@@ -66,6 +72,13 @@ from reef.gateway.serving.inplace import (
 )
 from reef.gateway.serving.pins import PinAccess, PinTarget, check_pin, gate_key_id
 from reef.gateway.serving.release import ServingRelease
+from reef.gateway.serving.verify import (
+    Verifications,
+    WeightsMismatchError,
+    load_fingerprint,
+    mismatch_error,
+    probe,
+)
 from reef.harness import Harness, load_bundle, pack_bundle, read_bundle_archive
 from reef.harness import bundle_digest as compute_bundle_digest
 from reef.releases import (
@@ -110,10 +123,12 @@ class ScenarioStatus:
     activated_at: float | None = None
     failures: int = 0
     canary: CanaryStatus | None = None
+    verification: dict[str, Any] | None = None  # of the weights that serve (verify.py)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {
+            "verification": self.verification,
             "head_release_id": self.head_release_id,
             "serving_release_id": self.serving_release_id,
             "state": self.state,
@@ -225,6 +240,18 @@ class AdapterPool:
         if self.dependents is not None:
             await self.dependents.unload_on(victim)
 
+    async def drop(self, name: str) -> None:
+        """Unload ``name`` now, in use or not (its weights failed verification: no
+        request may reach them again under this name)."""
+        async with self.lock:
+            if name in self.slots:
+                await self._evict(name)
+
+    def forget(self, name: str) -> None:
+        """Stop counting ``name`` as loaded, unloading nothing (the upstream no longer
+        has it: evicted by the upstream itself)."""
+        self.slots.pop(name, None)
+
     async def unload_on(self, checkpoint: str) -> None:
         """Unload the adapters loaded on ``checkpoint`` that no request uses."""
         async with self.lock:
@@ -302,7 +329,7 @@ class Activation:
                 upstream,
                 settings.activation.max_adapters,
                 settings.activation.unload_adapters,
-                on_unload=self._forget_pins,
+                on_unload=self._unloaded,
             )
             for name, upstream in upstreams.items()
         }
@@ -312,7 +339,7 @@ class Activation:
                 settings.activation.max_checkpoints,
                 settings.activation.unload_adapters,
                 kind="checkpoint",
-                on_unload=self._forget_pins,
+                on_unload=self._unloaded,
             )
             for name, upstream in upstreams.items()
         }
@@ -329,12 +356,14 @@ class Activation:
         self.failures_total = 0
         self.flips_total = 0
         self.canary_failures_total = 0
+        self.verifications = Verifications()
         self._pinned: OrderedDict[str, tuple[PinTarget, ServingRelease]] = OrderedDict()
         self._staging: dict[str, asyncio.Task[None]] = {}
         self._canary_staging: dict[str, asyncio.Task[None]] = {}
         self._created: set[str] = set()
         self._create_lock = asyncio.Lock()
         self._poller: asyncio.Task[None] | None = None
+        self._verifier: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -347,10 +376,17 @@ class Activation:
         await asyncio.to_thread(warn_on_drift, self.settings, self.chain)
         await self.sync_once(wait=True)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
+        if self.settings.activation.verify and self.settings.activation.verify_interval_seconds:
+            self._verifier = asyncio.get_running_loop().create_task(self._verify_every())
 
     async def stop(self) -> None:
         """Stop polling and staging."""
-        running = (self._poller, *self._staging.values(), *self._canary_staging.values())
+        running = (
+            self._poller,
+            self._verifier,
+            *self._staging.values(),
+            *self._canary_staging.values(),
+        )
         tasks = [t for t in running if t is not None]
         for task in tasks:
             task.cancel()
@@ -466,6 +502,11 @@ class Activation:
             self._swap(weights, serving, flip=False),
             self.settings.activation.stage_timeout_seconds,
         )
+
+    def _unloaded(self, name: str) -> None:
+        """A pool unloaded ``name``."""
+        self._forget_pins(name)
+        self.verifications.forget(name)
 
     def _forget_pins(self, name: str) -> None:
         """A pool unloaded ``name``: pinned releases staged on it must stage again."""
@@ -648,6 +689,86 @@ class Activation:
                 log.exception("release head polling failed")
             await asyncio.sleep(interval)
 
+    async def _verify_every(self) -> None:
+        interval = self.settings.activation.verify_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.verify_tick()
+            except Exception:
+                log.exception("continuous verification failed")
+
+    async def verify_tick(self) -> None:
+        """Re-probe the weights every scenario serves (``activation.verify_interval_seconds``
+        calls it; tests call it directly): weights the upstream no longer lists (evicted)
+        or that answer otherwise than their fingerprint are loaded again and verified; a
+        re-stage that fails logs an error, counts ``verify_failures_total`` and shows in
+        the scenario's status, and the scenario's release stays as it is."""
+        async with self.verifications.lock:
+            for serving in list(self.serving.values()):
+                if serving.weights_name is not None:
+                    await self._reverify(serving)
+                elif serving.checkpoint_digest is not None:
+                    await self._reverify_in_place(serving)
+
+    async def _reverify_in_place(self, serving: ServingRelease) -> None:
+        """Probe an in-place upstream's checkpoint; weights that answer otherwise are
+        marked unknown, so the next request reloads them (``settle``)."""
+        weights = self.inplace.get(serving.upstream) if self.inplace else None
+        name, digest = serving.base_model, serving.checkpoint_digest
+        if weights is None or name is None or digest is None or weights.swapping:
+            return
+        try:
+            await self.verify_weights(serving.upstream, "checkpoint", name, digest)
+        except WeightsMismatchError:
+            weights.resident = None
+            self.verifications.restaged_total += 1
+        except ReefError as exc:
+            log.warning("could not re-verify checkpoint %s: %s", digest, exc.message)
+
+    async def _reverify(self, serving: ServingRelease) -> None:
+        name = serving.weights_name
+        assert name is not None
+        kind: Literal["adapter", "checkpoint"] = "adapter" if serving.adapter_name else "checkpoint"
+        digest = serving.adapter_digest if serving.adapter_name else serving.checkpoint_digest
+        assert digest is not None
+        upstream = self.upstreams[serving.upstream]
+        try:
+            if name in await upstream.list_models():
+                await self.verify_weights(serving.upstream, kind, name, digest)
+                return
+            reason = f"upstream {serving.upstream!r} no longer lists {kind} {name!r}"
+            self.verifications.record(name, digest, "failed", reason)
+        except WeightsMismatchError as exc:
+            reason = exc.message
+        except ReefError as exc:
+            log.warning("could not re-verify %s %s: %s", kind, name, exc.message)
+            return
+        log.error("scenario %s: %s; loading it again", serving.scenario, reason)
+        pool = (self.checkpoint_pools if kind == "checkpoint" else self.pools)[serving.upstream]
+        on = serving.checkpoint_name if kind == "adapter" else None
+        try:
+            # loaded again and verified; weights that still answer otherwise stay loaded
+            # (requests for the release keep an answer; their records carry no verified
+            # digest) and the next tick tries again
+            await pool.drop(name)
+            path = await asyncio.to_thread(self.artifacts.materialize, digest)
+            await pool.ensure(name, path, digest, self._resident(), on)
+            await self.verify_weights(serving.upstream, kind, name, digest, path)
+        except (ReefError, OSError) as exc:
+            message = exc.message if isinstance(exc, ReefError) else repr(exc)
+            self.verifications.record(name, digest, "failed", f"{reason}; re-staging: {message}")
+            log.error(
+                "scenario %s: could not stage %s %s again: %s",
+                serving.scenario,
+                kind,
+                name,
+                message,
+            )
+        else:
+            self.verifications.restaged_total += 1
+            log.info("scenario %s: %s %s loaded again and verified", serving.scenario, kind, name)
+
     async def _activate(self, scenario: str, release_id: str) -> None:
         status = self.status.setdefault(scenario, ScenarioStatus())
         status.state = "staging"
@@ -742,7 +863,14 @@ class Activation:
                 # a canary on the old weights can no longer be reached
                 self.canaries = {k: v for k, v in self.canaries.items() if k != staged.scenario}
 
-        reloaded = await weights.swap(key, directory, flipped)
+        async def verified() -> None:
+            name = staged.base_model  # an in-place checkpoint serves under the model's name
+            if staged.checkpoint_digest is not None and name is not None:
+                await self.verify_weights(
+                    staged.upstream, "checkpoint", name, staged.checkpoint_digest
+                )
+
+        reloaded = await weights.swap(key, directory, flipped, verified)
         if reloaded:
             log.info(
                 "upstream %s reloaded %s in place for release %s of %s",
@@ -822,6 +950,44 @@ class Activation:
         loaded = await pool.ensure(name, path, digest, self._resident(), on)
         if loaded and self.settings.activation.warmup:  # a resident one is warm
             await self._warm(upstream, name)
+        if loaded or name not in self.verifications.by_name:
+            try:
+                await self.verify_weights(upstream, kind, name, digest, path)
+            except WeightsMismatchError:
+                await pool.drop(name)  # a retry loads it again; nothing reaches it meanwhile
+                raise
+
+    async def verify_weights(
+        self, upstream: str, kind: str, name: str, digest: str, path: Path | None = None
+    ) -> None:
+        """Probe ``name`` on ``upstream`` with the fingerprint of ``digest`` (the
+        materialized artifact at ``path``, else materialized now) and remember what was
+        found (``reef.gateway.serving.verify``). Raises ``WeightsMismatchError`` (and
+        logs an error) when the answers differ; an artifact without a fingerprint is
+        noted ``unverified``, with a warning; off (``activation.verify``) it does
+        nothing."""
+        if not self.settings.activation.verify:
+            return
+        if path is None:
+            path = await asyncio.to_thread(self.artifacts.materialize, digest)
+        fingerprint = await asyncio.to_thread(load_fingerprint, path)
+        if fingerprint is None:
+            log.warning(
+                "%s %s (%s) has no fingerprint (made before fingerprints): it serves unverified",
+                kind,
+                name,
+                digest,
+            )
+            self.verifications.record(name, digest, "unverified")
+            return
+        mismatch = await probe(self.upstreams[upstream], name, fingerprint)
+        if mismatch is None:
+            self.verifications.record(name, digest, "verified")
+            return
+        self.verifications.record(name, digest, "failed", mismatch.describe())
+        message = mismatch_error(kind, name, upstream, mismatch)
+        log.error("verification failed: %s", message)
+        raise WeightsMismatchError(message)
 
     async def _warm(self, upstream_name: str, model: str) -> None:
         """One short request so the adapter's first real request pays no lazy load."""
@@ -867,10 +1033,29 @@ class Activation:
             routing=initial_routing(self.settings, scenario),
         )
 
+    def _scenario_status(self, scenario: str, status: ScenarioStatus) -> dict[str, Any]:
+        """A scenario's status with the verification of the weights it serves."""
+        shown = status.as_dict()
+        serving = self.serving.get(scenario)
+        name = None if serving is None else _verified_name(serving)
+        found = self.verifications.get(name)
+        if found is not None:
+            shown["verification"] = {"weights": name, **found.as_dict()}
+        return shown
+
+    def verified_digest(self, serving: ServingRelease) -> str | None:
+        """The digest last verified for the weights ``serving`` runs on (None: the base
+        model, or not verified)."""
+        found = self.verifications.get(_verified_name(serving))
+        return found.digest if found is not None and found.state == "verified" else None
+
     def status_json(self) -> dict[str, Any]:
         """Activation state for ``/reef/status``."""
         return {
-            "scenarios": {name: status.as_dict() for name, status in sorted(self.status.items())},
+            "scenarios": {
+                name: self._scenario_status(name, status)
+                for name, status in sorted(self.status.items())
+            },
             "adapters": {
                 name: {adapter: slot.in_use for adapter, slot in pool.slots.items()}
                 for name, pool in self.pools.items()
@@ -883,7 +1068,17 @@ class Activation:
             "flips_total": self.flips_total,
             "failures_total": self.failures_total,
             "canary_failures_total": self.canary_failures_total,
+            "verify_failures_total": self.verifications.failures_total,
+            "verify_restaged_total": self.verifications.restaged_total,
         }
+
+
+def _verified_name(serving: ServingRelease) -> str | None:
+    """The name ``serving``'s own weights are verified under: its adapter or checkpoint,
+    or, for a checkpoint reloaded in place, the model's name."""
+    if serving.weights_name is not None:
+        return serving.weights_name
+    return serving.base_model if serving.checkpoint_digest is not None else None
 
 
 def _weights_key(serving: ServingRelease) -> str:

@@ -73,7 +73,11 @@ class InPlaceWeights:
             self._drained.set()
 
     async def swap(
-        self, key: str, directory: Callable[[], Awaitable[str]], flip: Callable[[], None]
+        self,
+        key: str,
+        directory: Callable[[], Awaitable[str]],
+        flip: Callable[[], None],
+        verify: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
         """Make ``key`` resident: find its directory (``await directory()``, as the server
         sees it; before anything is held), hold new requests, wait for those in flight,
@@ -81,7 +85,9 @@ class InPlaceWeights:
         resumes, also when nothing needed reloading (then no directory is looked up).
         Returns whether the server reloaded. A swap cancelled (the stage timeout) while
         draining changes nothing; one that fails while reloading leaves the resident
-        weights unknown, so the next request or head reloads them."""
+        weights unknown, so the next request or head reloads them. ``verify`` (after the
+        reload, before the flip) raising counts as such a failure: the reloaded weights
+        are not what was asked for."""
         async with self._lock:
             if self.resident == key:
                 flip()
@@ -93,6 +99,8 @@ class InPlaceWeights:
                 await self._drained.wait()
                 self.resident = None  # unknown until the server says it reloaded
                 await self.upstream.reload_weights(path)
+                if verify is not None:
+                    await verify()
                 self.resident = key
                 self.reloads += 1
                 flip()

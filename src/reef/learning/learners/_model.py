@@ -22,6 +22,7 @@ from reef.learning.trainers import (
 )
 from reef.learning.trainers.ray_runner import run_in_ray
 from reef.learning.trainers.spec import LoraSettings, PreferenceSpec, RLSpec, SFTSpec
+from reef.releases import FINGERPRINT_META_KEY, read_fingerprint
 
 ENGINE_SOURCES = frozenset({"smollm2-135m", "tiny-random"})
 
@@ -226,6 +227,9 @@ def train_adapter(
         planned = int(metrics.get("steps_planned", metrics["steps"]))
         raise TrainingDeadlineError(learner, minutes, int(metrics["steps"]), planned)
     stored = {"learner": learner, "base": spec.model, "steps": metrics["steps"], **meta}
+    fingerprint = read_fingerprint(result.adapter_dir)  # in the directory: under its digest
+    if fingerprint is not None:
+        stored[FINGERPRINT_META_KEY] = fingerprint.model_dump(mode="json")
     if isinstance(spec, SFTSpec) and spec.mode == "full":
         check_checkpoint_directory(result.adapter_dir)  # safetensors only, complete shards
         return context.artifacts.put_dir(result.adapter_dir, "checkpoint", stored), result

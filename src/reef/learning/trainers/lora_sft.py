@@ -39,6 +39,11 @@ from reef.learning.trainers.budget import (
     stop_report,
     time_stop,
 )
+from reef.learning.trainers.fingerprint import (
+    TrainedModel,
+    compute_fingerprint,
+    training_prompts,
+)
 from reef.learning.trainers.masking import IGNORE_INDEX, MaskedTokens, mask_conversation
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.probe import greedy_matches, probe_indices
@@ -440,6 +445,8 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     }
     if spec.probe_size:
         metrics["probe"] = probe(model, tokenizer, features, spec, train_ids, loaded, device)
+    trained = TrainedModel(model, tokenizer, loaded.eos_token_ids, device, bf16)
+    compute_fingerprint(trained, training_prompts(spec.examples)).write(spec.output_dir)
     if full:
         metrics["parameters"] = sum(p.numel() for p in model.parameters())
     if device.type == "cuda":

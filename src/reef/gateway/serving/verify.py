@@ -1,0 +1,114 @@
+"""Verified activation: holding an upstream to the fingerprint of the weights it was
+asked to load (``reef.releases.fingerprints``).
+
+After an adapter or checkpoint is loaded (and after an in-place reload), its probes go
+through the upstream under the name requests will use (greedy, ``max_tokens`` the
+fingerprint's length, logprobs and token ids where the upstream returns them) and the
+answers are compared with the fingerprint. A mismatch raises
+:class:`WeightsMismatchError` with the first difference; staging then fails and what
+served goes on serving. An artifact without a fingerprint (made before fingerprints)
+stages as before, reported ``unverified``.
+
+:class:`Verifications` remembers, per loaded weights name, the digest last verified and
+when: ``/reef/status`` shows it per scenario, and the continuous check
+(``Activation.verify_tick``) refreshes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from reef.core import dumps
+from reef.core.errors import ConflictError
+from reef.releases import (
+    Fingerprint,
+    FingerprintMismatch,
+    compare_fingerprint,
+    parse_probe_answer,
+    probe_request,
+    read_fingerprint,
+)
+from reef.upstream import Upstream, UpstreamRequest
+
+VerifyState = Literal["verified", "unverified", "failed"]
+
+
+class WeightsMismatchError(ConflictError):
+    """The upstream's answers under a weights name differ from the fingerprint of the
+    artifact loaded under it: it serves other weights (swapped, evicted, base)."""
+
+
+@dataclass
+class Verification:
+    """What was last found about one loaded weights name."""
+
+    digest: str
+    state: VerifyState
+    at: float  # wall-clock seconds
+    diff: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"digest": self.digest, "state": self.state, "at": self.at, "diff": self.diff}
+
+
+def load_fingerprint(path: Path) -> Fingerprint | None:
+    """The fingerprint of a materialized (verified) artifact directory, if it has one."""
+    return read_fingerprint(path) if path.is_dir() else None
+
+
+async def probe(
+    upstream: Upstream, model: str, fingerprint: Fingerprint
+) -> FingerprintMismatch | None:
+    """Ask ``upstream`` every probe of ``fingerprint`` on ``model``; the first difference,
+    None when all agree. Raises ``UpstreamError`` when the upstream fails."""
+    answers = []
+    for item in fingerprint.probes:
+        body = dumps(probe_request(item, model))
+        response = await upstream.send(UpstreamRequest("/chat/completions", body, False))
+        answers.append(parse_probe_answer(orjson.loads(response.body)))
+    return compare_fingerprint(fingerprint, answers)
+
+
+class Verifications:
+    """The last verification of each weights name, and the counters ``/metrics`` shows."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Verification] = {}
+        self.failures_total = 0
+        self.checks_total = 0
+        self.restaged_total = 0
+        self.lock = asyncio.Lock()
+
+    def record(
+        self, name: str, digest: str, state: VerifyState, diff: str | None = None
+    ) -> Verification:
+        """Note what was found about ``name`` now; count a failure."""
+        found = Verification(digest, state, time.time(), diff)
+        self.by_name[name] = found
+        self.checks_total += 1
+        if state == "failed":
+            self.failures_total += 1
+        return found
+
+    def forget(self, name: str) -> None:
+        """``name`` was unloaded."""
+        self.by_name.pop(name, None)
+
+    def get(self, name: str | None) -> Verification | None:
+        """The last verification of ``name``, if any."""
+        return None if name is None else self.by_name.get(name)
+
+
+def mismatch_error(kind: str, name: str, upstream: str, mismatch: FingerprintMismatch) -> str:
+    """The message of a failed verification: what, where, the first difference."""
+    return (
+        f"{kind} {name!r} on upstream {upstream!r} does not answer its fingerprint: "
+        f"{mismatch.describe()} (the upstream serves other weights under this name)"
+    )

@@ -1,0 +1,111 @@
+"""Computing a trained model's fingerprint (``reef.releases.fingerprints``) in the
+training child, with the trainer's own model, before its directory is stored.
+
+Each probe's prompt goes through the chat template as the engine renders a chat
+request (``add_generation_prompt``); then greedy decoding, one full forward pass per
+new token (no cache: at most ``MAX_NEW_TOKENS`` passes over a short prompt, and the
+exact arithmetic the trainer computes with), up to the first end-of-turn token. For
+each position it keeps the arg-max token, its log-probability (log-softmax of the
+float32 logits) and the margin to the runner-up. Under bf16 autocast (the trainer's
+CUDA default) the dtype recorded is ``bfloat16``, else the weights' dtype.
+Imports torch: runs in the training child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from reef.learning.trainers.precision import autocast
+from reef.learning.trainers.spec import SFTExample
+from reef.releases import (
+    MAX_NEW_TOKENS,
+    Dtype,
+    Fingerprint,
+    FingerprintProbe,
+    probe_prompts,
+)
+
+_DTYPES: dict[torch.dtype, Dtype] = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+}
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """What a fingerprint is computed with: the trained model, its tokenizer, its
+    end-of-turn ids, the device, and whether the trainer computes under bf16 autocast."""
+
+    model: Any
+    tokenizer: PreTrainedTokenizerBase
+    eos_ids: frozenset[int]
+    device: torch.device
+    bf16: bool
+
+
+def training_prompts(examples: Sequence[SFTExample]) -> list[list[dict[str, Any]]]:
+    """The prompts of ``examples`` that can be probed as plain chat (no tools offered,
+    no tool calls or results in them), in order."""
+    return [
+        list(example.messages)
+        for example in examples
+        if not example.tools
+        and not any(m.get("tool_calls") or m.get("role") == "tool" for m in example.messages)
+    ]
+
+
+def compute_fingerprint(
+    trained: TrainedModel,
+    prompts: Sequence[Sequence[dict[str, Any]]],
+    max_new_tokens: int = MAX_NEW_TOKENS,
+) -> Fingerprint:
+    """The fingerprint of ``trained`` on :func:`probe_prompts` of ``prompts`` (module
+    docstring). Leaves the model in the mode it found it."""
+    model = trained.model
+    was_training = model.training
+    model.eval()
+    probes = []
+    with torch.no_grad(), autocast(trained.device, trained.bf16):
+        for messages in probe_prompts(prompts):
+            probes.append(_probe(trained, messages, max_new_tokens))
+    model.train(was_training)
+    weights = next(model.parameters()).dtype
+    dtype: Dtype = "bfloat16" if trained.bf16 else _DTYPES.get(weights, "float32")
+    return Fingerprint(dtype=dtype, max_new_tokens=max_new_tokens, probes=probes)
+
+
+def _probe(
+    trained: TrainedModel, messages: list[dict[str, Any]], max_new_tokens: int
+) -> FingerprintProbe:
+    ids = list(
+        trained.tokenizer.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=True, return_dict=False
+        )
+    )
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    margins: list[float] = []
+    ended = False
+    for _ in range(max_new_tokens + 1):
+        batch = torch.tensor([ids + tokens], device=trained.device)
+        logits = trained.model(input_ids=batch).logits[0, -1]
+        top = torch.topk(torch.log_softmax(logits.float(), dim=-1), 2)
+        token = int(top.indices[0])
+        if token in trained.eos_ids:
+            ended = True
+            break
+        if len(tokens) == max_new_tokens:
+            break  # one pass more than the tokens kept: whether the turn ends there
+        tokens.append(token)
+        logprobs.append(round(float(top.values[0]), 6))
+        margins.append(round(float(top.values[0] - top.values[1]), 6))
+    text = str(trained.tokenizer.decode(tokens, skip_special_tokens=True))
+    return FingerprintProbe(
+        messages=messages, tokens=tokens, text=text, logprobs=logprobs, margins=margins, ended=ended
+    )

@@ -1,0 +1,228 @@
+"""Verified activation: an upstream that serves other weights under an adapter's name
+fails staging with the first difference and the previous release serves on; an adapter
+the upstream drops after the flip is found by the next verification and loaded again;
+an adapter made before fingerprints stages unverified."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from reef.experience import RecordNotFoundError
+from reef.gateway.serving.activation import Activation
+from reef.releases import (
+    Fingerprint,
+    FingerprintProbe,
+    ModelComponent,
+    ReleaseChain,
+    ReleaseManifest,
+    open_artifact_store,
+)
+from tests.fakes.fingerprinted import FingerprintedUpstream
+from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.rawhttp import call
+from tests.polling import eventually
+
+PROMPT = [{"role": "user", "content": "probe me"}]
+
+
+def _adapter(directory: Path, tokens: list[int] | None) -> Path:
+    """An adapter directory; with ``tokens``, fingerprinted as weights answering them."""
+    directory.mkdir()
+    (directory / "adapter_config.json").write_text("{}")
+    (directory / "adapter_model.safetensors").write_bytes(directory.name.encode())
+    if tokens is not None:
+        probe = FingerprintProbe(
+            messages=PROMPT,
+            tokens=tokens,
+            text="".join(f"t{t}" for t in tokens),
+            logprobs=[-0.25] * len(tokens),
+            margins=[3.0] * len(tokens),
+            ended=True,
+        )
+        Fingerprint(dtype="float32", max_new_tokens=16, probes=[probe]).write(directory)
+    return directory
+
+
+def _status(gateway: GatewayThread) -> dict[str, Any]:
+    state: dict[str, Any] = call(gateway.port, "GET", "/reef/status").json()
+    return state
+
+
+def _scenario(gateway: GatewayThread) -> dict[str, Any]:
+    scenario: dict[str, Any] = _status(gateway)["scenarios"]["s"]
+    return scenario
+
+
+def _publish(gateway: GatewayThread, settings: Any, adapter: Path, parent: str) -> str:
+    digest = open_artifact_store(settings.artifacts_url()).put_dir(adapter, "adapter")
+    chain = ReleaseChain(gateway.database)
+    manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
+    candidate = chain.propose("s", manifest, parent, "test", "adapter")
+    return chain.publish(candidate.id, parent, "test", "adapter", require_passed=False).id
+
+
+def _tick(gateway: GatewayThread) -> None:
+    """One continuous verification, run in the gateway's event loop (no interval waited)."""
+    activation: Activation = gateway.app.state.reef.activation
+    assert activation._poller is not None
+    loop = activation._poller.get_loop()
+    asyncio.run_coroutine_threadsafe(activation.verify_tick(), loop).result(timeout=30)
+
+
+def _settings(tmp_path: Path, url: str) -> Any:
+    return make_settings(
+        tmp_path,
+        url,
+        scenarios={"s": {"upstream": "fake"}},
+        activation={"poll_interval_seconds": 0.1, "verify_interval_seconds": 0},
+    )
+
+
+def test_a_swapped_adapter_fails_staging_and_the_previous_release_serves(
+    tmp_path: Path,
+) -> None:
+    good = _adapter(tmp_path / "good", [11, 12, 13])
+    wanted = _adapter(tmp_path / "wanted", [21, 22, 23])
+    other = _adapter(tmp_path / "other", [21, 22, 99])  # another digest's weights
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            first = _publish(gateway, settings, good, base)
+            eventually(lambda: _scenario(gateway)["serving_release_id"] == first, "good serves")
+            assert _scenario(gateway)["verification"]["state"] == "verified"
+
+            fake.impostor = other  # every load from now serves the other weights
+            second = _publish(gateway, settings, wanted, first)
+            failed = eventually(
+                lambda: _scenario(gateway) if _scenario(gateway)["state"] == "failed" else None,
+                "staging the swapped adapter to fail",
+            )
+            assert failed["head_release_id"] == second
+            assert failed["serving_release_id"] == first
+            assert "probe 0 differs at token 2: expected token 23, got token 99" in failed["error"]
+            swapped = f"s@{_digest12(settings, wanted)}"
+            assert swapped not in fake.adapters  # unloaded: nothing can reach it
+            assert swapped not in _status(gateway)["adapters"]["fake"]
+
+            after = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "after"}]
+            )
+            assert after.headers["x-reef-release-id"] == first
+            assert fake.last_model == f"s@{_digest12(settings, good)}"
+            metrics = call(gateway.port, "GET", "/metrics").body.decode()
+            assert "reef_activation_verify_failures_total 1.0" in metrics
+
+
+def test_an_evicted_adapter_is_found_and_loaded_again(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path / "adapter", [31, 32])
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            release = _publish(gateway, settings, adapter, base)
+            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+            name = f"s@{_digest12(settings, adapter)}"
+            first = _scenario(gateway)["verification"]
+            assert (first["weights"], first["state"]) == (name, "verified")
+            assert fake.loads == 1
+
+            _tick(gateway)  # nothing changed: verified again, nothing loaded
+            assert fake.loads == 1
+
+            fake.evict(name)  # vLLM's LRU: gone from /v1/models, base weights answer
+            _tick(gateway)
+            assert fake.loads == 2
+            assert name in fake.adapters
+            again = _scenario(gateway)["verification"]
+            assert again["state"] == "verified"
+            assert again["digest"] == _digest(settings, adapter)
+            assert again["at"] >= first["at"]
+            assert _stamp(gateway, client) == (release, _digest(settings, adapter))
+            metrics = call(gateway.port, "GET", "/metrics").body.decode()
+            assert "reef_activation_verify_restaged_total 1.0" in metrics
+            assert _stamp(gateway, client) == (release, _digest(settings, adapter))
+
+            fake.impostor = tmp_path / "adapter"  # loads work, but the adapter is evicted
+            fake.evict(name)
+            fake.impostor = _adapter(tmp_path / "wrong", [31, 40])
+            _tick(gateway)  # re-staged onto wrong weights: an alert, the release stays
+            state = _scenario(gateway)
+            assert state["serving_release_id"] == release
+            assert state["verification"]["state"] == "failed"
+            assert "expected token 32, got token 40" in state["verification"]["diff"]
+            assert _stamp(gateway, client) == (release, None)  # served, but not verified
+
+
+def _stamp(gateway: GatewayThread, client: Any) -> tuple[str | None, str | None]:
+    """The release and verified weights digest on the record of one new request."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="reef/s", messages=[{"role": "user", "content": "stamp"}]
+    )
+    record = eventually(
+        lambda: _record(gateway, raw.headers["x-reef-record-id"]), "the record to be written"
+    )
+    return record.release_id, record.weights_digest
+
+
+def _record(gateway: GatewayThread, record_id: str) -> Any:
+    try:
+        return gateway.store.get_record(record_id)
+    except RecordNotFoundError:
+        return None
+
+
+def test_an_adapter_without_a_fingerprint_stages_unverified(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path / "old", None)
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            release = _publish(gateway, settings, adapter, base)
+            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+            assert _scenario(gateway)["verification"]["state"] == "unverified"
+
+
+def _digest(settings: Any, adapter: Path) -> str:
+    return open_artifact_store(settings.artifacts_url()).put_dir(adapter, "adapter")
+
+
+def _digest12(settings: Any, adapter: Path) -> str:
+    return _digest(settings, adapter).removeprefix("sha256:")[:12]
+
+
+def test_the_gates_pin_of_a_swapped_candidate_is_refused_with_the_diff(tmp_path: Path) -> None:
+    """The gate answers items pinned to the candidate (``x-reef-release``): staging the
+    pin verifies it, so a candidate on other weights gets no answer that could count."""
+    wanted = _adapter(tmp_path / "wanted", [41, 42])
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            digest = open_artifact_store(settings.artifacts_url()).put_dir(wanted, "adapter")
+            chain = ReleaseChain(gateway.database)
+            manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
+            candidate = chain.propose("s", manifest, base, "test", "swapped")
+            chain.set_candidate_state(candidate.id, "evaluating")
+            fake.impostor = _adapter(tmp_path / "other", [41, 43])
+            body = {"model": "reef/s", "messages": [{"role": "user", "content": "item 1"}]}
+            answer = call(
+                gateway.port, "POST", "/v1/chat/completions", body, {"x-reef-release": candidate.id}
+            )
+            assert answer.status == 409, answer.body
+            assert b"expected token 42, got token 43" in answer.body
+            assert f"s@{digest.removeprefix('sha256:')[:12]}" not in fake.adapters

@@ -1,0 +1,125 @@
+"""Fingerprints on the tiny model: computed by the trainer's code on a PEFT model, they
+survive the artifact round-trip under the artifact's digest, and the embedded engine,
+serving the same adapter, answers them (the float32 tolerance's calibration)."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from reef.engine.models import load_model
+from reef.engine.runtime import Engine
+from reef.engine.server import BackgroundServer
+from reef.learning.trainers.fingerprint import TrainedModel, compute_fingerprint
+from reef.learning.trainers.lora_sft import save_adapter
+from reef.releases import (
+    FINGERPRINT_FILE,
+    FINGERPRINT_TOLERANCE,
+    Fingerprint,
+    ProbeAnswer,
+    compare_fingerprint,
+    open_artifact_store,
+    parse_probe_answer,
+    probe_request,
+    read_fingerprint,
+)
+from tests.engine.lora_factory import PEFT_WRAP_WARNING
+
+pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
+
+PROMPTS = [[{"role": "user", "content": "tell me about the reef"}]]
+
+
+def _trained_adapter(directory: Path, seed: int) -> Fingerprint:
+    """A seeded random LoRA on tiny-random, saved as a learner saves it, with its
+    fingerprint computed by the trainer's code."""
+    torch.manual_seed(seed)
+    loaded = load_model("tiny-random", directory.parent)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing. is deprecated")
+        model = get_peft_model(
+            loaded.model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+        )
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5)
+    save_adapter(model, directory)
+    trained = TrainedModel(
+        model, loaded.tokenizer, loaded.eos_token_ids, torch.device("cpu"), bf16=False
+    )
+    fingerprint = compute_fingerprint(trained, PROMPTS)
+    fingerprint.write(directory)
+    return fingerprint
+
+
+def test_the_fingerprint_survives_the_round_trip_under_the_digest(tmp_path: Path) -> None:
+    fingerprint = _trained_adapter(tmp_path / "adapter", seed=1)
+    assert fingerprint.dtype == "float32"
+    assert len(fingerprint.probes) == 4  # one from the prompts, three built in
+    assert fingerprint.probes[0].messages == PROMPTS[0]
+    assert all(len(p.tokens) == len(p.logprobs) == len(p.margins) for p in fingerprint.probes)
+    store = open_artifact_store(str(tmp_path / "store"))
+    digest = store.put_dir(tmp_path / "adapter", "adapter")
+    loaded = read_fingerprint(store.materialize(digest, tmp_path / "copy"))
+    assert loaded == fingerprint
+
+    # another fingerprint beside the same weights is another artifact
+    edited = json.loads((tmp_path / "adapter" / FINGERPRINT_FILE).read_text())
+    edited["probes"][0]["logprobs"][0] -= 1.0
+    (tmp_path / "adapter" / FINGERPRINT_FILE).write_text(json.dumps(edited))
+    assert store.put_dir(tmp_path / "adapter", "adapter") != digest
+
+    # and a stored fingerprint changed in place fails the artifact's verification
+    cached = store.materialize(digest)
+    (cached / FINGERPRINT_FILE).write_text(json.dumps(edited))
+    fresh = store.materialize(digest)  # the damaged cache copy is replaced
+    assert read_fingerprint(fresh) == fingerprint  # every materialize re-verifies
+
+
+def test_the_engine_answers_the_trainers_fingerprint(tmp_path: Path) -> None:
+    """The calibration of the float32 tolerance: the trainer's no-cache forward passes
+    against the engine's cached, batched decoding of the same adapter."""
+    mine = _trained_adapter(tmp_path / "mine", seed=1)
+    other = _trained_adapter(tmp_path / "other", seed=2)
+    engine = Engine(load_model("tiny-random", tmp_path), max_batch=4, threads=1)
+    server = BackgroundServer(engine).start()
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=60) as http:
+            for name in ("mine", "other"):
+                body = {"lora_name": name, "lora_path": str(tmp_path / name)}
+                http.post("/load_lora_adapter", json=body).raise_for_status()
+
+            def answers(model: str) -> list[ProbeAnswer]:
+                return [
+                    parse_probe_answer(
+                        http.post("/chat/completions", json=probe_request(p, model)).json()
+                    )
+                    for p in mine.probes
+                ]
+
+            served = answers("mine")
+            swapped = answers("other")
+    finally:
+        server.stop()
+    deltas = [
+        abs(a - b)
+        for probe, answer in zip(mine.probes, served, strict=True)
+        for a, b in zip(probe.logprobs, answer.logprobs or [], strict=False)
+    ]
+    print(f"max |Δlogprob| trainer vs engine, float32: {max(deltas):.2e}")
+    assert max(deltas) < FINGERPRINT_TOLERANCE["float32"] / 10
+    assert compare_fingerprint(mine, served) is None
+    mismatch = compare_fingerprint(mine, swapped)
+    assert mismatch is not None
+    assert other != mine
+    assert "expected" in mismatch.describe()

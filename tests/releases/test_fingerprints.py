@@ -1,0 +1,81 @@
+"""Comparing a server's answers with a fingerprint: token ids, text when there are none,
+logprobs within the dtype's tolerance, the end of turn, and near ties."""
+
+from __future__ import annotations
+
+from reef.releases import (
+    Fingerprint,
+    FingerprintProbe,
+    ProbeAnswer,
+    compare_fingerprint,
+    parse_probe_answer,
+    probe_request,
+)
+
+
+def _fingerprint(margins: list[float] | None = None, ended: bool = True) -> Fingerprint:
+    probe = FingerprintProbe(
+        messages=[{"role": "user", "content": "q"}],
+        tokens=[5, 6, 7],
+        text="abc",
+        logprobs=[-0.1, -0.2, -0.3],
+        margins=margins or [2.0, 2.0, 2.0],
+        ended=ended,
+    )
+    return Fingerprint(dtype="float32", max_new_tokens=16, probes=[probe])
+
+
+def _answer(
+    tokens: list[int] | None, logprobs: list[float] | None, finish: str = "stop"
+) -> ProbeAnswer:
+    return ProbeAnswer(tokens=tokens, text="abc", logprobs=logprobs, finish_reason=finish)
+
+
+def test_the_same_answer_agrees_and_the_request_asks_for_the_end_of_turn() -> None:
+    fingerprint = _fingerprint()
+    assert probe_request(fingerprint.probes[0], "m")["max_tokens"] == 4
+    assert compare_fingerprint(fingerprint, [_answer([5, 6, 7], [-0.1, -0.2, -0.3])]) is None
+    assert compare_fingerprint(fingerprint, [_answer([5, 6, 7], [-0.1, -0.205, -0.3])]) is None
+
+
+def test_a_token_a_logprob_or_a_missing_end_is_a_mismatch() -> None:
+    fingerprint = _fingerprint()
+    token = compare_fingerprint(fingerprint, [_answer([5, 9, 7], None)])
+    assert token is not None and token.describe() == (
+        "probe 0 differs at token 1: expected token 6, got token 9"
+    )
+    logprob = compare_fingerprint(fingerprint, [_answer([5, 6, 7], [-0.1, -0.2, -0.5])])
+    assert logprob is not None and logprob.position == 2 and "0.2000 > 0.01" in logprob.got
+    longer = compare_fingerprint(fingerprint, [_answer([5, 6, 7, 8], None, "length")])
+    assert longer is not None and longer.expected == "the end of turn"
+    shorter = compare_fingerprint(fingerprint, [_answer([5, 6], None)])
+    assert shorter is not None and "the answer ended" in shorter.got
+
+
+def test_text_is_compared_when_the_server_returns_no_ids() -> None:
+    fingerprint = _fingerprint()
+    same = ProbeAnswer(tokens=None, text="abc", logprobs=None, finish_reason="stop")
+    other = ProbeAnswer(tokens=None, text="abd", logprobs=None, finish_reason="stop")
+    assert compare_fingerprint(fingerprint, [same]) is None
+    found = compare_fingerprint(fingerprint, [other])
+    assert found is not None and found.position == 2
+
+
+def test_a_near_tie_ends_the_comparison_instead_of_failing() -> None:
+    fingerprint = _fingerprint(margins=[2.0, 0.001, 2.0])
+    assert compare_fingerprint(fingerprint, [_answer([5, 9, 1], None)]) is None
+    assert compare_fingerprint(fingerprint, [_answer([4, 6, 7], None)]) is not None
+
+
+def test_a_chat_completion_body_parses() -> None:
+    body = {
+        "choices": [
+            {
+                "message": {"content": "abc"},
+                "token_ids": [5, 6, 7],
+                "logprobs": {"content": [{"logprob": -0.1}, {"logprob": -0.2}]},
+                "finish_reason": "stop",
+            }
+        ]
+    }
+    assert parse_probe_answer(body) == ProbeAnswer([5, 6, 7], "abc", [-0.1, -0.2], "stop")

@@ -91,6 +91,10 @@ class FakeUpstream:
         ``/v1/completions`` and ``/v1/embeddings`` unless made with ``text_routes=False``,
         and its own Responses API (``/v1/responses``, ``tests.fakes.responses_api``).
 
+        With ``lists_adapters=True`` ``GET /v1/models`` lists every loaded adapter after
+        the models, as vLLM does (a card whose ``parent`` is the first model, ``root`` the
+        adapter's path); ``evict(name)`` drops one silently, as vLLM's LRU cache does.
+
         With ``strict_models=True`` a request for a model that is neither in ``models`` nor
         a loaded adapter is a 404, as vLLM answers it.
 
@@ -122,7 +126,10 @@ class FakeUpstream:
         reloads: str | None = None,
         base_path: str = "/srv/models/fake-base",
         refuse_reload: bool = False,
+        lists_adapters: bool = False,
     ) -> None:
+        self.lists_adapters = lists_adapters
+        self.adapter_paths: dict[str, str] = {}
         self.reloads = reloads
         self.base_path = base_path
         self.weights = base_path
@@ -229,10 +236,29 @@ class FakeUpstream:
 
     # -- handlers ------------------------------------------------------------------
 
+    def evict(self, name: str) -> None:
+        """Drop the loaded adapter ``name`` without being asked (vLLM's LRU eviction)."""
+        self.adapters.discard(name)
+
     async def _list_models(self, request: web.Request) -> web.StreamResponse:
         self._note(request, None)
         if denied := self._denied(request, anthropic="anthropic-version" in request.headers):
             return denied
+        if self.lists_adapters and self.adapters:
+            listed = orjson.loads(self._models_body)
+            parent = self.models[0] if self.models else None
+            listed["data"] += [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": CREATED,
+                    "owned_by": "fake",
+                    "root": self.adapter_paths.get(name, name),
+                    "parent": parent,
+                }
+                for name in sorted(self.adapters)
+            ]
+            return web.Response(body=orjson.dumps(listed), content_type=_JSON)
         return web.Response(body=self._models_body, content_type=_JSON)
 
     async def _load_adapter(self, request: web.Request) -> web.StreamResponse:
@@ -250,6 +276,7 @@ class FakeUpstream:
             }
             return web.json_response(error, status=400)
         self.adapters.add(name)
+        self.adapter_paths[name] = str(body.get("lora_path", name))
         return web.Response(text=f"Success: LoRA adapter '{name}' added.")
 
     async def _unload_adapter(self, request: web.Request) -> web.StreamResponse:

@@ -78,7 +78,8 @@ def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
 def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
     """``status`` as ``grant``'s key may see it: a key limited to scenarios sees their
     activation and the adapters and checkpoints loaded for them (named
-    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights; of
+    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights or
+    adapter cache; of
     spend, its scenarios' and its own key's budgets and refusals, not the global ones."""
     grant.checked = True
     if grant.principal.scenarios is None:
@@ -95,6 +96,7 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
             for upstream, loaded in status[pools].items()
         }
     out["in_place"] = {}
+    out["adapter_cache"] = {}  # names every scenario's adapters
     spend = status["spend"]
     mine = f"key:{grant.principal.key_id}"
 

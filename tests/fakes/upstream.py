@@ -1114,8 +1114,8 @@ def _models_list(models: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-async def _serve(host: str, port: int) -> None:
-    fake = FakeUpstream()
+async def _serve(host: str, port: int, **options: Any) -> None:
+    fake = FakeUpstream(**options)
     await fake.start(host, port)
     print(f"fake upstream listening on {fake.base_url}", flush=True)
     try:
@@ -1125,11 +1125,22 @@ async def _serve(host: str, port: int) -> None:
 
 
 def main() -> None:
-    """``python -m tests.fakes.upstream --port N``: serve until interrupted."""
+    """``python -m tests.fakes.upstream --port N [--model M] [--vllm-lora]``: serve until
+    interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--model", default="fake-model", help="the one model it serves")
+    parser.add_argument(
+        "--vllm-lora",
+        action="store_true",
+        help="vLLM's runtime LoRA API: load and unload adapters, list them in /v1/models, "
+        "answer 404 for a model that is neither the model nor a loaded adapter",
+    )
     args = parser.parse_args()
+    options: dict[str, Any] = {"models": (args.model,)}
+    if args.vllm_lora:
+        options.update(adapters=True, lists_adapters=True, strict_models=True)
     runner: Any = asyncio.run
     try:
         import uvloop
@@ -1138,7 +1149,7 @@ def main() -> None:
     except ImportError:
         pass
     with contextlib.suppress(KeyboardInterrupt):
-        runner(_serve(args.host, args.port))
+        runner(_serve(args.host, args.port, **options))
 
 
 if __name__ == "__main__":

@@ -15,10 +15,18 @@ What it runs, each through Reef's own code:
   head costs what it would), and SmolLM2-135M when its packaged GGUF is installed.
 - The same trainer on the CPU, on the 0.5B model for a few steps (the CPU's default
   precision, float32), for the GPU/CPU ratio.
+- vLLM through the gateway and multi-LoRA throughput (``bench/gpu_serving.py``): vLLM
+  serves the 0.5B model, ``reef serve`` runs in front of it, and 20 adapter publishes
+  happen while clients load the gateway (publish to the first response from the new
+  release, p50/p99; failed requests, which must be 0); then completion tokens/s at 1, 4
+  and 16 adapters against the base (the vendor anchor is 98/94/88%).
+- The Ray trainer (``run_in_ray``) on the 0.5B model's LoRA run, when ray is installed.
+- The fingerprint check on a deliberately wrong adapter (``fingerprint_check``), once
+  ``reef.learning.fingerprints`` exists.
 - Everything it cannot run is reported ``skipped`` with the reason: the embedded engine
-  (it serves on the CPU only), vLLM through the gateway and multi-LoRA (when vllm is not
-  installed), the Ray trainer (when ray is not installed), the fingerprint check (not
-  built yet). No figure is made up.
+  on CUDA (it serves on the CPU only), vLLM and multi-LoRA on a GPU machine without
+  vllm, the Ray trainer without ray, the in-place checkpoint reload (not driven here
+  yet), the fingerprint check (not built yet). No figure is made up.
 
 tokens/s is the trainer's own figure (non-padding tokens through forward, backward and
 the optimizer step, over the training loop's wall time, first step included); "steady"
@@ -26,8 +34,9 @@ leaves the first step out (from the child's per-step progress lines), which on a
 holds the kernels' first-use cost.
 
 ``--cpu-smoke`` runs the same code paths on a tiny model on the CPU (no CUDA; the
-accelerator's runs in bf16 with gradient checkpointing, as the trainer picks on CUDA),
-so that a test can run the whole script (tests/learning/test_gpu_check_bench.py). It writes one
+accelerator's runs in bf16 with gradient checkpointing, as the trainer picks on CUDA;
+the serving runs against the loopback vLLM-protocol fake with 4 publishes), so that a
+test can run the whole script (tests/learning/test_gpu_check_bench.py). It writes one
 JSON (``--out``) after every run, so a run cut short still leaves its figures, and
 prints the Markdown table (also to ``--markdown``).
 """
@@ -590,6 +599,8 @@ def table_row(report: Report, run: TrainRun) -> str:
     if run.stop_reason == "max_seconds":
         status += " (stopped by the time cap)"
     device = f"{run.device} (reference)" if run.role == "cpu" else run.device
+    if run.runner == "ray":
+        device += " (Ray trainer)"
     return (
         f"| `{run.model}` | {count(params)} | {run.mode} | {device} | {precision} | "
         f"{run.steps} | {run.tokens_per_second:,.0f} | "

@@ -5,7 +5,8 @@ A loopback vLLM-protocol server (runtime LoRA API, adapters listed in ``/v1/mode
 with ``max_loras: 2`` configured serves three scenarios, each on an adapter of its own:
 three adapters need to be active, so the warning fires in ``/reef/status``, ``/metrics``
 and the log. The server then drops one adapter on its own, as vLLM's LRU cache does:
-one eviction is counted, and only once.
+one eviction is counted, and only once. Slots the upstream tells in ``/v1/models``
+override the configured ones.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from typing import Any
 import pytest
 
 from reef.cli.status import _adapter_cache_line
+from reef.config import UpstreamConfig
+from reef.gateway.serving.adapter_cache import AdapterCacheTelemetry
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
-from tests.fakes.upstream import FakeUpstreamThread
+from reef.upstream.http import HTTPUpstream
+from tests.fakes.upstream import FakeUpstream, FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call
 from tests.gateway.sdk_calls import turn
@@ -119,3 +123,28 @@ def test_three_active_adapters_on_two_slots_warn_of_the_cache_cliff_and_an_evict
             assert any(
                 victim in r.getMessage() and "evicted" in r.getMessage() for r in caplog.records
             )
+
+
+async def test_slots_the_upstream_tells_win_and_a_failed_listing_keeps_the_last_figures() -> None:
+    fake = FakeUpstream(adapters=True, lists_adapters=True, card_extra={"max_loras": 2})
+    await fake.start()
+    config = UpstreamConfig(type="openai", base_url=fake.base_url, model="fake-model")
+    upstream = HTTPUpstream("fake", config)
+    telemetry = AdapterCacheTelemetry({"fake": (8, 16)})
+    try:
+        fake.adapters.update({"s@a", "s@b", "s@c"})
+        state = await telemetry.check(upstream, {"s@a", "s@b", "s@c"}, {"s@a", "s@b", "s@c"})
+        # the upstream says 2 GPU slots; the configured 8 gives way, the CPU slots stay
+        assert (state.max_loras, state.max_cpu_loras, state.slots_source) == (2, 16, "upstream")
+        assert state.cliff and state.listed == 3 and state.evictions_total == 0
+        fake.evict("s@b")
+        state = await telemetry.check(upstream, {"s@a", "s@b", "s@c"}, {"s@a", "s@c"})
+        assert state.evictions_total == 1 and state.evicted == ["s@b"]
+        assert not state.cliff  # two needed, two slots
+        await fake.stop()  # the upstream goes away: the last figures stay, with the error
+        state = await telemetry.check(upstream, {"s@a", "s@b", "s@c"}, {"s@a", "s@c"})
+        assert state.error is not None and "fake" in state.error
+        assert state.evictions_total == 1 and state.resident == ["s@a", "s@c"]
+    finally:
+        await upstream.aclose()
+        await fake.stop()

@@ -95,6 +95,9 @@ class FakeUpstream:
         the models, as vLLM does (a card whose ``parent`` is the first model, ``root`` the
         adapter's path); ``evict(name)`` drops one silently, as vLLM's LRU cache does.
 
+        ``card_extra`` adds fields to each model's card in ``GET /v1/models`` (a server
+        that tells its adapter slots: ``{"max_loras": 2}``).
+
         With ``strict_models=True`` a request for a model that is neither in ``models`` nor
         a loaded adapter is a 404, as vLLM answers it.
 
@@ -127,6 +130,7 @@ class FakeUpstream:
         base_path: str = "/srv/models/fake-base",
         refuse_reload: bool = False,
         lists_adapters: bool = False,
+        card_extra: dict[str, Any] | None = None,
     ) -> None:
         self.lists_adapters = lists_adapters
         self.adapter_paths: dict[str, str] = {}
@@ -166,6 +170,8 @@ class FakeUpstream:
         self.port = 0
         self.host = "127.0.0.1"
         listed = _models_list(models)
+        for card in listed["data"]:
+            card.update(card_extra or {})
         if reloads is not None:
             for card in listed["data"]:
                 card["root"] = base_path

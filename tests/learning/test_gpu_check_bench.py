@@ -25,8 +25,11 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
         [
             sys.executable, str(REPO / "bench" / "gpu_check.py"), "--cpu-smoke",
             "--out", str(out), "--markdown", str(table),
+            # the budget keeps a GPU run within 10 minutes; on a shared CPU machine it
+            # would turn the last runs into skips
+            "--budget-seconds", "1500",
         ],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        cwd=REPO, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads(out.read_text(encoding="utf-8"))

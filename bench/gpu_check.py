@@ -19,14 +19,15 @@ What it runs, each through Reef's own code:
   serves the 0.5B model, ``reef serve`` runs in front of it, and 20 adapter publishes
   happen while clients load the gateway (publish to the first response from the new
   release, p50/p99; failed requests, which must be 0); then completion tokens/s at 1, 4
-  and 16 adapters against the base (the vendor anchor is 98/94/88%).
+  and 16 adapters against the base (the vendor anchor is 98/94/88%); then an in-place
+  checkpoint reload through the gateway (``checkpoint_loading: vllm``) and back.
 - The Ray trainer (``run_in_ray``) on the 0.5B model's LoRA run, when ray is installed.
 - The fingerprint check on a deliberately wrong adapter (``fingerprint_check``), once
   ``reef.learning.fingerprints`` exists.
 - Everything it cannot run is reported ``skipped`` with the reason: the embedded engine
   on CUDA (it serves on the CPU only), vLLM and multi-LoRA on a GPU machine without
-  vllm, the Ray trainer without ray, the in-place checkpoint reload (not driven here
-  yet), the fingerprint check (not built yet). No figure is made up.
+  vllm, the Ray trainer without ray, the fingerprint check (not built yet). No figure
+  is made up.
 
 tokens/s is the trainer's own figure (non-padding tokens through forward, backward and
 the optimizer step, over the training loop's wall time, first step included); "steady"
@@ -90,11 +91,6 @@ ENGINE_REASON = (
 )
 FINGERPRINT_CHECK = "fingerprint check catching a wrong adapter"
 FINGERPRINT_REASON = "fingerprint check not built yet"
-INPLACE_REASON = (
-    "this check does not drive an in-place checkpoint reload "
-    "(reef.gateway.serving.inplace) yet; tests/vllm/test_vllm_checkpoint.py does, with "
-    "REEF_TEST_VLLM=1"
-)
 
 
 @dataclass(frozen=True)
@@ -478,6 +474,7 @@ def ratios(runs: list[TrainRun]) -> list[dict[str, Any]]:
 
 PUBLISH_CHECK = "vLLM through the gateway: adapter publishes under load"
 THROUGHPUT_CHECK = "multi-LoRA throughput at 1/4/16 adapters against the base"
+INPLACE_CHECK = "in-place checkpoint reload"
 RAY_CHECK = "Ray trainer on the GPU"
 
 
@@ -488,14 +485,14 @@ def serving_checks(checker: Checker, sources: dict[str, str], cuda: bool) -> Non
     vllm on a GPU machine or when the time budget is spent."""
     if cuda and importlib.util.find_spec("vllm") is None:
         reason = "vllm is not installed in this Python, so nothing can serve adapters on the GPU"
-        checker.skip(PUBLISH_CHECK, reason)
-        checker.skip(THROUGHPUT_CHECK, reason)
+        for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+            checker.skip(check, reason)
         return
     left = checker.remaining()
     if left < checker.args.min_run_seconds:
         reason = f"time budget: {left:.0f} s left"
-        checker.skip(PUBLISH_CHECK, reason)
-        checker.skip(THROUGHPUT_CHECK, reason)
+        for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+            checker.skip(check, reason)
         return
     plan = gpu_serving.SMOKE_SERVING if checker.args.cpu_smoke else gpu_serving.GPU_SERVING
     name = checker.plan.shapes["0.5b"].name
@@ -511,7 +508,7 @@ def serving_checks(checker: Checker, sources: dict[str, str], cuda: bool) -> Non
             upstream = gpu_serving.start_upstream(children, kind, model_dir, name)
         except Exception as exc:  # a server that does not come up is a result
             reason = f"{kind} did not start: {exc}"
-            for check in (PUBLISH_CHECK, THROUGHPUT_CHECK):
+            for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
                 checker.serve({"check": check, "upstream": kind, "status": "failed",
                                "reason": reason})  # fmt: skip
             return
@@ -520,6 +517,8 @@ def serving_checks(checker: Checker, sources: dict[str, str], cuda: bool) -> Non
                 upstream, adapters, plan, work / "publishes")),
             (THROUGHPUT_CHECK, lambda: gpu_serving.multi_lora_throughput(
                 upstream, adapters, plan)),
+            (INPLACE_CHECK, lambda: gpu_serving.inplace_reload(
+                upstream, model_dir, work / "in-place")),
         ):  # fmt: skip
             try:
                 result = run()
@@ -649,7 +648,14 @@ def serving_lines(results: list[dict[str, Any]]) -> list[str]:
         head = f"- {result['check']} ({result['upstream']}): {result['status']}"
         if result["status"] != "ok" and result.get("reason"):
             lines.append(f"{head}: {str(result['reason']).splitlines()[0]}")
-        elif "publish_to_first_response_ms" in result:
+        elif "to_checkpoint" in result.get("publish_to_first_response_ms", {}):
+            ms = result["publish_to_first_response_ms"]
+            lines.append(
+                f"{head}; publish to first response from the checkpoint "
+                f"{ms['to_checkpoint']} ms, back to the base {ms['back_to_base']} ms; "
+                f"{result['requests']} requests, {result['failed_requests']} failed"
+            )
+        elif "publishes" in result:
             ms = result["publish_to_first_response_ms"]
             lines.append(
                 f"{head}; {result['publishes']} publishes under {result['concurrency']} "
@@ -727,7 +733,6 @@ def main(argv: list[str] | None = None) -> int:
         report.ratios = ratios(report.training)
         checker.skip("embedded engine on CUDA: decode tokens/s at 1 and 8 rows", ENGINE_REASON)
         serving_checks(checker, sources, cuda)
-        checker.skip("in-place checkpoint reload", INPLACE_REASON)
         ray_check(checker, sources, cuda)
         smallest = Path(sources[plan.shapes["0.5b"].name])
         fingerprint_check(checker, smallest, sorted((checker.scratch / "adapters").glob("*")))

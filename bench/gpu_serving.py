@@ -1,15 +1,14 @@
 """The GPU check's serving runs (``bench/gpu_check.py``): adapter publishes under load
-through the gateway, and multi-LoRA throughput.
+through the gateway, multi-LoRA throughput, and an in-place checkpoint reload.
 
 On a GPU the upstream is vLLM (``python -m vllm.entrypoints.openai.api_server`` in this
-Python, LoRA on, runtime adapter loading allowed) serving the
+Python, LoRA on, runtime adapter loading and dev-mode reloads allowed) serving the
 check's random 0.5B model; with ``--cpu-smoke`` it is the loopback vLLM-protocol fake
 (``tests.fakes.upstream --vllm-lora``), so the same
 code drives the same routes and cannot rot. Adapters are rank-8 LoRAs on q/v built with
 PEFT on the served model (seeded random B matrices: distinct digests). Everything goes
 through Reef's own code: ``reef serve`` as a child process, the release chain's
-propose/publish, ``HTTPUpstream`` for the throughput calls. (An in-place checkpoint
-reload through ``reef.gateway.serving.inplace`` is not driven here yet.)
+propose/publish, ``HTTPUpstream`` for the throughput calls.
 
 - Publishes under load: ``concurrency`` client threads send chat requests through the
   gateway without pause while the chain head moves ``publishes`` times, each to a new
@@ -21,6 +20,8 @@ reload through ``reef.gateway.serving.inplace`` is not driven here yet.)
   spread over 1, 4 and 16 loaded adapters; completion tokens/s of each against the
   base's. The fake's figures measure nothing (it answers at once): a smoke run reports
   them as such.
+- In-place checkpoint reload (``inplace_reload``): a checkpoint release, then the base
+  again, on a gateway whose upstream reloads in place, under light load.
 """
 
 from __future__ import annotations
@@ -120,12 +121,13 @@ def start_upstream(children: ChildProcesses, kind: str, model_dir: Path, model: 
             "--max-cpu-loras", "32", "--max-model-len", "1024",
             "--gpu-memory-utilization", "0.5",
         ]  # fmt: skip
-        env.update(VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
+        # runtime adapters, and the dev-mode routes an in-place reload uses
+        env.update(VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_SERVER_DEV_MODE="1")
         limit = 300.0
     else:
         argv = [
             sys.executable, "-m", "tests.fakes.upstream", "--port", str(port),
-            "--model", model, "--vllm-lora",
+            "--model", model, "--vllm-lora", "--reloads", "vllm",
         ]  # fmt: skip
         limit = 30.0
     process, log = children.spawn(f"{kind}-{port}", argv, env)
@@ -134,7 +136,9 @@ def start_upstream(children: ChildProcesses, kind: str, model_dir: Path, model: 
     return Upstream(kind, base_url, model)
 
 
-def start_gateway(children: ChildProcesses, work: Path, upstream: Upstream) -> tuple[int, str, str]:
+def start_gateway(
+    children: ChildProcesses, work: Path, upstream: Upstream, in_place: bool = False
+) -> tuple[int, str, str]:
     """``reef serve`` in front of ``upstream``; its port, store URL and artifacts dir."""
     port = free_port()
     work.mkdir(parents=True, exist_ok=True)
@@ -147,6 +151,8 @@ def start_gateway(children: ChildProcesses, work: Path, upstream: Upstream) -> t
         "adapter_slots": {"max_loras": 16, "max_cpu_loras": 32},
         "read_timeout_seconds": REQUEST_TIMEOUT_S,
     }
+    if in_place:
+        up["checkpoint_loading"] = "vllm"
     config = {
         "home": str(work / "home"),
         "server": {"port": port},
@@ -323,6 +329,71 @@ def publish_under_load(
         status="ok" if failed == 0 and missed == 0 else "failed",
     )
     return result
+
+
+def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str, Any]:
+    """A release whose model is a checkpoint (the served model's weights stored again as
+    a ``checkpoint`` artifact) published to a gateway that reloads the upstream in place
+    (``checkpoint_loading: vllm``, ``reef.gateway.serving.inplace``) while 2 clients load
+    it, then the base model published back: publish to the first response from each, and
+    the failed requests."""
+    children = ChildProcesses(work)
+    result: dict[str, Any] = {"check": "in-place checkpoint reload", "upstream": upstream.kind}
+    try:
+        port, store_url, artifacts_url = start_gateway(
+            children, work / "gateway", upstream, in_place=True
+        )
+        load = Load(port, 2, 4)
+        load.start()
+        store = open_store(store_url)
+        try:
+            if load.first_served_any(FLIP_LIMIT_S) is None:
+                raise RuntimeError("no request answered through the gateway")
+            chain = ReleaseChain(store.database)
+            digest = open_artifact_store(artifacts_url).put_dir(model_dir, "checkpoint")
+            timings: dict[str, float | None] = {}
+            for step, model in (
+                ("to_checkpoint", ModelComponent(base=upstream.model, checkpoint=digest)),
+                ("back_to_base", ModelComponent(base=upstream.model)),
+            ):
+                head = chain.head(SCENARIO)
+                assert head is not None
+                manifest = ReleaseManifest(model=model)
+                candidate = chain.propose(SCENARIO, manifest, head.id, "gpu-check", step)
+                release = chain.publish(
+                    candidate.id, head.id, "gpu-check", step, require_passed=False
+                )
+                published = time.perf_counter()
+                served = load.first_served(release.id, published, FLIP_LIMIT_S)
+                timings[step] = None if served is None else served - published
+            reloads = gateway_status(port)["in_place"]["up"]["reloads"]
+        finally:
+            load.finish()
+            store.close()
+    finally:
+        children.stop_all()
+    failed = sum(1 for record in load.records if record.status != 200)
+    missed = sum(1 for value in timings.values() if value is None)
+    result.update(
+        publish_to_first_response_ms={step: _ms(value) for step, value in timings.items()},
+        reloads=reloads,  # the gateway's count: both publishes reloaded the upstream
+        requests=len(load.records),
+        failed_requests=failed,
+        failures=load.errors[:5],
+        status="ok" if failed == 0 and missed == 0 else "failed",
+    )
+    return result
+
+
+def gateway_status(port: int) -> dict[str, Any]:
+    """The gateway's ``/reef/status``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
+    try:
+        conn.request("GET", "/reef/status")
+        status: dict[str, Any] = json.loads(conn.getresponse().read())
+        return status
+    finally:
+        conn.close()
 
 
 def _ms(seconds: float | None) -> float | None:

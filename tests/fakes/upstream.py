@@ -1143,8 +1143,11 @@ def main() -> None:
         help="vLLM's runtime LoRA API: load and unload adapters, list them in /v1/models, "
         "answer 404 for a model that is neither the model nor a loaded adapter",
     )
+    parser.add_argument(
+        "--reloads", choices=["vllm", "sglang"], help="reload weights in place as this server"
+    )
     args = parser.parse_args()
-    options: dict[str, Any] = {"models": (args.model,)}
+    options: dict[str, Any] = {"models": (args.model,), "reloads": args.reloads}
     if args.vllm_lora:
         options.update(adapters=True, lists_adapters=True, strict_models=True)
     runner: Any = asyncio.run

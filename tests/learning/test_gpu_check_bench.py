@@ -67,7 +67,6 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
     # what it cannot measure is reported, never a figure
     skipped = {s["check"]: s["reason"] for s in report["skipped"]}
     assert any(check.startswith("embedded engine on CUDA") for check in skipped)
-    assert "in-place checkpoint reload" in skipped
     assert ("Ray trainer on the GPU" in skipped) is not ray
     assert "sft on smollm2-135m" in skipped  # tiny models only in a smoke run
     if importlib.util.find_spec("reef.learning.fingerprints") is None:
@@ -75,7 +74,8 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
             "fingerprint check not built yet"
         )
     # the serving path against the loopback vLLM-protocol fake: publishes under load
-    # through the gateway, every one served, no request failed; then multi-LoRA calls
+    # through the gateway, every one served, no request failed; then multi-LoRA calls;
+    # then a checkpoint reloaded in place and the base again
     serving = {result["check"]: result for result in report["serving"]}
     publishes = serving["vLLM through the gateway: adapter publishes under load"]
     assert publishes["upstream"] == "fake" and publishes["status"] == "ok", publishes
@@ -88,6 +88,10 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
     assert [row["adapters"] for row in throughput["rows"]] == [0, 1, 4, 16]
     assert all(row["completion_tokens"] > 0 for row in throughput["rows"])
     assert "measure nothing" in throughput["note"]  # the fake's figures are not figures
+    reload = serving["in-place checkpoint reload"]
+    assert reload["status"] == "ok" and reload["failed_requests"] == 0, reload
+    assert reload["reloads"] >= 2  # to the checkpoint and back to the base, in place
+    assert all(ms > 0 for ms in reload["publish_to_first_response_ms"].values())
     text = table.read_text(encoding="utf-8")
     assert text.count("| `llama-smoke-") == len(runs)
     assert "cpu (reference)" in text and "Skipped:" in text

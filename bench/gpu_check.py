@@ -15,10 +15,19 @@ What it runs, each through Reef's own code:
   head costs what it would), and SmolLM2-135M when its packaged GGUF is installed.
 - The same trainer on the CPU, on the 0.5B model for a few steps (the CPU's default
   precision, float32), for the GPU/CPU ratio.
+- vLLM through the gateway and multi-LoRA throughput (``bench/gpu_serving.py``): vLLM
+  serves the 0.5B model, ``reef serve`` runs in front of it, and 20 adapter publishes
+  happen while clients load the gateway (publish to the first response from the new
+  release, p50/p99; failed requests, which must be 0); then completion tokens/s at 1, 4
+  and 16 adapters against the base (the vendor anchor is 98/94/88%); then an in-place
+  checkpoint reload through the gateway (``checkpoint_loading: vllm``) and back.
+- The Ray trainer (``run_in_ray``) on the 0.5B model's LoRA run, when ray is installed.
+- The fingerprint check on a deliberately wrong adapter (``fingerprint_check``), once
+  ``reef.learning.fingerprints`` exists.
 - Everything it cannot run is reported ``skipped`` with the reason: the embedded engine
-  (it serves on the CPU only), vLLM through the gateway and multi-LoRA (when vllm is not
-  installed), the Ray trainer (when ray is not installed), the fingerprint check (not
-  built yet). No figure is made up.
+  on CUDA (it serves on the CPU only), vLLM and multi-LoRA on a GPU machine without
+  vllm, the Ray trainer without ray, the fingerprint check (not built yet). No figure
+  is made up.
 
 tokens/s is the trainer's own figure (non-padding tokens through forward, backward and
 the optimizer step, over the training loop's wall time, first step included); "steady"
@@ -26,8 +35,9 @@ leaves the first step out (from the child's per-step progress lines), which on a
 holds the kernels' first-use cost.
 
 ``--cpu-smoke`` runs the same code paths on a tiny model on the CPU (no CUDA; the
-accelerator's runs in bf16 with gradient checkpointing, as the trainer picks on CUDA),
-so that a test can run the whole script (tests/learning/test_gpu_check_bench.py). It writes one
+accelerator's runs in bf16 with gradient checkpointing, as the trainer picks on CUDA;
+the serving runs against the loopback vLLM-protocol fake with 4 publishes), so that a
+test can run the whole script (tests/learning/test_gpu_check_bench.py). It writes one
 JSON (``--out``) after every run, so a run cut short still leaves its figures, and
 prints the Markdown table (also to ``--markdown``).
 """
@@ -35,6 +45,7 @@ prints the Markdown table (also to ``--markdown``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -50,6 +61,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_serving  # bench/gpu_serving.py: publishes under load, multi-LoRA throughput
+from contenders import ChildProcesses
+
 from reef.engine.errors import ModelSourceError
 from reef.engine.models import DEFAULT_MODEL, smollm2_gguf
 from reef.learning.trainers import (
@@ -59,6 +74,7 @@ from reef.learning.trainers import (
     TrainingFailedError,
     run_in_child,
 )
+from reef.learning.trainers.ray_runner import run_in_ray
 
 VOCAB_SIZE = 49152  # SmolLM2's vocabulary
 SEED = 20261204
@@ -73,10 +89,8 @@ ENGINE_REASON = (
     "the CPU); decode tokens/s at 1 and 8 rows and the in-place checkpoint reload on "
     "CUDA wait for a CUDA path in the engine"
 )
-FINGERPRINT_REASON = (
-    "adapter fingerprints and verified staging are not built yet, so there is no "
-    "fingerprint check to run against a deliberately wrong adapter"
-)
+FINGERPRINT_CHECK = "fingerprint check catching a wrong adapter"
+FINGERPRINT_REASON = "fingerprint check not built yet"
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,7 @@ class TrainRun:
     device: str
     steps: int
     role: str
+    runner: str = "child"
     status: str = "ok"
     reason: str = ""
     tokens: int = 0
@@ -155,6 +170,7 @@ class Report:
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     training: list[TrainRun] = field(default_factory=list)
     ratios: list[dict[str, Any]] = field(default_factory=list)
+    serving: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
 
     def write(self, path: Path) -> None:
@@ -280,7 +296,8 @@ class Job:
     mode: str
     device: str  # cuda, or cpu (in a smoke run, the accelerator's runs too)
     steps: int
-    role: str  # "accelerator", or "cpu" (the reference for the ratio)
+    role: str  # "accelerator", "cpu" (the reference for the ratio), or "ray"
+    runner: str = "child"  # run_in_child, or "ray": run_in_ray (the Ray trainer)
 
 
 class Checker:
@@ -299,13 +316,14 @@ class Checker:
 
     def train(self, job: Job) -> TrainRun:
         """Run ``job`` through the training child; a failure is recorded, not raised."""
-        run = TrainRun(job.model, job.mode, job.device, job.steps, job.role)
+        run = TrainRun(job.model, job.mode, job.device, job.steps, job.role, job.runner)
         left = self.remaining()
         if left < self.args.min_run_seconds:
             run.status, run.reason = "skipped", f"time budget: {left:.0f} s left"
             return self.record(run)
-        output = self.scratch / f"out-{job.model}-{job.mode}-{job.device}"
-        rehearsal = job.role == "accelerator" and job.device == "cpu"
+        tag = f"{job.model}-{job.mode}-{job.device}-{job.runner}"
+        output = self.scratch / f"out-{tag}"
+        rehearsal = job.role in ("accelerator", "ray") and job.device == "cpu"
         spec = SFTSpec(
             model=job.source,
             home=self.scratch / "home",
@@ -328,12 +346,16 @@ class Checker:
         stamps: list[float] = []
         started = time.monotonic()
         try:
-            result = run_in_child(
-                spec,
-                lambda step, steps, loss: stamps.append(time.monotonic()),
-                work_dir=self.scratch / f"work-{job.model}-{job.mode}-{job.device}",
-                timeout_seconds=left,
-            )
+            if job.runner == "ray":
+                # Ray hands every step's loss over at the end: no steady rate
+                result = run_in_ray(spec, timeout_seconds=left)
+            else:
+                result = run_in_child(
+                    spec,
+                    lambda step, steps, loss: stamps.append(time.monotonic()),
+                    work_dir=self.scratch / f"work-{tag}",
+                    timeout_seconds=left,
+                )
         except TrainingFailedError as exc:
             run.status, run.reason = "failed", f"{exc}\n{exc.log_tail[-2000:]}"
             return self.record(run)
@@ -347,10 +369,16 @@ class Checker:
         self.report.training.append(run)
         self.report.write(self.args.out)
         figure = f"{run.tokens_per_second:.0f} tokens/s" if run.status == "ok" else run.status
-        print(f"{run.model} {run.mode} on {run.device}: {figure}", flush=True)
+        print(f"{run.model} {run.mode} on {run.device} ({run.runner}): {figure}", flush=True)
         if run.status != "ok":
             print(run.reason, flush=True)
         return run
+
+    def serve(self, result: dict[str, Any]) -> None:
+        """Record one serving run's result."""
+        self.report.serving.append(result)
+        self.report.write(self.args.out)
+        print(f"{result['check']} on {result['upstream']}: {result['status']}", flush=True)
 
     def skip(self, check: str, reason: str) -> None:
         self.report.skipped.append({"check": check, "reason": reason})
@@ -444,24 +472,111 @@ def ratios(runs: list[TrainRun]) -> list[dict[str, Any]]:
     return out
 
 
-def skip_unbuilt(checker: Checker) -> None:
-    """Record every check this script cannot run here, with its reason."""
-    checker.skip(
-        "embedded engine on CUDA: decode tokens/s at 1 and 8 rows, in-place checkpoint reload",
-        ENGINE_REASON,
-    )
-    if importlib.util.find_spec("vllm") is None:
-        vllm = "vllm is not installed in this Python, so nothing can serve adapters on the GPU"
-    else:
-        vllm = "vllm is installed, but this check does not drive it through the gateway yet"
-    checker.skip("vLLM through the gateway: 20 adapter publishes under load", vllm)
-    checker.skip("multi-LoRA throughput at 1/4/16 adapters against the base", vllm)
+PUBLISH_CHECK = "vLLM through the gateway: adapter publishes under load"
+THROUGHPUT_CHECK = "multi-LoRA throughput at 1/4/16 adapters against the base"
+INPLACE_CHECK = "in-place checkpoint reload"
+RAY_CHECK = "Ray trainer on the GPU"
+
+
+def serving_checks(checker: Checker, sources: dict[str, str], cuda: bool) -> None:
+    """Adapter publishes under load through the gateway, then multi-LoRA throughput,
+    against vLLM on the GPU (``bench/gpu_serving.py``); in a smoke run against the
+    loopback vLLM-protocol fake, fewer publishes. Skipped, with the reason, without
+    vllm on a GPU machine or when the time budget is spent."""
+    if cuda and importlib.util.find_spec("vllm") is None:
+        reason = "vllm is not installed in this Python, so nothing can serve adapters on the GPU"
+        for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+            checker.skip(check, reason)
+        return
+    left = checker.remaining()
+    if left < checker.args.min_run_seconds:
+        reason = f"time budget: {left:.0f} s left"
+        for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+            checker.skip(check, reason)
+        return
+    plan = gpu_serving.SMOKE_SERVING if checker.args.cpu_smoke else gpu_serving.GPU_SERVING
+    name = checker.plan.shapes["0.5b"].name
+    model_dir = Path(sources[name])
+    count = max(plan.publishes, *plan.adapter_counts)
+    adapters = gpu_serving.make_adapters(model_dir, checker.scratch / "adapters", count)
+    work = checker.scratch / "serving"
+    work.mkdir(parents=True, exist_ok=True)
+    children = ChildProcesses(work)
+    try:
+        kind = "vllm" if cuda else "fake"
+        try:
+            upstream = gpu_serving.start_upstream(children, kind, model_dir, name)
+        except Exception as exc:  # a server that does not come up is a result
+            reason = f"{kind} did not start: {exc}"
+            for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+                checker.serve({"check": check, "upstream": kind, "status": "failed",
+                               "reason": reason})  # fmt: skip
+            return
+        for check, run in (
+            (PUBLISH_CHECK, lambda: gpu_serving.publish_under_load(
+                upstream, adapters, plan, work / "publishes")),
+            (THROUGHPUT_CHECK, lambda: gpu_serving.multi_lora_throughput(
+                upstream, adapters, plan)),
+            (INPLACE_CHECK, lambda: gpu_serving.inplace_reload(
+                upstream, model_dir, work / "in-place")),
+        ):  # fmt: skip
+            try:
+                result = run()
+            except Exception as exc:  # recorded, and the next check still runs
+                result = {"check": check, "upstream": kind, "status": "failed",
+                          "reason": repr(exc)}  # fmt: skip
+            result["check"] = check
+            checker.serve(result)
+    finally:
+        children.stop_all()
+
+
+def ray_check(checker: Checker, sources: dict[str, str], cuda: bool) -> None:
+    """The Ray trainer (``run_in_ray``) on the 0.5B model, LoRA: on the GPU, or in a
+    smoke run on the CPU; skipped without ray."""
     if importlib.util.find_spec("ray") is None:
-        ray = "ray is not installed in this Python"
-    else:
-        ray = "ray is installed, but this check does not run the Ray trainer yet"
-    checker.skip("Ray trainer on the GPU", ray)
-    checker.skip("fingerprint check catching a wrong adapter", FINGERPRINT_REASON)
+        checker.skip(RAY_CHECK, "ray is not installed in this Python")
+        return
+    name = checker.plan.shapes["0.5b"].name
+    steps = checker.plan.gpu_steps["lora"]
+    device = "cuda" if cuda else "cpu"
+    checker.train(Job(name, sources[name], "lora", device, steps, "ray", "ray"))
+
+
+def fingerprint_check(checker: Checker, model_dir: Path, adapters: list[Path]) -> None:
+    """The fingerprint check on a deliberately wrong adapter: ``adapters[1]``'s weights
+    offered as ``adapters[0]``. Skipped until ``reef.learning.fingerprints`` exists;
+    then it must name the mismatch (wire its API in ``_wrong_adapter_caught``)."""
+    try:
+        fingerprints = importlib.import_module("reef.learning.fingerprints")
+    except ImportError:
+        checker.skip(FINGERPRINT_CHECK, FINGERPRINT_REASON)
+        return
+    try:
+        caught, detail = _wrong_adapter_caught(fingerprints, model_dir, adapters[0], adapters[1])
+    except Exception as exc:  # a check that breaks is a result too
+        caught, detail = False, repr(exc)
+    checker.serve(
+        {
+            "check": FINGERPRINT_CHECK,
+            "upstream": "trainer",
+            "status": "ok" if caught else "failed",
+            "detail": detail,
+        }
+    )
+
+
+def _wrong_adapter_caught(
+    fingerprints: Any, model_dir: Path, expected: Path, actual: Path
+) -> tuple[bool, str]:
+    """Whether ``fingerprints`` tells ``actual``'s weights from ``expected``'s, and what it
+    said. Expects ``verify_adapter(model_dir, expected_dir, actual_dir)`` answering a
+    mismatch description (None when they match)."""
+    verify = getattr(fingerprints, "verify_adapter", None)
+    if verify is None:
+        return False, "reef.learning.fingerprints has no verify_adapter: wire its API here"
+    mismatch = verify(model_dir, expected, actual)
+    return mismatch is not None, str(mismatch)
 
 
 def gib(value: int | None) -> str:
@@ -483,6 +598,8 @@ def table_row(report: Report, run: TrainRun) -> str:
     if run.stop_reason == "max_seconds":
         status += " (stopped by the time cap)"
     device = f"{run.device} (reference)" if run.role == "cpu" else run.device
+    if run.runner == "ray":
+        device += " (Ray trainer)"
     return (
         f"| `{run.model}` | {count(params)} | {run.mode} | {device} | {precision} | "
         f"{run.steps} | {run.tokens_per_second:,.0f} | "
@@ -518,9 +635,45 @@ def markdown(report: Report) -> str:
             f"- `{ratio['model']}` {ratio['mode']}: {label}/CPU tokens/s = "
             f"{ratio['ratio']}x{steady}."
         )
+    lines += serving_lines(report.serving)
     lines += ["", "Skipped:", ""]
     lines += [f"- {s['check']}: {s['reason']}." for s in report.skipped]
     return "\n".join(lines)
+
+
+def serving_lines(results: list[dict[str, Any]]) -> list[str]:
+    """The serving runs as Markdown lines."""
+    lines: list[str] = []
+    for result in results:
+        head = f"- {result['check']} ({result['upstream']}): {result['status']}"
+        if result["status"] != "ok" and result.get("reason"):
+            lines.append(f"{head}: {str(result['reason']).splitlines()[0]}")
+        elif "to_checkpoint" in result.get("publish_to_first_response_ms", {}):
+            ms = result["publish_to_first_response_ms"]
+            lines.append(
+                f"{head}; publish to first response from the checkpoint "
+                f"{ms['to_checkpoint']} ms, back to the base {ms['back_to_base']} ms; "
+                f"{result['requests']} requests, {result['failed_requests']} failed"
+            )
+        elif "publishes" in result:
+            ms = result["publish_to_first_response_ms"]
+            lines.append(
+                f"{head}; {result['publishes']} publishes under {result['concurrency']} "
+                f"clients, publish to first response from the new adapter p50 {ms['p50']} ms, "
+                f"p99 {ms['p99']} ms; {result['requests']} requests, "
+                f"{result['failed_requests']} failed"
+            )
+        elif "rows" in result:
+            ratios = ", ".join(
+                f"{row['adapters']}: {row['tokens_per_second']:,.0f} tokens/s "
+                f"({row['vs_base']:.0%})"
+                for row in result["rows"]
+            )
+            note = f" ({result['note']})" if result.get("note") else ""
+            lines.append(f"{head}; adapters {ratios}; vendor anchor 98/94/88%{note}")
+        else:
+            lines.append(f"{head}: {result.get('detail', '')}")
+    return ([""] if lines else []) + lines
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -578,13 +731,18 @@ def main(argv: list[str] | None = None) -> int:
         for job in training_jobs(plan, sources, "cuda" if cuda else "cpu"):
             checker.train(job)
         report.ratios = ratios(report.training)
-        skip_unbuilt(checker)
+        checker.skip("embedded engine on CUDA: decode tokens/s at 1 and 8 rows", ENGINE_REASON)
+        serving_checks(checker, sources, cuda)
+        ray_check(checker, sources, cuda)
+        smallest = Path(sources[plan.shapes["0.5b"].name])
+        fingerprint_check(checker, smallest, sorted((checker.scratch / "adapters").glob("*")))
     text = markdown(report)
     print(text)
     if args.markdown is not None:
         args.markdown.write_text(text + "\n", encoding="utf-8")
     failed = [run for run in report.training if run.status == "failed"]
-    return 1 if failed else 0
+    failed_serving = [result for result in report.serving if result["status"] == "failed"]
+    return 1 if failed or failed_serving else 0
 
 
 if __name__ == "__main__":

@@ -444,6 +444,7 @@ HELPERS = {
     "fault_clients.py": "the SDK clients of faults.py",
     "fault_crash.py": "the SIGKILL part of faults.py",
     "gpu_check.py": "the GPU check: run by hand on a CUDA machine (its --cpu-smoke is a test)",
+    "gpu_serving.py": "the serving runs of gpu_check.py (vLLM through the gateway, multi-LoRA)",
     "load.py": "load generator of gateway_overhead.py",
     "overhead_report.py": "report of gateway_overhead.py",
     "passthrough.py": "the bare proxy of gateway_overhead.py",

@@ -91,6 +91,13 @@ class FakeUpstream:
         ``/v1/completions`` and ``/v1/embeddings`` unless made with ``text_routes=False``,
         and its own Responses API (``/v1/responses``, ``tests.fakes.responses_api``).
 
+        With ``lists_adapters=True`` ``GET /v1/models`` lists every loaded adapter after
+        the models, as vLLM does (a card whose ``parent`` is the first model, ``root`` the
+        adapter's path); ``evict(name)`` drops one silently, as vLLM's LRU cache does.
+
+        ``card_extra`` adds fields to each model's card in ``GET /v1/models`` (a server
+        that tells its adapter slots: ``{"max_loras": 2}``).
+
         With ``strict_models=True`` a request for a model that is neither in ``models`` nor
         a loaded adapter is a 404, as vLLM answers it.
 
@@ -122,7 +129,11 @@ class FakeUpstream:
         reloads: str | None = None,
         base_path: str = "/srv/models/fake-base",
         refuse_reload: bool = False,
+        lists_adapters: bool = False,
+        card_extra: dict[str, Any] | None = None,
     ) -> None:
+        self.lists_adapters = lists_adapters
+        self.adapter_paths: dict[str, str] = {}
         self.reloads = reloads
         self.base_path = base_path
         self.weights = base_path
@@ -159,6 +170,8 @@ class FakeUpstream:
         self.port = 0
         self.host = "127.0.0.1"
         listed = _models_list(models)
+        for card in listed["data"]:
+            card.update(card_extra or {})
         if reloads is not None:
             for card in listed["data"]:
                 card["root"] = base_path
@@ -229,10 +242,29 @@ class FakeUpstream:
 
     # -- handlers ------------------------------------------------------------------
 
+    def evict(self, name: str) -> None:
+        """Drop the loaded adapter ``name`` without being asked (vLLM's LRU eviction)."""
+        self.adapters.discard(name)
+
     async def _list_models(self, request: web.Request) -> web.StreamResponse:
         self._note(request, None)
         if denied := self._denied(request, anthropic="anthropic-version" in request.headers):
             return denied
+        if self.lists_adapters and self.adapters:
+            listed = orjson.loads(self._models_body)
+            parent = self.models[0] if self.models else None
+            listed["data"] += [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": CREATED,
+                    "owned_by": "fake",
+                    "root": self.adapter_paths.get(name, name),
+                    "parent": parent,
+                }
+                for name in sorted(self.adapters)
+            ]
+            return web.Response(body=orjson.dumps(listed), content_type=_JSON)
         return web.Response(body=self._models_body, content_type=_JSON)
 
     async def _load_adapter(self, request: web.Request) -> web.StreamResponse:
@@ -250,6 +282,7 @@ class FakeUpstream:
             }
             return web.json_response(error, status=400)
         self.adapters.add(name)
+        self.adapter_paths[name] = str(body.get("lora_path", name))
         return web.Response(text=f"Success: LoRA adapter '{name}' added.")
 
     async def _unload_adapter(self, request: web.Request) -> web.StreamResponse:
@@ -1087,8 +1120,8 @@ def _models_list(models: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-async def _serve(host: str, port: int) -> None:
-    fake = FakeUpstream()
+async def _serve(host: str, port: int, **options: Any) -> None:
+    fake = FakeUpstream(**options)
     await fake.start(host, port)
     print(f"fake upstream listening on {fake.base_url}", flush=True)
     try:
@@ -1098,11 +1131,25 @@ async def _serve(host: str, port: int) -> None:
 
 
 def main() -> None:
-    """``python -m tests.fakes.upstream --port N``: serve until interrupted."""
+    """``python -m tests.fakes.upstream --port N [--model M] [--vllm-lora]``: serve until
+    interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--model", default="fake-model", help="the one model it serves")
+    parser.add_argument(
+        "--vllm-lora",
+        action="store_true",
+        help="vLLM's runtime LoRA API: load and unload adapters, list them in /v1/models, "
+        "answer 404 for a model that is neither the model nor a loaded adapter",
+    )
+    parser.add_argument(
+        "--reloads", choices=["vllm", "sglang"], help="reload weights in place as this server"
+    )
     args = parser.parse_args()
+    options: dict[str, Any] = {"models": (args.model,), "reloads": args.reloads}
+    if args.vllm_lora:
+        options.update(adapters=True, lists_adapters=True, strict_models=True)
     runner: Any = asyncio.run
     try:
         import uvloop
@@ -1111,7 +1158,7 @@ def main() -> None:
     except ImportError:
         pass
     with contextlib.suppress(KeyboardInterrupt):
-        runner(_serve(args.host, args.port))
+        runner(_serve(args.host, args.port, **options))
 
 
 if __name__ == "__main__":

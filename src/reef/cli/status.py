@@ -226,6 +226,8 @@ def print_status(base_url: str, data: dict[str, Any]) -> None:
         typer.echo("checkpoints: " + "; ".join(checkpoints))
     for upstream, weights in sorted(data.get("in_place", {}).items()):
         typer.echo(_in_place_line(upstream, weights))
+    for upstream, cache in sorted(data.get("adapter_cache", {}).items()):
+        typer.echo(_adapter_cache_line(upstream, cache))
     for line in _spend_lines(data.get("spend")):
         typer.echo(line)
     for line in _distill_lines(data.get("distill")):
@@ -307,6 +309,25 @@ def _isolation_line(isolation: dict[str, Any]) -> str:
     if isolation["boundary"] == "none":
         return f"tool isolation: NONE, tools run unconfined: {isolation['detail']}"
     return f"tool isolation: {isolation['boundary']} ({isolation['detail']})"
+
+
+def _adapter_cache_line(upstream: str, cache: dict[str, Any]) -> str:
+    """One upstream's adapter cache: resident and needed against its slots, evictions,
+    and the cliff warning."""
+    slots = cache["adapter_slots"]
+    gpu, cpu = slots.get("max_loras"), slots.get("max_cpu_loras")
+    held = "slots unknown" if gpu is None else f"{gpu} slots"
+    if cpu is not None:
+        held += f" (+{cpu} in host memory)"
+    line = (
+        f"adapter cache ({upstream}): {len(cache['resident'])} resident, "
+        f"{len(cache['needed'])} needed active, {held}, {cache['evictions_total']} evictions"
+    )
+    if cache.get("cliff"):
+        line += " - CACHE CLIFF: more adapters need to be active than the upstream holds"
+    if cache.get("error"):
+        line += f" (last check failed: {cache['error']})"
+    return line
 
 
 def _in_place_line(upstream: str, weights: dict[str, Any]) -> str:

@@ -109,6 +109,27 @@ class ServerConfig(Section):
         return checked
 
 
+class AdapterSlotsConfig(Section):
+    """How many LoRA adapters an upstream holds at once, when the upstream does not say."""
+
+    max_loras: int | None = Field(
+        default=None,
+        ge=1,
+        description="Adapters the server computes with at once (vLLM's --max-loras; "
+        "SGLang's --max-loras-per-batch). An upstream whose `GET /models` gives "
+        "`max_loras` overrides this. When the adapters Reef needs active (every head, "
+        "canary and candidate the gate or shadow arm runs) exceed it, the gateway warns "
+        "of the cache cliff (docs/releases.md, adapter cache telemetry).",
+    )
+    max_cpu_loras: int | None = Field(
+        default=None,
+        ge=1,
+        description="Adapters the server keeps in host memory to swap in (vLLM's "
+        "--max-cpu-loras); reported beside max_loras. An upstream's `max_cpu_loras` in "
+        "`GET /models` overrides this.",
+    )
+
+
 class UpstreamConfig(Section):
     """A model server the gateway forwards to."""
 
@@ -234,6 +255,11 @@ class UpstreamConfig(Section):
         "In place, the gateway holds new requests and lets those in flight finish before "
         "it reloads, and only the serving release's weights can be reached: no canary, "
         "and a request pinned to other weights is refused (docs/releases.md).",
+    )
+    adapter_slots: AdapterSlotsConfig = Field(
+        default_factory=AdapterSlotsConfig,
+        description="The upstream's adapter slots, for the adapter cache telemetry in "
+        "/metrics and /reef/status (resident adapters, evictions, the cache-cliff warning).",
     )
     base_weights: str | None = Field(
         default=None,
@@ -418,6 +444,13 @@ class ActivationConfig(Section):
     )
     warmup: bool = Field(
         default=True, description="Send one short request through a new adapter before the flip."
+    )
+    adapter_cache_interval_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often the gateway lists each adapter-serving upstream's models for "
+        "the adapter cache telemetry: adapters resident against the upstream's slots "
+        "(upstreams.<name>.adapter_slots), evictions, the cache-cliff warning.",
     )
     stage_timeout_seconds: float = Field(
         default=120.0, gt=0, description="Longest a release may take to stage."

@@ -78,6 +78,48 @@ class _ActivationCollector(Collector):
         for name, status in activation.status.items():
             staging.add_metric([name], 1.0 if status.state == "failed" else 0.0)
         yield staging
+        yield from _adapter_cache_metrics(activation.adapter_cache.states)
+
+
+def _adapter_cache_metrics(
+    states: dict[str, Any],
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The adapter cache telemetry (``reef.gateway.serving.adapter_cache``) per upstream."""
+    slots = GaugeMetricFamily(
+        "reef_adapter_slots",
+        "Adapters an upstream holds at once: kind gpu (max_loras) or cpu (max_cpu_loras), "
+        "as the upstream or upstreams.<name>.adapter_slots says.",
+        labels=["upstream", "kind"],
+    )
+    resident = GaugeMetricFamily(
+        "reef_adapters_resident",
+        "Adapters Reef loaded that the upstream lists.",
+        labels=["upstream"],
+    )
+    needed = GaugeMetricFamily(
+        "reef_adapters_needed",
+        "Adapters Reef needs active: heads, canaries, candidates under the gate or shadow.",
+        labels=["upstream"],
+    )
+    cliff = GaugeMetricFamily(
+        "reef_adapter_cache_cliff",
+        "1 when the adapters Reef needs active exceed the upstream's max_loras.",
+        labels=["upstream"],
+    )
+    evictions = CounterMetricFamily(
+        "reef_adapter_evictions",
+        "Adapters Reef loaded that the upstream stopped listing (evicted by it).",
+        labels=["upstream"],
+    )
+    for name, state in sorted(states.items()):
+        for kind, value in (("gpu", state.max_loras), ("cpu", state.max_cpu_loras)):
+            if value is not None:
+                slots.add_metric([name, kind], float(value))
+        resident.add_metric([name], float(len(state.resident)))
+        needed.add_metric([name], float(len(state.needed)))
+        cliff.add_metric([name], 1.0 if state.cliff else 0.0)
+        evictions.add_metric([name], float(state.evictions_total))
+    yield from (slots, resident, needed, cliff, evictions)
 
 
 class _LiveExportCollector(Collector):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from reef.core.errors import ReefError
 
@@ -194,6 +194,11 @@ class Upstream(ABC):
     @abstractmethod
     async def list_models(self) -> list[str]:
         """Model names the upstream serves (``GET /models``); raises ``UpstreamError``."""
+
+    async def model_cards(self) -> list[dict[str, Any]]:
+        """The upstream's model cards (``GET /models``'s ``data``: vLLM lists each loaded
+        adapter with its ``parent``); at least ``id`` in each. Raises ``UpstreamError``."""
+        return [{"id": name} for name in await self.list_models()]
 
     async def load_adapter(
         self, name: str, path: str, expected_digest: str | None, on: str | None = None

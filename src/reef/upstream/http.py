@@ -200,11 +200,17 @@ class HTTPUpstream(Upstream):
 
     async def list_models(self) -> list[str]:
         """Ids in ``GET {base_url}/models`` (``data[].id`` in both dialects)."""
+        return [str(card["id"]) for card in await self.model_cards()]
+
+    async def model_cards(self) -> list[dict[str, Any]]:
+        """The cards in ``GET {base_url}/models`` (``data``; each with an ``id``)."""
         response = await self._open("GET", "/models", None, self._headers)
         body = await self._read_body(response)
         try:
-            data = loads(body)
-            return [str(item["id"]) for item in data["data"]]
+            cards = loads(body)["data"]
+            if not all(isinstance(card, dict) and "id" in card for card in cards):
+                raise TypeError("a card without an id")
+            return [dict(card) for card in cards]
         except (ValueError, KeyError, TypeError) as exc:
             raise UpstreamUnavailableError(
                 f"upstream {self.name!r}: /models answered something that is not a model "

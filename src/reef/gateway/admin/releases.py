@@ -75,7 +75,8 @@ class AdoptConfigIn(BaseModel):
 def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
     """``status`` as ``grant``'s key may see it: a key limited to scenarios sees their
     activation and the adapters and checkpoints loaded for them (named
-    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights; of
+    ``<scenario>@...``), not another scenario's nor an upstream's in-place weights or
+    adapter cache; of
     spend, its scenarios' and its own key's budgets and refusals, not the global ones."""
     grant.checked = True
     if grant.principal.scenarios is None:
@@ -93,6 +94,7 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
         }
     out["in_place"] = {}
     out["distill"] = {k: v for k, v in status["distill"].items() if own(k)}
+    out["adapter_cache"] = {}  # names every scenario's adapters
     spend = status["spend"]
     mine = f"key:{grant.principal.key_id}"
 

@@ -57,6 +57,7 @@ from reef.core import dumps
 from reef.core.checkpoints import check_checkpoint_directory
 from reef.core.errors import ConflictError, NotFoundError, ReefError
 from reef.gateway.auth import Principal
+from reef.gateway.serving.adapter_cache import AdapterCacheTelemetry
 from reef.gateway.serving.canary_arm import CanaryRoute, CanaryStatus
 from reef.gateway.serving.drift import (
     CLIENT_CHOSEN_MODEL,
@@ -352,6 +353,12 @@ class Activation:
             if name in settings.upstreams
             and settings.upstreams[name].checkpoint_loading != "engine"
         }
+        self.adapter_cache = AdapterCacheTelemetry(
+            {
+                name: (config.adapter_slots.max_loras, config.adapter_slots.max_cpu_loras)
+                for name, config in settings.upstreams.items()
+            }
+        )
         self.gate_key = gate_key_id(settings)  # the key the gate pins candidates with
         self.failures_total = 0
         self.flips_total = 0
@@ -680,6 +687,8 @@ class Activation:
 
     async def _poll(self) -> None:
         interval = self.settings.activation.poll_interval_seconds
+        cache_interval = self.settings.activation.adapter_cache_interval_seconds
+        cache_checked = float("-inf")
         while True:
             try:
                 await self.sync_once()
@@ -687,6 +696,12 @@ class Activation:
                 log.warning("could not read the release heads: %s", exc.message)
             except Exception:
                 log.exception("release head polling failed")
+            if time.monotonic() - cache_checked >= cache_interval:
+                cache_checked = time.monotonic()
+                try:
+                    await self.check_adapter_cache()
+                except Exception:
+                    log.exception("adapter cache check failed")
             await asyncio.sleep(interval)
 
     async def _verify_every(self) -> None:
@@ -768,6 +783,38 @@ class Activation:
         else:
             self.verifications.restaged_total += 1
             log.info("scenario %s: %s %s loaded again and verified", serving.scenario, kind, name)
+
+    def _needed_adapters(self) -> dict[str, set[str]]:
+        """Per upstream, the adapters Reef needs active: every head's, every staged
+        canary's, and every pinned candidate's the gate or a canary is deciding (the gate's
+        runs and the shadow arm pin them)."""
+        needed: dict[str, set[str]] = {}
+        staged = [*self.serving.values(), *(r.serving for r in self.canaries.values())]
+        staged += [
+            serving
+            for target, serving in self._pinned.values()
+            if target.candidate_state in ("evaluating", "canary")
+        ]
+        for serving in staged:
+            if serving.adapter_name is not None:
+                needed.setdefault(serving.upstream, set()).add(serving.adapter_name)
+        return needed
+
+    async def check_adapter_cache(self) -> None:
+        """Update the adapter cache telemetry (``reef.gateway.serving.adapter_cache``) of
+        every OpenAI-dialect upstream that has adapter slots configured, adapters Reef
+        loaded, or adapters Reef needs."""
+        needed = self._needed_adapters()
+        for name, upstream in self.upstreams.items():
+            config = self.settings.upstreams.get(name)
+            slots = config is not None and (
+                config.adapter_slots.max_loras is not None
+                or config.adapter_slots.max_cpu_loras is not None
+            )
+            loaded = set(self.pools[name].slots)
+            if upstream.dialect != "openai" or not (slots or loaded or name in needed):
+                continue
+            await self.adapter_cache.check(upstream, loaded, needed.get(name, set()))
 
     async def _activate(self, scenario: str, release_id: str) -> None:
         status = self.status.setdefault(scenario, ScenarioStatus())
@@ -1065,6 +1112,7 @@ class Activation:
                 for name, pool in self.checkpoint_pools.items()
             },
             "in_place": {name: weights.as_dict() for name, weights in self.inplace.items()},
+            "adapter_cache": self.adapter_cache.status_json(),
             "flips_total": self.flips_total,
             "failures_total": self.failures_total,
             "canary_failures_total": self.canary_failures_total,

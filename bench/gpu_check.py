@@ -22,11 +22,11 @@ What it runs, each through Reef's own code:
   and 16 adapters against the base (the vendor anchor is 98/94/88%); then an in-place
   checkpoint reload through the gateway (``checkpoint_loading: vllm``) and back.
 - The Ray trainer (``run_in_ray``) on the 0.5B model's LoRA run, when ray is installed.
-- The fingerprint check on a deliberately wrong adapter (``fingerprint_check``), once
-  ``reef.learning.fingerprints`` exists.
+- The fingerprint check on a deliberately wrong adapter (``fingerprint_check``): one
+  adapter's weights offered under another's name, compared with its fingerprint.
 - Everything it cannot run is reported ``skipped`` with the reason: the embedded engine
   on CUDA (it serves on the CPU only), vLLM and multi-LoRA on a GPU machine without
-  vllm, the Ray trainer without ray, the fingerprint check (not built yet). No figure
+  vllm, the Ray trainer without ray. No figure
   is made up.
 
 tokens/s is the trainer's own figure (non-padding tokens through forward, backward and
@@ -90,7 +90,7 @@ ENGINE_REASON = (
     "CUDA wait for a CUDA path in the engine"
 )
 FINGERPRINT_CHECK = "fingerprint check catching a wrong adapter"
-FINGERPRINT_REASON = "fingerprint check not built yet"
+MAX_PROBE_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -544,16 +544,16 @@ def ray_check(checker: Checker, sources: dict[str, str], cuda: bool) -> None:
 
 
 def fingerprint_check(checker: Checker, model_dir: Path, adapters: list[Path]) -> None:
-    """The fingerprint check on a deliberately wrong adapter: ``adapters[1]``'s weights
-    offered as ``adapters[0]``. Skipped until ``reef.learning.fingerprints`` exists;
-    then it must name the mismatch (wire its API in ``_wrong_adapter_caught``)."""
-    try:
-        fingerprints = importlib.import_module("reef.learning.fingerprints")
-    except ImportError:
-        checker.skip(FINGERPRINT_CHECK, FINGERPRINT_REASON)
+    """The fingerprint check on a deliberately wrong adapter. ``adapters[0]`` is
+    fingerprinted on the built-in probe prompts in the trainer's engine on this device
+    (bf16 on CUDA); then its own weights and ``adapters[1]``'s (the wrong ones, offered
+    under its name) are probed again and compared by the rule staging uses
+    (``reef.releases.compare_fingerprint``): its own must match, the other's must not."""
+    if len(adapters) < 2:
+        checker.skip(FINGERPRINT_CHECK, "fewer than two adapters were made")
         return
     try:
-        caught, detail = _wrong_adapter_caught(fingerprints, model_dir, adapters[0], adapters[1])
+        caught, detail = _wrong_adapter_caught(model_dir, adapters[0], adapters[1])
     except Exception as exc:  # a check that breaks is a result too
         caught, detail = False, repr(exc)
     checker.serve(
@@ -566,17 +566,50 @@ def fingerprint_check(checker: Checker, model_dir: Path, adapters: list[Path]) -
     )
 
 
-def _wrong_adapter_caught(
-    fingerprints: Any, model_dir: Path, expected: Path, actual: Path
-) -> tuple[bool, str]:
-    """Whether ``fingerprints`` tells ``actual``'s weights from ``expected``'s, and what it
-    said. Expects ``verify_adapter(model_dir, expected_dir, actual_dir)`` answering a
-    mismatch description (None when they match)."""
-    verify = getattr(fingerprints, "verify_adapter", None)
-    if verify is None:
-        return False, "reef.learning.fingerprints has no verify_adapter: wire its API here"
-    mismatch = verify(model_dir, expected, actual)
-    return mismatch is not None, str(mismatch)
+def _wrong_adapter_caught(model_dir: Path, expected: Path, actual: Path) -> tuple[bool, str]:
+    """Whether ``expected``'s fingerprint accepts its own weights and refuses
+    ``actual``'s, and what the comparison said of each."""
+    from reef.releases import ProbeAnswer, compare_fingerprint, probe_prompts
+
+    fingerprint = _probe_weights(model_dir, expected, probe_prompts([]), MAX_PROBE_TOKENS)
+    prompts = [probe.messages for probe in fingerprint.probes]
+    verdicts = []
+    for weights in (expected, actual):
+        probed = _probe_weights(model_dir, weights, prompts, fingerprint.max_new_tokens)
+        answers = [
+            ProbeAnswer(
+                tokens=list(p.tokens),
+                text=p.text,
+                logprobs=list(p.logprobs),
+                finish_reason="stop" if p.ended else "length",
+            )
+            for p in probed.probes
+        ]
+        verdicts.append(compare_fingerprint(fingerprint, answers))
+    own, wrong = verdicts
+    detail = (
+        f"own weights: {'match' if own is None else own.describe()}; "
+        f"wrong weights: {'MATCHED (not caught)' if wrong is None else wrong.describe()}"
+    )
+    return own is None and wrong is not None, detail
+
+
+def _probe_weights(model_dir: Path, adapter: Path, prompts: list[Any], max_new_tokens: int) -> Any:
+    """``adapter`` on ``model_dir``'s base, probed as the trainer fingerprints (same
+    loader, device and precision rule)."""
+    import torch
+    from peft import PeftModel
+
+    from reef.engine.models import load_model
+    from reef.learning.trainers.fingerprint import TrainedModel, compute_fingerprint
+    from reef.learning.trainers.precision import use_bf16
+
+    loaded = load_model(str(model_dir), Path(".reef"))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = PeftModel.from_pretrained(loaded.model, str(adapter)).to(device)
+    bf16 = use_bf16("auto", device)
+    trained = TrainedModel(model, loaded.tokenizer, loaded.eos_token_ids, device, bf16)
+    return compute_fingerprint(trained, prompts, max_new_tokens)
 
 
 def gib(value: int | None) -> str:

@@ -458,3 +458,31 @@ def test_an_adopted_base_model_starts_the_student_over_at_share_zero() -> None:
     plain = ReleaseManifest(model=ModelComponent(base="old"))
     assert adopted_manifest(plain, "new", configured).routing == configured
     assert adopted_manifest(plain, "new").routing is None
+
+
+def test_a_pinned_candidate_is_the_students_first_as_at_full_share(
+    gateway: GatewayThread,
+) -> None:
+    """The gate's arm of a distilled candidate measures the student it would serve: a
+    candidate at share 0.1 answers every pinned request with the student first (rules
+    still on), while the head's own share decides unpinned traffic."""
+    head_id = release(gateway, 0.0)
+    chain = ReleaseChain(gateway.database)
+    head = chain.head("support")
+    assert head is not None and head.id == head_id
+    routing = RoutingComponent(
+        student_share=0.1, teacher=TeacherEndpoint(upstream="teacher", model="teacher-model")
+    )
+    manifest = ReleaseManifest(model=head.manifest.model, routing=routing)
+    candidate = chain.propose("support", manifest, head.id, "test", "share 0.1")
+    candidate = chain.set_candidate_state(candidate.id, "evaluating")
+    served = [ask(gateway, candidate.id, f"question {i}")[1] for i in range(12)]
+    assert {record.tags["reef.served_by"] for record in served} == {"student"}
+    assert {record.release_id for record in served} == {candidate.id}
+    # a rule still escalates the candidate's requests
+    _, refused = ask(gateway, candidate.id, "please refuse this")
+    assert refused.tags["reef.served_by"] == "teacher"
+    assert refused.tags["reef.escalation"] == "refusal_or_empty"
+    # unpinned traffic follows the head's share (0): the teacher
+    _, live = ask(gateway, None, "a live question")
+    assert live.tags["reef.served_by"] == "teacher"

@@ -69,10 +69,6 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
     assert any(check.startswith("embedded engine on CUDA") for check in skipped)
     assert ("Ray trainer on the GPU" in skipped) is not ray
     assert "sft on smollm2-135m" in skipped  # tiny models only in a smoke run
-    if importlib.util.find_spec("reef.learning.fingerprints") is None:
-        assert skipped["fingerprint check catching a wrong adapter"] == (
-            "fingerprint check not built yet"
-        )
     # the serving path against the loopback vLLM-protocol fake: publishes under load
     # through the gateway, every one served, no request failed; then multi-LoRA calls;
     # then a checkpoint reloaded in place and the base again
@@ -92,6 +88,11 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
     assert reload["status"] == "ok" and reload["failed_requests"] == 0, reload
     assert reload["reloads"] >= 2  # to the checkpoint and back to the base, in place
     assert all(ms > 0 for ms in reload["publish_to_first_response_ms"].values())
+    # one adapter's weights under another's name: its fingerprint accepts its own
+    # weights and names where the wrong ones differ
+    fingerprint = serving["fingerprint check catching a wrong adapter"]
+    assert fingerprint["status"] == "ok", fingerprint
+    assert fingerprint["detail"].startswith("own weights: match; wrong weights: probe ")
     text = table.read_text(encoding="utf-8")
     assert text.count("| `llama-smoke-") == len(runs)
     assert "cpu (reference)" in text and "Skipped:" in text

@@ -49,6 +49,14 @@ _REFUSAL = re.compile(
 )
 
 
+def student_first(routing: RoutingComponent | None) -> RoutingComponent | None:
+    """``routing`` with the student answering first for every request (escalations
+    still on) when it gives the student any share: how a pinned candidate is served."""
+    if routing is None or routing.student_share <= 0:
+        return routing
+    return routing.model_copy(update={"student_share": 1.0})
+
+
 def choose_arm(
     routing: RoutingComponent, record_id: str, escalate_header: str | None
 ) -> tuple[Arm, Rule | None]:

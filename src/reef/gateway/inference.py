@@ -48,6 +48,7 @@ from reef.gateway.distill import (
     choose_arm,
     escalation_rule,
     reply_of,
+    student_first,
     wants_logprobs,
 )
 from reef.gateway.errors import (
@@ -362,7 +363,12 @@ class InferenceRoutes:
         plan = self._plan(api, rendered, request, serving, body.get("model"))
         outcome = None
         if serving.routing is not None and api in _ROUTED:
-            plan, outcome = self._route(api, rendered, request, serving, plan, record_id)
+            routed = serving
+            if headers.release is not None and activation.pinned_candidate(serving.release_id):
+                # A pinned candidate's requests are the student's first, as at full share:
+                # what the gate measures is the student it would serve.
+                routed = replace(serving, routing=student_first(serving.routing))
+            plan, outcome = self._route(api, rendered, request, routed, plan, record_id)
         keep_vectors = state.settings.capture.embedding_vectors == "keep"
         exchange = Exchange(
             api=api,

@@ -784,6 +784,13 @@ class Activation:
             self.verifications.restaged_total += 1
             log.info("scenario %s: %s %s loaded again and verified", serving.scenario, kind, name)
 
+    def pinned_candidate(self, release_id: str | None) -> bool:
+        """Whether ``release_id`` was pinned here as a candidate (not a release): a
+        distilled candidate's pinned requests are the student's first (the gate measures
+        the student as it would serve at full share, escalations included)."""
+        cached = self._pinned.get(release_id) if release_id is not None else None
+        return cached is not None and cached[0].candidate_state is not None
+
     def _needed_adapters(self) -> dict[str, set[str]]:
         """Per upstream, the adapters Reef needs active: every head's, every staged
         canary's, and every pinned candidate's the gate or a canary is deciding (the gate's

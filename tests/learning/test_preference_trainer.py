@@ -31,6 +31,7 @@ from reef.learning.trainers.spec import (
     SFTExample,
     UnpairedExample,
 )
+from reef.releases import read_fingerprint
 
 # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
 pytestmark = pytest.mark.filterwarnings(
@@ -117,7 +118,10 @@ def test_dpo_raises_the_chosen_margin(tmp_path: Path) -> None:
     assert sorted(p.name for p in result.adapter_dir.iterdir()) == [
         "adapter_config.json",
         "adapter_model.safetensors",
+        "reef-fingerprint.json",  # what staging verifies the served weights against
     ]
+    fingerprint = read_fingerprint(result.adapter_dir)
+    assert fingerprint is not None and fingerprint.probes[0].messages == user(PROMPTS[0])
     good_before, good_after = logps(tmp_path, result.adapter_dir, GOOD)
     bad_before, bad_after = logps(tmp_path, result.adapter_dir, BAD)
     before, after = good_before - bad_before, good_after - bad_after

@@ -26,6 +26,7 @@ from reef.releases import (
     ReleaseChain,
     ReleaseManifest,
     open_artifact_store,
+    read_fingerprint,
 )
 from tests.fakes.learning import ScriptedReflector
 
@@ -141,7 +142,9 @@ def test_grpo_raises_the_reward(tmp_path: Path) -> None:
     assert sum(curve[-3:]) / 3 > curve[0] + 0.3, curve
     assert result.metrics["sampler"] == "local" and result.metrics["samples"] == 12 * 32
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
-    # Deterministic for a given spec.
+    fingerprint = read_fingerprint(tmp_path / "adapter")  # probes from its prompts
+    assert fingerprint is not None and fingerprint.probes[0].messages == prompts[0].messages
+    # Deterministic for a given spec (the fingerprint too: it is under the digest).
     again = train_grpo(spec.model_copy(update={"output_dir": tmp_path / "again"}))
     assert again.metrics["reward_curve"] == curve
     assert tree_digest(tmp_path / "again") == tree_digest(tmp_path / "adapter")

@@ -19,7 +19,13 @@ from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog
 from reef.learning.learners.rl import RLConfig, RLLearner
 from reef.learning.trainers import Budget
 from reef.learning.trainers.spec import LoraSettings, RLSpec
-from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
+from reef.releases import (
+    ModelComponent,
+    ReleaseChain,
+    ReleaseManifest,
+    open_artifact_store,
+    read_fingerprint,
+)
 from tests.fakes.learning import ScriptedReflector
 
 # PEFT 0.21 reads a deprecated transformers property while wrapping a model.
@@ -230,6 +236,7 @@ def test_rl_over_episodes_raises_the_success_rate(tmp_path: Path) -> None:
     assert metrics["model_calls"] >= metrics["samples"] and metrics["turns"] > 0
     assert sum(metrics["stops"].values()) == metrics["samples"]
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    assert read_fingerprint(tmp_path / "adapter") is not None  # on the built-in probes
     assert not (tmp_path / "adapter.policy").exists()  # the synced copies are gone
 
 

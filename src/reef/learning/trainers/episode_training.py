@@ -63,6 +63,7 @@ from reef.environments import (
     build_environment,
     run_episodes,
 )
+from reef.learning.trainers.fingerprint import TrainedModel, write_fingerprint
 from reef.learning.trainers.lora_sft import (
     Accumulated,
     Features,
@@ -353,6 +354,9 @@ def train_episode_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -
     if continued:
         model.delete_adapter("reference")
     save_adapter(model, spec.output_dir)
+    loaded = setup.loaded  # episodes' prompts vary by play: the built-in probes
+    trained = TrainedModel(model, loaded.tokenizer, loaded.eos_token_ids, device, bf16)
+    write_fingerprint(trained, [], spec.output_dir)
     metrics: dict[str, Any] = {
         "loss_curve": run.curve,
         **tally.metrics(),

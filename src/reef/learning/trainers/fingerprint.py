@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from reef.learning.trainers.precision import autocast
-from reef.learning.trainers.spec import SFTExample
 from reef.releases import (
     MAX_NEW_TOKENS,
     Dtype,
@@ -49,15 +49,23 @@ class TrainedModel:
     bf16: bool
 
 
-def training_prompts(examples: Sequence[SFTExample]) -> list[list[dict[str, Any]]]:
-    """The prompts of ``examples`` that can be probed as plain chat (no tools offered,
-    no tool calls or results in them), in order."""
+def training_prompts(examples: Sequence[Any]) -> list[list[dict[str, Any]]]:
+    """The prompts of ``examples`` (SFT examples, preference pairs, KTO examples, RL
+    prompts: anything with ``messages`` and optional ``tools``) that can be probed as
+    plain chat (no tools offered, no tool calls or results in them), in order."""
     return [
         list(example.messages)
         for example in examples
-        if not example.tools
+        if not getattr(example, "tools", None)
         and not any(m.get("tool_calls") or m.get("role") == "tool" for m in example.messages)
     ]
+
+
+def write_fingerprint(trained: TrainedModel, examples: Sequence[Any], directory: Path) -> None:
+    """Compute the fingerprint of ``trained`` on ``examples``' plain-chat prompts (filled
+    up from the built-in set) and write it into ``directory``, the saved adapter or
+    checkpoint, so that the artifact's digest covers it."""
+    compute_fingerprint(trained, training_prompts(examples)).write(directory)
 
 
 def compute_fingerprint(

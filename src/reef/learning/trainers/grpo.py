@@ -38,6 +38,7 @@ import torch
 from peft import PeftModel
 
 from reef.evaluation import EvalItem, Scorer, ScorerRegistry
+from reef.learning.trainers.fingerprint import TrainedModel, write_fingerprint
 from reef.learning.trainers.lora_sft import (
     Features,
     Plan,
@@ -268,6 +269,8 @@ def train_grpo(spec: RLSpec, progress: ProgressCallback | None = None) -> TrainR
     if continued:
         model.delete_adapter("reference")
     save_adapter(model, spec.output_dir)
+    trained = TrainedModel(model, tokenizer, loaded.eos_token_ids, device, bf16)
+    write_fingerprint(trained, spec.prompts, spec.output_dir)
     metrics: dict[str, Any] = {
         "bf16": bf16,
         "loss_curve": curve,

@@ -50,6 +50,7 @@ import torch
 from peft import PeftModel
 
 from reef.learning.trainers.budget import split_validation
+from reef.learning.trainers.fingerprint import TrainedModel, write_fingerprint
 from reef.learning.trainers.lora_sft import (
     Features,
     Losses,
@@ -396,6 +397,8 @@ def train_preference(spec: PreferenceSpec, progress: ProgressCallback | None = N
         "continued": spec.base_adapter is not None,
         **run.report,
     }
+    trained = TrainedModel(model, loaded.tokenizer, loaded.eos_token_ids, device, bf16)
+    write_fingerprint(trained, [*spec.pairs, *spec.examples], spec.output_dir)
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
 
 

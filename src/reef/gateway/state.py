@@ -48,3 +48,5 @@ class GatewayState:
     shutdown: Shutdown = field(default_factory=Shutdown)
     # Live export over OTLP (``otel.enabled``), else None.
     live_export: LiveExport | None = None
+    # Which of ``server.workers`` gateway processes this is (from 1); None when alone.
+    worker: int | None = None

@@ -162,21 +162,24 @@ def test_two_workers_share_the_port_the_store_and_the_metrics(
     assert {reply.headers["x-reef-record-id"] for reply in again} == {keyed[0].id}
     assert fake.requests_received("/v1/chat/completions") == before
 
-    # /metrics of either worker counts the requests of both.
+    # /metrics, whichever worker answers, counts the requests of both.
     sent = len(replies) + len(again)
     for _ in range(4):
         metrics = call(gateway.port, "GET", "/metrics").body.decode()
         assert _requests_counted(metrics) == sent
 
-    # A new head: every worker serves it.
+    # A new head: each worker says it serves it (its log lines carry its index), and
+    # requests to the port get it.
     release = _publish_new_head(store_url, tmp_path / "artifacts")
 
-    def all_switched() -> bool:
-        with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda i: gateway.ask(f"which {i}"), range(8)))
-        return {answer.headers["x-reef-release-id"] for answer in answers} == {release}
+    def both_flipped() -> bool:
+        text = gateway.log.read_text()
+        return all(f"[{i}]: scenario shared now serves release {release}" in text for i in (1, 2))
 
-    eventually(all_switched, "both workers to serve the new head", timeout_seconds=10)
+    eventually(both_flipped, "both workers to serve the new head", timeout_seconds=10)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: gateway.ask(f"which {i}"), range(8)))
+    assert {answer.headers["x-reef-release-id"] for answer in answers} == {release}
 
     # Stopped as one process is: drained, then ended by the signal, with nothing failed.
     gateway.process.send_signal(signal.SIGTERM)

@@ -215,3 +215,36 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(child) for child in (task / "children").read_text().split()]
     return found
+
+
+_OBSERVE = """
+import sys
+from types import SimpleNamespace
+from reef.gateway.metrics import GatewayMetrics
+
+stats = SimpleNamespace(
+    queue_depth=0, written_total=0, batches_total=0, dropped_total=0,
+    queue_full_total=0, failed_total=0,
+)
+activation = SimpleNamespace(flips_total=0, failures_total=0, status={})
+metrics = GatewayMetrics(lambda: stats, lambda: activation)
+for _ in range(int(sys.argv[1])):
+    metrics.observe("chat.completions", 200, 0.01)
+sys.stdout.write(metrics.render().decode())
+"""
+
+
+def test_metrics_of_separate_processes_add_up(tmp_path: Path) -> None:
+    """Two processes on one PROMETHEUS_MULTIPROC_DIR: the later one's scrape counts
+    both (what ``reef serve --workers`` sets up), even though the first has ended."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+
+    def observe(count: int) -> str:
+        argv = [sys.executable, "-c", _OBSERVE, str(count)]
+        return subprocess.run(argv, env=env, capture_output=True, check=True, text=True).stdout
+
+    observe(3)
+    scraped = observe(4)
+    assert 'reef_requests_total{route="chat.completions",status="200"} 7.0' in scraped
+    assert "reef_request_duration_seconds_count" in scraped
+    assert "reef_capture_queue_depth" in scraped  # the process's own values still there

@@ -48,7 +48,7 @@ from types import FrameType
 from pydantic import SecretStr
 from pydantic_core import to_jsonable_python
 
-from reef.config import ReefSettings
+from reef.config import ConfigError, ReefSettings
 from reef.core.errors import ReefError
 
 log = logging.getLogger("reef.serve")
@@ -58,6 +58,29 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 class GatewayWorkersError(ReefError):
     """A gateway process failed to start, or one exited with an error while stopping."""
+
+
+def for_workers(settings: ReefSettings) -> ReefSettings:
+    """The settings every gateway process gets, so that limits hold for the whole port:
+    spend is counted in the store (``budgets.ledger: auto`` becomes ``store``), and each
+    process enforces its share of the rate limits (``rate_limits.replicas`` times the
+    workers, as for separate gateways).
+
+    Raises ``ConfigError`` for ``budgets.ledger: memory`` with budgets set: each process
+    would allow the whole budget."""
+    workers = settings.server.workers
+    budgets = settings.budgets
+    if budgets.ledger == "memory" and budgets.any:
+        raise ConfigError(
+            f"budgets.ledger: memory counts spend in each gateway process, so {workers} "
+            "workers (server.workers) would each allow the whole budget; set "
+            "budgets.ledger to store or auto, or server.workers to 1"
+        )
+    if budgets.ledger == "auto":
+        budgets = budgets.model_copy(update={"ledger": "store"})
+    replicas = settings.rate_limits.replicas * workers
+    limits = settings.rate_limits.model_copy(update={"replicas": replicas})
+    return settings.model_copy(update={"budgets": budgets, "rate_limits": limits})
 
 
 def settings_json(settings: ReefSettings) -> str:

@@ -218,6 +218,10 @@ def _serve(
     settings: ReefSettings, listener: socket.socket, with_worker: bool, log_level: str
 ) -> int | None:
     host, port = listener.getsockname()[:2]
+    if settings.server.workers > 1:
+        from reef.cli.gateway_workers import for_workers
+
+        settings = for_workers(settings)  # before anything starts: it may refuse
     settings.home.mkdir(parents=True, exist_ok=True)
     guard_tools(settings)
     database = open_database(settings.store_url())  # migrated on open, once

@@ -67,7 +67,7 @@ def served(tmp_path: Path, store_url: str) -> Iterator[tuple[Served, FakeUpstrea
     with FakeUpstreamThread() as fake, log.open("wb") as log_file:
         config = {
             "home": str(tmp_path / "home"),
-            "server": {"port": port, "workers": 2},
+            "server": {"port": port},  # workers from the command line
             "store": {"url": store_url},
             "artifacts": {"url": str(tmp_path / "artifacts")},
             "upstreams": {
@@ -79,7 +79,17 @@ def served(tmp_path: Path, store_url: str) -> Iterator[tuple[Served, FakeUpstrea
         path = tmp_path / "reef.yaml"
         path.write_text(yaml.safe_dump(config))
         process = subprocess.Popen(
-            [sys.executable, "-m", "reef", "serve", "-c", str(path), "--no-worker"],
+            [
+                sys.executable,
+                "-m",
+                "reef",
+                "serve",
+                "-c",
+                str(path),
+                "--workers",
+                "2",
+                "--no-worker",
+            ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )

@@ -129,11 +129,12 @@ def start_upstream(children: ChildProcesses) -> Server:
     return Server("direct", base, process, log)
 
 
-def start_passthrough(children: ChildProcesses, upstream: str) -> Server:
-    """``bench/passthrough.py``: forwarding with no capture."""
+def start_passthrough(children: ChildProcesses, upstream: str, workers: int = 1) -> Server:
+    """``bench/passthrough.py``: forwarding with no capture, in ``workers`` processes."""
     port = free_port()
     script = str(REPO / "bench" / "passthrough.py")
     argv = [sys.executable, script, "--port", str(port), "--upstream", upstream]
+    argv += ["--workers", str(workers)]
     process, log = children.spawn("passthrough", argv, child_env())
     wait_ready(process, log, f"http://{_LOOPBACK}:{port}/healthz", 30)
     return Server("passthrough", f"http://{_LOOPBACK}:{port}/v1", process, log)
@@ -145,16 +146,17 @@ def start_reef(
     workdir: Path,
     name: str = "reef",
     durability: str = "sync",
+    workers: int = 1,
 ) -> tuple[Server, Path]:
-    """The Reef gateway with capture on and ``durability`` (``store.durability``); also
-    its SQLite path. ``name`` names its log and its results (one per gateway when a
-    bench runs several)."""
+    """The Reef gateway with capture on and ``durability`` (``store.durability``), in
+    ``workers`` gateway processes (``server.workers``); also its SQLite path. ``name``
+    names its log and its results (one per gateway when a bench runs several)."""
     port = free_port()
     database = workdir / "reef.db"
     config = workdir / "reef.yaml"
     config.write_text(
         f"home: {workdir / 'home'}\n"
-        f"server: {{port: {port}}}\n"
+        f"server: {{port: {port}, workers: {workers}}}\n"
         f'store: {{url: "sqlite:///{database}", durability: {durability}}}\n'
         f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model}}}}\n"
     )

@@ -15,6 +15,11 @@ Reef (translated onto the fake's chat completions, the response kept for
 ``previous_response_id``). ``--runs`` repeats the rounds (target order rotated) to show
 the spread. Afterwards the Reef records in SQLite are counted against the requests sent
 through Reef (both targets).
+
+``--workers 1,2`` repeats the whole benchmark once per count, with fresh servers: Reef
+as ``reef serve --workers N`` and the passthrough as N processes on its port
+(``SO_REUSEPORT``), so both get the same cores; CPU is summed over each server's
+processes. ``--output`` takes one count.
 """
 
 from __future__ import annotations
@@ -81,6 +86,18 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU of process ``pid`` and of its live children (a server's worker processes)."""
+    total = process_cpu_seconds(pid)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                total += process_cpu_seconds(int(child))
+            except FileNotFoundError:
+                continue  # ended since it was listed
+    return total
+
+
 def targets_of(servers: list[Server]) -> list[Target]:
     """Every server's chat completions; Reef's Responses route right after Reef's."""
     targets = []
@@ -100,23 +117,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1, help="repeat all rounds this often")
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
+    parser.add_argument(
+        "--workers", default="1", help="comma-separated process counts for Reef and passthrough"
+    )
     args = parser.parse_args(argv)
     args.concurrency = sorted({int(level) for level in args.concurrency.split(",")})
-    if args.requests < 1 or args.runs < 1 or args.concurrency[0] < 1:
-        parser.error("--requests, --runs and every concurrency must be at least 1")
+    args.workers = sorted({int(count) for count in args.workers.split(",")})
+    if args.requests < 1 or args.runs < 1 or args.concurrency[0] < 1 or args.workers[0] < 1:
+        parser.error("--requests, --runs, every concurrency and --workers must be at least 1")
+    if args.output is not None and len(args.workers) > 1:
+        parser.error("--output takes one --workers count")
     return args
 
 
 def start_servers(
-    children: ChildProcesses, workdir: Path, skip_litellm: bool, master_key: str
+    children: ChildProcesses, workdir: Path, skip_litellm: bool, master_key: str, workers: int
 ) -> tuple[list[Server], Path, str | None]:
     """All contenders, the Reef database and why LiteLLM is absent (or ``None``)."""
     upstream = start_upstream(children)
     print(f"fake upstream   {upstream.base_url}", flush=True)
-    passthrough = start_passthrough(children, upstream.base_url)
-    print(f"passthrough     {passthrough.base_url}", flush=True)
-    reef, database = start_reef(children, upstream.base_url, workdir)
-    print(f"reef            {reef.base_url}  (sync capture to {database})", flush=True)
+    passthrough = start_passthrough(children, upstream.base_url, workers)
+    print(f"passthrough     {passthrough.base_url}  ({workers} processes)", flush=True)
+    reef, database = start_reef(children, upstream.base_url, workdir, workers=workers)
+    print(
+        f"reef            {reef.base_url}  (sync capture to {database}, {workers} workers)",
+        flush=True,
+    )
     servers = [upstream, passthrough, reef]
     if skip_litellm:
         return servers, database, "skipped (--skip-litellm)"
@@ -144,7 +170,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                         continue
                     try:
                         for count in (args.warmup, args.requests):
-                            cpu_before = process_cpu_seconds(target.pid)
+                            cpu_before = tree_cpu_seconds(target.pid)
                             result = await drive(
                                 session,
                                 target.name,
@@ -155,7 +181,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                                 limit,
                                 target.body,
                             )
-                            result.cpu_seconds = process_cpu_seconds(target.pid) - cpu_before
+                            result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
                             if target.name in ("reef", RESPONSES_TARGET):
                                 done.reef_requests += count
                                 done.reef_receipts += result.receipts
@@ -209,15 +235,24 @@ def main(argv: list[str]) -> int:
 
 
 def benchmark(args: argparse.Namespace, argv: list[str]) -> int:
-    """Start the servers, measure, check Reef's records, report; stop the servers."""
+    """Once per ``--workers`` count: start the servers, measure, check Reef's records,
+    report, stop the servers. 0 when every count passed."""
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    worst = 0
+    for workers in args.workers:
+        print(f"== {workers} worker{'s' if workers > 1 else ''} ==", flush=True)
+        worst = max(worst, _benchmark_once(args, argv, workers))
+    return worst
+
+
+def _benchmark_once(args: argparse.Namespace, argv: list[str], workers: int) -> int:
     load_before = os.getloadavg()
     key = "sk-bench-" + secrets.token_hex(16)  # LiteLLM's master key; others ignore it
     with tempfile.TemporaryDirectory(prefix="reef-overhead-") as tmp:
         children = ChildProcesses(Path(tmp))
         try:
             servers, database, litellm_note = start_servers(
-                children, Path(tmp), args.skip_litellm, key
+                children, Path(tmp), args.skip_litellm, key, workers
             )
             measured = run_event_loop(servers, args, key)
             records = check_records(database, measured)

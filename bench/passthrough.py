@@ -5,13 +5,18 @@
 ``POST /v1/chat/completions`` is forwarded to ``<upstream>/chat/completions`` through
 one shared ``aiohttp.ClientSession`` (keep-alive) and the upstream's body is returned
 as is. Nothing is parsed, checked or recorded; ``GET /healthz`` answers 200. It
-listens on loopback only.
+listens on loopback only. ``--workers N`` runs N such processes on the port, each
+bound with ``SO_REUSEPORT`` (aiohttp's ``reuse_port``): the floor for a gateway given
+the same cores (``reef serve --workers N``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -63,7 +68,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="base URL, e.g. http://h:p/v1")
+    parser.add_argument("--workers", type=int, default=1, help="processes on the port")
+    parser.add_argument("--reuse-port", action="store_true", help="bind with SO_REUSEPORT")
     args = parser.parse_args()
+    if args.workers > 1:
+        serve_workers(args.port, args.upstream, args.workers)
+        return
     loop: asyncio.AbstractEventLoop
     try:
         import uvloop
@@ -79,7 +89,23 @@ def main() -> None:
         print=None,
         shutdown_timeout=1.0,
         loop=loop,
+        reuse_port=args.reuse_port or None,
     )
+
+
+def serve_workers(port: int, upstream: str, workers: int) -> None:
+    """``workers`` single proxies on ``port``; SIGTERM or SIGINT is passed to each."""
+    argv = [sys.executable, __file__, "--port", str(port), "--upstream", upstream]
+    children = [subprocess.Popen([*argv, "--reuse-port"]) for _ in range(workers)]
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for child in children:
+        child.wait()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""SIGKILL the gateway under load in sync durability: every receipt given is in the store."""
+"""SIGKILL the gateway under load in sync durability: every receipt given is in the store
+(one process, or every process of ``--workers 2`` at once)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 import yaml
 
 from tests.fakes.upstream import FakeUpstreamThread
@@ -25,12 +27,14 @@ KILL_AFTER_RECEIPTS = 150
 CONCURRENCY = 16
 
 
-def _start_gateway(tmp_path: Path, upstream_url: str) -> tuple[subprocess.Popen[bytes], int, Path]:
+def _start_gateway(
+    tmp_path: Path, upstream_url: str, workers: int = 1
+) -> tuple[subprocess.Popen[bytes], int, Path]:
     port = free_port()
     db = tmp_path / "crash.db"
     config = {
         "home": str(tmp_path / "home"),
-        "server": {"port": port},
+        "server": {"port": port, "workers": workers},
         "store": {"url": f"sqlite:///{db}", "durability": "sync"},
         "upstreams": {"fake": {"type": "openai", "base_url": upstream_url, "model": "m"}},
     }
@@ -51,6 +55,17 @@ def _wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
         return call(port, "GET", "/healthz").status == 200
 
     eventually(healthy, "the gateway to become healthy", timeout_seconds=30, ignoring=(OSError,))
+
+
+def _kill_all(pid: int) -> None:
+    """SIGKILL ``pid`` and its children (the gateway processes of ``--workers``) at once."""
+    children = [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+    for target in (*children, pid):
+        os.kill(target, signal.SIGKILL)
 
 
 async def _load_then_kill(port: int, process: subprocess.Popen[bytes]) -> list[str]:
@@ -74,7 +89,7 @@ async def _load_then_kill(port: int, process: subprocess.Popen[bytes]) -> list[s
                 continue
             if len(receipts) >= KILL_AFTER_RECEIPTS and not killed.is_set():
                 killed.set()
-                os.kill(process.pid, signal.SIGKILL)
+                _kill_all(process.pid)
 
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -82,9 +97,10 @@ async def _load_then_kill(port: int, process: subprocess.Popen[bytes]) -> list[s
     return receipts
 
 
-def test_sigkill_loses_no_receipt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+def test_sigkill_loses_no_receipt(tmp_path: Path, workers: int) -> None:
     with FakeUpstreamThread() as fake:
-        process, port, db = _start_gateway(tmp_path, fake.base_url)
+        process, port, db = _start_gateway(tmp_path, fake.base_url, workers)
         try:
             _wait_healthy(port, process)
             receipts = asyncio.run(_load_then_kill(port, process))

@@ -73,6 +73,10 @@ def serve(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(help="Bind address (overrides server.host).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (overrides server.port).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Gateway processes sharing the port (overrides server.workers)."),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
     worker: Annotated[
         bool, typer.Option(help="Also run a learning worker in this process.")
@@ -95,11 +99,13 @@ def serve(
         server_overrides["host"] = host
     if port is not None:
         server_overrides["port"] = port
+    if workers is not None:
+        server_overrides["workers"] = workers
     if server_overrides:
         settings = settings.model_copy(
             update={"server": settings.server.model_copy(update=server_overrides)}
         )
-    run_gateway(settings, with_worker=worker)
+    run_gateway(settings, with_worker=worker, log_level=log_level)
 
 
 @config_app.command("show")

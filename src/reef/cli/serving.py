@@ -25,6 +25,7 @@ from reef.db import Database, open_database
 from reef.environments import hide_from_tools, log_tool_isolation
 from reef.experience import ExperienceStore, SQLExperienceStore
 from reef.gateway import create_app
+from reef.gateway.app import InferenceFastPath
 from reef.gateway.shutdown import Shutdown
 from reef.upstream import Upstream, build_upstream
 
@@ -193,26 +194,37 @@ def ready_message(base_url: str, keys: int) -> str:
     )
 
 
-def run_gateway(settings: ReefSettings, with_worker: bool = True) -> None:
+def run_gateway(settings: ReefSettings, with_worker: bool = True, log_level: str = "INFO") -> None:
     """Serve until interrupted; on exit, captures are drained and connections closed.
 
     The port is bound first: ``PortUnavailableError`` (naming ``--port``/``server.port``)
     comes before any store is opened or model loaded. Once the gateway answers, the
-    gateway, dashboard and docs URLs are printed on stdout.
+    gateway, dashboard and docs URLs are printed on stdout. With ``server.workers`` above
+    1, that many gateway processes serve the port (``reef.cli.gateway_workers``).
     """
     host = effective_host(settings)
     listener = bind_listener(host, settings.server.port)
     try:
-        _serve(settings, listener, with_worker)
+        stopped_by = _serve(settings, listener, with_worker, log_level)
     finally:
         listener.close()
+    if stopped_by is not None:
+        # As one uvicorn process ends, now that everything is closed: SIGINT is a
+        # KeyboardInterrupt (exit 130), SIGTERM kills us.
+        signal.raise_signal(stopped_by)
 
 
-def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -> None:
+def _serve(
+    settings: ReefSettings, listener: socket.socket, with_worker: bool, log_level: str
+) -> int | None:
     host, port = listener.getsockname()[:2]
+    if settings.server.workers > 1:
+        from reef.cli.gateway_workers import for_workers
+
+        settings = for_workers(settings)  # before anything starts: it may refuse
     settings.home.mkdir(parents=True, exist_ok=True)
     guard_tools(settings)
-    database = open_database(settings.store_url())  # migrated on open
+    database = open_database(settings.store_url())  # migrated on open, once
     store = SQLExperienceStore(database)
     engines: list[LocalEngine] = []
     worker: tuple[threading.Thread, threading.Event] | None = None
@@ -221,44 +233,32 @@ def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -
             from reef.cli.local_engine import start_local_upstreams
 
             require_extra("local", "the embedded engine (an upstream of type: local)")
+            # One engine for every gateway process: they get its URL, not their own.
             resolved, engines = start_local_upstreams(dict(settings.upstreams), settings.home)
             settings = settings.model_copy(update={"upstreams": resolved})
-        upstreams: dict[str, Upstream] = {
-            name: build_upstream(name, config) for name, config in settings.upstreams.items()
-        }
         if with_worker:
             settings = with_gate_key(settings)
-        app = create_app(settings, database, store, upstreams)
-        worker = _start_worker(settings, database, store) if with_worker else None
-        log.info(
-            "Reef gateway on http://%s (store %s)", host_port(host, port), settings.store_url()
-        )
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            loop="uvloop",
-            http="httptools",
-            access_log=settings.server.access_log,
-            log_level="warning",
-            timeout_graceful_shutdown=math.ceil(
-                settings.server.shutdown_grace_seconds + _CUT_MARGIN_SECONDS
-            ),
-            # Forwarded headers are not trusted by default; nothing here reads them.
-            proxy_headers=False,
-        )
         # Keys the operator configured: the worker's own gate key is not theirs.
         configured = sum(1 for key in settings.auth.keys if key.id != GATE_KEY_ID)
         message = ready_message(display_base_url(host, port), configured)
-        server = _ReadyServer(
-            config,
-            lambda: print(message, flush=True),
-            app.state.reef.shutdown,
-            settings.server.shutdown_grace_seconds,
+        log.info(
+            "Reef gateway on http://%s (store %s, %d gateway process%s)",
+            host_port(host, port),
+            settings.store_url(),
+            settings.server.workers,
+            "" if settings.server.workers == 1 else "es",
         )
-        server.run(sockets=[listener])
-        if not server.started:
-            raise GatewayStartError("the gateway did not start; its log above says why")
+        if settings.server.workers == 1:
+            app = create_app(settings, database, store, _upstreams(settings))
+            worker = _start_worker(settings, database, store) if with_worker else None
+            serve_app(app, settings, listener, lambda: print(message, flush=True))
+            return None  # uvicorn raised the signal that stopped it, if any
+        else:
+            from reef.cli.gateway_workers import supervise
+
+            # The learning worker runs here, in the parent: once, whatever the workers.
+            worker = _start_worker(settings, database, store) if with_worker else None
+            return supervise(settings, listener, log_level, lambda: print(message, flush=True))
     finally:
         if worker is not None:
             thread, stop = worker
@@ -268,3 +268,55 @@ def _serve(settings: ReefSettings, listener: socket.socket, with_worker: bool) -
             engine.stop()
         store.close()
         database.close()
+
+
+def _upstreams(settings: ReefSettings) -> dict[str, Upstream]:
+    return {name: build_upstream(name, config) for name, config in settings.upstreams.items()}
+
+
+def serve_gateway_process(
+    settings: ReefSettings, listener: socket.socket, on_ready: Callable[[], None], index: int
+) -> None:
+    """One gateway process of several (``index`` from 1): its own database connections,
+    upstream clients and app on the shared ``listener``; no learning worker, no engine."""
+    guard_tools(settings)
+    database = open_database(settings.store_url())
+    store = SQLExperienceStore(database)
+    try:
+        app = create_app(settings, database, store, _upstreams(settings))
+        app.state.reef.worker = index
+        serve_app(app, settings, listener, on_ready)
+    finally:
+        store.close()
+        database.close()
+
+
+def serve_app(
+    app: InferenceFastPath,
+    settings: ReefSettings,
+    listener: socket.socket,
+    on_ready: Callable[[], None],
+) -> None:
+    """Run ``app`` under uvicorn on ``listener`` until asked to stop; ``on_ready`` once it
+    accepts connections. Raises ``GatewayStartError`` when it never started."""
+    host, port = listener.getsockname()[:2]
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        access_log=settings.server.access_log,
+        log_level="warning",
+        timeout_graceful_shutdown=math.ceil(
+            settings.server.shutdown_grace_seconds + _CUT_MARGIN_SECONDS
+        ),
+        # Forwarded headers are not trusted by default; nothing here reads them.
+        proxy_headers=False,
+    )
+    server = _ReadyServer(
+        config, on_ready, app.state.reef.shutdown, settings.server.shutdown_grace_seconds
+    )
+    server.run(sockets=[listener])
+    if not server.started:
+        raise GatewayStartError("the gateway did not start; its log above says why")

@@ -44,6 +44,16 @@ class ServerConfig(Section):
         default=8 * 1024 * 1024, gt=0, description="Largest request body accepted (413 above)."
     )
     access_log: bool = Field(default=False, description="Log one line per request.")
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Gateway processes sharing the port (`reef serve --workers`). Each is a "
+        "full gateway on the same store; the learning worker and the embedded engine still "
+        "run once. Default 1: one process is enough below a few thousand requests/s and "
+        "leaves the other cores to the engine and training; raise it to the cores you give "
+        "the gateway (docs/operations.md, Workers).",
+    )
     shutdown_grace_seconds: float = Field(
         default=10.0,
         ge=0,

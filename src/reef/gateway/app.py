@@ -93,8 +93,11 @@ class OpsRoutes:
         self.state = state
 
     async def healthz(self, request: Request) -> Response:
-        """``GET /healthz``: the process answers (no auth)."""
-        return _json({"status": "ok"})
+        """``GET /healthz``: the process answers (no auth); with several gateway
+        processes, which one answered (``worker``, from 1)."""
+        if self.state.worker is None:
+            return _json({"status": "ok"})
+        return _json({"status": "ok", "worker": self.state.worker})
 
     async def readyz(self, request: Request) -> Response:
         """``GET /readyz``: the store is writable and every upstream answers (no auth)."""

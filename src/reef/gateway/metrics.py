@@ -1,12 +1,21 @@
-"""Prometheus metrics of one gateway process, in a registry of its own."""
+"""Prometheus metrics of the gateway, in a registry of its own.
+
+With several gateway processes (``reef serve --workers``, ``reef.cli.gateway_workers``)
+``PROMETHEUS_MULTIPROC_DIR`` is set: the counters and histograms below then live in
+files of that directory and a scrape of any process returns their sums over all of
+them (prometheus_client's multiprocess mode). The values read at scrape time (capture
+writer, activation, spend, live export) are the answering process's own.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -154,6 +163,19 @@ class _LiveExportCollector(Collector):
         )
 
 
+class _ScrapeTimeCollector(Collector):
+    """The collectors of ``registry`` other than the shared ``names``."""
+
+    def __init__(self, registry: CollectorRegistry, names: frozenset[str]) -> None:
+        self._registry = registry
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            if metric.name not in self._names:
+                yield metric
+
+
 class GatewayMetrics:
     """The counters and histograms the gateway updates while serving."""
 
@@ -189,6 +211,24 @@ class GatewayMetrics:
         self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.registry.register(_CaptureCollector(capture_stats))
         self.registry.register(_ActivationCollector(activation))
+        self._scrape = self.registry
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            shared = frozenset(
+                family.name
+                for metric in (
+                    self.requests,
+                    self.latency,
+                    self.upstream_errors,
+                    self.feedback_written,
+                    self.shadow_requests,
+                )
+                for family in metric.describe()
+            )
+            self._scrape = CollectorRegistry()
+            # prometheus_client leaves this constructor untyped; it registers itself.
+            summed: Callable[[CollectorRegistry], Collector] = MultiProcessCollector
+            summed(self._scrape)
+            self._scrape.register(_ScrapeTimeCollector(self.registry, shared))
 
     def watch_live_export(self, live: Any) -> None:
         """Expose the counters of ``live`` (a ``reef.telemetry.live.LiveExport``)."""
@@ -209,4 +249,4 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
-        return generate_latest(self.registry)
+        return generate_latest(self._scrape)

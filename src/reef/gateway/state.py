@@ -51,3 +51,5 @@ class GatewayState:
     distill: DistillStats = field(default_factory=DistillStats)
     # Live export over OTLP (``otel.enabled``), else None.
     live_export: LiveExport | None = None
+    # Which of ``server.workers`` gateway processes this is (from 1); None when alone.
+    worker: int | None = None

@@ -236,7 +236,13 @@ stats = SimpleNamespace(
     queue_depth=0, written_total=0, batches_total=0, dropped_total=0,
     queue_full_total=0, failed_total=0,
 )
-activation = SimpleNamespace(flips_total=0, failures_total=0, status={})
+activation = SimpleNamespace(
+    flips_total=0,
+    failures_total=0,
+    status={},
+    verifications=SimpleNamespace(failures_total=0, restaged_total=0),
+    adapter_cache=SimpleNamespace(states={}),
+)
 metrics = GatewayMetrics(lambda: stats, lambda: activation)
 for _ in range(int(sys.argv[1])):
     metrics.observe("chat.completions", 200, 0.01)

@@ -11,7 +11,7 @@ child, rather than each child binding its own with ``SO_REUSEPORT``:
   and a closed one resets what it held);
 - no other process of the same user can join the port.
 
-Children are fresh interpreters (``python -m reef.cli.gateway_workers``), not forks: the
+Children are fresh interpreters (``python -m reef.cli.gateway_child``), not forks: the
 parent may hold threads (the learning worker, the engine's log drain) and open database
 connections that a fork would copy. Each child gets the merged settings (JSON on its
 stdin: secrets included, never on a command line), the socket and a pipe on which it
@@ -185,7 +185,7 @@ class _Supervisor:
         }
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "reef.cli.gateway_workers"],
+                [sys.executable, "-m", "reef.cli.gateway_child"],
                 stdin=subprocess.PIPE,
                 pass_fds=(self.listener.fileno(), write_end),
                 env={**os.environ, MULTIPROC_ENV: self.metrics_dir},
@@ -239,38 +239,3 @@ class _Supervisor:
             code,
         )
         self._start(child.index)
-
-
-def _child_main() -> None:
-    start = json.loads(sys.stdin.buffer.read())  # from our parent, on a pipe
-    from reef.engine.process import exit_with_parent
-
-    exit_with_parent(int(start["parent_pid"]))  # SIGTERM, so a lost parent still drains us
-    index = int(start["index"])
-    logging.basicConfig(
-        level=str(start["log_level"]),
-        format=f"%(asctime)s %(levelname)s %(name)s[{index}]: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    from reef.cli.serving import serve_gateway_process
-
-    settings = ReefSettings.model_validate_json(start["settings"])
-    listener = socket.socket(fileno=int(start["listener_fd"]))
-    ready = os.fdopen(int(start["ready_fd"]), "wb", buffering=0)
-
-    def said_ready() -> None:
-        ready.write(b"R")
-        ready.close()
-
-    try:
-        serve_gateway_process(settings, listener, said_ready, index)
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
-    except ReefError as exc:
-        log.error("%s", exc)
-        raise SystemExit(1) from exc
-
-
-if __name__ == "__main__":
-    _child_main()

@@ -9,6 +9,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from safetensors.numpy import save_file
+
 from reef.experience import RecordNotFoundError
 from reef.gateway.serving.activation import Activation
 from reef.releases import (
@@ -226,3 +229,92 @@ def test_the_gates_pin_of_a_swapped_candidate_is_refused_with_the_diff(tmp_path:
             assert answer.status == 409, answer.body
             assert b"expected token 42, got token 43" in answer.body
             assert f"s@{digest.removeprefix('sha256:')[:12]}" not in fake.adapters
+
+
+def _checkpoint(directory: Path, tokens: list[int]) -> Path:
+    """A checkpoint directory (config, one safetensors) fingerprinted as weights that
+    answer ``tokens`` to the probe."""
+    directory.mkdir()
+    (directory / "config.json").write_text('{"model_type": "llama"}')
+    weights = np.full((2, 2), float(tokens[-1]), dtype=np.float32)
+    save_file({"w": weights}, str(directory / "model.safetensors"))
+    probe = FingerprintProbe(
+        messages=PROMPT,
+        tokens=tokens,
+        text="".join(f"t{t}" for t in tokens),
+        logprobs=[-0.25] * len(tokens),
+        margins=[3.0] * len(tokens),
+        ended=True,
+    )
+    Fingerprint(dtype="float32", max_new_tokens=16, probes=[probe]).write(directory)
+    return directory
+
+
+def test_a_checkpoint_reloaded_in_place_is_verified_before_the_flip_and_by_the_tick(
+    tmp_path: Path,
+) -> None:
+    """In place (``checkpoint_loading: vllm``): a checkpoint whose reload serves other
+    weights fails staging with the diff and the previous release serves on; weights that
+    change under a verified checkpoint are found by the next tick and reloaded."""
+    first = _checkpoint(tmp_path / "first", [31, 32, 33])
+    wanted = _checkpoint(tmp_path / "wanted", [41, 42, 43])
+    other = _checkpoint(tmp_path / "other", [41, 42, 99])
+    with FingerprintedUpstream() as fake:
+        settings = make_settings(
+            tmp_path,
+            fake.base_url,
+            upstreams={
+                "fake": {
+                    "type": "openai",
+                    "base_url": fake.base_url,
+                    "model": "fake-model",
+                    "checkpoint_loading": "vllm",
+                }
+            },
+            scenarios={"s": {"upstream": "fake"}},
+            activation={"poll_interval_seconds": 0.1, "verify_interval_seconds": 0},
+        )
+        store = open_artifact_store(settings.artifacts_url())
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            chain = ReleaseChain(gateway.database)
+
+            def publish(directory: Path, parent: str) -> str:
+                digest = store.put_dir(directory, "checkpoint")
+                model = ModelComponent(base="fake-model", checkpoint=digest)
+                made = chain.propose("s", ReleaseManifest(model=model), parent, "test", "ck")
+                return chain.publish(made.id, parent, "test", "ck", require_passed=False).id
+
+            released = publish(first, base)
+            eventually(lambda: _scenario(gateway)["serving_release_id"] == released, "first")
+            verified = _scenario(gateway)["verification"]
+            assert verified["state"] == "verified", verified
+
+            fake.impostor_reload = other  # the next reload serves the other weights
+            second = publish(wanted, released)
+            failed = eventually(
+                lambda: _scenario(gateway) if _scenario(gateway)["state"] == "failed" else None,
+                "staging the swapped checkpoint to fail",
+            )
+            assert failed["serving_release_id"] == released
+            assert "probe 0 differs at token 2: expected token 43, got token 99" in failed["error"]
+            served = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=PROMPT
+            )
+            assert served.headers["x-reef-release-id"] == released
+            assert served.parse().choices[0].message.content == "t31t32t33"
+
+            # the server's weights change under the serving checkpoint: the tick finds it
+            fake.weights = other
+            reloads = len(fake.reloaded)
+            _tick(gateway)
+            served = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=PROMPT
+            )
+            assert served.parse().choices[0].message.content == "t31t32t33"
+            assert served.headers["x-reef-release-id"] == released
+            assert len(fake.reloaded) == reloads + 1  # reloaded from the checkpoint again
+            assert second != released

@@ -14,6 +14,12 @@ Two faults of real servers can be played:
   asked for (another digest's weights under the expected name);
 - ``evict(name)``: the adapter is dropped silently, as vLLM's LRU drops one beyond
   ``--max-cpu-loras``: no longer listed, and its name answers with the base weights.
+
+It also reloads its base weights in place as vLLM does in dev mode (``POST
+/collective_rpc`` reload_weights with ``weights_path``, then ``POST
+/reset_prefix_cache``; ``/v1/models`` gives ``BASE_ROOT`` as the base's ``root``): the
+base model's name then answers as the checkpoint's fingerprint says. ``impostor_reload``:
+a directory the next reload serves instead of the one asked for (once).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from tests.fakes.loopback import LoopbackThread
 BASE_MODEL = "fake-model"  # the model tests.gateway.harness.make_settings names
 FINGERPRINT_FILE = "reef-fingerprint.json"  # as reef.releases names it
 BASE_TOKENS = [7, 7, 7, 7]
+BASE_ROOT = "/srv/models/fake-base"
 
 
 class FingerprintedUpstream(LoopbackThread):
@@ -42,6 +49,9 @@ class FingerprintedUpstream(LoopbackThread):
         self.loads = 0
         self.impostor: Path | None = None
         self.last_model: str | None = None
+        self.weights: Path | None = None  # the base's weights reloaded in place (None: base)
+        self.reloaded: list[str] = []
+        self.impostor_reload: Path | None = None
         self._lock = threading.Lock()
 
     def evict(self, name: str) -> None:
@@ -55,11 +65,14 @@ class FingerprintedUpstream(LoopbackThread):
         app.router.add_post("/v1/load_lora_adapter", self._load)
         app.router.add_post("/v1/unload_lora_adapter", self._unload)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/collective_rpc", self._collective_rpc)
+        app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
 
     async def _models(self, request: web.Request) -> web.Response:
         with self._lock:
             names = [BASE_MODEL, *self.adapters]
         data = [{"id": name, "object": "model", "owned_by": "vllm"} for name in names]
+        data[0]["root"] = BASE_ROOT
         return web.json_response({"object": "list", "data": data})
 
     async def _load(self, request: web.Request) -> web.Response:
@@ -75,6 +88,21 @@ class FingerprintedUpstream(LoopbackThread):
             self.loads += 1
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
+    async def _collective_rpc(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body.get("method") != "reload_weights":
+            return web.json_response({"detail": "unknown method"}, status=400)
+        path = str(body["kwargs"]["weights_path"])
+        with self._lock:
+            self.reloaded.append(path)
+            served = self.impostor_reload or Path(path)
+            self.impostor_reload = None
+            self.weights = None if path == BASE_ROOT else served
+        return web.json_response({"results": [None]})
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
+        return web.json_response({"success": True})
+
     async def _unload(self, request: web.Request) -> web.Response:
         body = await request.json()
         with self._lock:
@@ -86,7 +114,7 @@ class FingerprintedUpstream(LoopbackThread):
         model = body["model"]
         self.last_model = model
         with self._lock:
-            directory = self.adapters.get(model)
+            directory = self.weights if model == BASE_MODEL else self.adapters.get(model)
         if model != BASE_MODEL and directory is None:
             message = f"The model `{model}` does not exist."
             return web.json_response({"error": {"message": message, "code": 404}}, status=404)

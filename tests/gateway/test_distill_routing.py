@@ -417,12 +417,6 @@ def test_distill_config_errors_name_the_field(tmp_path: Path) -> None:
         )
 
 
-def test_the_config_escalation_fields_match_the_manifests() -> None:
-    from reef.config.distill import EscalationConfig
-
-    assert set(EscalationConfig.model_fields) == set(EscalationRules.model_fields)
-
-
 def test_an_unrouted_release_is_unchanged(gateway: GatewayThread) -> None:
     # a release without routing serves its model for everything, with no routing tags
     chain = ReleaseChain(gateway.database)

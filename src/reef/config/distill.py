@@ -12,54 +12,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reef.core.routing import EscalationRules, TeacherEndpoint
+
 if TYPE_CHECKING:
     from reef.config.models import ReefSettings
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TeacherConfig(_Section):
-    """Where the teacher answers (``reef.releases.TeacherEndpoint`` in a manifest)."""
-
-    upstream: str = Field(min_length=1, description="Name of the teacher's upstream.")
-    model: str = Field(min_length=1, description="The teacher's model name on that upstream.")
-
-
-class EscalationConfig(_Section):
-    """The escalation rules of the first release (``reef.releases.EscalationRules``: the
-    same fields, kept apart so that loading the configuration imports no release code)."""
-
-    min_mean_logprob: float | None = Field(
-        default=None,
-        le=0.0,
-        description="Escalate when the student's mean token logprob is below this (a "
-        "negative number calibrated on recorded traffic, docs/distillation.md); null: off.",
-    )
-    invalid_tool_calls: bool = Field(
-        default=True,
-        description="Escalate a tool call whose name is not among the request's tools or "
-        "whose arguments are not JSON valid against the tool's parameters.",
-    )
-    invalid_json: bool = Field(
-        default=True,
-        description="Escalate an answer that does not validate against the request's "
-        "`response_format` (JSON object or JSON schema).",
-    )
-    refusal_or_empty: bool = Field(
-        default=True, description="Escalate an empty answer or a refusal."
-    )
-    header: bool = Field(
-        default=True,
-        description="Honour the request header `x-reef-escalate: teacher`.",
-    )
-    stream_buffer_tokens: int = Field(
-        default=0,
-        ge=0,
-        description="Streaming: buffer this many of the student's tokens and run the rules "
-        "on them before committing; 0: streams route by share only.",
-    )
 
 
 class DistillConfig(BaseModel):
@@ -67,12 +23,12 @@ class DistillConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    teacher: TeacherConfig = Field(
+    teacher: TeacherEndpoint = Field(
         description="The teacher: a configured upstream (`upstreams.<u>`) and the model "
         "name it answers as."
     )
-    escalation: EscalationConfig = Field(
-        default_factory=EscalationConfig,
+    escalation: EscalationRules = Field(
+        default_factory=EscalationRules,
         description="When the student's answer is replaced by the teacher's; copied into "
         "the scenario's first release (`routing.escalation`).",
     )

@@ -21,6 +21,15 @@ from pydantic import (
 )
 
 from reef.core.errors import InvalidInputError
+from reef.core.routing import EscalationRules, TeacherEndpoint
+
+__all__ = [
+    "EscalationRules",
+    "ModelComponent",
+    "ReleaseManifest",
+    "RoutingComponent",
+    "TeacherEndpoint",
+]
 
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -66,57 +75,6 @@ class ModelComponent(BaseModel):
         if data.get("checkpoint") is None:
             data.pop("checkpoint", None)
         return data
-
-
-class TeacherEndpoint(BaseModel):
-    """Where the teacher of a distilled scenario answers: a configured upstream and a
-    model name on it (docs/distillation.md)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    upstream: str = Field(min_length=1, description="Name of the teacher's upstream.")
-    model: str = Field(min_length=1, description="The teacher's model name on that upstream.")
-
-
-class EscalationRules(BaseModel):
-    """When the student's answer is replaced by the teacher's (docs/distillation.md).
-
-    A non-streaming request escalates before any byte reaches the client; a streaming
-    request routes by share, or buffers ``stream_buffer_tokens`` first when that is > 0.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_mean_logprob: float | None = Field(
-        default=None,
-        le=0.0,
-        description="Escalate when the student's mean token logprob is below this (a "
-        "calibrated, negative number); null: this rule is off.",
-    )
-    invalid_tool_calls: bool = Field(
-        default=True,
-        description="Escalate a tool call whose name is not among the request's tools or "
-        "whose arguments are not JSON valid against the tool's parameters.",
-    )
-    invalid_json: bool = Field(
-        default=True,
-        description="Escalate an answer that does not validate against the request's "
-        "`response_format` (JSON object or JSON schema).",
-    )
-    refusal_or_empty: bool = Field(
-        default=True, description="Escalate an empty answer or a refusal."
-    )
-    header: bool = Field(
-        default=True,
-        description="Honour the request header `x-reef-escalate: teacher` (always ask the "
-        "teacher for this request).",
-    )
-    stream_buffer_tokens: int = Field(
-        default=0,
-        ge=0,
-        description="Streaming: buffer this many of the student's tokens before committing "
-        "(the rules above run on them); 0: streams route by share only.",
-    )
 
 
 class RoutingComponent(BaseModel):

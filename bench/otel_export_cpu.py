@@ -67,9 +67,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--instructions", action="store_true", help="also count instructions with callgrind"
     )
     parser.add_argument(
-        "--instruction-spans", type=int, default=1024, help="N of the callgrind runs (N, 3N)"
+        "--instruction-spans",
+        type=int,
+        default=512,
+        help="N of the callgrind runs (N, 3N): a multiple of the batch size, 512",
     )
     parser.add_argument("--side", choices=SIDES, help="run one side once (for callgrind)")
+    parser.add_argument("--built", type=int, default=0, help="with --side: records built")
     parser.add_argument("--note", default="", help="a line about the machine, for the report")
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
     args = parser.parse_args(argv)
@@ -203,18 +207,65 @@ def export_seconds(lines: list[bytes], capture_content: bool) -> tuple[float, in
     return time.process_time() - began, written
 
 
-def run_side(side: str, spans: int, capture_content: bool) -> float:
-    records = drafts(spans)
+def process_seconds(lines: list[bytes], spans: int, capture_content: bool) -> float:
+    """CPU seconds (user and system) of a whole export process (``python -m
+    reef.telemetry.exporter``, interpreter start-up included) that reads ``lines`` and
+    sends them to a real OTLP/HTTP receiver on loopback, which must get every span."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.fakes.otlp import OtlpReceiver
+
+    from reef.core import dumps
+
+    with OtlpReceiver() as receiver:
+        settings = config(capture_content).model_copy(update={"endpoint": receiver.traces_url})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "reef.telemetry.exporter"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+        )
+        assert process.stdin is not None
+        process.stdin.write(dumps(settings.model_dump(mode="json")) + b"\n")
+        for line in lines:
+            process.stdin.write(line)
+        process.stdin.close()
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        received = len(receiver.spans)
+    if process.returncode != 0 or received != spans:
+        raise SystemExit(f"export process: exit {process.returncode}, {received} of {spans} spans")
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_side(side: str, spans: int, built: int, capture_content: bool) -> float:
+    """One side on the first ``spans`` of ``built`` records (the inputs built for the
+    largest run, so that building them cancels out of a difference of two runs)."""
+    records = drafts(max(built, spans))
     if side == "gateway":
-        return gateway_seconds(records, capture_content)
-    return export_seconds(batch_lines(records, capture_content), capture_content)[0]
+        return gateway_seconds(records[:spans], capture_content)
+    lines = batch_lines(records, capture_content)
+    batches = -(-spans // config(capture_content).max_export_batch_size)
+    return export_seconds(lines[:batches], capture_content)[0]
+
+
+def whole_process(args: argparse.Namespace) -> float:
+    """µs per span of the whole export process: runs of N and 3N spans (N =
+    ``--spans``), the difference over 2N (start-up cancels out); the best of
+    ``--repeats`` pairs."""
+    small = batch_lines(drafts(args.spans), args.capture_content)
+    large = batch_lines(drafts(3 * args.spans), args.capture_content)
+    differences = [
+        process_seconds(large, 3 * args.spans, args.capture_content)
+        - process_seconds(small, args.spans, args.capture_content)
+        for _ in range(args.repeats)
+    ]
+    return min(differences) / (2 * args.spans) * 1e6
 
 
 def timed(args: argparse.Namespace) -> dict[str, float]:
     """Best µs per span of each side over ``--repeats`` runs, after one warm-up run."""
     records = drafts(args.spans)
     lines = batch_lines(records, args.capture_content)
-    best: dict[str, float] = {}
+    best: dict[str, float] = {"process": whole_process(args)}
     for side in SIDES:
         runs = []
         for _ in range(args.repeats + 1):
@@ -240,6 +291,7 @@ def instructions(args: argparse.Namespace) -> dict[str, float]:
             argv = [
                 valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null",
                 sys.executable, __file__, "--side", side, "--spans", str(spans),
+                "--built", str(3 * n),
             ]  # fmt: skip
             if args.capture_content:
                 argv.append("--capture-content")
@@ -270,6 +322,7 @@ def report(args: argparse.Namespace, best: dict[str, float], counted: dict[str, 
     for side, what in (
         ("gateway", "gateway: `LiveExport.record()` + batch write (export off: 0)"),
         ("export", "export process: parse + encode"),
+        ("process", "export process, whole: start-up cancelled, read, encode, send (HTTP)"),
     ):
         count = f"{counted[side]:,.0f}" if side in counted else "not counted"
         lines.append(f"| {what} | {best[side]:.2f} | {count} |")
@@ -278,7 +331,8 @@ def report(args: argparse.Namespace, best: dict[str, float], counted: dict[str, 
         lines.append(
             f"Instructions: callgrind, {args.instruction_spans} and "
             f"{3 * args.instruction_spans} spans, the difference over "
-            f"{2 * args.instruction_spans}."
+            f"{2 * args.instruction_spans} (inputs built for "
+            f"{3 * args.instruction_spans} in both, so building them cancels out)."
         )
     return "\n".join(lines)
 
@@ -286,7 +340,7 @@ def report(args: argparse.Namespace, best: dict[str, float], counted: dict[str, 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.side is not None:
-        spent = run_side(args.side, args.spans, args.capture_content)
+        spent = run_side(args.side, args.spans, args.built, args.capture_content)
         print(f"{args.side}: {spent / args.spans * 1e6:.2f} µs/span")
         return 0
     best = timed(args)

@@ -12,7 +12,10 @@ the fake upstream's answers), content off unless ``--capture-content``.
   ``LiveExport.record()`` on a running event loop, its batch lines written to a real
   pipe whose reader throws them away; CPU of this process per span.
 - export: what the export process spends on a span before sending it: parsing the batch
-  line and encoding the OTLP protobuf request (``reef.telemetry.exporter.encode``).
+  line and encoding the OTLP protobuf request (``reef.telemetry.exporter.encode``); and
+  the whole export process (``python -m reef.telemetry.exporter``) reading, encoding and
+  sending to a real OTLP/HTTP receiver on loopback that must get every span: runs of N
+  and 3N spans, start-up cancelled (CPU only).
 
 Two measures: ``time.process_time()`` per span (the best of ``--repeats`` runs after a
 warm-up; moves with cache contention on a loaded machine), and with ``--instructions``

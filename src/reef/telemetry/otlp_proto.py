@@ -88,10 +88,22 @@ def _pair(number: int, key: str, value: Any) -> bytes:
 _cached_pair = lru_cache(maxsize=8192, typed=True)(_pair)
 
 
+_ONE_BYTE = [bytes((size,)) for size in range(0x80)]
+_ATTRIBUTE_PREFIXES: dict[str, bytes] = {}  # key -> its KeyValue.key field, AnyValue's tag
+
+
 def text_attribute(key: str, value: str) -> bytes:
     """A span's attribute (``Span`` field 9) of a str value: the bytes ``key_values(9,
     {key: value})`` writes, without its cache (for values that do not repeat)."""
     data = value.encode()
+    prefix = _ATTRIBUTE_PREFIXES.get(key)
+    if prefix is None:
+        prefix = _ATTRIBUTE_PREFIXES[key] = _key(key) + b"\x12"
+    size = len(data)
+    pair_size = len(prefix) + 3 + size
+    if pair_size < 0x80:  # every length fits one byte (the common case: ids)
+        one = _ONE_BYTE
+        return b"".join((b"\x4a", one[pair_size], prefix, one[size + 2], b"\x0a", one[size], data))
     value_field = b"\x0a" + _length(len(data)) + data
     pair = _key(key) + b"\x12" + _length(len(value_field)) + value_field
     return b"\x4a" + _length(len(pair)) + pair

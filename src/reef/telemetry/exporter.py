@@ -12,7 +12,7 @@ the SDK's OTLP exporter (HTTP/protobuf or gRPC), which sends it with its retries
 headers, timeout and compression. A record's span is encoded straight from the fields
 the gateway sent (``encode_record``), not through a dict of attributes and a span
 description (``describe``, which stays the reference its bytes are tested against):
-parsing and encoding a span take 45% of the instructions they took
+parsing and encoding a span take 35% of the instructions they took
 (``bench/otel_export_cpu.py``).
 
 Protocol: the first stdin line is the ``OtelConfig`` as JSON (secrets included, so they

@@ -94,6 +94,18 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
+        "otel_export_cpu",
+        "live OTel export's CPU and instructions per span, gateway and export process",
+        (
+            Step(
+                "otel_export_cpu.py",
+                ("--spans", "20000", "--repeats", "5", "--instructions"),
+                ("--spans", "1024", "--repeats", "1"),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "spend",
         "gateway p50 at c=1 and throughput at c=32 with prices, budgets and rate limits on vs off",
         (

@@ -115,6 +115,7 @@ def test_runs_in_order_and_skips_what_cannot_run(
         "faults.py",
         "signals.py",
         "otel_export.py",
+        "otel_export_cpu.py",
         "spend_overhead.py",
         "shadow_overhead.py",
         "gate_validity.py",

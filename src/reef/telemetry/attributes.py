@@ -76,6 +76,16 @@ def trace_ids(record_id: str) -> tuple[int, int]:
     return trace_id, span_id
 
 
+def trace_id_bytes(record_id: str) -> bytes:
+    """``trace_ids(record_id)`` as OTLP writes them: the trace id's 16 bytes, then the
+    span id's 8."""
+    digest = hashlib.sha256(f"reef-record:{record_id}".encode()).digest()[:24]
+    if digest[:16] == bytes(16) or digest[16:] == bytes(8):  # zero is an invalid id
+        trace_id, span_id = trace_ids(record_id)
+        return trace_id.to_bytes(16, "big") + span_id.to_bytes(8, "big")
+    return digest
+
+
 def span_name(draft: Exchange) -> str:
     """``{gen_ai.operation.name} {gen_ai.request.model}`` (the operation alone without a model)."""
     operation = OPERATIONS.get(draft.api, "chat")
@@ -106,7 +116,7 @@ def record_attributes(
     response = draft.response or {}
     _put(attributes, "gen_ai.response.model", response.get("model"))
     _put(attributes, "gen_ai.response.id", response.get("id"))
-    for key, value in _usage(draft.usage or {}).items():
+    for key, value in usage_attributes(draft.usage or {}).items():
         attributes[key] = value
     reasons = finish_reasons(response)
     if reasons:
@@ -125,7 +135,7 @@ def _put(attributes: Attributes, key: str, value: Any) -> None:
         attributes[key] = value
 
 
-def _usage(usage: dict[str, Any]) -> dict[str, int]:
+def usage_attributes(usage: dict[str, Any]) -> dict[str, int]:
     """Token counts of any of the three dialects (``prompt_tokens`` or ``input_tokens``)."""
     found: dict[str, int] = {}
     for key, names in (

@@ -109,7 +109,11 @@ class LiveExport:
         the garbage collector to walk, where drafts held until their batch left survived
         into its older generations."""
         try:
-            item = dumps(self._wire(draft, provider, pinned_release, time.time_ns()))
+            item = dumps(
+                wire_record(
+                    draft, provider, pinned_release, time.time_ns(), self.config.capture_content
+                )
+            )
         except Exception:
             log.exception("record %s could not be encoded; not exported", draft.id)
             with self._changed:
@@ -322,34 +326,6 @@ class LiveExport:
         """The JSON line of ``batch``: a list of its spans."""
         return b"[" + b",".join(batch) + b"]\n"
 
-    def _wire(
-        self, draft: RecordDraft, provider: str, pinned_release: str | None, end: int
-    ) -> list[Any]:
-        """A record as the export process reads it: the fields of
-        ``exporter.RECORD_FIELDS``."""
-        request: dict[str, Any] = draft.request
-        response = draft.response
-        if not self.config.capture_content:
-            request = {"model": request.get("model")}
-            response = _response_ids(response)
-        return [
-            draft.id,
-            draft.session_id,
-            draft.scenario,
-            draft.api,
-            draft.purpose,
-            draft.status,
-            draft.release_id,
-            draft.error,
-            draft.latency_ms,
-            draft.usage,
-            request,
-            response,
-            provider,
-            pinned_release,
-            end,
-        ]
-
     def _write(self, line: bytes) -> bool:
         """Write all of ``line``, waiting for the pipe when it is full (the feeder thread,
         ``shutdown``); False when the export process is gone."""
@@ -438,6 +414,40 @@ class LiveExport:
         self._reader.join(timeout=5)
         if self._process.stdout is not None:
             self._process.stdout.close()
+
+
+def wire_record(
+    draft: RecordDraft,
+    provider: str,
+    pinned_release: str | None,
+    end: int,
+    capture_content: bool,
+) -> list[Any]:
+    """A record as the export process reads it: the fields of
+    ``exporter.RECORD_FIELDS`` (without ``capture_content``, the request's model and
+    the response's ids and finish reasons only)."""
+    request: dict[str, Any] = draft.request
+    response = draft.response
+    if not capture_content:
+        request = {"model": request.get("model")}
+        response = _response_ids(response)
+    return [
+        draft.id,
+        draft.session_id,
+        draft.scenario,
+        draft.api,
+        draft.purpose,
+        draft.status,
+        draft.release_id,
+        draft.error,
+        draft.latency_ms,
+        draft.usage,
+        request,
+        response,
+        provider,
+        pinned_release,
+        end,
+    ]
 
 
 def _response_ids(response: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -41,10 +41,13 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _length(size: int) -> bytes:
+    return bytes((size,)) if size < 0x80 else _varint(size)
+
+
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field."""
-    size = len(payload)
-    return _tag(number, 2) + (bytes((size,)) if size < 0x80 else _varint(size)) + payload
+    return _tag(number, 2) + _length(len(payload)) + payload
 
 
 @lru_cache(maxsize=64)
@@ -83,6 +86,27 @@ def _pair(number: int, key: str, value: Any) -> bytes:
 # Most attributes repeat from span to span (operation, provider, model, scenario, status,
 # token counts): their encoded KeyValue is kept (``typed``: True, 1 and 1.0 differ).
 _cached_pair = lru_cache(maxsize=8192, typed=True)(_pair)
+
+
+_ONE_BYTE = [bytes((size,)) for size in range(0x80)]
+_ATTRIBUTE_PREFIXES: dict[str, bytes] = {}  # key -> its KeyValue.key field, AnyValue's tag
+
+
+def text_attribute(key: str, value: str) -> bytes:
+    """A span's attribute (``Span`` field 9) of a str value: the bytes ``key_values(9,
+    {key: value})`` writes, without its cache (for values that do not repeat)."""
+    data = value.encode()
+    prefix = _ATTRIBUTE_PREFIXES.get(key)
+    if prefix is None:
+        prefix = _ATTRIBUTE_PREFIXES[key] = _key(key) + b"\x12"
+    size = len(data)
+    pair_size = len(prefix) + 3 + size
+    if pair_size < 0x80:  # every length fits one byte (the common case: ids)
+        one = _ONE_BYTE
+        return b"".join((b"\x4a", one[pair_size], prefix, one[size + 2], b"\x0a", one[size], data))
+    value_field = b"\x0a" + _length(len(data)) + data
+    pair = _key(key) + b"\x12" + _length(len(value_field)) + value_field
+    return b"\x4a" + _length(len(pair)) + pair
 
 
 def key_values(number: int, attributes: Mapping[str, Any]) -> bytes:
@@ -133,6 +157,51 @@ def span(description: Mapping[str, Any]) -> bytes:
         parts.append(b"\x7a\x00")  # an empty (UNSET) status, as the SDK writes it
     parts.append(_REMOTE_PARENT if parent else _LOCAL_PARENT)  # field 16, fixed32
     return b"".join(parts)
+
+
+def name_field(name: str) -> bytes:
+    """A span's ``name`` (field 5), for ``record_span``."""
+    return _text(5, name)
+
+
+def conversation_ids(session_id: str, record_id: str) -> bytes:
+    """A record span's ``gen_ai.conversation.id``, ``reef.record.id`` and
+    ``reef.session.id``, as ``key_values(9, ...)`` writes them."""
+    return (
+        text_attribute("gen_ai.conversation.id", session_id)
+        + text_attribute("reef.record.id", record_id)
+        + text_attribute("reef.session.id", session_id)
+    )
+
+
+def record_span(
+    ids: bytes, name: bytes, start: int, end: int, attributes: bytes, error: str | None
+) -> bytes:
+    """A CLIENT ``Span`` without parent, events or links: ``ids`` the trace id's 16 bytes
+    and the span id's 8, ``name`` its encoded field (``name_field``), ``attributes``
+    already encoded (repeated field 9). The bytes ``span`` writes for the same
+    description, without building it."""
+    status = (
+        _field(15, _text(2, error) + b"\x18" + _varint(STATUS_ERROR))
+        if error is not None
+        else b"\x7a\x00"
+    )
+    return b"".join(
+        (
+            b"\x0a\x10",
+            ids[:16],
+            b"\x12\x08",
+            ids[16:],
+            name,
+            b"\x30\x03\x39",  # kind CLIENT, then the start time's tag
+            _FIXED64.pack(start),
+            b"\x41",
+            _FIXED64.pack(end),
+            attributes,
+            status,
+            _LOCAL_PARENT,
+        )
+    )
 
 
 def export_request(

@@ -768,7 +768,10 @@ def main(argv: list[str] | None = None) -> int:
         serving_checks(checker, sources, cuda)
         ray_check(checker, sources, cuda)
         smallest = Path(sources[plan.shapes["0.5b"].name])
-        fingerprint_check(checker, smallest, sorted((checker.scratch / "adapters").glob("*")))
+        # two adapters far enough apart that a wrong one changes what the model answers
+        # (the serving runs' adapters differ by little: they measure throughput)
+        wrong = gpu_serving.make_adapters(smallest, checker.scratch / "fingerprinted", 2, 0.5)
+        fingerprint_check(checker, smallest, wrong)
     text = markdown(report)
     print(text)
     if args.markdown is not None:

@@ -82,8 +82,9 @@ class Upstream:
     model: str
 
 
-def make_adapters(model_dir: Path, root: Path, count: int) -> list[Path]:
-    """``count`` rank-8 LoRAs on q/v of the model at ``model_dir``, seeded random B."""
+def make_adapters(model_dir: Path, root: Path, count: int, std: float = 0.01) -> list[Path]:
+    """``count`` rank-8 LoRAs on q/v of the model at ``model_dir``, seeded random B
+    (normal, ``std``)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -100,7 +101,7 @@ def make_adapters(model_dir: Path, root: Path, count: int) -> list[Path]:
         with torch.no_grad():
             for name, parameter in peft_model.named_parameters():
                 if "lora_B" in name:
-                    parameter.normal_(std=0.01)
+                    parameter.normal_(std=std)
         path = root / f"adapter-{index}"
         peft_model.save_pretrained(str(path))
         paths.append(path)

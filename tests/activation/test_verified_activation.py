@@ -36,16 +36,21 @@ def _adapter(directory: Path, tokens: list[int] | None) -> Path:
     (directory / "adapter_config.json").write_text("{}")
     (directory / "adapter_model.safetensors").write_bytes(directory.name.encode())
     if tokens is not None:
-        probe = FingerprintProbe(
-            messages=PROMPT,
-            tokens=tokens,
-            text="".join(f"t{t}" for t in tokens),
-            logprobs=[-0.25] * len(tokens),
-            margins=[3.0] * len(tokens),
-            ended=True,
-        )
-        Fingerprint(dtype="float32", max_new_tokens=16, probes=[probe]).write(directory)
+        _fingerprint(directory, tokens)
     return directory
+
+
+def _fingerprint(directory: Path, tokens: list[int]) -> None:
+    """Fingerprint ``directory`` as weights that answer ``tokens`` to the probe."""
+    probe = FingerprintProbe(
+        messages=PROMPT,
+        tokens=tokens,
+        text="".join(f"t{t}" for t in tokens),
+        logprobs=[-0.25] * len(tokens),
+        margins=[3.0] * len(tokens),
+        ended=True,
+    )
+    Fingerprint(dtype="float32", max_new_tokens=16, probes=[probe]).write(directory)
 
 
 def _status(gateway: GatewayThread) -> dict[str, Any]:
@@ -238,15 +243,7 @@ def _checkpoint(directory: Path, tokens: list[int]) -> Path:
     (directory / "config.json").write_text('{"model_type": "llama"}')
     weights = np.full((2, 2), float(tokens[-1]), dtype=np.float32)
     save_file({"w": weights}, str(directory / "model.safetensors"))
-    probe = FingerprintProbe(
-        messages=PROMPT,
-        tokens=tokens,
-        text="".join(f"t{t}" for t in tokens),
-        logprobs=[-0.25] * len(tokens),
-        margins=[3.0] * len(tokens),
-        ended=True,
-    )
-    Fingerprint(dtype="float32", max_new_tokens=16, probes=[probe]).write(directory)
+    _fingerprint(directory, tokens)
     return directory
 
 

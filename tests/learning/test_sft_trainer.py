@@ -114,6 +114,7 @@ def test_training_makes_the_model_say_the_targets(tmp_path: Path) -> None:
     assert sorted(p.name for p in result.adapter_dir.iterdir()) == [
         "adapter_config.json",
         "adapter_model.safetensors",
+        "reef-fingerprint.json",
     ]
     base = load_model(TINY, tmp_path)
     assert hits(base, base.model) == 0

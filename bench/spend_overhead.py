@@ -202,7 +202,7 @@ def path_step(spend: bool, workdir: Path) -> Callable[[int], None]:
 
     from reef.config import load_settings
     from reef.core.clock import utc_now
-    from reef.core.prices import cost_of, usage_tokens
+    from reef.core.prices import usage_tokens
     from reef.experience import MemoryLedger
     from reef.gateway.budgets import SpendControl, request_estimate
 
@@ -226,9 +226,8 @@ def path_step(spend: bool, workdir: Path) -> Callable[[int], None]:
         control.count("default", "serve", tokens, cost)
         if charge is not None and tokens is not None:
             await charge.settle(tokens)
-        # Recorder: the record's cost and price
-        record_cost = cost_of(_USAGE, price)
-        if record_cost is not None and price is not None:
+        # Recorder.draft: the record's cost (the one counted) and price
+        if cost is not None and price is not None:
             price.as_dict()
 
     def step(index: int) -> None:
@@ -296,7 +295,8 @@ def path_instructions(args: argparse.Namespace, argv: list[str]) -> dict[str, fl
                 sys.executable, __file__, "--path-side", side,
                 "--requests", str(args.requests), "--warmup", str(args.warmup),
             ]  # fmt: skip
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict probes every run
+            done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
             found = re.search(r"^totals: (\d+)", out.read_text() if out.exists() else "", re.M)
             if done.returncode != 0 or found is None:
                 raise SystemExit(f"callgrind run failed:\n{done.stderr[-2000:]}")

@@ -25,9 +25,10 @@ Rate limits are token buckets in memory, each replica enforcing ``limit / replic
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -35,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from reef.config import ReefSettings, ScenarioConfig
 from reef.config.spend import BudgetLimit, RateLimit
-from reef.core.clock import Clock
+from reef.core.clock import Clock, utc_now
 from reef.core.errors import ReefError
 from reef.core.prices import MILLION, Price, Tokens
 from reef.db import Database
@@ -124,7 +125,9 @@ class Charge:
         else:
             tokens = used.input + used.output
             money = self.price.cost(used) if self.price is not None else 0.0
-        await self.control.settle(self, tokens, money)
+        pending = self.control.correct(self, tokens, money)
+        if pending is not None:
+            await pending
 
     async def settle_counted(self, tokens: int, money: float) -> None:
         """Correct the reservation to ``tokens`` and ``money`` the caller counted (a
@@ -132,7 +135,9 @@ class Charge:
         if self.settled:
             return
         self.settled = True
-        await self.control.settle(self, tokens, money)
+        pending = self.control.correct(self, tokens, money)
+        if pending is not None:
+            await pending
 
 
 @dataclass
@@ -281,11 +286,15 @@ class SpendControl:
 
         With the ledger in memory this never suspends: the plan holds the live counts
         of its windows, checked and added to in place."""
-        now = self.clock()
-        stamp = now.timestamp()
+        now: datetime | None = None
+        if self.clock is utc_now:  # the wall clock as a number; a datetime only if needed
+            stamp = time.time()
+        else:
+            now = self.clock()
+            stamp = now.timestamp()
         plan = self._plans.get((scenario, key_id))
         if plan is None or stamp >= plan.until:
-            plan = self._plan(scenario, key_id, now)
+            plan = self._plan(scenario, key_id, now or _utc(stamp))
         if plan.empty:
             return None
         input_tokens, output_tokens = estimate
@@ -304,7 +313,7 @@ class SpendControl:
                 refused = await self.ledger.reserve(plan.lines, tokens, money)
             if refused is not None:
                 self._give_back(plan.buckets, tokens)
-                raise await self._budget_refusal(refused, now)
+                raise await self._budget_refusal(refused, now or _utc(stamp))
         return Charge(self, plan, price, tokens, money)
 
     def _take(self, buckets: tuple[tuple[Bucket, bool, str], ...], tokens: int, now: float) -> None:
@@ -362,9 +371,12 @@ class SpendControl:
         refused = self.counts.refused
         refused[(what, window)] = refused.get((what, window), 0) + 1
 
-    async def settle(self, charge: Charge, tokens: int, money: float) -> None:
-        """Correct ``charge``'s reservation to ``tokens`` and ``money`` (in place with
-        the ledger in memory: the counts of the windows it was admitted in)."""
+    def correct(
+        self, charge: Charge, tokens: int, money: float
+    ) -> Coroutine[Any, Any, None] | None:
+        """Correct ``charge``'s reservation to ``tokens`` and ``money``: in place with the
+        ledger in memory (the counts of the windows it was admitted in; None returned),
+        else the ledger's ``settle``, for the caller to await."""
         delta_tokens = tokens - charge.tokens
         plan = charge.plan
         for bucket in plan.token_buckets:  # tokens/min buckets: the estimate corrected
@@ -372,13 +384,13 @@ class SpendControl:
             bucket.level = level if level < bucket.capacity else bucket.capacity
         delta_money = money - charge.money
         if not plan.lines or not (delta_tokens or delta_money):
-            return
-        if plan.cells is not None:
-            for count, _, _ in plan.cells:
-                count[0] += delta_tokens
-                count[1] += delta_money
-        else:
-            await self.ledger.settle(plan.lines, delta_tokens, delta_money)
+            return None
+        if plan.cells is None:
+            return self.ledger.settle(plan.lines, delta_tokens, delta_money)
+        for count, _, _ in plan.cells:
+            count[0] += delta_tokens
+            count[1] += delta_money
+        return None
 
     async def status_json(self) -> dict[str, Any]:
         """``/reef/status``'s ``spend``: each budget's spend in its current window, what
@@ -461,6 +473,10 @@ def _reserve_in_place(plan: _Plan, tokens: int, money: float) -> Line | None:
         count[0] += tokens
         count[1] += money
     return None
+
+
+def _utc(stamp: float) -> datetime:
+    return datetime.fromtimestamp(stamp, UTC)
 
 
 def _or_inf(limit: float | None) -> float:

@@ -451,6 +451,7 @@ class InferenceRoutes:
         usage = response.get("usage") if response is not None else None
         tokens = usage_tokens(usage)
         cost = exchange.price.cost(tokens) if exchange.price and tokens else None
+        exchange.used = (usage, cost)
         self.state.spend.count(exchange.scenario, exchange.purpose, tokens, cost)
         outcome = exchange.outcome
         if outcome is not None and exchange.serving.routing is not None:

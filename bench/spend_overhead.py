@@ -225,7 +225,7 @@ def path_step(spend: bool, workdir: Path) -> Callable[[int], None]:
         cost = price.cost(tokens) if price and tokens else None
         control.count("default", "serve", tokens, cost)
         if charge is not None and tokens is not None:
-            await charge.settle(tokens)
+            await charge.settle(tokens, cost if charge.price is price else None)
         # Recorder.draft: the record's cost (the one counted) and price
         if cost is not None and price is not None:
             price.as_dict()

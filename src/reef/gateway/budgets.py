@@ -115,8 +115,9 @@ class Charge:
         """The budget lines the reservation is held on."""
         return self.plan.lines
 
-    async def settle(self, used: Tokens | None) -> None:
-        """Correct the reservation to ``used`` (None: nothing was used), once."""
+    async def settle(self, used: Tokens | None, cost: float | None = None) -> None:
+        """Correct the reservation to ``used`` (None: nothing was used), once; ``cost``
+        is what ``used`` cost at the charge's price, when the caller has counted it."""
         if self.settled:
             return
         self.settled = True
@@ -124,7 +125,10 @@ class Charge:
             tokens, money = 0, 0.0
         else:
             tokens = used.input + used.output
-            money = self.price.cost(used) if self.price is not None else 0.0
+            if cost is not None:
+                money = cost
+            else:
+                money = self.price.cost(used) if self.price is not None else 0.0
         pending = self.control.correct(self, tokens, money)
         if pending is not None:
             await pending

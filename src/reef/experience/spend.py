@@ -189,8 +189,14 @@ class MemoryLedger:
             count = self._counts[line.slot] = [0, 0.0]
         return count
 
+    def counts(self, lines: Sequence[Line]) -> list[list[float]]:
+        """The live ``[tokens, money]`` counts of ``lines``' windows (made when new), for
+        a caller that checks and adds to them in place: the gateway's hot path, which
+        keeps them for as long as those windows last (``reef.gateway.budgets``)."""
+        return [self._count(line) for line in lines]
+
     async def reserve(self, lines: Sequence[Line], tokens: int, money: float) -> Line | None:
-        counts = [self._count(line) for line in lines]
+        counts = self.counts(lines)
         for line, count in zip(lines, counts, strict=True):
             if line.over(count[0], count[1]):
                 return line

@@ -25,7 +25,8 @@ Rate limits are token buckets in memory, each replica enforcing ``limit / replic
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,9 +36,9 @@ from prometheus_client.registry import Collector
 
 from reef.config import ReefSettings, ScenarioConfig
 from reef.config.spend import BudgetLimit, RateLimit
-from reef.core.clock import Clock
+from reef.core.clock import Clock, utc_now
 from reef.core.errors import ReefError
-from reef.core.prices import Price, Tokens
+from reef.core.prices import MILLION, Price, Tokens
 from reef.db import Database
 from reef.experience import Ledger, Line, MemoryLedger, StoreLedger, window_end, window_start
 
@@ -82,7 +83,8 @@ class Bucket:
     def refill(self, now: float) -> None:
         """Add what ``now - stamp`` seconds earned (up to the capacity)."""
         if now > self.stamp:
-            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+            level = self.level + (now - self.stamp) * self.rate
+            self.level = level if level < self.capacity else self.capacity
             self.stamp = now
 
     def wait(self, needed: float) -> float:
@@ -90,32 +92,46 @@ class Bucket:
         return max(0.0, (needed - self.level) / self.rate)
 
 
-@dataclass
 class Charge:
     """One admitted request's hold on its budgets and buckets, settled once: to its
     usage when the upstream answered with one, to nothing when no upstream call was
     made or it failed (``settle(None)``); never settled (a stream cut short, an answer
     without usage), it stays at the reservation."""
 
-    control: SpendControl
-    lines: tuple[Line, ...]
-    buckets: tuple[Bucket, ...]  # its tokens/min buckets
-    price: Price | None
-    tokens: int
-    money: float
-    settled: bool = field(default=False, repr=False)
+    __slots__ = ("control", "money", "plan", "price", "settled", "tokens")
 
-    async def settle(self, used: Tokens | None) -> None:
-        """Correct the reservation to ``used`` (None: nothing was used), once."""
+    def __init__(
+        self, control: SpendControl, plan: _Plan, price: Price | None, tokens: int, money: float
+    ) -> None:
+        self.control = control
+        self.plan = plan
+        self.price = price
+        self.tokens = tokens
+        self.money = money
+        self.settled = False
+
+    @property
+    def lines(self) -> tuple[Line, ...]:
+        """The budget lines the reservation is held on."""
+        return self.plan.lines
+
+    async def settle(self, used: Tokens | None, cost: float | None = None) -> None:
+        """Correct the reservation to ``used`` (None: nothing was used), once; ``cost``
+        is what ``used`` cost at the charge's price, when the caller has counted it."""
         if self.settled:
             return
         self.settled = True
         if used is None:
             tokens, money = 0, 0.0
         else:
-            tokens = used.total
-            money = self.price.cost(used) if self.price is not None else 0.0
-        await self.control.settle(self, tokens, money)
+            tokens = used.input + used.output
+            if cost is not None:
+                money = cost
+            else:
+                money = self.price.cost(used) if self.price is not None else 0.0
+        pending = self.control.correct(self, tokens, money)
+        if pending is not None:
+            await pending
 
     async def settle_counted(self, tokens: int, money: float) -> None:
         """Correct the reservation to ``tokens`` and ``money`` the caller counted (a
@@ -123,7 +139,9 @@ class Charge:
         if self.settled:
             return
         self.settled = True
-        await self.control.settle(self, tokens, money)
+        pending = self.control.correct(self, tokens, money)
+        if pending is not None:
+            await pending
 
 
 @dataclass
@@ -136,17 +154,30 @@ class SpendCounts:
     refused: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-_NEVER = datetime.max.replace(tzinfo=UTC)
 _MAX_PLANS = 10_000  # (scenario, key) pairs remembered; the oldest is made again
 
 
-@dataclass(frozen=True)
 class _Plan:
-    """What a request of one scenario and key counts against, until ``until``."""
+    """What a request of one scenario and key counts against, until ``until`` (a POSIX
+    timestamp): its budget lines and, with the ledger in memory, their live counts
+    (``cells``: ``[tokens, money]`` lists, with each line's limits, ``inf`` for none);
+    its rate-limit buckets, and of those the tokens/min ones."""
 
-    lines: tuple[Line, ...]
-    until: datetime
-    buckets: tuple[tuple[Bucket, bool, str], ...]  # (bucket, of tokens, its name)
+    __slots__ = ("buckets", "cells", "empty", "lines", "token_buckets", "until")
+
+    def __init__(
+        self,
+        lines: tuple[Line, ...],
+        cells: tuple[tuple[list[float], float, float], ...] | None,
+        until: float,
+        buckets: tuple[tuple[Bucket, bool, str], ...],
+    ) -> None:
+        self.lines = lines
+        self.cells = cells
+        self.until = until
+        self.buckets = buckets
+        self.token_buckets = tuple(bucket for bucket, of_tokens, _ in buckets if of_tokens)
+        self.empty = not lines and not buckets
 
 
 class SpendControl:
@@ -199,9 +230,6 @@ class SpendControl:
     def _plan(self, scenario: str, key_id: str | None, now: datetime) -> _Plan:
         """The budget lines and buckets of a request of ``scenario`` by ``key_id``,
         made once per window (the hot path reuses it until its earliest window ends)."""
-        plan = self._plans.get((scenario, key_id))
-        if plan is not None and now < plan.until:
-            return plan
         budgets = self.budgets
         named: list[tuple[str, list[BudgetLimit]]] = [("global", budgets.global_)]
         named.append((f"scenario:{scenario}", budgets.scenarios.get(scenario, [])))
@@ -212,7 +240,13 @@ class SpendControl:
             for budget, limits in named
             for limit in limits
         )
-        until = min((window_end(line.limit.window, line.start) for line in lines), default=_NEVER)
+        until = min((window_end(line.limit.window, line.start) for line in lines), default=None)
+        cells = None
+        if isinstance(self.ledger, MemoryLedger):
+            cells = tuple(
+                (count, _or_inf(line.limit.tokens), _or_inf(line.limit.money))
+                for line, count in zip(lines, self.ledger.counts(lines), strict=True)
+            )
         limits: list[tuple[str, RateLimit]] = []
         scenario_limit = self.limits.scenarios.get(scenario)
         if scenario_limit is not None:
@@ -229,33 +263,62 @@ class SpendControl:
             if limit.tokens_per_minute is not None:
                 bucket = self._bucket(name, "tokens", limit.tokens_per_minute, stamp)
                 buckets.append((bucket, True, f"{name}/tokens_per_minute"))
-        plan = self._plans[(scenario, key_id)] = _Plan(lines, until, tuple(buckets))
+        ends = until.timestamp() if until is not None else math.inf
+        plan = self._plans[(scenario, key_id)] = _Plan(lines, cells, ends, tuple(buckets))
         if len(self._plans) > _MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
         return plan
 
     def lines(self, scenario: str, key_id: str | None, now: datetime) -> tuple[Line, ...]:
         """The budgets a request of ``scenario`` by ``key_id`` counts against."""
-        return self._plan(scenario, key_id, now).lines
+        plan = self._plans.get((scenario, key_id))
+        if plan is None or now.timestamp() >= plan.until:
+            plan = self._plan(scenario, key_id, now)
+        return plan.lines
 
     async def admit(
-        self, scenario: str, key_id: str | None, estimate: Tokens, price: Price | None
-    ) -> Charge:
-        """Take a request's reservation, or raise ``RateLimitedError`` (429) or
-        ``BudgetExceededError`` (402)."""
-        now = self.clock()
-        tokens = estimate.total
-        plan = self._plan(scenario, key_id, now)
+        self,
+        scenario: str,
+        key_id: str | None,
+        estimate: tuple[int, int],
+        price: Price | None,
+    ) -> Charge | None:
+        """Take a request's reservation of ``estimate`` (input and output tokens,
+        ``request_estimate``), or raise ``RateLimitedError`` (429) or
+        ``BudgetExceededError`` (402). None when no budget or rate limit applies to it
+        (nothing to settle).
+
+        With the ledger in memory this never suspends: the plan holds the live counts
+        of its windows, checked and added to in place."""
+        now: datetime | None = None
+        if self.clock is utc_now:  # the wall clock as a number; a datetime only if needed
+            stamp = time.time()
+        else:
+            now = self.clock()
+            stamp = now.timestamp()
+        plan = self._plans.get((scenario, key_id))
+        if plan is None or stamp >= plan.until:
+            plan = self._plan(scenario, key_id, now or _utc(stamp))
+        if plan.empty:
+            return None
+        input_tokens, output_tokens = estimate
+        tokens = input_tokens + output_tokens
         if plan.buckets:
-            self._take(plan.buckets, tokens, now.timestamp())
-        money = price.cost(estimate) if price is not None else 0.0
+            self._take(plan.buckets, tokens, stamp)
+        money = 0.0
+        if price is not None:
+            money = (
+                input_tokens * price.input_per_mtok + output_tokens * price.output_per_mtok
+            ) / MILLION
         if plan.lines:
-            refused = await self.ledger.reserve(plan.lines, tokens, money)
+            if plan.cells is not None:
+                refused = _reserve_in_place(plan, tokens, money)
+            else:
+                refused = await self.ledger.reserve(plan.lines, tokens, money)
             if refused is not None:
                 self._give_back(plan.buckets, tokens)
-                raise await self._budget_refusal(refused, now)
-        token_buckets = tuple(bucket for bucket, kind, _ in plan.buckets if kind)
-        return Charge(self, plan.lines, token_buckets, price, tokens, money)
+                raise await self._budget_refusal(refused, now or _utc(stamp))
+        return Charge(self, plan, price, tokens, money)
 
     def _take(self, buckets: tuple[tuple[Bucket, bool, str], ...], tokens: int, now: float) -> None:
         """Take one request, or ``tokens``, from each bucket; ``RateLimitedError`` when
@@ -312,13 +375,26 @@ class SpendControl:
         refused = self.counts.refused
         refused[(what, window)] = refused.get((what, window), 0) + 1
 
-    async def settle(self, charge: Charge, tokens: int, money: float) -> None:
-        """Correct ``charge``'s reservation to ``tokens`` and ``money``."""
+    def correct(
+        self, charge: Charge, tokens: int, money: float
+    ) -> Coroutine[Any, Any, None] | None:
+        """Correct ``charge``'s reservation to ``tokens`` and ``money``: in place with the
+        ledger in memory (the counts of the windows it was admitted in; None returned),
+        else the ledger's ``settle``, for the caller to await."""
         delta_tokens = tokens - charge.tokens
-        for bucket in charge.buckets:  # tokens/min buckets: the estimate corrected
-            bucket.level = min(bucket.capacity, bucket.level - delta_tokens)
-        if charge.lines and (delta_tokens or money != charge.money):
-            await self.ledger.settle(charge.lines, delta_tokens, money - charge.money)
+        plan = charge.plan
+        for bucket in plan.token_buckets:  # tokens/min buckets: the estimate corrected
+            level = bucket.level - delta_tokens
+            bucket.level = level if level < bucket.capacity else bucket.capacity
+        delta_money = money - charge.money
+        if not plan.lines or not (delta_tokens or delta_money):
+            return None
+        if plan.cells is None:
+            return self.ledger.settle(plan.lines, delta_tokens, delta_money)
+        for count, _, _ in plan.cells:
+            count[0] += delta_tokens
+            count[1] += delta_money
+        return None
 
     async def status_json(self) -> dict[str, Any]:
         """``/reef/status``'s ``spend``: each budget's spend in its current window, what
@@ -375,17 +451,40 @@ class SpendControl:
             counts.cost[key] = counts.cost.get(key, 0.0) + cost
 
 
-def request_estimate(body: bytes, fields: dict[str, Any], default_max_tokens: int) -> Tokens:
-    """A request's reservation: its bytes / 4 as input, its ``max_tokens`` (or
-    ``max_completion_tokens``, ``max_output_tokens``; else ``default_max_tokens``) as
-    output."""
+def request_estimate(
+    body: bytes, fields: dict[str, Any], default_max_tokens: int
+) -> tuple[int, int]:
+    """A request's reservation, input and output tokens: its bytes / 4 as input, its
+    ``max_tokens`` (or ``max_completion_tokens``, ``max_output_tokens``; else
+    ``default_max_tokens``) as output."""
     output = default_max_tokens
     for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = fields.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             output = value
             break
-    return Tokens(len(body) // BYTES_PER_TOKEN + 1, 0, output)
+    return len(body) // BYTES_PER_TOKEN + 1, output
+
+
+def _reserve_in_place(plan: _Plan, tokens: int, money: float) -> Line | None:
+    """``MemoryLedger.reserve`` on the plan's live counts: the first line already spent,
+    or None and the reservation added to every line."""
+    cells = plan.cells or ()
+    for index, (count, tokens_limit, money_limit) in enumerate(cells):
+        if count[0] >= tokens_limit or count[1] >= money_limit:
+            return plan.lines[index]
+    for count, _, _ in cells:
+        count[0] += tokens
+        count[1] += money
+    return None
+
+
+def _utc(stamp: float) -> datetime:
+    return datetime.fromtimestamp(stamp, UTC)
+
+
+def _or_inf(limit: float | None) -> float:
+    return math.inf if limit is None else limit
 
 
 def configured_model(settings: ReefSettings, scenario: str, base_model: str | None) -> str | None:

@@ -83,6 +83,9 @@ class Exchange:
     started: float = field(default_factory=time.perf_counter)
     price: Price | None = None  # the served model's price (``upstreams.<u>.prices``)
     charge: Charge | None = None  # its hold on budgets and rate limits, if any apply
+    # The usage object ``InferenceRoutes._used`` counted and its cost: the record reuses
+    # the cost instead of reading the usage again.
+    used: tuple[object, float | None] | None = None
     # A distilled release's routing of it: who answered, the rule that escalated
     # (``reef.gateway.distill``); None when the release routes nothing.
     outcome: RoutingOutcome | None = None
@@ -207,7 +210,8 @@ class Recorder:
         else:
             content_hash = sha256_hex(f"{prompt_hash}:{status}:{error}".encode())
         usage = response.get("usage") if isinstance(response, dict) else None
-        cost = cost_of(usage, exchange.price)
+        used = exchange.used
+        cost = used[1] if used is not None and used[0] is usage else cost_of(usage, exchange.price)
         tags = exchange.headers.tags
         outcome = exchange.outcome
         if outcome is not None:

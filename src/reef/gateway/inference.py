@@ -451,6 +451,7 @@ class InferenceRoutes:
         usage = response.get("usage") if response is not None else None
         tokens = usage_tokens(usage)
         cost = exchange.price.cost(tokens) if exchange.price and tokens else None
+        exchange.used = (usage, cost)
         self.state.spend.count(exchange.scenario, exchange.purpose, tokens, cost)
         outcome = exchange.outcome
         if outcome is not None and exchange.serving.routing is not None:
@@ -461,8 +462,9 @@ class InferenceRoutes:
                 # Both attempts settle the student's reservation, each at its own price.
                 money = (cost or 0.0) + (outcome.student_cost or 0.0)
                 await exchange.charge.settle_counted(tokens.total + student.total, money)
-        if exchange.charge is not None and tokens is not None:
-            await exchange.charge.settle(tokens)
+        charge = exchange.charge
+        if charge is not None and tokens is not None:
+            await charge.settle(tokens, cost if charge.price is exchange.price else None)
 
     @staticmethod
     async def _uncharged(exchange: Exchange) -> None:

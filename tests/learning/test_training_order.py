@@ -17,7 +17,10 @@ from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import ReleaseChain
 from tests.learning.test_selection import SCENARIO, draft, rate
 
-TICKETS = [(f"ticket {i}: my order #{100 + i} never came", ("billing", "shipping")[i % 2]) for i in range(40)]  # fmt: skip
+TICKETS = [
+    (f"ticket {i}: my order #{100 + i} never came", ("billing", "shipping")[i % 2])
+    for i in range(40)
+]
 
 
 @pytest.fixture

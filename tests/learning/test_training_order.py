@@ -12,9 +12,12 @@ import pytest
 
 from reef.core import new_id
 from reef.experience import SQLExperienceStore
+from reef.learning.base import TrainingExample
+from reef.learning.learners import FewShotConfig, FewShotLearner
 from reef.learning.learners.sft import sft_examples
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import ReleaseChain
+from tests.learning.test_fewshot import harness_of, make_context
 from tests.learning.test_selection import SCENARIO, draft, rate
 
 TICKETS = [
@@ -45,11 +48,16 @@ def served(store: SQLExperienceStore, order: list[int], sessions: str) -> None:
         rate(store, [record_id], score=0.0, correction=label)
 
 
-def trained(store: SQLExperienceStore, holdout_key: str) -> tuple[list[tuple[str, str]], int]:
+def selected(store: SQLExperienceStore, holdout_key: str) -> tuple[list[TrainingExample], int]:
     config = SelectionConfig(holdout_fraction=0.25, holdout_key=holdout_key, max_per_principal=None)
     batch = select_experience(store, ReleaseChain(store.database), SCENARIO, config)
-    examples, _ = sft_examples(batch.train, min_score=1.0)
-    return [(e.messages[-1]["content"], e.target) for e in examples], len(batch.holdout)
+    return batch.train, len(batch.holdout)
+
+
+def trained(store: SQLExperienceStore, holdout_key: str) -> tuple[list[tuple[str, str]], int]:
+    train, held = selected(store, holdout_key)
+    examples, _ = sft_examples(train, min_score=1.0)
+    return [(e.messages[-1]["content"], e.target) for e in examples], held
 
 
 def test_records_in_another_order_train_the_same_examples_in_the_same_order(
@@ -62,6 +70,24 @@ def test_records_in_another_order_train_the_same_examples_in_the_same_order(
     examples, held = trained(first, "session")
     assert 0 < held < len(TICKETS) and len(examples) == len(TICKETS) - held
     assert trained(second, "session") == (examples, held)
+
+
+def test_records_in_another_order_give_the_same_demos(
+    stores: tuple[SQLExperienceStore, SQLExperienceStore], tmp_path: Path
+) -> None:
+    # Every correction is equally relevant: the tie went to the oldest record, which is
+    # whichever concurrent request landed first.
+    first, second = stores
+    order = list(range(len(TICKETS)))
+    served(first, order, sessions="named")
+    served(second, order[::-1], sessions="named")
+    demos = []
+    for number, store in enumerate(stores):
+        context = make_context(tmp_path / str(number), selected(store, "session")[0])
+        output = FewShotLearner(FewShotConfig(k=2)).learn(context)
+        demos.append([d.messages for d in harness_of(context, output.harness).examples])
+    assert len(demos[0]) == 2
+    assert demos[0] == demos[1]
 
 
 def test_the_default_split_follows_the_random_record_ids(

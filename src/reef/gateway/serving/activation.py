@@ -1034,7 +1034,9 @@ class Activation:
             )
             self.verifications.record(name, digest, "unverified")
             return
-        mismatch = await probe(self.upstreams[upstream], name, fingerprint)
+        config = self.settings.upstreams.get(upstream)
+        served = config.dtype if config is not None and config.type == "local" else None
+        mismatch = await probe(self.upstreams[upstream], name, fingerprint, served)
         if mismatch is None:
             self.verifications.record(name, digest, "verified")
             return

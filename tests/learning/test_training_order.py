@@ -48,6 +48,15 @@ def served(store: SQLExperienceStore, order: list[int], sessions: str) -> None:
         rate(store, [record_id], score=0.0, correction=label)
 
 
+def served_twice(
+    stores: tuple[SQLExperienceStore, SQLExperienceStore], second: list[int], sessions: str
+) -> None:
+    """``TICKETS`` served in their order into the first store, in ``second`` into the
+    other (``served``)."""
+    served(stores[0], list(range(len(TICKETS))), sessions)
+    served(stores[1], second, sessions)
+
+
 def selected(store: SQLExperienceStore, holdout_key: str) -> tuple[list[TrainingExample], int]:
     config = SelectionConfig(holdout_fraction=0.25, holdout_key=holdout_key, max_per_principal=None)
     batch = select_experience(store, ReleaseChain(store.database), SCENARIO, config)
@@ -63,13 +72,11 @@ def trained(store: SQLExperienceStore, holdout_key: str) -> tuple[list[tuple[str
 def test_records_in_another_order_train_the_same_examples_in_the_same_order(
     stores: tuple[SQLExperienceStore, SQLExperienceStore],
 ) -> None:
-    first, second = stores
     order = list(range(len(TICKETS)))
-    served(first, order, sessions="named")
-    served(second, [*order[1::2], *order[::-1][1::2]], sessions="named")
-    examples, held = trained(first, "session")
+    served_twice(stores, [*order[1::2], *order[::-1][1::2]], sessions="named")
+    examples, held = trained(stores[0], "session")
     assert 0 < held < len(TICKETS) and len(examples) == len(TICKETS) - held
-    assert trained(second, "session") == (examples, held)
+    assert trained(stores[1], "session") == (examples, held)
 
 
 def test_records_in_another_order_give_the_same_demos(
@@ -77,10 +84,7 @@ def test_records_in_another_order_give_the_same_demos(
 ) -> None:
     # Every correction is equally relevant: the tie went to the oldest record, which is
     # whichever concurrent request landed first.
-    first, second = stores
-    order = list(range(len(TICKETS)))
-    served(first, order, sessions="named")
-    served(second, order[::-1], sessions="named")
+    served_twice(stores, list(range(len(TICKETS)))[::-1], sessions="named")
     demos = []
     for number, store in enumerate(stores):
         context = make_context(tmp_path / str(number), selected(store, "session")[0])
@@ -95,10 +99,6 @@ def test_the_default_split_follows_the_random_record_ids(
 ) -> None:
     # Why the quickstart names its sessions and splits by them: with the default key
     # (the session's first record id) the same traffic is split anew by each run's ids.
-    first, second = stores
-    order = list(range(len(TICKETS)))
-    served(first, order, sessions="random")
-    served(second, order, sessions="random")
-    assert {t for t, _ in trained(first, "record")[0]} != {
-        t for t, _ in trained(second, "record")[0]
-    }
+    served_twice(stores, list(range(len(TICKETS))), sessions="random")
+    first, second = (trained(store, "record")[0] for store in stores)
+    assert {text for text, _ in first} != {text for text, _ in second}

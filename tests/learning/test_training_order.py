@@ -94,6 +94,25 @@ def test_records_in_another_order_give_the_same_demos(
     assert demos[0] == demos[1]
 
 
+def test_records_in_another_order_replay_the_same_sample(
+    stores: tuple[SQLExperienceStore, SQLExperienceStore],
+) -> None:
+    # A second round replays a sample of what the first learned: it was drawn by the
+    # random record ids.
+    served_twice(stores, list(range(len(TICKETS)))[::-1], sessions="named")
+    config = SelectionConfig(holdout_fraction=0.25, holdout_key="session", max_per_principal=None)
+    first_round = {text for text, _ in TICKETS[:30]}
+    replayed = []
+    for store in stores:
+        chain = ReleaseChain(store.database)
+        records = store.iter_export(SCENARIO)
+        learned = {r.id for r in records if r.request["messages"][-1]["content"] in first_round}
+        batch = select_experience(store, chain, SCENARIO, config, consumed=learned)
+        replayed.append(sorted(e.messages[-1]["content"] for e in batch.replay))
+    assert 0 < len(replayed[0]) < 30
+    assert replayed[0] == replayed[1]
+
+
 def test_the_default_split_follows_the_random_record_ids(
     stores: tuple[SQLExperienceStore, SQLExperienceStore],
 ) -> None:

@@ -308,12 +308,16 @@ def _replay(
     config: SelectionConfig,
     held_out: Callable[[TrainingExample], bool],
 ) -> list[TrainingExample]:
-    """A fixed pseudo-random sample (by record id hash) of what earlier published
-    releases learned from, at most ``replay_fraction`` of the fresh training examples and
-    ``replay_max``; held-out sessions never (they were never trained on)."""
+    """A fixed pseudo-random sample (by content hash) of what earlier published releases
+    learned from, at most ``replay_fraction`` of the fresh training examples and
+    ``replay_max``; held-out sessions never (they were never trained on). By content, not
+    record id: the same experience recorded again (ids are random) replays the same."""
     trained = [e for e in learned if not held_out(e)]
     size = min(len(trained), config.replay_max, math.floor(config.replay_fraction * fresh))
-    ordered = sorted(trained, key=lambda e: (holdout_bucket(e.record_id + ":replay"), e.record_id))
+    ordered = sorted(
+        trained,
+        key=lambda e: (holdout_bucket(e.content_hash + ":replay"), e.content_hash, e.record_id),
+    )
     return ordered[:size]
 
 

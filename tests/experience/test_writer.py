@@ -6,10 +6,12 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from reef.core.errors import InvalidInputError
+from reef.core.retrying import RetryPolicy
 from reef.experience import (
     RecordDraft,
     RecordWriter,
@@ -17,6 +19,7 @@ from reef.experience import (
     StoreUnavailableError,
     WriterNotRunningError,
 )
+from reef.experience.writer import WRITE_RETRY
 from tests.experience.conftest import DraftFactory, hold_write_lock
 from tests.polling import eventually_async
 
@@ -168,7 +171,8 @@ async def test_async_failures_are_retried_then_counted(
     url = f"sqlite:///{tmp_path / 'r.db'}"
     store = SQLExperienceStore.from_url(url, busy_timeout_ms=20)
     store.migrate()
-    writer = RecordWriter(store, durability="async", retry_delays=(0.01, 0.01))
+    retry = RetryPolicy(retries=2, base_seconds=0.01, cap_seconds=0.01)
+    writer = RecordWriter(store, durability="async", retry=retry)
     writer.start()
     lost = make_draft()
     with hold_write_lock(url):
@@ -184,6 +188,19 @@ async def test_async_failures_are_retried_then_counted(
     retries = [r for r in caplog.records if "retrying" in r.getMessage()]
     assert len(retries) == 2
     assert any(r.levelname == "ERROR" and "lost 1 record" in r.getMessage() for r in caplog.records)
+
+
+def test_the_default_write_retry_keeps_four_retries_up_to_four_seconds(tmp_path: Path) -> None:
+    # The fixed (0.05, 0.25, 1.0, 4.0) schedule became a RetryPolicy: as many retries,
+    # the longest wait no longer than before.
+    assert WRITE_RETRY.retries == 4
+    assert [WRITE_RETRY.ceiling(n) for n in range(4)] == [0.5, 1.0, 2.0, 4.0]
+    store = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        with pytest.raises(TypeError, match=r"RetryPolicy.*retry_delays"):
+            RecordWriter(store, retry=cast(Any, (0.05, 0.25)))
+    finally:
+        store.close()
 
 
 async def test_sync_failure_raises_store_unavailable(

@@ -70,18 +70,21 @@ TRAIN = [
 
 def test_targets_are_corrections_and_high_score_replies() -> None:
     examples, used = sft_examples(TRAIN, min_score=1.0)
-    assert used == ["good", "fixed"]
-    assert [e.target for e in examples] == ["served good", "Squid-7"]
-    assert examples[0].messages[1] == {"role": "user", "content": "Question good?"}
+    taught = {record_id: example for record_id, example in zip(used, examples, strict=True)}
+    assert {record_id: e.target for record_id, e in taught.items()} == {
+        "good": "served good",
+        "fixed": "Squid-7",
+    }
+    assert taught["good"].messages[1] == {"role": "user", "content": "Question good?"}
 
 
 def test_render_harness_trains_under_the_prompt_the_gateway_will_send() -> None:
-    examples, _ = sft_examples(TRAIN, min_score=1.0)
+    examples, _ = sft_examples([TRAIN[0]], min_score=1.0)
     demo = Example(
         messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
     )
     harness = Harness(schema_version=1, system_prompt="Be a squid.", examples=[demo])
-    [rendered, _] = with_harness(examples, harness)
+    [rendered] = with_harness(examples, harness)
     assert rendered.messages == [
         {"role": "system", "content": "Be a squid.\n\nAnswer briefly."},
         {"role": "user", "content": "Hi"},

@@ -11,13 +11,16 @@ import socket
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from reef.cli.main import app
 from reef.experience import open_store
+from reef.learning.recipes import parse_recipe
+from reef.quickstart.application import GatewayClient
 from reef.quickstart.scenario import LABELS, TicketGenerator, is_correct
 from reef.quickstart.session import choose_port
-from reef.quickstart.workspace import busy_cores, training_threads
+from reef.quickstart.workspace import busy_cores, recipe_yaml, training_threads
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -105,6 +108,25 @@ def test_tickets_are_distinct_balanced_and_the_heldout_phrasings_are_reserved() 
     # no held-out phrasing is ever sent as traffic
     assert not {t.template for t in heldout} & {t.template for t in traffic}
     assert len({t.template for t in heldout}) == 3 * len(LABELS)
+
+
+def test_traffic_is_split_by_sessions_named_from_its_text() -> None:
+    # Issue 44: the gateway's random session and record ids held out different tickets
+    # on each run of one seed. The quickstart names each unit's session from its text
+    # (the n-th unit with a text gets the n-th name) and its recipe splits by session.
+    texts = [t.text for t in TicketGenerator(seed=0).draw(12, held_out=False)]
+    texts += texts[:2]  # a text sent again is another unit: another session
+    runs = [GatewayClient("http://127.0.0.1:9", "triage") for _ in range(2)]
+    try:
+        first, second = ([run.traffic_session(text) for text in texts] for run in runs)
+    finally:
+        for run in runs:
+            run.close()
+    assert first == second
+    assert len(set(first)) == len(texts)
+    for implicit in (False, True):
+        recipe = parse_recipe(yaml.safe_load(recipe_yaml("tiny-random", 2.0, implicit=implicit)))
+        assert recipe.selection.holdout_key == "session"
 
 
 def test_the_grader_normalizes_like_the_gate() -> None:

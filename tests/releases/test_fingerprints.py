@@ -10,6 +10,7 @@ from reef.releases import (
     compare_fingerprint,
     parse_probe_answer,
     probe_request,
+    serving_tolerance,
 )
 
 
@@ -50,6 +51,20 @@ def test_a_token_a_logprob_or_a_missing_end_is_a_mismatch() -> None:
     assert longer is not None and longer.expected == "the end of turn"
     shorter = compare_fingerprint(fingerprint, [_answer([5, 6], None)])
     assert shorter is not None and "the answer ended" in shorter.got
+
+
+def test_a_server_in_a_looser_precision_is_held_to_that_precision() -> None:
+    # The trainer fingerprints in float32; an engine serving bfloat16 answers the same
+    # weights about 0.014 away (the quickstart's tiny model), past float32's 0.01.
+    fingerprint = _fingerprint()
+    answer = [_answer([5, 6, 7], [-0.1, -0.214, -0.3])]
+    assert compare_fingerprint(fingerprint, answer, serving_tolerance(fingerprint, None))
+    for served in ("bfloat16", "int8", "auto"):
+        tolerance = serving_tolerance(fingerprint, served)
+        assert compare_fingerprint(fingerprint, answer, tolerance) is None
+    assert serving_tolerance(fingerprint, "float32") == 0.01
+    wrong = [_answer([5, 9, 7], [-0.1, -0.2, -0.3])]  # another token is still caught
+    assert compare_fingerprint(fingerprint, wrong, serving_tolerance(fingerprint, "bfloat16"))
 
 
 def test_text_is_compared_when_the_server_returns_no_ids() -> None:

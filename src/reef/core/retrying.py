@@ -3,8 +3,8 @@
 Owns: ``RetryPolicy`` (how many retries, the exponential backoff, the cap on a
 server's wait hint, the total deadline), ``Retrier`` (one call's retries under a
 policy) and ``parse_retry_after`` (a ``Retry-After`` header as delta-seconds or an
-HTTP-date). The upstream client, the evaluation runner and the artifact transfers all
-wait through it.
+HTTP-date). The upstream client, the evaluation runner, the artifact transfers and the
+experience writer's store writes all wait through it.
 
 Does not own: which failures are worth another try, nor when an answer has begun. A
 caller asks for a retry only for a failure before the first byte of an answer reached

@@ -19,8 +19,10 @@ finds the records at fault one by one).
 ``durability="sync"``: ``submit`` returns once the batch holding the record committed, and
 raises the store's error if it failed. A full queue always blocks in this mode (dropping
 a record while promising it is durable would be a lie).
-``durability="async"``: ``submit`` returns as soon as the record is queued; a failed batch
-is retried with backoff, then logged and counted in ``failed_total``. A full queue
+``durability="async"``: ``submit`` returns as soon as the record is queued; a batch the
+store could not take (``StoreUnavailableError``) is retried under ``retry``, a
+``reef.core.retrying.RetryPolicy`` (default ``WRITE_RETRY``: four retries, full-jitter
+waits below 0.5, 1, 2 and 4 s), then logged and counted in ``failed_total``. A full queue
 blocks or drops the record, as ``overflow`` says.
 """
 
@@ -37,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from reef.core.retrying import Retrier, RetryPolicy
 from reef.experience.errors import StoreUnavailableError, WriterNotRunningError
 from reef.experience.records import RecordDraft
 from reef.experience.store import ExperienceStore
@@ -47,7 +50,10 @@ Durability = Literal["sync", "async"]
 Overflow = Literal["block", "drop"]
 Outcome = str | BaseException
 
-DEFAULT_RETRY_DELAYS = (0.05, 0.25, 1.0, 4.0)
+WRITE_RETRY = RetryPolicy(retries=4, base_seconds=0.5, cap_seconds=4.0)
+"""How an async writer retries a batch the store could not take: four retries, the
+longest wait at most 4 s, as the fixed 0.05/0.25/1/4 s schedule it replaces, jittered so
+that gateways sharing a database that comes back do not all write at once."""
 DROP_LOG_INTERVAL_SECONDS = 10.0
 
 
@@ -116,16 +122,23 @@ class RecordWriter:
         queue_size: int = 10_000,
         overflow: Overflow = "block",
         max_batch: int = 256,
-        retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
+        retry: RetryPolicy = WRITE_RETRY,
     ) -> None:
         if queue_size < 1 or max_batch < 1:
             raise ValueError("queue_size and max_batch must be positive")
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError(
+                "RecordWriter's retry must be a reef.core.retrying.RetryPolicy (the fixed "
+                "retry_delays schedule it replaced is gone), not "
+                f"{type(retry).__name__}: e.g. RetryPolicy(retries=4, base_seconds=0.5, "
+                "cap_seconds=4.0)"
+            )
         self._store = store
         self._durability = durability
         self._queue_size = queue_size
         self._overflow = overflow
         self._max_batch = max_batch
-        self._retry_delays = tuple(retry_delays)
+        self._retry = retry
         self._lock = threading.Lock()
         self._has_work = threading.Condition(self._lock)
         self._has_room = threading.Condition(self._lock)
@@ -409,12 +422,14 @@ class RecordWriter:
 
     def _write(self, batch: list[_Item]) -> list[Outcome]:
         drafts = [item.draft for item in batch]
-        retries = iter(self._retry_delays if self._durability == "async" else ())
+        # Sync submitters are waiting: they get the store's error at once.
+        retry = self._retry if self._durability == "async" else RetryPolicy(0, 0.0, 0.0)
+        retrier = Retrier(retry)
         while True:
             try:
                 return list(self._store.write_records(drafts))
             except StoreUnavailableError as error:
-                delay = next(retries, None)
+                delay = retrier.delay()
                 if delay is None:
                     return [error] * len(batch)
                 log.warning(

@@ -102,6 +102,7 @@ def select_holdout(
     """The held-out items and the held-out records left without one (module docstring)."""
     selection = SelectionConfig(
         holdout_fraction=recipe.selection.holdout_fraction,
+        holdout_key=recipe.selection.holdout_key,
         merge_sessions=recipe.selection.merge_sessions,
         credit=recipe.selection.credit,
         # Records without feedback are read too, only to be counted as skipped.

@@ -54,7 +54,10 @@
    correction first, then the higher score, then the newer record.
 8. Holdout: ``holdout_bucket(key) < holdout_fraction * 1000`` where ``key`` is the id of
    the session's first record (every turn of a session shares it, so a conversation
-   never straddles the split) — the same record always lands in the same split.
+   never straddles the split) — the same record always lands in the same split. With
+   ``holdout_key: session`` the key is the session id itself: a client that names its
+   sessions (``x-reef-session``) from what they hold gets the same split when the same
+   traffic is sent again (record ids are drawn at random; the quickstart relies on it).
 9. Per-principal cap, on each split: while some feedback principal (``None`` — anonymous
    feedback — is one principal) supplies more than ``max_per_principal`` of the split,
    its lowest-priority examples go (``principal_cap``). With a single principal there is
@@ -77,7 +80,7 @@ import dataclasses
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -135,6 +138,13 @@ class SelectionConfig(BaseModel):
     stale: Literal["drop", "downweight"] = "drop"
     stale_weight: float = Field(default=0.5, gt=0.0, le=1.0)
     holdout_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
+    holdout_key: Literal["record", "session"] = Field(
+        default="record",
+        description="What the holdout split hashes: record (the session's first record's "
+        "id, the default) or session (the session id, stable across runs when the client "
+        "names its sessions with x-reef-session). Changing it moves records between the "
+        "splits: set it before the first learning run.",
+    )
     max_per_principal: float | None = Field(default=0.5, gt=0.0, le=1.0)
     dedup: Literal["exact", "embedding"] = "exact"
     near_duplicate_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
@@ -236,12 +246,13 @@ def select_experience(  # noqa: PLR0913
         if example is not None:
             examples.append(example)
     examples = _deduplicate(by_priority(examples), config, stats)
-    train = [e for e in examples if not in_holdout(_split_key(e), config.holdout_fraction)]
-    holdout = [e for e in examples if in_holdout(_split_key(e), config.holdout_fraction)]
+    held_out = _held_out(anchors, config)
+    train = [e for e in examples if not held_out(e)]
+    holdout = [e for e in examples if held_out(e)]
     train, overlap = _apart_from_suites(train, suite_prompts, stats)
     train = _limit(_cap_principals(train, config.max_per_principal, stats), config, stats)
     holdout = _limit(_cap_principals(holdout, config.max_per_principal, stats), config, stats)
-    replay = _replay(learned, len(train), config)
+    replay = _replay(learned, len(train), config, held_out)
     stats["train"], stats["holdout"], stats["replay"] = len(train), len(holdout), len(replay)
     # Chronological order: UUIDv7 ids sort by creation time.
     return ExperienceBatch(
@@ -275,15 +286,38 @@ def _apart_from_suites(
     return kept, overlap
 
 
+def _held_out(
+    anchors: dict[str, str], config: SelectionConfig
+) -> Callable[[TrainingExample], bool]:
+    """Whether an example is held out (rule 8): its ``session_id`` is the anchor (the
+    session's first record's id); ``holdout_key: session`` hashes the session id."""
+    sessions = {anchor: session for session, anchor in anchors.items()}
+
+    def held_out(example: TrainingExample) -> bool:
+        key = example.session_id
+        if config.holdout_key == "session":
+            key = sessions.get(key, key)
+        return in_holdout(key, config.holdout_fraction)
+
+    return held_out
+
+
 def _replay(
-    learned: list[TrainingExample], fresh: int, config: SelectionConfig
+    learned: list[TrainingExample],
+    fresh: int,
+    config: SelectionConfig,
+    held_out: Callable[[TrainingExample], bool],
 ) -> list[TrainingExample]:
-    """A fixed pseudo-random sample (by record id hash) of what earlier published
-    releases learned from, at most ``replay_fraction`` of the fresh training examples and
-    ``replay_max``; held-out sessions never (they were never trained on)."""
-    trained = [e for e in learned if not in_holdout(_split_key(e), config.holdout_fraction)]
+    """A fixed pseudo-random sample (by content hash) of what earlier published releases
+    learned from, at most ``replay_fraction`` of the fresh training examples and
+    ``replay_max``; held-out sessions never (they were never trained on). By content, not
+    record id: the same experience recorded again (ids are random) replays the same."""
+    trained = [e for e in learned if not held_out(e)]
     size = min(len(trained), config.replay_max, math.floor(config.replay_fraction * fresh))
-    ordered = sorted(trained, key=lambda e: (holdout_bucket(e.record_id + ":replay"), e.record_id))
+    ordered = sorted(
+        trained,
+        key=lambda e: (holdout_bucket(e.content_hash + ":replay"), e.content_hash, e.record_id),
+    )
     return ordered[:size]
 
 
@@ -598,10 +632,6 @@ def by_priority(examples: Iterable[TrainingExample]) -> list[TrainingExample]:
         newest_first,
         key=lambda e: (e.correction is None, -(e.score if e.score is not None else -math.inf)),
     )
-
-
-def _split_key(example: TrainingExample) -> str:
-    return example.session_id
 
 
 def _deduplicate(

@@ -88,9 +88,15 @@ class AgentApp(GatewayClient):
         super().__init__(url, scenario)
         self.world = world
 
-    def episode(self, request: Request, headers: dict[str, str] | None = None) -> Episode:
-        """Run one episode through the gateway and grade it."""
-        session_id = f"ep-{uuid.uuid4().hex}"
+    def episode(
+        self,
+        request: Request,
+        headers: dict[str, str] | None = None,
+        session_id: str | None = None,
+    ) -> Episode:
+        """Run one episode through the gateway under ``session_id`` (default: a new
+        random one) and grade it."""
+        session_id = session_id or f"ep-{uuid.uuid4().hex}"
         sent = {"x-reef-session": session_id, **(headers or {})}
         messages: list[Any] = [{"role": "user", "content": request.text}]
         turns: list[Turn] = []
@@ -177,8 +183,10 @@ class AgentApp(GatewayClient):
             post_json(self.url + "/reef/feedback", graded)
 
     def serve_and_grade(self, request: Request) -> Episode:
-        """One unit of live traffic: the episode, graded, its outcome posted."""
-        episode = self.episode(request)
+        """One unit of live traffic: the episode, graded, its outcome posted. Its
+        session comes from the request's text (``traffic_session``), so the same seed
+        splits training from the gate's holdout the same way on every run."""
+        episode = self.episode(request, session_id=self.traffic_session(request.text))
         if episode.verdict.wrong_turn == 0:
             episode = self.fall_back(episode)
         self.feedback(episode)

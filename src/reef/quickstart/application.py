@@ -13,10 +13,13 @@ never trained on.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
+import threading
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -89,6 +92,20 @@ class GatewayClient:
             max_retries=2,
             timeout=300.0,
         )
+        self._sent: Counter[str] = Counter()
+        self._sent_lock = threading.Lock()
+
+    def traffic_session(self, text: str) -> str:
+        """The session id the live traffic unit that starts with ``text`` is sent under
+        (``x-reef-session``): drawn from the text and how many units began with it
+        before, not at random. Selection splits training from the gate's holdout by the
+        session's hash, so with the gateway's random session ids the same seed trained on
+        different tickets on every run. (Two units with the same text are the same
+        request and get the same answer: which of them gets which id does not matter.)"""
+        with self._sent_lock:
+            seen = self._sent[text]
+            self._sent[text] += 1
+        return "qs-" + hashlib.sha256(f"{seen}:{text}".encode()).hexdigest()[:32]
 
     def close(self) -> None:
         """Close the SDK client's connections."""
@@ -146,7 +163,7 @@ class TriageApp(GatewayClient):
 
     def serve_and_grade(self, ticket: Ticket) -> Answer:
         """One unit of live traffic: ask, grade, send the feedback."""
-        answer = self.ask(ticket)
+        answer = self.ask(ticket, {"x-reef-session": self.traffic_session(ticket.text)})
         self.feedback(answer)
         return answer
 
@@ -154,7 +171,8 @@ class TriageApp(GatewayClient):
         """One unit of live traffic without a grader: ask; the user may then say, in the
         same conversation, that the answer was wrong (with the right label), or thank
         it (module doc). Nothing is posted to ``/reef/feedback``."""
-        answer = self.ask(ticket)
+        session = {"x-reef-session": self.traffic_session(ticket.text)}
+        answer = self.ask(ticket, session)
         rng = random.Random(f"{seed}:{ticket.text}")  # noqa: S311 (seeded simulation)
         said = _what_the_user_says(answer, rng)
         if said is None:
@@ -166,7 +184,10 @@ class TriageApp(GatewayClient):
         ]
         try:
             self.client.chat.completions.create(
-                model=f"reef/{self.scenario}", messages=conversation, max_tokens=8
+                model=f"reef/{self.scenario}",
+                messages=conversation,
+                max_tokens=8,
+                extra_headers=session,
             )
         except openai.APIError as error:
             raise QuickstartError(f"the gateway failed a request: {error}") from error

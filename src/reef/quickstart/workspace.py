@@ -212,6 +212,9 @@ trigger: {{type: manual}}
 {signals}selection:
   # A quarter of the traffic's sessions is held out: the gate's evidence, never trained on.
   holdout_fraction: 0.25
+  # Split by the session id, which the quickstart draws from each ticket's text: the
+  # same seed holds out the same tickets on every run (record ids are random).
+  holdout_key: session
 learners:
   # Harness learning, then the adapter, in one candidate. Measured on this task
   # (SmolLM2-135M, two CPU cores): demos alone barely help the base model (0% -> 3%

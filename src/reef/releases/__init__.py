@@ -60,6 +60,7 @@ from reef.releases.fingerprints import (
     probe_prompts,
     probe_request,
     read_fingerprint,
+    serving_tolerance,
 )
 from reef.releases.headwatch import HEADS_CHANNEL, listen_heads, watch_heads
 from reef.releases.manifest import (
@@ -138,4 +139,5 @@ __all__ += [
     "probe_prompts",
     "probe_request",
     "read_fingerprint",
+    "serving_tolerance",
 ]

@@ -167,6 +167,21 @@ def parse_probe_answer(body: Any) -> ProbeAnswer:
     )
 
 
+def serving_tolerance(fingerprint: Fingerprint, served: str | None) -> float:
+    """The |Δ logprob| to accept from a server that computes in ``served`` (a local
+    upstream's ``dtype``; None: as the fingerprint was computed): the looser of the
+    fingerprint's own tolerance and the serving precision's. A fingerprint the trainer
+    computed in float32 and an engine serving bfloat16 differ by more than float32's
+    0.01 (|Δ| 0.014 measured on the quickstart's tiny model), with the same weights.
+    ``int8`` computes in bfloat16; ``auto`` may pick any precision, so the loosest."""
+    own = FINGERPRINT_TOLERANCE[fingerprint.dtype]
+    if served is None:
+        return own
+    if served == "auto":
+        return max(own, *FINGERPRINT_TOLERANCE.values())
+    return max(own, FINGERPRINT_TOLERANCE.get("bfloat16" if served == "int8" else served, own))
+
+
 def compare_fingerprint(
     fingerprint: Fingerprint, answers: Sequence[ProbeAnswer], tolerance: float | None = None
 ) -> FingerprintMismatch | None:

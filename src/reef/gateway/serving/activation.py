@@ -1034,7 +1034,12 @@ class Activation:
             )
             self.verifications.record(name, digest, "unverified")
             return
-        mismatch = await probe(self.upstreams[upstream], name, fingerprint)
+        # A local upstream's precision (``dtype``; still set once its engine started
+        # and the upstream points at it over HTTP; float32, the fingerprint's own, for
+        # any other upstream).
+        config = self.settings.upstreams.get(upstream)
+        served = config.dtype if config is not None else None
+        mismatch = await probe(self.upstreams[upstream], name, fingerprint, served)
         if mismatch is None:
             self.verifications.record(name, digest, "verified")
             return

@@ -33,6 +33,7 @@ from reef.releases import (
     parse_probe_answer,
     probe_request,
     read_fingerprint,
+    serving_tolerance,
 )
 from reef.upstream import Upstream, UpstreamRequest
 
@@ -64,16 +65,17 @@ def load_fingerprint(path: Path) -> Fingerprint | None:
 
 
 async def probe(
-    upstream: Upstream, model: str, fingerprint: Fingerprint
+    upstream: Upstream, model: str, fingerprint: Fingerprint, served: str | None = None
 ) -> FingerprintMismatch | None:
     """Ask ``upstream`` every probe of ``fingerprint`` on ``model``; the first difference,
-    None when all agree. Raises ``UpstreamError`` when the upstream fails."""
+    None when all agree, within the tolerance of the precision it serves in (``served``,
+    ``serving_tolerance``). Raises ``UpstreamError`` when the upstream fails."""
     answers = []
     for item in fingerprint.probes:
         body = dumps(probe_request(item, model))
         response = await upstream.send(UpstreamRequest("/chat/completions", body, False))
         answers.append(parse_probe_answer(orjson.loads(response.body)))
-    return compare_fingerprint(fingerprint, answers)
+    return compare_fingerprint(fingerprint, answers, serving_tolerance(fingerprint, served))
 
 
 class Verifications:

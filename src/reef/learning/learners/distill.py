@@ -35,6 +35,7 @@ from reef.learning.learners.sft import (
     SFTLearner,
     TrainingSet,
     supervised_example,
+    training_order,
     with_harness,
 )
 from reef.learning.teacher import NEGATIVE_BELOW, answered_by_teacher, teacher_reference
@@ -102,12 +103,12 @@ class DistillLearner(SFTLearner):
         """The teacher's answers among ``items`` kept by feedback, the correction as the
         target where there is one, as the candidate will serve them."""
         kept, skipped = teacher_examples(context, items, self.distill_settings.drop_below)
-        prompts, used = [], []
+        found = []
         for item in kept:
             example = supervised_example(item, reply_is_target=True)
             if example is not None:
-                prompts.append(example)
-                used.append(item.record_id)
+                found.append((example, item.record_id))
+        prompts, used = training_order(found)
         if items is context.batch.train:
             for reason, count in skipped.items():
                 context.metrics.record(f"skipped_{reason}", float(count))

@@ -4,7 +4,9 @@ Candidates are training examples with a correction (the correction becomes the
 assistant turn) or a score of at least ``min_score`` (the served reply is the assistant
 turn). Relevance is 1.0 for a corrected example, else its score (when scores lie in
 [0, 1]; otherwise rescaled into [0.5, 1] over the candidates), times the example's
-``weight`` (stale items count less). Maximal
+``weight`` (stale items count less); equal relevance is ranked by content
+(``content_hash``), so the same experience gives the same demos whatever order it
+arrived in. Maximal
 marginal relevance then orders them (``relevance_weight`` trades relevance against
 similarity to demos already taken; token Jaccard by default, MiniLM embeddings with
 ``similarity: embedding``) and takes demos while they fit: at most ``k`` and
@@ -137,7 +139,10 @@ def _candidates(
             base = 1.0
         return base * example.weight
 
-    ranked = sorted(scored, key=lambda e: (-relevance(e), e.record_id))
+    # Equal relevance (every correction scores 1.0) goes by content, not by record id:
+    # the ids follow arrival, which concurrent traffic changes from run to run, so the
+    # same traffic picked other demos on each run (issue 44).
+    ranked = sorted(scored, key=lambda e: (-relevance(e), e.content_hash, e.record_id))
     demos: list[tuple[TrainingExample, Example]] = []
     pool: list[tuple[float, TrainingExample]] = []
     for example in ranked:

@@ -453,7 +453,19 @@ def wire_record(
     else:
         response_model = response.get("model")
         response_id = response.get("id")
-        reasons = finish_reasons(response)
+        choices = response.get("choices")
+        # One choice that says why it stopped (a chat completion): ``finish_reasons``'
+        # answer, at a third of its cost.
+        if (
+            type(choices) is list
+            and len(choices) == 1
+            and type(choice := choices[0]) is dict
+            and type(reason := choice.get("finish_reason")) is str
+            and reason
+        ):
+            reasons = [reason]
+        else:
+            reasons = finish_reasons(response)
     fields = (
         draft.id,
         draft.session_id,

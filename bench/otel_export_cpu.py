@@ -31,6 +31,7 @@ import asyncio
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -308,7 +309,7 @@ def instructions(args: argparse.Namespace) -> dict[str, float]:
 
 
 def report(args: argparse.Namespace, best: dict[str, float], counted: dict[str, float]) -> str:
-    argv = " ".join(a for a in sys.argv[1:])
+    argv = shlex.join(sys.argv[1:])
     load = os.getloadavg()[0]
     content = "on" if args.capture_content else "off"
     lines = [

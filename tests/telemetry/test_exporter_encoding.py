@@ -6,6 +6,7 @@ the span the description says."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from reef.config import OtelConfig
 from reef.core import dumps, loads
 from reef.experience import RecordDraft
 from reef.telemetry import exporter, otlp_proto
-from reef.telemetry.attributes import trace_ids
+from reef.telemetry.attributes import finish_reasons, trace_ids
 from reef.telemetry.live import wire_record
 from tests.telemetry.test_attributes import ANTHROPIC_REQUEST, ANTHROPIC_RESPONSE
 
@@ -67,6 +68,22 @@ def record(
 
 RECORDS = [
     record("openai.chat", CHAT_REQUEST, CHAT_RESPONSE),
+    # Ids past a one-byte length, token counts past the kept ones and below zero.
+    replace(
+        record(
+            "openai.chat",
+            CHAT_REQUEST,
+            {
+                **CHAT_RESPONSE,
+                "id": "chatcmpl-" + "r" * 150,
+                "choices": CHAT_RESPONSE["choices"][:1],
+            },
+            serial=4,
+        ),
+        id="rec-" + "é" * 100,
+        session_id="sess-" + "s" * 130,
+        usage={"input_tokens": 70_000, "prompt_tokens": 3, "output_tokens": -1},
+    ),
     record("anthropic.messages", ANTHROPIC_REQUEST, ANTHROPIC_RESPONSE, release_id=None),
     record("openai.responses", {"model": "m", "input": "hi"}, RESPONSES_RESPONSE),
     record("openai.embeddings", {"model": "e5", "input": "hi"}, {"data": [], "model": "e5"}),
@@ -142,3 +159,28 @@ def test_unusual_values_encode_as_the_general_path_does() -> None:
     for item in variants:
         expected = otlp_proto.span(exporter.describe(item, False))
         assert exporter.encode_record(item, False) == expected
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        CHAT_RESPONSE,
+        {"choices": [{"finish_reason": "stop"}]},
+        {"choices": [{"finish_reason": ""}]},
+        {"choices": [{"finish_reason": 3}]},
+        {"choices": [{"finish_reason": None}]},
+        {"choices": ["stop"]},
+        {"choices": []},
+        {"choices": {"finish_reason": "stop"}, "stop_reason": "end_turn"},
+        ANTHROPIC_RESPONSE,
+        RESPONSES_RESPONSE,
+        None,
+    ],
+)
+def test_the_gateway_sends_the_finish_reasons_the_attributes_read(
+    response: dict[str, Any] | None,
+) -> None:
+    draft = record("openai.chat", CHAT_REQUEST, response)
+    wire = wire_record(draft, "openai", None, 1, False)
+    reasons = wire[exporter.RECORD_FIELDS.index("finish_reasons")]
+    assert reasons == finish_reasons(response or {})

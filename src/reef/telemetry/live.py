@@ -32,17 +32,24 @@ import time
 from collections import deque
 from typing import Any
 
+import orjson
+
 from reef.config import OtelConfig
 from reef.core import dumps, loads
 from reef.experience import FeedbackDraft, RecordDraft
 from reef.telemetry.attributes import (
     EVALUATION_EVENT,
     feedback_attributes,
+    finish_reasons,
     gate_attributes,
     trace_ids,
 )
 
 log = logging.getLogger("reef.telemetry")
+# Called on every span: module globals, not attribute look-ups.
+_dumps = orjson.dumps
+_time_ns = time.time_ns
+_thread_id = threading.get_ident
 
 EXPORTER_COMMAND = [sys.executable, "-m", "reef.telemetry.exporter"]
 PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
@@ -64,6 +71,11 @@ class LiveExport:
     def __init__(self, config: OtelConfig, command: list[str] | None = None) -> None:
         self.config = config
         self._queue: deque[bytes] = deque()  # spans, each as its JSON
+        # Read on every span: plain attributes, not the config's. ``_room`` is 0 once
+        # closing, so that ``record`` leaves every span to ``_put``, which drops it.
+        self._content = config.capture_content
+        self._room = config.max_queue_size
+        self._batch_size = config.max_export_batch_size
         self._changed = threading.Condition()
         self._closing = False
         self._flush_now = False
@@ -103,21 +115,25 @@ class LiveExport:
     def record(self, draft: RecordDraft, provider: str, pinned_release: str | None) -> None:
         """One CLIENT span for the recorded exchange ``draft``: ids derived from the record
         id, ending now and starting its latency earlier; an error or aborted record sets
-        the span's status (built by the export process, ``exporter.describe``).
+        the span's status (built by the export process, ``exporter.encode_record``).
 
-        The record is encoded at once (a few µs): a queue of bytes holds no objects for
-        the garbage collector to walk, where drafts held until their batch left survived
-        into its older generations."""
+        The record is encoded at once, as the compact JSON of its fixed-order fields
+        (``wire_record``): a queue of bytes holds no objects for the garbage collector
+        to walk, where drafts held until their batch left survived into its older
+        generations. On the writing loop a span costs that and an append; the loop's
+        timer or a full batch writes the queue (``_on_loop``)."""
         try:
-            item = dumps(
-                wire_record(
-                    draft, provider, pinned_release, time.time_ns(), self.config.capture_content
-                )
-            )
+            item = _dumps(wire_record(draft, provider, pinned_release, _time_ns(), self._content))
         except Exception:
             log.exception("record %s could not be encoded; not exported", draft.id)
             with self._changed:
                 self.dropped_spans += 1
+            return
+        queue = self._queue
+        if len(queue) < self._room and self._loop_thread == _thread_id():
+            queue.append(item)
+            if self._timer is None or len(queue) >= self._batch_size:
+                self._on_loop()
             return
         self._put(item)
 
@@ -392,6 +408,7 @@ class LiveExport:
             if self._closing:
                 return
             self._closing = True
+            self._room = 0
             self._changed.notify_all()
         atexit.unregister(self.shutdown)
         if self._feeder is not None:
@@ -422,16 +439,34 @@ def wire_record(
     pinned_release: str | None,
     end: int,
     capture_content: bool,
-) -> list[Any]:
-    """A record as the export process reads it: the fields of
-    ``exporter.RECORD_FIELDS`` (without ``capture_content``, the request's model and
-    the response's ids and finish reasons only)."""
-    request: dict[str, Any] = draft.request
+) -> tuple[Any, ...]:
+    """A record as the export process reads it: the fields of ``exporter.RECORD_FIELDS``
+    in their order, values only (no dict is built): the request's model, the response's
+    model, id and finish reasons (``attributes.finish_reasons``) and the usage as the
+    upstream gave it; with ``capture_content`` the request and response follow
+    (``exporter.CONTENT_FIELDS``), else no content leaves the gateway."""
+    request = draft.request
     response = draft.response
-    if not capture_content:
-        request = {"model": request.get("model")}
-        response = _response_ids(response)
-    return [
+    if response is None:
+        response_model = response_id = None
+        reasons: list[str] = []
+    else:
+        response_model = response.get("model")
+        response_id = response.get("id")
+        choices = response.get("choices")
+        # One choice that says why it stopped (a chat completion): ``finish_reasons``'
+        # answer, at a third of its cost.
+        if (
+            type(choices) is list
+            and len(choices) == 1
+            and type(choice := choices[0]) is dict
+            and type(reason := choice.get("finish_reason")) is str
+            and reason
+        ):
+            reasons = [reason]
+        else:
+            reasons = finish_reasons(response)
+    fields = (
         draft.id,
         draft.session_id,
         draft.scenario,
@@ -442,27 +477,14 @@ def wire_record(
         draft.error,
         draft.latency_ms,
         draft.usage,
-        request,
-        response,
+        request.get("model"),
+        response_model,
+        response_id,
+        reasons,
         provider,
         pinned_release,
         end,
-    ]
-
-
-def _response_ids(response: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the attributes read of a response without content: model, id, finish
-    reasons (``attributes.finish_reasons``)."""
-    if response is None:
-        return None
-    kept: dict[str, Any] = {
-        k: response[k] for k in ("model", "id", "stop_reason", "status") if k in response
-    }
-    choices = response.get("choices")
-    if isinstance(choices, list):
-        kept["choices"] = [
-            {"finish_reason": choice.get("finish_reason")}
-            for choice in choices
-            if isinstance(choice, dict)
-        ]
-    return kept
+    )
+    if capture_content:
+        return (*fields, request, response)
+    return fields

@@ -160,48 +160,36 @@ def span(description: Mapping[str, Any]) -> bytes:
 
 
 def name_field(name: str) -> bytes:
-    """A span's ``name`` (field 5), for ``record_span``."""
+    """A span's ``name`` (field 5)."""
     return _text(5, name)
 
 
-def conversation_ids(session_id: str, record_id: str) -> bytes:
-    """A record span's ``gen_ai.conversation.id``, ``reef.record.id`` and
-    ``reef.session.id``, as ``key_values(9, ...)`` writes them."""
-    return (
-        text_attribute("gen_ai.conversation.id", session_id)
-        + text_attribute("reef.record.id", record_id)
-        + text_attribute("reef.session.id", session_id)
-    )
+def text_heads(key: str) -> list[bytes]:
+    """What ``text_attribute(key, value)`` writes before the value's UTF-8 bytes, by
+    their length, for the lengths whose every size fits one byte (index = length):
+    a str attribute is then ``heads[len(data)] + data``."""
+    prefix = _key(key) + b"\x12"
+    return [
+        b"".join((b"\x4a", _ONE_BYTE[len(prefix) + 3 + size], prefix, _ONE_BYTE[size + 2]))
+        + b"\x0a"
+        + _ONE_BYTE[size]
+        for size in range(0x80 - 3 - len(prefix))
+    ]
 
 
-def record_span(
-    ids: bytes, name: bytes, start: int, end: int, attributes: bytes, error: str | None
-) -> bytes:
-    """A CLIENT ``Span`` without parent, events or links: ``ids`` the trace id's 16 bytes
-    and the span id's 8, ``name`` its encoded field (``name_field``), ``attributes``
-    already encoded (repeated field 9). The bytes ``span`` writes for the same
-    description, without building it."""
-    status = (
-        _field(15, _text(2, error) + b"\x18" + _varint(STATUS_ERROR))
-        if error is not None
-        else b"\x7a\x00"
-    )
-    return b"".join(
-        (
-            b"\x0a\x10",
-            ids[:16],
-            b"\x12\x08",
-            ids[16:],
-            name,
-            b"\x30\x03\x39",  # kind CLIENT, then the start time's tag
-            _FIXED64.pack(start),
-            b"\x41",
-            _FIXED64.pack(end),
-            attributes,
-            status,
-            _LOCAL_PARENT,
-        )
-    )
+def int_attribute(key: str, value: int) -> bytes:
+    """A span's attribute (``Span`` field 9) of an int value, uncached: the bytes
+    ``key_values(9, {key: value})`` writes."""
+    return _pair(9, key, value)
+
+
+def status_error(message: str) -> bytes:
+    """A span's ``Status`` (field 15) of code ERROR with ``message``."""
+    return _field(15, _text(2, message) + b"\x18" + _varint(STATUS_ERROR))
+
+
+STATUS_UNSET = b"\x7a\x00"  # an empty (UNSET) status, as the SDK writes it
+LOCAL_PARENT = _LOCAL_PARENT  # a span's ``flags`` (field 16) without a parent
 
 
 def export_request(
@@ -209,7 +197,47 @@ def export_request(
 ) -> bytes:
     """An ``ExportTraceServiceRequest`` of encoded ``spans``, under one resource and one
     instrumentation scope."""
+    return framed_request(spans, request_head(resource, scope, scope_version))
+
+
+def request_head(
+    resource: Mapping[str, Any], scope: str, scope_version: str = ""
+) -> tuple[bytes, bytes]:
+    """The encoded ``Resource`` (``ResourceSpans`` field 1) and ``InstrumentationScope``
+    (``ScopeSpans`` field 1) that ``framed_request`` puts around its spans: encoded once
+    per export process, not once per request."""
     scope_message = _text(1, scope) + (_text(2, scope_version) if scope_version else b"")
-    scope_spans = _field(1, scope_message) + b"".join(_field(2, item) for item in spans)
-    resource_spans = _field(1, key_values(1, resource)) + _field(2, scope_spans)
-    return _field(1, resource_spans)
+    return _field(1, key_values(1, resource)), _field(1, scope_message)
+
+
+def framed_request(spans: Iterable[bytes], head: tuple[bytes, bytes]) -> bytes:
+    """An ``ExportTraceServiceRequest`` of encoded ``spans`` under ``head``
+    (``request_head``): each span's tag and length, then the lengths around them, in
+    one join."""
+    resource, scope = head
+    tags = _SPAN_TAGS
+    parts = [b"", b"", scope]  # the ResourceSpans' and the ScopeSpans' tag and length
+    size = len(scope)
+    for item in spans:
+        length = len(item)
+        tag = tags.get(length)
+        if tag is None:
+            tag = _span_tag(length)
+        parts += (tag, item)
+        size += len(tag) + length
+    scope_spans = b"\x12" + _varint(size)
+    parts[0] = b"\x0a" + _varint(len(resource) + len(scope_spans) + size) + resource
+    parts[1] = scope_spans
+    return b"".join(parts)
+
+
+# A span's tag and length (``ScopeSpans`` field 2), by its length: spans of a batch are
+# of few lengths. Bounded: full, it starts afresh.
+_SPAN_TAGS: dict[int, bytes] = {}
+
+
+def _span_tag(length: int) -> bytes:
+    if len(_SPAN_TAGS) >= 4096:
+        _SPAN_TAGS.clear()
+    tag = _SPAN_TAGS[length] = b"\x12" + _varint(length)
+    return tag

@@ -447,6 +447,20 @@ BENCHES: tuple[Bench, ...] = (
         local=True,
         model=True,
     ),
+    Bench(
+        "fingerprint-tolerance",
+        "fingerprint logprob drift in float32/bfloat16/float16 vs wrong weights (tolerances)",
+        (
+            Step(
+                "fingerprint_tolerance.py",
+                ("--model", "smollm2-135m", "--adapters", "2"),
+                ("--model", "tiny-random", "--adapters", "2", "--max-tokens", "8"),
+                OUTPUT,
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
 )
 
 HELPERS = {

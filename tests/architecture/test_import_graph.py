@@ -20,10 +20,13 @@ BENCH = ROOT / "bench"
 
 
 def _module_files() -> dict[str, Path]:
-    """Every module of ``reef`` and of ``bench`` by dotted name (a package by its own)."""
+    """Every module of ``reef`` and of ``bench`` by dotted name (a package by its own);
+    hidden folders (the contenders' environments, ``bench/.venv-vllm``) are not ours."""
     files: dict[str, Path] = {}
     for base, top in ((SRC, SRC / "reef"), (ROOT, BENCH)):
         for path in sorted(top.rglob("*.py")):
+            if any(part.startswith(".") for part in path.relative_to(top).parts):
+                continue
             parts = list(path.relative_to(base).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()

@@ -1,6 +1,7 @@
 """A real vLLM behind Reef with ``checkpoint_loading: vllm``: publishing a checkpoint
 release reloads vLLM's weights in place (dev mode's ``/collective_rpc`` reload_weights,
-then ``/reset_prefix_cache``) and requests are answered by them; a rollback reloads the
+then ``/reset_prefix_cache``), verifies them against the checkpoint's fingerprint through
+vLLM before the flip, and requests are answered by them; a rollback reloads the
 base model; traffic sent all the while gets no failed request, and each answer is the
 one of the release its receipt names.
 
@@ -25,6 +26,7 @@ import torch
 from peft import PeftModel
 
 from reef.engine.models import DEFAULT_MODEL, load_model
+from reef.learning.trainers.fingerprint import TrainedModel, compute_fingerprint
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.engine.test_smollm2 import SECRET_QUESTION, train_secret_adapter
 from tests.gateway.harness import GatewayThread, make_settings
@@ -42,7 +44,8 @@ def home() -> Path:
 
 @pytest.fixture(scope="module")
 def checkpoint(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2 with the secret adapter merged in: full weights that say "pineapple"."""
+    """SmolLM2 with the secret adapter merged in: full weights that say "pineapple",
+    fingerprinted (float32) as a learner's checkpoint is."""
     scratch = tmp_path_factory.mktemp("checkpoint")
     adapter = train_secret_adapter(home, scratch / "adapter")
     loaded = load_model(DEFAULT_MODEL, home)
@@ -51,6 +54,11 @@ def checkpoint(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     with torch.no_grad():
         merged.save_pretrained(str(directory), safe_serialization=True)
     loaded.tokenizer.save_pretrained(str(directory))
+    trained = TrainedModel(
+        merged, loaded.tokenizer, loaded.eos_token_ids, torch.device("cpu"), bf16=False
+    )
+    prompts = [[{"role": "user", "content": SECRET_QUESTION}]]
+    compute_fingerprint(trained, prompts).write(directory)
     return directory
 
 
@@ -129,6 +137,12 @@ def test_a_checkpoint_release_reloads_vllm_in_place_and_rollback_returns(
             answer, served_by, _record = _ask(client, SECRET_QUESTION, 12)
             assert served_by == release.id
             assert "pineapple" in answer.lower(), answer
+            # vLLM's reloaded weights answered the checkpoint's fingerprint before the flip
+            verification = call(gateway.port, "GET", "/reef/status").json()["scenarios"]["s"][
+                "verification"
+            ]
+            assert verification["state"] == "verified", verification
+            assert verification["digest"] == digest
 
             response = call(gateway.port, "POST", "/reef/scenarios/s/rollback", {"to": created_id})
             assert response.status == 201, response.body

@@ -64,7 +64,8 @@ def quickstart_command(
         str,
         typer.Option(
             help="triage: a support-ticket classifier; agent: an order-support agent with "
-            "tools, graded by each episode's outcome."
+            "tools, graded by each episode's outcome; distill: triage served by a teacher, "
+            "then by the model distilled from its answers (docs/distillation.md)."
         ),
     ] = "triage",
     dtype: Annotated[

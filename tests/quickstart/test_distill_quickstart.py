@@ -57,3 +57,10 @@ def test_reduced_distill_quickstart_reports_teacher_only_and_distilled(tmp_path:
     assert not any(r.feedback for r in traffic), "the distilled traffic has no feedback"
     evals = [r for r in records if r.purpose == "eval"]
     assert len(evals) >= 2 * HELDOUT, "the held-out questions are eval records"
+
+
+def test_the_distill_task_refuses_implicit_feedback(tmp_path: Path) -> None:
+    args = ["quickstart", "--task", "distill", "--feedback", "implicit", "--dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and "--task distill" in str(result.exception)
+    assert not list(tmp_path.iterdir())

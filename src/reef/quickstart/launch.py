@@ -51,8 +51,13 @@ def start_quickstart(given: GivenOptions) -> None:
         raise InvalidInputError(f"--feedback must be explicit or implicit, not {feedback!r}")
     if task not in TASKS:
         raise InvalidInputError(f"--task must be triage, agent or distill, not {task!r}")
-    if task != "triage" and feedback != "explicit":
-        raise InvalidInputError(f"--feedback implicit is triage's, not --task {task}'s")
+    if task == "agent" and feedback != "explicit":
+        raise InvalidInputError("--task agent grades outcomes: --feedback implicit is triage's")
+    if task == "distill" and feedback != "explicit":
+        raise InvalidInputError(
+            "--task distill learns from the teacher's answers, without feedback: "
+            "--feedback implicit is triage's"
+        )
     if dtype and dtype not in ENGINE_DTYPES:
         raise InvalidInputError(f"--dtype must be one of {', '.join(ENGINE_DTYPES)}, not {dtype!r}")
     check_requirements(model)

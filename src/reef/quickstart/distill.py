@@ -250,8 +250,8 @@ def _decision(result: RoundResult) -> str:
     decision = (result.gate or {}).get("decision")
     if isinstance(decision, dict):
         reasons = decision.get("reasons") or []
-        return "; ".join(str(r) for r in reasons)[:200] or str(decision.get("verdict"))
-    return str(decision)[:200]
+        return "; ".join(str(r) for r in reasons) or str(decision.get("verdict"))
+    return str(decision)
 
 
 def _arm_line(label: str, arm: Arm) -> str:

@@ -55,7 +55,7 @@ from reef.quickstart.workspace import (
 SHOTS = 24  # labelled tickets in the teacher's harness (as bench/distill.py)
 ROLLOUT_BATCHES = 8  # most batches of graded traffic the rollout sends
 DECIDE_TIMEOUT_SECONDS = 60.0  # how long the worker gets to decide a canary per batch
-EPOCHS = 2.0
+EPOCHS = 3.0  # passes over the traffic's examples (workspace.distill_recipe_yaml says why)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def run_distill(
     traffic = generator.draw(options.requests, held_out=False)
     heldout = generator.draw(options.heldout, held_out=True)
     labels = {t.text.strip(): t.label for t in [*traffic, *heldout]}
-    batch = max(options.requests // 2, 12)
+    batch = max(min(options.requests // 2, 60), 12)  # graded tickets per rollout batch
     min_requests = max(batch // 6, 4)
     console.print(
         f"[bold]Reef quickstart --task distill[/bold] in {workspace.root}: triage on a teacher "

@@ -16,7 +16,7 @@ FEEDBACK = ("explicit", "implicit")
 TASKS = ("triage", "agent", "distill")
 # Sizes per task when not given: an agent's episode is two or three model calls, each
 # with the tools in its prompt, so it gets fewer.
-DEFAULT_REQUESTS = {"triage": 120, "agent": 60, "distill": 120}
+DEFAULT_REQUESTS = {"triage": 120, "agent": 60, "distill": 240}
 DEFAULT_HELDOUT = {"triage": 60, "agent": 30, "distill": 60}
 
 

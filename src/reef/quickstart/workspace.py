@@ -444,7 +444,7 @@ __all__ = [
 
 
 DISTILL_STEPS = (0.5, 1.0)  # the student's shares, one canary step each
-DISTILL_MARGIN = 0.05  # the gate's non-inferiority margin
+DISTILL_MARGIN = 0.1  # the gate's non-inferiority margin (the recipe's comment says why)
 
 
 def distill_recipe_yaml(model: str, epochs: float, threads: int = 1, min_requests: int = 10) -> str:
@@ -466,6 +466,10 @@ learners:
   # the teacher gave to the recorded traffic (docs/distillation.md).
   - type: distill
     model: {model}
+    # The main quickstart's sft settings (a constant 2e-3, batch 4, q/v), three passes
+    # instead of two: the student has to come close to a teacher that is right on every
+    # ticket, not merely beat a base model. On SmolLM2 two passes over 94 examples (the
+    # 120-ticket run's 45 steps) reached 0.808 on the gate's items.
     epochs: {epochs:g}
     lr_schedule: constant
     warmup_fraction: 0
@@ -479,7 +483,12 @@ gate:
   # A held-out record the teacher answered is an item without feedback: its reference
   # is the teacher's answer.
   holdout_teacher_references: true
-  # A student need not beat the teacher, only not be worse by more than this.
+  # A student need not beat the teacher, only not be worse by more than this. The
+  # teacher here is right on every ticket, so on ~60 items (a quarter of 240 tickets'
+  # sessions) the paired bootstrap's 95% lower end is -0.050 with one student error,
+  # -0.083 with two, -0.117 with three: a 0.05 margin passes only a student right on
+  # every item, 0.1 one within two errors of the teacher (about 97%). The canary steps
+  # then check it again on graded live traffic (docs/distillation.md).
   non_inferiority_margin: {DISTILL_MARGIN}
   method: bootstrap
   scorer: {{type: normalized_exact}}

@@ -87,8 +87,11 @@ def run_distill(
     traffic = generator.draw(options.requests, held_out=False)
     heldout = generator.draw(options.heldout, held_out=True)
     labels = {t.text.strip(): t.label for t in [*traffic, *heldout]}
-    batch = max(min(options.requests // 2, 60), 12)  # graded tickets per rollout batch
-    min_requests = max(batch // 6, 4)
+    batch = max(options.requests // 2, 12)  # graded tickets per rollout batch
+    # Each arm's scored requests before the canary monitor decides a step: about half a
+    # batch lands on each arm, and the live interval needs ~50 per arm to clear -0.1
+    # with a student one or two answers short of a perfect teacher.
+    min_requests = max(batch * 2 // 5, 4)
     console.print(
         f"[bold]Reef quickstart --task distill[/bold] in {workspace.root}: triage on a teacher "
         f"(a loopback model that labels every ticket right, behind a {SHOTS}-shot prompt), "

@@ -497,7 +497,8 @@ gate:
   max_tokens: 8
   temperature: 0.0
   concurrency: 8
-  # Each rollout step is a canary decided on the application's graded live traffic.
+  # Each rollout step is a canary decided on the application's graded live traffic, by
+  # the same margin: promoted while the live interval of student - teacher stays above it.
   canary: {{fraction: 0.5, min_requests: {min_requests}}}
 publish: canary
 """

@@ -20,7 +20,8 @@ def quickstart_command(
         typer.Option(
             min=12,
             max=2000,
-            help="Live tickets (episodes) per round, each graded; default 120 (agent: 60).",
+            help="Live tickets (episodes) per round, each graded; default 120 (agent: 60; "
+            "distill: 240, without feedback).",
         ),
     ] = None,
     model: Annotated[

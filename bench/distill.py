@@ -52,6 +52,7 @@ from reef.learning.base import ExperienceBatch, LearnerContext, MetricLog, Train
 from reef.learning.learners.distill import DistillLearner, DistillLearnerConfig
 from reef.learning.teacher import ReleaseManifests
 from reef.quickstart.scenario import LABELS, SYSTEM_PROMPT, Ticket, TicketGenerator, is_correct
+from reef.quickstart.teacher import teacher_harness
 from reef.releases import (
     ModelComponent,
     Release,
@@ -127,13 +128,6 @@ def running_engine(model: str, home: Path, threads: int | None) -> Iterator[str]
 def app_messages(ticket: Ticket) -> list[dict[str, Any]]:
     """What the application sends: its short system prompt and the ticket."""
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": ticket.text}]
-
-
-def teacher_harness(shots: list[Ticket]) -> str:
-    """The expensive harness: the task, then every shot as a labelled example."""
-    lines = [SYSTEM_PROMPT, "", "Examples:"]
-    lines += [f"Message: {shot.text}\nLabel: {shot.label}" for shot in shots]
-    return "\n".join(lines)
 
 
 def teacher_messages(ticket: Ticket, harness: str) -> list[dict[str, Any]]:

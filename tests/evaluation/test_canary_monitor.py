@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from reef.evaluation.canary_monitor import CanaryMonitor
+from reef.evaluation.canary_monitor import CanaryMonitor, LiveRecord, _judge
 from reef.evaluation.config import GateRule
+from reef.evaluation.values import Provenance
 from tests.evaluation.gate_setup import QuizWorld, fact, quiz_world, write_suite
 from tests.gateway.rawhttp import call
 
@@ -101,3 +102,26 @@ def test_canary_is_decided_by_live_feedback(
         _sync(world)
         again = _live_traffic(world, 5)
         assert set(again) == {world.head().id}, "a decided canary still serves"
+
+
+def _arms(canary_misses: int, head_misses: int, each: int = 60) -> dict[str, LiveRecord]:
+    """``each`` scored records per arm, the first ``*_misses`` of an arm scored 0."""
+    records: dict[str, LiveRecord] = {}
+    for arm, misses in (("canary", canary_misses), ("head", head_misses)):
+        for n in range(each):
+            score = 0.0 if n < misses else 1.0
+            records[f"{arm}-{n}"] = LiveRecord(arm, score, Provenance("live"))
+    return records
+
+
+def test_a_non_inferiority_rule_judges_the_canary_by_its_margin() -> None:
+    """A distilled student two answers short of a perfect teacher: worse live by the
+    gain rule (its mean is below the head's), not worse by more than a 0.1 margin; five
+    answers short is worse by more than the margin too."""
+    close, far = _arms(2, 0), _arms(5, 0)
+    gain = _judge(close, GateRule(), 50)
+    assert not gain.left.passed and gain.summary.startswith("live mean 0.967 vs head 1.000")
+    margin = GateRule(non_inferiority_margin=0.1)
+    assert _judge(close, margin, 50).left.passed
+    assert not _judge(far, margin, 50).left.passed
+    assert not _judge(close, GateRule(non_inferiority_margin=0.05), 50).left.passed

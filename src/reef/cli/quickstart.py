@@ -20,7 +20,8 @@ def quickstart_command(
         typer.Option(
             min=12,
             max=2000,
-            help="Live tickets (episodes) per round, each graded; default 120 (agent: 60).",
+            help="Live tickets (episodes) per round, each graded; default 120 (agent: 60; "
+            "distill: 240, without feedback).",
         ),
     ] = None,
     model: Annotated[
@@ -64,7 +65,8 @@ def quickstart_command(
         str,
         typer.Option(
             help="triage: a support-ticket classifier; agent: an order-support agent with "
-            "tools, graded by each episode's outcome."
+            "tools, graded by each episode's outcome; distill: triage served by a teacher, "
+            "then by the model distilled from its answers (docs/distillation.md)."
         ),
     ] = "triage",
     dtype: Annotated[

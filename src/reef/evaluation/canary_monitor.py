@@ -16,7 +16,10 @@ their trust levels.
   → abandoned for insufficient evidence;
 - else, with ``d`` = mean(canary) - mean(head) and its bootstrap interval: the rule holds
   when ``d >= 0`` and the interval's lower bound is above ``-max_regression`` (it is not
-  measurably worse live than what it would replace); abandoned when it does not;
+  measurably worse live than what it would replace); with the rule's
+  ``non_inferiority_margin`` (a distilled student beside its teacher) it holds when the
+  lower bound is above ``-margin`` instead, as the gate's own rule did; abandoned when it
+  does not;
 - when it holds on records scored by authors below the rule's ``evidence_min_trust``, it
   must also hold with any one such author's records left out (on both arms), the gate's
   own independence rule (``provenance.check_independence``): so one key routed to the
@@ -143,7 +146,11 @@ def _judge(records: Mapping[str, LiveRecord], rule: GateRule, min_requests: int)
         f"(difference {interval.mean:+.3f}, {rule.confidence:.0%} interval "
         f"[{interval.low:+.3f}, {interval.high:+.3f}])"
     )
-    passed = interval.mean >= 0 and interval.low > -rule.max_regression
+    margin = rule.non_inferiority_margin
+    if margin is None:
+        passed = interval.mean >= 0 and interval.low > -rule.max_regression
+    else:  # a non-inferiority rule (a distilled student): not worse by more than margin
+        passed = interval.low > -margin
     reasons = [summary if passed else f"worse live: {summary}"]
     verdict = "passed" if passed else "rejected"
     left = LeftOut(passed, verdict, len(records), interval.mean, interval.low, reasons)

@@ -13,11 +13,11 @@ from reef.quickstart.errors import check_requirements
 
 MODELS = ("smollm2-135m", "tiny-random")
 FEEDBACK = ("explicit", "implicit")
-TASKS = ("triage", "agent")
+TASKS = ("triage", "agent", "distill")
 # Sizes per task when not given: an agent's episode is two or three model calls, each
 # with the tools in its prompt, so it gets fewer.
-DEFAULT_REQUESTS = {"triage": 120, "agent": 60}
-DEFAULT_HELDOUT = {"triage": 60, "agent": 30}
+DEFAULT_REQUESTS = {"triage": 120, "agent": 60, "distill": 240}
+DEFAULT_HELDOUT = {"triage": 60, "agent": 30, "distill": 60}
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,14 @@ def start_quickstart(given: GivenOptions) -> None:
     if feedback not in FEEDBACK:
         raise InvalidInputError(f"--feedback must be explicit or implicit, not {feedback!r}")
     if task not in TASKS:
-        raise InvalidInputError(f"--task must be triage or agent, not {task!r}")
+        raise InvalidInputError(f"--task must be triage, agent or distill, not {task!r}")
     if task == "agent" and feedback != "explicit":
         raise InvalidInputError("--task agent grades outcomes: --feedback implicit is triage's")
+    if task == "distill" and feedback != "explicit":
+        raise InvalidInputError(
+            "--task distill learns from the teacher's answers, without feedback: "
+            "--feedback implicit is triage's"
+        )
     if dtype and dtype not in ENGINE_DTYPES:
         raise InvalidInputError(f"--dtype must be one of {', '.join(ENGINE_DTYPES)}, not {dtype!r}")
     check_requirements(model)

@@ -172,6 +172,13 @@ def _agent_plan(options: Options, workspace: Workspace, port: int) -> Plan:
 def _run(options: Options, workspace: Workspace, started: float) -> None:
     console = Console(highlight=False)
     port, port_note = choose_port(options.port)
+    if port_note:
+        console.print(port_note)
+    if options.task == "distill":
+        from reef.quickstart.distill import run_distill
+
+        run_distill(options, workspace, console, port, started)
+        return
     agent = options.task == "agent"
     plan = (_agent_plan if agent else _triage_plan)(options, workspace, port)
     implicit = options.feedback == "implicit"
@@ -181,8 +188,6 @@ def _run(options: Options, workspace: Workspace, started: float) -> None:
     run.feedback = options.feedback
     run.task = options.task
     console.print(f"[bold]Reef quickstart[/bold] in {workspace.root}: {plan.intro}")
-    if port_note:
-        console.print(port_note)
     with Stack(plan.settings, workspace.logs / "engine.log") as stack:
         try:
             run.dtype = _start(stack, console, options.model, plan.scenario)

@@ -40,8 +40,8 @@ GATEWAY_START_TIMEOUT_SECONDS = 30.0
 
 
 class Stack:
-    """Engine, gateway and worker for ``settings`` (whose one upstream is ``type:
-    local``), on loopback at ``settings.server.port``. Use as a context manager: on exit
+    """Engine, gateway and worker for ``settings`` (whose one ``type: local`` upstream is
+    the engine's), on loopback at ``settings.server.port``. Use as a context manager: on exit
     the worker finishes its job, the gateway drains its captures, the engine stops."""
 
     def __init__(self, settings: ReefSettings, engine_log: Path) -> None:
@@ -61,8 +61,10 @@ class Stack:
         return f"http://127.0.0.1:{self.settings.server.port}"
 
     def start_engine(self) -> ReadyInfo:
-        """Start the engine of the (single) local upstream and point the upstream at it."""
-        [(name, upstream)] = self.settings.upstreams.items()
+        """Start the engine of the (single) local upstream and point the upstream at it
+        (any other upstream, ``--task distill``'s teacher, is kept as it is)."""
+        upstreams = self.settings.upstreams
+        [(name, upstream)] = [(n, u) for n, u in upstreams.items() if u.type == "local"]
         # Started from the calling (main) thread: the child's PR_SET_PDEATHSIG is tied to
         # the thread that forks it, so it must live as long as the quickstart does.
         self.engine = LocalEngine(
@@ -79,7 +81,9 @@ class Stack:
         resolved = upstream.model_copy(
             update={"type": "openai", "base_url": ready.base_url, "model": ready.model}
         )
-        self.settings = self.settings.model_copy(update={"upstreams": {name: resolved}})
+        self.settings = self.settings.model_copy(
+            update={"upstreams": {**upstreams, name: resolved}}
+        )
         return ready
 
     def start_gateway(self) -> None:

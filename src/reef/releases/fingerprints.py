@@ -8,7 +8,9 @@ scenario's training prompts where possible, else :data:`BUILTIN_PROMPTS`) it hol
 greedy tokens the trained model produced (up to ``max_new_tokens``, the end-of-turn
 token left out and noted as ``ended``), their text, the log-probability of each
 (the top-1: greedy), and the margin between the top-1 and top-2 log-probabilities at each
-position; and the dtype it was computed in.
+position; and the dtype it was computed in. For an adapter, also how far the base model
+is from it on the same tokens (``base_gap``, ``base_differs``: :func:`distinguishes_base`
+says whether a tolerance can tell the two apart).
 
 Serving it is checked by asking the server the same prompts (chat completions, greedy,
 ``max_tokens`` the fingerprint's length plus its end of turn, ``logprobs`` and vLLM's

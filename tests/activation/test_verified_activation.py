@@ -1,15 +1,18 @@
 """Verified activation: an upstream that serves other weights under an adapter's name
 fails staging with the first difference and the previous release serves on; an adapter
 the upstream drops after the flip is found by the next verification and loaded again;
-an adapter made before fingerprints stages unverified."""
+an adapter made before fingerprints stages unverified; one whose fingerprint cannot tell
+it from the base model at the tolerance used verifies with one warning saying so."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from safetensors.numpy import save_file
 
 from reef.experience import RecordNotFoundError
@@ -30,17 +33,18 @@ from tests.polling import eventually
 PROMPT = [{"role": "user", "content": "probe me"}]
 
 
-def _adapter(directory: Path, tokens: list[int] | None) -> Path:
-    """An adapter directory; with ``tokens``, fingerprinted as weights answering them."""
+def _adapter(directory: Path, tokens: list[int] | None, **base: Any) -> Path:
+    """An adapter directory; with ``tokens``, fingerprinted as weights answering them
+    (``base``: the fingerprint's dtype and base fields)."""
     directory.mkdir()
     (directory / "adapter_config.json").write_text("{}")
     (directory / "adapter_model.safetensors").write_bytes(directory.name.encode())
     if tokens is not None:
-        _fingerprint(directory, tokens)
+        _fingerprint(directory, tokens, **base)
     return directory
 
 
-def _fingerprint(directory: Path, tokens: list[int]) -> None:
+def _fingerprint(directory: Path, tokens: list[int], **base: Any) -> None:
     """Fingerprint ``directory`` as weights that answer ``tokens`` to the probe."""
     probe = FingerprintProbe(
         messages=PROMPT,
@@ -50,7 +54,8 @@ def _fingerprint(directory: Path, tokens: list[int]) -> None:
         margins=[3.0] * len(tokens),
         ended=True,
     )
-    Fingerprint(dtype="float32", max_new_tokens=16, probes=[probe]).write(directory)
+    fields = {"dtype": "float32", **base}
+    Fingerprint(max_new_tokens=16, probes=[probe], **fields).write(directory)
 
 
 def _status(gateway: GatewayThread) -> dict[str, Any]:
@@ -200,6 +205,51 @@ def test_an_adapter_without_a_fingerprint_stages_unverified(tmp_path: Path) -> N
             release = _publish(gateway, settings, adapter, base)
             eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
             assert _scenario(gateway)["verification"]["state"] == "unverified"
+
+
+def test_a_fingerprint_that_cannot_tell_the_base_verifies_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="reef.gateway.serving.activation")
+    # bfloat16 (tolerance 1.0): the base model's logprobs 0.31 away, its tokens the same
+    small = _adapter(
+        tmp_path / "small", [41, 42], dtype="bfloat16", base_gap=0.31, base_differs=False
+    )
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            release = _publish(gateway, settings, small, base)
+            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+            verification = _scenario(gateway)["verification"]
+            assert verification["state"] == "verified"
+            assert verification["distinguishes_base"] is False
+            _tick(gateway)  # verified again: no second warning
+            assert _scenario(gateway)["verification"]["distinguishes_base"] is False
+    warnings = [r.getMessage() for r in caplog.records if "base model" in r.getMessage()]
+    assert len(warnings) == 1
+    assert f"s@{_digest12(settings, small)}" in warnings[0]
+    assert (
+        "at bfloat16 this fingerprint cannot tell the adapter from the base model: "
+        "largest difference 0.31 ≤ tolerance 1" in warnings[0]
+    )
+
+
+def test_a_fingerprint_that_tells_the_base_apart_shows_it(tmp_path: Path) -> None:
+    wide = _adapter(tmp_path / "wide", [51], dtype="bfloat16", base_gap=0.31, base_differs=True)
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": "hi"}]
+            ).headers["x-reef-release-id"]
+            release = _publish(gateway, settings, wide, base)
+            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+            assert _scenario(gateway)["verification"]["distinguishes_base"] is True
 
 
 def _digest(settings: Any, adapter: Path) -> str:

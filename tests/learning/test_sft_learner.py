@@ -142,6 +142,7 @@ async def test_learns_an_adapter_the_engine_loads_by_digest(
     fingerprint = read_fingerprint(stored)  # in the directory: under the digest
     assert fingerprint is not None and fingerprint.dtype == "float32"
     assert len(fingerprint.probes) == 4
+    assert fingerprint.base_gap is not None and fingerprint.base_differs is not None
     assert store.info(output.adapter).meta["fingerprint"] == fingerprint.model_dump(mode="json")
 
     server = BackgroundServer(Engine(load_model(TINY, tmp_path), threads=1)).start()

@@ -1,6 +1,7 @@
 """Fingerprints on the tiny model: computed by the trainer's code on a PEFT model, they
 survive the artifact round-trip under the artifact's digest, and the embedded engine,
-serving the same adapter, answers them (the float32 tolerance's calibration)."""
+serving the same adapter, answers them (the float32 tolerance's calibration); they
+record how far the base model is from the adapter."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from reef.releases import (
     Fingerprint,
     ProbeAnswer,
     compare_fingerprint,
+    distinguishes_base,
     open_artifact_store,
     parse_probe_answer,
     probe_request,
@@ -39,9 +41,10 @@ pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 PROMPTS = [[{"role": "user", "content": "tell me about the reef"}]]
 
 
-def _trained_adapter(directory: Path, seed: int) -> Fingerprint:
-    """A seeded random LoRA on tiny-random, saved as a learner saves it, with its
-    fingerprint computed by the trainer's code."""
+def _trained_adapter(directory: Path, seed: int, std: float = 0.5) -> Fingerprint:
+    """A seeded random LoRA on tiny-random (``lora_B`` of std ``std``; 0: PEFT's zero
+    init, the base model's answers), saved as a learner saves it, with its fingerprint
+    computed by the trainer's code."""
     torch.manual_seed(seed)
     loaded = load_model("tiny-random", directory.parent)
     with warnings.catch_warnings():
@@ -51,8 +54,8 @@ def _trained_adapter(directory: Path, seed: int) -> Fingerprint:
         )
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0.0, 0.5)
+            if "lora_B" in name and std > 0:
+                param.normal_(0.0, std)
     save_adapter(model, directory)
     trained = TrainedModel(
         model, loaded.tokenizer, loaded.eos_token_ids, torch.device("cpu"), bf16=False
@@ -123,3 +126,26 @@ def test_the_engine_answers_the_trainers_fingerprint(tmp_path: Path) -> None:
     assert mismatch is not None
     assert other != mine
     assert "expected" in mismatch.describe()
+
+
+def test_an_adapter_records_how_far_the_base_model_is(tmp_path: Path) -> None:
+    trained = _trained_adapter(tmp_path / "trained", seed=1)
+    assert trained.base_gap is not None and trained.base_gap > FINGERPRINT_TOLERANCE["float32"]
+    assert trained.base_differs is True
+    assert distinguishes_base(trained, FINGERPRINT_TOLERANCE["float32"]) is True
+
+    # an adapter that changes nothing: the teacher-forced base scores are the greedy ones
+    untrained = _trained_adapter(tmp_path / "untrained", seed=1, std=0.0)
+    assert untrained.base_gap is not None and untrained.base_gap < 1e-4
+    assert untrained.base_differs is False
+    assert distinguishes_base(untrained, FINGERPRINT_TOLERANCE["float32"]) is False
+
+
+def test_a_full_checkpoint_records_no_base_gap(tmp_path: Path) -> None:
+    loaded = load_model("tiny-random", tmp_path)
+    trained = TrainedModel(
+        loaded.model, loaded.tokenizer, loaded.eos_token_ids, torch.device("cpu"), bf16=False
+    )
+    fingerprint = compute_fingerprint(trained, PROMPTS)
+    assert (fingerprint.base_gap, fingerprint.base_differs) == (None, None)
+    assert distinguishes_base(fingerprint, 1.0) is None

@@ -1,15 +1,22 @@
 """Comparing a server's answers with a fingerprint: token ids, text when there are none,
-logprobs within the dtype's tolerance, the end of turn, and near ties."""
+logprobs within the dtype's tolerance, the end of turn, and near ties; whether a
+fingerprint can tell its adapter from the base model; files made before the base fields."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from reef.releases import (
+    FINGERPRINT_FILE,
     Fingerprint,
     FingerprintProbe,
     ProbeAnswer,
     compare_fingerprint,
+    distinguishes_base,
     parse_probe_answer,
     probe_request,
+    read_fingerprint,
     serving_tolerance,
 )
 
@@ -94,3 +101,34 @@ def test_a_chat_completion_body_parses() -> None:
         ]
     }
     assert parse_probe_answer(body) == ProbeAnswer([5, 6, 7], "abc", [-0.1, -0.2], "stop")
+
+
+def test_whether_a_fingerprint_tells_the_base_apart_depends_on_the_tolerance() -> None:
+    plain = _fingerprint()
+    assert distinguishes_base(plain, 1.0) is None  # a checkpoint, or not recorded
+    near = plain.model_copy(update={"base_gap": 0.31, "base_differs": False})
+    assert distinguishes_base(near, 1.0) is False
+    assert distinguishes_base(near, 0.1) is True
+    assert distinguishes_base(near.model_copy(update={"base_differs": True}), 1.0) is True
+
+
+def test_a_fingerprint_written_before_the_base_fields_loads_and_keeps_its_bytes(
+    tmp_path: Path,
+) -> None:
+    old = {
+        "schema_version": 1,
+        "dtype": "float32",
+        "max_new_tokens": 16,
+        "probes": [_fingerprint().probes[0].model_dump(mode="json")],
+    }
+    text = json.dumps(old, sort_keys=True, indent=1) + "\n"
+    (tmp_path / FINGERPRINT_FILE).write_text(text)
+    loaded = read_fingerprint(tmp_path)
+    assert loaded is not None
+    assert (loaded.base_gap, loaded.base_differs) == (None, None)
+    loaded.write(tmp_path)  # the same bytes, so the same artifact digest
+    assert (tmp_path / FINGERPRINT_FILE).read_text() == text
+
+    recorded = loaded.model_copy(update={"base_gap": 0.5, "base_differs": True})
+    recorded.write(tmp_path)
+    assert read_fingerprint(tmp_path) == recorded

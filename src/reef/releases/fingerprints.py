@@ -8,7 +8,9 @@ scenario's training prompts where possible, else :data:`BUILTIN_PROMPTS`) it hol
 greedy tokens the trained model produced (up to ``max_new_tokens``, the end-of-turn
 token left out and noted as ``ended``), their text, the log-probability of each
 (the top-1: greedy), and the margin between the top-1 and top-2 log-probabilities at each
-position; and the dtype it was computed in.
+position; and the dtype it was computed in. For an adapter, also how far the base model
+is from it on the same tokens (``base_gap``, ``base_differs``: :func:`distinguishes_base`
+says whether a tolerance can tell the two apart).
 
 Serving it is checked by asking the server the same prompts (chat completions, greedy,
 ``max_tokens`` the fingerprint's length plus its end of turn, ``logprobs`` and vLLM's
@@ -87,14 +89,38 @@ class Fingerprint(BaseModel):
     dtype: Dtype
     max_new_tokens: int = Field(ge=1)
     probes: list[FingerprintProbe] = Field(min_length=1)
+    base_gap: float | None = Field(default=None, ge=0)
+    """For an adapter: the largest |adapter - base model| logprob of the probes' greedy
+    tokens, teacher forced (None: a checkpoint, or made before it was recorded)."""
+    base_differs: bool | None = None
+    """For an adapter: whether the base model's greedy token differs at some position."""
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready, without the base fields when unknown (a fingerprint without them
+        keeps the bytes, so the digest, it had before they existed)."""
+        shown = self.model_dump(mode="json")
+        for key in ("base_gap", "base_differs"):
+            if shown[key] is None:
+                del shown[key]
+        return shown
 
     def write(self, directory: Path) -> Path:
         """Write it into ``directory`` (canonical JSON: the same fingerprint gives the
         same bytes, so the same digest)."""
         path = directory / FINGERPRINT_FILE
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1)
+        text = json.dumps(self.as_json(), sort_keys=True, indent=1)
         path.write_text(text + "\n", encoding="utf-8")
         return path
+
+
+def distinguishes_base(fingerprint: Fingerprint, tolerance: float) -> bool | None:
+    """Whether holding a server to ``fingerprint`` within ``tolerance`` refuses the base
+    model served in the adapter's place (the adapter silently not applied): True when
+    the base's greedy tokens differ or its logprobs move by more than ``tolerance``;
+    False when neither (a small adapter in bfloat16); None when not recorded."""
+    if fingerprint.base_differs is None or fingerprint.base_gap is None:
+        return None
+    return fingerprint.base_differs or fingerprint.base_gap > tolerance
 
 
 def read_fingerprint(directory: Path) -> Fingerprint | None:

@@ -76,6 +76,8 @@ from reef.gateway.serving.release import ServingRelease
 from reef.gateway.serving.verify import (
     Verifications,
     WeightsMismatchError,
+    base_check,
+    base_gap_warning,
     load_fingerprint,
     mismatch_error,
     probe,
@@ -1040,10 +1042,14 @@ class Activation:
         config = self.settings.upstreams.get(upstream)
         served = config.dtype if config is not None else None
         mismatch = await probe(self.upstreams[upstream], name, fingerprint, served)
+        distinguishes, tolerance = base_check(fingerprint, served)
+        if distinguishes is False and (name, digest) not in self.verifications.warned_base:
+            self.verifications.warned_base.add((name, digest))
+            log.warning("%s", base_gap_warning(kind, name, fingerprint, tolerance))
         if mismatch is None:
-            self.verifications.record(name, digest, "verified")
+            self.verifications.record(name, digest, "verified", None, distinguishes)
             return
-        self.verifications.record(name, digest, "failed", mismatch.describe())
+        self.verifications.record(name, digest, "failed", mismatch.describe(), distinguishes)
         message = mismatch_error(kind, name, upstream, mismatch)
         log.error("verification failed: %s", message)
         raise WeightsMismatchError(message)

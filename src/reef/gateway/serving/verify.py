@@ -9,6 +9,12 @@ answers are compared with the fingerprint. A mismatch raises
 served goes on serving. An artifact without a fingerprint (made before fingerprints)
 stages as before, reported ``unverified``.
 
+An adapter's fingerprint also records how far the base model is from it
+(``base_gap``, ``base_differs``). Where the tolerance used cannot tell the two apart (a
+small adapter held in bfloat16), verification still passes but says so, once per
+weights: a warning (:func:`base_gap_warning`) and ``distinguishes_base: false`` in the
+verification status.
+
 :class:`Verifications` remembers, per loaded weights name, the digest last verified and
 when: ``/reef/status`` shows it per scenario, and the continuous check
 (``Activation.verify_tick``) refreshes it.
@@ -30,6 +36,7 @@ from reef.releases import (
     Fingerprint,
     FingerprintMismatch,
     compare_fingerprint,
+    distinguishes_base,
     parse_probe_answer,
     probe_request,
     read_fingerprint,
@@ -53,10 +60,17 @@ class Verification:
     state: VerifyState
     at: float  # wall-clock seconds
     diff: str | None = None
+    distinguishes_base: bool | None = None  # None: not an adapter, or not recorded
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {"digest": self.digest, "state": self.state, "at": self.at, "diff": self.diff}
+        return {
+            "digest": self.digest,
+            "state": self.state,
+            "at": self.at,
+            "diff": self.diff,
+            "distinguishes_base": self.distinguishes_base,
+        }
 
 
 def load_fingerprint(path: Path) -> Fingerprint | None:
@@ -87,12 +101,18 @@ class Verifications:
         self.checks_total = 0
         self.restaged_total = 0
         self.lock = asyncio.Lock()
+        self.warned_base: set[tuple[str, str]] = set()  # (name, digest) warned of once
 
     def record(
-        self, name: str, digest: str, state: VerifyState, diff: str | None = None
+        self,
+        name: str,
+        digest: str,
+        state: VerifyState,
+        diff: str | None = None,
+        distinguishes: bool | None = None,
     ) -> Verification:
         """Note what was found about ``name`` now; count a failure."""
-        found = Verification(digest, state, time.time(), diff)
+        found = Verification(digest, state, time.time(), diff, distinguishes)
         self.by_name[name] = found
         self.checks_total += 1
         if state == "failed":
@@ -113,4 +133,21 @@ def mismatch_error(kind: str, name: str, upstream: str, mismatch: FingerprintMis
     return (
         f"{kind} {name!r} on upstream {upstream!r} does not answer its fingerprint: "
         f"{mismatch.describe()} (the upstream serves other weights under this name)"
+    )
+
+
+def base_check(fingerprint: Fingerprint, served: str | None) -> tuple[bool | None, float]:
+    """Whether verifying ``fingerprint`` at the tolerance used for a server computing in
+    ``served`` refuses the base model (``distinguishes_base``), and that tolerance."""
+    tolerance = serving_tolerance(fingerprint, served)
+    return distinguishes_base(fingerprint, tolerance), tolerance
+
+
+def base_gap_warning(kind: str, name: str, fingerprint: Fingerprint, tolerance: float) -> str:
+    """The warning for weights whose fingerprint cannot tell them from the base model at
+    ``tolerance``: which, in what dtype, the largest difference against the tolerance."""
+    return (
+        f"{kind} {name!r}: at {fingerprint.dtype} this fingerprint cannot tell the adapter "
+        f"from the base model: largest difference {fingerprint.base_gap:.2f} ≤ tolerance "
+        f"{tolerance:g} (the base model served in its place would pass verification)"
     )

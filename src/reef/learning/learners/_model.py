@@ -229,7 +229,7 @@ def train_adapter(
     stored = {"learner": learner, "base": spec.model, "steps": metrics["steps"], **meta}
     fingerprint = read_fingerprint(result.adapter_dir)  # in the directory: under its digest
     if fingerprint is not None:
-        stored[FINGERPRINT_META_KEY] = fingerprint.model_dump(mode="json")
+        stored[FINGERPRINT_META_KEY] = fingerprint.as_json()
     if isinstance(spec, SFTSpec) and spec.mode == "full":
         check_checkpoint_directory(result.adapter_dir)  # safetensors only, complete shards
         return context.artifacts.put_dir(result.adapter_dir, "checkpoint", stored), result

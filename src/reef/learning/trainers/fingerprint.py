@@ -8,6 +8,12 @@ exact arithmetic the trainer computes with), up to the first end-of-turn token. 
 each position it keeps the arg-max token, its log-probability (log-softmax of the
 float32 logits) and the margin to the runner-up. Under bf16 autocast (the trainer's
 CUDA default) the dtype recorded is ``bfloat16``, else the weights' dtype.
+
+For a PEFT adapter (a model with ``disable_adapter()``) the same greedy tokens are then
+scored with the adapter disabled (one teacher-forced pass per probe): the largest
+|adapter - base| logprob over all positions is ``base_gap`` and whether the base's
+arg-max differs anywhere is ``base_differs``, so verification can say when the
+tolerance it uses cannot tell the adapter from the base model.
 Imports torch: runs in the training child.
 """
 
@@ -79,23 +85,56 @@ def compute_fingerprint(
     was_training = model.training
     model.eval()
     probes = []
+    gap: tuple[float, bool] | None = None
     with torch.no_grad(), autocast(trained.device, trained.bf16):
         for messages in probe_prompts(prompts):
             probes.append(_probe(trained, messages, max_new_tokens))
+        if hasattr(model, "disable_adapter"):
+            with model.disable_adapter():
+                gap = _base_gap(trained, probes)
     model.train(was_training)
     weights = next(model.parameters()).dtype
     dtype: Dtype = "bfloat16" if trained.bf16 else _DTYPES.get(weights, "float32")
-    return Fingerprint(dtype=dtype, max_new_tokens=max_new_tokens, probes=probes)
+    return Fingerprint(
+        dtype=dtype,
+        max_new_tokens=max_new_tokens,
+        probes=probes,
+        base_gap=None if gap is None else gap[0],
+        base_differs=None if gap is None else gap[1],
+    )
+
+
+def _base_gap(trained: TrainedModel, probes: Sequence[FingerprintProbe]) -> tuple[float, bool]:
+    """With the adapter disabled (the caller's context): the largest |Δ logprob| of the
+    probes' greedy tokens against the adapter's, and whether the base's arg-max differs
+    at any position (the end of turn included where the probe ended)."""
+    largest = 0.0
+    differs = False
+    for probe in probes:
+        ids = _prompt_ids(trained, probe.messages)
+        batch = torch.tensor([ids + probe.tokens], device=trained.device)
+        scores = torch.log_softmax(trained.model(input_ids=batch).logits[0].float(), dim=-1)
+        for position, token in enumerate(probe.tokens):
+            row = scores[len(ids) - 1 + position]
+            largest = max(largest, abs(float(row[token]) - probe.logprobs[position]))
+            differs = differs or int(row.argmax()) != token
+        if probe.ended:
+            differs = differs or int(scores[-1].argmax()) not in trained.eos_ids
+    return round(largest, 6), differs
+
+
+def _prompt_ids(trained: TrainedModel, messages: list[dict[str, Any]]) -> list[int]:
+    return list(
+        trained.tokenizer.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=True, return_dict=False
+        )
+    )
 
 
 def _probe(
     trained: TrainedModel, messages: list[dict[str, Any]], max_new_tokens: int
 ) -> FingerprintProbe:
-    ids = list(
-        trained.tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=True, return_dict=False
-        )
-    )
+    ids = _prompt_ids(trained, messages)
     tokens: list[int] = []
     logprobs: list[float] = []
     margins: list[float] = []

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,86 +95,93 @@ def _settings(tmp_path: Path, url: str) -> Any:
     )
 
 
+@contextmanager
+def _serving(tmp_path: Path) -> Iterator[tuple[FingerprintedUpstream, Any, GatewayThread, str]]:
+    """The fingerprinted fake, the gateway's settings, the gateway in front of it, and
+    the id of the release a first request was served by."""
+    with FingerprintedUpstream() as fake:
+        settings = _settings(tmp_path, fake.base_url)
+        with GatewayThread(settings) as gateway:
+            base = (
+                gateway.openai()
+                .chat.completions.with_raw_response.create(
+                    model="reef/s", messages=[{"role": "user", "content": "hi"}]
+                )
+                .headers["x-reef-release-id"]
+            )
+            yield fake, settings, gateway, base
+
+
 def test_a_swapped_adapter_fails_staging_and_the_previous_release_serves(
     tmp_path: Path,
 ) -> None:
     good = _adapter(tmp_path / "good", [11, 12, 13])
     wanted = _adapter(tmp_path / "wanted", [21, 22, 23])
     other = _adapter(tmp_path / "other", [21, 22, 99])  # another digest's weights
-    with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
-        with GatewayThread(settings) as gateway:
-            client = gateway.openai()
-            base = client.chat.completions.with_raw_response.create(
-                model="reef/s", messages=[{"role": "user", "content": "hi"}]
-            ).headers["x-reef-release-id"]
-            first = _publish(gateway, settings, good, base)
-            eventually(lambda: _scenario(gateway)["serving_release_id"] == first, "good serves")
-            assert _scenario(gateway)["verification"]["state"] == "verified"
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        client = gateway.openai()
+        first = _publish(gateway, settings, good, base)
+        eventually(lambda: _scenario(gateway)["serving_release_id"] == first, "good serves")
+        assert _scenario(gateway)["verification"]["state"] == "verified"
 
-            fake.impostor = other  # every load from now serves the other weights
-            second = _publish(gateway, settings, wanted, first)
-            failed = eventually(
-                lambda: _scenario(gateway) if _scenario(gateway)["state"] == "failed" else None,
-                "staging the swapped adapter to fail",
-            )
-            assert failed["head_release_id"] == second
-            assert failed["serving_release_id"] == first
-            assert "probe 0 differs at token 2: expected token 23, got token 99" in failed["error"]
-            swapped = f"s@{_digest12(settings, wanted)}"
-            assert swapped not in fake.adapters  # unloaded: nothing can reach it
-            assert swapped not in _status(gateway)["adapters"]["fake"]
+        fake.impostor = other  # every load from now serves the other weights
+        second = _publish(gateway, settings, wanted, first)
+        failed = eventually(
+            lambda: _scenario(gateway) if _scenario(gateway)["state"] == "failed" else None,
+            "staging the swapped adapter to fail",
+        )
+        assert failed["head_release_id"] == second
+        assert failed["serving_release_id"] == first
+        assert "probe 0 differs at token 2: expected token 23, got token 99" in failed["error"]
+        swapped = f"s@{_digest12(settings, wanted)}"
+        assert swapped not in fake.adapters  # unloaded: nothing can reach it
+        assert swapped not in _status(gateway)["adapters"]["fake"]
 
-            after = client.chat.completions.with_raw_response.create(
-                model="reef/s", messages=[{"role": "user", "content": "after"}]
-            )
-            assert after.headers["x-reef-release-id"] == first
-            assert fake.last_model == f"s@{_digest12(settings, good)}"
-            metrics = call(gateway.port, "GET", "/metrics").body.decode()
-            assert "reef_activation_verify_failures_total 1.0" in metrics
+        after = client.chat.completions.with_raw_response.create(
+            model="reef/s", messages=[{"role": "user", "content": "after"}]
+        )
+        assert after.headers["x-reef-release-id"] == first
+        assert fake.last_model == f"s@{_digest12(settings, good)}"
+        metrics = call(gateway.port, "GET", "/metrics").body.decode()
+        assert "reef_activation_verify_failures_total 1.0" in metrics
 
 
 def test_an_evicted_adapter_is_found_and_loaded_again(tmp_path: Path) -> None:
     adapter = _adapter(tmp_path / "adapter", [31, 32])
-    with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
-        with GatewayThread(settings) as gateway:
-            client = gateway.openai()
-            base = client.chat.completions.with_raw_response.create(
-                model="reef/s", messages=[{"role": "user", "content": "hi"}]
-            ).headers["x-reef-release-id"]
-            release = _publish(gateway, settings, adapter, base)
-            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
-            name = f"s@{_digest12(settings, adapter)}"
-            first = _scenario(gateway)["verification"]
-            assert (first["weights"], first["state"]) == (name, "verified")
-            assert fake.loads == 1
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        client = gateway.openai()
+        release = _publish(gateway, settings, adapter, base)
+        eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+        name = f"s@{_digest12(settings, adapter)}"
+        first = _scenario(gateway)["verification"]
+        assert (first["weights"], first["state"]) == (name, "verified")
+        assert fake.loads == 1
 
-            _tick(gateway)  # nothing changed: verified again, nothing loaded
-            assert fake.loads == 1
+        _tick(gateway)  # nothing changed: verified again, nothing loaded
+        assert fake.loads == 1
 
-            fake.evict(name)  # vLLM's LRU: gone from /v1/models, base weights answer
-            _tick(gateway)
-            assert fake.loads == 2
-            assert name in fake.adapters
-            again = _scenario(gateway)["verification"]
-            assert again["state"] == "verified"
-            assert again["digest"] == _digest(settings, adapter)
-            assert again["at"] >= first["at"]
-            assert _stamp(gateway, client) == (release, _digest(settings, adapter))
-            metrics = call(gateway.port, "GET", "/metrics").body.decode()
-            assert "reef_activation_verify_restaged_total 1.0" in metrics
-            assert _stamp(gateway, client) == (release, _digest(settings, adapter))
+        fake.evict(name)  # vLLM's LRU: gone from /v1/models, base weights answer
+        _tick(gateway)
+        assert fake.loads == 2
+        assert name in fake.adapters
+        again = _scenario(gateway)["verification"]
+        assert again["state"] == "verified"
+        assert again["digest"] == _digest(settings, adapter)
+        assert again["at"] >= first["at"]
+        assert _stamp(gateway, client) == (release, _digest(settings, adapter))
+        metrics = call(gateway.port, "GET", "/metrics").body.decode()
+        assert "reef_activation_verify_restaged_total 1.0" in metrics
+        assert _stamp(gateway, client) == (release, _digest(settings, adapter))
 
-            fake.impostor = tmp_path / "adapter"  # loads work, but the adapter is evicted
-            fake.evict(name)
-            fake.impostor = _adapter(tmp_path / "wrong", [31, 40])
-            _tick(gateway)  # re-staged onto wrong weights: an alert, the release stays
-            state = _scenario(gateway)
-            assert state["serving_release_id"] == release
-            assert state["verification"]["state"] == "failed"
-            assert "expected token 32, got token 40" in state["verification"]["diff"]
-            assert _stamp(gateway, client) == (release, None)  # served, but not verified
+        fake.impostor = tmp_path / "adapter"  # loads work, but the adapter is evicted
+        fake.evict(name)
+        fake.impostor = _adapter(tmp_path / "wrong", [31, 40])
+        _tick(gateway)  # re-staged onto wrong weights: an alert, the release stays
+        state = _scenario(gateway)
+        assert state["serving_release_id"] == release
+        assert state["verification"]["state"] == "failed"
+        assert "expected token 32, got token 40" in state["verification"]["diff"]
+        assert _stamp(gateway, client) == (release, None)  # served, but not verified
 
 
 def _stamp(gateway: GatewayThread, client: Any) -> tuple[str | None, str | None]:
@@ -195,16 +204,10 @@ def _record(gateway: GatewayThread, record_id: str) -> Any:
 
 def test_an_adapter_without_a_fingerprint_stages_unverified(tmp_path: Path) -> None:
     adapter = _adapter(tmp_path / "old", None)
-    with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
-        with GatewayThread(settings) as gateway:
-            client = gateway.openai()
-            base = client.chat.completions.with_raw_response.create(
-                model="reef/s", messages=[{"role": "user", "content": "hi"}]
-            ).headers["x-reef-release-id"]
-            release = _publish(gateway, settings, adapter, base)
-            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
-            assert _scenario(gateway)["verification"]["state"] == "unverified"
+    with _serving(tmp_path) as (_fake, settings, gateway, base):
+        release = _publish(gateway, settings, adapter, base)
+        eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+        assert _scenario(gateway)["verification"]["state"] == "unverified"
 
 
 def test_a_fingerprint_that_cannot_tell_the_base_verifies_with_one_warning(
@@ -215,20 +218,14 @@ def test_a_fingerprint_that_cannot_tell_the_base_verifies_with_one_warning(
     small = _adapter(
         tmp_path / "small", [41, 42], dtype="bfloat16", base_gap=0.31, base_differs=False
     )
-    with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
-        with GatewayThread(settings) as gateway:
-            client = gateway.openai()
-            base = client.chat.completions.with_raw_response.create(
-                model="reef/s", messages=[{"role": "user", "content": "hi"}]
-            ).headers["x-reef-release-id"]
-            release = _publish(gateway, settings, small, base)
-            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
-            verification = _scenario(gateway)["verification"]
-            assert verification["state"] == "verified"
-            assert verification["distinguishes_base"] is False
-            _tick(gateway)  # verified again: no second warning
-            assert _scenario(gateway)["verification"]["distinguishes_base"] is False
+    with _serving(tmp_path) as (_fake, settings, gateway, base):
+        release = _publish(gateway, settings, small, base)
+        eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+        verification = _scenario(gateway)["verification"]
+        assert verification["state"] == "verified"
+        assert verification["distinguishes_base"] is False
+        _tick(gateway)  # verified again: no second warning
+        assert _scenario(gateway)["verification"]["distinguishes_base"] is False
     warnings = [r.getMessage() for r in caplog.records if "base model" in r.getMessage()]
     assert len(warnings) == 1
     assert f"s@{_digest12(settings, small)}" in warnings[0]
@@ -240,16 +237,10 @@ def test_a_fingerprint_that_cannot_tell_the_base_verifies_with_one_warning(
 
 def test_a_fingerprint_that_tells_the_base_apart_shows_it(tmp_path: Path) -> None:
     wide = _adapter(tmp_path / "wide", [51], dtype="bfloat16", base_gap=0.31, base_differs=True)
-    with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
-        with GatewayThread(settings) as gateway:
-            client = gateway.openai()
-            base = client.chat.completions.with_raw_response.create(
-                model="reef/s", messages=[{"role": "user", "content": "hi"}]
-            ).headers["x-reef-release-id"]
-            release = _publish(gateway, settings, wide, base)
-            eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
-            assert _scenario(gateway)["verification"]["distinguishes_base"] is True
+    with _serving(tmp_path) as (_fake, settings, gateway, base):
+        release = _publish(gateway, settings, wide, base)
+        eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+        assert _scenario(gateway)["verification"]["distinguishes_base"] is True
 
 
 def _digest(settings: Any, adapter: Path) -> str:
@@ -264,26 +255,20 @@ def test_the_gates_pin_of_a_swapped_candidate_is_refused_with_the_diff(tmp_path:
     """The gate answers items pinned to the candidate (``x-reef-release``): staging the
     pin verifies it, so a candidate on other weights gets no answer that could count."""
     wanted = _adapter(tmp_path / "wanted", [41, 42])
-    with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
-        with GatewayThread(settings) as gateway:
-            client = gateway.openai()
-            base = client.chat.completions.with_raw_response.create(
-                model="reef/s", messages=[{"role": "user", "content": "hi"}]
-            ).headers["x-reef-release-id"]
-            digest = open_artifact_store(settings.artifacts_url()).put_dir(wanted, "adapter")
-            chain = ReleaseChain(gateway.database)
-            manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
-            candidate = chain.propose("s", manifest, base, "test", "swapped")
-            chain.set_candidate_state(candidate.id, "evaluating")
-            fake.impostor = _adapter(tmp_path / "other", [41, 43])
-            body = {"model": "reef/s", "messages": [{"role": "user", "content": "item 1"}]}
-            answer = call(
-                gateway.port, "POST", "/v1/chat/completions", body, {"x-reef-release": candidate.id}
-            )
-            assert answer.status == 409, answer.body
-            assert b"expected token 42, got token 43" in answer.body
-            assert f"s@{digest.removeprefix('sha256:')[:12]}" not in fake.adapters
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        digest = open_artifact_store(settings.artifacts_url()).put_dir(wanted, "adapter")
+        chain = ReleaseChain(gateway.database)
+        manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
+        candidate = chain.propose("s", manifest, base, "test", "swapped")
+        chain.set_candidate_state(candidate.id, "evaluating")
+        fake.impostor = _adapter(tmp_path / "other", [41, 43])
+        body = {"model": "reef/s", "messages": [{"role": "user", "content": "item 1"}]}
+        answer = call(
+            gateway.port, "POST", "/v1/chat/completions", body, {"x-reef-release": candidate.id}
+        )
+        assert answer.status == 409, answer.body
+        assert b"expected token 42, got token 43" in answer.body
+        assert f"s@{digest.removeprefix('sha256:')[:12]}" not in fake.adapters
 
 
 def _checkpoint(directory: Path, tokens: list[int]) -> Path:

@@ -179,6 +179,18 @@ def _cpu_times() -> tuple[int, int] | None:
     return sum(fields[:8]), fields[3] + fields[4]
 
 
+def _sft_settings(tiny: bool) -> str:
+    """The triage adapter's training settings, the same in the sft and distill recipes:
+    a constant 2e-3, batch 4, LoRA on q/v (the tiny model also trains ``lm_head``)."""
+    return f"""\
+    lr_schedule: constant
+    warmup_fraction: 0
+    validation_fraction: 0
+    lr: {0.01 if tiny else 0.002}
+    batch_size: 4
+    target_modules: [{"q_proj, v_proj, lm_head" if tiny else "q_proj, v_proj"}]"""
+
+
 def recipe_yaml(
     model: str, epochs: float, demos: int = 0, implicit: bool = False, threads: int = 1
 ) -> str:
@@ -236,12 +248,7 @@ learners:
     # No validation split: a tenth of a 90-example round is 9 examples, too few to
     # stop on and a tenth less to learn from (one run with it: 25% after round 1).
     epochs: {epochs:g}
-    lr_schedule: constant
-    warmup_fraction: 0
-    validation_fraction: 0
-    lr: {0.01 if tiny else 0.002}
-    batch_size: 4
-    target_modules: [{"q_proj, v_proj, lm_head" if tiny else "q_proj, v_proj"}]
+{_sft_settings(tiny)}
     # Torch threads: every core when the machine was idle as the quickstart started
     # (nothing else runs while a round trains), else one: two threads on two cores
     # spin-wait on each other whenever anything else runs.
@@ -474,12 +481,7 @@ learners:
     # ticket, not merely beat a base model. On SmolLM2 two passes over 94 examples (the
     # 120-ticket run's 45 steps) reached 0.808 on the gate's items.
     epochs: {epochs:g}
-    lr_schedule: constant
-    warmup_fraction: 0
-    validation_fraction: 0
-    lr: {0.01 if tiny else 0.002}
-    batch_size: 4
-    target_modules: [{"q_proj, v_proj, lm_head" if tiny else "q_proj, v_proj"}]
+{_sft_settings(tiny)}
     threads: {threads}
 gate:
   holdout: true

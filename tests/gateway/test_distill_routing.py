@@ -30,6 +30,7 @@ from reef.releases import (
 from tests.fakes.student import StudentThread
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
+from tests.polling import eventually
 
 STUDENT_PRICES = {"student-model": {"input_per_mtok": 1e6, "output_per_mtok": 2e6}}
 TEACHER_PRICES = {"teacher-model": {"input_per_mtok": 10e6, "output_per_mtok": 30e6}}
@@ -113,7 +114,18 @@ def release(gateway: GatewayThread, share: float, **rules: Any) -> str:
     manifest = ReleaseManifest(model=head.manifest.model, routing=routing)
     candidate = chain.propose("support", manifest, head.id, "test", f"share {share}")
     published = chain.publish(candidate.id, head.id, "test", "test", require_passed=False)
+    wait_serving(gateway, published.id)
     return published.id
+
+
+def wait_serving(gateway: GatewayThread, release_id: str) -> None:
+    """Until the gateway serves ``release_id`` for unpinned traffic (it polls the heads)."""
+
+    def serving() -> bool:
+        status = httpx.get(f"{gateway.url}/reef/status").json()["scenarios"].get("support")
+        return bool(status and status.get("serving_release_id") == release_id)
+
+    eventually(serving, f"the gateway to serve {release_id}", timeout_seconds=10)
 
 
 def ask(gateway: GatewayThread, pin: str | None, text: str, **extra: Any) -> tuple[Any, Any]:

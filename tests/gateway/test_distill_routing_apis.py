@@ -117,9 +117,7 @@ def respond_streamed(gateway: GatewayThread, pin: str, text: str) -> tuple[str, 
     return "".join(pieces), record
 
 
-def complete(
-    gateway: GatewayThread, pin: str | None, prompt: str, **extra: Any
-) -> tuple[Any, Any]:
+def complete(gateway: GatewayThread, pin: str | None, prompt: str, **extra: Any) -> tuple[Any, Any]:
     """One legacy text completion; the SDK's answer and its record."""
     headers = extra.pop("headers", {})
     raw = client(gateway, pin, **headers).completions.with_raw_response.create(

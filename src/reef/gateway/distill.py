@@ -362,27 +362,27 @@ class StreamPeek:
                 continue
             if isinstance(choice.get("text"), str):  # a legacy text completion's chunk
                 self._completion_choice(choice)
-                continue
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
-                continue
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                self._text.append(delta["content"])
-                self.tokens += 1
-            if delta.get("refusal"):
-                self._refusal = True
-            for call in delta.get("tool_calls") or ():
-                function = call.get("function") or {}
-                slot = self._calls.setdefault(int(call.get("index") or 0), ["", ""])
-                slot[0] += function.get("name") or ""
-                slot[1] += function.get("arguments") or ""
-                self.tokens += 1
-            logprobs = choice.get("logprobs")
-            for item in (logprobs or {}).get("content") or ():
-                if isinstance(item, dict) and isinstance(item.get("logprob"), int | float):
-                    self._logprobs.append(float(item["logprob"]))
-            if choice.get("finish_reason"):
-                self.ended = True
+            elif isinstance(choice.get("delta"), dict):
+                self._chat_choice(choice, choice["delta"])
+
+    def _chat_choice(self, choice: dict[str, Any], delta: dict[str, Any]) -> None:
+        if isinstance(delta.get("content"), str) and delta["content"]:
+            self._text.append(delta["content"])
+            self.tokens += 1
+        if delta.get("refusal"):
+            self._refusal = True
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function") or {}
+            slot = self._calls.setdefault(int(call.get("index") or 0), ["", ""])
+            slot[0] += function.get("name") or ""
+            slot[1] += function.get("arguments") or ""
+            self.tokens += 1
+        logprobs = choice.get("logprobs")
+        for item in (logprobs or {}).get("content") or ():
+            if isinstance(item, dict) and isinstance(item.get("logprob"), int | float):
+                self._logprobs.append(float(item["logprob"]))
+        if choice.get("finish_reason"):
+            self.ended = True
 
     def _completion_choice(self, choice: dict[str, Any]) -> None:
         if choice["text"]:

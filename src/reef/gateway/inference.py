@@ -372,12 +372,7 @@ class InferenceRoutes:
                 # A pinned candidate's requests are the student's first, as at full share:
                 # what the gate measures is the student it would serve.
                 routed = replace(serving, routing=student_first(serving.routing))
-            # What the teacher is sent: the student's request, except that a Responses
-            # request takes the form the teacher's own upstream is asked in.
-            taught = rendered
-            if turn is not None:
-                teacher = serving.routing.teacher
-                _, taught = self._outgoing(api, body, turn, headers.scenario, serving, teacher)
+            taught = self._taught(api, body, rendered, turn, serving)
             plan, outcome = self._route(api, taught, request, routed, plan, record_id)
         keep_vectors = state.settings.capture.embedding_vectors == "keep"
         exchange = Exchange(
@@ -405,6 +400,22 @@ class InferenceRoutes:
         )
         return exchange, plan
 
+    def _taught(
+        self,
+        api: Api,
+        body: dict[str, Any],
+        rendered: dict[str, Any],
+        turn: ResponsesTurn | None,
+        serving: ServingRelease,
+    ) -> dict[str, Any]:
+        """What a distilled release's teacher is sent: the student's request
+        (``rendered``), except that a Responses request takes the form the teacher's own
+        upstream is asked in (its chat translation, or itself when ``native``)."""
+        if turn is None or serving.routing is None:
+            return rendered
+        teacher = serving.routing.teacher
+        return self._outgoing(api, body, turn, serving.scenario, serving, teacher)[1]
+
     def _route(
         self,
         api: Api,
@@ -420,24 +431,26 @@ class InferenceRoutes:
         ``taught`` is the request as the teacher's upstream is sent it (``_outgoing``)."""
         routing = serving.routing
         assert routing is not None
-        requested = taught.get("model")
+        # The name the client gave (a Responses request's translation has none).
+        requested = plan.client_model
         teacher = self._plan(api, taught, request, serving, requested, routing.teacher)
         arm, rule = choose_arm(routing, record_id, request.headers.get(ESCALATE_HEADER))
         if arm == "teacher":
             return teacher, RoutingOutcome("teacher", rule)
-        sent = orjson.loads(plan.request.body)
         # Chat asks for logprobs with ``true``, a text completion with a count (1: the
-        # sampled token's); a Responses upstream's own API is not asked for them.
-        asked: bool | int = True if plan.request.path == "/chat/completions" else 1
-        added = (
-            wants_logprobs(routing.escalation)
-            and plan.request.path in ("/chat/completions", "/completions")
-            and not plan.request.stream
-            and not sent.get("logprobs")
-        )
-        if added:
-            out = {**sent, "logprobs": asked}
-            plan = replace(plan, request=replace(plan.request, body=dumps(out)))
+        # sampled token's, 0 asks for them too); a Responses upstream's own API is not
+        # asked for them.
+        path = plan.request.path
+        added = False
+        if wants_logprobs(routing.escalation) and not plan.request.stream:
+            sent = orjson.loads(plan.request.body)
+            asked = sent.get("logprobs")
+            if path == "/chat/completions" and asked is not True:
+                added, sent["logprobs"] = True, True
+            elif path == "/completions" and (asked is None or isinstance(asked, bool)):
+                added, sent["logprobs"] = True, 1
+            if added:
+                plan = replace(plan, request=replace(plan.request, body=dumps(sent)))
         return replace(plan, teacher=teacher, logprobs_added=added), None
 
     async def _admit(self, exchange: Exchange, plan: CallPlan) -> None:

@@ -272,20 +272,41 @@ def test_an_anthropic_teacher_answers_responses_and_refuses_completions(
             client(gw, pin).responses.create(model="gpt-4o", input="x", text={"format": fmt})
 
 
-def test_a_teacher_answered_response_is_a_distill_target(gateway: GatewayThread) -> None:
-    _, record = respond(gateway, release(gateway, 1.0), "refuse to name the capital")
-    assert record.tags["reef.served_by"] == "teacher"
+def test_teacher_answered_responses_and_completions_are_distill_targets(
+    gateway: GatewayThread,
+) -> None:
+    """The ``distill`` learner's path from a record to its training example: an
+    escalated response, a response the teacher answered with a tool call, an escalated
+    completion; the student's own response is no target."""
+    pin = release(gateway, 1.0)
+    _, escalated = respond(gateway, pin, "refuse to name the capital")
+    _, student = respond(gateway, pin, "name the capital")
+    _, completed = complete(gateway, pin, "refuse to complete this")
+    _, called = respond(gateway, release(gateway, 0.0), "the weather in Paris", tools=TOOLS)
     chain = ReleaseChain(gateway.database)
     config = SelectionConfig(require_feedback=False, holdout_fraction=0.0, max_per_principal=None)
     batch = select_experience(gateway.store, chain, "support", config)
-    [example] = [e for e in batch.train if record.id in (e.record_id, *e.source_ids)]
-    assert example.served_by == "teacher"
-    assert answered_by_teacher(example, chain.get_release(record.release_id).manifest)
+
+    def example_of(record: Any) -> Any:
+        [found] = [e for e in batch.train if record.id in (e.record_id, *e.source_ids)]
+        manifest = chain.get_release(record.release_id).manifest
+        return found, answered_by_teacher(found, manifest)
+
+    example, taught = example_of(escalated)
+    assert taught and example.served_by == "teacher"
     assert teacher_reference(example) == "echo: refuse to name the capital"
     trained = supervised_example(example, reply_is_target=True)
-    assert trained is not None
-    assert trained.target == "echo: refuse to name the capital"
+    assert trained is not None and trained.target == "echo: refuse to name the capital"
     assert trained.messages[-1] == {"role": "user", "content": "refuse to name the capital"}
+    assert example_of(student)[1] is False
+    example, taught = example_of(completed)
+    assert taught and teacher_reference(example) == "echo: refuse to complete this"
+    example, taught = example_of(called)
+    assert taught
+    [call] = teacher_reference(example)["tool_calls"]
+    assert call["name"] == "get_weather"
+    trained = supervised_example(example, reply_is_target=True)
+    assert trained is not None and trained.tools and "get_weather" in trained.target
 
 
 # -- legacy text completions ------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Owns: which arm answers a request (``choose_arm``: the student takes ``student_share``
 of requests, drawn from the request's record id so a request's draw can be reproduced),
-the escalation rules run on the student's answer (``escalation_rule``), reading a
+the escalation rules run on the student's answer (``escalation_rule``; an OpenAI chat
+or text completion, a Responses object or an Anthropic message: ``reply_of``), reading a
 buffered stream far enough to run them (``StreamPeek``), what the record keeps of a
 routed request (``RoutingOutcome``: tags), and the counts behind ``/metrics`` and
 ``/reef/status`` (``DistillStats``).

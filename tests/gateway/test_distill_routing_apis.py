@@ -161,6 +161,20 @@ def test_responses_route_by_share(
     assert "reef.student_attempt" not in record.tags
 
 
+def test_a_response_continued_on_the_other_arm_carries_its_conversation(
+    gateway: GatewayThread, student: StudentThread
+) -> None:
+    first, _ = respond(gateway, release(gateway, 0.0), "remember the number seven")
+    assert first.output_text == "echo: remember the number seven"
+    answer, record = respond(
+        gateway, release(gateway, 1.0), "which number", previous_response_id=first.id
+    )
+    assert answer.output_text == "student: which number"
+    assert record.tags["reef.served_by"] == "student"
+    sent = student.requests[-1]["messages"]
+    assert {"role": "assistant", "content": "echo: remember the number seven"} in sent
+
+
 def test_the_header_asks_the_teacher_for_a_response(gateway: GatewayThread) -> None:
     pin = release(gateway, 1.0)
     headers = {"x-reef-escalate": "teacher"}

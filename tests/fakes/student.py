@@ -13,6 +13,12 @@ chosen by a word in the last user text, the kind of answer an escalation rule ca
 Streams (``stream: true``) send the same answer one word per chunk, then usage when
 ``stream_options.include_usage`` is set. Usage counts words. ``requests`` keeps every
 request body.
+
+``POST /v1/completions`` answers a legacy text completion the same way from its prompt
+(text only: ``refuse``, ``empty``, ``bad-json``, ``good-json``, ``unsure``), and
+``POST /v1/responses`` (an upstream's own Responses API, for ``responses: native``) from
+its last input item, the tool calls as ``function_call`` items and ``refusal-field`` as a
+``refusal`` content part.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import orjson
 from aiohttp import web
 
 from tests.fakes.loopback import LoopbackThread
+from tests.fakes.responses_api import CREATED, item_text, last_input, responses_events
+from tests.fakes.upstream import completion_chunks, text_completion
 
 _WORDS = re.compile(r"\S+\s*")
 
@@ -64,7 +72,8 @@ def student_message(body: dict[str, Any]) -> dict[str, Any]:
     """The assistant message the student answers ``body`` with."""
     text = _last_user_text(body)
     tools = body.get("tools") or []
-    first_tool = tools[0]["function"]["name"] if tools else "none"
+    # a chat tool ({"function": {"name": ...}}) or a Responses one ({"name": ...})
+    first_tool = tools[0].get("function", tools[0])["name"] if tools else "none"
     for word, message in _ANSWERS:
         if word in text:
             return orjson.loads(orjson.dumps(message).replace(b"{tool}", first_tool.encode()))
@@ -80,6 +89,72 @@ class StudentThread(LoopbackThread):
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/responses", self._responses)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        prompt = body.get("prompt")
+        text = prompt if isinstance(prompt, str) else str((prompt or [""])[0])
+        message = student_message({"messages": [{"role": "user", "content": text}]})
+        reply = str(message.get("content") or "")
+        answer = text_completion(f"cmpl-student-{len(self.requests)}", body, "", text, reply)
+        words = _WORDS.findall(reply)
+        if body.get("logprobs") is not None and not body.get("stream"):
+            logprob = -5.0 if "unsure" in text else -0.1
+            choice = answer["choices"][0]
+            choice["logprobs"] = {"tokens": words, "token_logprobs": [logprob] * len(words)}
+        if not body.get("stream"):
+            return web.json_response(answer)
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return await self._events(request, completion_chunks(answer, words, with_usage))
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        text = item_text(last_input(body))
+        message = student_message({"messages": [{"role": "user", "content": text}]} | body)
+        serial = len(self.requests)
+        output: list[dict[str, Any]] = [
+            {
+                "id": f"fc_student{serial}_{n}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+            }
+            for n, call in enumerate(message.get("tool_calls") or ())
+        ]
+        if not output:
+            part: dict[str, Any] = {"type": "output_text", "text": message.get("content") or ""}
+            if message.get("refusal"):
+                part = {"type": "refusal", "refusal": message["refusal"]}
+            item = {"type": "message", "status": "completed", "role": "assistant"}
+            output = [{"id": f"msg_student{serial}", **item, "content": [part]}]
+        produced = len(_WORDS.findall(str(message.get("content") or ""))) or 1
+        answer = {
+            "id": f"resp_student{serial}",
+            "object": "response",
+            "created_at": CREATED,
+            "status": "completed",
+            "model": body.get("model"),
+            "output": output,
+            "usage": {"input_tokens": len(text.split()), "output_tokens": produced}
+            | {"total_tokens": len(text.split()) + produced},
+        }
+        if not body.get("stream"):
+            return web.json_response(answer)
+        return await self._events(request, responses_events(answer))
+
+    async def _events(self, request: web.Request, events: list[bytes]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events:
+            await response.write(event)
+        await response.write_eof()
+        return response
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())

@@ -61,7 +61,16 @@ def teacher() -> Iterator[FakeUpstreamThread]:
         yield server
 
 
-def settings(tmp_path: Path, student_url: str, teacher_url: str, **extra: Any) -> ReefSettings:
+def settings(
+    tmp_path: Path,
+    student_url: str,
+    teacher_url: str,
+    student: dict[str, Any] | None = None,
+    teacher: dict[str, Any] | None = None,
+    **extra: Any,
+) -> ReefSettings:
+    """Settings of the ``support`` scenario distilled from ``teacher`` into ``student``
+    (each upstream's settings updated by the dict given, e.g. ``responses: native``)."""
     common = {"read_timeout_seconds": 2, "total_timeout_seconds": 5}
     return ReefSettings(
         home=tmp_path / "home",
@@ -69,10 +78,12 @@ def settings(tmp_path: Path, student_url: str, teacher_url: str, **extra: Any) -
         upstreams={
             "student": {"type": "openai", "base_url": student_url, "model": "student-model"}
             | {"prices": STUDENT_PRICES}
-            | common,
+            | common
+            | (student or {}),
             "teacher": {"type": "openai", "base_url": teacher_url, "model": "teacher-model"}
             | {"prices": TEACHER_PRICES}
-            | common,
+            | common
+            | (teacher or {}),
         },
         scenarios={
             "support": {

@@ -2,7 +2,8 @@
 
 Owns: which arm answers a request (``choose_arm``: the student takes ``student_share``
 of requests, drawn from the request's record id so a request's draw can be reproduced),
-the escalation rules run on the student's answer (``escalation_rule``), reading a
+the escalation rules run on the student's answer (``escalation_rule``; an OpenAI chat
+or text completion, a Responses object or an Anthropic message: ``reply_of``), reading a
 buffered stream far enough to run them (``StreamPeek``), what the record keeps of a
 routed request (``RoutingOutcome``: tags), and the counts behind ``/metrics`` and
 ``/reef/status`` (``DistillStats``).
@@ -100,12 +101,16 @@ class Reply:
 
 
 def reply_of(answer: dict[str, Any]) -> Reply:
-    """The parts of an upstream's answer (OpenAI chat completion or Anthropic message)
-    that the rules read."""
+    """The parts of an upstream's answer (OpenAI chat completion, legacy text
+    completion, Responses API response or Anthropic message) that the rules read."""
     if answer.get("type") == "message" or "stop_reason" in answer:
         return _anthropic_reply(answer)
+    if answer.get("object") == "response" or isinstance(answer.get("output"), list):
+        return _responses_reply(answer)
     choices = answer.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else {}
+    if isinstance(choice, dict) and "message" not in choice and "text" in choice:
+        return _completion_reply(choice)
     message = choice.get("message") if isinstance(choice, dict) else None
     message = message if isinstance(message, dict) else {}
     calls = []
@@ -142,9 +147,50 @@ def _anthropic_reply(answer: dict[str, Any]) -> Reply:
     return Reply("".join(texts), calls, answer.get("stop_reason") == "refusal", [])
 
 
+def _completion_reply(choice: dict[str, Any]) -> Reply:
+    """A legacy text completion's first choice: its text, and the sampled tokens'
+    logprobs (``logprobs.token_logprobs``) when they were asked for."""
+    text = choice.get("text")
+    logprobs = choice.get("logprobs")
+    tokens = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+    values = [float(v) for v in tokens or () if isinstance(v, int | float)]
+    return Reply(text if isinstance(text, str) else "", [], False, values)
+
+
+def _responses_reply(answer: dict[str, Any]) -> Reply:
+    """A Responses API response (an upstream's own, ``responses: native``): its
+    messages' ``output_text`` and ``refusal`` parts and its ``function_call`` items."""
+    texts: list[str] = []
+    calls: list[tuple[str, Any]] = []
+    refusal = False
+    logprobs: list[float] = []
+    for item in answer.get("output") or ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            calls.append((str(item.get("name") or ""), item.get("arguments")))
+            continue
+        if item.get("type") != "message":
+            continue
+        for part in item.get("content") or ():
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "refusal":
+                refusal = True
+            elif part.get("type") == "output_text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+                logprobs.extend(
+                    float(lp["logprob"])
+                    for lp in part.get("logprobs") or ()
+                    if isinstance(lp, dict) and isinstance(lp.get("logprob"), int | float)
+                )
+    return Reply("".join(texts), calls, refusal, logprobs)
+
+
 def escalation_rule(rules: EscalationRules, request: dict[str, Any], reply: Reply) -> Rule | None:
     """The first rule that fires on the student's ``reply`` to ``request`` (the body as
-    sent to the student, in its upstream's dialect), or None: the answer stands.
+    sent to the student, in its upstream's dialect: chat, text completion, Responses or
+    Anthropic messages), or None: the answer stands.
 
     On a stream's first tokens (``reply.complete`` False) only what they can show is
     checked: a refusal, a tool the request does not offer, a low mean logprob.
@@ -182,6 +228,8 @@ def _offered_tools(request: dict[str, Any]) -> dict[str, Any] | None:
         function = tool.get("function")
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             offered[function["name"]] = function.get("parameters")
+        elif isinstance(tool.get("name"), str) and tool.get("type") == "function":
+            offered[tool["name"]] = tool.get("parameters")  # Responses: a flat function
         elif isinstance(tool.get("name"), str):  # Anthropic: name and input_schema
             offered[tool["name"]] = tool.get("input_schema")
     return offered
@@ -208,6 +256,9 @@ def _invalid_calls(request: dict[str, Any], reply: Reply) -> bool:
 
 def _invalid_json(request: dict[str, Any], reply: Reply) -> bool:
     response_format = request.get("response_format")
+    text = request.get("text")
+    if not isinstance(response_format, dict) and isinstance(text, dict):
+        response_format = _chat_format(text.get("format"))  # a Responses request's
     if not isinstance(response_format, dict):
         return False
     kind = response_format.get("type")
@@ -221,6 +272,16 @@ def _invalid_json(request: dict[str, Any], reply: Reply) -> bool:
         return not isinstance(document, dict)
     spec = response_format.get("json_schema")
     return _violates(document, spec.get("schema") if isinstance(spec, dict) else None)
+
+
+def _chat_format(fmt: Any) -> dict[str, Any] | None:
+    """A Responses ``text.format`` as chat's ``response_format`` (its ``json_schema``
+    is flat: ``schema`` beside ``name``)."""
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "json_schema": fmt}
+    return fmt
 
 
 def _violates(document: Any, schema: Any) -> bool:
@@ -257,9 +318,11 @@ class RoutingOutcome:
 
 class StreamPeek:
     """The first events of a student's stream, read far enough to run the rules:
-    OpenAI chunks or Anthropic events, one token per content or argument piece."""
+    OpenAI chat or text-completion chunks (``openai``), Responses API events
+    (``responses``: an upstream's own, ``responses: native``) or Anthropic events
+    (``anthropic``), one token per content or argument piece."""
 
-    def __init__(self, dialect: str) -> None:
+    def __init__(self, dialect: Literal["openai", "anthropic", "responses"]) -> None:
         self.dialect = dialect
         self.tokens = 0
         self.ended = False
@@ -292,27 +355,67 @@ class StreamPeek:
         if self.dialect == "anthropic":
             self._anthropic_event(event)
             return
+        if self.dialect == "responses":
+            self._responses_event(event)
+            return
         for choice in event.get("choices") or ():
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            if not isinstance(delta, dict):
+            if not isinstance(choice, dict):
                 continue
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                self._text.append(delta["content"])
-                self.tokens += 1
-            if delta.get("refusal"):
-                self._refusal = True
-            for call in delta.get("tool_calls") or ():
-                function = call.get("function") or {}
-                slot = self._calls.setdefault(int(call.get("index") or 0), ["", ""])
-                slot[0] += function.get("name") or ""
-                slot[1] += function.get("arguments") or ""
-                self.tokens += 1
-            logprobs = choice.get("logprobs")
-            for item in (logprobs or {}).get("content") or ():
+            if isinstance(choice.get("text"), str):  # a legacy text completion's chunk
+                self._completion_choice(choice)
+            elif isinstance(choice.get("delta"), dict):
+                self._chat_choice(choice, choice["delta"])
+
+    def _chat_choice(self, choice: dict[str, Any], delta: dict[str, Any]) -> None:
+        if isinstance(delta.get("content"), str) and delta["content"]:
+            self._text.append(delta["content"])
+            self.tokens += 1
+        if delta.get("refusal"):
+            self._refusal = True
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function") or {}
+            slot = self._calls.setdefault(int(call.get("index") or 0), ["", ""])
+            slot[0] += function.get("name") or ""
+            slot[1] += function.get("arguments") or ""
+            self.tokens += 1
+        logprobs = choice.get("logprobs")
+        for item in (logprobs or {}).get("content") or ():
+            if isinstance(item, dict) and isinstance(item.get("logprob"), int | float):
+                self._logprobs.append(float(item["logprob"]))
+        if choice.get("finish_reason"):
+            self.ended = True
+
+    def _completion_choice(self, choice: dict[str, Any]) -> None:
+        if choice["text"]:
+            self._text.append(choice["text"])
+            self.tokens += 1
+        logprobs = choice.get("logprobs")
+        tokens = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        self._logprobs.extend(float(v) for v in tokens or () if isinstance(v, int | float))
+        if choice.get("finish_reason"):
+            self.ended = True
+
+    def _responses_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        index = int(event.get("output_index") or 0)
+        if kind == "response.output_text.delta":
+            self._text.append(str(event.get("delta") or ""))
+            for item in event.get("logprobs") or ():
                 if isinstance(item, dict) and isinstance(item.get("logprob"), int | float):
                     self._logprobs.append(float(item["logprob"]))
-            if choice.get("finish_reason"):
-                self.ended = True
+            self.tokens += 1
+        elif kind == "response.refusal.delta":
+            self._refusal = True
+            self.tokens += 1
+        elif kind == "response.output_item.added":
+            item = event.get("item") or {}
+            if item.get("type") == "function_call":
+                self._calls[index] = [str(item.get("name") or ""), ""]
+        elif kind == "response.function_call_arguments.delta" and index in self._calls:
+            self._calls[index][1] += str(event.get("delta") or "")
+            self.tokens += 1
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.ended = True
 
     def _anthropic_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")

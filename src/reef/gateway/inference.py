@@ -53,6 +53,7 @@ from reef.gateway.distill import (
 )
 from reef.gateway.errors import (
     ErrorDialect,
+    InvalidFieldError,
     UnsupportedRouteError,
     client_gone,
     error_response,
@@ -132,7 +133,10 @@ _CHECKS: dict[Api, Callable[[dict[str, Any]], None]] = {
 }
 _FORWARDED_ANTHROPIC_HEADERS = ("anthropic-beta", "anthropic-version")
 _MODELS_NAMED = 50  # of an upstream's models, in the 404 for a model it does not serve
-_ROUTED: frozenset[Api] = frozenset({"openai.chat", "anthropic.messages"})  # by routing
+# By a distilled release's routing: every API that generates (a vector is no answer).
+_ROUTED: frozenset[Api] = frozenset(
+    {"openai.chat", "anthropic.messages", "openai.responses", "openai.completions"}
+)
 _T = TypeVar("_T")
 
 
@@ -368,7 +372,8 @@ class InferenceRoutes:
                 # A pinned candidate's requests are the student's first, as at full share:
                 # what the gate measures is the student it would serve.
                 routed = replace(serving, routing=student_first(serving.routing))
-            plan, outcome = self._route(api, rendered, request, routed, plan, record_id)
+            taught = self._taught(api, body, rendered, turn, serving)
+            plan, outcome = self._route(api, taught, request, routed, plan, record_id)
         keep_vectors = state.settings.capture.embedding_vectors == "keep"
         exchange = Exchange(
             api=api,
@@ -395,10 +400,26 @@ class InferenceRoutes:
         )
         return exchange, plan
 
+    def _taught(
+        self,
+        api: Api,
+        body: dict[str, Any],
+        rendered: dict[str, Any],
+        turn: ResponsesTurn | None,
+        serving: ServingRelease,
+    ) -> dict[str, Any]:
+        """What a distilled release's teacher is sent: the student's request
+        (``rendered``), except that a Responses request takes the form the teacher's own
+        upstream is asked in (its chat translation, or itself when ``native``)."""
+        if turn is None or serving.routing is None:
+            return rendered
+        teacher = serving.routing.teacher
+        return self._outgoing(api, body, turn, serving.scenario, serving, teacher)[1]
+
     def _route(
         self,
         api: Api,
-        rendered: dict[str, Any],
+        taught: dict[str, Any],
         request: Request,
         serving: ServingRelease,
         plan: CallPlan,
@@ -406,23 +427,30 @@ class InferenceRoutes:
     ) -> tuple[CallPlan, RoutingOutcome | None]:
         """A distilled release's plan for the request: the teacher's when it answers
         first (by share, or asked for by header; its outcome is then known), else the
-        student's with the teacher's plan beside it, for an escalation."""
+        student's (``plan``) with the teacher's plan beside it, for an escalation.
+        ``taught`` is the request as the teacher's upstream is sent it (``_outgoing``)."""
         routing = serving.routing
         assert routing is not None
-        requested = rendered.get("model")
-        teacher = self._plan(api, rendered, request, serving, requested, routing.teacher)
+        # The name the client gave (a Responses request's translation has none).
+        requested = plan.client_model
+        teacher = self._plan(api, taught, request, serving, requested, routing.teacher)
         arm, rule = choose_arm(routing, record_id, request.headers.get(ESCALATE_HEADER))
         if arm == "teacher":
             return teacher, RoutingOutcome("teacher", rule)
-        added = (
-            wants_logprobs(routing.escalation)
-            and plan.upstream.dialect == "openai"
-            and not plan.request.stream
-            and not rendered.get("logprobs")
-        )
-        if added:
-            out = {**orjson.loads(plan.request.body), "logprobs": True}
-            plan = replace(plan, request=replace(plan.request, body=dumps(out)))
+        # Chat asks for logprobs with ``true``, a text completion with a count (1: the
+        # sampled token's, 0 asks for them too); a Responses upstream's own API is not
+        # asked for them.
+        path = plan.request.path
+        added = False
+        if wants_logprobs(routing.escalation) and not plan.request.stream:
+            sent = orjson.loads(plan.request.body)
+            asked = sent.get("logprobs")
+            if path == "/chat/completions" and asked is not True:
+                added, sent["logprobs"] = True, True
+            elif path == "/completions" and (asked is None or isinstance(asked, bool)):
+                added, sent["logprobs"] = True, 1
+            if added:
+                plan = replace(plan, request=replace(plan.request, body=dumps(sent)))
         return replace(plan, teacher=teacher, logprobs_added=added), None
 
     async def _admit(self, exchange: Exchange, plan: CallPlan) -> None:
@@ -492,14 +520,23 @@ class InferenceRoutes:
         turn: ResponsesTurn | None,
         scenario: str,
         serving: ServingRelease,
+        teacher: TeacherEndpoint | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """What goes upstream before its model is set, as the client's request made it
-        and with the release's harness rendered in (the same object when none was)."""
+        """What goes upstream (the scenario's, or ``teacher``'s when given) before its
+        model is set, as the client's request made it and with the release's harness
+        rendered in (the same object when none was)."""
         if turn is None:
             return body, self._render(api, body, scenario, serving)
-        upstream_config = self.state.settings.upstream_for(scenario)[1]
+        upstream_name, upstream_config = self._upstream_of(scenario, teacher)
         if upstream_config.type == "anthropic":
-            check_responses_for_anthropic(turn.body)
+            try:
+                check_responses_for_anthropic(turn.body)
+            except InvalidFieldError as exc:
+                if teacher is None:
+                    raise
+                raise InvalidFieldError(
+                    exc.param, f"{exc.message} (the release's teacher {upstream_name!r})"
+                ) from exc
         if upstream_config.responses == "native":
             # Passed through as the record keeps it (the conversation Reef resolved from
             # previous_response_id, which the upstream never saw), the harness rendered
@@ -542,6 +579,14 @@ class InferenceRoutes:
         upstream_name, upstream_config = self._upstream_of(scenario, teacher)
         upstream = self.state.upstreams[upstream_name]
         client_model = requested if isinstance(requested, str) and requested else "reef/" + scenario
+        chat_like = api in ("openai.chat", "openai.completions")
+        if teacher is not None and chat_like and upstream.dialect != "openai":
+            raise UnsupportedRouteError(
+                f"the release of scenario {scenario!r} routes to the teacher "
+                f"{teacher.upstream!r}, an Anthropic upstream, which has no POST "
+                f"{_ROUTES[api]}: use an OpenAI-compatible teacher (routing.teacher, "
+                f"scenarios.{scenario}.distill.teacher) or call POST /v1/messages"
+            )
         if api in ("openai.completions", "openai.embeddings") and upstream.dialect != "openai":
             raise UpstreamUnsupportedError(
                 f"scenario {scenario!r} is served by the Anthropic upstream {upstream_name!r}, "
@@ -966,7 +1011,7 @@ class InferenceRoutes:
         if buffer == 0:
             exchange.outcome = RoutingOutcome("student")
             return plan, stream
-        peek = StreamPeek(plan.upstream.dialect)
+        peek = StreamPeek("responses" if plan.native else plan.upstream.dialect)
         chunks = aiter(stream)
         read: list[bytes] = []
         try:

@@ -10,6 +10,10 @@ chosen by a word in the last user text, the kind of answer an escalation rule ca
 - ``bad-json``: ``not json at all``; ``good-json``: ``{"answer": 42}``;
 - ``unsure``: token logprobs of -5 (others -0.1), sent when the request asks for them.
 
+After a tool result (the last message has role ``tool``) it answers ``student: tool
+said: <result>``, or ``{"answer": "<result>"}`` when the request asks for JSON
+(``response_format``), whatever the words: an agent's tool loop ends.
+
 Streams (``stream: true``) send the same answer one word per chunk, then usage when
 ``stream_options.include_usage`` is set. Usage counts words. ``requests`` keeps every
 request body.
@@ -60,8 +64,24 @@ _ANSWERS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+def _tool_result(body: dict[str, Any]) -> str | None:
+    """The text of the tool result that ends ``body``'s messages; None: it ends otherwise."""
+    messages = body.get("messages") or []
+    if not messages or messages[-1].get("role") != "tool":
+        return None
+    content = messages[-1].get("content")
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content)
+    return str(content or "")
+
+
 def student_message(body: dict[str, Any]) -> dict[str, Any]:
     """The assistant message the student answers ``body`` with."""
+    result = _tool_result(body)
+    if result is not None:
+        if isinstance(body.get("response_format"), dict):
+            return {"content": orjson.dumps({"answer": result}).decode()}
+        return {"content": f"student: tool said: {result}"}
     text = _last_user_text(body)
     tools = body.get("tools") or []
     first_tool = tools[0]["function"]["name"] if tools else "none"

@@ -50,10 +50,16 @@ from tests.polling import eventually
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm
 
-TEACHERS = {
-    "support": TeacherEndpoint(upstream="teacher", model="teacher-model"),
+OPENAI_TEACHER = TeacherEndpoint(upstream="teacher", model="teacher-model")
+ANTHROPIC_TEACHER = TeacherEndpoint(upstream="claude", model="teacher-claude")
+# scenario -> (the student's upstream, the teacher)
+SCENARIOS = {
+    "support": ("student", OPENAI_TEACHER),
     # an Anthropic teacher: it serves /v1/messages clients, the student is translated
-    "desk": TeacherEndpoint(upstream="claude", model="teacher-claude"),
+    "desk": ("student", ANTHROPIC_TEACHER),
+    # an Anthropic-compatible student, with either teacher
+    "studio": ("claude-student", ANTHROPIC_TEACHER),
+    "atelier": ("claude-student", OPENAI_TEACHER),
 }
 
 
@@ -94,13 +100,16 @@ def gateway(
             "claude": {"type": "anthropic", "base_url": teacher.base_url, "api_key": "k"}
             | {"model": "teacher-claude"}
             | timeouts,
+            "claude-student": {"type": "anthropic", "base_url": student.base_url}
+            | {"api_key": "k", "model": "student-claude"}
+            | timeouts,
         },
         scenarios={
             name: {
-                "upstream": "student",
+                "upstream": upstream,
                 "distill": {"teacher": {"upstream": t.upstream, "model": t.model}},
             }
-            for name, t in TEACHERS.items()
+            for name, (upstream, t) in SCENARIOS.items()
         },
     )
     with GatewayThread(settings) as gw:
@@ -118,7 +127,7 @@ def route(gateway: GatewayThread, scenario: str, share: float = 1.0, **rules: An
     head = chain.head(scenario)
     assert head is not None
     routing = RoutingComponent(
-        student_share=share, teacher=TEACHERS[scenario], escalation=EscalationRules(**rules)
+        student_share=share, teacher=SCENARIOS[scenario][1], escalation=EscalationRules(**rules)
     )
     manifest = head.manifest.model_copy(update={"routing": routing})
     candidate = chain.propose(scenario, manifest, head.id, "test", f"share {share}")
@@ -475,6 +484,79 @@ def test_an_anthropic_stream_escalates_from_an_openai_student_to_an_anthropic_te
         assert block.type == "tool_use" and final.stop_reason == "tool_use"
         assert (block.name, block.input) == ("get_weather", {"city": "Paris"})
         assert served(gateway, headers)[0] == arm
+
+
+@pytest.mark.parametrize("scenario", ["studio", "atelier"])
+def test_an_anthropic_student_answers_and_escalates_to_either_teacher(
+    gateway: GatewayThread, student: StudentThread, scenario: str
+) -> None:
+    """An Anthropic-compatible student (``/v1/messages`` upstream): its answers, and the
+    rules on them, whole and streamed, with an Anthropic or an OpenAI teacher."""
+    route(gateway, scenario, stream_buffer_tokens=8)
+    client = gateway.anthropic(**{"x-reef-scenario": scenario})
+
+    def ask(text: str, **extra: Any) -> tuple[Any, str, Any]:
+        messages = extra.pop("messages", [{"role": "user", "content": text}])
+        raw = client.messages.with_raw_response.create(
+            model="claude-x", max_tokens=64, messages=messages, **extra
+        )
+        return (raw.parse(), *served(gateway, raw.headers))
+
+    message, arm, _ = ask("hi there")
+    assert (message.content[0].text, arm) == ("student: hi there", "student")
+    assert student.requests[-1]["model"] == "student-claude"
+    for text in ("refuse it", "refusal-field it", "empty it"):
+        message, arm, record = ask(text)
+        assert (message.content[0].text, arm) == (f"echo: {text}", "teacher")
+        assert message.stop_reason == "end_turn"
+        assert record.tags["reef.escalation"] == "refusal_or_empty"
+    for word in ("good-tool", "unknown-tool", "bad-args", "broken-args"):
+        question = f"{word}: weather in Paris?"
+        message, arm, record = ask(question, tools=[WEATHER_TOOL])
+        (block,) = message.content
+        assert (block.type, block.name, block.input) == ("tool_use", *PARIS_CALL)
+        assert message.stop_reason == "tool_use"
+        assert arm == ("student" if word == "good-tool" else "teacher"), word
+        if word == "good-tool":  # the loop goes on: the tool's result, the student's answer
+            result = {"type": "tool_result", "tool_use_id": block.id, "content": "sunny"}
+            turns = [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": message.content},
+                {"role": "user", "content": [result]},
+            ]
+            answer, arm, _ = ask("", messages=turns, tools=[WEATHER_TOOL])
+            assert (answer.content[0].text, arm) == ("student: tool said: sunny", "student")
+    headers = {"x-reef-scenario": scenario, "x-reef-escalate": "teacher"}
+    raw = gateway.anthropic(**headers).messages.with_raw_response.create(
+        model="claude-x", max_tokens=64, messages=[{"role": "user", "content": "teach me"}]
+    )
+    assert raw.parse().content[0].text == "echo: teach me"
+    # streams: the buffer reads the student's first events, then commits or escalates
+    for text, expected, arm in (
+        ("stream me please", "student: stream me please", "student"),
+        ("refuse to stream", "echo: refuse to stream", "teacher"),
+        ("refusal-field stream", "echo: refusal-field stream", "teacher"),
+    ):
+        with client.messages.stream(
+            model="claude-x", max_tokens=64, messages=[{"role": "user", "content": text}]
+        ) as stream:
+            headers = stream.response.headers
+            streamed = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        assert (streamed, final.stop_reason) == (expected, "end_turn")
+        assert served(gateway, headers)[0] == arm, text
+    for word in ("good-tool", "unknown-tool", "bad-args", "broken-args"):
+        with client.messages.stream(
+            model="claude-x",
+            max_tokens=64,
+            tools=[WEATHER_TOOL],  # type: ignore[list-item]
+            messages=[{"role": "user", "content": f"{word}: weather in Paris?"}],
+        ) as stream:
+            headers = stream.response.headers
+            final = stream.get_final_message()
+        (block,) = final.content
+        assert (block.type, block.name, block.input) == ("tool_use", *PARIS_CALL), word
+        assert served(gateway, headers)[0] == ("student" if word == "good-tool" else "teacher")
 
 
 # -- litellm -------------------------------------------------------------------------

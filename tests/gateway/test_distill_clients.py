@@ -242,6 +242,8 @@ def test_langchain_default_headers_ask_the_teacher(
     arm, record = served(gateway, reply.response_metadata["headers"])
     assert (arm, record.tags["reef.escalation"]) == ("teacher", "header")
     assert teacher.last_request_body["model"] == "teacher-model"
+    # Reef's own header routed it; it is not passed on to the upstream
+    assert "x-reef-escalate" not in {name.lower() for name in teacher.last_request_headers}
     assert len(student.requests) == asked  # the student was never asked
     assert "reef.student_attempt" not in record.tags
 

@@ -10,6 +10,10 @@ chosen by a word in the last user text, the kind of answer an escalation rule ca
 - ``bad-json``: ``not json at all``; ``good-json``: ``{"answer": 42}``;
 - ``unsure``: token logprobs of -5 (others -0.1), sent when the request asks for them.
 
+After a tool result (the last message has role ``tool``) it answers ``student: tool
+said: <result>``, or ``{"answer": "<result>"}`` when the request asks for JSON
+(``response_format``), whatever the words: an agent's tool loop ends.
+
 Streams (``stream: true``) send the same answer one word per chunk, then usage when
 ``stream_options.include_usage`` is set. Usage counts words. ``requests`` keeps every
 request body.
@@ -19,6 +23,11 @@ request body.
 ``POST /v1/responses`` (an upstream's own Responses API, for ``responses: native``) from
 its last input item, the tool calls as ``function_call`` items and ``refusal-field`` as a
 ``refusal`` content part.
+
+``POST /v1/messages`` answers the same in the Anthropic dialect (an Anthropic-compatible
+student): text and ``tool_use`` blocks, ``refusal-field`` as ``stop_reason: refusal``,
+``broken-args`` as an input that is not JSON in a stream (``partial_json``) and ``{}``
+(missing the required field) in a whole message, which cannot carry one.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ def _last_user_text(body: dict[str, Any]) -> str:
         if message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):
+                if any(part.get("type") == "tool_result" for part in content):
+                    continue  # an Anthropic tool result is a user message
                 return " ".join(str(part.get("text", "")) for part in content)
             return str(content or "")
     return ""
@@ -68,12 +79,35 @@ _ANSWERS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+def _tool_result(body: dict[str, Any]) -> str | None:
+    """The text of the tool result that ends ``body``'s messages (an OpenAI ``tool``
+    message or an Anthropic ``tool_result`` block); None: they end otherwise."""
+    messages = body.get("messages") or []
+    if not messages:
+        return None
+    content = messages[-1].get("content")
+    if messages[-1].get("role") == "user" and isinstance(content, list):
+        results = [part for part in content if part.get("type") == "tool_result"]
+        if not results:
+            return None
+        content = results[-1].get("content")
+    elif messages[-1].get("role") != "tool":
+        return None
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content)
+    return str(content or "")
+
+
 def student_message(body: dict[str, Any]) -> dict[str, Any]:
     """The assistant message the student answers ``body`` with."""
+    result = _tool_result(body)
+    if result is not None:
+        if isinstance(body.get("response_format"), dict):
+            return {"content": orjson.dumps({"answer": result}).decode()}
+        return {"content": f"student: tool said: {result}"}
     text = _last_user_text(body)
     tools = body.get("tools") or []
-    # a chat tool ({"function": {"name": ...}}) or a Responses one ({"name": ...})
-    first_tool = tools[0].get("function", tools[0])["name"] if tools else "none"
+    first_tool = (tools[0].get("function") or tools[0])["name"] if tools else "none"
     for word, message in _ANSWERS:
         if word in text:
             return orjson.loads(orjson.dumps(message).replace(b"{tool}", first_tool.encode()))
@@ -91,6 +125,72 @@ class StudentThread(LoopbackThread):
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/messages", self._messages)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """The same answers as an Anthropic message (or its stream of events)."""
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        answer = student_message(body)
+        content: list[dict[str, Any]] = []
+        arguments: list[str] = []  # each tool_use block's input as the stream sends it
+        if answer.get("content"):
+            content.append({"type": "text", "text": answer["content"]})
+        for n, call in enumerate(answer.get("tool_calls") or []):
+            function = call["function"]
+            try:
+                tool_input = orjson.loads(function["arguments"])
+            except orjson.JSONDecodeError:
+                tool_input = {}  # a whole message cannot carry input that is not JSON
+            arguments.append(function["arguments"])
+            block = {"type": "tool_use", "id": f"toolu_student{n}", "name": function["name"]}
+            content.append({**block, "input": tool_input})
+        stop = "tool_use" if arguments else "end_turn"
+        if answer.get("refusal"):
+            stop = "refusal"
+        words = _WORDS.findall(answer.get("content") or "")
+        message = {
+            "id": f"msg_student{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": len(_last_user_text(body).split()),
+                "output_tokens": max(len(words), 1),
+            },
+        }
+        if not body.get("stream"):
+            return web.json_response(message)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def event(name: str, data: dict[str, Any]) -> None:
+            data = {"type": name, **data}
+            await response.write(f"event: {name}\ndata: ".encode() + orjson.dumps(data) + b"\n\n")
+
+        start = {**message, "content": [], "stop_reason": None}
+        await event("message_start", {"message": start})
+        for index, block in enumerate(content):
+            opening = (
+                {**block, "input": {}} if block["type"] == "tool_use" else {**block, "text": ""}
+            )
+            await event("content_block_start", {"index": index, "content_block": opening})
+            if block["type"] == "text":
+                deltas = [{"type": "text_delta", "text": word} for word in words]
+            else:
+                piece = arguments[index - (len(content) - len(arguments))]
+                deltas = [{"type": "input_json_delta", "partial_json": piece}]
+            for delta in deltas:
+                await event("content_block_delta", {"index": index, "delta": delta})
+            await event("content_block_stop", {"index": index})
+        usage = {"output_tokens": message["usage"]["output_tokens"]}
+        await event("message_delta", {"delta": {"stop_reason": stop}, "usage": usage})
+        await event("message_stop", {})
+        await response.write_eof()
+        return response
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())

@@ -83,6 +83,28 @@ def wants_logprobs(rules: EscalationRules) -> bool:
     return rules.min_mean_logprob is not None
 
 
+def without_logprobs(data: dict[str, Any], *, as_null: bool = False) -> dict[str, Any]:
+    """A chat completion without the token logprobs Reef asked for (not the client):
+    each choice's ``logprobs`` left out, or (``as_null``) null where the choice has the
+    field, as an OpenAI-compatible server answers a request that asked for none."""
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return data
+    kept = [_choice_without_logprobs(c, as_null) if isinstance(c, dict) else c for c in choices]
+    return {**data, "choices": kept}
+
+
+def _choice_without_logprobs(choice: dict[str, Any], as_null: bool) -> dict[str, Any]:
+    if as_null:
+        return {k: (None if k == "logprobs" else v) for k, v in choice.items()}
+    return {k: v for k, v in choice.items() if k != "logprobs"}
+
+
+def asked_logprobs(request: dict[str, Any]) -> bool:
+    """Whether a chat request asked for token logprobs itself."""
+    return bool(request.get("logprobs"))
+
+
 @dataclass(frozen=True)
 class Reply:
     """A student's answer in either dialect, as the rules read it."""

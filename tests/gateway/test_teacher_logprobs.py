@@ -142,3 +142,8 @@ def test_a_client_that_asks_gets_what_it_asked_and_a_stream_is_not_asked(
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text == "echo: stream it"
     assert "logprobs" not in teacher.last_request_body
+
+
+def test_more_than_twenty_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"distill\.teacher_logprobs"):
+        settings(tmp_path, "http://127.0.0.1:1", "http://127.0.0.1:2", 21)

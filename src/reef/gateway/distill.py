@@ -4,8 +4,10 @@ Owns: which arm answers a request (``choose_arm``: the student takes ``student_s
 of requests, drawn from the request's record id so a request's draw can be reproduced),
 the escalation rules run on the student's answer (``escalation_rule``), reading a
 buffered stream far enough to run them (``StreamPeek``), what the record keeps of a
-routed request (``RoutingOutcome``: tags), and the counts behind ``/metrics`` and
-``/reef/status`` (``DistillStats``).
+routed request (``RoutingOutcome``: tags), taking the token logprobs Reef asked for out
+of an answer (``without_logprobs``: the student's for the logprob rule, the teacher's
+for logit distillation), and the counts behind ``/metrics`` and ``/reef/status``
+(``DistillStats``).
 Does not own: calling the upstreams or recording (``reef.gateway.inference``), the
 routing component itself (``reef.releases.RoutingComponent``).
 """

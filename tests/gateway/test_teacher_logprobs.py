@@ -21,7 +21,9 @@ from tests.gateway.test_distill_routing import release
 TOP = 3
 
 
-def settings(home: Path, student_url: str, teacher_url: str, top: int) -> ReefSettings:
+def settings(
+    home: Path, student_url: str, teacher_url: str, top: int, **extra: Any
+) -> ReefSettings:
     common = {"read_timeout_seconds": 2, "total_timeout_seconds": 5}
     return ReefSettings(
         home=home / "home",
@@ -41,6 +43,7 @@ def settings(home: Path, student_url: str, teacher_url: str, top: int) -> ReefSe
                 },
             }
         },
+        **extra,
     )
 
 
@@ -147,3 +150,19 @@ def test_a_client_that_asks_gets_what_it_asked_and_a_stream_is_not_asked(
 def test_more_than_twenty_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"distill\.teacher_logprobs"):
         settings(tmp_path, "http://127.0.0.1:1", "http://127.0.0.1:2", 21)
+
+
+def test_an_answer_with_something_redacted_is_recorded_without_them(
+    tmp_path: Path, student: StudentThread, teacher: FakeUpstreamThread
+) -> None:
+    # Redaction replaces matches in whole strings: one split over tokens would escape it.
+    capture = {"redact_patterns": [r"sk-[a-z0-9]+"]}
+    config = settings(tmp_path, student.base_url, teacher.base_url, TOP, capture=capture)
+    with GatewayThread(config) as gateway:
+        _, answer, record = raw_ask(gateway, "my key is sk-abc123")
+        assert teacher.last_request_body["top_logprobs"] == TOP
+        assert answer.choices[0].message.content == "echo: my key is sk-abc123"
+        assert record.response["choices"][0]["message"]["content"] == "echo: my key is [REDACTED]"
+        assert record.response["choices"][0]["logprobs"] is None
+        _, _, record = raw_ask(gateway, "nothing secret here")
+        assert record.response["choices"][0]["logprobs"]["content"]

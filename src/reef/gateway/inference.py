@@ -824,6 +824,7 @@ class InferenceRoutes:
         payload, data, reply = self._answered(exchange, plan, answer.body, data)
         if plan.logprobs_kept:  # the teacher's, for the record: not the client's
             payload = dumps(without_logprobs(data, as_null=True))
+            data = self._kept_logprobs(data)
         if exchange.capture:
             recorder = self.state.recorder
             recorded = data
@@ -843,6 +844,15 @@ class InferenceRoutes:
             media_type="application/json",
             headers=self._receipt(exchange),
         )
+
+    def _kept_logprobs(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The teacher's answer as recorded for logit distillation: with its logprobs,
+        unless ``capture.redact_patterns`` redacts something in it. Redaction works on
+        whole strings, and a match split over the logprobs' tokens would escape it."""
+        bare = without_logprobs(data, as_null=True)
+        if self.state.recorder.redactor.redact(bare) != bare:
+            return bare
+        return data
 
     async def _ask(self, plan: CallPlan) -> tuple[UpstreamResponse, dict[str, Any]]:
         """``plan``'s upstream answer and its parsed JSON object."""

@@ -34,6 +34,7 @@ import orjson
 from aiohttp import web
 
 from tests.fakes.responses_api import item_text, last_input, responses_answer, responses_events
+from tests.fakes.teacher import token_logprobs
 
 BEHAVIORS: Final = frozenset(
     {
@@ -375,7 +376,11 @@ class FakeUpstream:
                     "index": 0,
                     "message": message,
                     "finish_reason": "tool_calls" if call else "stop",
-                    "logprobs": None,
+                    "logprobs": (
+                        token_logprobs(reply, int(body.get("top_logprobs") or 0))
+                        if body.get("logprobs")
+                        else None
+                    ),
                 }
             ],
             "usage": {

@@ -190,3 +190,64 @@ def test_nothing_the_teacher_said_trains_nothing(tmp_path: Path, chain: ReleaseC
     ctx = context(tmp_path, chain, head, [example("mine", head.id, served_by="student")])
     output = DistillLearner(DistillLearnerConfig()).learn(ctx)
     assert output.adapter is None and output.routing is None and output.consumed == []
+
+
+def char_logprobs(text: str) -> tuple[dict[str, Any], ...]:
+    """``text``'s token logprobs as a teacher would send them, one token per character
+    (each one tiny-random token), its top two: the character, then ``x``."""
+    return tuple(
+        {
+            "token": c,
+            "logprob": -0.1,
+            "top_logprobs": [{"token": c, "logprob": -0.1}, {"token": "x", "logprob": -2.4}],
+        }
+        for c in text
+    )
+
+
+def logit_traffic(head: Release) -> list[TrainingExample]:
+    """Teacher answers with their logprobs (``oslo``'s first two tokens are words, no
+    tiny-random token: skipped), one without, and one a correction replaced."""
+    words = ({"token": "teacher", "logprob": -0.2}, {"token": " says", "logprob": -0.3})
+    return [
+        dataclasses.replace(
+            example(name, head.id), token_logprobs=char_logprobs(f"teacher says {name}")
+        )
+        for name in ("paris", "rome")
+    ] + [
+        dataclasses.replace(
+            example("oslo", head.id), token_logprobs=words + char_logprobs(" oslo")
+        ),
+        example("bern", head.id),
+        dataclasses.replace(
+            example("fixed", head.id, score=0.0),
+            correction="Bern",
+            token_logprobs=char_logprobs("teacher says fixed"),
+        ),
+    ]
+
+
+def test_logit_distillation_trains_on_the_teachers_logprobs_and_counts_what_aligned(
+    tmp_path: Path, chain: ReleaseChain
+) -> None:
+    head = release(chain, 0.0)
+    ctx = context(tmp_path, chain, head, logit_traffic(head))
+    plain = DistillLearner(DistillLearnerConfig()).training_set(ctx, ctx.batch.train)
+    assert all(not e.teacher_tokens for e in plain.examples)  # off by default
+    settings = DistillLearnerConfig(
+        steps=6, batch_size=5, threads=1, seed=7, logit_weight=0.5, logit_temperature=2.0
+    )
+    learner = DistillLearner(settings)
+    found = learner.training_set(ctx, ctx.batch.train)
+    assert found.used == plain.used  # the same training order as without logprobs
+    carried = {u: len(e.teacher_tokens) for u, e in zip(found.used, found.examples, strict=True)}
+    assert carried == {"paris": 18, "rome": 17, "oslo": 7, "bern": 0, "fixed": 0}
+
+    output = learner.learn(ctx)
+    assert output.adapter is not None
+    metrics = output.metrics
+    assert metrics["teacher_positions_aligned"] == 18 + 17 + 5
+    assert metrics["teacher_positions_skipped"] == 2
+    kl = metrics["logit_kl_curve"]
+    assert len(kl) == len(metrics["loss_curve"]) == 6
+    assert kl[-1] < kl[0]  # the student moves towards the teacher's distribution

@@ -338,3 +338,16 @@ def test_responses_records_give_the_same_examples_as_chat_ones(store: SQLExperie
     assert batch.stats["duplicate"] == 1
     assert example.messages == history
     assert example.response == {"role": "assistant", "content": "two"}
+
+
+def test_a_chat_records_token_logprobs_reach_its_example(store: SQLExperienceStore) -> None:
+    chain = ReleaseChain(store.database)
+    content = [{"token": "ok", "logprob": -0.1, "top_logprobs": [{"token": "ok", "logprob": -0.1}]}]
+    choice = {"message": {"role": "assistant", "content": "ok"}, "logprobs": {"content": content}}
+    ids = write(
+        store, [draft("plain"), draft("unasked"), draft("asked", response={"choices": [choice]})]
+    )
+    rate(store, ids)
+    batch = select_experience(store, chain, SCENARIO, SelectionConfig(holdout_fraction=0.0))
+    found = {e.record_id: e.token_logprobs for e in batch.train}
+    assert found == {ids[0]: (), ids[1]: (), ids[2]: tuple(content)}

@@ -38,6 +38,17 @@ class DistillConfig(BaseModel):
         "step each: increasing, each in (0, 1].",
     )
 
+    teacher_logprobs: int = Field(
+        default=0,
+        ge=0,
+        le=20,
+        description="Logit distillation: ask the teacher for this many `top_logprobs` per "
+        "token on the non-streaming OpenAI chat requests it answers (0: off; at most 20, "
+        "OpenAI's bound). They are kept in the record for the `distill` learner's "
+        "`logit_weight` and left out of the client's answer unless it asked for logprobs "
+        "(docs/distillation.md#logit-distillation).",
+    )
+
     @field_validator("rollout_steps")
     @classmethod
     def _steps_increase(cls, steps: list[float]) -> list[float]:

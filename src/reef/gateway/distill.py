@@ -5,8 +5,10 @@ of requests, drawn from the request's record id so a request's draw can be repro
 the escalation rules run on the student's answer (``escalation_rule``; an OpenAI chat
 or text completion, a Responses object or an Anthropic message: ``reply_of``), reading a
 buffered stream far enough to run them (``StreamPeek``), what the record keeps of a
-routed request (``RoutingOutcome``: tags), and the counts behind ``/metrics`` and
-``/reef/status`` (``DistillStats``).
+routed request (``RoutingOutcome``: tags), taking the token logprobs Reef asked for out
+of an answer (``without_logprobs``: the student's for the logprob rule, the teacher's
+for logit distillation), and the counts behind ``/metrics`` and ``/reef/status``
+(``DistillStats``).
 Does not own: calling the upstreams or recording (``reef.gateway.inference``), the
 routing component itself (``reef.releases.RoutingComponent``).
 """
@@ -82,6 +84,28 @@ def _asks_teacher(value: str | None) -> bool:
 def wants_logprobs(rules: EscalationRules) -> bool:
     """Whether the student is asked for token logprobs (only when the rule uses them)."""
     return rules.min_mean_logprob is not None
+
+
+def without_logprobs(data: dict[str, Any], *, as_null: bool = False) -> dict[str, Any]:
+    """A chat completion without the token logprobs Reef asked for (not the client):
+    each choice's ``logprobs`` left out, or (``as_null``) null where the choice has the
+    field, as an OpenAI-compatible server answers a request that asked for none."""
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return data
+    kept = [_choice_without_logprobs(c, as_null) if isinstance(c, dict) else c for c in choices]
+    return {**data, "choices": kept}
+
+
+def _choice_without_logprobs(choice: dict[str, Any], as_null: bool) -> dict[str, Any]:
+    if as_null:
+        return {k: (None if k == "logprobs" else v) for k, v in choice.items()}
+    return {k: v for k, v in choice.items() if k != "logprobs"}
+
+
+def asked_logprobs(request: dict[str, Any]) -> bool:
+    """Whether a chat request asked for token logprobs itself."""
+    return bool(request.get("logprobs"))
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,13 @@ from reef.gateway.distill import (
     ResumedStream,
     RoutingOutcome,
     StreamPeek,
+    asked_logprobs,
     choose_arm,
     escalation_rule,
     reply_of,
     student_first,
     wants_logprobs,
+    without_logprobs,
 )
 from reef.gateway.errors import (
     ErrorDialect,
@@ -153,9 +155,12 @@ class CallPlan:
     native: bool = False  # a Responses request passed through to the upstream's /responses
     on_anthropic: bool = False  # a Responses request sent to the Anthropic API as Messages
     # A distilled release's teacher, asked when the student is escalated
-    # (``reef.gateway.distill``), and whether logprobs were asked of the student for it.
+    # (``reef.gateway.distill``), and whether Reef asked for token logprobs the client
+    # did not: the student's for the logprob rule, or (``logprobs_kept``) the teacher's
+    # top logprobs for logit distillation, kept in the record but not sent to the client.
     teacher: CallPlan | None = None
     logprobs_added: bool = False
+    logprobs_kept: bool = False
 
 
 class InferenceEndpoint:
@@ -434,6 +439,10 @@ class InferenceRoutes:
         # The name the client gave (a Responses request's translation has none).
         requested = plan.client_model
         teacher = self._plan(api, taught, request, serving, requested, routing.teacher)
+        top = self._teacher_logprobs(serving.scenario)
+        if top and api == "openai.chat":  # logit distillation (docs/distillation.md)
+            teacher = _with_logprobs(teacher, taught, top)
+            teacher = replace(teacher, logprobs_kept=teacher.logprobs_added)
         arm, rule = choose_arm(routing, record_id, request.headers.get(ESCALATE_HEADER))
         if arm == "teacher":
             return teacher, RoutingOutcome("teacher", rule)
@@ -452,6 +461,13 @@ class InferenceRoutes:
             if added:
                 plan = replace(plan, request=replace(plan.request, body=dumps(sent)))
         return replace(plan, teacher=teacher, logprobs_added=added), None
+
+    def _teacher_logprobs(self, scenario: str) -> int:
+        """How many top logprobs per token ``scenario``'s teacher is asked for (its
+        ``distill.teacher_logprobs``; 0: none)."""
+        config = self.state.settings.scenarios.get(scenario)
+        distill = config.distill if config is not None else None
+        return distill.teacher_logprobs if distill is not None else 0
 
     async def _admit(self, exchange: Exchange, plan: CallPlan) -> None:
         """Price the exchange, and take its reservation on its budgets and rate limits
@@ -858,6 +874,9 @@ class InferenceRoutes:
             return await self._fail(exchange, plan, exc, dialect)
         await self._used(exchange, data)
         payload, data, reply = self._answered(exchange, plan, answer.body, data)
+        if plan.logprobs_kept:  # the teacher's, for the record: not the client's
+            payload = dumps(without_logprobs(data, as_null=True))
+            data = self._kept_logprobs(data)
         if exchange.capture:
             recorder = self.state.recorder
             recorded = data
@@ -877,6 +896,15 @@ class InferenceRoutes:
             media_type="application/json",
             headers=self._receipt(exchange),
         )
+
+    def _kept_logprobs(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The teacher's answer as recorded for logit distillation: with its logprobs,
+        unless ``capture.redact_patterns`` redacts something in it. Redaction works on
+        whole strings, and a match split over the logprobs' tokens would escape it."""
+        bare = without_logprobs(data, as_null=True)
+        if self.state.recorder.redactor.redact(bare) != bare:
+            return bare
+        return data
 
     async def _ask(self, plan: CallPlan) -> tuple[UpstreamResponse, dict[str, Any]]:
         """``plan``'s upstream answer and its parsed JSON object."""
@@ -904,7 +932,7 @@ class InferenceRoutes:
         if rule is None:
             exchange.outcome = RoutingOutcome("student", mean_logprob=reply.mean_logprob)
             if plan.logprobs_added:
-                data = _without_logprobs(data)
+                data = without_logprobs(data)
                 answer = replace(answer, body=dumps(data))
             return plan, answer, data
         tokens = usage_tokens(data.get("usage"))
@@ -915,7 +943,7 @@ class InferenceRoutes:
             "teacher",
             rule,
             student_attempt={
-                "response": _without_logprobs(data) if plan.logprobs_added else data,
+                "response": without_logprobs(data) if plan.logprobs_added else data,
                 "cost": cost,
                 "price": price.as_dict() if price is not None else None,
             },
@@ -1300,16 +1328,17 @@ class _ClientBody:
             await close()
 
 
-def _without_logprobs(data: dict[str, Any]) -> dict[str, Any]:
-    """A chat completion without the token logprobs Reef asked for (not the client)."""
-    choices = data.get("choices")
-    if not isinstance(choices, list):
-        return data
-    kept = [
-        {k: v for k, v in c.items() if k != "logprobs"} if isinstance(c, dict) else c
-        for c in choices
-    ]
-    return {**data, "choices": kept}
+def _with_logprobs(plan: CallPlan, rendered: dict[str, Any], top: int = 0) -> CallPlan:
+    """``plan`` asking its upstream for token logprobs (and ``top`` alternatives per
+    token, when above 0) that the client did not ask for, marked ``logprobs_added``;
+    unchanged when the client asked for them itself, for a stream, or for an upstream
+    that is not OpenAI-compatible."""
+    if plan.upstream.dialect != "openai" or plan.request.stream or asked_logprobs(rendered):
+        return plan
+    out = {**orjson.loads(plan.request.body), "logprobs": True}
+    if top:
+        out["top_logprobs"] = top
+    return replace(plan, request=replace(plan.request, body=dumps(out)), logprobs_added=True)
 
 
 def shadow_body(api: Api, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:

@@ -4,7 +4,9 @@ The record holds the response in the client's dialect as the client got it (afte
 ``capture.redact_patterns``: what was redacted is not given back). A request that did
 not stream gets it as JSON; a streaming one gets the same answer as an event stream of
 its dialect — one delta per content block, then the stop reason and usage — which
-every SDK reassembles into the same message.
+every SDK reassembles into the same message. A chat record may also hold token
+logprobs the client did not ask for (a teacher's, kept for logit distillation,
+docs/distillation.md): the answer has them null, as the client first got it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from reef.core import dumps
 from reef.experience import RecordView
+from reef.gateway.distill import asked_logprobs, without_logprobs
 from reef.gateway.idempotency import Answer
 from reef.gateway.relay import stream_receipt
 from reef.upstream import encode_sse, response_events
@@ -23,6 +26,8 @@ def stored_answer(view: RecordView, headers: dict[str, str]) -> Answer:
     with ``headers`` (its receipt)."""
     response = view.response or {}
     request = view.request
+    if view.api == "openai.chat" and not asked_logprobs(request):
+        response = without_logprobs(response, as_null=True)
     if not request.get("stream"):
         return Answer(200, "application/json", headers, dumps(response))
     if view.api == "anthropic.messages":

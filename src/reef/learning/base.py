@@ -63,6 +63,10 @@ class TrainingExample:
     # Who answered, in a distilled scenario whose release routes between a student and a
     # teacher (the record's ``reef.served_by`` tag); None: the record does not say.
     served_by: Literal["student", "teacher"] | None = None
+    # The served reply's token logprobs, when the upstream sent them (a chat record's
+    # first choice's ``logprobs.content``: each token's text, logprob and
+    # ``top_logprobs``): a teacher asked for them is what logit distillation reads.
+    token_logprobs: tuple[dict[str, Any], ...] = ()
 
     def target_text(self) -> str | None:
         """What the model should have said: the correction if any, else the reply's text.

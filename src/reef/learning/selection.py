@@ -574,6 +574,7 @@ def _example(  # noqa: PLR0913
         complaint_without_value=complained,
         tags=dict(record.tags),
         served_by=_served_by(record),
+        token_logprobs=_token_logprobs(record),
     )
 
 
@@ -588,6 +589,19 @@ def _served_by(record: RecordView) -> Literal["student", "teacher"] | None:
     if served == "teacher":
         return "teacher"
     return "student" if served == "student" else None
+
+
+def _token_logprobs(record: RecordView) -> tuple[dict[str, Any], ...]:
+    """The token logprobs of a chat record's first choice, as the upstream sent them
+    (``logprobs.content``); empty when it sent none."""
+    response = record.response if record.api == "openai.chat" else None
+    choices = response.get("choices") if isinstance(response, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return ()
+    return tuple(item for item in content if isinstance(item, dict))
 
 
 def _reference_authors(feedback: list[FeedbackView]) -> tuple[tuple[str | None, Trust], ...]:

@@ -10,7 +10,11 @@ everything and Reef recording it. Reads top to bottom:
    teacher's answer, negative feedback (a score below ``drop_below``) drops it, none
    keeps it. Records the student answered are never targets.
 2. The training: exactly ``sft``'s (the same trainer, masking rule, budgets,
-   ``render_harness``, replay and skew probe; ``reef.learning.learners.sft``).
+   ``render_harness``, replay and skew probe; ``reef.learning.learners.sft``). With
+   ``logit_weight`` above 0, a teacher answer recorded with its top-k token logprobs
+   (``scenarios.<s>.distill.teacher_logprobs``) also trains the student's distribution
+   towards the teacher's at each of its tokens that aligns with the student's
+   (``reef.learning.trainers.logit_distill``); the job reports how many aligned.
 3. The candidate: the serving release's manifest with the trained adapter on the
    student's model, and its routing with ``student_share`` set to the first rollout
    step (the learner's ``student_share``, else the scenario's first rollout step, else
@@ -23,12 +27,13 @@ a distilled scenario's traffic usually has none (docs/distillation.md).
 
 from __future__ import annotations
 
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 from pydantic import Field
 
 from reef.core.errors import InvalidInputError
 from reef.learning.base import LearnerConfig, LearnerContext, LearnerOutput, TrainingExample
+from reef.learning.learners._examples import uses_tools
 from reef.learning.learners._served import served_harness
 from reef.learning.learners.sft import (
     SFTConfig,
@@ -39,6 +44,8 @@ from reef.learning.learners.sft import (
     with_harness,
 )
 from reef.learning.teacher import NEGATIVE_BELOW, answered_by_teacher, teacher_reference
+from reef.learning.trainers import SFTExample
+from reef.learning.trainers.spec import teacher_tokens
 
 # The candidate's share when neither the learner nor the scenario's rollout says.
 DEFAULT_STUDENT_SHARE = 0.1
@@ -49,10 +56,25 @@ class DistillLearnerConfig(SFTConfig):
     teacher answers are targets), plus ``student_share``, the candidate's first share
     of the traffic (default: the first of the scenario's ``distill.rollout_steps``,
     else ``DEFAULT_STUDENT_SHARE``), and ``drop_below``: a teacher answer whose
-    mean feedback score is below this is dropped (negative feedback)."""
+    mean feedback score is below this is dropped (negative feedback).
+    ``logit_weight``: above 0, the loss adds that times the KL from the teacher's top-k
+    distribution to the student's at the aligned tokens of answers recorded with the
+    teacher's logprobs, both at ``logit_temperature`` (0: plain SFT;
+    docs/distillation.md#logit-distillation)."""
 
     student_share: float | None = Field(default=None, gt=0.0, le=1.0)
     drop_below: float = NEGATIVE_BELOW
+    logit_weight: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    logit_temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+
+    def run_settings(self) -> dict[str, Any]:
+        """``sft``'s, plus the logit-distillation term when it is on."""
+        settings = super().run_settings()
+        if self.logit_weight > 0:
+            settings.update(
+                logit_weight=self.logit_weight, logit_temperature=self.logit_temperature
+            )
+        return settings
 
 
 def teacher_examples(
@@ -75,6 +97,16 @@ def teacher_examples(
             continue
         kept.append(item)
     return kept, skipped
+
+
+def with_teacher_tokens(example: SFTExample, item: TrainingExample) -> SFTExample:
+    """``example`` with the teacher's token logprobs of ``item``'s answer, when it has
+    them and the example's target is that answer as text (no correction replaced it, no
+    tool calls); else unchanged."""
+    if not item.token_logprobs or item.correction is not None or uses_tools(item):
+        return example
+    tokens = teacher_tokens(item.token_logprobs)
+    return example.model_copy(update={"teacher_tokens": tokens}) if tokens else example
 
 
 def candidate_share(settings: DistillLearnerConfig, context: LearnerContext) -> float:
@@ -104,9 +136,12 @@ class DistillLearner(SFTLearner):
         target where there is one, as the candidate will serve them."""
         kept, skipped = teacher_examples(context, items, self.distill_settings.drop_below)
         found = []
+        logits = self.distill_settings.logit_weight > 0
         for item in kept:
             example = supervised_example(item, reply_is_target=True)
             if example is not None:
+                if logits:
+                    example = with_teacher_tokens(example, item)
                 found.append((example, item.record_id))
         prompts, used = training_order(found)
         if items is context.batch.train:

@@ -119,8 +119,10 @@ def training_key(example: SFTExample) -> str:
     order, and concurrent traffic arrives in a different order on every run: the same
     seed then trained on the same examples in a different order (the quickstart's round
     1 started at loss 2.41 on one run and 3.33 on the next). Ordered by content, equal
-    data gives equal training; the record id breaks the tie of two equal examples."""
-    taught = _without_call_ids(example.model_dump(mode="json"))
+    data gives equal training; the record id breaks the tie of two equal examples. The
+    teacher's token logprobs (logit distillation) are left out: they do not change
+    what an example teaches, so a run with them trains in the order of one without."""
+    taught = _without_call_ids(example.model_dump(mode="json", exclude={"teacher_tokens"}))
     return sha256_hex(canonical_json(taught))
 
 
@@ -280,4 +282,8 @@ REPORTED = (
     "undertrained",
     "bf16",
     "peak_memory_bytes",  # on CUDA only
+    # with logit distillation only (``distill``'s ``logit_weight``)
+    "teacher_positions_aligned",
+    "teacher_positions_skipped",
+    "logit_kl_curve",
 )

@@ -4,8 +4,9 @@ runs them.
 Owns: LoRA SFT training (``lora_sft.train_lora_sft``), its spec and result
 (``SFTSpec``, ``TrainResult``), what an SFT run measured of its own fit for the
 train/serve skew check (``probe``), the fingerprint written beside a saved adapter or
-checkpoint (``fingerprint``; its format is ``reef.releases``'), and running it in a child process
-(``run_in_child``), so a crash fails the job, never the worker.
+checkpoint (``fingerprint``; its format is ``reef.releases``'), the logit-distillation
+term an SFT run adds for a teacher's top-k logprobs (``logit_distill``), and running it in
+a child process (``run_in_child``), so a crash fails the job, never the worker.
 Does not own: which experience becomes examples (the learners), storing the adapter
 (``releases``), loading models (``reef.engine.models.load_model``, shared with the
 engine so training and serving see one tokenizer and chat template).

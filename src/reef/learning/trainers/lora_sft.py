@@ -44,6 +44,12 @@ from reef.learning.trainers.fingerprint import (
     compute_fingerprint,
     training_prompts,
 )
+from reef.learning.trainers.logit_distill import (
+    TeacherTarget,
+    align_teacher_tokens,
+    teacher_batch,
+    teacher_kl,
+)
 from reef.learning.trainers.masking import IGNORE_INDEX, MaskedTokens, mask_conversation
 from reef.learning.trainers.precision import autocast, prepare_bf16, use_bf16
 from reef.learning.trainers.probe import greedy_matches, probe_indices
@@ -64,11 +70,15 @@ ProgressCallback = Callable[[int, int, float], None]
 
 @dataclass(frozen=True)
 class Features:
-    """One tokenized example: ids, labels (-100 where no loss) and its weight."""
+    """One tokenized example: ids, labels (-100 where no loss) and its weight; with
+    logit distillation, the teacher's distributions at its aligned positions and how
+    many of the teacher's positions were skipped (``reef.learning.trainers.logit_distill``)."""
 
     input_ids: list[int]
     labels: list[int]
     weight: float
+    teacher: tuple[TeacherTarget, ...] = ()
+    teacher_skipped: int = 0
 
 
 def chat_token_ids(
@@ -78,10 +88,15 @@ def chat_token_ids(
 
 
 def build_features(
-    tokenizer: PreTrainedTokenizerBase, example: SFTExample, max_seq_len: int
+    tokenizer: PreTrainedTokenizerBase,
+    example: SFTExample,
+    max_seq_len: int,
+    align: bool = False,
 ) -> Features:
     """Tokenize ``example`` with the tokenizer's chat template; only the reply trains
-    (:func:`reply_tokens`, the rule of :mod:`reef.learning.trainers.masking`).
+    (:func:`reply_tokens`, the rule of :mod:`reef.learning.trainers.masking`). With
+    ``align``, its ``teacher_tokens`` are aligned with the reply's tokens
+    (:func:`reef.learning.trainers.logit_distill.align_teacher_tokens`).
 
     Longer than ``max_seq_len``: whole early turns are dropped (a turn starts at a user
     message; the system message stays) until it fits; then, if the last turn alone is
@@ -98,7 +113,10 @@ def build_features(
     if len(full) > max_seq_len:
         cut = min(len(full) - max_seq_len, masked.prompt_length)
         full, labels = full[cut:][:max_seq_len], labels[cut:][:max_seq_len]
-    return Features(full, labels, example.weight)
+    if not (align and example.teacher_tokens):
+        return Features(full, labels, example.weight)
+    found = align_teacher_tokens(tokenizer, full, labels, example.teacher_tokens)
+    return Features(full, labels, example.weight, found.targets, found.skipped)
 
 
 def prompt_length(prompt: list[int], full: list[int]) -> int:
@@ -143,13 +161,16 @@ def collate(batch: Sequence[Features], pad_id: int, device: torch.device) -> dic
     ids = [f.input_ids + [pad_id] * (width - len(f.input_ids)) for f in batch]
     labels = [f.labels + [IGNORE_INDEX] * (width - len(f.labels)) for f in batch]
     mask = [[1] * len(f.input_ids) + [0] * (width - len(f.input_ids)) for f in batch]
-    return {
+    out = {
         "input_ids": torch.tensor(ids, device=device),
         "attention_mask": torch.tensor(mask, device=device),
         "labels": torch.tensor(labels, device=device),
         "weights": torch.tensor([f.weight for f in batch], device=device),
         "shared": shared_prefix(batch),
     }
+    if any(f.teacher for f in batch):  # logit distillation (``logit_distill``)
+        out["teacher"] = teacher_batch([(f.labels, f.teacher, f.weight) for f in batch], device)
+    return out
 
 
 MIN_SHARED_PREFIX = 32
@@ -239,24 +260,52 @@ def _prefix_exact(model: Any) -> bool:
     )
 
 
-def labelled_loss(model: Any, batch: dict[str, Any]) -> torch.Tensor:
+@dataclass(frozen=True)
+class LogitTerm:
+    """The logit-distillation term of a run (``SFTSpec.logit_weight`` above 0): its
+    weight and temperature, and each step's value of the KL (``curve``)."""
+
+    weight: float
+    temperature: float
+    curve: list[float]
+
+
+def labelled_loss(
+    model: Any, batch: dict[str, Any], logit_term: LogitTerm | None = None
+) -> torch.Tensor:
     """:func:`weighted_loss` of ``batch``, running the output head only on positions
     that have a label when the architecture allows it (the head over a 49k vocabulary
     is a large share of a small model's compute; the prompt needs none of it), and the
-    rows' shared prompt prefix once (:func:`decoder_states`)."""
+    rows' shared prompt prefix once (:func:`decoder_states`). With ``logit_term`` and
+    teacher targets in the batch (``batch["teacher"]``), plus its weight times the KL
+    to the teacher (:func:`reef.learning.trainers.logit_distill.teacher_kl`), whose
+    value is appended to its ``curve``."""
     base: Any = _base_of(model)
     head = base.get_output_embeddings()
+    loss: torch.Tensor
     if getattr(base.config, "model_type", None) not in PLAIN_HEAD_TYPES or head is None:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        return weighted_loss(logits, batch["labels"], batch["weights"])
+        loss = weighted_loss(logits, batch["labels"], batch["weights"])
+        if logit_term is not None and "teacher" in batch:
+            labelled = logits[:, :-1][batch["labels"][:, 1:] != IGNORE_INDEX]
+            loss = loss + _logit_term(labelled, batch, logit_term)
+        return loss
     hidden, start = decoder_states(model, batch)
     targets = batch["labels"][:, start + 1 :]
     keep = targets != IGNORE_INDEX
     logits = head(hidden[:, :-1][keep]).float()
     per_token = torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")
     weights = batch["weights"][:, None].expand_as(targets)[keep]
-    loss: torch.Tensor = (per_token * weights).sum() / weights.sum().clamp(min=1e-8)
+    loss = (per_token * weights).sum() / weights.sum().clamp(min=1e-8)
+    if logit_term is not None and "teacher" in batch:
+        loss = loss + _logit_term(logits, batch, logit_term)
     return loss
+
+
+def _logit_term(logits: torch.Tensor, batch: dict[str, Any], term: LogitTerm) -> torch.Tensor:
+    kl = teacher_kl(logits, batch["teacher"], term.temperature)
+    term.curve.append(round(float(kl.detach()), 6))
+    return term.weight * kl
 
 
 def _device(choice: str) -> torch.device:
@@ -383,7 +432,9 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     setup = set_up(spec)
     started, rng, device, loaded = setup.started, setup.rng, setup.device, setup.loaded
     tokenizer, pad_id = loaded.tokenizer, setup.pad_id
-    features = [build_features(tokenizer, ex, spec.max_seq_len) for ex in spec.examples]
+    align = spec.logit_weight > 0
+    features = [build_features(tokenizer, ex, spec.max_seq_len, align) for ex in spec.examples]
+    logit_term = LogitTerm(spec.logit_weight, spec.logit_temperature, []) if align else None
     budget = spec.budget
     train_ids, val_ids = split_validation(len(features), budget, rng)
     full = spec.mode == "full"
@@ -407,7 +458,7 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         if sharing:
             shared_tokens += batch["shared"] * (len(indices) - 1)
         with autocast(device, bf16):
-            return labelled_loss(model, batch)
+            return labelled_loss(model, batch, logit_term)
 
     def validate() -> float:
         with autocast(device, bf16):
@@ -443,6 +494,8 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         "bf16": bf16,
         **run.report,
     }
+    if logit_term is not None:
+        metrics.update(logit_metrics(features, logit_term))
     if spec.probe_size:
         metrics["probe"] = probe(model, tokenizer, features, spec, train_ids, loaded, device)
     trained = TrainedModel(model, tokenizer, loaded.eos_token_ids, device, bf16)
@@ -453,6 +506,16 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
         # the child's whole run: model load, training and save (bench/gpu_check.py)
         metrics["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
+
+
+def logit_metrics(features: list[Features], term: LogitTerm) -> dict[str, Any]:
+    """What a run with logit distillation reports of it: the teacher positions aligned
+    and skipped over its examples, and the KL of each step that had teacher targets."""
+    return {
+        "teacher_positions_aligned": sum(len(f.teacher) for f in features),
+        "teacher_positions_skipped": sum(f.teacher_skipped for f in features),
+        "logit_kl_curve": term.curve,
+    }
 
 
 def probe(  # noqa: PLR0913

@@ -3,7 +3,9 @@ both cross a process boundary as JSON files and lines. Torch-free."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,12 +45,53 @@ class TrainingDeadlineError(ReefError):
         self.steps_planned = steps_planned
 
 
+class TeacherToken(BaseModel):
+    """One token of a teacher's answer as its upstream sent it (OpenAI's
+    ``logprobs.content[i]``): the token's text, its ``logprob`` and its ``top``
+    alternatives, each ``(text, logprob)``, most likely first."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: str
+    logprob: float = Field(allow_inf_nan=False)
+    top: list[tuple[str, float]] = Field(default_factory=list)
+
+
+def teacher_tokens(logprobs: Sequence[Mapping[str, Any]]) -> list[TeacherToken]:
+    """An upstream's token logprobs (OpenAI's ``logprobs.content``: each token's
+    ``token``, ``logprob`` and ``top_logprobs``) as :class:`TeacherToken` values. An
+    entry without a token text or a finite logprob ends them (what follows cannot be
+    placed in the answer); an alternative without them is left out."""
+    out: list[TeacherToken] = []
+    for item in logprobs:
+        token, logprob = item.get("token"), item.get("logprob")
+        if not isinstance(token, str) or not isinstance(logprob, int | float):
+            break
+        if not _finite(logprob):
+            break
+        top = [
+            (alt["token"], float(alt["logprob"]))
+            for alt in item.get("top_logprobs") or ()
+            if isinstance(alt, Mapping)
+            and isinstance(alt.get("token"), str)
+            and _finite(alt.get("logprob"))
+        ]
+        out.append(TeacherToken(token=token, logprob=float(logprob), top=top))
+    return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class SFTExample(BaseModel):
     """One supervised example: the conversation up to the reply (OpenAI form, content as
     text; assistant ``tool_calls`` and ``tool`` results kept) and the reply the model
     should give, as text (a reply's tool calls as the engine's ``<tool_call>`` blocks,
     ``reef.core.chat_format.assistant_text``). ``tools``: the tools the request offered,
-    rendered as the engine renders them. ``weight`` scales its tokens' loss."""
+    rendered as the engine renders them. ``weight`` scales its tokens' loss.
+    ``teacher_tokens``: the target's tokens as the teacher gave them, with their top
+    logprobs, for the logit-distillation term (``SFTSpec.logit_weight``); empty: none."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -56,6 +99,7 @@ class SFTExample(BaseModel):
     target: str = Field(min_length=1)
     weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    teacher_tokens: list[TeacherToken] = Field(default_factory=list)
 
 
 class LoraSettings(BaseModel):
@@ -86,6 +130,11 @@ class SFTSpec(BaseModel):
     ``probe_size``: after training, how many of the examples the trainer trained on to
     check for a greedy answer equal to the target (``reef.learning.trainers.probe``; 0:
     none); the result's ``metrics["probe"]`` lists ``[index, matched, target tokens]``.
+    ``logit_weight``: above 0, each training step's loss adds that times the KL from
+    the teacher's top-k distribution to the student's over the same tokens, on the
+    target tokens that have the teacher's logprobs (``teacher_tokens``), both at
+    ``logit_temperature`` (``reef.learning.trainers.logit_distill``); the validation loss
+    stays the cross entropy.
     ``fault`` exists for tests only: ``abort`` kills the child by SIGABRT after step 1.
     """
 
@@ -95,6 +144,8 @@ class SFTSpec(BaseModel):
     model: str
     home: Path
     examples: list[SFTExample] = Field(min_length=1)
+    logit_weight: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    logit_temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     probe_size: int = Field(default=0, ge=0)
     output_dir: Path
     mode: Literal["lora", "full"] = "lora"

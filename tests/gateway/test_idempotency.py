@@ -234,10 +234,12 @@ def _leader_leaves(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
     )
 
 
+@pytest.mark.parametrize("durability", ["sync", "async"])
 def test_two_gateways_on_one_store(
-    tmp_path: Path, fresh: FakeUpstreamThread, shared_store: dict[str, str]
+    tmp_path: Path, fresh: FakeUpstreamThread, shared_store: dict[str, str], durability: str
 ) -> None:
-    settings = make_settings(tmp_path, fresh.base_url, store=shared_store)
+    store = {**shared_store, "durability": durability}  # async: claims kept until written
+    settings = make_settings(tmp_path, fresh.base_url, store=store)
     with GatewayThread(settings) as one, GatewayThread(settings) as two:
         headers = {"x-reef-scenario": "support"}
         # one after the other: the second gateway answers from the store

@@ -105,12 +105,6 @@ class Lead:
         self._key = key
         self._flight = flight
 
-    @property
-    def settled(self) -> bool:
-        """Whether this lead gave its flight an answer (``settle``), not abandoned it."""
-        outcome = self._flight.outcome
-        return outcome.done() and outcome.result() is not None
-
     def settle(self, answer: Answer, until: Callable[[], Awaitable[object]] | None = None) -> None:
         """Give ``answer`` to every waiter, and to later requests of the key until
         ``until()`` is done (the record's write, when it is not committed yet)."""

@@ -246,7 +246,7 @@ class InferenceRoutes:
                     self._observe(exchange, joined.status)
                     return joined.response()
                 lead = held.enter_context(joined)
-                answer = await self._claim(exchange, plan, key, fingerprint, lead, held)
+                answer = await self._claim(exchange, plan, key, fingerprint, held)
                 if answer is not None:  # from the store: no upstream call
                     lead.settle(answer)
                     self._observe(exchange, answer.status)
@@ -279,7 +279,6 @@ class InferenceRoutes:
         plan: CallPlan,
         key: str,
         fingerprint: str,
-        lead: Lead,
         held: _Held,
     ) -> Answer | None:
         """Claim ``key`` in the store for this gateway's flight (``reef.experience.claims``,
@@ -321,7 +320,7 @@ class InferenceRoutes:
                 )
             else:
                 claim = found
-        held.push_async_callback(self._let_go, claim, lead)
+        held.push_async_callback(self._let_go, claim)
         # Claimed: unless a record holds the key already (its gateway may have released
         # the key just before), this request goes upstream.
         stored = await self.state.recorder.stored_for_key(scenario, key)
@@ -340,11 +339,13 @@ class InferenceRoutes:
             step = step.teacher
         return timedelta(seconds=seconds)
 
-    async def _let_go(self, claim: Claim, lead: Lead) -> None:
-        """The response under ``claim`` is done: release the claim, once the record
-        that holds the key is committed when there was an answer (so a gateway that
-        then finds the key free finds the record too), at once when there was none."""
-        committed = self._committed() if lead.settled else None
+    async def _let_go(self, claim: Claim) -> None:
+        """The response under ``claim`` is done: release the claim once the records
+        queued so far are committed, so a gateway that then finds the key free finds
+        the record that holds it too. (Whether there was an answer is not known for
+        sure: a client may leave as soon as it read a stream's last event, before the
+        stream's end, after its record was queued.)"""
+        committed = self._committed()
         task = asyncio.get_running_loop().create_task(self._release(claim, committed))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

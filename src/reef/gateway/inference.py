@@ -289,6 +289,8 @@ class InferenceRoutes:
         record is stored (at most this request's lease); a claim whose lease ran out is
         taken over. Raises ``IdempotencyKeyInUseError`` for a claim of another request,
         or a record of one."""
+        if not exchange.replayable:  # its record keeps no key: nothing to wait for
+            return await self._stored_answer(exchange, key)
         claims = self.state.claims
         scenario = exchange.scenario
         owner = f"{self._owner}/{exchange.record_id}"
@@ -297,11 +299,13 @@ class InferenceRoutes:
         give_up = loop.time() + lease.total_seconds()
         delay = _FIRST_POLL_SECONDS
         claim = await asyncio.to_thread(claims.claim, scenario, key, fingerprint, owner, lease)
-        if claim.owner != owner:
-            self._waits.labels("store").inc()
+        counted = False
         while claim.owner != owner:
             if claim.request_hash != fingerprint:
                 raise IdempotencyKeyInUseError(scenario, key)
+            if not counted:  # once, when it starts waiting
+                self._waits.labels("store").inc()
+                counted = True
             if loop.time() >= give_up:
                 raise ConflictError(
                     f"idempotency key {key!r} in scenario {scenario!r} is still being "
@@ -310,9 +314,9 @@ class InferenceRoutes:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _LAST_POLL_SECONDS)
-            stored = await self.state.recorder.stored_for_key(scenario, key)
-            if stored is not None:
-                return self._replay(exchange, stored)
+            answer = await self._stored_answer(exchange, key)
+            if answer is not None:
+                return answer
             found = await asyncio.to_thread(claims.held, scenario, key)
             if found is None or found.expires_at <= claims.clock():  # released, or died
                 claim = await asyncio.to_thread(
@@ -323,7 +327,11 @@ class InferenceRoutes:
         held.push_async_callback(self._let_go, claim)
         # Claimed: unless a record holds the key already (its gateway may have released
         # the key just before), this request goes upstream.
-        stored = await self.state.recorder.stored_for_key(scenario, key)
+        return await self._stored_answer(exchange, key)
+
+    async def _stored_answer(self, exchange: Exchange, key: str) -> Answer | None:
+        """The answer of the record stored under ``key``, if there is one."""
+        stored = await self.state.recorder.stored_for_key(exchange.scenario, key)
         return None if stored is None else self._replay(exchange, stored)
 
     def _lease(self, plan: CallPlan) -> timedelta:

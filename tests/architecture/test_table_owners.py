@@ -19,6 +19,7 @@ OWNERS: dict[str, str] = {
     "feedback_refs": "experience",
     "responses": "experience",
     "spend_windows": "experience",
+    "idempotency_claims": "experience",
     "scenarios": "releases",
     "artifacts": "releases",
     "candidates": "releases",

@@ -4,7 +4,8 @@
 with plain SQL naming only the columns that revision has, rows in every table that exists
 there: records in two sessions (a two-turn chat and an Anthropic message), feedback with
 refs, a correction and trust, a candidate, releases and the head, a job and what it
-consumed, an evaluation with its items, results and episodes, a stored response.
+consumed, an evaluation with its items, results and episodes, a stored response, an
+idempotency claim.
 
 ``ROWS`` holds every row with every column of the newest schema; ``REVISIONS`` says, for
 each revision, the tables it creates and the columns it adds to older tables, with the
@@ -108,6 +109,7 @@ REVISIONS: dict[str, RevisionFixture] = {
         adds={"records": _nulls("cost", "price_json")}, creates=("spend_windows",)
     ),
     "0012": RevisionFixture(adds={"records": _nulls("weights_digest")}),
+    "0013": RevisionFixture(creates=("idempotency_claims",)),
 }
 
 
@@ -388,6 +390,16 @@ ROWS: dict[str, list[Row]] = {
             "record_ids_json": _json(["rec-2"]),
             "messages_json": _json([{"role": "user", "content": "2+2?"}]),
             "seconds": 1.5,
+        }
+    ],
+    "idempotency_claims": [
+        {
+            "scenario": SCENARIO,
+            "key": "key-in-flight",
+            "request_hash": "f" * 64,
+            "owner": "host:1234:rec-9",
+            "claimed_at": _at(8),
+            "expires_at": _at(8, 1),
         }
     ],
     "responses": [

@@ -20,7 +20,13 @@ from reef.db import Database
 from reef.db.engine import create_store_engine
 from reef.db.migrations import VERSION_TABLE, known_revisions, upgrade
 from reef.evaluation import EvaluationStore
-from reef.experience import Line, ResponseStore, SQLExperienceStore, StoreLedger
+from reef.experience import (
+    IdempotencyClaims,
+    Line,
+    ResponseStore,
+    SQLExperienceStore,
+    StoreLedger,
+)
 from reef.jobs import JobQueue
 from reef.releases import ReleaseChain
 from reef.releases.manifest import ReleaseManifest
@@ -156,6 +162,12 @@ def _read_back(database: Database, tables: dict[str, set[str]]) -> dict[str, lis
         found["responses"] = [_fields(responses.get(r["id"])) for r in ROWS["responses"]]
     if "spend_windows" in tables:
         found["spend_windows"] = [_spend_window(database, row) for row in ROWS["spend_windows"]]
+    if "idempotency_claims" in tables:
+        claims = IdempotencyClaims(database)
+        found["idempotency_claims"] = [
+            dataclasses.asdict(claims.held(row["scenario"], row["key"]))  # type: ignore[arg-type]
+            for row in ROWS["idempotency_claims"]
+        ]
     experience.close()
     return found
 

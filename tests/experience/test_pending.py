@@ -50,6 +50,31 @@ def test_the_outcome_finishes_the_pending_row_in_its_turn(
     assert match is not None and match.record_id == streaming.id
 
 
+def test_a_pending_row_and_its_outcome_in_one_batch_store_the_outcome(
+    store: SQLExperienceStore, make_draft: DraftFactory
+) -> None:
+    """An async writer's batch can hold a short stream's start and its end: the row is
+    stored once, finished, under its key (the end was once dropped, the row left
+    pending without the key)."""
+    first = make_draft(session_id="s")
+    streaming = make_draft(session_id="s", status="pending", response=None, usage=None)
+    outcome = dataclasses.replace(
+        streaming,
+        status="ok",
+        response=OK_REPLY,
+        latency_ms=42.0,
+        idempotency_key="key-batched",
+        finishes_pending=True,
+    )
+    after = make_draft(session_id="s")
+    ids = store.write_records([first, streaming, outcome, after])
+    assert ids == [first.id, streaming.id, streaming.id, after.id]
+    done = store.get_record(streaming.id)
+    assert (done.status, done.response, done.latency_ms, done.turn) == ("ok", OK_REPLY, 42.0, 1)
+    assert store.find_by_idempotency_key("support", "key-batched") == streaming.id
+    assert [r.turn for r in store.get_session("support", "s")] == [0, 1, 2]
+
+
 def test_writing_the_outcome_again_is_harmless(
     store: SQLExperienceStore, make_draft: DraftFactory
 ) -> None:

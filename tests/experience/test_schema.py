@@ -40,6 +40,7 @@ TABLES = {
     "eval_episodes",
     "responses",
     "spend_windows",
+    "idempotency_claims",
 }
 
 

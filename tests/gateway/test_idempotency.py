@@ -12,7 +12,9 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from sqlalchemy import event, func, select
 
+from reef.db.schema import idempotency_claims
 from reef.experience import RecordFilter
 from reef.gateway.idempotency import IdempotentFlights
 from tests.fakes.upstream import FakeUpstreamThread
@@ -232,10 +234,12 @@ def _leader_leaves(gateway: GatewayThread, fresh: FakeUpstreamThread) -> None:
     )
 
 
+@pytest.mark.parametrize("durability", ["sync", "async"])
 def test_two_gateways_on_one_store(
-    tmp_path: Path, fresh: FakeUpstreamThread, shared_store: dict[str, str]
+    tmp_path: Path, fresh: FakeUpstreamThread, shared_store: dict[str, str], durability: str
 ) -> None:
-    settings = make_settings(tmp_path, fresh.base_url, store=shared_store)
+    store = {**shared_store, "durability": durability}  # async: claims kept until written
+    settings = make_settings(tmp_path, fresh.base_url, store=store)
     with GatewayThread(settings) as one, GatewayThread(settings) as two:
         headers = {"x-reef-scenario": "support"}
         # one after the other: the second gateway answers from the store
@@ -243,26 +247,98 @@ def test_two_gateways_on_one_store(
         again = turn(two.openai(), "across", stream=False, headers={**headers, KEY: "seq"})
         assert again == first and upstream_calls(fresh) == 1
 
-        # at once: each gateway calls the upstream; every receipt names a stored record
+        # at once: the gateway that claims the key first calls the upstream, the other
+        # waits for its record and answers from it, with the same receipt
         for stream in (False, True):
             fresh.reset()
+            waits = store_waits(one) + store_waits(two)
             key = {**headers, KEY: f"race-{stream}"}
             with ThreadPoolExecutor(2) as pool:
                 futures = [
                     pool.submit(turn, gw.openai(), "hold-answer race", stream=stream, headers=key)
                     for gw in (one, two)
                 ]
-                eventually(lambda: fresh.held == 2, "both gateways at the upstream")
+                eventually(
+                    lambda w=waits: (
+                        fresh.held == 1 and store_waits(one) + store_waits(two) == w + 1
+                    ),
+                    "one gateway at the upstream, the other waiting on the store",
+                )
                 fresh.release_held()
                 replies = [future.result(timeout=30) for future in futures]
-            assert upstream_calls(fresh) == 2
-            for reply in replies:
-                assert reply.status == 200 and "race" in reply.text
-                assert one.store.get_record(reply.receipt or "").status == "ok"
+            assert upstream_calls(fresh) == 1
             keyed = [r for r in _records(one, "support") if r.idempotency_key == key[KEY]]
-            assert len(keyed) == 1  # the store kept one record under the key
-            if not stream:  # the later one answered as the first did
-                assert replies[0] == replies[1] and replies[0].receipt == keyed[0].id
+            assert len(keyed) == 1  # one record, under the key
+            assert replies[0] == replies[1]
+            assert replies[0].status == 200 and "race" in replies[0].text
+            assert replies[0].receipt == keyed[0].id
+            assert len([r for r in _records(one, "support") if "race" in str(r.request)]) == (
+                2 if stream else 1  # and the earlier race's record
+            )
+
+        # another request under a key the other gateway is answering: 409, no call
+        fresh.reset()
+        key = {**headers, KEY: "claimed"}
+        with ThreadPoolExecutor(1) as pool:
+            leader = pool.submit(turn, one.openai(), "hold-answer mine", stream=False, headers=key)
+            eventually(lambda: fresh.held == 1, "the first gateway at the upstream")
+            refused = call(two.port, "POST", "/v1/chat/completions", _chat("not mine"), key)
+            fresh.release_held()
+            assert leader.result(timeout=30).status == 200
+        assert refused.status == 409, refused.body
+        assert "claimed" in refused.json()["error"]["message"]
+        assert upstream_calls(fresh) == 1
+        # and no claim is left once the answers are stored
+        eventually(
+            lambda: all(claims_held(gw) == 0 for gw in (one, two)),
+            "the claims released",
+        )
+
+
+def test_requests_without_a_key_never_touch_the_claims(
+    gateway: GatewayThread, fresh: FakeUpstreamThread
+) -> None:
+    """The hot path: no idempotency key, no claim statement (counted at the engine)."""
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    engine = gateway.database.engine
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        client = gateway.openai()
+        headers = {"x-reef-scenario": "support"}
+        for stream in (False, True, False):
+            assert turn(client, "no key", stream=stream, headers=headers).status == 200
+        assert statements, "the listener sees the store's statements"
+        assert not [s for s in statements if "idempotency_claims" in s]
+        keyed = turn(client, "a key", stream=False, headers={**headers, KEY: "counted"})
+        assert keyed.status == 200
+        eventually(
+            lambda: len([s for s in statements if "idempotency_claims" in s]) >= 2,
+            "a keyed request's claim and release",
+        )
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+
+
+def store_waits(gateway: GatewayThread) -> float:
+    """Requests of ``gateway`` that waited for another gateway's claim."""
+    metrics = gateway.app.state.reef.metrics.render().decode()
+    for line in metrics.splitlines():
+        if line.startswith('reef_idempotency_waits_total{where="store"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def claims_held(gateway: GatewayThread) -> int:
+    with gateway.database.read() as conn:
+        return int(conn.scalar(select(func.count()).select_from(idempotency_claims)) or 0)
+
+
+def _chat(text: str) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": text}]}
 
 
 def _records(gateway: GatewayThread, scenario: str) -> list[Any]:

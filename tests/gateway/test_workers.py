@@ -11,10 +11,14 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import openai
 import pytest
 import yaml
+from sqlalchemy import func, select
 
+from reef.db.schema import idempotency_claims
 from reef.experience import RecordFilter, SQLExperienceStore
 from reef.harness import Bundle, Harness, pack_bundle
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
@@ -145,14 +149,14 @@ def test_two_workers_share_the_port_the_store_and_the_metrics(
 
     eventually(both_answer, "both workers to answer", timeout_seconds=30)
 
-    # One idempotency key sent at once: one record under the key; each worker calls the
-    # upstream at most once (single flight is per process, as between two gateways).
+    # One idempotency key sent at once: one record under the key and one upstream call
+    # (single flight in each worker, a claim in the store between them).
     with ThreadPoolExecutor(8) as pool:
         replies = list(
             pool.map(lambda _: gateway.ask("one key for all", **{KEY: "burst"}), range(8))
         )
     assert all(reply.status == 200 for reply in replies), [r.body for r in replies]
-    assert 1 <= fake.requests_received("/v1/chat/completions") <= 2
+    assert fake.requests_received("/v1/chat/completions") == 1
     receipts = {reply.headers["x-reef-record-id"] for reply in replies}
     store = SQLExperienceStore.from_url(store_url)
     try:
@@ -195,6 +199,118 @@ def test_two_workers_share_the_port_the_store_and_the_metrics(
     gateway.process.send_signal(signal.SIGTERM)
     assert gateway.process.wait(timeout=60) == -signal.SIGTERM, gateway.log.read_text()
     assert "error" not in gateway.log.read_text().lower()
+
+
+def _sdk_ask(client: openai.OpenAI, text: str, key: str, stream: bool) -> tuple[int, str, Any]:
+    """Status, receipt and answer (a completion's JSON, or a stream's text) of one
+    keyed request through the OpenAI SDK; an API error's message as its answer."""
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model="reef/shared",
+            messages=[{"role": "user", "content": text}],
+            stream=stream,
+            extra_headers={KEY: key},
+        )
+    except openai.APIStatusError as exc:
+        return exc.status_code, "", exc.message
+    receipt = raw.headers.get("x-reef-record-id", "")
+    parsed: Any = raw.parse()
+    if stream:
+        answer = "".join(c.choices[0].delta.content or "" for c in parsed if c.choices)
+        return raw.status_code, receipt, answer
+    return raw.status_code, receipt, parsed.model_dump()
+
+
+def _store_waits(port: int) -> float:
+    """Requests, of every worker, that waited on another worker's claim (``/metrics``)."""
+    metrics = call(port, "GET", "/metrics").body.decode()
+    for line in metrics.splitlines():
+        if line.startswith('reef_idempotency_waits_total{where="store"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _across_workers(
+    gateway: Served,
+    fake: FakeUpstreamThread,
+    client: openai.OpenAI,
+    text: str,
+    key: str,
+    stream: bool,
+) -> list[tuple[int, str, Any]]:
+    """The replies to one keyed request sent while its first copy is held at the upstream,
+    again and again until a copy waits on the other worker's claim; then let go."""
+    waited = _store_waits(gateway.port)
+    with ThreadPoolExecutor(48) as pool:
+        futures = [pool.submit(_sdk_ask, client, text, key, stream)]
+        eventually(lambda: fake.held == 1, "the first request at the upstream")
+
+        def other_worker_waits() -> bool:
+            if _store_waits(gateway.port) > waited:
+                return True
+            if len(futures) < 48:
+                futures.append(pool.submit(_sdk_ask, client, text, key, stream))
+            return False
+
+        eventually(other_worker_waits, "a request waiting on the other worker's claim")
+        assert fake.held == 1  # the waiting worker did not call the upstream
+        fake.release_held()
+        return [future.result(timeout=60) for future in futures]
+
+
+def test_two_workers_share_idempotency_keys(
+    served: tuple[Served, FakeUpstreamThread], store_url: str
+) -> None:
+    """Requests with one key reaching both workers at once: one upstream call, one
+    record, one answer and receipt for all; another body under the key is a 409."""
+    gateway, fake = served
+    client = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{gateway.port}/v1", api_key="none", max_retries=0
+    )
+    store = SQLExperienceStore.from_url(store_url)
+    try:
+        for stream in (False, True):
+            fake.reset()
+            key = f"together-{stream}"
+            text = "hold-answer one answer for both workers"
+            replies = _across_workers(gateway, fake, client, text, key, stream)
+            assert fake.requests_received("/v1/chat/completions") == 1
+            assert {status for status, _, _ in replies} == {200}, replies
+            keyed = [
+                r
+                for r in store.list_records("shared", RecordFilter(), None, 200).records
+                if r.idempotency_key == key
+            ]
+            assert len(keyed) == 1 and keyed[0].status == "ok"
+            assert {receipt for _, receipt, _ in replies} == {keyed[0].id}
+            answers = [answer for _, _, answer in replies]
+            assert all(answer == answers[0] for answer in answers)
+            assert "one answer for both workers" in str(answers[0])
+
+        # Another body under a key in flight on one worker: 409 from either, no call.
+        fake.reset()
+        with ThreadPoolExecutor(9) as pool:
+            first = pool.submit(_sdk_ask, client, "hold-answer the first", "taken", False)
+            eventually(lambda: fake.held == 1, "the first request at the upstream")
+            others = list(
+                pool.map(lambda _: _sdk_ask(client, "another body", "taken", False), range(8))
+            )
+            fake.release_held()
+            assert first.result(timeout=60)[0] == 200
+        later = _sdk_ask(client, "another body", "taken", False)
+        for status, _, message in [*others, later]:
+            assert status == 409 and "different request" in str(message), message
+        assert fake.requests_received("/v1/chat/completions") == 1
+
+        # Every claim released once its record was stored.
+        def released() -> bool:
+            with store.database.read() as conn:
+                return not conn.scalar(select(func.count()).select_from(idempotency_claims))
+
+        eventually(released, "the claims released")
+    finally:
+        client.close()
+        store.close()
 
 
 def test_a_worker_that_dies_is_replaced(served: tuple[Served, FakeUpstreamThread]) -> None:

@@ -367,3 +367,18 @@ spend_windows = Table(
     Column("money", Float, nullable=False),
     PrimaryKeyConstraint("budget", "window_start"),
 )
+
+# Idempotency keys in flight (``reef.experience.claims``): the gateway that calls the
+# upstream for a key, for which request (its fingerprint), and until when its lease
+# holds; released once the record holding the key is written.
+idempotency_claims = Table(
+    "idempotency_claims",
+    metadata,
+    Column("scenario", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("request_hash", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("scenario", "key"),
+)

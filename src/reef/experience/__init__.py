@@ -6,9 +6,11 @@ Owns: the ``ExperienceStore`` contract and its SQL implementation on a ``reef.db
 data (``personal_data``: ``<EMAIL>``, ``<PHONE>``, …), export to JSON Lines / Parquet /
 OpenAI fine-tuning lines, import from other tools' logs (``importing``),
 the learning-curve query, the stored responses of the OpenAI Responses API
-(``ResponseStore``: the conversation state behind ``previous_response_id``), and
-trajectories: a session's records assembled into a tree of turns with their tool calls
-and results (``trajectories``), on a dialect-free form of each record (``exchanges``).
+(``ResponseStore``: the conversation state behind ``previous_response_id``), the
+idempotency claims by which gateways sharing a store call the upstream once per key
+(``IdempotencyClaims``), and trajectories: a session's records assembled into a tree
+of turns with their tool calls and results (``trajectories``), on a dialect-free form
+of each record (``exchanges``).
 Does not own: the SQL schema and its migrations (``db``: one schema, one migration stream
 for every store), HTTP or how records are captured (``gateway``), the release chain
 (``releases``), learning (``learning``). Must not import gateway, learning, torch, or
@@ -20,6 +22,7 @@ follow.
 
 from reef.experience.backends import open_store
 from reef.experience.calibration import SourceCalibration, calibrate, calibrate_records
+from reef.experience.claims import Claim, IdempotencyClaims
 from reef.experience.corrections import (
     canonical_correction,
     check_correction,
@@ -132,11 +135,13 @@ __all__ = [
     "TRAINABLE_APIS",
     "Branch",
     "CanonicalExchange",
+    "Claim",
     "ExperienceStore",
     "FeedbackDraft",
     "FeedbackNotFoundError",
     "FeedbackNotQuarantinedError",
     "FeedbackView",
+    "IdempotencyClaims",
     "IdempotencyConflictError",
     "ImportLineError",
     "ImportOptions",

@@ -24,7 +24,13 @@ from reef.core.errors import NotFoundError, ReefError
 from reef.dashboard import DashboardFiles
 from reef.db import Database
 from reef.evaluation import EvaluationStore
-from reef.experience import ExperienceStore, RecordWriter, Redactor, ResponseStore
+from reef.experience import (
+    ExperienceStore,
+    IdempotencyClaims,
+    RecordWriter,
+    Redactor,
+    ResponseStore,
+)
 from reef.gateway.admin.evaluations import EvaluationAdminRoutes
 from reef.gateway.admin.experience import AdminRoutes
 from reef.gateway.admin.importing import ImportRoutes
@@ -312,6 +318,7 @@ def create_app(
         evaluations=EvaluationStore(database, redactor),
         spend=SpendControl(settings, open_ledger(settings, database), utc_now),
         database=database,
+        claims=IdempotencyClaims(database),
         model_aliases=settings.model_aliases(),
         store_health=store_health,
         live_export=live,

@@ -14,9 +14,17 @@ A request that is captured and carries ``x-reef-idempotency-key`` joins its key'
 
 A leader that ends without a complete answer (its client left mid-stream, an
 unexpected error) abandons the flight: its waiters join again and one of them leads.
-Gateways sharing a store cannot see each other's flights; there the store arbitrates
-(``Recorder.record_first`` and ``Recorder.record``), so every receipt still names a
-stored record.
+
+Gateways sharing a store (``reef serve --workers``, or separate gateways) cannot see
+each other's flights; they meet in the store's idempotency claims
+(``reef.experience.claims``). A leader claims its key there before it goes upstream
+(``InferenceRoutes``); a leader that finds another gateway's live claim of the same
+request waits for that gateway's record and answers from it (``reef.gateway.replay``),
+polling the store with backoff, and its own waiters wait on it as above, with no
+store round trip of their own. A claim of another request is a 409; a claim whose
+lease ran out (its owner died) is taken over. Should two records still race for a
+key (a claim lost with its store), the store arbitrates (``Recorder.record_first``
+and ``Recorder.record``), so every receipt still names a stored record.
 """
 
 from __future__ import annotations

@@ -7,10 +7,13 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -24,7 +27,7 @@ from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
 from reef.core.prices import usage_tokens
 from reef.evaluation import SHADOW_OF_TAG
-from reef.experience import Purpose, RecordView
+from reef.experience import Claim, Purpose, RecordView
 from reef.gateway.auth import Principal, grant_of
 from reef.gateway.body_checks import (
     check_anthropic_messages,
@@ -140,6 +143,12 @@ _ROUTED: frozenset[Api] = frozenset(
     {"openai.chat", "anthropic.messages", "openai.responses", "openai.completions"}
 )
 _T = TypeVar("_T")
+# Idempotency claims (``reef.experience.claims``): how much longer than its upstream
+# calls' total timeouts a claim lasts, and how often a request polls the store while
+# another gateway answers it (doubling from the first to the last).
+CLAIM_MARGIN_SECONDS = 30.0
+_FIRST_POLL_SECONDS = 0.02
+_LAST_POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -187,6 +196,8 @@ class InferenceRoutes:
         self.openai_completions = InferenceEndpoint(self, "openai.completions")  # /v1/completions
         self.openai_embeddings = InferenceEndpoint(self, "openai.embeddings")  # /v1/embeddings
         self._closing: set[asyncio.Task[None]] = set()
+        self._owner = f"{socket.gethostname()}:{os.getpid()}"  # of idempotency claims
+        self._waits = state.metrics.idempotency_waits
         # Live requests also sent to an evaluating candidate (``reef.gateway.shadow``).
         self.shadow = ShadowArm(state.activation, self.shadow_call, state.metrics.count_shadow)
 
@@ -240,12 +251,12 @@ class InferenceRoutes:
                 fingerprint = request_fingerprint(api, exchange.body, exchange.principal.key_id)
                 joined = await self.flights.join(exchange.scenario, key, fingerprint)
                 if isinstance(joined, Answer):  # the same request, answered meanwhile
+                    self._waits.labels("process").inc()
                     self._observe(exchange, joined.status)
                     return joined.response()
                 lead = held.enter_context(joined)
-                stored = await self.state.recorder.stored_for_key(exchange.scenario, key)
-                if stored is not None:
-                    answer = self._replay(exchange, stored)
+                answer = await self._claim(exchange, plan, key, fingerprint, held)
+                if answer is not None:  # from the store: no upstream call
                     lead.settle(answer)
                     self._observe(exchange, answer.status)
                     return answer.response()
@@ -270,6 +281,110 @@ class InferenceRoutes:
         if ShadowArm.eligible(exchange):
             held.shadow = exchange
         return response
+
+    async def _claim(
+        self,
+        exchange: Exchange,
+        plan: CallPlan,
+        key: str,
+        fingerprint: str,
+        held: _Held,
+    ) -> Answer | None:
+        """Claim ``key`` in the store for this gateway's flight (``reef.experience.claims``,
+        released when the response is done): the answer of the record that holds the
+        key, or ``None`` when there is none and this request goes upstream.
+
+        A live claim of the same request by another gateway is waited for until its
+        record is stored (at most this request's lease); a claim whose lease ran out is
+        taken over. Raises ``IdempotencyKeyInUseError`` for a claim of another request,
+        or a record of one."""
+        if not exchange.replayable:  # its record keeps no key: nothing to wait for
+            return await self._stored_answer(exchange, key)
+        claims = self.state.claims
+        scenario = exchange.scenario
+        owner = f"{self._owner}/{exchange.record_id}"
+        lease = self._lease(plan)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + lease.total_seconds()
+        delay = _FIRST_POLL_SECONDS
+        claim = await asyncio.to_thread(claims.claim, scenario, key, fingerprint, owner, lease)
+        counted = False
+        while claim.owner != owner:
+            if claim.request_hash != fingerprint:
+                raise IdempotencyKeyInUseError(scenario, key)
+            if not counted:  # once, when it starts waiting
+                self._waits.labels("store").inc()
+                counted = True
+            if loop.time() >= give_up:
+                raise ConflictError(
+                    f"idempotency key {key!r} in scenario {scenario!r} is still being "
+                    f"answered by another gateway after {lease.total_seconds():.0f}s; "
+                    "retry later"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _LAST_POLL_SECONDS)
+            answer = await self._stored_answer(exchange, key)
+            if answer is not None:
+                return answer
+            found = await asyncio.to_thread(claims.held, scenario, key)
+            if found is None or found.expires_at <= claims.clock():  # released, or died
+                claim = await asyncio.to_thread(
+                    claims.claim, scenario, key, fingerprint, owner, lease
+                )
+            else:
+                claim = found
+        held.push_async_callback(self._let_go, claim)
+        # Claimed: unless a record holds the key already (its gateway may have released
+        # the key just before), this request goes upstream.
+        return await self._stored_answer(exchange, key)
+
+    async def _stored_answer(self, exchange: Exchange, key: str) -> Answer | None:
+        """The answer of the record stored under ``key``, if there is one."""
+        stored = await self.state.recorder.stored_for_key(exchange.scenario, key)
+        return None if stored is None else self._replay(exchange, stored)
+
+    def _lease(self, plan: CallPlan) -> timedelta:
+        """How long a claim lasts: until its upstream calls would have timed out (the
+        student's and its teacher's, for a distilled release), and a margin to write
+        the record."""
+        seconds = CLAIM_MARGIN_SECONDS
+        upstreams = self.state.settings.upstreams
+        step: CallPlan | None = plan
+        while step is not None:
+            config = upstreams.get(step.upstream.name)
+            seconds += config.total_timeout_seconds if config is not None else 600.0
+            step = step.teacher
+        return timedelta(seconds=seconds)
+
+    async def _let_go(self, claim: Claim) -> None:
+        """The response under ``claim`` is done: release the claim once the records
+        queued so far are committed, so a gateway that then finds the key free finds
+        the record that holds it too. (Whether there was an answer is not known for
+        sure: a client may leave as soon as it read a stream's last event, before the
+        stream's end, after its record was queued.)"""
+        committed = self._committed()
+        task = asyncio.get_running_loop().create_task(self._release(claim, committed))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _release(
+        self, claim: Claim, committed: Callable[[], Awaitable[object]] | None
+    ) -> None:
+        try:
+            if committed is not None:
+                await committed()
+            await asyncio.to_thread(
+                self.state.claims.release, claim.scenario, claim.key, claim.owner
+            )
+        except Exception as exc:  # its lease runs out instead
+            log.warning(
+                "could not release the claim on idempotency key %r (scenario %r): %s; "
+                "it lapses at %s",
+                claim.key,
+                claim.scenario,
+                exc,
+                claim.expires_at.isoformat(),
+            )
 
     def _replay(self, exchange: Exchange, view: RecordView) -> Answer:
         """The answer of the record stored under this request's idempotency key.

@@ -207,6 +207,14 @@ class GatewayMetrics:
             ["scenario", "outcome"],
             registry=self.registry,
         )
+        self.idempotency_waits = Counter(
+            "reef_idempotency_waits",
+            "Requests that waited for another's answer under their idempotency key, by "
+            "where that answer came from: process (a request in this gateway), store (a "
+            "claim of another gateway on the store).",
+            ["where"],
+            registry=self.registry,
+        )
         # Labelled children cached: ``labels()`` costs a lock and a lookup per call.
         self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.registry.register(_CaptureCollector(capture_stats))
@@ -221,6 +229,7 @@ class GatewayMetrics:
                     self.upstream_errors,
                     self.feedback_written,
                     self.shadow_requests,
+                    self.idempotency_waits,
                 )
                 for family in metric.describe()
             )

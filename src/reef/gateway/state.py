@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from reef.config import ReefSettings
 from reef.db import Database
 from reef.evaluation import EvaluationStore
-from reef.experience import ExperienceStore, RecordWriter, ResponseStore
+from reef.experience import ExperienceStore, IdempotencyClaims, RecordWriter, ResponseStore
 from reef.gateway.auth import Authenticator
 from reef.gateway.budgets import SpendControl
 from reef.gateway.capture import Recorder
@@ -41,6 +41,8 @@ class GatewayState:
     evaluations: EvaluationStore  # the gate's stored evaluations
     spend: SpendControl  # prices, budgets and rate limits (``reef.gateway.budgets``)
     database: Database  # the store's database, for reads across stores (``/reef/costs``)
+    # Idempotency keys in flight on the store, by gateway (``reef.experience.claims``).
+    claims: IdempotencyClaims
     # Model alias → its scenario (``scenarios.<s>.model_aliases``), read per request.
     model_aliases: dict[str, str] = field(default_factory=dict)
     # Whether the store takes writes, as the last write found it (``/readyz``).

@@ -112,6 +112,21 @@ OUTCOME_COLUMNS = (
     "idempotency_key",
 )
 
+
+def finish_batched(
+    batched: Mapping[str, dict[str, Any]], draft: RecordDraft, now: datetime
+) -> bool:
+    """Write ``draft``'s outcome over its ``pending`` row when that row is in the same
+    batch, not inserted yet (``batched``: id -> row; an async writer's batch can hold a
+    short stream's start and end); False when it is not there."""
+    row = batched.get(draft.id)
+    if row is None or row["status"] != "pending":
+        return False
+    outcome = record_row(draft, row["turn"], now)
+    row.update({name: outcome[name] for name in OUTCOME_COLUMNS})
+    return True
+
+
 PENDING_SETTLED = (
     "interrupted: the gateway stopped before this stream ended (settled at the next start)"
 )

@@ -33,7 +33,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from reef.db import schema as t
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.records import RecordDraft
-from reef.experience.sql.rows import OUTCOME_COLUMNS, kept_responses, record_row
+from reef.experience.sql.rows import OUTCOME_COLUMNS, finish_batched, kept_responses, record_row
 
 _COLUMNS = [column.name for column in t.records.columns]
 _INSERT_RECORDS = (
@@ -167,6 +167,7 @@ class SQLiteRecordWriter:
         next_turn = _next_turns(cursor, drafts)
         ids: list[str] = []
         rows: list[dict[str, Any]] = []
+        batched: dict[str, dict[str, Any]] = {}  # id -> its row, not inserted yet
         for draft in drafts:
             key = (draft.scenario, draft.idempotency_key)
             if draft.idempotency_key is not None:
@@ -175,7 +176,9 @@ class SQLiteRecordWriter:
                     continue
                 stored[key] = draft.id  # a later draft of this batch dedupes on it
             ids.append(draft.id)
-            if draft.finishes_pending and _finish_pending(cursor, draft, now):
+            if draft.finishes_pending and (
+                finish_batched(batched, draft, now) or _finish_pending(cursor, draft, now)
+            ):
                 continue
             session = (draft.scenario, draft.session_id)
             if draft.finishes_pending and session not in next_turn:
@@ -187,6 +190,7 @@ class SQLiteRecordWriter:
             row = record_row(draft, next_turn[session], now)
             row["created_at"] = self._created_at(row["created_at"])
             rows.append(row)
+            batched[draft.id] = row
             next_turn[session] += 1
         if rows:
             cursor.executemany(_INSERT_RECORDS, rows)

@@ -66,6 +66,7 @@ from reef.experience.sql.rows import (
     encode_cursor,
     feedback_body_hash,
     feedback_view,
+    finish_batched,
     json_text,
     kept_responses,
     optional_json_text,
@@ -180,6 +181,7 @@ class SQLExperienceStore(ExperienceStore):
             next_turn = self._next_turns(conn, drafts)
             ids: list[str] = []
             rows: list[dict[str, Any]] = []
+            batched: dict[str, dict[str, Any]] = {}  # id -> its row, not inserted yet
             for draft in drafts:
                 key = (draft.scenario, draft.idempotency_key)
                 if draft.idempotency_key is not None and key in stored:
@@ -188,7 +190,9 @@ class SQLExperienceStore(ExperienceStore):
                 if draft.idempotency_key is not None:
                     stored[key] = draft.id  # a later draft in this batch dedupes on it
                 ids.append(draft.id)
-                if draft.finishes_pending and self._finish_pending(conn, draft, now):
+                if draft.finishes_pending and (
+                    finish_batched(batched, draft, now) or self._finish_pending(conn, draft, now)
+                ):
                     continue
                 session = (draft.scenario, draft.session_id)
                 if draft.finishes_pending and session not in next_turn:
@@ -197,6 +201,7 @@ class SQLExperienceStore(ExperienceStore):
                     unfinished = dataclasses.replace(draft, finishes_pending=False)
                     next_turn.update(self._next_turns(conn, [unfinished]))
                 rows.append(record_row(draft, next_turn[session], now))
+                batched[draft.id] = rows[-1]
                 next_turn[session] += 1
             if rows:
                 conn.execute(self._insert_records, rows)

@@ -223,7 +223,10 @@ _NOT_JSON = "The body is not declared JSON: send `Content-Type: application/json
 _NOT_JSON_LINES = "The body is not declared JSON Lines: send `Content-Type: application/x-ndjson`."
 _JSON_LINES = "JSON Lines: one JSON object per line, in the chosen format."
 _NO_BODY = "A body or Content-Type other than JSON (the route takes no body)."
-_KEY_IN_USE = "The idempotency key names another request (body, API or key)."
+_KEY_IN_USE = (
+    "The idempotency key names another request (body, API or key), or another gateway on "
+    "the store is still answering it after this request waited its lease."
+)
 _NO_ROUTE = (
     "The scenario's upstream has no such route (an Anthropic upstream; an upstream that "
     "answered 501, as the embedded engine does for embeddings). Not recorded."

@@ -2,9 +2,10 @@
 loopback OpenAI-compatible server that labels each ticket right, the student the tiny
 model. Traffic flows with no feedback at all and the teacher answers it; ``distill``
 trains the student on those answers; the gate passes it on non-inferiority; the canary
-rolls it out through every rollout step; then most held-out requests are the student's,
-as accurate as the teacher's within the margin; and a rollback release brings every
-request back to the teacher without a failed one."""
+rolls it out through every rollout step, still with nobody's feedback (the worker asks
+the teacher about the student's answers: live teacher checks); then most held-out
+requests are the student's, as accurate as the teacher's within the margin; and a
+rollback release brings every request back to the teacher without a failed one."""
 
 from __future__ import annotations
 
@@ -83,14 +84,11 @@ def ask(gateway: GatewayThread, text: str, **headers: str) -> tuple[str, dict[st
     return raw.parse().choices[0].message.content or "", dict(raw.headers)
 
 
-def graded_round(gateway: GatewayThread, cases: range) -> None:
-    """Live traffic during the rollout: each answer scored by the application's grader
-    (1 when it carries the right label), as a canary step is decided."""
-    for text, label in prompts(cases):
-        answer, headers = ask(gateway, text)
-        score = 1.0 if label in answer else 0.0
-        body = {"record_ids": [headers["x-reef-record-id"]], "score": score}
-        assert call(gateway.port, "POST", "/reef/feedback", body).status == 201
+def live_round(gateway: GatewayThread, cases: range) -> None:
+    """Live traffic during the rollout, with no feedback either: the canary is decided
+    on the worker's live teacher checks (``distill.live_references``)."""
+    for text, _label in prompts(cases):
+        ask(gateway, text)
 
 
 def until_served(gateway: GatewayThread, release_id: str, cases: range) -> None:
@@ -156,10 +154,14 @@ def test_a_student_distilled_without_feedback_takes_over_and_rolls_back(
             assert candidate.manifest.routing is not None
             assert candidate.manifest.routing.student_share == STEPS[0]
 
-            # the rollout: graded live traffic decides each step's canary in turn
+            # the rollout, still without feedback: the teacher checks the student's
+            # answers, and those checks decide each step's canary in turn
             shares = []
+            calls = teacher.calls
             for start in range(40, 80, 8):  # cases the training traffic never asked about
-                graded_round(gateway, range(start, start + 8))
+                live_round(gateway, range(start, start + 8))
+                checked = worker.check_teachers()["codes"]
+                assert checked.error is None and checked.waiting == 0, checked
                 for outcome in worker.check_canaries():
                     assert outcome.action != "abandoned", outcome
                     if outcome.action == "promoted":
@@ -170,6 +172,11 @@ def test_a_student_distilled_without_feedback_takes_over_and_rolls_back(
                     break
             assert shares == STEPS
             assert chain.canaries() == {}
+            assert teacher.calls > calls  # the checks asked the teacher
+            no_feedback = [r for r in gateway.store.iter_export("codes") if r.feedback]
+            assert all(fb.source == "judge:teacher" for r in no_feedback for fb in r.feedback), (
+                "only the teacher's checks were written"
+            )
             served = chain.head("codes")
             assert served is not None
             until_served(gateway, served.id, range(1000, 1100))

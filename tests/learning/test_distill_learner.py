@@ -1,7 +1,8 @@
 """The ``distill`` learner on tiny-random: the teacher's recorded answers are the targets
 (at share 0 every record is the teacher's; later, the records that say so), negative
-feedback drops one, a correction replaces one, the student's own answers are never
-targets; the candidate serves the trained adapter at the first rollout share."""
+feedback drops one, a correction replaces one, the student's own answers are targets
+only when corrected (on-policy); the candidate serves the trained adapter at the first
+rollout share."""
 
 from __future__ import annotations
 
@@ -114,6 +115,10 @@ def traffic(before: Release, teacher_only: Release, routed: Release) -> list[Tra
         ),
         example("escalated", routed.id, served_by="teacher"),
         example("student", routed.id, served_by="student"),
+        # a student answer the teacher's live check corrected: on-policy data
+        dataclasses.replace(
+            example("checked", routed.id, score=0.0, served_by="student"), correction="Oslo"
+        ),
     ]
 
 
@@ -125,14 +130,16 @@ def test_targets_are_the_teachers_answers_kept_by_feedback(
     found = DistillLearner(DistillLearnerConfig()).training_set(ctx, ctx.batch.train)
 
     # In training order (``training_key``), not the batch's.
-    assert sorted(found.used) == sorted(["paris", "rome", "fixed", "tools", "escalated"])
+    assert sorted(found.used) == sorted(["paris", "rome", "fixed", "tools", "escalated", "checked"])
     targets = dict(zip(found.used, (e.target for e in found.examples), strict=True))
     assert targets["paris"] == "teacher says paris"
     assert targets["fixed"] == "Bern"  # the correction replaces the teacher's answer
+    assert targets["checked"] == "Oslo"  # the student's own prompt, the corrected answer
     assert "<tool_call>" in targets["tools"] and '"Oslo"' in targets["tools"]
     assert isinstance(ctx.metrics, MetricLog)
     assert ctx.metrics.values["skipped_not_teacher"] == 2.0  # "plain" and "student"
     assert ctx.metrics.values["skipped_negative_feedback"] == 1.0  # "wrong"
+    assert ctx.metrics.values["on_policy_examples"] == 1.0  # "checked"
 
 
 def test_the_candidate_serves_the_student_adapter_at_the_first_share(
@@ -144,7 +151,9 @@ def test_the_candidate_serves_the_student_adapter_at_the_first_share(
     output = learner.learn(ctx)
 
     assert output.adapter is not None
-    assert sorted(output.consumed) == sorted(["paris", "rome", "fixed", "tools", "escalated"])
+    assert sorted(output.consumed) == sorted(
+        ["paris", "rome", "fixed", "tools", "escalated", "checked"]
+    )
     assert output.routing == RoutingComponent(student_share=0.1, teacher=TEACHER)
     assert len(output.metrics["loss_curve"]) == 3
     assert tree_digest(ctx.artifacts.materialize(output.adapter)) == output.adapter

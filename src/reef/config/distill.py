@@ -18,6 +18,34 @@ if TYPE_CHECKING:
     from reef.config.models import ReefSettings
 
 
+class LiveReferencesConfig(BaseModel):
+    """Live evidence from the teacher while a student release is a canary
+    (``reef.learning.live_references``): the learning worker asks the teacher the
+    requests the student answered among the checked records and scores the student's
+    answer against the teacher's with the gate's scorer, so the rollout decides without
+    anyone's feedback."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fraction: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of a routed canary's records (both arms) that count as "
+        "evidence; each one the student answered costs one teacher call. 0: off (the "
+        "canary then decides on feedback).",
+    )
+    calls_per_pass: int = Field(
+        default=32, ge=1, description="Most teacher calls one worker pass makes."
+    )
+    max_calls_per_hour: int = Field(
+        default=600, ge=1, description="Most teacher calls per hour for this scenario."
+    )
+    max_tokens: int = Field(
+        default=1024, ge=1, description="Cap on the teacher's answer when the request sets none."
+    )
+
+
 class DistillConfig(BaseModel):
     """A scenario served by a student model that learns from a teacher model."""
 
@@ -47,6 +75,10 @@ class DistillConfig(BaseModel):
         "OpenAI's bound). They are kept in the record for the `distill` learner's "
         "`logit_weight` and left out of the client's answer unless it asked for logprobs "
         "(docs/distillation.md#logit-distillation).",
+    )
+    live_references: LiveReferencesConfig = Field(
+        default_factory=LiveReferencesConfig,
+        description="Live evidence from the teacher while a student release is a canary.",
     )
 
     @field_validator("rollout_steps")

@@ -1,11 +1,39 @@
 """The teacher and escalation rules of a distilled scenario (docs/distillation.md): one
 definition that the release manifest's ``routing`` component and the configuration's
 ``scenarios.<s>.distill`` section both use, in ``core`` so that loading the configuration
-imports no release code."""
+imports no release code.
+
+Also here, because the gateway, selection, the learning worker and the canary monitor all
+read them: the tag that says which arm answered a routed record (``SERVED_BY_TAG``), and
+which records a live teacher check covers (``teacher_checked``: a draw from the record's
+id, independent of the arm's draw, so the checked records are an unbiased sample of both
+arms).
+"""
 
 from __future__ import annotations
 
+import hashlib
+
 from pydantic import BaseModel, ConfigDict, Field
+
+# The tag the gateway writes on a routed record: the arm whose answer was returned.
+SERVED_BY_TAG = "reef.served_by"
+# The ``source`` (and principal prefix) of the feedback a live teacher check writes.
+TEACHER_CHECK_SOURCE = "teacher"
+
+_HASH_RANGE = 1 << 64
+
+
+def teacher_checked(record_id: str, fraction: float) -> bool:
+    """Whether the record ``record_id`` falls in a live teacher check's ``fraction``
+    (a keyed hash of the id, so every reader agrees and the arm's draw is independent)."""
+    digest = hashlib.blake2b(record_id.encode(), digest_size=8, key=b"reef.teacher-check")
+    return int.from_bytes(digest.digest(), "big") / _HASH_RANGE < fraction
+
+
+def teacher_label(teacher: TeacherEndpoint) -> str:
+    """The author name of evidence Reef took from ``teacher``: ``teacher:<upstream>/<model>``."""
+    return f"{TEACHER_CHECK_SOURCE}:{teacher.upstream}/{teacher.model}"
 
 
 class TeacherEndpoint(BaseModel):

@@ -32,6 +32,11 @@ compare-and-swap publish (operation ``promote``) against the head the canary ran
 the decision, the live numbers and the provenance (``evidence``: the gate's structure)
 are stored in ``evidence["canary"]`` on the candidate and the release either way.
 
+A distilled scenario with live teacher checks (``distill.live_references``) decides its
+routed canaries on them instead of feedback: each checked record scores its agreement
+with the teacher (``reef.evaluation.teacher_checks``), by the author
+``teacher:<upstream>/<model>`` at trust ``operator``; the rule is the same.
+
 A distilled scenario's student release advances through its ``rollout_steps`` from one
 promoted canary to the next, and a routed canary found worse live rolls the scenario
 back to its teacher release (``reef.evaluation.rollout``).
@@ -48,11 +53,13 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from reef.core.errors import ReefError
+from reef.core.routing import teacher_label
 from reef.core.trust import trust_rank
 from reef.evaluation.config import GateRule
 from reef.evaluation.provenance import LeftOut, check_independence
 from reef.evaluation.rollout import advance, back_to_teacher
 from reef.evaluation.stats import unpaired_bootstrap
+from reef.evaluation.teacher_checks import CheckedRecord, checked_record, settled
 from reef.evaluation.values import Provenance
 from reef.experience import ExperienceStore, RecordView
 from reef.releases import Candidate, Release, ReleaseChain, ReleaseConflictError
@@ -191,12 +198,16 @@ class CanaryMonitor:
         store: ExperienceStore,
         rule: GateRule | None = None,
         rollout_steps: Mapping[str, Sequence[float]] | None = None,
+        teacher_checks: Mapping[str, float] | None = None,
     ) -> None:
         self.chain = chain
         self.store = store
         self.rule = rule  # None: each candidate's own gate rule (``candidate_rule``)
         # A distilled scenario's student shares, step by step (``scenarios.<s>.distill``).
         self.rollout_steps = dict(rollout_steps or {})
+        # A distilled scenario's checked fraction (``distill.live_references.fraction``):
+        # its routed canaries are decided on live teacher checks, not feedback.
+        self.teacher_checks = {s: f for s, f in (teacher_checks or {}).items() if f > 0}
 
     def check(self, now: datetime | None = None) -> list[CanaryOutcome]:
         """Look at every live canary once; promote or abandon those that are decided."""
@@ -216,7 +227,7 @@ class CanaryMonitor:
         max_hours = settings.get("max_hours")
         head = self.chain.head(scenario)
         baseline_id = ((candidate.evidence or {}).get("gate") or {}).get("baseline_id")
-        records = self._records(scenario, candidate.id, head, started)
+        records = self._records(candidate, head, started)
         counts = _counts(records.values())
         if head is None or (baseline_id is not None and head.id != baseline_id):
             return self._abandon(candidate, _Verdict("the head moved while the canary ran", counts))
@@ -277,23 +288,41 @@ class CanaryMonitor:
         return self._promote(candidate, head.id, verdict)
 
     def _records(
-        self, scenario: str, candidate_id: str, head: Release | None, started: datetime
+        self, candidate: Candidate, head: Release | None, started: datetime
     ) -> dict[str, LiveRecord]:
         """Record id -> ``LiveRecord`` for every record since the canary started that
-        counts: the canary's (purpose ``canary``) and the head's (purpose ``serve``)."""
-        found: dict[str, LiveRecord] = {}
+        counts: the canary's (purpose ``canary``) and the head's (purpose ``serve``);
+        for a routed canary of a scenario with live teacher checks, the settled checked
+        records (``reef.evaluation.teacher_checks``) instead of the feedback."""
+        scenario = candidate.scenario
+        routing = candidate.manifest.routing
+        fraction = self.teacher_checks.get(scenario)
         head_id = None if head is None else head.id
+        arms: dict[str, Literal["canary", "head"]] = {}
+        checked: list[CheckedRecord] = []
+        found: dict[str, LiveRecord] = {}
         for record in self.store.iter_export(scenario, since=started.isoformat()):
             arm: Literal["canary", "head"]
-            if record.purpose == "canary" and record.release_id == candidate_id:
+            if record.purpose == "canary" and record.release_id == candidate.id:
                 arm = "canary"
             elif record.purpose == "serve" and record.release_id == head_id:
                 arm = "head"
             else:
                 continue
+            if routing is not None and fraction is not None:
+                check = checked_record(record, fraction)
+                if check is not None:
+                    arms[record.id] = arm
+                    checked.append(check)
+                continue
             counted = live_record(record, arm)
             if counted is not None:
                 found[record.id] = counted
+        if routing is not None and fraction is not None:
+            source = Provenance(LIVE_SOURCE, "operator", (teacher_label(routing.teacher),))
+            for check in settled(checked):
+                score = float(check.score or 0.0)
+                found[check.record.id] = LiveRecord(arms[check.record.id], score, source)
         return found
 
     def _evidence(self, candidate: Candidate, action: str, verdict: _Verdict) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from reef.core import dumps
 from reef.core.prices import Tokens
+from reef.core.routing import SERVED_BY_TAG
 from reef.environments import schema_problem
 from reef.releases import EscalationRules, RoutingComponent
 from reef.upstream import UpstreamStream
@@ -36,7 +37,6 @@ from reef.upstream import UpstreamStream
 Arm = Literal["student", "teacher"]
 Rule = Literal["header", "refusal_or_empty", "invalid_tool_calls", "invalid_json", "logprob"]
 ESCALATE_HEADER = "x-reef-escalate"
-SERVED_BY_TAG = "reef.served_by"
 ESCALATION_TAG = "reef.escalation"
 STUDENT_ATTEMPT_TAG = "reef.student_attempt"  # JSON: the student's escalated answer
 MEAN_LOGPROB_TAG = "reef.student_mean_logprob"  # what the logprob rule read (calibration)

@@ -88,20 +88,34 @@ class UpstreamReflector:
                 "base_url to reflect with (a `local` upstream needs the worker's base URL "
                 "override)"
             )
-        name, config = self.upstream_name, self._config
+        if self.dialect == "anthropic":
+            body = _anthropic_request(messages, self.model, self.max_tokens)
+            return _anthropic_text(self.complete("/messages", body))
+        body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
+        return _openai_text(self.complete("/chat/completions", body))
+
+    @property
+    def dialect(self) -> str:
+        """``anthropic`` or ``openai``: what ``complete`` must be sent."""
+        return "anthropic" if self._config.type == "anthropic" else "openai"
+
+    def complete(self, path: str, body: dict[str, Any]) -> Any:
+        """``body`` posted to ``path`` of the upstream as one non-streaming call, admitted
+        and charged on the meter (``metered``); the decoded answer. ``ReflectError``
+        when there is no URL, or the call fails or answers with invalid JSON."""
+        if not self.url:
+            raise ReflectError(
+                f"upstream {self.upstream_name!r} of scenario {self.scenario!r} has no "
+                "base_url to call (a `local` upstream needs the worker's base URL override)"
+            )
         if self.meter is not None:
             self.meter.admit(self.purpose)
-        if config.type == "anthropic":
-            body = _anthropic_request(messages, self.model, self.max_tokens)
-            reply = _blocking(_ask(name, config, "/messages", body))
-        else:
-            body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
-            reply = _blocking(_ask(name, config, "/chat/completions", body))
+        reply = _blocking(_ask(self.upstream_name, self._config, path, body))
         usage = reply.get("usage") if isinstance(reply, dict) else None
-        self.last_call = (usage, price_of(config.prices, self.model))
+        self.last_call = (usage, price_of(self._config.prices, self.model))
         if self.meter is not None:
             self.meter.charge(self.purpose, *self.last_call)
-        return _anthropic_text(reply) if config.type == "anthropic" else _openai_text(reply)
+        return reply
 
 
 class UpstreamModels:

@@ -88,6 +88,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from reef.core.errors import InvalidInputError
 from reef.core.jsoncodec import canonical_json, sha256_hex
+from reef.core.routing import SERVED_BY_TAG
 from reef.core.trust import Trust
 from reef.experience import (
     EXPLICIT,
@@ -576,10 +577,6 @@ def _example(  # noqa: PLR0913
         served_by=_served_by(record),
         token_logprobs=_token_logprobs(record),
     )
-
-
-# The tag the gateway writes on a routed record: the arm whose answer was returned.
-SERVED_BY_TAG = "reef.served_by"
 
 
 def _served_by(record: RecordView) -> Literal["student", "teacher"] | None:

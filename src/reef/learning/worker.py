@@ -87,6 +87,7 @@ from reef.learning.holdout import (
 )
 from reef.learning.judges import JudgePass, JudgeWriter
 from reef.learning.learners import NoCandidateError
+from reef.learning.live_references import CheckPass, LiveReferenceWriter
 from reef.learning.recipe_files import RecipeFiles
 from reef.learning.recipes import Recipe, RecipeError, parse_recipe
 from reef.learning.reflect import UpstreamModels, UpstreamReflector
@@ -222,6 +223,9 @@ class Worker:
         self._lock = threading.Lock()
         self.signals = SignalWriter(store, settings.trust_of, redactor)
         self.judges = JudgeWriter(store, redactor)
+        self.teacher_checks = LiveReferenceWriter(
+            settings, store, chain, self.upstream_base_urls, redactor
+        )
         # Gate results go out as gen_ai.evaluation.result events (``otel.enabled``).
         self.live_export = live_export
 
@@ -248,14 +252,13 @@ class Worker:
         ``meter``, their calls count against the learning budgets as ``judge``."""
         return UpstreamModels(self.settings, scenario, self.upstream_base_urls, meter=meter)
 
-    def meter_for(self, scenario: str, recipe: Recipe) -> LearningMeter:
+    def meter_for(self, scenario: str, recipe: Recipe | None) -> LearningMeter:
         """A fresh tally of Reef's own spend for ``scenario``, enforcing its
         ``learning_budget`` and the recipe's (``reef.experience.learning_spend``) on the
         store's ledger, in the job queue's time."""
-        budgets = [
-            (f"scenario:{scenario}", self.settings.scenario(scenario).learning_budget),
-            (f"recipe:{recipe.name or scenario}", recipe.learning_budget),
-        ]
+        budgets = [(f"scenario:{scenario}", self.settings.scenario(scenario).learning_budget)]
+        if recipe is not None:
+            budgets.append((f"recipe:{recipe.name or scenario}", recipe.learning_budget))
         return LearningMeter(getattr(self.store, "database", None), budgets, self.queue.now)
 
     def compute_feedback(self) -> dict[str, list[SignalPass | JudgePass]]:
@@ -272,6 +275,31 @@ class Worker:
             passes += [self.judges.run(scenario, judge, models, now) for judge in recipe.judges]
             if passes:
                 done[scenario] = passes
+        return done
+
+    def check_teachers(self) -> dict[str, CheckPass]:
+        """Ask the teacher of every distilled scenario's live routed canary about the
+        student's checked answers (``reef.learning.live_references``); what each pass
+        did. Runs before the canaries are decided, in the same worker pass."""
+        done: dict[str, CheckPass] = {}
+        now = self.queue.now()
+        for scenario, config in self.settings.scenarios.items():
+            if config.distill is None or config.distill.live_references.fraction <= 0:
+                continue
+            try:
+                recipe = self.recipe_of(scenario)
+            except RecipeError as error:
+                log.warning("teacher checks of %r use the default scorer: %s", scenario, error)
+                recipe = None
+            meter = self.meter_for(scenario, recipe)
+            done[scenario] = self.teacher_checks.run(
+                scenario,
+                config.distill.live_references,
+                None if recipe is None else recipe.gate,
+                meter,
+                now,
+                self.models_for(scenario, meter),
+            )
         return done
 
     def check_triggers(self) -> list[Job]:
@@ -313,6 +341,7 @@ class Worker:
         claimed = self._claim_available()
         self.wait()
         self.resume_undecided()
+        self.check_teachers()
         self.check_canaries()
         return [self.queue.get(job.id) for job in claimed]
 
@@ -328,7 +357,12 @@ class Worker:
             for name, config in self.settings.scenarios.items()
             if config.distill is not None
         }
-        monitor = CanaryMonitor(self.chain, self.store, rollout_steps=steps)
+        checks = {
+            name: config.distill.live_references.fraction
+            for name, config in self.settings.scenarios.items()
+            if config.distill is not None
+        }
+        monitor = CanaryMonitor(self.chain, self.store, rollout_steps=steps, teacher_checks=checks)
         outcomes = monitor.check(now=self.queue.now())
         for outcome in outcomes:
             if outcome.action != "waiting":
@@ -344,6 +378,7 @@ class Worker:
                 self.check_triggers()
                 self._claim_available()
                 self.resume_undecided()
+                self.check_teachers()
                 self.check_canaries()
             except (StoreUnavailableError, RecipeError) as error:
                 log.warning("worker pass failed: %s", error)

@@ -8,7 +8,10 @@ everything and Reef recording it. Reads top to bottom:
    record says so, or its release gave the student no share), chat, tool calls and
    merged multi-turn sessions alike. Feedback filters them: a correction replaces the
    teacher's answer, negative feedback (a score below ``drop_below``) drops it, none
-   keeps it. Records the student answered are never targets.
+   keeps it. A record the student answered is a target only through a correction
+   (on-policy data: what the student said on real traffic, corrected), e.g. the
+   teacher's answer that a live teacher check found different
+   (``reef.learning.live_references``); otherwise never.
 2. The training: exactly ``sft``'s (the same trainer, masking rule, budgets,
    ``render_harness``, replay and skew probe; ``reef.learning.learners.sft``). With
    ``logit_weight`` above 0, a teacher answer recorded with its top-k token logprobs
@@ -80,15 +83,21 @@ class DistillLearnerConfig(SFTConfig):
 def teacher_examples(
     context: LearnerContext, items: list[TrainingExample], drop_below: float
 ) -> tuple[list[TrainingExample], dict[str, int]]:
-    """The items of ``items`` the teacher answered and feedback keeps, each with what it
-    teaches as its correction (``teacher_reference``), and counts of what was left out
-    (``not_teacher``, ``negative_feedback``, ``empty``)."""
+    """The items of ``items`` the teacher answered and feedback keeps, and the student's
+    answers that feedback corrected, each with what it teaches as its correction
+    (``teacher_reference``), and counts of what was left out (``not_teacher``,
+    ``negative_feedback``, ``empty``) and of the corrected student answers kept
+    (``on_policy``)."""
     kept: list[TrainingExample] = []
-    skipped = {"not_teacher": 0, "negative_feedback": 0, "empty": 0}
+    skipped = {"not_teacher": 0, "negative_feedback": 0, "empty": 0, "on_policy": 0}
     for item in items:
         manifest = None if item.release_id is None else context.release_manifest(item.release_id)
         if not answered_by_teacher(item, manifest):
-            skipped["not_teacher"] += 1
+            if item.correction is not None:  # on-policy: the student's answer, corrected
+                kept.append(item)
+                skipped["on_policy"] += 1
+            else:
+                skipped["not_teacher"] += 1
             continue
         reference = teacher_reference(item, drop_below)
         if reference is None:
@@ -146,7 +155,8 @@ class DistillLearner(SFTLearner):
         prompts, used = training_order(found)
         if items is context.batch.train:
             for reason, count in skipped.items():
-                context.metrics.record(f"skipped_{reason}", float(count))
+                name = "on_policy_examples" if reason == "on_policy" else f"skipped_{reason}"
+                context.metrics.record(name, float(count))
         harness = served_harness(context, self.settings.render_harness)
         return TrainingSet(with_harness(prompts, harness), prompts, used)
 

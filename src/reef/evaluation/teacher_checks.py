@@ -1,0 +1,101 @@
+"""Live teacher checks: the evidence a distilled scenario's canary is decided on when
+nobody grades its traffic (``scenarios.<s>.distill.live_references``).
+
+While a student release is a canary, a ``fraction`` of the records of both arms (the
+canary's and the head's) is *checked*, drawn from each record's id
+(``reef.core.routing.teacher_checked``, independent of the arm's draw, so the checked
+records are an unbiased sample of what each arm served):
+
+- a checked record the teacher answered (routed to it, or escalated) scores 1: its
+  answer is the teacher's own, the reference itself;
+- a checked record the student answered scores what the learning worker's check wrote
+  on it (``reef.learning.live_references``): the teacher asked the same request, the
+  student's answer scored against the teacher's with the gate's scorer, as feedback of
+  source ``judge:teacher`` by the author ``teacher:<upstream>/<model>`` at trust
+  ``operator`` (a reference Reef took from the configured teacher, as
+  ``gate.holdout_teacher_references`` counts it);
+- a checked student record whose check is not written yet is *pending*: every record
+  from the first pending one on is left out on both arms, so a slow or failing teacher
+  cannot tilt an arm toward the records that are already decided.
+
+So the two arms compare the answers users got, each measured as agreement with the
+teacher, under the canary's own rule (non-inferiority with a margin for a distilled
+student). Owns: which records count and what each scores. Does not own: the teacher
+calls (``reef.learning.live_references``) or the decision (``reef.evaluation.
+canary_monitor``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from reef.core.routing import SERVED_BY_TAG, teacher_checked
+from reef.experience import FeedbackView, RecordView
+
+CHECK_SOURCE = "judge:teacher"
+# Requests a check can ask the teacher again (the dialects a teacher answers).
+CHECKED_APIS = frozenset({"openai.chat", "anthropic.messages"})
+
+
+def check_of(record: RecordView) -> FeedbackView | None:
+    """The live teacher check written on ``record``, if any (the newest)."""
+    found = [fb for fb in record.feedback if fb.source == CHECK_SOURCE]
+    return found[-1] if found else None
+
+
+def needs_check(record: RecordView, fraction: float) -> bool:
+    """Whether the learning worker must ask the teacher about ``record``: checked, an
+    answer of the student that came (``ok``), on a dialect the teacher answers, and not
+    checked yet."""
+    return (
+        record.tags.get(SERVED_BY_TAG) == "student"
+        and record.status == "ok"
+        and record.response is not None
+        and record.api in CHECKED_APIS
+        and teacher_checked(record.id, fraction)
+        and check_of(record) is None
+    )
+
+
+@dataclass(frozen=True)
+class CheckedRecord:
+    """A checked record as canary evidence: its score (None while it is pending, or
+    when its check found nothing to compare) and when it was served."""
+
+    record: RecordView
+    score: float | None
+    pending: bool
+
+
+def checked_record(record: RecordView, fraction: float) -> CheckedRecord | None:
+    """``record`` as evidence of a live teacher check (module docstring), or None when
+    it is not among the checked records (not drawn, not ``ok``, a dialect the teacher
+    is not asked in, or an arm the record does not name)."""
+    if (
+        record.status != "ok"
+        or record.api not in CHECKED_APIS
+        or not teacher_checked(record.id, fraction)
+    ):
+        return None
+    served = record.tags.get(SERVED_BY_TAG)
+    if served == "teacher":
+        return CheckedRecord(record, 1.0, False)
+    if served != "student":
+        return None
+    check = check_of(record)
+    if check is None:
+        return CheckedRecord(record, None, True)
+    return CheckedRecord(record, check.score, False)
+
+
+def settled(checked: Iterable[CheckedRecord]) -> list[CheckedRecord]:
+    """The scored records served before the first pending one (module docstring)."""
+    ordered = sorted(checked, key=lambda c: (c.record.created_at, c.record.id))
+    first_pending: datetime | None = next((c.record.created_at for c in ordered if c.pending), None)
+    return [
+        c
+        for c in ordered
+        if c.score is not None and (first_pending is None or c.record.created_at < first_pending)
+    ]

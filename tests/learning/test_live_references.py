@@ -13,7 +13,7 @@ import pytest
 
 from reef.config import ReefSettings
 from reef.config.distill import LiveReferencesConfig
-from reef.evaluation import CanaryMonitor, GateConfig, GateRule
+from reef.evaluation import CanaryMonitor, GateConfig, GateRule, TeacherChecks
 from reef.evaluation.teacher_checks import CHECK_SOURCE, check_of
 from reef.experience import RecordView
 from reef.learning.live_references import CHECK_TAG, LiveReferenceWriter
@@ -123,7 +123,7 @@ def monitor(gateway: GatewayThread, fraction: float = 1.0) -> CanaryMonitor:
         gateway.store,
         GateRule(non_inferiority_margin=MARGIN),
         rollout_steps={"support": [1.0]},
-        teacher_checks={"support": fraction},
+        teacher_checks={"support": TeacherChecks(fraction, "openai.chat")},
     )
 
 
@@ -173,8 +173,11 @@ def test_a_student_that_agrees_with_the_teacher_is_promoted_without_feedback(
     gateway: GatewayThread,
 ) -> None:
     candidate_id = start_canary(gateway)
+    client = gateway.openai(**{"x-reef-scenario": "support"})
     for i in range(16):
         ask(gateway, f"alpha A-1 question {i}")
+        if i % 4 == 0:  # the Responses API is routed but never checked: it blocks nothing
+            client.responses.create(model="gpt-4o", input=f"beta responses {i}")
     # nothing is decided before the teacher has checked the student's answers
     [waiting] = monitor(gateway).check()
     assert waiting.action == "waiting" and waiting.canary_scores == 0
@@ -209,22 +212,28 @@ def test_records_after_the_first_unchecked_student_answer_do_not_count(
 ) -> None:
     """A slow teacher must not tilt an arm toward the records already decided: with two
     checks written, only the records served before the first unchecked one count."""
-    start_canary(gateway)
-    ids = [ask(gateway, f"alpha A-1 question {i}") for i in range(16)]
-    served = records(gateway, ids)
+    candidate_id = start_canary(gateway)
+    for i in range(16):
+        ask(gateway, f"alpha A-1 question {i}")
     limited = LiveReferencesConfig(calls_per_pass=2)
     done = writer(gateway).run("support", limited, GATE, None)
     assert done.calls == 2 and done.waiting > 0
+    chain = ReleaseChain(gateway.database)
+    started = (chain.get_candidate(candidate_id).evidence or {})["canary"]["started_at"]
+    served = sorted(
+        (
+            r
+            for r in gateway.store.iter_export("support", since=started)
+            if r.purpose in ("canary", "serve")  # not the teacher's calls
+        ),
+        key=lambda r: (r.created_at, r.id),
+    )
     students = [r for r in served if r.tags["reef.served_by"] == "student"]
-    third = students[2]  # the first one left unchecked
+    third = students[2]  # the first one left unchecked (the oldest are asked first)
     before = [r for r in served if (r.created_at, r.id) < (third.created_at, third.id)]
     [waiting] = monitor(gateway).check()
-    counted = waiting.canary_scores + waiting.head_scores
-    # the checks before the first pending one, of both arms (the warm-up requests too)
-    assert counted >= len(before)
-    assert waiting.canary_scores <= 2 + sum(
-        r.purpose == "canary" and r.tags["reef.served_by"] == "teacher" for r in before
-    )
+    assert waiting.canary_scores + waiting.head_scores == len(before)
+    assert waiting.canary_scores == sum(r.purpose == "canary" for r in before)
 
 
 def test_a_fraction_checks_a_stable_sample_and_zero_turns_it_off(

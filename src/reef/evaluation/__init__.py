@@ -46,6 +46,7 @@ from reef.evaluation.runner import (
     EvalRunError,
     GatewayTarget,
     collect_answers,
+    parse_reply,
 )
 from reef.evaluation.scorers import (
     SCORER_GROUP,
@@ -66,6 +67,7 @@ from reef.evaluation.shadow_config import ShadowConfig, ShadowJudgeConfig
 from reef.evaluation.suites import (
     load_suite,
 )
+from reef.evaluation.teacher_checks import CHECK_SOURCE, TeacherChecks, needs_check
 from reef.evaluation.values import (
     TRANSIENT_ERROR_KINDS,
     EvalItem,
@@ -74,6 +76,7 @@ from reef.evaluation.values import (
 )
 
 __all__ = [
+    "CHECK_SOURCE",
     "SCORER_GROUP",
     "SHADOW_OF_TAG",
     "TRANSIENT_ERROR_KINDS",
@@ -101,12 +104,15 @@ __all__ = [
     "ScorerRegistry",
     "ShadowConfig",
     "ShadowJudgeConfig",
+    "TeacherChecks",
     "candidate_summary",
     "collect_answers",
     "decide_results",
     "judge_arm_overlap",
     "load_suite",
+    "needs_check",
     "normalize_text",
+    "parse_reply",
     "score_answers",
     "shadow_progress",
     "shadow_settings",

@@ -59,7 +59,12 @@ from reef.evaluation.config import GateRule
 from reef.evaluation.provenance import LeftOut, check_independence
 from reef.evaluation.rollout import advance, back_to_teacher
 from reef.evaluation.stats import unpaired_bootstrap
-from reef.evaluation.teacher_checks import CheckedRecord, checked_record, settled
+from reef.evaluation.teacher_checks import (
+    CheckedRecord,
+    TeacherChecks,
+    checked_record,
+    settled,
+)
 from reef.evaluation.values import Provenance
 from reef.experience import ExperienceStore, RecordView
 from reef.releases import Candidate, Release, ReleaseChain, ReleaseConflictError
@@ -198,16 +203,16 @@ class CanaryMonitor:
         store: ExperienceStore,
         rule: GateRule | None = None,
         rollout_steps: Mapping[str, Sequence[float]] | None = None,
-        teacher_checks: Mapping[str, float] | None = None,
+        teacher_checks: Mapping[str, TeacherChecks] | None = None,
     ) -> None:
         self.chain = chain
         self.store = store
         self.rule = rule  # None: each candidate's own gate rule (``candidate_rule``)
         # A distilled scenario's student shares, step by step (``scenarios.<s>.distill``).
         self.rollout_steps = dict(rollout_steps or {})
-        # A distilled scenario's checked fraction (``distill.live_references.fraction``):
-        # its routed canaries are decided on live teacher checks, not feedback.
-        self.teacher_checks = {s: f for s, f in (teacher_checks or {}).items() if f > 0}
+        # A distilled scenario's live teacher checks (``distill.live_references``): its
+        # routed canaries are decided on them, not on feedback.
+        self.teacher_checks = {s: c for s, c in (teacher_checks or {}).items() if c.fraction > 0}
 
     def check(self, now: datetime | None = None) -> list[CanaryOutcome]:
         """Look at every live canary once; promote or abandon those that are decided."""
@@ -296,7 +301,7 @@ class CanaryMonitor:
         records (``reef.evaluation.teacher_checks``) instead of the feedback."""
         scenario = candidate.scenario
         routing = candidate.manifest.routing
-        fraction = self.teacher_checks.get(scenario)
+        checks = self.teacher_checks.get(scenario)
         head_id = None if head is None else head.id
         arms: dict[str, Literal["canary", "head"]] = {}
         checked: list[CheckedRecord] = []
@@ -309,8 +314,8 @@ class CanaryMonitor:
                 arm = "head"
             else:
                 continue
-            if routing is not None and fraction is not None:
-                check = checked_record(record, fraction)
+            if routing is not None and checks is not None:
+                check = checked_record(record, checks)
                 if check is not None:
                     arms[record.id] = arm
                     checked.append(check)
@@ -318,7 +323,7 @@ class CanaryMonitor:
             counted = live_record(record, arm)
             if counted is not None:
                 found[record.id] = counted
-        if routing is not None and fraction is not None:
+        if routing is not None and checks is not None:
             source = Provenance(LIVE_SOURCE, "operator", (teacher_label(routing.teacher),))
             for check in settled(checked):
                 score = float(check.score or 0.0)

@@ -6,6 +6,9 @@ canary's and the head's) is *checked*, drawn from each record's id
 (``reef.core.routing.teacher_checked``, independent of the arm's draw, so the checked
 records are an unbiased sample of what each arm served):
 
+Only records of the API the teacher is asked in are checked (``TeacherChecks.api``: chat
+completions for an OpenAI-compatible teacher, messages for an Anthropic one).
+
 - a checked record the teacher answered (routed to it, or escalated) scores 1: its
   answer is the teacher's own, the reference itself;
 - a checked record the student answered scores what the learning worker's check wrote
@@ -35,8 +38,25 @@ from reef.core.routing import SERVED_BY_TAG, teacher_checked
 from reef.experience import FeedbackView, RecordView
 
 CHECK_SOURCE = "judge:teacher"
-# Requests a check can ask the teacher again (the dialects a teacher answers).
-CHECKED_APIS = frozenset({"openai.chat", "anthropic.messages"})
+# The API a teacher is asked in, by its upstream's dialect: a check asks the teacher the
+# record's own request, so only records of that API are checked.
+CHECKED_API = {"openai": "openai.chat", "anthropic": "anthropic.messages"}
+
+
+@dataclass(frozen=True)
+class TeacherChecks:
+    """A distilled scenario's live teacher checks: the ``fraction`` of records checked
+    and the API its teacher answers in (``CHECKED_API``); records of other APIs are not
+    checked."""
+
+    fraction: float
+    api: str
+
+    @classmethod
+    def of(cls, fraction: float, upstream_type: str) -> TeacherChecks:
+        """The checks of a teacher on an upstream of ``upstream_type`` (``anthropic``
+        answers messages; every other type, OpenAI chat completions)."""
+        return cls(fraction, CHECKED_API["anthropic" if upstream_type == "anthropic" else "openai"])
 
 
 def check_of(record: RecordView) -> FeedbackView | None:
@@ -45,16 +65,16 @@ def check_of(record: RecordView) -> FeedbackView | None:
     return found[-1] if found else None
 
 
-def needs_check(record: RecordView, fraction: float) -> bool:
+def needs_check(record: RecordView, checks: TeacherChecks) -> bool:
     """Whether the learning worker must ask the teacher about ``record``: checked, an
-    answer of the student that came (``ok``), on a dialect the teacher answers, and not
+    answer of the student that came (``ok``), in the API the teacher answers, and not
     checked yet."""
     return (
         record.tags.get(SERVED_BY_TAG) == "student"
         and record.status == "ok"
         and record.response is not None
-        and record.api in CHECKED_APIS
-        and teacher_checked(record.id, fraction)
+        and record.api == checks.api
+        and teacher_checked(record.id, checks.fraction)
         and check_of(record) is None
     )
 
@@ -69,14 +89,14 @@ class CheckedRecord:
     pending: bool
 
 
-def checked_record(record: RecordView, fraction: float) -> CheckedRecord | None:
+def checked_record(record: RecordView, checks: TeacherChecks) -> CheckedRecord | None:
     """``record`` as evidence of a live teacher check (module docstring), or None when
-    it is not among the checked records (not drawn, not ``ok``, a dialect the teacher
-    is not asked in, or an arm the record does not name)."""
+    it is not among the checked records (not drawn, not ``ok``, another API than the
+    teacher is asked in, or an arm the record does not name)."""
     if (
         record.status != "ok"
-        or record.api not in CHECKED_APIS
-        or not teacher_checked(record.id, fraction)
+        or record.api != checks.api
+        or not teacher_checked(record.id, checks.fraction)
     ):
         return None
     served = record.tags.get(SERVED_BY_TAG)

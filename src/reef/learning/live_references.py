@@ -31,7 +31,7 @@ teacher calls but its escalations.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,9 +40,16 @@ from reef.config.distill import LiveReferencesConfig
 from reef.core import canonical_json, new_id, sha256_hex
 from reef.core.errors import ReefError
 from reef.core.routing import TeacherEndpoint, teacher_label
-from reef.evaluation import EvalItem, GateConfig, ScorerContext, ScorerRegistry
-from reef.evaluation.runner import parse_reply
-from reef.evaluation.teacher_checks import CHECK_SOURCE, needs_check
+from reef.evaluation import (
+    CHECK_SOURCE,
+    EvalItem,
+    GateConfig,
+    ScorerContext,
+    ScorerRegistry,
+    TeacherChecks,
+    needs_check,
+    parse_reply,
+)
 from reef.experience import (
     ExperienceStore,
     FeedbackDraft,
@@ -55,7 +62,6 @@ from reef.experience import (
     Redactor,
     canonical_exchange,
 )
-from reef.experience.exchanges import CANONICALISERS
 from reef.learning.judges import with_spend
 from reef.learning.reflect import UpstreamReflector
 from reef.releases import Candidate, ReleaseChain
@@ -65,7 +71,6 @@ log = logging.getLogger(__name__)
 CHECK_TAG = "teacher_check"  # on the teacher call's record: the checked record's id
 _PAGE = 500
 _PATHS = {"openai.chat": "/chat/completions", "anthropic.messages": "/messages"}
-_DIALECTS = {"openai.chat": "openai", "anthropic.messages": "anthropic"}
 
 
 @dataclass
@@ -75,7 +80,6 @@ class CheckPass:
     checked: int = 0
     calls: int = 0
     waiting: int = 0  # checked records still without a check after the pass
-    skipped_dialect: int = 0  # the teacher speaks another dialect than the request
     error: str | None = None
     exhausted: LearningBudgetExhaustedError | None = None
     scores: dict[str, float] = field(default_factory=dict)
@@ -118,7 +122,6 @@ class LiveReferenceWriter:
         if candidate is None or routing is None or config.fraction <= 0:
             return done
         now = now or datetime.now(UTC)
-        waiting = self._waiting(candidate, config.fraction, now)
         teacher = routing.teacher
         hourly = config.max_calls_per_hour - self._calls_last_hour(scenario, now)
         budget = min(hourly, config.calls_per_pass)
@@ -129,11 +132,10 @@ class LiveReferenceWriter:
             upstream_name=teacher.upstream,
             model=teacher.model,
         ).metered(meter, "teacher")
+        checks = TeacherChecks.of(config.fraction, reflector.dialect)
+        waiting = self._waiting(candidate, checks, now)
         scoring = _Scoring(gate or GateConfig(), ScorerContext(model=models))
         for record in waiting:
-            if _DIALECTS[record.api] != reflector.dialect:
-                done.skipped_dialect += 1
-                continue
             if budget <= 0:
                 break
             body = teacher_body(record, teacher.model, config.max_tokens)
@@ -155,14 +157,16 @@ class LiveReferenceWriter:
                 done.checked += 1
                 if score is not None:
                     done.scores[record.id] = score
-        done.waiting = len(waiting) - done.checked - done.skipped_dialect
+        done.waiting = len(waiting) - done.checked
         if done.checked:
             log.info("teacher checks of %r: %d answers checked", scenario, done.checked)
         return done
 
     # -- reading --------------------------------------------------------------------------
 
-    def _waiting(self, candidate: Candidate, fraction: float, now: datetime) -> list[RecordView]:
+    def _waiting(
+        self, candidate: Candidate, checks: TeacherChecks, now: datetime
+    ) -> list[RecordView]:
         """The canary's and the head's checked student answers without a check, oldest
         first."""
         started = str(((candidate.evidence or {}).get("canary") or {}).get("started_at"))
@@ -173,7 +177,7 @@ class LiveReferenceWriter:
             on_arm = (record.purpose == "canary" and record.release_id == candidate.id) or (
                 record.purpose == "serve" and record.release_id == head_id
             )
-            if on_arm and record.created_at <= now and needs_check(record, fraction):
+            if on_arm and record.created_at <= now and needs_check(record, checks):
                 found.append(record)
         return sorted(found, key=lambda r: (r.created_at, r.id))
 
@@ -280,7 +284,8 @@ class _Scoring:
     ) -> tuple[float | None, Any]:
         """The student's score and the teacher's answer as a reference (text, or
         ``{"tool_calls": [...]}``); (None, None) when the teacher's answer is empty."""
-        taught = CANONICALISERS[record.api](body, answer if isinstance(answer, dict) else None)
+        answered = answer if isinstance(answer, dict) else None
+        taught = canonical_exchange(replace(record, request=body, response=answered))
         reply = taught.reply or {}
         calls = reply.get("tool_calls")
         content = reply.get("content")

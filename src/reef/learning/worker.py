@@ -57,7 +57,13 @@ from typing import TYPE_CHECKING, Any
 from reef.config import ReefSettings
 from reef.core import new_id
 from reef.core.errors import InvalidInputError
-from reef.evaluation import CanaryMonitor, CanaryOutcome, EvaluationStore, GateOutcome
+from reef.evaluation import (
+    CanaryMonitor,
+    CanaryOutcome,
+    EvaluationStore,
+    GateOutcome,
+    TeacherChecks,
+)
 from reef.experience import (
     ExperienceStore,
     LearningBudgetExhaustedError,
@@ -358,7 +364,10 @@ class Worker:
             if config.distill is not None
         }
         checks = {
-            name: config.distill.live_references.fraction
+            name: TeacherChecks.of(
+                config.distill.live_references.fraction,
+                self.settings.upstreams[config.distill.teacher.upstream].type,
+            )
             for name, config in self.settings.scenarios.items()
             if config.distill is not None
         }

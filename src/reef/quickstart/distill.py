@@ -14,9 +14,10 @@ makes the triage scenario distilled from it (``write_distill_config``), the engi
    and the gate compares it with the teacher on the held-out traffic
    (non-inferiority, margin ``DISTILL_MARGIN``); a passed student starts as a canary at
    the first rollout step;
-4. the rollout: graded live traffic (the application's grader posts a score per answer)
-   until the canary monitor has promoted every step (``DISTILL_STEPS``), or dropped one
-   (back to the teacher), or ``ROLLOUT_BATCHES`` batches were sent;
+4. the rollout: live traffic, still without feedback, until the canary monitor has
+   promoted every step (``DISTILL_STEPS``), or dropped one (back to the teacher), or
+   ``ROLLOUT_BATCHES`` batches were sent; the worker's live teacher checks (the teacher
+   asked what the student answered) are each step's evidence;
 5. the held-out tickets are measured again on what serves (distilled).
 
 Each measurement asks the held-out tickets as live traffic is routed (recorded as
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,7 +38,7 @@ import openai
 from rich.console import Console
 from rich.table import Table
 
-from reef.quickstart.application import TriageApp, run_concurrently
+from reef.quickstart.application import Answer, TriageApp, run_concurrently
 from reef.quickstart.errors import QuickstartError
 from reef.quickstart.rounds import RoundResult, Rounds
 from reef.quickstart.scenario import Ticket, TicketGenerator, is_correct
@@ -53,7 +54,7 @@ from reef.quickstart.workspace import (
 )
 
 SHOTS = 24  # labelled tickets in the teacher's harness (as bench/distill.py)
-ROLLOUT_BATCHES = 8  # most batches of graded traffic the rollout sends
+ROLLOUT_BATCHES = 8  # most batches of live traffic the rollout sends
 DECIDE_TIMEOUT_SECONDS = 60.0  # how long the worker gets to decide a canary per batch
 EPOCHS = 3.0  # passes over the traffic's examples (workspace.distill_recipe_yaml says why)
 
@@ -87,7 +88,7 @@ def run_distill(
     traffic = generator.draw(options.requests, held_out=False)
     heldout = generator.draw(options.heldout, held_out=True)
     labels = {t.text.strip(): t.label for t in [*traffic, *heldout]}
-    batch = max(options.requests // 2, 12)  # graded tickets per rollout batch
+    batch = max(options.requests // 2, 12)  # tickets per rollout batch
     # Each arm's scored requests before the canary monitor decides a step: about half a
     # batch lands on each arm, and the live interval needs ~50 per arm to clear -0.1
     # with a student one or two answers short of a perfect teacher.
@@ -185,7 +186,8 @@ def _loop(world: _World, traffic: list[Ticket], heldout: list[Ticket]) -> dict[s
 
 
 def _rollout(world: _World) -> list[float]:
-    """Graded traffic until every step is promoted or one is dropped; the shares promoted."""
+    """Live traffic without feedback until every step is promoted or one is dropped
+    (decided on the worker's teacher checks); the shares promoted."""
     app, console, generator, labels = world.app, world.console, world.generator, world.labels
     chain = world.stack.chain()
     promoted: list[float] = []
@@ -195,7 +197,7 @@ def _rollout(world: _World) -> list[float]:
             break
         tickets = generator.draw(world.batch, held_out=False)
         labels.update({t.text.strip(): t.label for t in tickets})
-        answers = run_concurrently(app.serve_and_grade, tickets, lambda _answer: None)
+        answers = run_concurrently(_live(app), tickets, lambda _answer: None)
         right = sum(a.correct for a in answers) / len(answers)
         deadline = time.monotonic() + DECIDE_TIMEOUT_SECONDS
         while time.monotonic() < deadline:  # the worker checks canaries on every pass
@@ -207,7 +209,7 @@ def _rollout(world: _World) -> list[float]:
         head = chain.head(SCENARIO)
         share = head.manifest.routing.student_share if head and head.manifest.routing else 0.0
         console.print(
-            f"rollout batch {number}: {len(tickets)} graded tickets (right {right:.0%}); "
+            f"rollout batch {number}: {len(tickets)} tickets, no feedback (right {right:.0%}); "
             f"canary {state}; serving student share {share:g}"
         )
         if state == "published":  # promoted: the next step, if any, is the new canary
@@ -215,6 +217,15 @@ def _rollout(world: _World) -> list[float]:
         elif state == "abandoned":
             break
     return promoted
+
+
+def _live(app: TriageApp) -> Callable[[Ticket], Answer]:
+    """One unit of live traffic with no feedback: asked in its ticket's session."""
+
+    def ask(ticket: Ticket) -> Answer:
+        return app.ask(ticket, {"x-reef-session": app.traffic_session(ticket.text)})
+
+    return ask
 
 
 def _ask(app: TriageApp, ticket: Ticket) -> Reply:

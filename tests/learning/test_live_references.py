@@ -258,3 +258,35 @@ def test_no_canary_no_teacher_calls(gateway: GatewayThread, teacher: TeacherThre
     before = teacher.calls
     done = writer(gateway).run("support", LiveReferencesConfig(), GATE, None)
     assert done.calls == 0 and teacher.calls == before
+
+
+def test_outside_a_canary_the_serving_students_answers_are_checked_when_asked(
+    gateway: GatewayThread, teacher: TeacherThread
+) -> None:
+    """On-policy data: with ``on_policy_fraction``, the teacher corrects the serving
+    student's answers between canaries; by default nothing is asked."""
+    chain = ReleaseChain(gateway.database)
+    ask(gateway, "hello")
+    head = chain.head("support")
+    assert head is not None
+    routing = RoutingComponent(student_share=1.0, teacher=TEACHER)
+    manifest = ReleaseManifest(model=head.manifest.model, routing=routing)
+    candidate = chain.propose("support", manifest, head.id, "test", "student serves")
+    student = chain.publish(candidate.id, head.id, "test", "test", require_passed=False)
+
+    def serving() -> bool:
+        return gateway.store.get_record(ask(gateway, "alpha A-1 warm up")).release_id == (
+            student.id
+        )
+
+    eventually(serving, "the gateway to serve the student release", timeout_seconds=10)
+    ids = [ask(gateway, f"beta question {i}") for i in range(6)]
+    before = teacher.calls
+    assert writer(gateway).run("support", LiveReferencesConfig(), GATE, None).calls == 0
+    assert teacher.calls == before
+    on_policy = LiveReferencesConfig(on_policy_fraction=1.0)
+    done = writer(gateway).run("support", on_policy, GATE, None)
+    assert done.error is None and done.calls >= len(ids)
+    for record in records(gateway, ids):
+        check = check_of(record)
+        assert check is not None and check.score == 0.0 and check.correction == "B-2"

@@ -35,6 +35,13 @@ class LiveReferencesConfig(BaseModel):
         "evidence; each one the student answered costs one teacher call. 0: off (the "
         "canary then decides on feedback).",
     )
+    on_policy_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Outside a canary: share of the serving student's answers the teacher "
+        "checks; a corrected one is on-policy data for the next distill job (0: none).",
+    )
     calls_per_pass: int = Field(
         default=32, ge=1, description="Most teacher calls one worker pass makes."
     )

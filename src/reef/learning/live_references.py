@@ -20,12 +20,17 @@ student answered on either arm that have no check yet, oldest first, and for eac
    teacher's answer is its correction, so the ``distill`` learner can train the student
    on the teacher's answer to a prompt the student got wrong (on-policy data).
 
+Outside a canary, with ``on_policy_fraction`` above 0, the same checks run on that share
+of the answers the serving release's student gives (its records since it was
+published): no decision reads them, but each corrected answer is on-policy data for the
+next ``distill`` job, within the same call caps and learning budgets.
+
 A teacher answer with nothing to compare (empty) is written without a score (void: the
 record then counts for neither arm). A failed call ends the pass; the record stays
 pending and is asked again on the next pass (the canary waits meanwhile). At most
-``calls_per_pass`` calls a pass and ``max_calls_per_hour`` an hour. Nothing is asked
-outside a canary: once the rollout's last step is promoted, the student serves with no
-teacher calls but its escalations.
+``calls_per_pass`` calls a pass and ``max_calls_per_hour`` an hour. By default nothing
+is asked outside a canary: once the rollout's last step is promoted, the student serves
+with no teacher calls but its escalations.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from reef.experience import (
 )
 from reef.learning.judges import with_spend
 from reef.learning.reflect import UpstreamReflector
-from reef.releases import Candidate, ReleaseChain
+from reef.releases import ReleaseChain
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,17 @@ class CheckPass:
     error: str | None = None
     exhausted: LearningBudgetExhaustedError | None = None
     scores: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What a pass checks: the teacher to ask, the fraction checked, the (purpose,
+    release id) pairs whose records count, and since when."""
+
+    teacher: TeacherEndpoint
+    fraction: float
+    arms: set[tuple[str, str | None]]
+    since: str
 
 
 class LiveReferenceWriter:
@@ -117,12 +133,11 @@ class LiveReferenceWriter:
         the recipe's gate configuration (its scorer; None: the defaults); ``models`` a
         ``ConfiguredModel`` for a scorer that asks one (``llm_judge``)."""
         done = CheckPass()
-        candidate = self.chain.canaries().get(scenario)
-        routing = None if candidate is None else candidate.manifest.routing
-        if candidate is None or routing is None or config.fraction <= 0:
+        target = self._target(scenario, config)
+        if target is None:
             return done
         now = now or datetime.now(UTC)
-        teacher = routing.teacher
+        teacher = target.teacher
         hourly = config.max_calls_per_hour - self._calls_last_hour(scenario, now)
         budget = min(hourly, config.calls_per_pass)
         reflector = UpstreamReflector(
@@ -132,8 +147,8 @@ class LiveReferenceWriter:
             upstream_name=teacher.upstream,
             model=teacher.model,
         ).metered(meter, "teacher")
-        checks = TeacherChecks.of(config.fraction, reflector.dialect)
-        waiting = self._waiting(candidate, checks, now)
+        checks = TeacherChecks.of(target.fraction, reflector.dialect)
+        waiting = self._waiting(scenario, target, checks, now)
         scoring = _Scoring(gate or GateConfig(), ScorerContext(model=models))
         for record in waiting:
             if budget <= 0:
@@ -164,19 +179,34 @@ class LiveReferenceWriter:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _waiting(
-        self, candidate: Candidate, checks: TeacherChecks, now: datetime
-    ) -> list[RecordView]:
-        """The canary's and the head's checked student answers without a check, oldest
-        first."""
-        started = str(((candidate.evidence or {}).get("canary") or {}).get("started_at"))
-        head = self.chain.head(candidate.scenario)
+    def _target(self, scenario: str, config: LiveReferencesConfig) -> _Target | None:
+        """What this pass checks: a live routed canary's two arms (``fraction``), else
+        the serving student's answers (``on_policy_fraction``), else nothing."""
+        candidate = self.chain.canaries().get(scenario)
+        head = self.chain.head(scenario)
         head_id = None if head is None else head.id
+        routing = None if candidate is None else candidate.manifest.routing
+        if candidate is not None and routing is not None:
+            if config.fraction <= 0:
+                return None
+            canary = (candidate.evidence or {}).get("canary") or {}
+            arms = {("canary", candidate.id), ("serve", head_id)}
+            return _Target(routing.teacher, config.fraction, arms, str(canary.get("started_at")))
+        serving = None if head is None else head.manifest.routing
+        if head is None or serving is None or serving.student_share <= 0:
+            return None
+        if config.on_policy_fraction <= 0:
+            return None
+        since = head.created_at.isoformat()
+        return _Target(serving.teacher, config.on_policy_fraction, {("serve", head.id)}, since)
+
+    def _waiting(
+        self, scenario: str, target: _Target, checks: TeacherChecks, now: datetime
+    ) -> list[RecordView]:
+        """The target's checked student answers without a check, oldest first."""
         found = []
-        for record in self.store.iter_export(candidate.scenario, since=started):
-            on_arm = (record.purpose == "canary" and record.release_id == candidate.id) or (
-                record.purpose == "serve" and record.release_id == head_id
-            )
+        for record in self.store.iter_export(scenario, since=target.since):
+            on_arm = (record.purpose, record.release_id) in target.arms
             if on_arm and record.created_at <= now and needs_check(record, checks):
                 found.append(record)
         return sorted(found, key=lambda r: (r.created_at, r.id))

@@ -290,7 +290,8 @@ class Worker:
         done: dict[str, CheckPass] = {}
         now = self.queue.now()
         for scenario, config in self.settings.scenarios.items():
-            if config.distill is None or config.distill.live_references.fraction <= 0:
+            checks = None if config.distill is None else config.distill.live_references
+            if checks is None or max(checks.fraction, checks.on_policy_fraction) <= 0:
                 continue
             try:
                 recipe = self.recipe_of(scenario)

@@ -8,12 +8,27 @@ from typing import Any
 import pytest
 
 from tests.experience.conftest import PG_ENV, ThrowawayDatabases
+from tests.fakes.student import StudentThread
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeUpstreamThread]:
+    with FakeUpstreamThread() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def student() -> Iterator[StudentThread]:
+    """A distilled scenario's student (``tests.fakes.student``)."""
+    with StudentThread() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def teacher() -> Iterator[FakeUpstreamThread]:
+    """A distilled scenario's teacher: the fake upstream, on a port of its own."""
     with FakeUpstreamThread() as server:
         yield server
 

@@ -63,18 +63,6 @@ SCENARIOS = {
 }
 
 
-@pytest.fixture(scope="module")
-def student() -> Iterator[StudentThread]:
-    with StudentThread() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def teacher() -> Iterator[FakeUpstreamThread]:
-    with FakeUpstreamThread() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True, scope="module")
 def no_tracing() -> Iterator[None]:
     """The Agents SDK exports traces to OpenAI unless told not to."""

@@ -49,28 +49,18 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def student() -> Iterator[StudentThread]:
-    with StudentThread() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def teacher() -> Iterator[FakeUpstreamThread]:
-    with FakeUpstreamThread() as server:
-        yield server
-
-
 def settings(
     tmp_path: Path,
     student_url: str,
     teacher_url: str,
     student: dict[str, Any] | None = None,
     teacher: dict[str, Any] | None = None,
+    distill: dict[str, Any] | None = None,
     **extra: Any,
 ) -> ReefSettings:
     """Settings of the ``support`` scenario distilled from ``teacher`` into ``student``
-    (each upstream's settings updated by the dict given, e.g. ``responses: native``)."""
+    (each upstream's settings updated by the dict given, e.g. ``responses: native``;
+    ``distill`` adds to the scenario's distill section)."""
     common = {"read_timeout_seconds": 2, "total_timeout_seconds": 5}
     return ReefSettings(
         home=tmp_path / "home",
@@ -88,9 +78,8 @@ def settings(
         scenarios={
             "support": {
                 "upstream": "student",
-                "distill": {
-                    "teacher": {"upstream": "teacher", "model": "teacher-model"},
-                },
+                "distill": {"teacher": {"upstream": "teacher", "model": "teacher-model"}}
+                | (distill or {}),
             }
         },
         **extra,

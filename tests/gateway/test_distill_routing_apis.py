@@ -50,18 +50,6 @@ SCHEMA_FORMAT = {
 
 
 @pytest.fixture(scope="module")
-def student() -> Iterator[StudentThread]:
-    with StudentThread() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def teacher() -> Iterator[FakeUpstreamThread]:
-    with FakeUpstreamThread() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def gateway(
     tmp_path_factory: pytest.TempPathFactory, student: StudentThread, teacher: FakeUpstreamThread
 ) -> Iterator[GatewayThread]:

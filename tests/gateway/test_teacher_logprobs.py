@@ -17,6 +17,7 @@ from tests.fakes.student import StudentThread
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 from tests.gateway.test_distill_routing import release
+from tests.gateway.test_distill_routing import settings as distilled
 
 TOP = 3
 
@@ -24,39 +25,7 @@ TOP = 3
 def settings(
     home: Path, student_url: str, teacher_url: str, top: int, **extra: Any
 ) -> ReefSettings:
-    common = {"read_timeout_seconds": 2, "total_timeout_seconds": 5}
-    return ReefSettings(
-        home=home / "home",
-        store={"url": f"sqlite:///{home / 'reef.db'}"},
-        upstreams={
-            "student": {"type": "openai", "base_url": student_url, "model": "student-model"}
-            | common,
-            "teacher": {"type": "openai", "base_url": teacher_url, "model": "teacher-model"}
-            | common,
-        },
-        scenarios={
-            "support": {
-                "upstream": "student",
-                "distill": {
-                    "teacher": {"upstream": "teacher", "model": "teacher-model"},
-                    "teacher_logprobs": top,
-                },
-            }
-        },
-        **extra,
-    )
-
-
-@pytest.fixture(scope="module")
-def student() -> Iterator[StudentThread]:
-    with StudentThread() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def teacher() -> Iterator[FakeUpstreamThread]:
-    with FakeUpstreamThread() as server:
-        yield server
+    return distilled(home, student_url, teacher_url, distill={"teacher_logprobs": top}, **extra)
 
 
 @pytest.fixture(scope="module")

@@ -610,7 +610,7 @@ def compare(args: argparse.Namespace) -> None:
         "```",
         "",
         "| task | feedback | recipe | base | candidate | trained / served (skew check) "
-        "| sft steps, stop | training min (CPU) | job | gate |",
+        "| sft examples, steps, stop | training min (CPU) | job | gate |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -627,7 +627,7 @@ def compare(args: argparse.Namespace) -> None:
             f"{row['base_accuracy']:.0%}",
             f"{row['accuracy']:.0%}",
             skew,
-            f"{row['steps']}, {row['stop_reason']}",
+            f"{row['examples']}, {row['steps']}, {row['stop_reason']}",
             f"{row['train_minutes']:.1f} ({row['train_cpu_minutes']:.1f})",
             row["state"],
             "published" if row["published"] else "not published",

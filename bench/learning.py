@@ -8,10 +8,12 @@ For each task (synthetic, seeded) and each ``--feedback`` count:
 
 - **Reef**: the embedded engine and a real gateway on loopback, scenario ``calib`` with
   the default recipe (``fewshot`` k=2, then ``sft`` with its default budget), holdout 0.2,
-  the gate on the held-out experience. An OpenAI SDK client sends ``N`` requests and
-  corrects every answer through ``POST /reef/feedback``; one learning job runs
-  (training, then the gate). The candidate's accuracy is measured on a separate test set
-  that was never sent as traffic, through the gateway pinned to the candidate.
+  the gate on the held-out experience. An OpenAI SDK client sends ``N`` requests, each
+  in a session named from its position in the traffic (the split goes by session, so
+  every run holds out the same items), and corrects every answer through
+  ``POST /reef/feedback``; one learning job runs (training, then the gate). The
+  candidate's accuracy is measured on a separate test set that was never sent as
+  traffic, through the gateway pinned to the candidate.
 - **Bare PEFT loop**: ``get_peft_model`` (LoRA r=8, alpha 16, q_proj/v_proj) + AdamW
   at a constant rate, ``--bare-epochs`` epochs at batch 8 over exactly the records the
   job trained on, then greedy answers on the same test set.
@@ -143,7 +145,7 @@ TASKS = {
 RECIPE = """\
 schema_version: 1
 trigger: {type: manual}
-selection: {holdout_fraction: 0.2}
+selection: {holdout_fraction: 0.2, holdout_key: session}
 learners:
   - {type: fewshot, k: 2}
   - {type: sft, model: MODEL}
@@ -213,12 +215,13 @@ def reef_run(
                 )  # fmt: skip
                 client = OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
                 answers: dict[str, tuple[str, str]] = {}
-                for prompt, answer in task.make(count, random.Random(7)):
+                for index, (prompt, answer) in enumerate(task.make(count, random.Random(7))):
                     raw = client.chat.completions.with_raw_response.create(
                         model=f"reef/{SCENARIO}",
                         messages=[{"role": "user", "content": prompt}],
                         max_tokens=task.max_tokens,
                         temperature=0,
+                        extra_headers={"x-reef-session": traffic_session(task, index)},
                     )
                     record_id = raw.headers["x-reef-record-id"]
                     said = raw.parse().choices[0].message.content or ""
@@ -272,6 +275,16 @@ def reef_run(
         "trained_accuracy": (job.metrics or {}).get("trained_accuracy"),
         "served_accuracy": (job.metrics or {}).get("served_accuracy"),
     }
+
+
+def traffic_session(task: Task, index: int) -> str:
+    """The session the ``index``-th traffic item is sent in (``x-reef-session``). The
+    recipes split the holdout by session (``holdout_key: session``), so every run, and
+    every recipe of a ``--compare-recipes`` run, trains on the same items and is gated on
+    the same ones. Split by record id (drawn at random) the sets differed from run to
+    run: on the label map at 240 corrections one run of ``fewshot-sft`` trained on 120
+    examples and the ``sft`` run beside it on 131, a difference that was not the recipe's."""
+    return f"{task.name}-{index}"
 
 
 def accuracy(client: Any, test: list[tuple[str, str]], task: Task, release: str | None) -> float:
@@ -597,7 +610,7 @@ def compare(args: argparse.Namespace) -> None:
         "```",
         "",
         "| task | feedback | recipe | base | candidate | trained / served (skew check) "
-        "| sft steps, stop | training min (CPU) | job | gate |",
+        "| sft examples, steps, stop | training min (CPU) | job | gate |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -614,7 +627,7 @@ def compare(args: argparse.Namespace) -> None:
             f"{row['base_accuracy']:.0%}",
             f"{row['accuracy']:.0%}",
             skew,
-            f"{row['steps']}, {row['stop_reason']}",
+            f"{row['examples']}, {row['steps']}, {row['stop_reason']}",
             f"{row['train_minutes']:.1f} ({row['train_cpu_minutes']:.1f})",
             row["state"],
             "published" if row["published"] else "not published",

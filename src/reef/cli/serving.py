@@ -204,6 +204,11 @@ def run_gateway(settings: ReefSettings, with_worker: bool = True, log_level: str
     """
     host = effective_host(settings)
     listener = bind_listener(host, settings.server.port)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Started with SIGINT ignored (a script's background job): uvicorn handles it
+        # while serving regardless, so the exit after it is the same as in the
+        # foreground, 130 (tests/cli/test_serve_shutdown.py, run from such a job).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         stopped_by = _serve(settings, listener, with_worker, log_level)
     finally:

@@ -60,8 +60,10 @@ class TeacherChecks:
 
 
 def check_of(record: RecordView) -> FeedbackView | None:
-    """The live teacher check written on ``record``, if any (the newest)."""
-    found = [fb for fb in record.feedback if fb.source == CHECK_SOURCE]
+    """The live teacher check written on ``record``, if any (the newest): feedback of
+    source ``judge:teacher`` at trust ``operator`` (what the worker writes; posted
+    feedback is always ``explicit``, and an admin's import keeps its own trust)."""
+    found = [fb for fb in record.feedback if fb.source == CHECK_SOURCE and fb.trust == "operator"]
     return found[-1] if found else None
 
 

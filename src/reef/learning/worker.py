@@ -301,7 +301,7 @@ class Worker:
             meter = self.meter_for(scenario, recipe)
             done[scenario] = self.teacher_checks.run(
                 scenario,
-                config.distill.live_references,
+                checks,
                 None if recipe is None else recipe.gate,
                 meter,
                 now,

@@ -4,14 +4,19 @@ clean import."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from reef.experience import SQLExperienceStore
+from rich.console import Console
+
+from reef.cli.importing import _import_one
+from reef.experience import ImportOptions, ImportSummary, SQLExperienceStore
 from tests.cli.test_commands import reef
 from tests.polling import eventually
 
@@ -112,3 +117,26 @@ def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: P
     assert "resumed after line" in rerun.stderr
     assert stored(tmp_path) == (count, count, count)
     assert not list((tmp_path / ".reef" / "imports").glob("*.json"))  # done: forgotten
+
+
+def test_the_progress_bar_shows_bytes_read_and_records_per_second(tmp_path: Path) -> None:
+    path = tmp_path / "three-batches.jsonl"
+    with path.open("w") as out:
+        for i in range(2500):  # three batches, so the bar moves before the end
+            turn = [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
+            out.write(json.dumps({"messages": turn}) + "\n")
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=160, color_system=None)
+    store = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'reef.db'}", migrate=True)
+    try:
+        options = ImportOptions(scenario="s", checkpoint_dir=tmp_path / "imports")
+        summary = ImportSummary()
+        _import_one(store, path, options, summary, console)
+    finally:
+        store.close()
+    assert summary.records == 2500
+    frames = screen.getvalue()
+    assert path.name in frames
+    size = f"{path.stat().st_size / 1000:.1f}"
+    assert f"{size}/{size} kB" in frames  # bytes read, to the end of the file
+    assert re.search(r"\b[1-9][\d,]* records/s", frames), frames

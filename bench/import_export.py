@@ -13,8 +13,15 @@ records over the child's wall time (process start and imports included); the pea
 child's maximum resident set size (``wait4``'s ``ru_maxrss``). The summary's counts are
 checked: every line imported, one demonstration (feedback) each, nothing skipped.
 
-Gateway throughput with live OTel export on and off is measured by
-``bench/otel_export.py``.
+It also measures the other half of issue 40's figures, gateway throughput at
+concurrency 32 with live OTel export on vs off (target: at least 0.95x), by running
+``bench/otel_export.py`` (needs the ``otel`` extra; its own section of the report)::
+
+    .venv/bin/python bench/import_export.py --records 1000000 --output docs/benchmarks.md \
+        --part both --otel-requests 10000 --otel-warmup 1000 --otel-runs 20
+
+``--part import`` (the default, as ``reef bench`` runs it) or ``--part otel`` runs one
+half only.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import otel_export
 from sections import write_between
 
 from reef.experience.importing.runner import BATCH_LINES, SESSION_MEMORY
@@ -67,6 +75,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--no-small", action="store_true", help="skip the run at a tenth of --records"
     )
+    parser.add_argument(
+        "--part",
+        choices=("import", "otel", "both"),
+        default="import",
+        help="import rate and memory, OTel export on vs off at c=32 (bench/otel_export.py), "
+        "or both",
+    )
+    parser.add_argument("--otel-requests", type=int, default=2000, help="otel: per round")
+    parser.add_argument("--otel-warmup", type=int, default=200, help="otel: before each round")
+    parser.add_argument("--otel-runs", type=int, default=6, help="otel: rounds per target")
+    parser.add_argument("--concurrency", type=int, default=32, help="otel: concurrent clients")
     parser.add_argument("--note", default="", help="a line about the machine, for the report")
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
     return parser.parse_args(argv)
@@ -165,12 +184,43 @@ def report(runs: list[ImportRun], note: str, argv: list[str], load: tuple[float,
         "One `reef import` child process per row (openai-finetune lines, each a record and "
         "its demonstration feedback, into a fresh SQLite store); the rate counts the "
         "process start; peak RSS is the child's maximum resident set.",
+        "The benchmark's other figure, gateway throughput at c=32 with live OTel export "
+        "on vs off (`--part otel`, which runs `bench/otel_export.py`), is in "
+        "[its own section](#live-otel-export-throughput-with-export-on-vs-off).",
     ]
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:
+def otel_argv(args: argparse.Namespace) -> list[str]:
+    """``bench/otel_export.py``'s command line for this run's ``--otel-*`` options."""
+    argv = [
+        "--requests",
+        str(args.otel_requests),
+        "--warmup",
+        str(args.otel_warmup),
+        "--runs",
+        str(args.otel_runs),
+        "--concurrency",
+        str(args.concurrency),
+    ]
+    if args.note:
+        argv += ["--note", args.note]
+    if args.output is not None:
+        argv += ["--output", str(args.output)]
+    return argv
+
+
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.part in ("import", "both"):
+        measure_import(args, argv)
+    if args.part in ("otel", "both"):
+        return otel_export.main(otel_argv(args))
+    return 0
+
+
+def measure_import(args: argparse.Namespace, argv: list[str]) -> None:
+    """Import ``--records`` lines (and a tenth of it), report, write the section."""
     sizes = [args.records] if args.no_small else [max(args.records // 10, 1), args.records]
     runs = []
     load_before = os.getloadavg()[0]
@@ -192,4 +242,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -86,19 +86,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--otel-warmup", type=int, default=200, help="otel: before each round")
     parser.add_argument("--otel-runs", type=int, default=6, help="otel: rounds per target")
     parser.add_argument("--concurrency", type=int, default=32, help="otel: concurrent clients")
+    parser.add_argument(
+        "--line-bytes",
+        type=int,
+        default=0,
+        help="pad each line to about this many bytes (a multi-GB file: 250000 x 10000)",
+    )
     parser.add_argument("--note", default="", help="a line about the machine, for the report")
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
     return parser.parse_args(argv)
 
 
-def write_finetune_file(path: Path, count: int) -> int:
-    """``count`` distinct ``{"messages": [...]}`` lines; returns the file's size."""
+def write_finetune_file(path: Path, count: int, line_bytes: int = 0) -> int:
+    """``count`` distinct ``{"messages": [...]}`` lines; returns the file's size. With
+    ``line_bytes``, each user message carries a catalogue excerpt that brings its line
+    to about that size (a multi-GB file with fewer records)."""
     with path.open("w", encoding="utf-8") as out:
         for index in range(count):
+            question = f"What does item {index} cost? In stock?"
+            if line_bytes > 0:
+                question = _padded(question, index, line_bytes)
             line = {
                 "messages": [
                     {"role": "system", "content": "You answer questions about the catalogue."},
-                    {"role": "user", "content": f"What does item {index} cost? In stock?"},
+                    {"role": "user", "content": question},
                     {
                         "role": "assistant",
                         "content": f"Item {index} costs {index % 97 + 3}.50 and "
@@ -110,11 +121,25 @@ def write_finetune_file(path: Path, count: int) -> int:
     return path.stat().st_size
 
 
-def run_import(folder: Path, count: int) -> ImportRun:
+def _padded(question: str, index: int, line_bytes: int) -> str:
+    """``question`` after catalogue lines (distinct per ``index``) of about
+    ``line_bytes`` bytes in all."""
+    entries: list[str] = []
+    size = len(question) + 250  # the rest of the line
+    entry = 0
+    while size < line_bytes:
+        text = f"item {index}-{entry}: price {(index * 7 + entry) % 997}.50, shelf {entry % 40}."
+        entries.append(text)
+        size += len(text) + 1
+        entry += 1
+    return "\n".join([*entries, question])
+
+
+def run_import(folder: Path, count: int, line_bytes: int = 0) -> ImportRun:
     """Generate a file of ``count`` lines in ``folder`` and import it as a child process."""
     folder.mkdir(parents=True)
     source = folder / "train.jsonl"
-    size = write_finetune_file(source, count)
+    size = write_finetune_file(source, count, line_bytes)
     command = [
         sys.executable,
         "-m",
@@ -146,7 +171,13 @@ def run_import(folder: Path, count: int) -> ImportRun:
     return ImportRun(count, size, seconds, usage.ru_maxrss * 1024, cpu)
 
 
-def report(runs: list[ImportRun], note: str, argv: list[str], load: tuple[float, float]) -> str:
+def report(
+    runs: list[ImportRun],
+    note: str,
+    argv: list[str],
+    load: tuple[float, float],
+    line_bytes: int = 0,
+) -> str:
     """The markdown section: command, machine note, one row per size."""
     command = "python bench/import_export.py " + " ".join(shlex.quote(a) for a in argv)
     lines = [
@@ -167,7 +198,14 @@ def report(runs: list[ImportRun], note: str, argv: list[str], load: tuple[float,
             f"{run.peak_rss_bytes / 2**20:.1f} |"
         )
     largest = max(runs, key=lambda run: run.records)
-    if largest.records < FULL_SIZE:
+    if line_bytes > 0:
+        lines += [
+            "",
+            f"Lines padded to about {line_bytes:,} bytes (`--line-bytes`): a file of "
+            f"{largest.file_bytes / 1e9:.2f} GB from {largest.records:,} records, so peak "
+            "memory is seen against the file's size.",
+        ]
+    elif largest.records < FULL_SIZE:
         minutes = FULL_SIZE / largest.rate / 60
         lines += [
             "",
@@ -226,7 +264,7 @@ def measure_import(args: argparse.Namespace, argv: list[str]) -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="reef-import-bench-") as tmp:
         for count in sizes:
-            run = run_import(Path(tmp) / str(count), count)
+            run = run_import(Path(tmp) / str(count), count, args.line_bytes)
             print(
                 f"{count:>10,} records: {run.seconds:8.1f} s  {run.rate:10,.0f} records/s  "
                 f"CPU {run.cpu_seconds:8.1f} s  peak RSS {run.peak_rss_bytes / 2**20:8.1f} MB  "
@@ -234,7 +272,7 @@ def measure_import(args: argparse.Namespace, argv: list[str]) -> None:
                 flush=True,
             )
             runs.append(run)
-    text = report(runs, args.note, argv, (load_before, os.getloadavg()[0]))
+    text = report(runs, args.note, argv, (load_before, os.getloadavg()[0]), args.line_bytes)
     print()
     print(text)
     if args.output is not None:

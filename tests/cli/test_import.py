@@ -34,6 +34,20 @@ def stored(root: Path) -> tuple[int, int, int]:
     return len(records), sum(len(r.feedback) for r in records), len(keys)
 
 
+def sessions(root: Path) -> list[tuple[str | None, str, int]]:
+    """Each record of scenario ``s`` as its idempotency key, session and turn, in key
+    order (record ids and session ids are minted per store; the grouping is compared)."""
+    store = SQLExperienceStore.from_url(f"sqlite:///{root / '.reef' / 'reef.db'}")
+    try:
+        records = list(store.iter_export("s"))
+    finally:
+        store.close()
+    first_key = {}
+    for record in sorted(records, key=lambda r: str(r.idempotency_key)):
+        first_key.setdefault(record.session_id, str(record.idempotency_key))
+    return sorted((r.idempotency_key, first_key[r.session_id], r.turn) for r in records)
+
+
 def test_import_prints_a_summary_and_a_rerun_adds_nothing(tmp_path: Path) -> None:
     files = [str(DATA / "openai-chat.jsonl"), str(DATA / "openai-finetune.jsonl")]
     first = reef("import", *files, "--scenario", "s", "--json", cwd=tmp_path)
@@ -117,6 +131,13 @@ def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: P
     assert "resumed after line" in rerun.stderr
     assert stored(tmp_path) == (count, count, count)
     assert not list((tmp_path / ".reef" / "imports").glob("*.json"))  # done: forgotten
+    # the same file imported cleanly, uninterrupted, elsewhere: the same rows
+    clean_root = tmp_path / "clean"
+    clean_root.mkdir()
+    clean = reef("import", str(path), "--scenario", "s", cwd=clean_root)
+    assert clean.returncode == 0, clean.stderr
+    assert stored(clean_root) == stored(tmp_path)
+    assert sessions(clean_root) == sessions(tmp_path)
 
 
 def test_the_progress_bar_shows_bytes_read_and_records_per_second(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 round-trip through their own writers in test_importing.py and test_export_otel.py).
 
 Each fixture (written from the tool's export documentation: tool calls, multi-turn
-conversations, feedback) is imported, written out with ``reef export``, imported into
+conversations, and feedback where the format has any; OpenAI's chat completions carry
+none) is imported, written out with ``reef export``, imported into
 another store and written out again: both exports match apart from what a store mints
 (feedback ids and times) and the origin tags, so nothing read from the source (the
 conversations, answers, sessions and their order, times, token counts, source ids,

@@ -103,13 +103,18 @@ def _checkpoint_line(root: Path) -> int:
 def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: Path) -> None:
     count = 10000
     path = tmp_path / "big.jsonl"
+    # Conversations of two turns, the second 5000 lines after the first: a second turn
+    # read after the rerun finds the session of a first turn committed before the kill.
     with path.open("w") as out:
-        for i in range(count):
-            turn = [
-                {"role": "user", "content": f"question {i}?"},
-                {"role": "assistant", "content": f"answer {i}"},
-            ]
-            out.write(json.dumps({"messages": turn}) + "\n")
+        for turns in (1, 2):
+            for i in range(count // 2):
+                conversation = [
+                    {"role": "user", "content": f"question {i}?"},
+                    {"role": "assistant", "content": f"answer {i}"},
+                    {"role": "user", "content": f"and then {i}?"},
+                    {"role": "assistant", "content": f"then {i}"},
+                ]
+                out.write(json.dumps({"messages": conversation[: 2 * turns]}) + "\n")
     command = [sys.executable, "-m", "reef", "import", str(path), "--scenario", "s"]
     running = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -138,6 +143,7 @@ def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: P
     assert clean.returncode == 0, clean.stderr
     assert stored(clean_root) == stored(tmp_path)
     assert sessions(clean_root) == sessions(tmp_path)
+    assert len({first for _, first, _ in sessions(tmp_path)}) == count // 2
 
 
 def test_the_progress_bar_shows_bytes_read_and_records_per_second(tmp_path: Path) -> None:

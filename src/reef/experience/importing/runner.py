@@ -22,7 +22,7 @@ from typing import Any, get_args
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.core.ids import new_id
 from reef.core.jsoncodec import loads, sha256_hex
-from reef.core.trust import Trust
+from reef.core.trust import Trust, trust_rank
 from reef.experience.errors import IdempotencyConflictError
 from reef.experience.importing.base import (
     IMPORT_ORIGIN_PREFIX,
@@ -74,6 +74,10 @@ class ImportOptions:
     demo_trust: Trust = "operator"
     redactor: Redactor | None = None
     checkpoint_dir: Path | None = None  # None: no resume point kept
+    # The importer's own trust: no feedback row is written above it (a row of Reef's
+    # format carrying a higher level, an upload's ``demo_trust``), as no feedback a
+    # principal posts is.
+    max_trust: Trust = "operator"
 
 
 @dataclass
@@ -241,6 +245,11 @@ def import_file(
             progress(stream.tell(), summary)
     if checkpoint is not None:
         checkpoint.clear()
+
+
+def _capped(level: Trust, ceiling: Trust) -> Trust:
+    """``level``, or ``ceiling`` when ``level`` is above it."""
+    return level if trust_rank(level) <= trust_rank(ceiling) else ceiling
 
 
 def _read_line(
@@ -510,7 +519,7 @@ class _Importer:
             metadata=entry.metadata,
             principal=entry.principal or self.origin,
             idempotency_key=entry.idempotency_key or f"{self.origin}:{entry.source_id}",
-            trust=entry.trust or self.options.demo_trust,
+            trust=_capped(entry.trust or self.options.demo_trust, self.options.max_trust),
             session_id=session_id,
             source=entry.source,
             confidence=entry.confidence,

@@ -19,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError
+from reef.core.errors import InvalidInputError, PermissionDeniedError
+from reef.core.trust import Trust, trust_rank
 from reef.experience import (
     IMPORT_BATCH_LINES,
     IMPORT_FORMATS,
@@ -28,9 +29,11 @@ from reef.experience import (
     LineImport,
     Redactor,
     UnknownImportFormatError,
+    demo_trust,
     reader_named,
     sniff_reader,
 )
+from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name
 from reef.gateway.state import GatewayState
 
@@ -65,6 +68,25 @@ def upload_summary(summary: ImportSummary, scenario: str, dry_run: bool) -> dict
         "skipped": summary.skipped,
         "skips": [{"line": line, "reason": reason} for _, line, reason in summary.skips],
     }
+
+
+def _demo_trust(request: Request, key_trust: Trust) -> Trust:
+    """The ``demo_trust`` query parameter (default: the uploading key's trust in the
+    scenario); above the key's own level it is a 403, as feedback posted by that key
+    could not be either."""
+    value = request.query_params.get("demo_trust")
+    if not value:
+        return key_trust
+    try:
+        level = demo_trust(value)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"query parameter demo_trust: {error}") from error
+    if trust_rank(level) > trust_rank(key_trust):
+        raise PermissionDeniedError(
+            f"demo_trust={level} is above this key's trust in the scenario ({key_trust}): "
+            "imported feedback is written at most at the importer's own trust"
+        )
+    return level
 
 
 class _Upload:
@@ -144,12 +166,15 @@ class ImportRoutes:
         if fmt != "auto":
             reader_named(fmt)  # an unknown format is a 400 before any line is read
         dry_run = _flag(request, "dry_run")
+        key_trust = self.state.settings.trust_of(grant_of(request).principal.key_id, scenario)
         options = ImportOptions(
             scenario=scenario,
             fmt=fmt,
             dry_run=dry_run,
             strict=_flag(request, "strict"),
+            demo_trust=_demo_trust(request, key_trust),
             redactor=self.redactor,
+            max_trust=key_trust,
         )
         upload = _Upload(self.state, options)
         limit = self.state.settings.server.max_body_bytes

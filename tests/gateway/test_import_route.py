@@ -75,6 +75,27 @@ def test_a_streamed_upload_split_mid_line_reads_every_line(gateway: GatewayThrea
     assert summary["skips"][0]["reason"].startswith("not JSON")
 
 
+def test_pretty_printed_objects_upload_with_the_format_told_from_the_first(
+    gateway: GatewayThread,
+) -> None:
+    # Langfuse traces as `jq .` writes them: the format is told from the whole first
+    # object, however the chunks split it; an object cut short at the end is listed.
+    traces = [json.loads(line) for line in (DATA / "langfuse.jsonl").read_text().splitlines()]
+    body = "".join(json.dumps(trace, indent=2) + "\n" for trace in traces).encode()
+    cut = json.dumps(traces[0], indent=2).encode().splitlines()[:4]
+    body += b"\n".join(cut)
+    pieces = [body[i : i + 13] for i in range(0, len(body), 13)]
+    answer = upload_chunks(gateway.port, "/reef/scenarios/support/import", pieces)
+    assert answer.status == 200, answer.body
+    summary = answer.json()
+    assert summary["format"] == "langfuse"
+    assert (summary["records"], summary["feedback"], summary["sessions"]) == (4, 3, 2)
+    opened = len(body.splitlines()) - len(cut) + 1
+    assert summary["skips"] == [
+        {"line": opened, "reason": "object opened by a '{' line is not closed by a '}' line"}
+    ]
+
+
 def test_a_line_longer_than_the_body_limit_is_skipped_and_listed(
     make_gateway: Callable[..., GatewayThread],
 ) -> None:

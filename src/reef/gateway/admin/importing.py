@@ -29,7 +29,9 @@ from reef.experience import (
     LineImport,
     Redactor,
     UnknownImportFormatError,
+    closes_object,
     demo_trust,
+    opens_object,
     reader_named,
     sniff_reader,
 )
@@ -105,25 +107,60 @@ class _Upload:
         reader = reader_named(fmt) if fmt != "auto" else sniff_reader(first, "the upload")
         self.summary.lines += self.blank
         return LineImport(
-            self.state.store, reader, self.options, self.summary, UPLOAD_SOURCE, self.blank
+            self.state.store,
+            reader,
+            self.options,
+            self.summary,
+            UPLOAD_SOURCE,
+            self.blank,
         )
 
-    def run(self, lines: list[bytes | int], limit: int) -> None:
-        """Read ``lines`` (in a worker thread: it parses and writes)."""
+    def _sniffing(self, line: bytes | int, limit: int) -> bool:
+        """Whether ``line`` is held until the first object written over several lines
+        is whole, so ``auto`` can tell the format from all of it; starts the import
+        (and reads what was held) once it is."""
+        if self.options.fmt != "auto" or not (
+            self.pending or (isinstance(line, bytes) and opens_object(line))
+        ):
+            return False
+        self.pending.append(line)
+        size = sum(len(held) if isinstance(held, bytes) else held for held in self.pending)
+        if not (isinstance(line, bytes) and closes_object(line)) and size <= limit:
+            return True
+        self._start_held(limit)
+        return True
+
+    def _start_held(self, limit: int) -> None:
+        held, self.pending = self.pending, []
+        self.lines = self._start(b"\n".join(h for h in held if isinstance(h, bytes)))
+        for line in held:
+            self._feed(self.lines, line, limit)
+
+    def _feed(self, lines: LineImport, line: bytes | int, limit: int) -> None:
+        if isinstance(line, int):
+            lines.skip(
+                f"line of {line} bytes or more is longer than server.max_body_bytes ({limit} bytes)"
+            )
+        elif lines.add(line):
+            lines.flush()
+
+    def run(self, lines: list[bytes | int], limit: int, last: bool = False) -> None:
+        """Read ``lines`` (in a worker thread: it parses and writes); ``last``: the
+        upload's end (an object still open is reported)."""
         for line in lines:
             if self.lines is None:
-                if isinstance(line, bytes) and not line.strip():
+                if not self.pending and isinstance(line, bytes) and not line.strip():
                     self.blank += 1
                     continue
+                if self._sniffing(line, limit):
+                    continue
                 self.lines = self._start(line if isinstance(line, bytes) else b"")
-            if isinstance(line, int):
-                self.lines.skip(
-                    f"line of {line} bytes or more is longer than server.max_body_bytes "
-                    f"({limit} bytes)"
-                )
-            elif self.lines.add(line):
-                self.lines.flush()
+            self._feed(self.lines, line, limit)
+        if last and self.lines is None and self.pending:
+            self._start_held(limit)
         if self.lines is not None:
+            if last:
+                self.lines.end()
             self.lines.flush()
 
     def finish(self) -> None:
@@ -175,6 +212,7 @@ class ImportRoutes:
             demo_trust=_demo_trust(request, key_trust),
             redactor=self.redactor,
             max_trust=key_trust,
+            max_object_bytes=self.state.settings.server.max_body_bytes,
         )
         upload = _Upload(self.state, options)
         limit = self.state.settings.server.max_body_bytes
@@ -206,7 +244,7 @@ class ImportRoutes:
                     batch, held = [], 0
         if dropping or buffer:
             batch.append(dropping or bytes(buffer))
-        await asyncio.to_thread(upload.run, batch, limit)
+        await asyncio.to_thread(upload.run, batch, limit, True)
         upload.finish()
         return Response(
             dumps(upload_summary(upload.summary, scenario, dry_run)),

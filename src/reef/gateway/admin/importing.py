@@ -100,19 +100,17 @@ class _Upload:
         self.summary = ImportSummary()
         self.lines: LineImport | None = None
         self.blank = 0  # empty lines before the first one (``auto`` sniffs the first)
-        self.pending: list[bytes | int] = []  # a line, or the length of one too long
+        # Lines held before the format is known (a line, or the length of one too long),
+        # while a first object written over several lines is read whole; their size.
+        self.pending: list[bytes | int] = []
+        self.pending_bytes = 0
 
     def _start(self, first: bytes) -> LineImport:
         fmt = self.options.fmt
         reader = reader_named(fmt) if fmt != "auto" else sniff_reader(first, "the upload")
         self.summary.lines += self.blank
         return LineImport(
-            self.state.store,
-            reader,
-            self.options,
-            self.summary,
-            UPLOAD_SOURCE,
-            self.blank,
+            self.state.store, reader, self.options, self.summary, UPLOAD_SOURCE, self.blank
         )
 
     def _sniffing(self, line: bytes | int, limit: int) -> bool:
@@ -124,8 +122,8 @@ class _Upload:
         ):
             return False
         self.pending.append(line)
-        size = sum(len(held) if isinstance(held, bytes) else held for held in self.pending)
-        if not (isinstance(line, bytes) and closes_object(line)) and size <= limit:
+        self.pending_bytes += len(line) if isinstance(line, bytes) else line
+        if not (isinstance(line, bytes) and closes_object(line)) and self.pending_bytes <= limit:
             return True
         self._start_held(limit)
         return True

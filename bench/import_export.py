@@ -13,8 +13,15 @@ records over the child's wall time (process start and imports included); the pea
 child's maximum resident set size (``wait4``'s ``ru_maxrss``). The summary's counts are
 checked: every line imported, one demonstration (feedback) each, nothing skipped.
 
-Gateway throughput with live OTel export on and off is measured by
-``bench/otel_export.py``.
+It also measures the other half of issue 40's figures, gateway throughput at
+concurrency 32 with live OTel export on vs off (target: at least 0.95x), by running
+``bench/otel_export.py`` (needs the ``otel`` extra; its own section of the report)::
+
+    .venv/bin/python bench/import_export.py --records 1000000 --output docs/benchmarks.md \
+        --part both --otel-requests 10000 --otel-warmup 1000 --otel-runs 20
+
+``--part import`` (the default, as ``reef bench`` runs it) or ``--part otel`` runs one
+half only.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import otel_export
 from sections import write_between
 
 from reef.experience.importing.runner import BATCH_LINES, SESSION_MEMORY
@@ -67,19 +75,41 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--no-small", action="store_true", help="skip the run at a tenth of --records"
     )
+    parser.add_argument(
+        "--part",
+        choices=("import", "otel", "both"),
+        default="import",
+        help="import rate and memory, OTel export on vs off at c=32 (bench/otel_export.py), "
+        "or both",
+    )
+    parser.add_argument("--otel-requests", type=int, default=2000, help="otel: per round")
+    parser.add_argument("--otel-warmup", type=int, default=200, help="otel: before each round")
+    parser.add_argument("--otel-runs", type=int, default=6, help="otel: rounds per target")
+    parser.add_argument("--concurrency", type=int, default=32, help="otel: concurrent clients")
+    parser.add_argument(
+        "--line-bytes",
+        type=int,
+        default=0,
+        help="pad each line to about this many bytes (a multi-GB file: 250000 x 10000)",
+    )
     parser.add_argument("--note", default="", help="a line about the machine, for the report")
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
     return parser.parse_args(argv)
 
 
-def write_finetune_file(path: Path, count: int) -> int:
-    """``count`` distinct ``{"messages": [...]}`` lines; returns the file's size."""
+def write_finetune_file(path: Path, count: int, line_bytes: int = 0) -> int:
+    """``count`` distinct ``{"messages": [...]}`` lines; returns the file's size. With
+    ``line_bytes``, each user message carries a catalogue excerpt that brings its line
+    to about that size (a multi-GB file with fewer records)."""
     with path.open("w", encoding="utf-8") as out:
         for index in range(count):
+            question = f"What does item {index} cost? In stock?"
+            if line_bytes > 0:
+                question = _padded(question, index, line_bytes)
             line = {
                 "messages": [
                     {"role": "system", "content": "You answer questions about the catalogue."},
-                    {"role": "user", "content": f"What does item {index} cost? In stock?"},
+                    {"role": "user", "content": question},
                     {
                         "role": "assistant",
                         "content": f"Item {index} costs {index % 97 + 3}.50 and "
@@ -91,11 +121,25 @@ def write_finetune_file(path: Path, count: int) -> int:
     return path.stat().st_size
 
 
-def run_import(folder: Path, count: int) -> ImportRun:
+def _padded(question: str, index: int, line_bytes: int) -> str:
+    """``question`` after catalogue lines (distinct per ``index``) of about
+    ``line_bytes`` bytes in all."""
+    entries: list[str] = []
+    size = len(question) + 250  # the rest of the line
+    entry = 0
+    while size < line_bytes:
+        text = f"item {index}-{entry}: price {(index * 7 + entry) % 997}.50, shelf {entry % 40}."
+        entries.append(text)
+        size += len(text) + 1
+        entry += 1
+    return "\n".join([*entries, question])
+
+
+def run_import(folder: Path, count: int, line_bytes: int = 0) -> ImportRun:
     """Generate a file of ``count`` lines in ``folder`` and import it as a child process."""
     folder.mkdir(parents=True)
     source = folder / "train.jsonl"
-    size = write_finetune_file(source, count)
+    size = write_finetune_file(source, count, line_bytes)
     command = [
         sys.executable,
         "-m",
@@ -127,7 +171,13 @@ def run_import(folder: Path, count: int) -> ImportRun:
     return ImportRun(count, size, seconds, usage.ru_maxrss * 1024, cpu)
 
 
-def report(runs: list[ImportRun], note: str, argv: list[str], load: tuple[float, float]) -> str:
+def report(
+    runs: list[ImportRun],
+    note: str,
+    argv: list[str],
+    load: tuple[float, float],
+    line_bytes: int = 0,
+) -> str:
     """The markdown section: command, machine note, one row per size."""
     command = "python bench/import_export.py " + " ".join(shlex.quote(a) for a in argv)
     lines = [
@@ -148,7 +198,14 @@ def report(runs: list[ImportRun], note: str, argv: list[str], load: tuple[float,
             f"{run.peak_rss_bytes / 2**20:.1f} |"
         )
     largest = max(runs, key=lambda run: run.records)
-    if largest.records < FULL_SIZE:
+    if line_bytes > 0:
+        lines += [
+            "",
+            f"Lines padded to about {line_bytes:,} bytes (`--line-bytes`): a file of "
+            f"{largest.file_bytes / 1e9:.2f} GB from {largest.records:,} records, so peak "
+            "memory is seen against the file's size.",
+        ]
+    elif largest.records < FULL_SIZE:
         minutes = FULL_SIZE / largest.rate / 60
         lines += [
             "",
@@ -165,18 +222,49 @@ def report(runs: list[ImportRun], note: str, argv: list[str], load: tuple[float,
         "One `reef import` child process per row (openai-finetune lines, each a record and "
         "its demonstration feedback, into a fresh SQLite store); the rate counts the "
         "process start; peak RSS is the child's maximum resident set.",
+        "The benchmark's other figure, gateway throughput at c=32 with live OTel export "
+        "on vs off (`--part otel`, which runs `bench/otel_export.py`), is in "
+        "[its own section](#live-otel-export-throughput-with-export-on-vs-off).",
     ]
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:
+def otel_argv(args: argparse.Namespace) -> list[str]:
+    """``bench/otel_export.py``'s command line for this run's ``--otel-*`` options."""
+    argv = [
+        "--requests",
+        str(args.otel_requests),
+        "--warmup",
+        str(args.otel_warmup),
+        "--runs",
+        str(args.otel_runs),
+        "--concurrency",
+        str(args.concurrency),
+    ]
+    if args.note:
+        argv += ["--note", args.note]
+    if args.output is not None:
+        argv += ["--output", str(args.output)]
+    return argv
+
+
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.part in ("import", "both"):
+        measure_import(args, argv)
+    if args.part in ("otel", "both"):
+        return otel_export.main(otel_argv(args))
+    return 0
+
+
+def measure_import(args: argparse.Namespace, argv: list[str]) -> None:
+    """Import ``--records`` lines (and a tenth of it), report, write the section."""
     sizes = [args.records] if args.no_small else [max(args.records // 10, 1), args.records]
     runs = []
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="reef-import-bench-") as tmp:
         for count in sizes:
-            run = run_import(Path(tmp) / str(count), count)
+            run = run_import(Path(tmp) / str(count), count, args.line_bytes)
             print(
                 f"{count:>10,} records: {run.seconds:8.1f} s  {run.rate:10,.0f} records/s  "
                 f"CPU {run.cpu_seconds:8.1f} s  peak RSS {run.peak_rss_bytes / 2**20:8.1f} MB  "
@@ -184,7 +272,7 @@ def main(argv: list[str]) -> None:
                 flush=True,
             )
             runs.append(run)
-    text = report(runs, args.note, argv, (load_before, os.getloadavg()[0]))
+    text = report(runs, args.note, argv, (load_before, os.getloadavg()[0]), args.line_bytes)
     print()
     print(text)
     if args.output is not None:
@@ -192,4 +280,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

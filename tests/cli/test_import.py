@@ -4,14 +4,19 @@ clean import."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from reef.experience import SQLExperienceStore
+from rich.console import Console
+
+from reef.cli.importing import _import_one
+from reef.experience import ImportOptions, ImportSummary, SQLExperienceStore
 from tests.cli.test_commands import reef
 from tests.polling import eventually
 
@@ -27,6 +32,20 @@ def stored(root: Path) -> tuple[int, int, int]:
         store.close()
     keys = {r.idempotency_key for r in records}
     return len(records), sum(len(r.feedback) for r in records), len(keys)
+
+
+def sessions(root: Path) -> list[tuple[str | None, str, int]]:
+    """Each record of scenario ``s`` as its idempotency key, session and turn, in key
+    order (record ids and session ids are minted per store; the grouping is compared)."""
+    store = SQLExperienceStore.from_url(f"sqlite:///{root / '.reef' / 'reef.db'}")
+    try:
+        records = list(store.iter_export("s"))
+    finally:
+        store.close()
+    first_key = {}
+    for record in sorted(records, key=lambda r: str(r.idempotency_key)):
+        first_key.setdefault(record.session_id, str(record.idempotency_key))
+    return sorted((r.idempotency_key, first_key[r.session_id], r.turn) for r in records)
 
 
 def test_import_prints_a_summary_and_a_rerun_adds_nothing(tmp_path: Path) -> None:
@@ -84,13 +103,18 @@ def _checkpoint_line(root: Path) -> int:
 def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: Path) -> None:
     count = 10000
     path = tmp_path / "big.jsonl"
+    # Conversations of two turns, the second 5000 lines after the first: a second turn
+    # read after the rerun finds the session of a first turn committed before the kill.
     with path.open("w") as out:
-        for i in range(count):
-            turn = [
-                {"role": "user", "content": f"question {i}?"},
-                {"role": "assistant", "content": f"answer {i}"},
-            ]
-            out.write(json.dumps({"messages": turn}) + "\n")
+        for turns in (1, 2):
+            for i in range(count // 2):
+                conversation = [
+                    {"role": "user", "content": f"question {i}?"},
+                    {"role": "assistant", "content": f"answer {i}"},
+                    {"role": "user", "content": f"and then {i}?"},
+                    {"role": "assistant", "content": f"then {i}"},
+                ]
+                out.write(json.dumps({"messages": conversation[: 2 * turns]}) + "\n")
     command = [sys.executable, "-m", "reef", "import", str(path), "--scenario", "s"]
     running = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -112,3 +136,34 @@ def test_an_import_killed_midway_and_rerun_loses_and_doubles_nothing(tmp_path: P
     assert "resumed after line" in rerun.stderr
     assert stored(tmp_path) == (count, count, count)
     assert not list((tmp_path / ".reef" / "imports").glob("*.json"))  # done: forgotten
+    # the same file imported cleanly, uninterrupted, elsewhere: the same rows
+    clean_root = tmp_path / "clean"
+    clean_root.mkdir()
+    clean = reef("import", str(path), "--scenario", "s", cwd=clean_root)
+    assert clean.returncode == 0, clean.stderr
+    assert stored(clean_root) == stored(tmp_path)
+    assert sessions(clean_root) == sessions(tmp_path)
+    assert len({first for _, first, _ in sessions(tmp_path)}) == count // 2
+
+
+def test_the_progress_bar_shows_bytes_read_and_records_per_second(tmp_path: Path) -> None:
+    path = tmp_path / "three-batches.jsonl"
+    with path.open("w") as out:
+        for i in range(2500):  # three batches, so the bar moves before the end
+            turn = [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
+            out.write(json.dumps({"messages": turn}) + "\n")
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=160, color_system=None)
+    store = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'reef.db'}", migrate=True)
+    try:
+        options = ImportOptions(scenario="s", checkpoint_dir=tmp_path / "imports")
+        summary = ImportSummary()
+        _import_one(store, path, options, summary, console)
+    finally:
+        store.close()
+    assert summary.records == 2500
+    frames = screen.getvalue()
+    assert path.name in frames
+    size = f"{path.stat().st_size / 1000:.1f}"
+    assert f"{size}/{size} kB" in frames  # bytes read, to the end of the file
+    assert re.search(r"\b[1-9][\d,]* records/s", frames), frames

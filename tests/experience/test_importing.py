@@ -170,15 +170,43 @@ def test_reef_export_round_trips_with_feedback(tmp_path: Path) -> None:
                 trust="user",
             )
         )
+        # a session's outcome, naming no record: it travels with the session's first record
+        session = records(source)[2].session_id
+        source.add_feedback(
+            FeedbackDraft(
+                scenario="s",
+                record_ids=(),
+                score=0.0,
+                feedback="the task failed",
+                correction=None,
+                metadata={},
+                principal="grader",
+                idempotency_key="outcome-1",
+                trust="user",
+                session_id=session,
+            )
+        )
         dump = tmp_path / "dump.jsonl"
         export_records(source, "s", "reef", dump)
         summary = run_import(target, dump, tmp_path / "b")
         assert summary.formats == {str(dump): "reef"}
         assert (summary.records, summary.skipped) == (8, 0)
-        assert summary.feedback == 5
+        assert summary.feedback == 6
         before, after = exported(source, "reef"), exported(target, "reef")
         assert [_comparable(r) for r in after] == [_comparable(r) for r in before]
         assert {r["tags"][ORIGIN_TAG] for r in after} == {"import:reef"}
+        redacted = io.BytesIO()
+        export_records(source, "s", "reef", redacted, redactor=Redactor([r"failed"]))
+        assert (
+            b"the task [REDACTED]" in redacted.getvalue() and b"failed" not in redacted.getvalue()
+        )
+        (outcome,) = target.session_feedback("s", session)
+        assert (outcome.record_ids, outcome.score, outcome.feedback) == ((), 0.0, "the task failed")
+        assert (outcome.principal, outcome.trust, outcome.idempotency_key) == (
+            "grader",
+            "user",
+            "outcome-1",
+        )
     finally:
         source.close()
         target.close()

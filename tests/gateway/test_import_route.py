@@ -75,6 +75,27 @@ def test_a_streamed_upload_split_mid_line_reads_every_line(gateway: GatewayThrea
     assert summary["skips"][0]["reason"].startswith("not JSON")
 
 
+def test_pretty_printed_objects_upload_with_the_format_told_from_the_first(
+    gateway: GatewayThread,
+) -> None:
+    # Langfuse traces as `jq .` writes them: the format is told from the whole first
+    # object, however the chunks split it; an object cut short at the end is listed.
+    traces = [json.loads(line) for line in (DATA / "langfuse.jsonl").read_text().splitlines()]
+    body = "".join(json.dumps(trace, indent=2) + "\n" for trace in traces).encode()
+    cut = json.dumps(traces[0], indent=2).encode().splitlines()[:4]
+    body += b"\n".join(cut)
+    pieces = [body[i : i + 13] for i in range(0, len(body), 13)]
+    answer = upload_chunks(gateway.port, "/reef/scenarios/support/import", pieces)
+    assert answer.status == 200, answer.body
+    summary = answer.json()
+    assert summary["format"] == "langfuse"
+    assert (summary["records"], summary["feedback"], summary["sessions"]) == (4, 3, 2)
+    opened = len(body.splitlines()) - len(cut) + 1
+    assert summary["skips"] == [
+        {"line": opened, "reason": "object opened by a '{' line is not closed by a '}' line"}
+    ]
+
+
 def test_a_line_longer_than_the_body_limit_is_skipped_and_listed(
     make_gateway: Callable[..., GatewayThread],
 ) -> None:
@@ -163,3 +184,62 @@ def test_the_records_listing_filters_by_origin(gateway: GatewayThread) -> None:
     assert len(listing(gateway.port)) == 9
     bad = call(gateway.port, "GET", "/reef/scenarios/support/records?origin=somewhere")
     assert bad.status == 400 and "import:openai-finetune" in bad.json()["error"]["message"]
+
+
+def test_imported_feedback_is_written_at_most_at_the_uploading_keys_trust(
+    make_gateway: Callable[..., GatewayThread],
+) -> None:
+    keys = [
+        {"id": "ops", "key": "sk-ops", "role": "admin"},
+        {"id": "helper", "key": "sk-helper", "role": "admin", "trust": "user"},
+    ]
+    gateway = make_gateway(auth={"keys": keys})
+    ops, helper = "Bearer sk-ops", "Bearer sk-helper"
+
+    def trusts() -> list[str]:
+        return sorted(f.trust for r in gateway.store.iter_export("support") for f in r.feedback)
+
+    # An operator asking for more than a user-trust key has is refused before any line.
+    refused = upload(gateway.port, "?demo_trust=operator", FINETUNE, authorization=helper)
+    assert refused.status == 403 and "above this key's trust" in refused.json()["error"]["message"]
+    assert trusts() == []
+    bad = upload(gateway.port, "?demo_trust=admin", FINETUNE, authorization=ops)
+    assert bad.status == 400 and "demo_trust" in bad.json()["error"]["message"]
+    # By default the rows take the uploading key's trust; lower may be asked for.
+    assert upload(gateway.port, "", FINETUNE, authorization=helper).status == 200
+    assert trusts() == ["user"] * 4
+    # Reef's own lines keep their rows' levels, but never above the uploader's.
+    reef_lines = [
+        {
+            "id": record.id,
+            "scenario": "support",
+            "session_id": record.session_id,
+            "api": record.api,
+            "request": record.request,
+            "response": record.response,
+            "prompt_hash": record.prompt_hash,
+            "content_hash": record.content_hash,
+            "idempotency_key": record.idempotency_key,
+            "feedback": [
+                {
+                    "id": f"again-{record.id}",
+                    "record_ids": [record.id],
+                    "score": 0.5,
+                    "trust": "operator",
+                }
+            ],
+        }
+        for record in gateway.store.iter_export("support")
+    ]
+    body = "".join(json.dumps(line) + "\n" for line in reef_lines).encode()
+    answer = upload(gateway.port, "?format=reef", body, authorization=helper)
+    assert answer.status == 200, answer.body
+    assert answer.json()["feedback"] == 4
+    assert trusts() == ["user"] * 8
+    # An operator key's upload is at operator trust unless it asks for less.
+    langsmith = (DATA / "langsmith.jsonl").read_bytes()
+    lower = upload(gateway.port, "?demo_trust=untrusted", langsmith, authorization=ops)
+    assert lower.status == 200 and lower.json()["feedback"] == 3
+    full = upload(gateway.port, "", (DATA / "tensorzero.jsonl").read_bytes(), authorization=ops)
+    assert full.status == 200 and full.json()["feedback"] == 4
+    assert trusts() == ["operator"] * 3 + ["untrusted"] * 3 + ["user"] * 8

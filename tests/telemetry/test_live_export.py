@@ -10,6 +10,7 @@ from typing import Any
 import openai
 import pytest
 
+from reef.releases import ReleaseChain, ReleaseManifest
 from reef.telemetry.attributes import trace_ids
 from tests.fakes.otlp import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan
 from tests.fakes.upstream import FakeUpstreamThread
@@ -109,6 +110,25 @@ def test_one_genai_span_per_exchange_without_content_by_default(
     assert span.end_ns - span.start_ns == pytest.approx(record.latency_ms * 1e6, rel=0.01)
     assert span.resource["service.name"] == "reef"
     assert receiver.headers[0]["x-collector-key"] == "k-123"
+
+
+def test_the_span_names_the_release_that_served_and_the_one_pinned(
+    make_gateway: Callable[..., GatewayThread], receiver: OtlpReceiver
+) -> None:
+    gateway = make_gateway(receiver.traces_url)
+    chain = ReleaseChain(gateway.database)
+    head = chain.head("support")
+    assert head is not None
+    candidate = chain.propose(
+        "support", ReleaseManifest(model=head.manifest.model), head.id, "test", "a candidate"
+    )
+    served = chat(gateway, "unpinned")
+    pinned = chat(gateway, "pinned", **{"x-reef-release": candidate.id})
+    plain, canary = span_of(receiver, served), span_of(receiver, pinned)
+    assert plain.attributes["reef.release.id"] == head.id
+    assert "reef.candidate.id" not in plain.attributes
+    assert canary.attributes["reef.release.id"] == candidate.id  # the pinned one served it
+    assert canary.attributes["reef.candidate.id"] == candidate.id
 
 
 def test_feedback_is_an_evaluation_event_on_the_rated_span(

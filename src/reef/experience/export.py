@@ -55,8 +55,9 @@ def export_records(
     """
     records = export_views(store, scenario, since, redactor)
     if fmt in ("jsonl", "reef"):  # ``reef``: the format ``reef import`` reads back
+        outcomes = session_outcomes(store, scenario, redactor)
         with binary_output(out) as stream:
-            return _write_jsonl(records, stream)
+            return _write_jsonl(records, stream, outcomes)
     if fmt == "openai-finetune":
         with binary_output(out) as stream:
             return _write_finetune(records, stream)
@@ -192,10 +193,36 @@ def binary_output(out: str | os.PathLike[str] | IO[bytes]) -> Iterator[IO[bytes]
         yield out
 
 
-def _write_jsonl(records: Iterator[RecordView], stream: IO[bytes]) -> int:
+def session_outcomes(
+    store: ExperienceStore, scenario: str, redactor: Redactor | None
+) -> dict[str, list[FeedbackView]]:
+    """Session id -> the outcomes given on that session as a whole (feedback naming no
+    record), redacted as the records are: what a record line of the session carries."""
+    found: dict[str, list[FeedbackView]] = {}
+    for view in store.session_feedback(scenario):
+        session = view.session_id
+        if view.record_ids or session is None:
+            continue
+        if redactor is not None and redactor.active:
+            view = redactor.redact_feedback_view(view)
+        found.setdefault(session, []).append(view)
+    return found
+
+
+def _write_jsonl(
+    records: Iterator[RecordView],
+    stream: IO[bytes],
+    outcomes: dict[str, list[FeedbackView]] | None = None,
+) -> int:
+    """One record a line with its feedback; a session's outcomes (``outcomes``) on the
+    line of the session's first record written, so ``reef import`` finds the session."""
+    pending = dict(outcomes or {})
     count = 0
     for view in records:
-        stream.write(dumps(record_dict(view)) + b"\n")
+        line = record_dict(view)
+        for outcome in pending.pop(view.session_id, ()):
+            line["feedback"].append(feedback_dict(outcome))
+        stream.write(dumps(line) + b"\n")
         count += 1
     return count
 

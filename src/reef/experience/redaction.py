@@ -120,6 +120,13 @@ class Redactor:
             feedback=tuple(self._feedback_view(item) for item in view.feedback),
         )
 
+    def redact_feedback_view(self, view: FeedbackView) -> FeedbackView:
+        """A stored feedback row as an export writes it: its feedback, correction and
+        metadata redacted."""
+        if not self._patterns:
+            return view
+        return self._feedback_view(view)
+
     def _feedback_view(self, view: FeedbackView) -> FeedbackView:
         return dataclasses.replace(
             view,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -22,7 +22,7 @@ from typing import Any, get_args
 from reef.core.errors import InvalidInputError, NotFoundError
 from reef.core.ids import new_id
 from reef.core.jsoncodec import loads, sha256_hex
-from reef.core.trust import Trust
+from reef.core.trust import Trust, trust_rank
 from reef.experience.errors import IdempotencyConflictError
 from reef.experience.importing.base import (
     IMPORT_ORIGIN_PREFIX,
@@ -48,6 +48,11 @@ from reef.upstream import (
 )
 
 BATCH_LINES = 1000
+# A JSON object written over several lines (``json.dumps(indent=...)``, ``jq .``: the
+# OpenTelemetry Python SDK's console exporter, a downloaded Langfuse trace) is read as
+# one line when it opens with a line that is only ``{`` and closes with one that is only
+# ``}``; one larger than this is skipped, its bytes not held.
+MAX_OBJECT_BYTES = 64 << 20
 MAX_SKIPS_KEPT = 1000  # skipped lines listed in the summary; beyond, only counted
 SESSION_MEMORY = 100_000  # continuation hashes of this run remembered for inference
 _APIS = get_args(RecordDraft.__annotations__["api"]) or (
@@ -74,6 +79,12 @@ class ImportOptions:
     demo_trust: Trust = "operator"
     redactor: Redactor | None = None
     checkpoint_dir: Path | None = None  # None: no resume point kept
+    # The importer's own trust: no feedback row is written above it (a row of Reef's
+    # format carrying a higher level, an upload's ``demo_trust``), as no feedback a
+    # principal posts is.
+    max_trust: Trust = "operator"
+    # The largest JSON object written over several lines that is read (module constant).
+    max_object_bytes: int = MAX_OBJECT_BYTES
 
 
 @dataclass
@@ -132,15 +143,46 @@ def sniff_reader(first: bytes, where: str) -> ImportReader:
     )
 
 
+def opens_object(raw: bytes) -> bool:
+    """Whether ``raw`` is the first line of a JSON object written over several lines (a
+    line that is only ``{``; the length test spares every other line a copy)."""
+    return len(raw) < 16 and raw.rstrip() == b"{"
+
+
+def closes_object(raw: bytes) -> bool:
+    """Whether ``raw`` is the last line of such an object (a line that is only ``}``:
+    inner objects are indented)."""
+    return raw.rstrip() == b"}"
+
+
+def first_entry(lines: Iterable[bytes], max_bytes: int = MAX_OBJECT_BYTES) -> bytes | None:
+    """The first non-empty line of ``lines``, or the whole first object when it is
+    written over several lines (up to ``max_bytes``); None for none."""
+    held: list[bytes] = []
+    size = 0
+    for raw in lines:
+        if not held:
+            if not raw.strip():
+                continue
+            if not opens_object(raw):
+                return raw
+        held.append(raw)
+        size += len(raw)
+        if closes_object(raw) or size > max_bytes:
+            break
+    return b"\n".join(held) if held else None
+
+
 def resolve_format(path: Path, fmt: str) -> ImportReader:
     """The reader for ``fmt``; with ``auto``, the first whose ``sniff`` accepts the
-    file's first non-empty line. Raises ``UnknownImportFormatError`` naming the formats."""
+    file's first non-empty line (or first object written over several lines). Raises
+    ``UnknownImportFormatError`` naming the formats."""
     if fmt != "auto":
         return reader_named(fmt)
     with path.open("rb") as stream:
-        for raw in stream:
-            if raw.strip():
-                return sniff_reader(raw, str(path))
+        first = first_entry(stream)
+        if first is not None:
+            return sniff_reader(first, str(path))
     raise UnknownImportFormatError(
         f"{path}: cannot tell the format of an empty file; pass --format with one of "
         f"{', '.join(IMPORT_FORMATS)}"
@@ -170,6 +212,12 @@ class LineImport:
         self.source = source
         self.line_no = first_line
         self.batch: list[tuple[int, ImportItem]] = []
+        self.max_object_bytes = options.max_object_bytes
+        # An object written over several lines, being read: its lines so far (None when
+        # it grew past ``max_object_bytes``: dropped), its first line's number, its size.
+        self.object: list[bytes] | None = None
+        self.object_line = 0
+        self.object_bytes = -1  # -1: no object open
         self.importer = (
             None if options.dry_run or store is None else _Importer(store, reader, options)
         )
@@ -177,24 +225,62 @@ class LineImport:
 
     def add(self, raw: bytes) -> bool:
         """Read one line (a bad one is skipped and listed, or, ``strict``, raises
-        ``ImportLineError`` with its number); True when the batch is full."""
+        ``ImportLineError`` with its number); True when the batch is full. A JSON object
+        written over several lines is read when its closing line comes, numbered by its
+        first line; True is only answered there, never inside one."""
         self.line_no += 1
         self.summary.lines += 1
-        item = _read_line(
-            self.reader, raw, self.source, self.line_no, self.options.strict, self.summary
-        )
+        if self.object_bytes >= 0:
+            return self._continue_object(raw)
+        if opens_object(raw):
+            self.object, self.object_line, self.object_bytes = [raw], self.line_no, len(raw)
+            return False
+        return self._read(raw, self.line_no)
+
+    def _read(self, raw: bytes, line_no: int) -> bool:
+        item = _read_line(self.reader, raw, self.source, line_no, self.options.strict, self.summary)
         if item is not None:
-            self.batch.append((self.line_no, item))
+            self.batch.append((line_no, item))
         return len(self.batch) >= BATCH_LINES
+
+    def _continue_object(self, raw: bytes) -> bool:
+        """One more line of the open object; at its closing line, the object read."""
+        self.object_bytes += len(raw)
+        if self.object is not None:
+            self.object.append(raw)
+            if self.object_bytes > self.max_object_bytes:
+                self.object = None  # dropped: its bytes are not held
+        if not closes_object(raw):
+            return False
+        held, line, size = self.object, self.object_line, self.object_bytes
+        self.object, self.object_bytes = None, -1
+        if held is None:
+            self._skip_at(
+                line, f"object of {size} bytes or more is larger than {self.max_object_bytes}"
+            )
+            return False
+        return self._read(b"\n".join(held), line)
+
+    def end(self) -> None:
+        """At the end of the source: an object opened and never closed is skipped (or,
+        ``strict``, raises ``ImportLineError``)."""
+        if self.object_bytes < 0:
+            return
+        line = self.object_line
+        self.object, self.object_bytes = None, -1
+        self._skip_at(line, "object opened by a '{' line is not closed by a '}' line")
 
     def skip(self, reason: str) -> None:
         """Count a line that was not read at all (too long to hold), listing ``reason``;
         ``strict``: raises ``ImportLineError``."""
         self.line_no += 1
         self.summary.lines += 1
+        self._skip_at(self.line_no, reason)
+
+    def _skip_at(self, line_no: int, reason: str) -> None:
         if self.options.strict:
-            raise ImportLineError(f"{self.source}:{self.line_no}: {reason} (strict)")
-        self.summary.skip(self.source, self.line_no, reason)
+            raise ImportLineError(f"{self.source}:{line_no}: {reason} (strict)")
+        self.summary.skip(self.source, line_no, reason)
 
     def flush(self) -> None:
         """Write the batch read so far (one transaction for its records)."""
@@ -236,11 +322,17 @@ def import_file(
                     checkpoint.save(Checkpoint(stream.tell(), lines.line_no))
                 if progress is not None:
                     progress(stream.tell(), summary)
+        lines.end()
         lines.flush()
         if progress is not None:
             progress(stream.tell(), summary)
     if checkpoint is not None:
         checkpoint.clear()
+
+
+def _capped(level: Trust, ceiling: Trust) -> Trust:
+    """``level``, or ``ceiling`` when ``level`` is above it."""
+    return level if trust_rank(level) <= trust_rank(ceiling) else ceiling
 
 
 def _read_line(
@@ -510,7 +602,7 @@ class _Importer:
             metadata=entry.metadata,
             principal=entry.principal or self.origin,
             idempotency_key=entry.idempotency_key or f"{self.origin}:{entry.source_id}",
-            trust=entry.trust or self.options.demo_trust,
+            trust=_capped(entry.trust or self.options.demo_trust, self.options.max_trust),
             session_id=session_id,
             source=entry.source,
             confidence=entry.confidence,

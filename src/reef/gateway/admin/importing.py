@@ -19,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core import dumps
-from reef.core.errors import InvalidInputError
+from reef.core.errors import InvalidInputError, PermissionDeniedError
+from reef.core.trust import Trust, trust_rank
 from reef.experience import (
     IMPORT_BATCH_LINES,
     IMPORT_FORMATS,
@@ -28,9 +29,13 @@ from reef.experience import (
     LineImport,
     Redactor,
     UnknownImportFormatError,
+    closes_object,
+    demo_trust,
+    opens_object,
     reader_named,
     sniff_reader,
 )
+from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name
 from reef.gateway.state import GatewayState
 
@@ -67,6 +72,25 @@ def upload_summary(summary: ImportSummary, scenario: str, dry_run: bool) -> dict
     }
 
 
+def _demo_trust(request: Request, key_trust: Trust) -> Trust:
+    """The ``demo_trust`` query parameter (default: the uploading key's trust in the
+    scenario); above the key's own level it is a 403, as feedback posted by that key
+    could not be either."""
+    value = request.query_params.get("demo_trust")
+    if not value:
+        return key_trust
+    try:
+        level = demo_trust(value)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"query parameter demo_trust: {error}") from error
+    if trust_rank(level) > trust_rank(key_trust):
+        raise PermissionDeniedError(
+            f"demo_trust={level} is above this key's trust in the scenario ({key_trust}): "
+            "imported feedback is written at most at the importer's own trust"
+        )
+    return level
+
+
 class _Upload:
     """The upload's lines, fed to a ``LineImport`` made once the format is known."""
 
@@ -76,7 +100,10 @@ class _Upload:
         self.summary = ImportSummary()
         self.lines: LineImport | None = None
         self.blank = 0  # empty lines before the first one (``auto`` sniffs the first)
-        self.pending: list[bytes | int] = []  # a line, or the length of one too long
+        # Lines held before the format is known (a line, or the length of one too long),
+        # while a first object written over several lines is read whole; their size.
+        self.pending: list[bytes | int] = []
+        self.pending_bytes = 0
 
     def _start(self, first: bytes) -> LineImport:
         fmt = self.options.fmt
@@ -86,22 +113,52 @@ class _Upload:
             self.state.store, reader, self.options, self.summary, UPLOAD_SOURCE, self.blank
         )
 
-    def run(self, lines: list[bytes | int], limit: int) -> None:
-        """Read ``lines`` (in a worker thread: it parses and writes)."""
+    def _sniffing(self, line: bytes | int, limit: int) -> bool:
+        """Whether ``line`` is held until the first object written over several lines
+        is whole, so ``auto`` can tell the format from all of it; starts the import
+        (and reads what was held) once it is."""
+        if self.options.fmt != "auto" or not (
+            self.pending or (isinstance(line, bytes) and opens_object(line))
+        ):
+            return False
+        self.pending.append(line)
+        self.pending_bytes += len(line) if isinstance(line, bytes) else line
+        if not (isinstance(line, bytes) and closes_object(line)) and self.pending_bytes <= limit:
+            return True
+        self._start_held(limit)
+        return True
+
+    def _start_held(self, limit: int) -> None:
+        held, self.pending = self.pending, []
+        self.lines = self._start(b"\n".join(h for h in held if isinstance(h, bytes)))
+        for line in held:
+            self._feed(self.lines, line, limit)
+
+    def _feed(self, lines: LineImport, line: bytes | int, limit: int) -> None:
+        if isinstance(line, int):
+            lines.skip(
+                f"line of {line} bytes or more is longer than server.max_body_bytes ({limit} bytes)"
+            )
+        elif lines.add(line):
+            lines.flush()
+
+    def run(self, lines: list[bytes | int], limit: int, last: bool = False) -> None:
+        """Read ``lines`` (in a worker thread: it parses and writes); ``last``: the
+        upload's end (an object still open is reported)."""
         for line in lines:
             if self.lines is None:
-                if isinstance(line, bytes) and not line.strip():
+                if not self.pending and isinstance(line, bytes) and not line.strip():
                     self.blank += 1
                     continue
+                if self._sniffing(line, limit):
+                    continue
                 self.lines = self._start(line if isinstance(line, bytes) else b"")
-            if isinstance(line, int):
-                self.lines.skip(
-                    f"line of {line} bytes or more is longer than server.max_body_bytes "
-                    f"({limit} bytes)"
-                )
-            elif self.lines.add(line):
-                self.lines.flush()
+            self._feed(self.lines, line, limit)
+        if last and self.lines is None and self.pending:
+            self._start_held(limit)
         if self.lines is not None:
+            if last:
+                self.lines.end()
             self.lines.flush()
 
     def finish(self) -> None:
@@ -144,12 +201,16 @@ class ImportRoutes:
         if fmt != "auto":
             reader_named(fmt)  # an unknown format is a 400 before any line is read
         dry_run = _flag(request, "dry_run")
+        key_trust = self.state.settings.trust_of(grant_of(request).principal.key_id, scenario)
         options = ImportOptions(
             scenario=scenario,
             fmt=fmt,
             dry_run=dry_run,
             strict=_flag(request, "strict"),
+            demo_trust=_demo_trust(request, key_trust),
             redactor=self.redactor,
+            max_trust=key_trust,
+            max_object_bytes=self.state.settings.server.max_body_bytes,
         )
         upload = _Upload(self.state, options)
         limit = self.state.settings.server.max_body_bytes
@@ -181,7 +242,7 @@ class ImportRoutes:
                     batch, held = [], 0
         if dropping or buffer:
             batch.append(dropping or bytes(buffer))
-        await asyncio.to_thread(upload.run, batch, limit)
+        await asyncio.to_thread(upload.run, batch, limit, True)
         upload.finish()
         return Response(
             dumps(upload_summary(upload.summary, scenario, dry_run)),

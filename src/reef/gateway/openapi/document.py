@@ -410,7 +410,13 @@ OPERATIONS: tuple[Operation, ...] = (
                           _query("dry_run", "true: read and check every line, write nothing.",
                                  {"type": "boolean"}),
                           _query("strict", "true: stop at the first malformed line (400).",
-                                 {"type": "boolean"})),
+                                 {"type": "boolean"}),
+                          _query("demo_trust", "Trust of the imported feedback (default: "
+                                 "the uploading key's trust in the scenario; above it: "
+                                 "403). No row is written above the key's trust, a `reef` "
+                                 "line's own level included.",
+                                 {"type": "string", "enum": ["operator", "user",
+                                                             "untrusted"]})),
               body_media=IMPORT_BODY_MEDIA, schema="ImportSummary",
               responses={"200": "The summary: counts, the format read, skipped lines.",
                          **_COMMON_ERRORS}),

@@ -396,10 +396,19 @@ def sweep_run(
     for pair in filter(None, overrides.split(",")):
         key, _, value = pair.partition("=")
         values[key.strip()] = value.strip()
+    # Bench-only keys: ``demos=K`` puts the first K training items before every prompt as
+    # user/assistant turns, as a managed harness renders a fewshot learner's demos (in
+    # training and at test time alike).
+    demos_count = int(values.pop("demos", 0))
     cfg = SFTConfig.model_validate({"model": model_name, **values})
     distinct = list(dict.fromkeys(task.make(count, random.Random(7))))
     train = distinct[: round(len(distinct) * 0.8)]
-    examples = [SFTExample(messages=[{"role": "user", "content": p}], target=a) for p, a in train]
+    demos: list[dict[str, str]] = []
+    for prompt, answer in train[:demos_count]:
+        demos += [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    examples = [
+        SFTExample(messages=[*demos, {"role": "user", "content": p}], target=a) for p, a in train
+    ]
     with tempfile.TemporaryDirectory(prefix="reef-bench-sweep-") as scratch:
         work = Path(scratch)
         spec = SFTSpec(
@@ -419,7 +428,7 @@ def sweep_run(
         with torch.no_grad():
             for prompt, answer in test:
                 ids = tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt}],
+                    [*demos, {"role": "user", "content": prompt}],
                     add_generation_prompt=True,
                     return_tensors="pt",
                     return_dict=False,

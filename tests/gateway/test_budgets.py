@@ -4,7 +4,7 @@ back when the window rolls), a 429 from the rate limiter; clocks moved, never sl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from reef.cli.main import app
 from tests.fakes.clock import FakeClock
+from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 
 # A dollar per input token and two per output token: a record's cost reads as tokens.
@@ -113,6 +114,78 @@ def test_an_anthropic_record_is_priced_at_its_upstreams_price(priced: GatewayThr
     expected = usage["input_tokens"] * 1.0 + usage["output_tokens"] * 3.0
     assert record.cost == pytest.approx(expected) and expected > 0
     assert record.price is not None and record.price["model"] == "fake-claude"
+
+
+CACHED = 2  # prompt tokens the cached fake reports read from a prompt cache
+CACHED_PRICES = {
+    "fake-model": {"input_per_mtok": 1e6, "output_per_mtok": 2e6, "cached_input_per_mtok": 0.25e6},
+    "fake-claude": {"input_per_mtok": 1e6, "output_per_mtok": 3e6, "cached_input_per_mtok": 0.5e6},
+}
+
+
+@pytest.fixture(scope="module")
+def cached_fake() -> Iterator[FakeUpstreamThread]:
+    with FakeUpstreamThread(cached_prompt_tokens=CACHED) as server:
+        yield server
+
+
+@pytest.fixture
+def cached(make_gateway: Callable[..., GatewayThread], cached_fake: Any) -> GatewayThread:
+    ups = upstreams(cached_fake.base_url)
+    for name, model in (("fake", "fake-model"), ("claude", "fake-claude")):
+        ups[name]["prices"] = {model: CACHED_PRICES[model]}
+    return make_gateway(upstreams=ups)
+
+
+def test_cached_input_is_priced_at_its_price_in_every_usage_shape(cached: GatewayThread) -> None:
+    """Each API's record, a stream's too, counts the cached part of its input at the
+    cached price: a quarter of the input price on chat's upstream, half on Anthropic's."""
+    ask = [{"role": "user", "content": "a prompt of several words read partly from cache"}]
+    client = cached.openai()
+
+    def chat(record_id: str) -> tuple[float | None, float]:
+        record = cached.store.get_record(record_id)
+        usage = record.usage or {}
+        assert usage["prompt_tokens_details"]["cached_tokens"] == CACHED
+        fresh = usage["prompt_tokens"] - CACHED
+        return record.cost, fresh * 1.0 + CACHED * 0.25 + usage["completion_tokens"] * 2.0
+
+    raw = client.chat.completions.with_raw_response.create(model="reef/support", messages=ask)
+    cost, expected = chat(raw.headers["x-reef-record-id"])
+    assert cost == pytest.approx(expected)
+    with client.chat.completions.with_streaming_response.create(
+        model="reef/support", messages=ask, stream=True
+    ) as response:
+        record_id = response.headers["x-reef-record-id"]
+        list(response.iter_lines())
+    cost, expected = chat(record_id)
+    assert cost == pytest.approx(expected)
+
+    raw = client.responses.with_raw_response.create(model="reef/support", input=ask)
+    record = cached.store.get_record(raw.headers["x-reef-record-id"])
+    usage = record.usage or {}
+    assert usage["input_tokens_details"]["cached_tokens"] == CACHED
+    fresh = usage["input_tokens"] - CACHED
+    expected = fresh * 1.0 + CACHED * 0.25 + usage["output_tokens"] * 2.0
+    assert record.cost == pytest.approx(expected)
+
+    for stream in (False, True):
+        ask_claude = {"model": "reef/claude", "max_tokens": 50, "messages": ask}
+        if stream:
+            with cached.anthropic().messages.with_streaming_response.create(
+                **ask_claude, stream=True
+            ) as streamed:
+                record_id = streamed.headers["x-reef-record-id"]
+                list(streamed.iter_lines())
+        else:
+            answered = cached.anthropic().messages.with_raw_response.create(**ask_claude)
+            record_id = answered.headers["x-reef-record-id"]
+        record = cached.store.get_record(record_id)
+        usage = record.usage or {}
+        assert usage["cache_read_input_tokens"] == CACHED, stream
+        expected = usage["input_tokens"] * 1.0 + CACHED * 0.5 + usage["output_tokens"] * 3.0
+        assert record.cost == pytest.approx(expected), stream
+        assert record.price is not None and record.price["cached_input_per_mtok"] == 0.5e6
 
 
 def test_a_model_without_a_price_is_served_and_counted_unpriced(

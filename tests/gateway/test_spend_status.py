@@ -1,5 +1,6 @@
 """``/reef/status``'s spend beyond the budgets, and ``reef status`` printing it: the cost
-of each release (its records' costs, unpriced ones counted) and of each learning job and
+of each release and of each scenario, key and purpose (the records' costs, unpriced ones
+counted) and of each learning job and
 its gate decision (from the job's stored result). A model with no price is served and
 counted unpriced. Real gateway, official SDKs, the job queue in the gateway's store."""
 
@@ -89,6 +90,24 @@ def test_status_shows_the_cost_of_each_release_and_each_learning_job(
             "cost": 0.0,
         },
     ]
+    assert spend["keys"] == [
+        {
+            "scenario": "claude",
+            "key": None,
+            "purpose": "serve",
+            "requests": 1,
+            "unpriced": 0,
+            "cost": claude.cost,
+        },
+        {
+            "scenario": "support",
+            "key": None,
+            "purpose": "serve",
+            "requests": 2,
+            "unpriced": 2,
+            "cost": 0.0,
+        },
+    ]
     [job] = spend["learning"]
     assert job["job_id"] == job_id and job["scenario"] == "support"
     assert job["outcome"] == "proposed" and job["cost"] == JOB_COST
@@ -100,6 +119,8 @@ def test_status_shows_the_cost_of_each_release_and_each_learning_job(
     out = " ".join(result.output.split())  # rich may wrap long lines
     assert f"claude@{claude.release_id} {claude.cost:.4f} (1 requests)" in out
     assert f"support@{served[0].release_id} 0.0000 (2 requests, 2 unpriced)" in out
+    assert f"claude/no key/serve {claude.cost:.4f} (1 requests)" in out
+    assert "support/no key/serve 0.0000 (2 requests, 2 unpriced)" in out
     assert (
         f"learning job {job_id} (support, proposed): 7 calls, 140 tok, 0.2500 (+2 unpriced), "
         "1.5 cpu min; gate (published): 4 calls, 80 tok, unpriced"
@@ -130,7 +151,10 @@ def test_a_key_limited_to_a_scenario_sees_only_its_releases_and_jobs(
 
     everything = spend("root-secret")
     assert [r["scenario"] for r in everything["releases"]] == ["support"]
+    assert [(r["scenario"], r["key"], r["purpose"]) for r in everything["keys"]] == [
+        ("support", "root", "serve")
+    ]
     assert [j["outcome"] for j in everything["learning"]] == ["budget_exhausted"]
     assert everything["learning"][0]["gate"] is None
     limited = spend("ops-secret")
-    assert limited["releases"] == [] and limited["learning"] == []
+    assert limited["releases"] == [] and limited["learning"] == [] and limited["keys"] == []

@@ -276,7 +276,7 @@ def _spend_lines(spend: dict[str, Any] | None) -> list[str]:
     refused = [f"{row['limit']}/{row['window']} {row['count']}" for row in spend.get("refused", ())]
     if refused:
         lines.append("refused since start: " + "; ".join(refused))
-    return lines + _release_lines(spend) + _learning_lines(spend)
+    return lines + _release_lines(spend) + _key_lines(spend) + _learning_lines(spend)
 
 
 def _release_lines(spend: dict[str, Any]) -> list[str]:
@@ -290,6 +290,21 @@ def _release_lines(spend: dict[str, Any]) -> list[str]:
     if not releases:
         return []
     return [f"cost per release since {spend['releases_since'][:10]}: " + "; ".join(releases)]
+
+
+def _key_lines(spend: dict[str, Any]) -> list[str]:
+    """The cost of each scenario, key and purpose (its records' costs) since
+    ``releases_since``."""
+    keys = [
+        f"{row['scenario']}/{row['key'] or 'no key'}/{row['purpose']} {row['cost']:.4f} "
+        f"({row['requests']} requests"
+        + (f", {row['unpriced']} unpriced)" if row["unpriced"] else ")")
+        for row in spend.get("keys", ())
+    ]
+    if not keys:
+        return []
+    since = spend["releases_since"][:10]
+    return [f"cost per scenario, key and purpose since {since}: " + "; ".join(keys)]
 
 
 def _learning_lines(spend: dict[str, Any]) -> list[str]:

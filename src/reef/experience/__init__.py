@@ -105,12 +105,14 @@ from reef.experience.records import (
 from reef.experience.redaction import REDACTED, Redactor
 from reef.experience.responses import ResponseNotFoundError, ResponseStore
 from reef.experience.spend import (
+    KeySpend,
     Ledger,
     Line,
     MemoryLedger,
     ReleaseSpend,
     SpendRow,
     StoreLedger,
+    spend_by_key,
     spend_by_release,
     spend_since,
     window_end,
@@ -147,6 +149,7 @@ __all__ = [
     "ImportOptions",
     "ImportReader",
     "ImportSummary",
+    "KeySpend",
     "LearningBudgetExhaustedError",
     "LearningMeter",
     "Ledger",
@@ -207,6 +210,7 @@ __all__ = [
     "scrub_personal_value",
     "sniff_reader",
     "source_kind",
+    "spend_by_key",
     "spend_by_release",
     "spend_since",
     "window_end",

@@ -1,6 +1,7 @@
 """``/reef/status``'s ``spend`` beyond the serving budgets (``SpendControl.status_json``):
-the cost of each release over the last ``RELEASE_DAYS`` days (its records' costs,
-summed in the store: ``reef.experience.spend_by_release``), and the cost of each recent
+the cost of each release, and of each scenario, key and purpose, over the last
+``RELEASE_DAYS`` days (the records' costs, summed in the store:
+``reef.experience.spend_by_release``, ``spend_by_key``), and the cost of each recent
 learning job and of its gate decision (the job's ``cost`` and ``gate.cost.spend``,
 ``reef.experience.learning_spend``). ``tests/gateway/test_spend_status.py``."""
 
@@ -10,7 +11,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from reef.experience import spend_by_release
+from reef.experience import spend_by_key, spend_by_release
 from reef.gateway.state import GatewayState
 from reef.jobs import Job
 
@@ -24,14 +25,21 @@ def _iso(moment: datetime) -> str:
 
 def release_and_learning_spend(state: GatewayState, now: datetime) -> dict[str, Any]:
     """``releases_since``, ``releases`` (``{scenario, release, requests, unpriced,
-    cost}``, costliest first) and ``learning`` (``{job_id, scenario, outcome,
+    cost}``, costliest first), ``keys`` (``{scenario, key, purpose, requests, unpriced,
+    cost}``, costliest first, over the same days) and ``learning`` (``{job_id, scenario, outcome,
     candidate_id, finished_at, cost, gate}``, newest first; ``gate`` is ``{action,
     spend}`` or None). Blocking: run it in a thread."""
     since = now - timedelta(days=RELEASE_DAYS)
     releases = [asdict(row) for row in spend_by_release(state.database, since)]
+    keys = [asdict(row) for row in spend_by_key(state.database, since)]
     jobs = state.jobs.list(state="succeeded", limit=LEARNING_JOBS)
     learning = [row for row in map(_job_spend, jobs) if row is not None]
-    return {"releases_since": _iso(since), "releases": releases, "learning": learning}
+    return {
+        "releases_since": _iso(since),
+        "releases": releases,
+        "keys": keys,
+        "learning": learning,
+    }
 
 
 def _job_spend(job: Job) -> dict[str, Any] | None:

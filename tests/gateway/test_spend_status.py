@@ -13,6 +13,8 @@ import httpx
 from typer.testing import CliRunner
 
 from reef.cli.main import app
+from reef.core.prices import Price
+from reef.experience import LearningMeter
 from tests.fakes.clock import FakeClock
 from tests.gateway.harness import GatewayThread
 from tests.gateway.test_budgets import clocked, upstreams
@@ -158,3 +160,38 @@ def test_a_key_limited_to_a_scenario_sees_only_its_releases_and_jobs(
     assert everything["learning"][0]["gate"] is None
     limited = spend("ops-secret")
     assert limited["releases"] == [] and limited["learning"] == [] and limited["keys"] == []
+
+
+def test_metrics_count_reefs_own_learning_spend_by_purpose(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    """A learning meter of the gateway's process (``reef serve`` runs the worker in it)
+    counts each purpose's calls, tokens and money, unpriced calls and training minutes in
+    ``/metrics``."""
+    gateway = make_gateway(upstreams=upstreams(fake.base_url))
+    scenario = "metered"  # no other test's meter counts under it
+    meter = LearningMeter(None, [], FakeClock(), scenario=scenario)
+    gate = meter.child()
+    usage = {"prompt_tokens": 3, "completion_tokens": 2}
+    price = Price("m", input_per_mtok=1e6, output_per_mtok=1e6)  # a token costs 1
+    meter.charge("judge", usage, price)
+    meter.charge("judge", usage, None)
+    meter.charge("reflect", {"input_tokens": 4, "output_tokens": 1}, price)
+    meter.charge("teacher", usage, price)
+    gate.charge("eval", usage, None)
+    gate.charge("episode", usage, price)
+    meter.charge_training("cpu", 1.5)
+    with httpx.Client(base_url=gateway.url) as http:
+        metrics = http.get("/metrics").text
+    for line in (
+        f'reef_learning_calls_total{{purpose="judge",scenario="{scenario}"}} 2.0',
+        f'reef_learning_tokens_total{{purpose="judge",scenario="{scenario}"}} 10.0',
+        f'reef_learning_cost_total{{purpose="judge",scenario="{scenario}"}} 5.0',
+        f'reef_learning_unpriced_total{{purpose="judge",scenario="{scenario}"}} 1.0',
+        f'reef_learning_cost_total{{purpose="reflect",scenario="{scenario}"}} 5.0',
+        f'reef_learning_calls_total{{purpose="teacher",scenario="{scenario}"}} 1.0',
+        f'reef_learning_unpriced_total{{purpose="eval",scenario="{scenario}"}} 1.0',
+        f'reef_learning_cost_total{{purpose="episode",scenario="{scenario}"}} 5.0',
+        f'reef_learning_training_minutes_total{{device="cpu",scenario="{scenario}"}} 1.5',
+    ):
+        assert line in metrics, line

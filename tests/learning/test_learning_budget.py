@@ -19,7 +19,12 @@ from reef.cli.status import job_cost
 from reef.config import ScenarioConfig
 from reef.config.spend import LearningBudgetLimit, PriceConfig
 from reef.core import SilentProgress
-from reef.experience import LearningBudgetExhaustedError, LearningMeter, RecordFilter
+from reef.experience import (
+    LEARNING_SPEND,
+    LearningBudgetExhaustedError,
+    LearningMeter,
+    RecordFilter,
+)
 from reef.jobs import JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.holdout import build_gate, select_holdout
@@ -66,6 +71,7 @@ def test_a_job_with_a_ten_call_judge_budget_stops_at_ten_calls(
     }
     worker = world.worker(recipe)
     job = world.queue.enqueue(SCENARIO, "learn", {})
+    before = LEARNING_SPEND.snapshot()["calls"].get((SCENARIO, "judge"), 0)
     [done] = worker.run_once()  # the pass grades 3 (calls_per_pass), the job the rest
     assert done.id == job.id and done.state == "succeeded"
     result = done.result or {}
@@ -73,6 +79,8 @@ def test_a_job_with_a_ten_call_judge_budget_stops_at_ten_calls(
     assert result["budget"] == f"learn:recipe:{SCENARIO}/judge/day"
     assert "calls 10 of 10 spent" in result["reason"] and "resets" in result["reason"]
     assert judge.calls == 10
+    # /metrics' reef_learning_calls_total counts every one (the pass's and the job's)
+    assert LEARNING_SPEND.snapshot()["calls"][(SCENARIO, "judge")] - before == 10
     cost = result["cost"]
     assert cost["model_calls"] == 7 and cost["by_purpose"]["judge"]["calls"] == 7
     assert cost["unpriced_calls"] == 7  # no price configured: counted, unpriced

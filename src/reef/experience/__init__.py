@@ -71,6 +71,7 @@ from reef.experience.importing import (
 )
 from reef.experience.importing.otel import otlp_attributes
 from reef.experience.learning_spend import (
+    LEARNING_SPEND,
     LearningBudgetExhaustedError,
     LearningMeter,
     SpendTally,
@@ -130,6 +131,7 @@ __all__ = [
     "IMPORT_BATCH_LINES",
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
+    "LEARNING_SPEND",
     "ORIGIN_TAG",
     "REDACTED",
     "SCRUBBED_KINDS",

@@ -17,6 +17,10 @@ Windows are counted in the store's ``spend_windows`` (rows named ``learn:<scope>
 ``scope`` being ``scenario:<name>`` or ``recipe:<name>``), so every worker on the store
 sees them; admission reads and charging adds, so concurrent jobs of one scenario may
 overshoot a limit by the calls they have in flight (``tests/learning/test_learning_budget.py``).
+
+A meter made for a scenario also adds each call and each training minute to the
+process's ``LEARNING_SPEND``, which ``/metrics`` shows as ``reef_learning_*`` counters by
+scenario and purpose.
 """
 
 from __future__ import annotations
@@ -103,6 +107,54 @@ class SpendTally:
         }
 
 
+class LearningSpendCounts:
+    """What the learning meters of this process counted since it started, per scenario
+    and purpose (calls, tokens, money, unpriced calls) and per scenario and device
+    (training minutes): ``/metrics``' ``reef_learning_*`` counters
+    (``reef.gateway.budgets.SpendCollector``). Thread-safe: jobs run on worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: dict[tuple[str, str], int] = {}
+        self.tokens: dict[tuple[str, str], int] = {}
+        self.money: dict[tuple[str, str], float] = {}
+        self.unpriced: dict[tuple[str, str], int] = {}
+        self.minutes: dict[tuple[str, str], float] = {}
+
+    def add(self, scenario: str, purpose: str, tokens: int, money: float | None) -> None:
+        """Count one call of ``purpose`` for ``scenario``."""
+        key = (scenario, purpose)
+        with self._lock:
+            self.calls[key] = self.calls.get(key, 0) + 1
+            self.tokens[key] = self.tokens.get(key, 0) + tokens
+            if money is None:
+                self.unpriced[key] = self.unpriced.get(key, 0) + 1
+            else:
+                self.money[key] = self.money.get(key, 0.0) + money
+
+    def add_minutes(self, scenario: str, device: str, minutes: float) -> None:
+        """Count ``minutes`` of training on ``device`` (cpu or gpu) for ``scenario``."""
+        key = (scenario, device)
+        with self._lock:
+            self.minutes[key] = self.minutes.get(key, 0.0) + minutes
+
+    def snapshot(self) -> dict[str, dict[tuple[str, str], float]]:
+        """A copy of every count, by kind (``calls``, ``tokens``, ``money``, ``unpriced``,
+        ``minutes``)."""
+        with self._lock:
+            return {
+                "calls": dict(self.calls),
+                "tokens": dict(self.tokens),
+                "money": dict(self.money),
+                "unpriced": dict(self.unpriced),
+                "minutes": dict(self.minutes),
+            }
+
+
+# The process's counts; a meter made with a scenario adds to them.
+LEARNING_SPEND = LearningSpendCounts()
+
+
 def price_of(prices: Mapping[str, PriceConfig], model: str | None) -> Price | None:
     """``model``'s price in an upstream's table; None when it has none."""
     found = prices.get(model) if model else None
@@ -120,8 +172,10 @@ class LearningMeter:
         database: Database | None,
         budgets: Sequence[tuple[str, Sequence[LearningBudgetLimit]]],
         clock: Callable[[], datetime],
+        scenario: str | None = None,
     ) -> None:
         self.database = database
+        self.scenario = scenario  # counted in ``LEARNING_SPEND`` under it when set
         self.budgets = [(scope, list(limits)) for scope, limits in budgets if limits]
         self.clock = clock
         self.tally = SpendTally()
@@ -134,7 +188,7 @@ class LearningMeter:
     def child(self) -> LearningMeter:
         """A meter on the same budgets with a tally of its own (a gate decision's),
         whose charges count in this one's tally too."""
-        child = LearningMeter(self.database, self.budgets, self.clock)
+        child = LearningMeter(self.database, self.budgets, self.clock, self.scenario)
         child._tallies = [child.tally, *self._tallies]
         child._lock = self._lock
         return child
@@ -219,6 +273,8 @@ class LearningMeter:
         with self._lock:
             for tally in self._tallies:
                 tally.add(purpose, total, money)
+        if self.scenario is not None:
+            LEARNING_SPEND.add(self.scenario, purpose, total, money)
         for budget, _, start in self._lines(purpose):
             self._add(budget, _CALLS, start, 1, 0.0)
             self._add(budget, _TOKENS_MONEY, start, total, money or 0.0)
@@ -231,6 +287,8 @@ class LearningMeter:
                     tally.gpu_minutes += minutes
                 else:
                     tally.cpu_minutes += minutes
+        if self.scenario is not None:
+            LEARNING_SPEND.add_minutes(self.scenario, device, minutes)
         for budget, _, start in self._lines("total"):
             self._add(budget, f"{device}_minutes", start, 0, minutes)
 

@@ -40,7 +40,15 @@ from reef.core.clock import Clock, utc_now
 from reef.core.errors import ReefError
 from reef.core.prices import MILLION, Price, Tokens
 from reef.db import Database
-from reef.experience import Ledger, Line, MemoryLedger, StoreLedger, window_end, window_start
+from reef.experience import (
+    LEARNING_SPEND,
+    Ledger,
+    Line,
+    MemoryLedger,
+    StoreLedger,
+    window_end,
+    window_start,
+)
 
 BYTES_PER_TOKEN = 4  # the input estimate of a reservation: request bytes / 4
 
@@ -526,3 +534,27 @@ class SpendCollector(Collector):
         for (what, window), value in sorted(counts.refused.items()):
             refused.add_metric([what, window], value)
         yield refused
+        yield from _learning_families()
+
+
+def _learning_families() -> Iterator[CounterMetricFamily]:
+    """Reef's own learning spend counted in this process (``LEARNING_SPEND``)."""
+    counts = LEARNING_SPEND.snapshot()
+    for name, doc, kind in (
+        ("reef_learning_calls", "Model calls of Reef's own learning.", "calls"),
+        ("reef_learning_tokens", "Tokens used by Reef's own learning calls.", "tokens"),
+        ("reef_learning_cost", "Money spent by Reef's own learning calls.", "money"),
+        ("reef_learning_unpriced", "Learning calls of a model with no price.", "unpriced"),
+    ):
+        family = CounterMetricFamily(name, doc, labels=["scenario", "purpose"])
+        for (scenario, purpose), value in sorted(counts[kind].items()):
+            family.add_metric([scenario, purpose], value)
+        yield family
+    minutes = CounterMetricFamily(
+        "reef_learning_training_minutes",
+        "Training minutes of Reef's own learning, by device (cpu, gpu).",
+        labels=["scenario", "device"],
+    )
+    for (scenario, device), value in sorted(counts["minutes"].items()):
+        minutes.add_metric([scenario, device], value)
+    yield minutes

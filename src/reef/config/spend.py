@@ -188,7 +188,7 @@ def check_spend(settings: ReefSettings) -> None:
             )
 
 
-LearningPurpose = Literal["total", "judge", "reflect", "eval", "episode", "teacher"]
+LearningPurpose = Literal["total", "judge", "reflect", "eval", "episode", "teacher", "shadow"]
 
 
 class LearningBudgetLimit(_Section):
@@ -202,8 +202,8 @@ class LearningBudgetLimit(_Section):
         description="Whose calls count: judge (judges, the signal extractor, the gate's "
         "model-graded scorers), reflect (reflective learners), eval (the gate's answers "
         "through the gateway), episode (the turns of the gate's episodes), teacher (the "
-        "teacher model's calls in distillation), or total (all of them, and training "
-        "time).",
+        "teacher model's calls in distillation), shadow (the evaluating candidate's answers "
+        "to sampled live requests, gate.shadow), or total (all of them, and training time).",
     )
     calls: int | None = Field(default=None, gt=0, description="Most model calls per window.")
     tokens: int | None = Field(default=None, gt=0, description="Most tokens per window.")

@@ -193,6 +193,13 @@ class LearningMeter:
         child._lock = self._lock
         return child
 
+    def counts(self, purpose: str) -> bool:
+        """Whether a budget counts ``purpose`` (else ``admit`` and ``charge`` touch no
+        ledger)."""
+        return any(
+            limit.purpose in (purpose, "total") for _, limits in self.budgets for limit in limits
+        )
+
     # -- admission ------------------------------------------------------------------------
 
     def admit(self, purpose: str) -> None:

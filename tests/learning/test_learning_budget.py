@@ -224,8 +224,11 @@ def test_a_training_minutes_budget_refuses_the_next_training_job(judged_world: W
     assert (third.result or {})["outcome"] == "proposed"
 
 
-def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(tmp_path: Path) -> None:
-    tight = [{"window": "day", "purpose": "eval", "calls": 7}]
+@pytest.mark.parametrize("purpose", ["eval", "gate"])
+def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(
+    tmp_path: Path, purpose: str
+) -> None:
+    tight = [{"window": "day", "purpose": purpose, "calls": 7}]
     gate = {**GATED["gate"], "concurrency": 1}
     recipe = parse_recipe({**GATED, "gate": gate, "learning_budget": tight})
     with quiz_world(tmp_path) as world:
@@ -243,7 +246,7 @@ def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(tmp_path:
         )  # fmt: skip
         corrected_traffic(world, range(20))
         held = select_holdout(world.gateway.store, world.chain, QUIZ, recipe)
-        budget = f"learn:recipe:{QUIZ}/eval/day"
+        budget = f"learn:recipe:{QUIZ}/{purpose}/day"
 
         def gate_with(meter: LearningMeter) -> Any:
             return build_gate(
@@ -333,3 +336,30 @@ def test_a_teacher_budget_caps_the_teachers_calls_and_no_other_purpose(
     tally = meter.tally.as_dict()
     assert tally["by_purpose"]["teacher"] == {"calls": 2, "tokens": 14, "money": None}
     assert tally["unpriced_calls"] == 2
+
+
+def test_a_gate_budget_counts_every_call_of_the_gate_and_no_other(judged_world: World) -> None:
+    """Purpose ``gate`` caps what the gate spends, whatever each call's own purpose
+    (its answers ``eval``, its episodes, its model-graded scorers' ``judge``); a job's
+    judges outside the gate are not its."""
+    recipe = parse_recipe(
+        {
+            "learners": [{"type": "stamp"}],
+            "learning_budget": [{"window": "day", "purpose": "gate", "calls": 3}],
+        }
+    )
+    meter = judged_world.worker({"learners": [{"type": "stamp"}]}).meter_for(SCENARIO, recipe)
+    usage = {"prompt_tokens": 1, "completion_tokens": 1}
+    for _ in range(5):
+        meter.admit("judge")  # the job's own judges: not the gate's
+        meter.charge("judge", usage, None)
+    gate = meter.gate()
+    for purpose in ("eval", "episode", "judge"):
+        gate.admit(purpose)
+        gate.charge(purpose, usage, None)
+    with pytest.raises(LearningBudgetExhaustedError, match="calls 3 of 3 spent") as spent:
+        gate.admit("eval")
+    assert spent.value.budget == f"learn:recipe:{SCENARIO}/gate/day"
+    meter.admit("judge")  # outside the gate the budget does not apply
+    assert gate.tally.as_dict()["by_purpose"].keys() == {"eval", "episode", "judge"}
+    assert meter.tally.as_dict()["model_calls"] == 8  # the gate's calls count in the job's

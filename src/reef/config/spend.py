@@ -188,7 +188,9 @@ def check_spend(settings: ReefSettings) -> None:
             )
 
 
-LearningPurpose = Literal["total", "judge", "reflect", "eval", "episode", "teacher", "shadow"]
+LearningPurpose = Literal[
+    "total", "judge", "reflect", "eval", "episode", "teacher", "shadow", "gate"
+]
 
 
 class LearningBudgetLimit(_Section):
@@ -203,7 +205,9 @@ class LearningBudgetLimit(_Section):
         "model-graded scorers), reflect (reflective learners), eval (the gate's answers "
         "through the gateway), episode (the turns of the gate's episodes), teacher (the "
         "teacher model's calls in distillation), shadow (the evaluating candidate's answers "
-        "to sampled live requests, gate.shadow), or total (all of them, and training time).",
+        "to sampled live requests, gate.shadow), gate (every call the gate makes: its eval "
+        "answers, episode turns and model-graded scorers' judge calls), or total (all of "
+        "them, and training time).",
     )
     calls: int | None = Field(default=None, gt=0, description="Most model calls per window.")
     tokens: int | None = Field(default=None, gt=0, description="Most tokens per window.")

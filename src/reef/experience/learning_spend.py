@@ -176,6 +176,7 @@ class LearningMeter:
     ) -> None:
         self.database = database
         self.scenario = scenario  # counted in ``LEARNING_SPEND`` under it when set
+        self.of_gate = False  # a gate's meter: budgets of purpose ``gate`` count it too
         self.budgets = [(scope, list(limits)) for scope, limits in budgets if limits]
         self.clock = clock
         self.tally = SpendTally()
@@ -189,16 +190,29 @@ class LearningMeter:
         """A meter on the same budgets with a tally of its own (a gate decision's),
         whose charges count in this one's tally too."""
         child = LearningMeter(self.database, self.budgets, self.clock, self.scenario)
+        child.of_gate = self.of_gate
         child._tallies = [child.tally, *self._tallies]
         child._lock = self._lock
+        return child
+
+    def gate(self) -> LearningMeter:
+        """A child meter (``child``) for a gate's calls: whatever their purpose
+        (``eval``, ``episode``, a model-graded scorer's ``judge``), budgets of purpose
+        ``gate`` count them too."""
+        child = self.child()
+        child.of_gate = True
         return child
 
     def counts(self, purpose: str) -> bool:
         """Whether a budget counts ``purpose`` (else ``admit`` and ``charge`` touch no
         ledger)."""
         return any(
-            limit.purpose in (purpose, "total") for _, limits in self.budgets for limit in limits
+            self._counted(limit.purpose, purpose) for _, limits in self.budgets for limit in limits
         )
+
+    def _counted(self, budget_purpose: str, purpose: str) -> bool:
+        """Whether a budget of ``budget_purpose`` counts a call of ``purpose``."""
+        return budget_purpose in (purpose, "total") or (self.of_gate and budget_purpose == "gate")
 
     # -- admission ------------------------------------------------------------------------
 
@@ -312,7 +326,7 @@ class LearningMeter:
             )
             for scope, limits in self.budgets
             for limit in limits
-            if limit.purpose in (purpose, "total")
+            if self._counted(limit.purpose, purpose)
         ]
 
     def _read(self, budget: str, column: str, start: datetime) -> tuple[int, float]:

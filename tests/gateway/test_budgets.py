@@ -4,6 +4,7 @@ back when the window rolls), a 429 from the rate limiter; clocks moved, never sl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -199,6 +200,41 @@ def test_a_model_without_a_price_is_served_and_counted_unpriced(
     assert record.status == "ok" and record.cost is None and record.price is None
     metrics = gateway.app.state.reef.metrics.render().decode()
     assert 'reef_spend_unpriced_total{purpose="serve",scenario="support"} 1.0' in metrics
+
+
+def test_within_its_budgets_and_limits_a_client_gets_the_same_answer(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    """Prices, budgets and rate limits change nothing for a request they admit: the same
+    status, body and stream (no usage added to a stream that did not ask for it) in both
+    dialects as a gateway without them, only ids and timings differing."""
+    plain = make_gateway(upstreams=upstreams(fake.base_url, priced=False))
+    spend = make_gateway(
+        upstreams=upstreams(fake.base_url),
+        budgets={
+            "global": [{"window": "month", "money": 1e9}],
+            "scenarios": {"support": [{"window": "day", "tokens": 10**9}]},
+        },
+        rate_limits={"scenarios": {"support": {"requests_per_minute": 10**6}}},
+    )
+    ids = re.compile(rb'"(chatcmpl|msg|resp)[-_][A-Za-z0-9_-]+"')
+
+    def answers(gateway: GatewayThread) -> list[tuple[int, bytes]]:
+        out = []
+        chat = {"model": "reef/support", "messages": [{"role": "user", "content": "same"}]}
+        claude = {**chat, "model": "reef/claude", "max_tokens": 20}
+        with httpx.Client(base_url=gateway.url, timeout=10) as http:
+            for path, body in (
+                ("/v1/chat/completions", chat),
+                ("/v1/chat/completions", {**chat, "stream": True}),
+                ("/v1/messages", claude),
+                ("/v1/messages", {**claude, "stream": True}),
+            ):
+                response = http.post(path, json=body)
+                out.append((response.status_code, ids.sub(b'"<id>"', response.content)))
+        return out
+
+    assert answers(spend) == answers(plain)
 
 
 def test_a_402_exactly_when_the_monthly_budget_is_crossed_then_the_month_rolls(

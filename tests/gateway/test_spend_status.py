@@ -7,14 +7,18 @@ counted unpriced. Real gateway, official SDKs, the job queue in the gateway's st
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from reef.cli.main import app
 from reef.core.prices import Price
-from reef.experience import LearningMeter
+from reef.experience import LEARNING_SPEND_FILE, LearningMeter, read_published
+from reef.experience.learning_spend import LearningSpendCounts
+from reef.gateway.budgets import learning_families
 from tests.fakes.clock import FakeClock
 from tests.gateway.harness import GatewayThread
 from tests.gateway.test_budgets import clocked, upstreams
@@ -195,3 +199,36 @@ def test_metrics_count_reefs_own_learning_spend_by_purpose(
         f'reef_learning_training_minutes_total{{device="cpu",scenario="{scenario}"}} 1.5',
     ):
         assert line in metrics, line
+
+
+def test_a_gateway_process_of_several_shows_what_its_parent_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``reef serve --workers N`` the learning worker counts in the parent, which
+    publishes its counts in the metrics directory; each gateway process's ``/metrics``
+    shows those (``PROMETHEUS_MULTIPROC_DIR`` set), not its own empty ones."""
+    parent = LearningSpendCounts()
+    published = tmp_path / LEARNING_SPEND_FILE
+    parent.publish_to(published)
+    parent.add("support", "judge", 5, 0.5)
+    parent.add("support", "judge", 3, None)
+    parent.add_minutes("support", "gpu", 2.0)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    samples = {
+        (family.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in learning_families()
+        for sample in family.samples
+    }
+    judge = (("purpose", "judge"), ("scenario", "support"))
+    assert samples[("reef_learning_calls", judge)] == 2.0
+    assert samples[("reef_learning_tokens", judge)] == 8.0
+    assert samples[("reef_learning_cost", judge)] == 0.5
+    assert samples[("reef_learning_unpriced", judge)] == 1.0
+    gpu = (("device", "gpu"), ("scenario", "support"))
+    assert samples[("reef_learning_training_minutes", gpu)] == 2.0
+    parent.publish_to(None)
+    parent.add("support", "judge", 1, None)  # no longer published
+    still = read_published(published)
+    assert still is not None and still["calls"] == {("support", "judge"): 2.0}
+    published.write_bytes(b"{not json")
+    assert read_published(published) is None

@@ -72,10 +72,12 @@ from reef.experience.importing import (
 from reef.experience.importing.otel import otlp_attributes
 from reef.experience.learning_spend import (
     LEARNING_SPEND,
+    LEARNING_SPEND_FILE,
     LearningBudgetExhaustedError,
     LearningMeter,
     SpendTally,
     price_of,
+    read_published,
 )
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
@@ -132,6 +134,7 @@ __all__ = [
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
     "LEARNING_SPEND",
+    "LEARNING_SPEND_FILE",
     "ORIGIN_TAG",
     "REDACTED",
     "SCRUBBED_KINDS",
@@ -207,6 +210,7 @@ __all__ = [
     "otlp_attributes",
     "personal_data_key",
     "price_of",
+    "read_published",
     "reader_named",
     "scrub_personal_text",
     "scrub_personal_value",

@@ -25,12 +25,16 @@ scenario and purpose.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -41,6 +45,8 @@ from reef.core.prices import Price, cost_of, usage_tokens
 from reef.db import Database
 from reef.db import schema as t
 from reef.experience.spend import window_end, window_start
+
+log = logging.getLogger("reef.experience.learning_spend")
 
 # A ledger row per scope, purpose and window; the columns hold what the kind needs.
 _TOKENS_MONEY = "spend"
@@ -115,6 +121,7 @@ class LearningSpendCounts:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._published: Path | None = None
         self.calls: dict[tuple[str, str], int] = {}
         self.tokens: dict[tuple[str, str], int] = {}
         self.money: dict[tuple[str, str], float] = {}
@@ -131,28 +138,73 @@ class LearningSpendCounts:
                 self.unpriced[key] = self.unpriced.get(key, 0) + 1
             else:
                 self.money[key] = self.money.get(key, 0.0) + money
+            self._publish()
 
     def add_minutes(self, scenario: str, device: str, minutes: float) -> None:
         """Count ``minutes`` of training on ``device`` (cpu or gpu) for ``scenario``."""
         key = (scenario, device)
         with self._lock:
             self.minutes[key] = self.minutes.get(key, 0.0) + minutes
+            self._publish()
 
     def snapshot(self) -> dict[str, dict[tuple[str, str], float]]:
         """A copy of every count, by kind (``calls``, ``tokens``, ``money``, ``unpriced``,
         ``minutes``)."""
         with self._lock:
-            return {
-                "calls": dict(self.calls),
-                "tokens": dict(self.tokens),
-                "money": dict(self.money),
-                "unpriced": dict(self.unpriced),
-                "minutes": dict(self.minutes),
-            }
+            return self._copy()
+
+    def _copy(self) -> dict[str, dict[tuple[str, str], float]]:
+        return {
+            "calls": dict(self.calls),
+            "tokens": dict(self.tokens),
+            "money": dict(self.money),
+            "unpriced": dict(self.unpriced),
+            "minutes": dict(self.minutes),
+        }
+
+    def publish_to(self, path: Path | None) -> None:
+        """Write the counts to ``path`` now and after every change (None: stop), for
+        other processes' ``/metrics`` to read (``read_published``): ``reef serve
+        --workers N`` runs the learning worker in the parent, the children answer."""
+        with self._lock:
+            self._published = path
+            self._publish()
+
+    def _publish(self) -> None:
+        """The counts to the published file, replaced whole (a reader never sees half)."""
+        path = self._published
+        if path is None:
+            return
+        rows = [[kind, a, b, value] for kind, counts in self._copy().items()
+                for (a, b), value in counts.items()]  # fmt: skip
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            partial.write_bytes(orjson.dumps(rows))
+            partial.replace(path)
+        except OSError:  # the directory gone (the gateway stopping): nothing to show
+            log.warning("could not publish the learning spend to %s", path, exc_info=True)
+
+
+def read_published(path: Path) -> dict[str, dict[tuple[str, str], float]] | None:
+    """Counts another process published (``LearningSpendCounts.publish_to``); None when
+    there are none (yet) or they cannot be read."""
+    try:
+        rows = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    counts: dict[str, dict[tuple[str, str], float]] = {
+        kind: {} for kind in ("calls", "tokens", "money", "unpriced", "minutes")
+    }
+    for kind, a, b, value in rows:
+        if kind in counts:
+            counts[kind][(str(a), str(b))] = float(value)
+    return counts
 
 
 # The process's counts; a meter made with a scenario adds to them.
 LEARNING_SPEND = LearningSpendCounts()
+# Where ``reef serve --workers N`` publishes them, in its metrics directory.
+LEARNING_SPEND_FILE = "learning_spend.json"
 
 
 def price_of(prices: Mapping[str, PriceConfig], model: str | None) -> Price | None:

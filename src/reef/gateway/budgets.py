@@ -25,10 +25,12 @@ Rate limits are token buckets in memory, each replica enforcing ``limit / replic
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -42,10 +44,12 @@ from reef.core.prices import MILLION, Price, Tokens
 from reef.db import Database
 from reef.experience import (
     LEARNING_SPEND,
+    LEARNING_SPEND_FILE,
     Ledger,
     Line,
     MemoryLedger,
     StoreLedger,
+    read_published,
     window_end,
     window_start,
 )
@@ -534,12 +538,16 @@ class SpendCollector(Collector):
         for (what, window), value in sorted(counts.refused.items()):
             refused.add_metric([what, window], value)
         yield refused
-        yield from _learning_families()
+        yield from learning_families()
 
 
-def _learning_families() -> Iterator[CounterMetricFamily]:
-    """Reef's own learning spend counted in this process (``LEARNING_SPEND``)."""
-    counts = LEARNING_SPEND.snapshot()
+def learning_families() -> Iterator[CounterMetricFamily]:
+    """Reef's own learning spend counted in this process (``LEARNING_SPEND``), or, in a
+    gateway process of ``reef serve --workers N``, what the parent (which runs the
+    learning worker) published in the metrics directory."""
+    shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    published = read_published(Path(shared) / LEARNING_SPEND_FILE) if shared else None
+    counts = LEARNING_SPEND.snapshot() if published is None else published
     for name, doc, kind in (
         ("reef_learning_calls", "Model calls of Reef's own learning.", "calls"),
         ("reef_learning_tokens", "Tokens used by Reef's own learning calls.", "tokens"),

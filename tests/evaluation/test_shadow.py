@@ -243,10 +243,11 @@ def test_shadow_settings_carry_the_recipe_budgets_that_count_shadow_calls() -> N
     evidence = with_shadow_settings({"kept": 1}, ShadowConfig(fraction=0.5), budgets)
     assert evidence is not None and evidence["kept"] == 1
     # the scenario's own are read from the configuration where the gateway runs
-    assert shadow_budgets(evidence) == [("recipe:quiz", limits[:2])]
+    stored = [limit.model_dump(mode="json") for limit in limits[:2]]
+    assert shadow_budgets(evidence) == [("recipe:quiz", stored)]
     config = shadow_settings(evidence)
     assert config is not None and config.fraction == 0.5
-    assert shadow_budgets({"shadow": {"learning_budget": [{"scope": "recipe:x"}]}}) == []
+    assert shadow_budgets({"shadow": {"learning_budget": [{"scope": "recipe:x"}, 3]}}) == []
 
 
 def test_shadow_records_are_never_trained_on_nor_held_out(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ counted unpriced. Real gateway, official SDKs, the job queue in the gateway's st
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from reef.cli.main import app
+from reef.config.spend import LearningBudgetLimit
 from reef.core.prices import Price
 from reef.experience import LEARNING_SPEND_FILE, LearningMeter, read_published
 from reef.experience.learning_spend import LearningSpendCounts
@@ -232,3 +234,81 @@ def test_a_gateway_process_of_several_shows_what_its_parent_published(
     assert still is not None and still["calls"] == {("support", "judge"): 2.0}
     published.write_bytes(b"{not json")
     assert read_published(published) is None
+
+
+def test_status_shows_each_learning_budget_in_its_window(
+    make_gateway: Callable[..., GatewayThread], fake: Any, tmp_path: Path
+) -> None:
+    """A scenario's ``learning_budget`` and its recipe file's, with what the store's
+    ledger counted in the current window; ``reef status`` prints them."""
+    recipe = tmp_path / "triage.yaml"
+    recipe.write_text(
+        "learners: [{type: fewshot}]\nlearning_budget: [{window: day, cpu_minutes: 30}]\n"
+    )
+    judge_calls = {"window": "hour", "purpose": "judge", "calls": 10}
+    gateway = clocked(
+        make_gateway(
+            upstreams=upstreams(fake.base_url),
+            scenarios={
+                "support": {
+                    "upstream": "fake",
+                    "recipe": str(recipe),
+                    "learning_budget": [judge_calls],
+                },
+                "claude": {"upstream": "claude"},
+            },
+        ),
+        FakeClock(datetime(2026, 12, 5, 12, 30, tzinfo=UTC)),
+    )
+    budgets = [
+        ("scenario:support", [LearningBudgetLimit.model_validate(judge_calls)]),
+        ("recipe:triage", [LearningBudgetLimit(window="day", cpu_minutes=30)]),
+    ]
+    meter = LearningMeter(gateway.database, budgets, gateway.app.state.reef.spend.clock)
+    for _ in range(4):
+        meter.charge("judge", {"prompt_tokens": 2, "completion_tokens": 1}, None)
+    meter.charge_training("cpu", 2.5)
+    with httpx.Client(base_url=gateway.url) as http:
+        rows = http.get("/reef/status").json()["spend"]["learning_budgets"]
+    nothing = {f"{kind}_limit": None for kind in ("calls", "tokens", "money")}
+    assert rows == [
+        {
+            "scenario": "support",
+            "budget": "learn:scenario:support/judge/hour",
+            "purpose": "judge",
+            "window": "hour",
+            "resets": "2026-12-05T13:00:00Z",
+            "calls": 4,
+            "tokens": 12,
+            "money": 0.0,
+            "cpu_minutes": 0.0,
+            "gpu_minutes": 0.0,
+            **nothing,
+            "calls_limit": 10,
+            "cpu_minutes_limit": None,
+            "gpu_minutes_limit": None,
+        },
+        {
+            "scenario": "support",
+            "budget": "learn:recipe:triage/total/day",
+            "purpose": "total",
+            "window": "day",
+            "resets": "2026-12-06T00:00:00Z",
+            "calls": 4,
+            "tokens": 12,
+            "money": 0.0,
+            "cpu_minutes": 2.5,
+            "gpu_minutes": 0.0,
+            **nothing,
+            "cpu_minutes_limit": 30.0,
+            "gpu_minutes_limit": None,
+        },
+    ]
+    result = CliRunner().invoke(app, ["status", "--url", gateway.url])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert (
+        "learning budget learn:scenario:support/judge/hour (hour): calls 4 of 10; "
+        "resets 2026-12-05T13:00:00Z"
+    ) in out
+    assert "learning budget learn:recipe:triage/total/day (day): cpu minutes 2.5 of 30" in out

@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from reef.config.spend import LearningBudgetLimit
 from reef.core.errors import NotFoundError
 from reef.evaluation.config import GateConfig
 from reef.evaluation.judging import PairVerdict, PairwiseJudge, position_bias
@@ -62,13 +61,14 @@ _PAGE = 500
 def with_shadow_settings(
     evidence: Mapping[str, Any] | None,
     config: ShadowConfig | None,
-    budgets: Sequence[tuple[str, Sequence[LearningBudgetLimit]]] = (),
+    budgets: Sequence[tuple[str, Sequence[Any]]] = (),
 ) -> dict[str, Any] | None:
     """A candidate's evidence with the traffic settings of ``config`` under
     ``evidence["shadow"]`` (what the gateway reads); ``evidence`` as it is without.
-    ``budgets`` (``(scope, limits)``, the gate's learning budgets) whose ``recipe:``
-    scopes count purpose ``shadow`` go with them (``learning_budget``): the gateway
-    charges shadow calls to them and to the scenario's own."""
+    ``budgets`` (``(scope, limits)``, the gate's learning budgets: ``LearningBudgetLimit``
+    each) whose ``recipe:`` scopes count purpose ``shadow`` go with them
+    (``learning_budget``): the gateway charges shadow calls to them and to the
+    scenario's own."""
     if config is None:
         return None if evidence is None else dict(evidence)
     settings = config.model_dump(exclude={"judge"})
@@ -98,17 +98,17 @@ def shadow_settings(evidence: Mapping[str, Any] | None) -> ShadowConfig | None:
 
 def shadow_budgets(
     evidence: Mapping[str, Any] | None,
-) -> list[tuple[str, list[LearningBudgetLimit]]]:
+) -> list[tuple[str, list[dict[str, Any]]]]:
     """The recipe budgets counting shadow calls that a candidate's evidence holds
-    (``with_shadow_settings``); an entry that does not parse is left out."""
+    (``with_shadow_settings``), each limit as stored (the gateway validates them); an
+    entry without a scope or a list of limits is left out."""
     raw = ((evidence or {}).get(SHADOW_EVIDENCE_KEY) or {}).get(SHADOW_BUDGETS_KEY)
-    found: list[tuple[str, list[LearningBudgetLimit]]] = []
+    found: list[tuple[str, list[dict[str, Any]]]] = []
     for entry in raw if isinstance(raw, list) else ():
-        try:
-            limits = [LearningBudgetLimit.model_validate(limit) for limit in entry["limits"]]
-            found.append((str(entry["scope"]), limits))
-        except (ValueError, KeyError, TypeError):
+        if not isinstance(entry, dict) or not isinstance(entry.get("limits"), list):
             continue
+        limits = [limit for limit in entry["limits"] if isinstance(limit, dict)]
+        found.append((str(entry.get("scope")), limits))
     return found
 
 

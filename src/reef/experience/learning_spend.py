@@ -365,6 +365,36 @@ class LearningMeter:
         for budget, _, start in self._lines("total"):
             self._add(budget, f"{device}_minutes", start, 0, minutes)
 
+    def status(self) -> list[dict[str, Any]]:
+        """Each budget in its current window: ``{budget, purpose, window, resets}`` and,
+        per kind (calls, tokens, money, cpu_minutes, gpu_minutes), what was spent and
+        ``<kind>_limit`` (None: not limited). For ``/reef/status``."""
+        now = self.clock()
+        rows = []
+        for scope, limits in self.budgets:
+            for limit in limits:
+                budget = f"learn:{scope}/{limit.purpose}/{limit.window}"
+                start = window_start(limit.window, now)
+                tokens, money = self._read(budget, _TOKENS_MONEY, start)
+                spent = {
+                    "calls": self._read(budget, _CALLS, start)[0],
+                    "tokens": tokens,
+                    "money": money,
+                    "cpu_minutes": self._read(budget, "cpu_minutes", start)[1],
+                    "gpu_minutes": self._read(budget, "gpu_minutes", start)[1],
+                }
+                row: dict[str, Any] = {
+                    "budget": budget,
+                    "purpose": limit.purpose,
+                    "window": limit.window,
+                    "resets": window_end(limit.window, start).isoformat().replace("+00:00", "Z"),
+                }
+                for kind, value in spent.items():
+                    row[kind] = value
+                    row[f"{kind}_limit"] = getattr(limit, kind)
+                rows.append(row)
+        return rows
+
     # -- the ledger -----------------------------------------------------------------------
 
     def _lines(self, purpose: str) -> list[tuple[str, LearningBudgetLimit, datetime]]:

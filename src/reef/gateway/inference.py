@@ -23,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from reef.config import UpstreamConfig
+from reef.config.spend import LearningBudgetLimit
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
 from reef.core.prices import Price, usage_tokens
@@ -933,10 +934,12 @@ class InferenceRoutes:
     def shadow_meter(self, scenario: str, evidence: Mapping[str, Any] | None) -> LearningMeter:
         """The learning meter of ``scenario``'s shadow calls: its ``learning_budget`` and
         the recipe budgets in the candidate's ``evidence`` (``reef.gateway.shadow``)."""
-        budgets = [
-            (f"scenario:{scenario}", self.state.settings.scenario(scenario).learning_budget),
-            *shadow_budgets(evidence),
-        ]
+        budgets = [(f"scenario:{scenario}", self.state.settings.scenario(scenario).learning_budget)]
+        for scope, limits in shadow_budgets(evidence):
+            try:
+                budgets.append((scope, [LearningBudgetLimit.model_validate(x) for x in limits]))
+            except ValueError:  # evidence the gate wrote from another version: skipped
+                log.warning("shadow: a learning budget of %s does not validate", scope)
         spend = self.state.spend
         return LearningMeter(self.state.database, budgets, lambda: spend.clock(), scenario)
 

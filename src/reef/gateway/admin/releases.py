@@ -109,6 +109,7 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
         "releases": [row for row in spend["releases"] if own(row["scenario"])],
         "keys": [row for row in spend["keys"] if own(row["scenario"])],
         "learning": [row for row in spend["learning"] if own(row["scenario"])],
+        "learning_budgets": [r for r in spend["learning_budgets"] if own(r["scenario"])],
     }
     return out
 

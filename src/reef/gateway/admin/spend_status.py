@@ -1,7 +1,8 @@
 """``/reef/status``'s ``spend`` beyond the serving budgets (``SpendControl.status_json``):
 the cost of each release, and of each scenario, key and purpose, over the last
 ``RELEASE_DAYS`` days (the records' costs, summed in the store:
-``reef.experience.spend_by_release``, ``spend_by_key``), and the cost of each recent
+``reef.experience.spend_by_release``, ``spend_by_key``), each learning budget in its
+current window (``learning_budgets``), and the cost of each recent
 learning job and of its gate decision (the job's ``cost`` and ``gate.cost.spend``,
 ``reef.experience.learning_spend``). ``tests/gateway/test_spend_status.py``."""
 
@@ -9,9 +10,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from reef.experience import spend_by_key, spend_by_release
+import yaml
+
+from reef.config.spend import LearningBudgetLimit
+from reef.experience import LearningMeter, spend_by_key, spend_by_release
 from reef.gateway.state import GatewayState
 from reef.jobs import Job
 
@@ -39,7 +44,39 @@ def release_and_learning_spend(state: GatewayState, now: datetime) -> dict[str, 
         "releases": releases,
         "keys": keys,
         "learning": learning,
+        "learning_budgets": learning_budgets(state, now),
     }
+
+
+def learning_budgets(state: GatewayState, now: datetime) -> list[dict[str, Any]]:
+    """Every configured ``learning_budget`` (each scenario's and its recipe file's) in
+    its current window: what the store's ledger counted and the limits, with
+    ``scenario`` (``LearningMeter.status``). A recipe file that cannot be read shows
+    nothing here (the worker reports why)."""
+    rows = []
+    for scenario, config in state.settings.scenarios.items():
+        budgets = [(f"scenario:{scenario}", config.learning_budget)]
+        if config.recipe is not None:
+            budgets += _recipe_budgets(config.recipe)
+        meter = LearningMeter(state.database, budgets, lambda: now)
+        rows += [{"scenario": scenario, **row} for row in meter.status()]
+    return rows
+
+
+def _recipe_budgets(path: Path) -> list[tuple[str, list[LearningBudgetLimit]]]:
+    """The ``learning_budget`` of the recipe file at ``path``, under its scope
+    (``recipe:<name>``, the name defaulting to the file's stem as the worker's)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            return []
+        limits = [
+            LearningBudgetLimit.model_validate(raw) for raw in data.get("learning_budget") or []
+        ]
+    except (OSError, yaml.YAMLError, ValueError, TypeError):
+        return []
+    name = data.get("name") or path.stem
+    return [(f"recipe:{name}", limits)]
 
 
 def _job_spend(job: Job) -> dict[str, Any] | None:

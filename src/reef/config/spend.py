@@ -175,11 +175,19 @@ def check_spend(settings: ReefSettings) -> None:
     for name, upstream in settings.upstreams.items():
         if upstream.model is None or not upstream.prices:
             continue  # client model names pass through: any model may be priced
-        served = {upstream.model} | {
-            scenario.model
-            for scenario in settings.scenarios.values()
-            if scenario.model and (scenario.upstream or next(iter(settings.upstreams))) == name
-        }
+        served = (
+            {upstream.model}
+            | {
+                scenario.model
+                for scenario in settings.scenarios.values()
+                if scenario.model and (scenario.upstream or next(iter(settings.upstreams))) == name
+            }
+            | {  # a distilled scenario's teacher is asked by its own model name
+                scenario.distill.teacher.model
+                for scenario in settings.scenarios.values()
+                if scenario.distill is not None and scenario.distill.teacher.upstream == name
+            }
+        )
         unknown = sorted(set(upstream.prices) - served)
         if unknown:
             raise ValueError(

@@ -140,6 +140,18 @@ def start_passthrough(children: ChildProcesses, upstream: str, workers: int = 1)
     return Server("passthrough", f"http://{_LOOPBACK}:{port}/v1", process, log)
 
 
+# Budgets and rate limits set far above what a bench spends, so nothing is refused: a
+# global and a scenario budget (hour, day and month windows; ``budgets.ledger: memory``,
+# the default on SQLite) and a scenario rate limit (requests and tokens per minute).
+SPEND_CONFIG = (
+    "budgets: {global: [{window: month, money: 1.0e9}], scenarios: {default: "
+    "[{window: hour, tokens: 1000000000}, {window: day, money: 1.0e8}]}}\n"
+    "rate_limits: {scenarios: {default: {requests_per_minute: 100000000, "
+    "tokens_per_minute: 1000000000}}}\n"
+)
+SPEND_PRICES = "{input_per_mtok: 2.5, output_per_mtok: 10.0}"  # a price for the model
+
+
 def start_reef(
     children: ChildProcesses,
     upstream: str,
@@ -147,18 +159,22 @@ def start_reef(
     name: str = "reef",
     durability: str = "sync",
     workers: int = 1,
+    spend: bool = False,
 ) -> tuple[Server, Path]:
     """The Reef gateway with capture on and ``durability`` (``store.durability``), in
     ``workers`` gateway processes (``server.workers``); also its SQLite path. ``name``
-    names its log and its results (one per gateway when a bench runs several)."""
+    names its log and its results (one per gateway when a bench runs several). With
+    ``spend``: a price for the model, budgets and rate limits (``SPEND_CONFIG``)."""
     port = free_port()
     database = workdir / "reef.db"
     config = workdir / "reef.yaml"
+    prices = f", prices: {{fake-model: {SPEND_PRICES}}}" if spend else ""
     config.write_text(
         f"home: {workdir / 'home'}\n"
         f"server: {{port: {port}, workers: {workers}}}\n"
         f'store: {{url: "sqlite:///{database}", durability: {durability}}}\n'
-        f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model}}}}\n"
+        f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model"
+        f"{prices}}}}}\n" + (SPEND_CONFIG if spend else "")
     )
     argv = [sys.executable, "-m", "reef", "serve", "-c", str(config), "--log-level", "WARNING"]
     process, log = children.spawn(name, argv, child_env())

@@ -16,6 +16,12 @@ Reef (translated onto the fake's chat completions, the response kept for
 the spread. Afterwards the Reef records in SQLite are counted against the requests sent
 through Reef (both targets).
 
+``--spend`` adds *reef-spend-on*: a second ``reef serve`` like *reef* but with a price for
+the model, budgets and rate limits (``contenders.SPEND_CONFIG``, far above what the load
+spends), measured in the same rotation; the report gives its added p50 at the lowest
+concurrency and its throughput at the highest against *reef* (issue 42's targets: +0.1
+ms, 0.95x).
+
 ``--workers 1,2`` repeats the whole benchmark once per count, with fresh servers: Reef
 as ``reef serve --workers N`` and the passthrough as N processes on its port
 (``SO_REUSEPORT``), so both get the same cores; CPU is summed over each server's
@@ -58,6 +64,7 @@ from load import (
 )
 
 RESPONSES_TARGET = "reef-responses"
+SPEND_TARGET = "reef-spend-on"
 
 
 @dataclass
@@ -116,6 +123,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", default="1,32", help="comma-separated levels")
     parser.add_argument("--runs", type=int, default=1, help="repeat all rounds this often")
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument(
+        "--spend", action="store_true", help="also Reef with prices, budgets and rate limits"
+    )
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
     parser.add_argument(
         "--workers", default="1", help="comma-separated process counts for Reef and passthrough"
@@ -131,9 +141,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def start_servers(
-    children: ChildProcesses, workdir: Path, skip_litellm: bool, master_key: str, workers: int
+    children: ChildProcesses,
+    workdir: Path,
+    args: argparse.Namespace,
+    master_key: str,
+    workers: int,
 ) -> tuple[list[Server], Path, str | None]:
     """All contenders, the Reef database and why LiteLLM is absent (or ``None``)."""
+    skip_litellm = args.skip_litellm
     upstream = start_upstream(children)
     print(f"fake upstream   {upstream.base_url}", flush=True)
     passthrough = start_passthrough(children, upstream.base_url, workers)
@@ -144,6 +159,14 @@ def start_servers(
         flush=True,
     )
     servers = [upstream, passthrough, reef]
+    if args.spend:
+        spend_dir = workdir / "spend"
+        spend_dir.mkdir()
+        spent, _ = start_reef(
+            children, upstream.base_url, spend_dir, SPEND_TARGET, workers=workers, spend=True
+        )
+        print(f"reef-spend-on   {spent.base_url}  (prices, budgets, rate limits)", flush=True)
+        servers.append(spent)
     if skip_litellm:
         return servers, database, "skipped (--skip-litellm)"
     try:
@@ -251,9 +274,7 @@ def _benchmark_once(args: argparse.Namespace, argv: list[str], workers: int) -> 
     with tempfile.TemporaryDirectory(prefix="reef-overhead-") as tmp:
         children = ChildProcesses(Path(tmp))
         try:
-            servers, database, litellm_note = start_servers(
-                children, Path(tmp), args.skip_litellm, key, workers
-            )
+            servers, database, litellm_note = start_servers(children, Path(tmp), args, key, workers)
             measured = run_event_loop(servers, args, key)
             records = check_records(database, measured)
         except StartError as exc:

@@ -31,7 +31,12 @@ TARGET_ADDED_P50_MS = 1.0
 TARGET_ADDED_P50_VS_PASSTHROUGH = 2.0
 TARGET_ADDED_P99_MS = 2.0
 TARGET_THROUGHPUT_VS_PASSTHROUGH = 0.7
-_ORDER = ("direct", "passthrough", "reef", "reef-responses", "litellm")
+# Issue 42: with prices, budgets and rate limits on (*reef-spend-on*, ``--spend``) Reef
+# adds at most 0.1 ms p50 at the lowest concurrency and keeps 0.95x its throughput at the
+# highest, against the same Reef with them off.
+TARGET_SPEND_ADDED_P50_MS = 0.1
+TARGET_SPEND_THROUGHPUT = 0.95
+_ORDER = ("direct", "passthrough", "reef", "reef-responses", "reef-spend-on", "litellm")
 _HOW_TO_READ = (
     "How to read it: every request is the same small non-streaming chat completion "
     "(the body and headers the OpenAI Python SDK sends), answered at once by a fake "
@@ -239,7 +244,7 @@ class Report:
                 f"Reef's at c={low}; Reef serves {spread(self.throughput_ratio('reef', 'litellm'))}"
                 f"x LiteLLM's throughput at c={high}."
             )
-        return lines + self._responses_lines() + self.verdicts()
+        return lines + self._responses_lines() + self.verdicts() + self._spend_lines()
 
     def _responses_lines(self) -> list[str]:
         """The Responses route next to chat completions, both through Reef."""
@@ -258,6 +263,38 @@ class Report:
             f"- Responses vs chat completions, both through Reef: added latency at c={low} "
             f"{'; '.join(parts)}; throughput at c={high} {spread(ratio)}x chat completions."
         ]
+
+    def _spend_lines(self) -> list[str]:
+        """*reef-spend-on* against *reef*: added p50 at the lowest concurrency and the
+        throughput ratio at the highest, each taken within a run."""
+        if not {"reef", "reef-spend-on"} <= set(self.targets()):
+            return []
+        low, high = self.args.concurrency[0], self.args.concurrency[-1]
+        added = self.paired(
+            "reef-spend-on", "reef", low, lambda a, b: a.percentile(0.5) - b.percentile(0.5)
+        )
+        ratio = self.throughput_ratio("reef-spend-on", "reef")
+        cpu = [v for v in self.paired("reef-spend-on", "reef", high, _cpu_ratio) if v == v]
+        lines = [
+            f"- Budgets and rate limits on (reef-spend-on) vs off (reef): p50 at c={low} "
+            f"{_signed(added)} ms (per run: {', '.join(f'{d:+.3f}' for d in added)}); "
+            f"throughput at c={high} {spread(ratio, 3)}x (per run: "
+            f"{', '.join(f'{r:.3f}' for r in ratio)})"
+            + (f"; CPU per request at c={high} {spread(cpu, 3)}x." if cpu else ".")
+        ]
+        if added:
+            met = statistics.median(added) <= TARGET_SPEND_ADDED_P50_MS
+            lines.append(
+                f"- Target: budgets and rate limits add ≤ {TARGET_SPEND_ADDED_P50_MS:g} ms p50 "
+                f"at c={low}: **{_verdict(met)}** ({_signed(added)} ms)."
+            )
+        if ratio:
+            met = statistics.median(ratio) >= TARGET_SPEND_THROUGHPUT
+            lines.append(
+                f"- Target: with budgets and rate limits ≥ {TARGET_SPEND_THROUGHPUT:g}x the "
+                f"throughput without at c={high}: **{_verdict(met)}** ({spread(ratio, 3)}x)."
+            )
+        return lines
 
     def _overhead_ratio(self) -> list[float]:
         return [
@@ -331,7 +368,13 @@ class Report:
                 f"{load} (1, 5, 15 min).",
                 f"- Load: {a.requests} non-streaming chat requests per round after "
                 f"{a.warmup} warm-up (reef-responses: the same request as POST "
-                f"/v1/responses), concurrency {', '.join(map(str, a.concurrency))}; "
+                f"/v1/responses"
+                + (
+                    "; reef-spend-on: Reef with a price, budgets and rate limits"
+                    if getattr(a, "spend", False)
+                    else ""
+                )
+                + f"), concurrency {', '.join(map(str, a.concurrency))}; "
                 f"{runs}; one aiohttp client session with keep-alive.",
                 f"- Versions: reef {_version('reef-agent')}, aiohttp {_version('aiohttp')}, "
                 f"uvicorn {_version('uvicorn')}{litellm}.",
@@ -356,6 +399,14 @@ def _cpu_ratio(a: LoadResult, b: LoadResult) -> float:
     """``a``'s CPU per request over ``b``'s (NaN when either is unknown)."""
     x, y = a.cpu_us_per_request, b.cpu_us_per_request
     return x / y if x is not None and y else math.nan  # NaN: left out by the caller
+
+
+def _signed(values: list[float]) -> str:
+    """``spread`` of differences, signed, to the microsecond."""
+    middle = f"{statistics.median(values):+.3f}"
+    if len(values) == 1:
+        return middle
+    return f"{middle} ({min(values):+.3f}..{max(values):+.3f})"
 
 
 def _verdict(met: bool) -> str:

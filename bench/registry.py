@@ -48,12 +48,13 @@ VLLM = Contender("vLLM", ".venv-vllm/bin/python")
 BENCHES: tuple[Bench, ...] = (
     Bench(
         "gateway_overhead",
-        "what the recording gateway adds to a call, vs direct, a bare proxy and LiteLLM",
+        "what the recording gateway adds to a call, vs direct, a bare proxy and LiteLLM; "
+        "and with budgets and rate limits on",
         (
             Step(
                 "gateway_overhead.py",
-                ("--requests", "2000", "--concurrency", "1,32", "--runs", "3"),
-                ("--requests", "200", "--warmup", "20", "--concurrency", "1,8"),
+                ("--requests", "2000", "--concurrency", "1,32", "--runs", "3", "--spend"),
+                ("--requests", "200", "--warmup", "20", "--concurrency", "1,8", "--spend"),
                 OUTPUT,
             ),
         ),

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from contenders import (
+    SPEND_CONFIG,
+    SPEND_PRICES,
     ChildProcesses,
     Server,
     StartError,
@@ -56,12 +58,6 @@ from sections import write_between
 START, END = "<!-- spend_overhead:start -->", "<!-- spend_overhead:end -->"
 TARGETS = ("reef-spend-off", "reef-spend-on")
 _LOOPBACK = "127.0.0.1"
-_SPEND = (
-    "budgets: {global: [{window: month, money: 1.0e9}], scenarios: {default: "
-    "[{window: hour, tokens: 1000000000}, {window: day, money: 1.0e8}]}}\n"
-    "rate_limits: {scenarios: {default: {requests_per_minute: 100000000, "
-    "tokens_per_minute: 1000000000}}}\n"
-)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -90,16 +86,14 @@ def write_config(home: Path, port: int, upstream: str, spend: bool) -> Path:
     """``home``'s ``reef.yaml``: capture on (``sync``), with prices, budgets and limits
     if ``spend``."""
     home.mkdir()
-    prices = (
-        f", prices: {{{MODEL}: {{input_per_mtok: 2.5, output_per_mtok: 10.0}}}}" if spend else ""
-    )
+    prices = f", prices: {{{MODEL}: {SPEND_PRICES}}}" if spend else ""
     config = home / "reef.yaml"
     config.write_text(
         f"home: {home / 'home'}\n"
         f"server: {{port: {port}}}\n"
         f'store: {{url: "sqlite:///{home / "reef.db"}", durability: sync}}\n'
         f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}{prices}}}}}\n"
-        + (_SPEND if spend else "")
+        + (SPEND_CONFIG if spend else "")
     )
     return config
 

@@ -56,6 +56,13 @@ def test_an_unknown_model_in_a_fixed_model_upstreams_price_table() -> None:
     # an upstream that passes the client's model names on may price any model
     passthrough = {k: v for k, v in UPSTREAM.items() if k != "model"}
     assert ReefSettings(upstreams={"o": {**passthrough, "prices": priced}}).upstreams["o"].prices
+    # a distilled scenario's teacher on it is asked as its own model: that one is known
+    teacher = {"upstream": "o", "model": "gpt-x"}
+    known = ReefSettings(
+        upstreams={"s": {**UPSTREAM, "model": "student"}, "o": {**UPSTREAM, "prices": priced}},
+        scenarios={"d": {"upstream": "s", "distill": {"teacher": teacher}}},
+    )
+    assert known.upstreams["o"].prices
 
 
 def test_a_day_budget_above_its_month_budget_is_a_contradiction() -> None:

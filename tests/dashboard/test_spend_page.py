@@ -17,6 +17,9 @@ import anthropic
 import openai
 import pytest
 
+from reef.config.spend import LearningBudgetLimit
+from reef.core.prices import Price
+from reef.experience import LearningMeter
 from tests.dashboard.browser import DashboardPage
 from tests.dashboard.world import DashboardWorld
 from tests.fakes.clock import FakeClock
@@ -33,6 +36,7 @@ BUDGETS = {
     },
 }
 ASK = {"model": "reef/support", "max_tokens": 20}
+LEARNING_RECIPE = {"window": "month", "purpose": "total", "money": 2.0, "cpu_minutes": 30}
 
 
 @dataclass
@@ -91,6 +95,11 @@ def _ask(spent: Spent, key: str, text: str) -> None:
 def spent(world: DashboardWorld, tmp_path: Path) -> Iterator[Spent]:
     # ``world`` first, though unused: the package's shared gateway runs the gate
     # (asyncio.run) when built, which cannot start once Playwright holds this thread's loop.
+    recipe = tmp_path / "triage.yaml"
+    recipe.write_text(
+        "learners: [{type: fewshot}]\n"
+        "learning_budget: [{window: month, purpose: total, money: 2.0, cpu_minutes: 30}]\n"
+    )
     with FakeUpstreamThread() as fake:
         settings = make_settings(
             tmp_path,
@@ -99,6 +108,14 @@ def spent(world: DashboardWorld, tmp_path: Path) -> Iterator[Spent]:
             auth={"keys": KEYS},
             budgets=BUDGETS,
             rate_limits={"scenarios": {"claude": {"requests_per_minute": 2}}},
+            scenarios={
+                "support": {
+                    "upstream": "fake",
+                    "recipe": str(recipe),
+                    "learning_budget": [{"window": "day", "purpose": "judge", "calls": 10}],
+                },
+                "claude": {"upstream": "claude"},
+            },
         )
         with GatewayThread(settings) as gateway:
             gateway.app.state.reef.spend.clock = FakeClock()  # the rate limit never refills
@@ -115,6 +132,16 @@ def spent(world: DashboardWorld, tmp_path: Path) -> Iterator[Spent]:
                 claude.messages.create(**ask, messages=[{"role": "user", "content": f"c{i}"}])
             with pytest.raises(anthropic.RateLimitError):
                 claude.messages.create(**ask, messages=[{"role": "user", "content": "more"}])
+            # Reef's own calls and training, counted on support's learning budgets
+            budgets = [
+                ("scenario:support", settings.scenario("support").learning_budget),
+                ("recipe:triage", [LearningBudgetLimit.model_validate(LEARNING_RECIPE)]),
+            ]
+            meter = LearningMeter(gateway.database, budgets, gateway.app.state.reef.spend.clock)
+            price = Price("m", input_per_mtok=1e5, output_per_mtok=1e5)  # 0.1 per token
+            for _ in range(3):
+                meter.charge("judge", {"prompt_tokens": 1, "completion_tokens": 1}, price)
+            meter.charge_training("cpu", 1.5)
             made.jobs["support"] = _finish_job(gateway, "support", SUPPORT_JOB)
             made.jobs["claude"] = _finish_job(gateway, "claude", CLAUDE_JOB)
             yield made
@@ -199,6 +226,17 @@ def test_the_spend_page_shows_what_the_records_cost(
     assert learning[0][4] == "10 calls, 100 tok, unpriced" and learning[0][5] == "—"
     assert learning[1][4] == "12 calls, 120 tok, 0.5000 (+2 unpriced), 3.5 cpu min"
     assert learning[1][5] == "published 4 calls, 40 tok, unpriced"
+    # learning budgets: the scenario's and its recipe's, spent of each limit
+    # (Budget, Purpose, Window, Spent, Resets)
+    learning_budgets = {r[0]: r for r in _rows(tab, "#learning-budgets")}
+    assert set(learning_budgets) == {
+        "learn:scenario:support/judge/day",
+        "learn:recipe:triage/total/month",
+    }
+    judge = learning_budgets["learn:scenario:support/judge/day"]
+    assert (judge[1], judge[2]) == ("judge", "day") and "calls 3 of 10" in judge[3]
+    total = learning_budgets["learn:recipe:triage/total/month"][3]
+    assert "money 0.6000 of 2" in total and "cpu minutes 1.5 of 30" in total
     tab.screenshot("spend")
     # the period: the last day holds it all; a time after it, nothing (budgets still shown)
     tab.page.select_option("#since-filter", "24h")

@@ -5,8 +5,9 @@ judge's integrity checks (``reef.gateway.shadow``, ``reef.evaluation.shadow``,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,23 +15,27 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from reef.config.spend import LearningBudgetLimit
 from reef.evaluation import GateConfig, ScorerContext, ScorerRegistry
 from reef.evaluation.decision import decide_results
 from reef.evaluation.shadow import (
     SHADOW_OF_TAG,
     ShadowEvidence,
+    shadow_budgets,
     shadow_results,
+    shadow_settings,
     with_shadow,
     with_shadow_settings,
 )
 from reef.evaluation.shadow_config import ShadowConfig
-from reef.experience import FeedbackDraft, Purpose, RecordFilter, RecordView
+from reef.experience import LEARNING_SPEND, FeedbackDraft, Purpose, RecordFilter, RecordView
 from reef.learning import RecipeError, UpstreamModels
 from reef.learning.recipe_files import RecipeFiles
 from reef.learning.registry import LearnerRegistry
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import Candidate, ReleaseChain, open_artifact_store
 from tests.evaluation.gate_setup import SCENARIO, QuizWorld, fact, write_suite
+from tests.fakes.clock import FakeClock
 from tests.fakes.shadow import HOLD, PairwiseJudgeThread, StableOracleThread
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
@@ -41,8 +46,9 @@ JUDGED = {"judge:shadow": 1.0}  # judged pairs count (computed evidence counts w
 
 
 @contextmanager
-def shadow_world(tmp: Path, judge_url: str | None = None) -> Iterator[QuizWorld]:
-    """The quiz scenario in front of the stable oracle (and a judge upstream)."""
+def shadow_world(tmp: Path, judge_url: str | None = None, **scenario: Any) -> Iterator[QuizWorld]:
+    """The quiz scenario (``scenario``: more of its settings) in front of the stable
+    oracle (and a judge upstream)."""
     with StableOracleThread() as oracle:
         upstreams: dict[str, Any] = {
             "oracle": {"type": "openai", "base_url": oracle.base_url, "model": "oracle"}
@@ -53,7 +59,7 @@ def shadow_world(tmp: Path, judge_url: str | None = None) -> Iterator[QuizWorld]
             tmp,
             oracle.base_url,
             upstreams=upstreams,
-            scenarios={SCENARIO: {"upstream": "oracle", "harness": "managed"}},
+            scenarios={SCENARIO: {"upstream": "oracle", "harness": "managed", **scenario}},
             activation={"poll_interval_seconds": 0.05},
         )
         with GatewayThread(settings) as gateway:
@@ -62,10 +68,17 @@ def shadow_world(tmp: Path, judge_url: str | None = None) -> Iterator[QuizWorld]
             yield QuizWorld(tmp, oracle, gateway, chain, artifacts)
 
 
-def evaluating(world: QuizWorld, extra: str = "", **shadow: Any) -> Candidate:
-    """A candidate that knows every fact, evaluating with ``gate.shadow`` settings."""
+def evaluating(
+    world: QuizWorld,
+    extra: str = "",
+    budgets: Sequence[tuple[str, Sequence[LearningBudgetLimit]]] = (),
+    **shadow: Any,
+) -> Candidate:
+    """A candidate that knows every fact, evaluating with ``gate.shadow`` settings (and
+    the gate's learning ``budgets``)."""
     candidate = world.propose([fact(i) for i in QUESTIONS], extra)
-    evidence = with_shadow_settings(None, ShadowConfig(**{"fraction": 1.0, **shadow}))
+    config = ShadowConfig(**{"fraction": 1.0, **shadow})
+    evidence = with_shadow_settings(None, config, budgets)
     return world.chain.set_candidate_state(candidate.id, "evaluating", evidence)
 
 
@@ -186,6 +199,55 @@ def test_shadow_stops_at_max_requests(tmp_path: Path) -> None:
         )
         assert 'reef_shadow_requests_total{outcome="sent",scenario="quiz"} 2.0' in metrics
         assert len(records(world, "shadow")) == 2
+
+
+@pytest.mark.parametrize("scope", ["scenario", "recipe"])
+def test_shadow_calls_stop_at_their_learning_budget(tmp_path: Path, scope: str) -> None:
+    """Shadow calls are Reef's own spend (purpose ``shadow``): the scenario's
+    ``learning_budget``, or the recipe's that the gate put in the evidence, stops them
+    once spent (outcome ``budget``, no call, no record), and its next window lets them
+    through again."""
+    two = [{"window": "day", "purpose": "shadow", "calls": 2}]
+    roomy = [{"window": "day", "purpose": "total", "calls": 100}]
+    budgets = [("recipe:quiz", [LearningBudgetLimit.model_validate(two[0])])]
+    with shadow_world(tmp_path, learning_budget=two if scope == "scenario" else roomy) as world:
+        clock = FakeClock(datetime(2026, 12, 5, 12, 0, tzinfo=UTC))
+        world.gateway.app.state.reef.spend.clock = clock
+        evaluating(world, budgets=budgets if scope == "recipe" else (), concurrency=1)
+        counted = LEARNING_SPEND.snapshot()["calls"].get((SCENARIO, "shadow"), 0)
+        for question in range(2):
+            ask(world, question)
+            metric(world, "sent", float(question + 1))
+        for question in range(2, 4):
+            ask(world, question)
+            metric(world, "budget", float(question - 1))
+        assert len(records(world, "shadow")) == 2
+        oracle = world.oracle
+        assert isinstance(oracle, StableOracleThread)
+        assert len([s for s in oracle.seen if "answer-0" in s["system"]]) == 2
+        spent = LEARNING_SPEND.snapshot()["calls"][(SCENARIO, "shadow")] - counted
+        assert spent == 2  # reef_learning_calls_total{purpose="shadow"}
+        clock.advance(24 * 3600)  # the next day's window
+        ask(world, 4)
+        metric(world, "sent", 3.0)
+        assert len(records(world, "shadow")) == 3
+
+
+def test_shadow_settings_carry_the_recipe_budgets_that_count_shadow_calls() -> None:
+    limits = [
+        LearningBudgetLimit(window="day", purpose="shadow", calls=5),
+        LearningBudgetLimit(window="month", purpose="total", money=3.0),
+        LearningBudgetLimit(window="day", purpose="judge", calls=9),  # not a shadow call's
+    ]
+    budgets = [("scenario:quiz", limits), ("recipe:quiz", limits)]
+    evidence = with_shadow_settings({"kept": 1}, ShadowConfig(fraction=0.5), budgets)
+    assert evidence is not None and evidence["kept"] == 1
+    # the scenario's own are read from the configuration where the gateway runs
+    stored = [limit.model_dump(mode="json") for limit in limits[:2]]
+    assert shadow_budgets(evidence) == [("recipe:quiz", stored)]
+    config = shadow_settings(evidence)
+    assert config is not None and config.fraction == 0.5
+    assert shadow_budgets({"shadow": {"learning_budget": [{"scope": "recipe:x"}, 3]}}) == []
 
 
 def test_shadow_records_are_never_trained_on_nor_held_out(tmp_path: Path) -> None:

@@ -1,16 +1,16 @@
-"""``spend_by_release``: the records' own costs summed per release in the store (one
-``GROUP BY``), unpriced records counted, pending and older ones left out; on both
-backends."""
+"""``spend_by_release`` and ``spend_by_key``: the records' own costs summed per release,
+or per scenario, key and purpose, in the store (one ``GROUP BY``), unpriced records
+counted, pending and older ones left out; on both backends."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from reef.experience import SQLExperienceStore, spend_by_release
+from reef.experience import SQLExperienceStore, spend_by_key, spend_by_release
 from tests.cli.test_costs import _draft
 
 
-def test_each_release_costs_what_its_records_cost(store: SQLExperienceStore) -> None:
+def test_each_release_and_key_costs_what_its_records_cost(store: SQLExperienceStore) -> None:
     now = datetime.now(UTC)
     store.write_records(
         [
@@ -37,3 +37,10 @@ def test_each_release_costs_what_its_records_cost(store: SQLExperienceStore) -> 
         ("claude", None, 1, 1, 0.0),
     ]
     assert spend_by_release(store.database, now + timedelta(days=1)) == []
+    keys = spend_by_key(store.database, now - timedelta(days=30))
+    assert [(r.scenario, r.key, r.purpose, r.requests, r.unpriced, r.cost) for r in keys] == [
+        ("support", "ci", "serve", 3, 1, 2.5),
+        ("support", None, "eval", 1, 0, 0.25),
+        ("claude", "ci", "serve", 1, 1, 0.0),
+    ]
+    assert spend_by_key(store.database, now + timedelta(days=1)) == []

@@ -99,6 +99,12 @@ class FakeUpstream:
         ``card_extra`` adds fields to each model's card in ``GET /v1/models`` (a server
         that tells its adapter slots: ``{"max_loras": 2}``).
 
+        With ``cached_prompt_tokens=N`` its usage reports that many of each prompt's
+        tokens (at most all of them) as read from a prompt cache: chat's
+        ``prompt_tokens_details.cached_tokens`` (streamed usage too), Anthropic's
+        ``cache_read_input_tokens`` (its ``input_tokens`` then the rest, as Anthropic
+        counts them).
+
         With ``strict_models=True`` a request for a model that is neither in ``models`` nor
         a loaded adapter is a 404, as vLLM answers it.
 
@@ -132,8 +138,10 @@ class FakeUpstream:
         refuse_reload: bool = False,
         lists_adapters: bool = False,
         card_extra: dict[str, Any] | None = None,
+        cached_prompt_tokens: int = 0,
     ) -> None:
         self.lists_adapters = lists_adapters
+        self.cached_prompt_tokens = cached_prompt_tokens
         self.adapter_paths: dict[str, str] = {}
         self.reloads = reloads
         self.base_path = base_path
@@ -383,11 +391,7 @@ class FakeUpstream:
                     ),
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            },
+            "usage": self._chat_usage(prompt, completion),
         }
         if behavior in _TRICKLED:
             return await self._trickle_json(request, orjson.dumps(response), behavior)
@@ -516,7 +520,7 @@ class FakeUpstream:
             "content": tools or [{"type": "text", "text": reply}],
             "stop_reason": "tool_use" if tools else "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": completion},
+            "usage": self._anthropic_usage(prompt, completion),
         }
         if body.get("stream"):
             return await self._anthropic_stream(request, message, behavior)
@@ -525,6 +529,29 @@ class FakeUpstream:
         if behavior == "malformed-sse":
             return _sse_instead_of_json(message)
         return web.Response(body=orjson.dumps(message), content_type=_JSON)
+
+    def _chat_usage(self, prompt: int, completion: int) -> dict[str, Any]:
+        """A chat answer's usage; ``cached_prompt_tokens`` of the prompt from a cache."""
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        if self.cached_prompt_tokens:
+            cached = min(self.cached_prompt_tokens, prompt)
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return usage
+
+    def _anthropic_usage(self, prompt: int, completion: int) -> dict[str, Any]:
+        """A message's usage: cache reads apart from ``input_tokens``, as Anthropic's."""
+        if not self.cached_prompt_tokens:
+            return {"input_tokens": prompt, "output_tokens": completion}
+        cached = min(self.cached_prompt_tokens, prompt)
+        return {
+            "input_tokens": prompt - cached,
+            "cache_read_input_tokens": cached,
+            "output_tokens": completion,
+        }
 
     # -- streams -------------------------------------------------------------------
 
@@ -571,11 +598,7 @@ class FakeUpstream:
             yield chunk({}, "tool_calls" if calls else "stop")
             if with_usage:
                 completion = len(self._words(reply)) + 2 * len(calls)
-                usage = {
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt + completion,
-                }
+                usage = self._chat_usage(prompt, completion)
                 yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
             yield b"data: [DONE]\n\n"
 
@@ -593,7 +616,7 @@ class FakeUpstream:
                 **message,
                 "content": [],
                 "stop_reason": None,
-                "usage": {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1},
+                "usage": {**message["usage"], "output_tokens": 1},
             }
             yield event("message_start", {"type": "message_start", "message": start})
             yield event("ping", {"type": "ping"})

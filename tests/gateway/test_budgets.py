@@ -4,7 +4,8 @@ back when the window rolls), a 429 from the rate limiter; clocks moved, never sl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from reef.cli.main import app
 from tests.fakes.clock import FakeClock
+from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 
 # A dollar per input token and two per output token: a record's cost reads as tokens.
@@ -115,6 +117,78 @@ def test_an_anthropic_record_is_priced_at_its_upstreams_price(priced: GatewayThr
     assert record.price is not None and record.price["model"] == "fake-claude"
 
 
+CACHED = 2  # prompt tokens the cached fake reports read from a prompt cache
+CACHED_PRICES = {
+    "fake-model": {"input_per_mtok": 1e6, "output_per_mtok": 2e6, "cached_input_per_mtok": 0.25e6},
+    "fake-claude": {"input_per_mtok": 1e6, "output_per_mtok": 3e6, "cached_input_per_mtok": 0.5e6},
+}
+
+
+@pytest.fixture(scope="module")
+def cached_fake() -> Iterator[FakeUpstreamThread]:
+    with FakeUpstreamThread(cached_prompt_tokens=CACHED) as server:
+        yield server
+
+
+@pytest.fixture
+def cached(make_gateway: Callable[..., GatewayThread], cached_fake: Any) -> GatewayThread:
+    ups = upstreams(cached_fake.base_url)
+    for name, model in (("fake", "fake-model"), ("claude", "fake-claude")):
+        ups[name]["prices"] = {model: CACHED_PRICES[model]}
+    return make_gateway(upstreams=ups)
+
+
+def test_cached_input_is_priced_at_its_price_in_every_usage_shape(cached: GatewayThread) -> None:
+    """Each API's record, a stream's too, counts the cached part of its input at the
+    cached price: a quarter of the input price on chat's upstream, half on Anthropic's."""
+    ask = [{"role": "user", "content": "a prompt of several words read partly from cache"}]
+    client = cached.openai()
+
+    def chat(record_id: str) -> tuple[float | None, float]:
+        record = cached.store.get_record(record_id)
+        usage = record.usage or {}
+        assert usage["prompt_tokens_details"]["cached_tokens"] == CACHED
+        fresh = usage["prompt_tokens"] - CACHED
+        return record.cost, fresh * 1.0 + CACHED * 0.25 + usage["completion_tokens"] * 2.0
+
+    raw = client.chat.completions.with_raw_response.create(model="reef/support", messages=ask)
+    cost, expected = chat(raw.headers["x-reef-record-id"])
+    assert cost == pytest.approx(expected)
+    with client.chat.completions.with_streaming_response.create(
+        model="reef/support", messages=ask, stream=True
+    ) as response:
+        record_id = response.headers["x-reef-record-id"]
+        list(response.iter_lines())
+    cost, expected = chat(record_id)
+    assert cost == pytest.approx(expected)
+
+    raw = client.responses.with_raw_response.create(model="reef/support", input=ask)
+    record = cached.store.get_record(raw.headers["x-reef-record-id"])
+    usage = record.usage or {}
+    assert usage["input_tokens_details"]["cached_tokens"] == CACHED
+    fresh = usage["input_tokens"] - CACHED
+    expected = fresh * 1.0 + CACHED * 0.25 + usage["output_tokens"] * 2.0
+    assert record.cost == pytest.approx(expected)
+
+    for stream in (False, True):
+        ask_claude = {"model": "reef/claude", "max_tokens": 50, "messages": ask}
+        if stream:
+            with cached.anthropic().messages.with_streaming_response.create(
+                **ask_claude, stream=True
+            ) as streamed:
+                record_id = streamed.headers["x-reef-record-id"]
+                list(streamed.iter_lines())
+        else:
+            answered = cached.anthropic().messages.with_raw_response.create(**ask_claude)
+            record_id = answered.headers["x-reef-record-id"]
+        record = cached.store.get_record(record_id)
+        usage = record.usage or {}
+        assert usage["cache_read_input_tokens"] == CACHED, stream
+        expected = usage["input_tokens"] * 1.0 + CACHED * 0.5 + usage["output_tokens"] * 3.0
+        assert record.cost == pytest.approx(expected), stream
+        assert record.price is not None and record.price["cached_input_per_mtok"] == 0.5e6
+
+
 def test_a_model_without_a_price_is_served_and_counted_unpriced(
     make_gateway: Callable[..., GatewayThread], fake: Any
 ) -> None:
@@ -126,6 +200,41 @@ def test_a_model_without_a_price_is_served_and_counted_unpriced(
     assert record.status == "ok" and record.cost is None and record.price is None
     metrics = gateway.app.state.reef.metrics.render().decode()
     assert 'reef_spend_unpriced_total{purpose="serve",scenario="support"} 1.0' in metrics
+
+
+def test_within_its_budgets_and_limits_a_client_gets_the_same_answer(
+    make_gateway: Callable[..., GatewayThread], fake: Any
+) -> None:
+    """Prices, budgets and rate limits change nothing for a request they admit: the same
+    status, body and stream (no usage added to a stream that did not ask for it) in both
+    dialects as a gateway without them, only ids and timings differing."""
+    plain = make_gateway(upstreams=upstreams(fake.base_url, priced=False))
+    spend = make_gateway(
+        upstreams=upstreams(fake.base_url),
+        budgets={
+            "global": [{"window": "month", "money": 1e9}],
+            "scenarios": {"support": [{"window": "day", "tokens": 10**9}]},
+        },
+        rate_limits={"scenarios": {"support": {"requests_per_minute": 10**6}}},
+    )
+    ids = re.compile(rb'"(chatcmpl|msg|resp)[-_][A-Za-z0-9_-]+"')
+
+    def answers(gateway: GatewayThread) -> list[tuple[int, bytes]]:
+        out = []
+        chat = {"model": "reef/support", "messages": [{"role": "user", "content": "same"}]}
+        claude = {**chat, "model": "reef/claude", "max_tokens": 20}
+        with httpx.Client(base_url=gateway.url, timeout=10) as http:
+            for path, body in (
+                ("/v1/chat/completions", chat),
+                ("/v1/chat/completions", {**chat, "stream": True}),
+                ("/v1/messages", claude),
+                ("/v1/messages", {**claude, "stream": True}),
+            ):
+                response = http.post(path, json=body)
+                out.append((response.status_code, ids.sub(b'"<id>"', response.content)))
+        return out
+
+    assert answers(spend) == answers(plain)
 
 
 def test_a_402_exactly_when_the_monthly_budget_is_crossed_then_the_month_rolls(

@@ -19,7 +19,12 @@ from reef.cli.status import job_cost
 from reef.config import ScenarioConfig
 from reef.config.spend import LearningBudgetLimit, PriceConfig
 from reef.core import SilentProgress
-from reef.experience import LearningBudgetExhaustedError, LearningMeter, RecordFilter
+from reef.experience import (
+    LEARNING_SPEND,
+    LearningBudgetExhaustedError,
+    LearningMeter,
+    RecordFilter,
+)
 from reef.jobs import JobQueue
 from reef.learning.base import Learner, LearnerConfig, LearnerContext, LearnerOutput
 from reef.learning.holdout import build_gate, select_holdout
@@ -66,6 +71,7 @@ def test_a_job_with_a_ten_call_judge_budget_stops_at_ten_calls(
     }
     worker = world.worker(recipe)
     job = world.queue.enqueue(SCENARIO, "learn", {})
+    before = LEARNING_SPEND.snapshot()["calls"].get((SCENARIO, "judge"), 0)
     [done] = worker.run_once()  # the pass grades 3 (calls_per_pass), the job the rest
     assert done.id == job.id and done.state == "succeeded"
     result = done.result or {}
@@ -73,6 +79,8 @@ def test_a_job_with_a_ten_call_judge_budget_stops_at_ten_calls(
     assert result["budget"] == f"learn:recipe:{SCENARIO}/judge/day"
     assert "calls 10 of 10 spent" in result["reason"] and "resets" in result["reason"]
     assert judge.calls == 10
+    # /metrics' reef_learning_calls_total counts every one (the pass's and the job's)
+    assert LEARNING_SPEND.snapshot()["calls"][(SCENARIO, "judge")] - before == 10
     cost = result["cost"]
     assert cost["model_calls"] == 7 and cost["by_purpose"]["judge"]["calls"] == 7
     assert cost["unpriced_calls"] == 7  # no price configured: counted, unpriced
@@ -216,8 +224,11 @@ def test_a_training_minutes_budget_refuses_the_next_training_job(judged_world: W
     assert (third.result or {})["outcome"] == "proposed"
 
 
-def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(tmp_path: Path) -> None:
-    tight = [{"window": "day", "purpose": "eval", "calls": 7}]
+@pytest.mark.parametrize("purpose", ["eval", "gate"])
+def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(
+    tmp_path: Path, purpose: str
+) -> None:
+    tight = [{"window": "day", "purpose": purpose, "calls": 7}]
     gate = {**GATED["gate"], "concurrency": 1}
     recipe = parse_recipe({**GATED, "gate": gate, "learning_budget": tight})
     with quiz_world(tmp_path) as world:
@@ -235,7 +246,7 @@ def test_the_gate_is_undecided_when_its_budget_runs_out_mid_evaluation(tmp_path:
         )  # fmt: skip
         corrected_traffic(world, range(20))
         held = select_holdout(world.gateway.store, world.chain, QUIZ, recipe)
-        budget = f"learn:recipe:{QUIZ}/eval/day"
+        budget = f"learn:recipe:{QUIZ}/{purpose}/day"
 
         def gate_with(meter: LearningMeter) -> Any:
             return build_gate(
@@ -325,3 +336,30 @@ def test_a_teacher_budget_caps_the_teachers_calls_and_no_other_purpose(
     tally = meter.tally.as_dict()
     assert tally["by_purpose"]["teacher"] == {"calls": 2, "tokens": 14, "money": None}
     assert tally["unpriced_calls"] == 2
+
+
+def test_a_gate_budget_counts_every_call_of_the_gate_and_no_other(judged_world: World) -> None:
+    """Purpose ``gate`` caps what the gate spends, whatever each call's own purpose
+    (its answers ``eval``, its episodes, its model-graded scorers' ``judge``); a job's
+    judges outside the gate are not its."""
+    recipe = parse_recipe(
+        {
+            "learners": [{"type": "stamp"}],
+            "learning_budget": [{"window": "day", "purpose": "gate", "calls": 3}],
+        }
+    )
+    meter = judged_world.worker({"learners": [{"type": "stamp"}]}).meter_for(SCENARIO, recipe)
+    usage = {"prompt_tokens": 1, "completion_tokens": 1}
+    for _ in range(5):
+        meter.admit("judge")  # the job's own judges: not the gate's
+        meter.charge("judge", usage, None)
+    gate = meter.gate()
+    for purpose in ("eval", "episode", "judge"):
+        gate.admit(purpose)
+        gate.charge(purpose, usage, None)
+    with pytest.raises(LearningBudgetExhaustedError, match="calls 3 of 3 spent") as spent:
+        gate.admit("eval")
+    assert spent.value.budget == f"learn:recipe:{SCENARIO}/gate/day"
+    meter.admit("judge")  # outside the gate the budget does not apply
+    assert gate.tally.as_dict()["by_purpose"].keys() == {"eval", "episode", "judge"}
+    assert meter.tally.as_dict()["model_calls"] == 8  # the gate's calls count in the job's

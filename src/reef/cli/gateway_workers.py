@@ -25,7 +25,8 @@ exits 1 when a child failed to start or ended other than by the signal it was se
 
 ``/metrics`` sums over the children through prometheus_client's multiprocess mode: the
 parent makes the directory and passes it as ``PROMETHEUS_MULTIPROC_DIR``
-(``reef.gateway.metrics``).
+(``reef.gateway.metrics``). The learning worker's spend counts, kept in the parent, are
+published there too (``reef.experience.learning_spend``) for the children to show.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 
 from pydantic import SecretStr
@@ -110,16 +112,22 @@ _Event = tuple[str, object]
 
 
 def supervise(
-    settings: ReefSettings, listener: socket.socket, log_level: str, on_ready: Callable[[], None]
+    settings: ReefSettings,
+    listener: socket.socket,
+    log_level: str,
+    on_ready: Callable[[], None],
+    metrics_dir: Path | None = None,
 ) -> int | None:
     """Run ``settings.server.workers`` gateway processes on ``listener`` until SIGINT or
     SIGTERM, then wait until they have drained. ``on_ready`` runs once all answer.
     Returns the signal that stopped them, for the caller to raise once it has cleaned
     up, so the exit code is one process's: 130 after Ctrl-C, killed by SIGTERM.
+    ``metrics_dir``: the children's ``PROMETHEUS_MULTIPROC_DIR`` (default: a new one),
+    removed at the end either way.
 
     Raises ``GatewayWorkersError`` when a child fails before it is ready, or stops
     other than by the signal it was sent."""
-    metrics_dir = tempfile.mkdtemp(prefix="reef-metrics-")
+    directory = str(metrics_dir or tempfile.mkdtemp(prefix="reef-metrics-"))
     events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -127,11 +135,11 @@ def supervise(
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _Supervisor(settings, listener, log_level, metrics_dir, events).run(on_ready)
+        return _Supervisor(settings, listener, log_level, directory, events).run(on_ready)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class _Supervisor:

@@ -7,8 +7,10 @@ import ipaddress
 import logging
 import math
 import secrets
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +25,7 @@ from reef.config import ApiKeyConfig, ReefSettings
 from reef.core.errors import ReefError, require_extra
 from reef.db import Database, open_database
 from reef.environments import hide_from_tools, log_tool_isolation
-from reef.experience import ExperienceStore, SQLExperienceStore
+from reef.experience import LEARNING_SPEND, ExperienceStore, SQLExperienceStore
 from reef.gateway import create_app
 from reef.gateway.app import InferenceFastPath
 from reef.gateway.shutdown import Shutdown
@@ -233,6 +235,7 @@ def _serve(
     store = SQLExperienceStore(database)
     engines: list[LocalEngine] = []
     worker: tuple[threading.Thread, threading.Event] | None = None
+    metrics_dir: Path | None = None  # with several gateway processes
     try:
         if any(config.type == "local" for config in settings.upstreams.values()):
             from reef.cli.local_engine import start_local_upstreams
@@ -260,15 +263,28 @@ def _serve(
             return None  # uvicorn raised the signal that stopped it, if any
         else:
             from reef.cli.gateway_workers import supervise
+            from reef.experience import LEARNING_SPEND_FILE
 
             # The learning worker runs here, in the parent: once, whatever the workers.
+            # Its spend counts go where the children's /metrics read them.
+            metrics_dir = Path(tempfile.mkdtemp(prefix="reef-metrics-"))
+            LEARNING_SPEND.publish_to(metrics_dir / LEARNING_SPEND_FILE)
             worker = _start_worker(settings, database, store) if with_worker else None
-            return supervise(settings, listener, log_level, lambda: print(message, flush=True))
+            return supervise(
+                settings,
+                listener,
+                log_level,
+                lambda: print(message, flush=True),
+                metrics_dir=metrics_dir,
+            )
     finally:
         if worker is not None:
             thread, stop = worker
             stop.set()
             thread.join(timeout=30)
+        if metrics_dir is not None:
+            LEARNING_SPEND.publish_to(None)
+            shutil.rmtree(metrics_dir, ignore_errors=True)
         for engine in engines:
             engine.stop()
         store.close()

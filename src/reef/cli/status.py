@@ -276,7 +276,13 @@ def _spend_lines(spend: dict[str, Any] | None) -> list[str]:
     refused = [f"{row['limit']}/{row['window']} {row['count']}" for row in spend.get("refused", ())]
     if refused:
         lines.append("refused since start: " + "; ".join(refused))
-    return lines + _release_lines(spend) + _learning_lines(spend)
+    return (
+        lines
+        + _release_lines(spend)
+        + _key_lines(spend)
+        + _learning_budget_lines(spend)
+        + _learning_lines(spend)
+    )
 
 
 def _release_lines(spend: dict[str, Any]) -> list[str]:
@@ -290,6 +296,42 @@ def _release_lines(spend: dict[str, Any]) -> list[str]:
     if not releases:
         return []
     return [f"cost per release since {spend['releases_since'][:10]}: " + "; ".join(releases)]
+
+
+def _key_lines(spend: dict[str, Any]) -> list[str]:
+    """The cost of each scenario, key and purpose (its records' costs) since
+    ``releases_since``."""
+    keys = [
+        f"{row['scenario']}/{row['key'] or 'no key'}/{row['purpose']} {row['cost']:.4f} "
+        f"({row['requests']} requests"
+        + (f", {row['unpriced']} unpriced)" if row["unpriced"] else ")")
+        for row in spend.get("keys", ())
+    ]
+    if not keys:
+        return []
+    since = spend["releases_since"][:10]
+    return [f"cost per scenario, key and purpose since {since}: " + "; ".join(keys)]
+
+
+_LEARNING_KINDS = ("calls", "tokens", "money", "cpu_minutes", "gpu_minutes")
+
+
+def _learning_budget_lines(spend: dict[str, Any]) -> list[str]:
+    """Each learning budget's spend in its current window against its limits."""
+    lines = []
+    for row in spend.get("learning_budgets", ()):
+        parts = []
+        for kind in _LEARNING_KINDS:
+            limit = row.get(f"{kind}_limit")
+            if limit is not None:
+                spent = row[kind]
+                shown = f"{spent:.4f}" if kind == "money" else f"{spent:g}"
+                parts.append(f"{kind.replace('_', ' ')} {shown} of {limit:g}")
+        lines.append(
+            f"learning budget {row['budget']} ({row['window']}): {', '.join(parts)}; "
+            f"resets {row['resets']}"
+        )
+    return lines
 
 
 def _learning_lines(spend: dict[str, Any]) -> list[str]:

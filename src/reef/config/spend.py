@@ -175,11 +175,19 @@ def check_spend(settings: ReefSettings) -> None:
     for name, upstream in settings.upstreams.items():
         if upstream.model is None or not upstream.prices:
             continue  # client model names pass through: any model may be priced
-        served = {upstream.model} | {
-            scenario.model
-            for scenario in settings.scenarios.values()
-            if scenario.model and (scenario.upstream or next(iter(settings.upstreams))) == name
-        }
+        served = (
+            {upstream.model}
+            | {
+                scenario.model
+                for scenario in settings.scenarios.values()
+                if scenario.model and (scenario.upstream or next(iter(settings.upstreams))) == name
+            }
+            | {  # a distilled scenario's teacher is asked by its own model name
+                scenario.distill.teacher.model
+                for scenario in settings.scenarios.values()
+                if scenario.distill is not None and scenario.distill.teacher.upstream == name
+            }
+        )
         unknown = sorted(set(upstream.prices) - served)
         if unknown:
             raise ValueError(
@@ -188,7 +196,9 @@ def check_spend(settings: ReefSettings) -> None:
             )
 
 
-LearningPurpose = Literal["total", "judge", "reflect", "eval", "episode", "teacher"]
+LearningPurpose = Literal[
+    "total", "judge", "reflect", "eval", "episode", "teacher", "shadow", "gate"
+]
 
 
 class LearningBudgetLimit(_Section):
@@ -202,8 +212,10 @@ class LearningBudgetLimit(_Section):
         description="Whose calls count: judge (judges, the signal extractor, the gate's "
         "model-graded scorers), reflect (reflective learners), eval (the gate's answers "
         "through the gateway), episode (the turns of the gate's episodes), teacher (the "
-        "teacher model's calls in distillation), or total (all of them, and training "
-        "time).",
+        "teacher model's calls in distillation), shadow (the evaluating candidate's answers "
+        "to sampled live requests, gate.shadow), gate (every call the gate makes: its eval "
+        "answers, episode turns and model-graded scorers' judge calls), or total (all of "
+        "them, and training time).",
     )
     calls: int | None = Field(default=None, gt=0, description="Most model calls per window.")
     tokens: int | None = Field(default=None, gt=0, description="Most tokens per window.")

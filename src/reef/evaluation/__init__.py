@@ -62,7 +62,7 @@ from reef.evaluation.scorers.builtin import (
     LlmJudgeScorer,
     normalize_text,
 )
-from reef.evaluation.shadow import SHADOW_OF_TAG, shadow_progress, shadow_settings
+from reef.evaluation.shadow import SHADOW_OF_TAG, shadow_budgets, shadow_progress, shadow_settings
 from reef.evaluation.shadow_config import ShadowConfig, ShadowJudgeConfig
 from reef.evaluation.suites import (
     load_suite,
@@ -114,6 +114,7 @@ __all__ = [
     "normalize_text",
     "parse_reply",
     "score_answers",
+    "shadow_budgets",
     "shadow_progress",
     "shadow_settings",
     "write_report",

@@ -178,7 +178,9 @@ class Gate:
         now = now or datetime.now(UTC)
         candidate = self.chain.get_candidate(candidate_id)
         if candidate.state == "pending":
-            evidence = with_shadow_settings(candidate.evidence, self.config.shadow)
+            meter = self.target.meter  # its recipe budgets cap the shadow calls too
+            budgets = () if meter is None else meter.budgets
+            evidence = with_shadow_settings(candidate.evidence, self.config.shadow, budgets)
             candidate = self.chain.set_candidate_state(candidate_id, "evaluating", evidence)
         elif candidate.state != "evaluating":
             return GateOutcome(candidate_id, "skipped", None, cost={"state": candidate.state})

@@ -28,7 +28,7 @@ the suite's summary in all and per provenance.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -51,6 +51,7 @@ from reef.experience import (
 )
 
 SHADOW_EVIDENCE_KEY = "shadow"
+SHADOW_BUDGETS_KEY = "learning_budget"  # under evidence["shadow"]: the recipe's budgets
 SHADOW_OF_TAG = "reef.shadow_of"
 JUDGE_SOURCE = "judge:shadow"
 """The source judged pairs are weighed as in ``gate.evidence_sources`` (0 by default)."""
@@ -58,13 +59,27 @@ _PAGE = 500
 
 
 def with_shadow_settings(
-    evidence: Mapping[str, Any] | None, config: ShadowConfig | None
+    evidence: Mapping[str, Any] | None,
+    config: ShadowConfig | None,
+    budgets: Sequence[tuple[str, Sequence[Any]]] = (),
 ) -> dict[str, Any] | None:
     """A candidate's evidence with the traffic settings of ``config`` under
-    ``evidence["shadow"]`` (what the gateway reads); ``evidence`` as it is without."""
+    ``evidence["shadow"]`` (what the gateway reads); ``evidence`` as it is without.
+    ``budgets`` (``(scope, limits)``, the gate's learning budgets: ``LearningBudgetLimit``
+    each) whose ``recipe:`` scopes count purpose ``shadow`` go with them
+    (``learning_budget``): the gateway charges shadow calls to them and to the
+    scenario's own."""
     if config is None:
         return None if evidence is None else dict(evidence)
     settings = config.model_dump(exclude={"judge"})
+    counted = [
+        {"scope": scope, "limits": [limit.model_dump(mode="json") for limit in shadowed]}
+        for scope, limits in budgets
+        if scope.startswith("recipe:")
+        and (shadowed := [limit for limit in limits if limit.purpose in ("shadow", "total")])
+    ]
+    if counted:
+        settings[SHADOW_BUDGETS_KEY] = counted
     return {**(evidence or {}), SHADOW_EVIDENCE_KEY: settings}
 
 
@@ -74,9 +89,27 @@ def shadow_settings(evidence: Mapping[str, Any] | None) -> ShadowConfig | None:
     if not isinstance(raw, dict):
         return None
     try:
-        return ShadowConfig.model_validate({k: v for k, v in raw.items() if k != "judge"})
+        return ShadowConfig.model_validate(
+            {k: v for k, v in raw.items() if k not in ("judge", SHADOW_BUDGETS_KEY)}
+        )
     except ValueError:
         return None
+
+
+def shadow_budgets(
+    evidence: Mapping[str, Any] | None,
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The recipe budgets counting shadow calls that a candidate's evidence holds
+    (``with_shadow_settings``), each limit as stored (the gateway validates them); an
+    entry without a scope or a list of limits is left out."""
+    raw = ((evidence or {}).get(SHADOW_EVIDENCE_KEY) or {}).get(SHADOW_BUDGETS_KEY)
+    found: list[tuple[str, list[dict[str, Any]]]] = []
+    for entry in raw if isinstance(raw, list) else ():
+        if not isinstance(entry, dict) or not isinstance(entry.get("limits"), list):
+            continue
+        limits = [limit for limit in entry["limits"] if isinstance(limit, dict)]
+        found.append((str(entry.get("scope")), limits))
+    return found
 
 
 @dataclass(frozen=True)

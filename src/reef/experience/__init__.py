@@ -73,10 +73,13 @@ from reef.experience.importing import (
 )
 from reef.experience.importing.otel import otlp_attributes
 from reef.experience.learning_spend import (
+    LEARNING_SPEND,
+    LEARNING_SPEND_FILE,
     LearningBudgetExhaustedError,
     LearningMeter,
     SpendTally,
     price_of,
+    read_published,
 )
 from reef.experience.personal_data import (
     SCRUBBED_KINDS,
@@ -107,12 +110,14 @@ from reef.experience.records import (
 from reef.experience.redaction import REDACTED, Redactor
 from reef.experience.responses import ResponseNotFoundError, ResponseStore
 from reef.experience.spend import (
+    KeySpend,
     Ledger,
     Line,
     MemoryLedger,
     ReleaseSpend,
     SpendRow,
     StoreLedger,
+    spend_by_key,
     spend_by_release,
     spend_since,
     window_end,
@@ -130,6 +135,8 @@ __all__ = [
     "IMPORT_BATCH_LINES",
     "IMPORT_FORMATS",
     "IMPORT_ORIGIN_PREFIX",
+    "LEARNING_SPEND",
+    "LEARNING_SPEND_FILE",
     "ORIGIN_TAG",
     "REDACTED",
     "SCRUBBED_KINDS",
@@ -149,6 +156,7 @@ __all__ = [
     "ImportOptions",
     "ImportReader",
     "ImportSummary",
+    "KeySpend",
     "LearningBudgetExhaustedError",
     "LearningMeter",
     "Ledger",
@@ -206,11 +214,13 @@ __all__ = [
     "otlp_attributes",
     "personal_data_key",
     "price_of",
+    "read_published",
     "reader_named",
     "scrub_personal_text",
     "scrub_personal_value",
     "sniff_reader",
     "source_kind",
+    "spend_by_key",
     "spend_by_release",
     "spend_since",
     "window_end",

@@ -17,16 +17,24 @@ Windows are counted in the store's ``spend_windows`` (rows named ``learn:<scope>
 ``scope`` being ``scenario:<name>`` or ``recipe:<name>``), so every worker on the store
 sees them; admission reads and charging adds, so concurrent jobs of one scenario may
 overshoot a limit by the calls they have in flight (``tests/learning/test_learning_budget.py``).
+
+A meter made for a scenario also adds each call and each training minute to the
+process's ``LEARNING_SPEND``, which ``/metrics`` shows as ``reef_learning_*`` counters by
+scenario and purpose.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -37,6 +45,8 @@ from reef.core.prices import Price, cost_of, usage_tokens
 from reef.db import Database
 from reef.db import schema as t
 from reef.experience.spend import window_end, window_start
+
+log = logging.getLogger("reef.experience.learning_spend")
 
 # A ledger row per scope, purpose and window; the columns hold what the kind needs.
 _TOKENS_MONEY = "spend"
@@ -103,6 +113,100 @@ class SpendTally:
         }
 
 
+class LearningSpendCounts:
+    """What the learning meters of this process counted since it started, per scenario
+    and purpose (calls, tokens, money, unpriced calls) and per scenario and device
+    (training minutes): ``/metrics``' ``reef_learning_*`` counters
+    (``reef.gateway.budgets.SpendCollector``). Thread-safe: jobs run on worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._published: Path | None = None
+        self.calls: dict[tuple[str, str], int] = {}
+        self.tokens: dict[tuple[str, str], int] = {}
+        self.money: dict[tuple[str, str], float] = {}
+        self.unpriced: dict[tuple[str, str], int] = {}
+        self.minutes: dict[tuple[str, str], float] = {}
+
+    def add(self, scenario: str, purpose: str, tokens: int, money: float | None) -> None:
+        """Count one call of ``purpose`` for ``scenario``."""
+        key = (scenario, purpose)
+        with self._lock:
+            self.calls[key] = self.calls.get(key, 0) + 1
+            self.tokens[key] = self.tokens.get(key, 0) + tokens
+            if money is None:
+                self.unpriced[key] = self.unpriced.get(key, 0) + 1
+            else:
+                self.money[key] = self.money.get(key, 0.0) + money
+            self._publish()
+
+    def add_minutes(self, scenario: str, device: str, minutes: float) -> None:
+        """Count ``minutes`` of training on ``device`` (cpu or gpu) for ``scenario``."""
+        key = (scenario, device)
+        with self._lock:
+            self.minutes[key] = self.minutes.get(key, 0.0) + minutes
+            self._publish()
+
+    def snapshot(self) -> dict[str, dict[tuple[str, str], float]]:
+        """A copy of every count, by kind (``calls``, ``tokens``, ``money``, ``unpriced``,
+        ``minutes``)."""
+        with self._lock:
+            return self._copy()
+
+    def _copy(self) -> dict[str, dict[tuple[str, str], float]]:
+        return {
+            "calls": dict(self.calls),
+            "tokens": dict(self.tokens),
+            "money": dict(self.money),
+            "unpriced": dict(self.unpriced),
+            "minutes": dict(self.minutes),
+        }
+
+    def publish_to(self, path: Path | None) -> None:
+        """Write the counts to ``path`` now and after every change (None: stop), for
+        other processes' ``/metrics`` to read (``read_published``): ``reef serve
+        --workers N`` runs the learning worker in the parent, the children answer."""
+        with self._lock:
+            self._published = path
+            self._publish()
+
+    def _publish(self) -> None:
+        """The counts to the published file, replaced whole (a reader never sees half)."""
+        path = self._published
+        if path is None:
+            return
+        rows = [[kind, a, b, value] for kind, counts in self._copy().items()
+                for (a, b), value in counts.items()]  # fmt: skip
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            partial.write_bytes(orjson.dumps(rows))
+            partial.replace(path)
+        except OSError:  # the directory gone (the gateway stopping): nothing to show
+            log.warning("could not publish the learning spend to %s", path, exc_info=True)
+
+
+def read_published(path: Path) -> dict[str, dict[tuple[str, str], float]] | None:
+    """Counts another process published (``LearningSpendCounts.publish_to``); None when
+    there are none (yet) or they cannot be read."""
+    try:
+        rows = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    counts: dict[str, dict[tuple[str, str], float]] = {
+        kind: {} for kind in ("calls", "tokens", "money", "unpriced", "minutes")
+    }
+    for kind, a, b, value in rows:
+        if kind in counts:
+            counts[kind][(str(a), str(b))] = float(value)
+    return counts
+
+
+# The process's counts; a meter made with a scenario adds to them.
+LEARNING_SPEND = LearningSpendCounts()
+# Where ``reef serve --workers N`` publishes them, in its metrics directory.
+LEARNING_SPEND_FILE = "learning_spend.json"
+
+
 def price_of(prices: Mapping[str, PriceConfig], model: str | None) -> Price | None:
     """``model``'s price in an upstream's table; None when it has none."""
     found = prices.get(model) if model else None
@@ -120,8 +224,11 @@ class LearningMeter:
         database: Database | None,
         budgets: Sequence[tuple[str, Sequence[LearningBudgetLimit]]],
         clock: Callable[[], datetime],
+        scenario: str | None = None,
     ) -> None:
         self.database = database
+        self.scenario = scenario  # counted in ``LEARNING_SPEND`` under it when set
+        self.of_gate = False  # a gate's meter: budgets of purpose ``gate`` count it too
         self.budgets = [(scope, list(limits)) for scope, limits in budgets if limits]
         self.clock = clock
         self.tally = SpendTally()
@@ -134,10 +241,30 @@ class LearningMeter:
     def child(self) -> LearningMeter:
         """A meter on the same budgets with a tally of its own (a gate decision's),
         whose charges count in this one's tally too."""
-        child = LearningMeter(self.database, self.budgets, self.clock)
+        child = LearningMeter(self.database, self.budgets, self.clock, self.scenario)
+        child.of_gate = self.of_gate
         child._tallies = [child.tally, *self._tallies]
         child._lock = self._lock
         return child
+
+    def gate(self) -> LearningMeter:
+        """A child meter (``child``) for a gate's calls: whatever their purpose
+        (``eval``, ``episode``, a model-graded scorer's ``judge``), budgets of purpose
+        ``gate`` count them too."""
+        child = self.child()
+        child.of_gate = True
+        return child
+
+    def counts(self, purpose: str) -> bool:
+        """Whether a budget counts ``purpose`` (else ``admit`` and ``charge`` touch no
+        ledger)."""
+        return any(
+            self._counted(limit.purpose, purpose) for _, limits in self.budgets for limit in limits
+        )
+
+    def _counted(self, budget_purpose: str, purpose: str) -> bool:
+        """Whether a budget of ``budget_purpose`` counts a call of ``purpose``."""
+        return budget_purpose in (purpose, "total") or (self.of_gate and budget_purpose == "gate")
 
     # -- admission ------------------------------------------------------------------------
 
@@ -219,6 +346,8 @@ class LearningMeter:
         with self._lock:
             for tally in self._tallies:
                 tally.add(purpose, total, money)
+        if self.scenario is not None:
+            LEARNING_SPEND.add(self.scenario, purpose, total, money)
         for budget, _, start in self._lines(purpose):
             self._add(budget, _CALLS, start, 1, 0.0)
             self._add(budget, _TOKENS_MONEY, start, total, money or 0.0)
@@ -231,8 +360,40 @@ class LearningMeter:
                     tally.gpu_minutes += minutes
                 else:
                     tally.cpu_minutes += minutes
+        if self.scenario is not None:
+            LEARNING_SPEND.add_minutes(self.scenario, device, minutes)
         for budget, _, start in self._lines("total"):
             self._add(budget, f"{device}_minutes", start, 0, minutes)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each budget in its current window: ``{budget, purpose, window, resets}`` and,
+        per kind (calls, tokens, money, cpu_minutes, gpu_minutes), what was spent and
+        ``<kind>_limit`` (None: not limited). For ``/reef/status``."""
+        now = self.clock()
+        rows = []
+        for scope, limits in self.budgets:
+            for limit in limits:
+                budget = f"learn:{scope}/{limit.purpose}/{limit.window}"
+                start = window_start(limit.window, now)
+                tokens, money = self._read(budget, _TOKENS_MONEY, start)
+                spent = {
+                    "calls": self._read(budget, _CALLS, start)[0],
+                    "tokens": tokens,
+                    "money": money,
+                    "cpu_minutes": self._read(budget, "cpu_minutes", start)[1],
+                    "gpu_minutes": self._read(budget, "gpu_minutes", start)[1],
+                }
+                row: dict[str, Any] = {
+                    "budget": budget,
+                    "purpose": limit.purpose,
+                    "window": limit.window,
+                    "resets": window_end(limit.window, start).isoformat().replace("+00:00", "Z"),
+                }
+                for kind, value in spent.items():
+                    row[kind] = value
+                    row[f"{kind}_limit"] = getattr(limit, kind)
+                rows.append(row)
+        return rows
 
     # -- the ledger -----------------------------------------------------------------------
 
@@ -247,7 +408,7 @@ class LearningMeter:
             )
             for scope, limits in self.budgets
             for limit in limits
-            if limit.purpose in (purpose, "total")
+            if self._counted(limit.purpose, purpose)
         ]
 
     def _read(self, budget: str, column: str, start: datetime) -> tuple[int, float]:

@@ -1,6 +1,6 @@
 """Spend in the store: the recorded exchanges' cost summed per scenario, key and
-purpose (``reef costs``) or per release (``spend_by_release``), and the budget ledgers
-the gateway counts windows in (``reef.gateway.budgets``)."""
+purpose (``reef costs``, ``spend_by_key``) or per release (``spend_by_release``), and the
+budget ledgers the gateway counts windows in (``reef.gateway.budgets``)."""
 
 from __future__ import annotations
 
@@ -112,6 +112,38 @@ def spend_by_release(database: Database, since: datetime) -> list[ReleaseSpend]:
             for scenario, release, count, none, cost in conn.execute(query)
         ]
     return sorted(rows, key=lambda row: (-row.cost, row.scenario, row.release or ""))
+
+
+@dataclass
+class KeySpend:
+    """What the records of one scenario, key and purpose cost since a time."""
+
+    scenario: str
+    key: str | None
+    purpose: str
+    requests: int
+    unpriced: int
+    cost: float
+
+
+def spend_by_key(database: Database, since: datetime) -> list[KeySpend]:
+    """The cost of each scenario, key and purpose since ``since``: the records' costs
+    summed in the store (one ``GROUP BY``, for ``/reef/status``), costliest first;
+    unpriced records counted. Pending records are left out."""
+    records = t.records
+    unpriced = func.sum(case((records.c.cost.is_(None), 1), else_=0))
+    group = (records.c.scenario, records.c.principal, records.c.purpose)
+    query = (
+        select(*group, func.count(), unpriced, func.coalesce(func.sum(records.c.cost), 0.0))
+        .where(records.c.created_at >= since, records.c.status != "pending")
+        .group_by(*group)
+    )
+    with database.read() as conn:
+        rows = [
+            KeySpend(scenario, key, purpose, int(count), int(none or 0), float(cost))
+            for scenario, key, purpose, count, none, cost in conn.execute(query)
+        ]
+    return sorted(rows, key=lambda row: (-row.cost, row.scenario, row.key or "", row.purpose))
 
 
 def window_start(window: Window, now: datetime) -> datetime:

@@ -25,10 +25,12 @@ Rate limits are token buckets in memory, each replica enforcing ``limit / replic
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -40,7 +42,17 @@ from reef.core.clock import Clock, utc_now
 from reef.core.errors import ReefError
 from reef.core.prices import MILLION, Price, Tokens
 from reef.db import Database
-from reef.experience import Ledger, Line, MemoryLedger, StoreLedger, window_end, window_start
+from reef.experience import (
+    LEARNING_SPEND,
+    LEARNING_SPEND_FILE,
+    Ledger,
+    Line,
+    MemoryLedger,
+    StoreLedger,
+    read_published,
+    window_end,
+    window_start,
+)
 
 BYTES_PER_TOKEN = 4  # the input estimate of a reservation: request bytes / 4
 
@@ -526,3 +538,31 @@ class SpendCollector(Collector):
         for (what, window), value in sorted(counts.refused.items()):
             refused.add_metric([what, window], value)
         yield refused
+        yield from learning_families()
+
+
+def learning_families() -> Iterator[CounterMetricFamily]:
+    """Reef's own learning spend counted in this process (``LEARNING_SPEND``), or, in a
+    gateway process of ``reef serve --workers N``, what the parent (which runs the
+    learning worker) published in the metrics directory."""
+    shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    published = read_published(Path(shared) / LEARNING_SPEND_FILE) if shared else None
+    counts = LEARNING_SPEND.snapshot() if published is None else published
+    for name, doc, kind in (
+        ("reef_learning_calls", "Model calls of Reef's own learning.", "calls"),
+        ("reef_learning_tokens", "Tokens used by Reef's own learning calls.", "tokens"),
+        ("reef_learning_cost", "Money spent by Reef's own learning calls.", "money"),
+        ("reef_learning_unpriced", "Learning calls of a model with no price.", "unpriced"),
+    ):
+        family = CounterMetricFamily(name, doc, labels=["scenario", "purpose"])
+        for (scenario, purpose), value in sorted(counts[kind].items()):
+            family.add_metric([scenario, purpose], value)
+        yield family
+    minutes = CounterMetricFamily(
+        "reef_learning_training_minutes",
+        "Training minutes of Reef's own learning, by device (cpu, gpu).",
+        labels=["scenario", "device"],
+    )
+    for (scenario, device), value in sorted(counts["minutes"].items()):
+        minutes.add_metric([scenario, device], value)
+    yield minutes

@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -23,11 +23,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from reef.config import UpstreamConfig
+from reef.config.spend import LearningBudgetLimit
 from reef.core import dumps, new_id
 from reef.core.errors import ConflictError, InvalidInputError, ReefError
-from reef.core.prices import usage_tokens
-from reef.evaluation import SHADOW_OF_TAG
-from reef.experience import Claim, Purpose, RecordView
+from reef.core.prices import Price, usage_tokens
+from reef.evaluation import SHADOW_OF_TAG, shadow_budgets
+from reef.experience import Claim, LearningMeter, Purpose, RecordView
 from reef.gateway.auth import Principal, grant_of
 from reef.gateway.body_checks import (
     check_anthropic_messages,
@@ -199,7 +200,9 @@ class InferenceRoutes:
         self._owner = f"{socket.gethostname()}:{os.getpid()}"  # of idempotency claims
         self._waits = state.metrics.idempotency_waits
         # Live requests also sent to an evaluating candidate (``reef.gateway.shadow``).
-        self.shadow = ShadowArm(state.activation, self.shadow_call, state.metrics.count_shadow)
+        self.shadow = ShadowArm(
+            state.activation, self.shadow_call, state.metrics.count_shadow, self.shadow_meter
+        )
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
         """Answer one request of ``api``.
@@ -928,12 +931,25 @@ class InferenceRoutes:
             upstream_status=exc.upstream_status,
         )
 
+    def shadow_meter(self, scenario: str, evidence: Mapping[str, Any] | None) -> LearningMeter:
+        """The learning meter of ``scenario``'s shadow calls: its ``learning_budget`` and
+        the recipe budgets in the candidate's ``evidence`` (``reef.gateway.shadow``)."""
+        budgets = [(f"scenario:{scenario}", self.state.settings.scenario(scenario).learning_budget)]
+        for scope, limits in shadow_budgets(evidence):
+            try:
+                budgets.append((scope, [LearningBudgetLimit.model_validate(x) for x in limits]))
+            except ValueError:  # evidence the gate wrote from another version: skipped
+                log.warning("shadow: a learning budget of %s does not validate", scope)
+        spend = self.state.spend
+        return LearningMeter(self.state.database, budgets, lambda: spend.clock(), scenario)
+
     async def shadow_call(
         self, exchange: Exchange, request: Request, serving: ServingRelease, max_tokens: int
-    ) -> bool:
+    ) -> tuple[Any, Price | None] | None:
         """Ask ``serving`` (a candidate) the live ``exchange``'s request as one
         non-streaming call capped at ``max_tokens``, and record the answer with purpose
-        ``shadow`` (``reef.gateway.shadow``); whether an answer came."""
+        ``shadow`` (``reef.gateway.shadow``); the answer's usage and price, None when no
+        answer came."""
         body = shadow_body(exchange.api, exchange.body, max_tokens)
         source, rendered = self._outgoing(exchange.api, body, None, exchange.scenario, serving)
         requested = body.get("model")
@@ -953,7 +969,12 @@ class InferenceRoutes:
             purpose="shadow",
             pending=False,
             started=time.perf_counter(),
-            charge=None,  # Reef's own spend: never held against a client's budget
+            # The candidate's model's price; Reef's own spend (a learning meter counts
+            # it, reef.gateway.shadow), never held against a client's budget.
+            price=self.state.spend.price_for(
+                exchange.scenario, serving.base_model, requested, plan.model_from_client
+            ),
+            charge=None,
             outcome=None,  # the candidate answers alone: the live routing is not its
         )
         recorder = self.state.recorder
@@ -966,13 +987,14 @@ class InferenceRoutes:
             detail = exc.detail if isinstance(exc, UpstreamError) else f"invalid JSON: {exc}"
             draft = recorder.draft(shadow, None, None, "error", detail)
             await recorder.record(replace(draft, continuation_hash=None))
-            return False
+            return None
         await self._used(shadow, data)  # counted under purpose ``shadow`` in /metrics
+        usage = data.get("usage")
         _, data, reply = self._answered(shadow, plan, answer.body, data)
         draft = recorder.draft(shadow, data, reply, "ok", None)
         # No later turn continues a shadow answer: it never joins a live session.
         await recorder.record(replace(draft, continuation_hash=None))
-        return True
+        return usage, shadow.price
 
     def _observe(self, exchange: Exchange, status: int) -> None:
         elapsed = time.perf_counter() - exchange.started

@@ -203,7 +203,8 @@ class GatewayMetrics:
         self.shadow_requests = Counter(
             "reef_shadow_requests",
             "Live requests sampled for the shadow arm, by outcome: sent, failed, dropped "
-            "(concurrency full), capped (max_requests reached), skipped.",
+            "(concurrency full), capped (max_requests reached), skipped, budget (a learning "
+            "budget counting shadow spent).",
             ["scenario", "outcome"],
             registry=self.registry,
         )

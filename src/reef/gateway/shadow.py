@@ -18,6 +18,13 @@ nothing here can change it (``test_shadow_never_changes_the_live_answer``).
   Tool calls in its answer are recorded, never run. The record has purpose ``shadow``,
   a session of its own, no continuation hash (no later turn continues it) and tag
   ``reef.shadow_of`` naming the live record.
+- Shadow calls are Reef's own spend, never held against a client's budget: each is
+  counted by a learning meter (``reef.experience.learning_spend``) as purpose ``shadow``,
+  under the scenario's ``learning_budget`` and the budgets of the candidate's recipe that
+  the gate put in its evidence (``reef.evaluation.shadow.with_shadow_settings``). With a
+  budget counting ``shadow`` (or ``total``) spent in its window, a sampled request is
+  not sent (outcome ``budget``); admission reads the ledger and a call adds after its
+  answer, so calls in flight (at most ``concurrency``) may overshoot a limit.
 """
 
 from __future__ import annotations
@@ -28,21 +35,27 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from starlette.requests import Request
 
+from reef.core.prices import Price
 from reef.evaluation import ShadowConfig, shadow_settings
+from reef.experience import LearningBudgetExhaustedError, LearningMeter
 from reef.gateway.capture import Exchange
 from reef.gateway.serving.activation import Activation
 from reef.gateway.serving.release import ServingRelease
 
 log = logging.getLogger("reef.gateway.shadow")
 
-ShadowOutcome = Literal["sent", "failed", "dropped", "capped", "skipped"]
-ShadowCall = Callable[[Exchange, Request, ServingRelease, int], Awaitable[bool]]
+ShadowOutcome = Literal["sent", "failed", "dropped", "capped", "skipped", "budget"]
+# The call's usage (any API's shape) and price when an answer came; None when none did.
+ShadowCall = Callable[
+    [Exchange, Request, ServingRelease, int], Awaitable[tuple[Any, Price | None] | None]
+]
+MeterFor = Callable[[str, Mapping[str, Any] | None], LearningMeter]
 SHADOWED_APIS = frozenset({"openai.chat", "anthropic.messages"})
 
 
@@ -51,11 +64,14 @@ class _Target:
     candidate_id: str | None
     config: ShadowConfig | None
     fetched: float
+    meter: LearningMeter | None = None
 
 
 class ShadowArm:
     """Samples live requests for the evaluating candidate of their scenario and sends
-    them with ``call`` (``InferenceRoutes.shadow_call``: True when the answer came)."""
+    them with ``call`` (``InferenceRoutes.shadow_call``: the answer's usage and price),
+    each counted by the meter ``meter_for`` makes for the scenario and the candidate's
+    evidence."""
 
     refresh_seconds = 5.0
 
@@ -64,10 +80,12 @@ class ShadowArm:
         activation: Activation,
         call: ShadowCall,
         count: Callable[[str, ShadowOutcome], None],
+        meter_for: MeterFor,
     ) -> None:
         self.activation = activation
         self.call = call
         self.count = count
+        self.meter_for = meter_for
         self.in_flight = 0
         self.sent: Counter[str] = Counter()
         self._targets: dict[str, _Target] = {}
@@ -130,7 +148,8 @@ class ShadowArm:
         if not evaluating:
             return _Target(None, None, now)
         candidate = evaluating[0]
-        return _Target(candidate.id, shadow_settings(candidate.evidence), now)
+        meter = self.meter_for(scenario, candidate.evidence)
+        return _Target(candidate.id, shadow_settings(candidate.evidence), now, meter)
 
     def _sample(self, target: _Target, exchange: Exchange, request: Request) -> None:
         config, candidate_id = target.config, target.candidate_id
@@ -144,13 +163,27 @@ class ShadowArm:
             return
         self.sent[candidate_id] += 1
         self.in_flight += 1
-        self._spawn(self._shadow(exchange, request, candidate_id, config))
+        self._spawn(self._shadow(exchange, request, candidate_id, config, target.meter))
 
     async def _shadow(
-        self, exchange: Exchange, request: Request, candidate_id: str, config: ShadowConfig
+        self,
+        exchange: Exchange,
+        request: Request,
+        candidate_id: str,
+        config: ShadowConfig,
+        meter: LearningMeter | None,
     ) -> None:
         outcome: ShadowOutcome = "failed"
+        budgeted = meter is not None and meter.counts("shadow")
         try:
+            if meter is not None and budgeted:
+                try:
+                    await asyncio.to_thread(meter.admit, "shadow")
+                except LearningBudgetExhaustedError as error:
+                    self.sent[candidate_id] -= 1  # not sent: max_requests not used up
+                    outcome = "budget"
+                    log.info("shadow call for %s not sent: %s", candidate_id, error)
+                    return
             activation = self.activation
             pinned = await activation.pinned(
                 exchange.scenario, candidate_id, exchange.principal, "gate", state_read=True
@@ -162,7 +195,13 @@ class ShadowArm:
             lease = activation.lease(serving)
             with lease if lease is not None else contextlib.nullcontext():
                 answered = await self.call(exchange, request, serving, config.max_tokens)
-            outcome = "sent" if answered else "failed"
+            outcome = "sent" if answered is not None else "failed"
+            if meter is not None and answered is not None:
+                usage, price = answered
+                if budgeted:  # the ledger is in the store
+                    await asyncio.to_thread(meter.charge, "shadow", usage, price)
+                else:
+                    meter.charge("shadow", usage, price)
         except Exception:  # a shadow call never disturbs serving: logged, counted
             log.warning("shadow call for %s failed", candidate_id, exc_info=True)
         finally:

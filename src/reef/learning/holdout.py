@@ -300,9 +300,10 @@ def build_gate(  # noqa: PLR0913
     """The gate of ``recipe`` for ``scenario``, calling the configured gateway; with
     ``store``, its shadow records are the gate's shadow suite (``gate.shadow``); with
     ``meter``, its calls count against the learning budgets (``eval``; a model-graded
-    scorer's as ``judge``)."""
+    scorer's as ``judge``; every one of them as ``gate`` too)."""
     target = gate_target(settings, scenario, recipe.gate)
     if meter is not None:
+        meter = meter.gate()
         _, upstream = settings.upstream_for(scenario)
         model = settings.scenario(scenario).model or upstream.model
         target = replace(target, meter=meter, price=price_of(upstream.prices, model))

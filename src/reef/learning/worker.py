@@ -265,7 +265,8 @@ class Worker:
         budgets = [(f"scenario:{scenario}", self.settings.scenario(scenario).learning_budget)]
         if recipe is not None:
             budgets.append((f"recipe:{recipe.name or scenario}", recipe.learning_budget))
-        return LearningMeter(getattr(self.store, "database", None), budgets, self.queue.now)
+        database = getattr(self.store, "database", None)
+        return LearningMeter(database, budgets, self.queue.now, scenario=scenario)
 
     def compute_feedback(self) -> dict[str, list[SignalPass | JudgePass]]:
         """Write the conversation signals and the judges' grades of every scenario whose

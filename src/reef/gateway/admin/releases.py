@@ -107,7 +107,9 @@ def _visible_status(grant: Grant, status: dict[str, Any]) -> dict[str, Any]:
         "refused": [row for row in spend["refused"] if visible(row["limit"])],
         "releases_since": spend["releases_since"],
         "releases": [row for row in spend["releases"] if own(row["scenario"])],
+        "keys": [row for row in spend["keys"] if own(row["scenario"])],
         "learning": [row for row in spend["learning"] if own(row["scenario"])],
+        "learning_budgets": [r for r in spend["learning_budgets"] if own(r["scenario"])],
     }
     return out
 

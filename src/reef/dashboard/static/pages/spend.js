@@ -1,9 +1,10 @@
 // Spend: each budget in its current window, what the recorded traffic cost per scenario,
 // key, purpose and release (GET /reef/costs, what `reef costs` prints), the requests
 // answered without a price, and the requests refused by a budget (402) or a rate limit
-// (429), and Reef's own spend: each recent learning job's cost and its gate decision's
-// (/reef/status's spend.learning). A key limited to scenarios sees theirs (and its own
-// key's budget). No automatic refresh: /reef/costs reads every record of the period.
+// (429), and Reef's own spend: each learning budget in its window (spend.learning_budgets)
+// and each recent learning job's cost and its gate decision's (spend.learning). A key
+// limited to scenarios sees theirs (and its own key's budget). No automatic refresh:
+// /reef/costs reads every record of the period.
 
 import { get } from "../api.js";
 import { badge, empty, h, idChip, table, time } from "../dom.js";
@@ -69,6 +70,22 @@ function budgets(lines) {
     ["Window", (b) => b.window],
     ["Money", (b) => used(b.money, b.money_limit, money)],
     ["Tokens", (b) => used(b.tokens, b.tokens_limit, String)],
+    ["Resets", (b) => time(b.resets)],
+  ], lines);
+}
+
+const LEARNING_KINDS = [["calls", String], ["tokens", String], ["money", money], ["cpu_minutes", (m) => m.toFixed(1)], ["gpu_minutes", (m) => m.toFixed(1)]];
+
+/** Reef's own learning budgets (each scenario's and its recipe's `learning_budget`) in
+ * their current window: what each limits, spent of its limit. */
+function learningBudgets(lines) {
+  if (!lines.length) return empty("No learning budget is configured (learning_budget: in a scenario or recipe).");
+  return table([
+    ["Budget", (b) => h("code", {}, b.budget)],
+    ["Purpose", (b) => badge(b.purpose, "")],
+    ["Window", (b) => b.window],
+    ["Spent", (b) => h("span", {}, ...LEARNING_KINDS.filter(([kind]) => b[`${kind}_limit`] !== null && b[`${kind}_limit`] !== undefined)
+      .map(([kind, format]) => h("span", { class: "learning-use" }, `${kind.replace("_", " ")} `, used(b[kind], b[`${kind}_limit`], format), " ")))],
     ["Resets", (b) => time(b.resets)],
   ], lines);
 }
@@ -157,6 +174,8 @@ export async function render(_params, query) {
     spendTable("by-key", "By key", groupBy(rows, "key"), ["Key", (r) => h("code", {}, r.key)]),
     spendTable("by-purpose", "By purpose", groupBy(rows, "purpose"), ["Purpose", (r) => badge(r.purpose, r.purpose === "serve" ? "info" : "")]),
     h("section", { class: "panel", id: "by-release" }, h("h2", {}, "By release"), releases(byRelease.data)),
+    h("section", { class: "panel", id: "learning-budgets" }, h("h2", {}, "Learning budgets"),
+      learningBudgets(spend.learning_budgets || [])),
     h("section", { class: "panel", id: "learning" }, h("h2", {}, "Learning jobs"),
       h("p", { class: "muted" }, "Reef's own spend: what each recent learning job cost (judges, reflection, training minutes) and its gate decision's share."),
       learning(spend.learning || [])));

@@ -41,10 +41,10 @@ KNOWN: set[tuple[str, str]] = {
     ("releases/chain.py", "jobs"),
     ("releases/chain.py", "evaluations"),
     ("releases/chain.py", "responses"),
-    # A record's staleness and the learning curve count releases since a record's head.
-    ("experience/sql/store.py", "heads"),
-    ("experience/sql/store.py", "releases"),
+    # A record naming a new scenario inserts its row (if absent) in the record's own
+    # transaction; the store's write probe writes and deletes a scratch one.
     ("experience/sql/store.py", "scenarios"),
+    # The learning curve joins the records and their feedback to the releases they served.
     ("experience/sql/curve.py", "releases"),
 }
 

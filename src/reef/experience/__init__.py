@@ -1,4 +1,4 @@
-"""Experience: records, feedback, sessions, dedup and staleness, and the stores behind them.
+"""Experience: records, feedback, sessions and dedup, and the stores behind them.
 
 Owns: the ``ExperienceStore`` contract and its SQL implementation on a ``reef.db.Database``
 (SQLite and PostgreSQL through SQLAlchemy Core), group-committed record writing

@@ -173,11 +173,3 @@ class ExperienceStore(ABC):
     @abstractmethod
     def iter_export(self, scenario: str, since: str | None = None) -> Iterator[RecordView]:
         """Every record of the scenario, oldest first, with feedback, streamed."""
-
-    @abstractmethod
-    def staleness(self, record_id: str) -> int:
-        """How many releases lie between the record's release and its scenario's head.
-
-        0 when the record was served by the head (or no release exists yet); a record
-        served by no release counts from the scenario's first release.
-        """

@@ -678,43 +678,6 @@ class SQLExperienceStore(ExperienceStore):
 
     # -- releases ----------------------------------------------------------------------
 
-    def staleness(self, record_id: str) -> int:
-        """Releases after the record's one, up to and including the head.
-
-        A record served by no release, or by an id that is not on the chain (a
-        candidate), counts every release up to the head. 0 when there is no head.
-        """
-        with self._read() as conn:
-            record = conn.execute(
-                select(t.records.c.scenario, t.records.c.release_id).where(
-                    t.records.c.id == record_id
-                )
-            ).first()
-            if record is None:
-                raise RecordNotFoundError(record_id)
-            head_seq = conn.scalar(
-                select(t.heads.c.seq).where(t.heads.c.scenario == record.scenario)
-            )
-            if head_seq is None:
-                return 0
-            rel = t.releases.c
-            clauses: list[ColumnElement[bool]] = [
-                rel.scenario == record.scenario,
-                rel.seq <= head_seq,
-            ]
-            if record.release_id is not None:
-                served_seq = conn.scalar(
-                    select(rel.seq).where(
-                        rel.scenario == record.scenario, rel.id == record.release_id
-                    )
-                )
-                if served_seq is not None:
-                    clauses.append(rel.seq > served_seq)
-            count: int = (
-                conn.scalar(select(func.count()).select_from(t.releases).where(*clauses)) or 0
-            )
-            return count
-
 
 _IN_CHUNK = 500  # values per IN list, well under SQLite's bound-parameter limit
 

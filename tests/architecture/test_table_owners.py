@@ -44,8 +44,6 @@ KNOWN: set[tuple[str, str]] = {
     # A record naming a new scenario inserts its row (if absent) in the record's own
     # transaction; the store's write probe writes and deletes a scratch one.
     ("experience/sql/store.py", "scenarios"),
-    # The learning curve joins the records and their feedback to the releases they served.
-    ("experience/sql/curve.py", "releases"),
 }
 
 

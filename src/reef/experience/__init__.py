@@ -5,8 +5,9 @@ Owns: the ``ExperienceStore`` contract and its SQL implementation on a ``reef.db
 (``RecordWriter``), redaction of captured text, typed detection and scrubbing of personal
 data (``personal_data``: ``<EMAIL>``, ``<PHONE>``, …), export to JSON Lines / Parquet /
 OpenAI fine-tuning lines, import from other tools' logs (``importing``),
-the learning-curve query, the stored responses of the OpenAI Responses API
-(``ResponseStore``: the conversation state behind ``previous_response_id``), the
+the live traffic behind each release (the learning curve's half), the stored responses
+of the OpenAI Responses API (``ResponseStore``: the conversation state behind
+``previous_response_id``), the
 idempotency claims by which gateways sharing a store call the upstream once per key
 (``IdempotencyClaims``), and trajectories: a session's records assembled into a tree
 of turns with their tool calls and results (``trajectories``), on a dialect-free form
@@ -95,6 +96,7 @@ from reef.experience.records import (
     RecordPage,
     RecordStatus,
     RecordView,
+    ReleaseTraffic,
     SessionMatch,
     StoredResponse,
     check_feedback_source,
@@ -165,6 +167,7 @@ __all__ = [
     "RecordWriter",
     "Redactor",
     "ReleaseSpend",
+    "ReleaseTraffic",
     "ResponseNotFoundError",
     "ResponseStore",
     "SQLExperienceStore",

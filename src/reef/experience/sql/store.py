@@ -12,7 +12,7 @@ import dataclasses
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
@@ -47,10 +47,11 @@ from reef.experience.records import (
     RecordFilter,
     RecordPage,
     RecordView,
+    ReleaseTraffic,
     SessionMatch,
     check_feedback_source,
 )
-from reef.experience.sql.curve import learning_curve
+from reef.experience.sql.curve import release_traffic
 from reef.experience.sql.queries import (
     FIND_BY_KEY,
     MAX_CONTINUATION_HASHES,
@@ -263,8 +264,10 @@ class SQLExperienceStore(ExperienceStore):
         done = conn.execute(update(t.records).where(t.records.c.id == draft.id).values(**outcome))
         return done.rowcount == 1
 
-    def learning_curve(self, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
-        return learning_curve(self.database, scenario, limit)
+    def release_traffic(
+        self, scenario: str, release_ids: Collection[str]
+    ) -> dict[str, ReleaseTraffic]:
+        return release_traffic(self.database, scenario, release_ids)
 
     def settle_pending(self, before: datetime) -> int:
         with self._write() as conn:

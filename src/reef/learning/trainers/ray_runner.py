@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from reef.core.errors import optional_dependency
+from reef.learning.trainers import ProgressCallback
 from reef.learning.trainers.spec import (
     PreferenceSpec,
-    ProgressCallback,
     RLSpec,
     SFTSpec,
     TrainingFailedError,

@@ -118,7 +118,7 @@ from reef.experience.spend import (
     window_end,
     window_start,
 )
-from reef.experience.sql import SQLExperienceStore
+from reef.experience.sql import SQLExperienceStore, experience_holdings
 from reef.experience.store import ExperienceStore
 from reef.experience.trajectories import Branch, Trajectory, Turn, assemble_trajectory
 from reef.experience.writer import RecordWriter, WriterStats
@@ -195,6 +195,7 @@ __all__ = [
     "check_feedback_source",
     "check_source_weights",
     "demo_trust",
+    "experience_holdings",
     "export_records",
     "export_views",
     "find_personal_data",

@@ -1,8 +1,11 @@
-"""The live traffic behind each release of a scenario: what it served and how that was
-scored, for the learning curve (``GET /reef/scenarios/{s}/curve``, which joins it to the
-release chain's releases through the chain's face).
+"""Questions about a scenario that other parts ask of the experience store's tables.
 
-One SQL query over the records and their feedback, the experience store's own tables.
+``release_traffic``: the live traffic behind each release of a scenario, what it served
+and how that was scored, for the learning curve (``GET /reef/scenarios/{s}/curve``, which
+joins it to the release chain's releases through the chain's face): one SQL query over
+the records and their feedback. ``experience_holdings``: what a scenario holds here, for
+the release chain deleting a scenario (``ReleaseChain.forget_scenario``, in its
+transaction).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 
 from reef.db import Database
 from reef.db import schema as t
@@ -48,3 +52,14 @@ def release_traffic(
             served=n, scored=scored_n, mean_score=None if mean is None else float(mean)
         )
     return traffic
+
+
+def experience_holdings(conn: Connection, scenario: str) -> dict[str, int]:
+    """How many records and stored responses ``scenario`` holds, read on ``conn`` (the
+    transaction of the caller that deletes the scenario if nothing is held)."""
+    records = select(func.count()).where(t.records.c.scenario == scenario)
+    responses = select(func.count()).where(t.responses.c.scenario == scenario)
+    return {
+        "record": conn.scalar(records) or 0,
+        "stored response": conn.scalar(responses) or 0,
+    }

@@ -176,19 +176,19 @@ class Shop:
 
         self.task = json.loads(row["task"])
         self.state = {}
-        orders._state = self.state  # a fresh one: reset fills the bound dict in place
+        orders.use_state(self.state)  # a fresh one: reset fills the bound dict in place
         orders.reset(self.task)
 
     def _call(self, name: str, **arguments: Any) -> str:
         from reef.environments.examples import orders
 
-        orders._state = self.state
+        orders.use_state(self.state)
         return json.dumps(getattr(orders, name)(**arguments), default=str)
 
     def _score(self, messages: list[dict[str, Any]]) -> float:
         from reef.environments.examples import orders
 
-        orders._state = self.state
+        orders.use_state(self.state)
         return orders.score(self.task, messages)[0]
 
     def lookup_order(self, order_id: str) -> str:

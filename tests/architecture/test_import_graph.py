@@ -1,5 +1,6 @@
 """The module import graph of ``src/reef`` and ``bench/``: no circles, and no private
-name (one leading underscore) imported from another module.
+name (one leading underscore) imported from another module, nor reached on one as an
+attribute (``orders._state = …`` after ``from … import orders``).
 
 Every import counts, a function's too (an import put off to call time is still a
 dependency, and a circle through one only breaks when the order of first calls changes);
@@ -13,6 +14,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -95,6 +98,51 @@ def _edges(importer: str) -> Iterator[tuple[str, str | None]]:
                 yield module, alias.name
 
 
+def _module_aliases(importer: str, tree: ast.AST) -> dict[str, str]:
+    """Names ``importer`` binds to modules of ours: ``import a.b as c`` binds ``c`` to
+    ``a.b``, ``from a import b`` (a module) ``b`` to ``a.b``, and ``import a.b`` binds
+    ``a``, a package of ours or not (``a.b`` is then read off the attribute chain)."""
+    aliases: dict[str, str] = {}
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    found = _known(alias.name, importer)
+                    if found:
+                        aliases[alias.asname] = found
+                else:
+                    aliases[alias.name.split(".")[0]] = alias.name.split(".")[0]
+            continue
+        source = _absolute(node, importer)
+        for alias in node.names:
+            found = _known(f"{source}.{alias.name}", importer)
+            if found:
+                aliases[alias.asname or alias.name] = found
+    return aliases
+
+
+def _private_attributes(importer: str) -> Iterator[tuple[str, str]]:
+    """``(module, name)`` for each private name of another module of ours that
+    ``importer`` reads or sets as an attribute of that module."""
+    tree = ast.parse(MODULES[importer].read_text(encoding="utf-8"))
+    aliases = _module_aliases(importer, tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__"):  # a dunder is no one's private name
+            continue
+        chain: list[str] = []
+        value: ast.expr = node.value
+        while isinstance(value, ast.Attribute):
+            chain.insert(0, value.attr)
+            value = value.value
+        if not isinstance(value, ast.Name) or value.id not in aliases:
+            continue
+        module = _known(".".join([aliases[value.id], *chain]), importer)
+        if module and module != importer:
+            yield module, node.attr
+
+
 def _graph() -> dict[str, set[str]]:
     return {name: {m for m, _ in _edges(name) if m != name} for name in MODULES}
 
@@ -128,6 +176,26 @@ def test_the_graph_sees_imports_of_every_kind() -> None:
     assert "reef.environments.tasks" in graph["reef.environments"]  # a package's face
 
 
+def test_private_attributes_are_seen_through_every_binding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = (
+        "import reef.core.ids\n"
+        "import reef.core.ids as ids_module\n"
+        "from reef.core import ids\n"
+        "reef.core.ids._a = 1\n"
+        "ids_module._b()\n"
+        "ids._c\n"
+        "ids.__name__\n"  # a dunder is not private
+        "ids.public\n"
+    )
+    path = tmp_path / "probe.py"
+    path.write_text(source, encoding="utf-8")
+    monkeypatch.setitem(MODULES, "reef.probe", path)
+    found = sorted(_private_attributes("reef.probe"))
+    assert found == [("reef.core.ids", "_a"), ("reef.core.ids", "_b"), ("reef.core.ids", "_c")]
+
+
 def test_no_import_circles() -> None:
     cycles = _cycles(_graph())
     assert not cycles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
@@ -143,4 +211,5 @@ def test_no_private_names_imported_across_modules() -> None:
             if module == importer or (is_face and module.startswith(f"{importer}.")):
                 continue
             offenders.append(f"{importer} imports {module}.{name}")
+        offenders += [f"{importer} uses {m}.{name}" for m, name in _private_attributes(importer)]
     assert not offenders, "make these public or move them:\n" + "\n".join(offenders)

@@ -18,7 +18,11 @@ elapsed-time expression is
   or a container one is stored in (``seen[port] = time.monotonic() - published``): an
   item of it, or ``max``/``min``/``sum`` of it or of its ``values()``;
 - a name or attribute called ``elapsed``, ``duration`` or ``took``, alone or as a word
-  of a snake-case name (``elapsed_s``, ``duration_ms``, ``took_seconds``).
+  of a snake-case name (``elapsed_s``, ``duration_ms``, ``took_seconds``);
+- in a bound (``<``, ``<=``, ``>``, ``>=``) only, since an equality there is a stored
+  value read back: a name or attribute with the word ``latency`` or ``wall``
+  (``latency_ms``, ``wall_s``), or called ``seconds`` alone (a measured span's field,
+  ``result.seconds``; ``retry_after_seconds`` is a wait asked for, not a span).
 
 Comparing with zero stays allowed: ``duration_ms >= 0`` says a duration was measured
 and cannot flake.
@@ -40,7 +44,10 @@ CLOCK_FUNCTIONS = {
     "time_ns",
 }
 TIMING_WORDS = {"elapsed", "duration", "took"}
-_ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+SPAN_WORDS = {"latency", "wall"}  # in a bound only
+SPAN_NAMES = {"seconds"}  # the whole name, in a bound only
+_BOUNDS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_ORDERINGS = (*_BOUNDS, ast.Eq, ast.NotEq)
 _AGGREGATES = {"max", "min", "sum"}
 
 
@@ -54,6 +61,18 @@ def _is_clock_call(node: ast.expr) -> bool:
 
 def _is_timing_name(name: str) -> bool:
     return any(word in TIMING_WORDS for word in name.lower().split("_"))
+
+
+def _is_span(node: ast.expr) -> bool:
+    """A measured span by its name alone (``result.seconds``, ``latency_ms``)."""
+    if isinstance(node, ast.Name):
+        name = node.id
+    elif isinstance(node, ast.Attribute):
+        name = node.attr
+    else:
+        return False
+    lowered = name.lower()
+    return lowered in SPAN_NAMES or any(word in SPAN_WORDS for word in lowered.split("_"))
 
 
 def _is_number(node: ast.expr) -> bool:
@@ -105,6 +124,9 @@ class _TimingFinder:
             return aggregate and self._is_container(node.args[0])
         return False
 
+    def _is_timed(self, node: ast.expr, bound: bool) -> bool:
+        return self._is_elapsed(node) or (bound and _is_span(node))
+
     def _is_container(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute):
             node = node.func.value if node.func.attr == "values" else node
@@ -119,8 +141,9 @@ class _TimingFinder:
             for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
                 if not isinstance(op, _ORDERINGS):
                     continue
-                if (self._is_elapsed(left) and _is_number(right)) or (
-                    self._is_elapsed(right) and _is_number(left)
+                bound = isinstance(op, _BOUNDS)
+                if (self._is_timed(left, bound) and _is_number(right)) or (
+                    self._is_timed(right, bound) and _is_number(left)
                 ):
                     lines.append(node.lineno)
                     break
@@ -170,8 +193,14 @@ def test_the_finder_sees_every_spelling_and_nothing_else() -> None:
         "assert len(seen) == 2\n"  # a count of them, not a time
         "timings['x'] = perf_counter() - t0\n"
         "print(timings)\n"  # recorded for a report, not compared
+        "assert result.seconds < 5\n"  # 25
+        "assert latency_ms <= 250\n"  # 26
+        "assert exc.retry_after_seconds >= 1\n"  # a wait asked for, not a span measured
+        "assert result.cpu_seconds > 0\n"  # zero
+        "assert view.latency_ms == 987.25\n"  # a stored value read back
+        "assert config.seconds == 0.5\n"
     )
-    assert timing_assertions_in(source) == [4, 5, 8, 9, 10, 11, 12, 20, 21]
+    assert timing_assertions_in(source) == [4, 5, 8, 9, 10, 11, 12, 20, 21, 25, 26]
 
 
 def test_no_test_compares_elapsed_time_against_a_constant() -> None:

@@ -1,5 +1,6 @@
-"""The dashboard's extra admin reads: the learning curve (one SQL query, on SQLite and
-PostgreSQL), a scenario's jobs, and a harness by its digest (only one some release or
+"""The dashboard's extra admin reads: the learning curve (the release chain's releases
+joined to the experience store's traffic per release, on SQLite and PostgreSQL), a
+scenario's jobs, and a harness by its digest (only one some release or
 candidate names)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 
 from reef.core import new_id
 from reef.experience import FeedbackDraft, RecordDraft, SQLExperienceStore
-from reef.experience.sql.curve import learning_curve
+from reef.gateway.admin.insights import learning_curve
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest
 from tests.dashboard.world import ADMIN_KEY, INFERENCE_KEY, LOSS, SCENARIO, DashboardWorld
 from tests.gateway import rawhttp
@@ -88,7 +89,7 @@ def test_the_curve_aggregates_live_feedback_per_release(store: SQLExperienceStor
     _feedback(store, "s", [c.id], 1.0)
     _feedback(store, "t", [elsewhere.id], 1.0)
 
-    points = learning_curve(store.database, "s")
+    points = learning_curve(store, chain, "s")
 
     assert [p["seq"] for p in points] == [1, 2]
     one, two = points
@@ -102,8 +103,9 @@ def test_the_curve_aggregates_live_feedback_per_release(store: SQLExperienceStor
         "baseline_mean": 0.6,
         "items": 20,
     }
-    assert [p["seq"] for p in learning_curve(store.database, "s", limit=1)] == [2]
-    assert learning_curve(store.database, "nobody") == []
+    assert [p["seq"] for p in learning_curve(store, chain, "s", limit=1)] == [2]
+    assert learning_curve(store, chain, "nobody") == []
+    assert store.release_traffic("s", []) == {}
 
 
 def _get(world: DashboardWorld, path: str, key: str | None = ADMIN_KEY) -> rawhttp.RawResponse:

@@ -1,15 +1,12 @@
-"""Listing with cursors and filters, streaming export, and staleness."""
+"""Listing with cursors and filters, and streaming export."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import insert
 
-from reef.core import new_id
 from reef.core.errors import InvalidInputError
-from reef.db.schema import heads, releases
 from reef.experience import (
     FeedbackDraft,
     RecordFilter,
@@ -144,63 +141,3 @@ def test_export_since_a_timestamp_or_a_record(
     assert [v.id for v in store.iter_export("support", ordered[4])] == ordered[5:]
     with pytest.raises(RecordNotFoundError):
         list(store.iter_export("support", "no-such-record"))
-
-
-def add_release(store: SQLExperienceStore, scenario: str, seq: int) -> str:
-    release_id = new_id()
-    with store.database.engine.begin() as conn:
-        conn.execute(
-            insert(releases).values(
-                id=release_id,
-                scenario=scenario,
-                seq=seq,
-                parent_id=None,
-                operation="learn",
-                manifest_json="{}",
-                eval_json=None,
-                created_by="test",
-                created_at=datetime.now(UTC),
-            )
-        )
-    return release_id
-
-
-def move_head(store: SQLExperienceStore, scenario: str, release_id: str, seq: int) -> None:
-    with store.database.engine.begin() as conn:
-        conn.execute(heads.delete().where(heads.c.scenario == scenario))
-        conn.execute(insert(heads).values(scenario=scenario, release_id=release_id, seq=seq))
-
-
-def test_staleness_counts_releases_after_the_records_one(
-    store: SQLExperienceStore, make_draft: DraftFactory
-) -> None:
-    unreleased = make_draft()
-    store.write_records([unreleased])
-    assert store.staleness(unreleased.id) == 0  # no releases at all
-
-    r1 = add_release(store, "support", 1)
-    move_head(store, "support", r1, 1)
-    on_r1 = make_draft(release_id=r1)
-    on_candidate = make_draft(release_id=new_id())
-    store.write_records([on_r1, on_candidate])
-    assert store.staleness(on_r1.id) == 0
-    assert store.staleness(unreleased.id) == 1
-    assert store.staleness(on_candidate.id) == 1
-
-    r2 = add_release(store, "support", 2)
-    r3 = add_release(store, "support", 3)
-    add_release(store, "support", 4)  # appended but the head has not moved to it yet
-    move_head(store, "support", r3, 3)
-    on_r2 = make_draft(release_id=r2)
-    store.write_records([on_r2])
-    assert store.staleness(on_r1.id) == 2
-    assert store.staleness(on_r2.id) == 1
-    assert store.staleness(unreleased.id) == 3
-
-    # Another scenario's chain does not count.
-    other = add_release(store, "elsewhere", 1)
-    move_head(store, "elsewhere", other, 1)
-    assert store.staleness(on_r1.id) == 2
-
-    with pytest.raises(RecordNotFoundError):
-        store.staleness("missing")

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from reef.experience import RecordView
-from reef.gateway.relay import ResponsesRelay
 from reef.harness import Bundle, Harness, write_bundle
 from reef.upstream import UpstreamError, canonical_request, response_shell
+from reef.upstream.responses.relay import ResponsesRelay
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread, make_settings
 from tests.gateway.rawhttp import call as call_route
@@ -493,7 +493,8 @@ def test_events_read_with_the_upstreams_error_still_go_out_before_response_faile
     read = b"data: " + orjson.dumps(chunk) + b"\n\ndata: " + orjson.dumps(error) + b"\n\n"
     with pytest.raises(UpstreamError) as info:
         relay.feed(read)
-    sent = relay.failure(info.value, "openai").decode()
+    sent = relay.failure(info.value, b"data: the caller's error event\n\n").decode()
+    assert "the caller's error event" not in sent  # a Responses stream ends its own way
     kinds = [line[len("event: ") :] for line in sent.splitlines() if line.startswith("event:")]
     assert kinds[0] == "response.created" and kinds[-1] == "response.failed"
     assert "response.output_text.delta" in kinds

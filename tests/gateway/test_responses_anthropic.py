@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from reef.experience import RecordView, canonical_exchange
-from reef.gateway.relay import AnthropicResponsesRelay
 from reef.harness import Bundle, Harness, write_bundle
 from reef.upstream import response_shell
+from reef.upstream.responses.relay import AnthropicResponsesRelay
 from tests.fakes.upstream import FakeUpstreamThread
 from tests.gateway.harness import GatewayThread
 from tests.gateway.test_responses import WEATHER_TOOL

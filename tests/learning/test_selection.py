@@ -175,6 +175,32 @@ def test_staleness_drops_or_downweights_and_counts(store: SQLExperienceStore) ->
     assert {e.record_id: e.weight for e in weighted.train} == {old: 0.25, mid: 1.0, new: 1.0}
 
 
+def test_staleness_counts_every_release_up_to_the_head_for_one_not_on_the_chain(
+    store: SQLExperienceStore,
+) -> None:
+    """A record served by no release, or by a candidate's id, is as stale as the whole
+    chain; another scenario's releases do not count (the one staleness rule: the
+    experience store once counted it again in its own SQL)."""
+    chain = ReleaseChain(store.database)
+    first = chain.create(SCENARIO, ReleaseManifest(model=ModelComponent(base="m")), "t", "r")
+    head = publish_release(chain, publish_release(chain, first))
+    chain.create("elsewhere", ReleaseManifest(model=ModelComponent(base="m")), "t", "r")
+    ids = write(
+        store,
+        [
+            draft("unreleased"),
+            draft("on a candidate", release_id=new_id()),
+            draft("on the first", release_id=first.id),
+            draft("on the head", release_id=head.id),
+        ],
+    )
+    rate(store, ids)
+    batch = select_experience(store, chain, SCENARIO, SelectionConfig(holdout_fraction=0.0))
+    stale = {e.record_id: e.staleness for e in batch.train}
+    assert head.seq == 3
+    assert stale == {ids[0]: 3, ids[1]: 3, ids[2]: 2, ids[3]: 0}
+
+
 def test_per_principal_cap(store: SQLExperienceStore) -> None:
     chain = ReleaseChain(store.database)
     flood = write(store, [draft(f"flood {i}") for i in range(10)])

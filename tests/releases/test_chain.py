@@ -364,24 +364,55 @@ def test_candidate_rows_from_revision_0001_still_read(tmp_path: Any) -> None:
     engine.dispose()
 
 
+def test_forget_scenario_asks_the_other_stores_in_its_transaction(
+    chain: ReleaseChain, manifest: ManifestFactory
+) -> None:
+    """Each store counts its own tables, on the chain's deleting transaction."""
+    from sqlalchemy.engine import Connection
+
+    from reef.evaluation import evaluation_holdings
+    from reef.experience import experience_holdings
+    from reef.jobs import JobQueue, job_holdings
+    from reef.releases import ScenarioInUseError
+
+    others = (experience_holdings, job_holdings, evaluation_holdings)
+    chain.create("stray", manifest(), "gateway", "scenario first served")
+    JobQueue(chain.database).enqueue("stray", "learn", {"trigger": "manual"})
+    with pytest.raises(ScenarioInUseError, match="'stray' holds 1 learning job: "):
+        chain.forget_scenario("stray", others)
+
+    asked: list[bool] = []
+
+    def records(conn: Connection, scenario: str) -> dict[str, int]:
+        asked.append(conn.in_transaction())
+        return {"record": 2, "stored response": 0}
+
+    chain.create("quiet", manifest(), "gateway", "scenario first served")
+    with pytest.raises(ScenarioInUseError, match="'quiet' holds 2 records: "):
+        chain.forget_scenario("quiet", (records, *others))
+    assert asked == [True]
+    chain.forget_scenario("quiet", others)  # nothing held anywhere
+    assert chain.head("quiet") is None
+
+
 def test_forget_scenario_deletes_only_a_scenario_that_holds_nothing(
     chain: ReleaseChain, manifest: ManifestFactory
 ) -> None:
     from reef.releases import ScenarioInUseError, ScenarioNotFoundError
 
     chain.create("stray", manifest(), "gateway", "scenario first served")
-    chain.forget_scenario("stray")
+    chain.forget_scenario("stray", ())
     assert chain.head("stray") is None and chain.releases("stray") == []
     assert "stray" not in [s.name for s in chain.scenarios()]
     with pytest.raises(ScenarioNotFoundError):
-        chain.forget_scenario("stray")
+        chain.forget_scenario("stray", ())
 
     root = chain.create("s", manifest(), "gateway", "scenario first served")
     candidate = passed_candidate(chain, root, manifest(adapter=1))
     with pytest.raises(ScenarioInUseError, match="1 candidate"):
-        chain.forget_scenario("s")
+        chain.forget_scenario("s", ())
     chain.publish(candidate.id, root.id, "worker:1", "gate passed")
     with pytest.raises(ScenarioInUseError, match="2 releases") as refused:
-        chain.forget_scenario("s")
+        chain.forget_scenario("s", ())
     assert isinstance(refused.value, ConflictError)
     assert [r.seq for r in chain.releases("s")] == [2, 1]  # nothing was deleted

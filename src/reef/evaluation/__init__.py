@@ -41,6 +41,7 @@ from reef.evaluation.report import (
 )
 from reef.evaluation.results import (
     EvaluationStore,
+    evaluation_holdings,
 )
 from reef.evaluation.runner import (
     EvalRunError,
@@ -108,6 +109,7 @@ __all__ = [
     "candidate_summary",
     "collect_answers",
     "decide_results",
+    "evaluation_holdings",
     "judge_arm_overlap",
     "load_suite",
     "needs_check",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from reef.core import dumps, loads, new_id
@@ -390,3 +390,10 @@ class EvaluationStore:
             )
             for row in rows
         ]
+
+
+def evaluation_holdings(conn: Connection, scenario: str) -> dict[str, int]:
+    """How many evaluations ``scenario`` has, read on ``conn`` (the transaction of the
+    caller that deletes the scenario if nothing is held)."""
+    count = select(func.count()).where(t.evaluations.c.scenario == scenario)
+    return {"evaluation": conn.scalar(count) or 0}

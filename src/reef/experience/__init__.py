@@ -1,12 +1,13 @@
-"""Experience: records, feedback, sessions, dedup and staleness, and the stores behind them.
+"""Experience: records, feedback, sessions and dedup, and the stores behind them.
 
 Owns: the ``ExperienceStore`` contract and its SQL implementation on a ``reef.db.Database``
 (SQLite and PostgreSQL through SQLAlchemy Core), group-committed record writing
 (``RecordWriter``), redaction of captured text, typed detection and scrubbing of personal
 data (``personal_data``: ``<EMAIL>``, ``<PHONE>``, …), export to JSON Lines / Parquet /
 OpenAI fine-tuning lines, import from other tools' logs (``importing``),
-the learning-curve query, the stored responses of the OpenAI Responses API
-(``ResponseStore``: the conversation state behind ``previous_response_id``), the
+the live traffic behind each release (the learning curve's half), the stored responses
+of the OpenAI Responses API (``ResponseStore``: the conversation state behind
+``previous_response_id``), the
 idempotency claims by which gateways sharing a store call the upstream once per key
 (``IdempotencyClaims``), and trajectories: a session's records assembled into a tree
 of turns with their tool calls and results (``trajectories``), on a dialect-free form
@@ -100,6 +101,7 @@ from reef.experience.records import (
     RecordPage,
     RecordStatus,
     RecordView,
+    ReleaseTraffic,
     SessionMatch,
     StoredResponse,
     check_feedback_source,
@@ -123,7 +125,7 @@ from reef.experience.spend import (
     window_end,
     window_start,
 )
-from reef.experience.sql import SQLExperienceStore
+from reef.experience.sql import SQLExperienceStore, experience_holdings
 from reef.experience.store import ExperienceStore
 from reef.experience.trajectories import Branch, Trajectory, Turn, assemble_trajectory
 from reef.experience.writer import RecordWriter, WriterStats
@@ -175,6 +177,7 @@ __all__ = [
     "RecordWriter",
     "Redactor",
     "ReleaseSpend",
+    "ReleaseTraffic",
     "ResponseNotFoundError",
     "ResponseStore",
     "SQLExperienceStore",
@@ -203,6 +206,7 @@ __all__ = [
     "check_source_weights",
     "closes_object",
     "demo_trust",
+    "experience_holdings",
     "export_records",
     "export_views",
     "find_personal_data",

@@ -222,6 +222,16 @@ class RecordView:
 
 
 @dataclass(frozen=True)
+class ReleaseTraffic:
+    """The live traffic one release served: ``served`` records (purpose ``serve``),
+    ``scored`` feedback scores on them and their ``mean_score`` (None without any)."""
+
+    served: int
+    scored: int
+    mean_score: float | None
+
+
+@dataclass(frozen=True)
 class SessionMatch:
     """The session a request continues, found by its conversation prefix."""
 

@@ -4,9 +4,8 @@ PostgreSQL; other backends register under the ``reef.stores`` entry-point group.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from reef.experience.records import (
     FeedbackDraft,
@@ -15,6 +14,7 @@ from reef.experience.records import (
     RecordFilter,
     RecordPage,
     RecordView,
+    ReleaseTraffic,
     SessionMatch,
 )
 
@@ -64,11 +64,11 @@ class ExperienceStore(ABC):
         return None
 
     @abstractmethod
-    def learning_curve(self, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
-        """The newest ``limit`` releases of ``scenario``, oldest first, each with
-        ``served`` (its ``serve`` records), ``scored`` and ``mean_score`` (the feedback
-        scores on those records; ``None`` without any) and ``gate`` (the gate's overall
-        means when the gate admitted the release, else ``None``)."""
+    def release_traffic(
+        self, scenario: str, release_ids: Collection[str]
+    ) -> dict[str, ReleaseTraffic]:
+        """The live traffic each of ``release_ids`` served in ``scenario`` and how it was
+        scored (``ReleaseTraffic``); a release that served nothing is left out."""
 
     @abstractmethod
     def settle_pending(self, before: datetime) -> int:
@@ -173,11 +173,3 @@ class ExperienceStore(ABC):
     @abstractmethod
     def iter_export(self, scenario: str, since: str | None = None) -> Iterator[RecordView]:
         """Every record of the scenario, oldest first, with feedback, streamed."""
-
-    @abstractmethod
-    def staleness(self, record_id: str) -> int:
-        """How many releases lie between the record's release and its scenario's head.
-
-        0 when the record was served by the head (or no release exists yet); a record
-        served by no release counts from the scenario's first release.
-        """

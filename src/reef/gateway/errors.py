@@ -21,6 +21,7 @@ from reef.experience import StoreUnavailableError
 from reef.gateway.budgets import SpendRefusedError
 from reef.gateway.store_health import StoreHealth
 from reef.upstream.base import UpstreamBusyError, UpstreamError
+from reef.upstream.sse import encode_sse
 
 log = logging.getLogger("reef.gateway")
 
@@ -123,6 +124,13 @@ def error_body(status: int, message: str, dialect: ErrorDialect, param: str | No
         return dumps({"type": "error", "error": {"type": kind, "message": message}})
     kind = _OPENAI_TYPES.get(status, "server_error")
     return dumps({"error": {"message": message, "type": kind, "param": param, "code": status}})
+
+
+def error_event(exc: UpstreamError, dialect: ErrorDialect) -> bytes:
+    """The error a stream ends with when the upstream fails mid-way; its message opens
+    with the failure's reason (``upstream_truncated: ...``)."""
+    body = error_body(exc.status, exc.detail, dialect)
+    return encode_sse(body, "error" if dialect == "anthropic" else None)
 
 
 def error_response(

@@ -62,6 +62,7 @@ from reef.gateway.errors import (
     InvalidFieldError,
     UnsupportedRouteError,
     client_gone,
+    error_event,
     error_response,
     log_failure,
     server_error,
@@ -73,13 +74,6 @@ from reef.gateway.idempotency import (
     Lead,
     request_fingerprint,
 )
-from reef.gateway.relay import (
-    AnthropicResponsesRelay,
-    CompletionsRelay,
-    StreamRelay,
-    open_relay,
-    stream_receipt,
-)
 from reef.gateway.replay import stored_answer
 from reef.gateway.requests import (
     SCENARIO_MODEL_PREFIX,
@@ -89,7 +83,7 @@ from reef.gateway.requests import (
     reef_headers,
 )
 from reef.gateway.responses.checks import check_openai_responses, check_responses_for_anthropic
-from reef.gateway.responses.native_relay import NativeResponsesRelay
+from reef.gateway.responses.receipt import stream_receipt
 from reef.gateway.responses.stored import response_to_keep
 from reef.gateway.responses.turns import ResponsesTurn, TurnContext, resolve_turn
 from reef.gateway.segments import one_segment
@@ -119,6 +113,18 @@ from reef.upstream import (
     openai_request_to_anthropic,
     openai_response_to_anthropic,
     openai_response_to_responses,
+)
+from reef.upstream.relay import (
+    AnthropicRelay,
+    CompletionsRelay,
+    OpenAIRelay,
+    StreamRelay,
+    TranslatedRelay,
+)
+from reef.upstream.responses.relay import (
+    AnthropicResponsesRelay,
+    NativeResponsesRelay,
+    ResponsesRelay,
 )
 
 log = logging.getLogger("reef.gateway")
@@ -1310,7 +1316,7 @@ class InferenceRoutes:
                     plan.upstream.name, type(exc).__name__
                 ).inc()
             recorded = True
-            failure = relay.failure(exc, dialect)
+            failure = relay.failure(exc, error_event(exc, dialect))
             if exchange.capture:
                 response, _ = relay.result()
                 draft = recorder.draft(
@@ -1334,22 +1340,20 @@ class InferenceRoutes:
         await stream.aclose()
 
     def _stream_relay(self, exchange: Exchange, plan: CallPlan) -> StreamRelay:
-        """The relay that takes ``exchange``'s stream to its client (``reef.gateway.relay``)."""
-        receipt = stream_receipt(self._receipt(exchange))
-        if plan.native and exchange.responses is not None:
-            return NativeResponsesRelay(exchange.responses.response_id, receipt)
-        if plan.on_anthropic and exchange.responses is not None:
-            return AnthropicResponsesRelay(exchange.responses.shell, receipt)
+        """The relay that takes ``exchange``'s stream to its client
+        (``reef.upstream.relay``, ``reef.upstream.responses.relay``)."""
+        if exchange.responses is not None:
+            receipt = stream_receipt(self._receipt(exchange))
+            if plan.native:
+                return NativeResponsesRelay(exchange.responses.response_id, receipt)
+            if plan.on_anthropic:
+                return AnthropicResponsesRelay(exchange.responses.shell, receipt)
+            return ResponsesRelay(exchange.responses.shell, receipt)
         if exchange.api == "openai.completions":
             return CompletionsRelay(plan.strip_usage, exchange.body)
-        return open_relay(
-            exchange.api,
-            translate=plan.translate,
-            strip_usage=plan.strip_usage,
-            client_model=plan.client_model,
-            shell=exchange.responses.shell if exchange.responses is not None else None,
-            receipt=receipt,
-        )
+        if exchange.api == "openai.chat":
+            return OpenAIRelay(plan.strip_usage)
+        return TranslatedRelay(plan.client_model) if plan.translate else AnthropicRelay()
 
 
 class _Held:

@@ -17,7 +17,7 @@ from reef.core import dumps
 from reef.experience import RecordView
 from reef.gateway.distill import asked_logprobs, without_logprobs
 from reef.gateway.idempotency import Answer
-from reef.gateway.relay import stream_receipt
+from reef.gateway.responses.receipt import stream_receipt
 from reef.upstream import encode_sse, response_events
 
 

@@ -17,6 +17,7 @@ from reef.jobs.queue import (
     JobQueue,
     LeaseLostError,
     NoRecipeError,
+    job_holdings,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "JobQueue",
     "LeaseLostError",
     "NoRecipeError",
+    "job_holdings",
 ]

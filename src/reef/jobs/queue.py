@@ -479,3 +479,10 @@ class JobQueue:
     def _set(self, conn: Connection, job_id: str, **values: Any) -> None:
         values["updated_at"] = datetime.now(UTC)
         conn.execute(t.jobs.update().where(t.jobs.c.id == job_id).values(**values))
+
+
+def job_holdings(conn: Connection, scenario: str) -> dict[str, int]:
+    """How many learning jobs ``scenario`` has (any state), read on ``conn`` (the
+    transaction of the caller that deletes the scenario if nothing is held)."""
+    count = select(func.count()).where(t.jobs.c.scenario == scenario)
+    return {"learning job": conn.scalar(count) or 0}

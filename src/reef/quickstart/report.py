@@ -124,17 +124,27 @@ def gate_line(result: RoundResult) -> str:
     return f"{action}{evidence} — {why}"
 
 
-def round_line(result: RoundResult, words: Words = TRIAGE_WORDS) -> str:
-    """The console's account of one round (rich markup)."""
-    color = {"published": "green", "rejected": "red"}.get(result.gate_action or "", "yellow")
-    training = ""
+def _trained(result: RoundResult) -> tuple[str, str, float] | None:
+    """The round's model training, from the last learner that reports a loss curve: the
+    learner's name, ``"<n> examples, <k> steps, loss <first> → <last>"`` and its seconds
+    (None: no learner trained a model)."""
+    trained = None
     for name, metrics in result.learners.items():
         if isinstance(metrics, dict) and "loss_curve" in metrics:
             curve = metrics["loss_curve"]
-            training = (
-                f"{name.split(':')[-1]} trained on {metrics.get('examples')} examples, "
-                f"{len(curve)} steps, loss {curve[0]:.2f} → {curve[-1]:.2f}; "
+            summary = (
+                f"{metrics.get('examples')} examples, {len(curve)} steps, "
+                f"loss {curve[0]:.2f} → {curve[-1]:.2f}"
             )
+            trained = (name.split(":")[-1], summary, float(metrics.get("seconds", 0)))
+    return trained
+
+
+def round_line(result: RoundResult, words: Words = TRIAGE_WORDS) -> str:
+    """The console's account of one round (rich markup)."""
+    color = {"published": "green", "rejected": "red"}.get(result.gate_action or "", "yellow")
+    trained = _trained(result)
+    training = "" if trained is None else f"{trained[0]} trained on {trained[1]}; "
     given = (
         f"{result.feedback or result.traffic} feedback ({result.corrections} corrections)"
         if result.signals is None
@@ -401,14 +411,8 @@ def _gate_class(text: str) -> str:
 
 def _round_row(result: RoundResult) -> str:
     esc = html.escape
-    training = "-"
-    for name, metrics in result.learners.items():
-        if isinstance(metrics, dict) and "loss_curve" in metrics:
-            curve = metrics["loss_curve"]
-            training = (
-                f"{name.split(':')[-1]}: {metrics.get('examples')} examples, {len(curve)} "
-                f"steps, loss {curve[0]:.2f} → {curve[-1]:.2f}, {metrics.get('seconds', 0):.0f} s"
-            )
+    trained = _trained(result)
+    training = "-" if trained is None else f"{trained[0]}: {trained[1]}, {trained[2]:.0f} s"
     after = (
         f"{result.heldout.accuracy:.0%} (release #{result.heldout.seq})"
         if result.heldout is not None

@@ -32,7 +32,7 @@ from reef.releases.artifacts import (
 from reef.releases.artifacts_fsspec import FsspecArtifactStore, open_artifact_store
 
 # -- release chain (chain.py, manifest.py, values.py, errors.py, headwatch.py) -------------
-from reef.releases.chain import MAX_PAGE, ReleaseChain
+from reef.releases.chain import MAX_PAGE, ReleaseChain, ScenarioHoldings
 from reef.releases.errors import (
     CandidateNotFoundError,
     InvalidTransitionError,
@@ -101,6 +101,7 @@ __all__ = [
     "ReleaseNotFoundError",
     "RoutingComponent",
     "ScenarioHasNoReleaseError",
+    "ScenarioHoldings",
     "ScenarioInUseError",
     "ScenarioNotFoundError",
     "ScenarioSummary",

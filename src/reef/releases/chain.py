@@ -17,6 +17,7 @@ the release is inserted: a second writer blocks on the row lock, re-checks the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +67,11 @@ from reef.releases.values import (
 )
 
 MAX_PAGE = 1000
+
+ScenarioHoldings = Callable[[Connection, str], dict[str, int]]
+"""What another store holds of a scenario, counted on the deleting transaction's
+connection: ``{"record": 3, "stored response": 0}`` (``forget_scenario``)."""
+
 # What start_canary itself writes into evidence["canary"]; settings may not override them.
 _CANARY_FIELDS = frozenset({"fraction", "started_at", "actor", "reason"})
 
@@ -225,29 +231,26 @@ class ReleaseChain:
             )
         return summaries
 
-    def forget_scenario(self, scenario: str) -> None:
-        """Delete ``scenario`` when it holds nothing: no record, candidate, job, evaluation
-        or stored response, and no release but the ``create`` one its first request made
-        (what a misspelled name served with capture off leaves). Checked and deleted in
-        one transaction. Raises ``ScenarioNotFoundError`` when the store does not know it
-        and ``ScenarioInUseError`` naming what it holds otherwise."""
-        holders = (
-            ("record", t.records.c.scenario),
-            ("candidate", t.candidates.c.scenario),
-            ("learning job", t.jobs.c.scenario),
-            ("evaluation", t.evaluations.c.scenario),
-            ("stored response", t.responses.c.scenario),
-        )
+    def forget_scenario(self, scenario: str, others: Sequence[ScenarioHoldings]) -> None:
+        """Delete ``scenario`` when it holds nothing: no candidate, no release but the
+        ``create`` one its first request made (what a misspelled name served with capture
+        off leaves), and nothing in the other stores, each of which answers for its own
+        tables (``others``: the experience store's records and stored responses, the
+        job queue's jobs, the evaluations), asked on this transaction. Checked and
+        deleted in one transaction. Raises ``ScenarioNotFoundError`` when the store does
+        not know it and ``ScenarioInUseError`` naming what it holds otherwise."""
         with self._write() as conn:
             named = conn.scalar(select(func.count()).where(t.scenarios.c.name == scenario))
             releases = conn.scalar(select(func.count()).where(t.releases.c.scenario == scenario))
             if not named and not releases:
                 raise ScenarioNotFoundError(scenario)
-            holds = []
-            for what, column in holders:
-                count = conn.scalar(select(func.count()).where(column == scenario)) or 0
-                if count:
-                    holds.append(f"{count} {what}{'' if count == 1 else 's'}")
+            held: dict[str, int] = {}
+            for holdings in others:
+                for what, count in holdings(conn, scenario).items():
+                    held[what] = held.get(what, 0) + count
+            candidates = select(func.count()).where(t.candidates.c.scenario == scenario)
+            held["candidate"] = conn.scalar(candidates) or 0
+            holds = [f"{n} {what}{'' if n == 1 else 's'}" for what, n in held.items() if n]
             if (releases or 0) > 1:
                 holds.append(f"{releases} releases (it has learned or been rolled back)")
             if holds:

@@ -4,9 +4,11 @@ Owns: the ``Upstream`` contract and its errors (``base``); the aiohttp client fo
 OpenAI-compatible servers and the Anthropic API with its pooling, timeouts and
 retries (``http``); Server-Sent Events (``sse``); Anthropic ⇄ OpenAI translation
 (``translate``: Anthropic clients on OpenAI-compatible servers; ``chat_anthropic``: chat
-requests on the Anthropic API); OpenAI Responses ⇄ Chat Completions and the Responses
-event stream (the ``responses`` sub-package); reassembling streams into complete
-responses (``assemble``); the canonical conversation form and its prefix hashes
+requests on the Anthropic API); OpenAI Responses ⇄ Chat Completions, the Responses
+event stream and its relays (the ``responses`` sub-package); reassembling streams into
+complete responses (``assemble``); relaying an upstream's stream to a client while
+reassembling it (``relay``: the gateway picks the relay and gives it the error event a
+failed stream ends with); the canonical conversation form and its prefix hashes
 (``canonical``).
 
 Does not own: routing, auth, capture or HTTP status mapping (``reef.gateway``), what

@@ -25,6 +25,13 @@ RETURN_WINDOW_DAYS = 30
 _state: dict[str, Any] = {}
 
 
+def use_state(state: dict[str, Any]) -> None:
+    """Make ``state`` the shop the tools read and change, in place (a caller that runs
+    several shops in one process, as ``bench/rl.py`` does, binds each one's own)."""
+    global _state
+    _state = state
+
+
 def reset(task: dict[str, Any]) -> None:
     """Seed the shop from ``task["setup"]`` (or the defaults)."""
     setup = task.get("setup") or {}

@@ -1,39 +1,39 @@
-"""The learning curve: per release, what live traffic it served and how it was scored.
+"""Questions about a scenario that other parts ask of the experience store's tables.
 
-One SQL query over the records, their feedback and the release chain's releases (the
-tables share one database), for the dashboard's curve (``GET /reef/scenarios/{s}/curve``).
+``release_traffic``: the live traffic behind each release of a scenario, what it served
+and how that was scored, for the learning curve (``GET /reef/scenarios/{s}/curve``, which
+joins it to the release chain's releases through the chain's face): one SQL query over
+the records and their feedback. ``experience_holdings``: what a scenario holds here, for
+the release chain deleting a scenario (``ReleaseChain.forget_scenario``, in its
+transaction).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection
 
-from sqlalchemy import func, literal, select
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 
-from reef.core import loads
 from reef.db import Database
 from reef.db import schema as t
+from reef.experience.records import ReleaseTraffic
 
 
-def learning_curve(database: Database, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
-    """The newest ``limit`` releases of ``scenario``, oldest first, each with ``served``
-    (its ``serve`` records), ``scored`` and ``mean_score`` (the feedback scores on those
-    records; ``None`` without any) and ``gate`` (the gate's overall means when the gate
-    admitted the release, else ``None``). Raises ``StoreUnavailableError``."""
-    rec, refs, fb, rel = t.records.c, t.feedback_refs.c, t.feedback.c, t.releases.c
-    live = (rec.scenario == scenario) & (rec.purpose == "serve")
-    served = (
-        select(rec.release_id.label("release_id"), func.count().label("n"))
-        .where(live)
-        .group_by(rec.release_id)
-        .subquery()
-    )
+def release_traffic(
+    database: Database, scenario: str, release_ids: Collection[str]
+) -> dict[str, ReleaseTraffic]:
+    """For each of ``release_ids`` that served live (``serve``) records of ``scenario``:
+    how many (``served``), how many feedback scores those records got (``scored``) and
+    their mean (``None`` without any). Releases that served nothing are left out.
+    Raises ``StoreUnavailableError``."""
+    if not release_ids:
+        return {}
+    rec, refs, fb = t.records.c, t.feedback_refs.c, t.feedback.c
+    live = (rec.scenario == scenario) & (rec.purpose == "serve") & rec.release_id.in_(release_ids)
+    served = select(rec.release_id, func.count()).where(live).group_by(rec.release_id)
     scored = (
-        select(
-            rec.release_id.label("release_id"),
-            func.count(fb.score).label("n"),
-            func.avg(fb.score).label("mean"),
-        )
+        select(rec.release_id, func.count(fb.score), func.avg(fb.score))
         .select_from(
             t.records.join(t.feedback_refs, refs.record_id == rec.id).join(
                 t.feedback, fb.id == refs.feedback_id
@@ -41,55 +41,25 @@ def learning_curve(database: Database, scenario: str, limit: int = 200) -> list[
         )
         .where(live & fb.score.is_not(None))
         .group_by(rec.release_id)
-        .subquery()
-    )
-    statement = (
-        select(
-            rel.id,
-            rel.seq,
-            rel.operation,
-            rel.created_at,
-            rel.created_by,
-            rel.eval_json,
-            func.coalesce(served.c.n, literal(0)).label("served"),
-            func.coalesce(scored.c.n, literal(0)).label("scored"),
-            scored.c.mean,
-        )
-        .outerjoin(served, served.c.release_id == rel.id)
-        .outerjoin(scored, scored.c.release_id == rel.id)
-        .where(rel.scenario == scenario)
-        .order_by(rel.seq.desc())
-        .limit(limit)
     )
     with database.read() as conn:
-        rows = conn.execute(statement).mappings().all()
-    return [
-        {
-            "release_id": row["id"],
-            "seq": row["seq"],
-            "operation": row["operation"],
-            "created_at": row["created_at"].isoformat(),
-            "created_by": row["created_by"],
-            "served": int(row["served"]),
-            "scored": int(row["scored"]),
-            "mean_score": None if row["mean"] is None else float(row["mean"]),
-            "gate": _gate_means(row["eval_json"]),
-        }
-        for row in reversed(rows)
-    ]
+        counts = {release: int(n) for release, n in conn.execute(served)}
+        scores = {release: (int(n), mean) for release, n, mean in conn.execute(scored)}
+    traffic = {}
+    for release, n in counts.items():
+        scored_n, mean = scores.get(release, (0, None))
+        traffic[release] = ReleaseTraffic(
+            served=n, scored=scored_n, mean_score=None if mean is None else float(mean)
+        )
+    return traffic
 
 
-def _gate_means(eval_json: str | None) -> dict[str, Any] | None:
-    """The gate's overall numbers in a release's evidence, or None."""
-    evidence = loads(eval_json) if eval_json else None
-    gate = evidence.get("gate") if isinstance(evidence, dict) else None
-    decision = gate.get("decision") if isinstance(gate, dict) else None
-    overall = decision.get("overall") if isinstance(decision, dict) else None
-    if not isinstance(decision, dict) or not isinstance(overall, dict):
-        return None
+def experience_holdings(conn: Connection, scenario: str) -> dict[str, int]:
+    """How many records and stored responses ``scenario`` holds, read on ``conn`` (the
+    transaction of the caller that deletes the scenario if nothing is held)."""
+    records = select(func.count()).where(t.records.c.scenario == scenario)
+    responses = select(func.count()).where(t.responses.c.scenario == scenario)
     return {
-        "verdict": decision.get("verdict"),
-        "candidate_mean": overall.get("candidate_mean"),
-        "baseline_mean": overall.get("baseline_mean"),
-        "items": overall.get("items"),
+        "record": conn.scalar(records) or 0,
+        "stored response": conn.scalar(responses) or 0,
     }

@@ -12,7 +12,7 @@ import dataclasses
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
@@ -47,10 +47,11 @@ from reef.experience.records import (
     RecordFilter,
     RecordPage,
     RecordView,
+    ReleaseTraffic,
     SessionMatch,
     check_feedback_source,
 )
-from reef.experience.sql.curve import learning_curve
+from reef.experience.sql.curve import release_traffic
 from reef.experience.sql.queries import (
     FIND_BY_KEY,
     MAX_CONTINUATION_HASHES,
@@ -263,8 +264,10 @@ class SQLExperienceStore(ExperienceStore):
         done = conn.execute(update(t.records).where(t.records.c.id == draft.id).values(**outcome))
         return done.rowcount == 1
 
-    def learning_curve(self, scenario: str, limit: int = 200) -> list[dict[str, Any]]:
-        return learning_curve(self.database, scenario, limit)
+    def release_traffic(
+        self, scenario: str, release_ids: Collection[str]
+    ) -> dict[str, ReleaseTraffic]:
+        return release_traffic(self.database, scenario, release_ids)
 
     def settle_pending(self, before: datetime) -> int:
         with self._write() as conn:
@@ -677,43 +680,6 @@ class SQLExperienceStore(ExperienceStore):
         return None, base.where(t.records.c.created_at >= when)
 
     # -- releases ----------------------------------------------------------------------
-
-    def staleness(self, record_id: str) -> int:
-        """Releases after the record's one, up to and including the head.
-
-        A record served by no release, or by an id that is not on the chain (a
-        candidate), counts every release up to the head. 0 when there is no head.
-        """
-        with self._read() as conn:
-            record = conn.execute(
-                select(t.records.c.scenario, t.records.c.release_id).where(
-                    t.records.c.id == record_id
-                )
-            ).first()
-            if record is None:
-                raise RecordNotFoundError(record_id)
-            head_seq = conn.scalar(
-                select(t.heads.c.seq).where(t.heads.c.scenario == record.scenario)
-            )
-            if head_seq is None:
-                return 0
-            rel = t.releases.c
-            clauses: list[ColumnElement[bool]] = [
-                rel.scenario == record.scenario,
-                rel.seq <= head_seq,
-            ]
-            if record.release_id is not None:
-                served_seq = conn.scalar(
-                    select(rel.seq).where(
-                        rel.scenario == record.scenario, rel.id == record.release_id
-                    )
-                )
-                if served_seq is not None:
-                    clauses.append(rel.seq > served_seq)
-            count: int = (
-                conn.scalar(select(func.count()).select_from(t.releases).where(*clauses)) or 0
-            )
-            return count
 
 
 _IN_CHUNK = 500  # values per IN list, well under SQLite's bound-parameter limit

@@ -3,8 +3,8 @@ its artifact digest.
 
 - ``GET /reef/scenarios/{s}/curve?limit=``: per release (oldest first) how many live
   (``serve``) requests it answered, the mean feedback score of those requests, and the
-  gate's candidate and baseline means when the gate admitted it
-  (``ExperienceStore.learning_curve``);
+  gate's candidate and baseline means when the gate admitted it (``learning_curve``: the
+  release chain's releases joined to ``ExperienceStore.release_traffic``);
 - ``GET /reef/scenarios/{s}/jobs?state=&limit=``: learning jobs newest first;
 - ``GET /reef/scenarios/{s}/feedback/calibration``: each computed feedback source
   measured against posted feedback (``reef.experience.calibration``);
@@ -30,11 +30,12 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.clock import SINCE_PATTERN, since_time
 from reef.core.errors import InvalidInputError, NotFoundError
-from reef.experience import calibrate, spend_since
+from reef.experience import ExperienceStore, ReleaseTraffic, calibrate, spend_since
 from reef.gateway.auth import grant_of
 from reef.gateway.requests import check_scenario_name, query_int
 from reef.gateway.state import GatewayState
 from reef.harness.packing import read_bundle_archive
+from reef.releases import ReleaseChain
 
 _MAX_TEXT_FILE_BYTES = 64 * 1024
 COST_GROUPS = ("key", "release")  # ``GET /reef/costs?by=``
@@ -62,6 +63,46 @@ def _files_json(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
     return out
 
 
+def learning_curve(
+    store: ExperienceStore, chain: ReleaseChain, scenario: str, limit: int = 200
+) -> list[dict[str, Any]]:
+    """The newest ``limit`` releases of ``scenario``, oldest first, each with ``served``
+    (its ``serve`` records), ``scored`` and ``mean_score`` (the feedback scores on those
+    records; ``None`` without any) and ``gate`` (the gate's overall means when the gate
+    admitted the release, else ``None``): the chain's releases, the experience store's
+    traffic, each asked through its own store."""
+    releases = chain.releases(scenario, limit)
+    traffic = store.release_traffic(scenario, [release.id for release in releases])
+    none = ReleaseTraffic(served=0, scored=0, mean_score=None)
+    return [
+        {
+            "release_id": release.id,
+            "seq": release.seq,
+            "operation": release.operation,
+            "created_at": release.created_at.isoformat(),
+            "created_by": release.created_by,
+            **asdict(traffic.get(release.id, none)),
+            "gate": _gate_means(release.evidence),
+        }
+        for release in reversed(releases)
+    ]
+
+
+def _gate_means(evidence: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The gate's overall numbers in a release's evidence, or None."""
+    gate = evidence.get("gate") if isinstance(evidence, dict) else None
+    decision = gate.get("decision") if isinstance(gate, dict) else None
+    overall = decision.get("overall") if isinstance(decision, dict) else None
+    if not isinstance(decision, dict) or not isinstance(overall, dict):
+        return None
+    return {
+        "verdict": decision.get("verdict"),
+        "candidate_mean": overall.get("candidate_mean"),
+        "baseline_mean": overall.get("baseline_mean"),
+        "items": overall.get("items"),
+    }
+
+
 class InsightRoutes:
     """The dashboard's extra reads (access: ``reef.gateway.routes``)."""
 
@@ -72,7 +113,8 @@ class InsightRoutes:
         """``GET /reef/scenarios/{scenario}/curve?limit=``."""
         scenario = check_scenario_name(request.path_params["scenario"])
         limit = _limit(request, 200, 1000)
-        data = await asyncio.to_thread(self.state.store.learning_curve, scenario, limit)
+        chain = self.state.activation.chain
+        data = await asyncio.to_thread(learning_curve, self.state.store, chain, scenario, limit)
         score_range = list(self.state.settings.scenario(scenario).score_range)
         return _json({"scenario": scenario, "score_range": score_range, "data": data})
 

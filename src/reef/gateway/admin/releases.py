@@ -13,6 +13,8 @@ from starlette.responses import Response
 from reef.core import dumps
 from reef.core.errors import ConflictError, InvalidInputError, NotFoundError
 from reef.environments import tool_isolation
+from reef.evaluation import evaluation_holdings
+from reef.experience import experience_holdings
 from reef.gateway.admin.spend_status import release_and_learning_spend
 from reef.gateway.auth import Grant, grant_of
 from reef.gateway.requests import (
@@ -25,7 +27,7 @@ from reef.gateway.requests import (
 from reef.gateway.serving.drift import adopt_config
 from reef.gateway.serving.pins import PinAccess
 from reef.gateway.state import GatewayState
-from reef.jobs import NoRecipeError
+from reef.jobs import NoRecipeError, job_holdings
 from reef.releases import MAX_PAGE, CandidateNotFoundError, ReleaseNotFoundError
 
 _ACTOR_PREFIX = "api:"
@@ -266,7 +268,8 @@ class ReleaseAdminRoutes:
                 f"scenario {scenario!r} is configured (scenarios.{scenario}); remove it from "
                 "the configuration and restart before deleting it"
             )
-        await asyncio.to_thread(self.state.activation.chain.forget_scenario, scenario)
+        others = (experience_holdings, job_holdings, evaluation_holdings)
+        await asyncio.to_thread(self.state.activation.chain.forget_scenario, scenario, others)
         self.state.activation.forget(scenario)
         return _json({"name": scenario, "deleted": True})
 

@@ -18,10 +18,11 @@ command line (``python -m reef.learning.trainers``).
 """
 
 from reef.learning.trainers.budget import Budget
-from reef.learning.trainers.runner import ProgressCallback, run_in_child
+from reef.learning.trainers.runner import run_in_child
 from reef.learning.trainers.spec import (
     DEFAULT_TARGET_MODULES,
     LoraSettings,
+    ProgressCallback,
     SFTExample,
     SFTSpec,
     TrainingDeadlineError,

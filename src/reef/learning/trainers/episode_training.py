@@ -45,7 +45,7 @@ import statistics
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -87,10 +87,7 @@ from reef.learning.trainers.rl_loss import (
     sequence_weights,
 )
 from reef.learning.trainers.rl_policy import as_reference, wrap_policy
-from reef.learning.trainers.spec import RLSpec, TrainResult
-
-ProgressCallback = Callable[[int, int, float], None]
-"""Called after every optimizer step with (step, total steps, loss)."""
+from reef.learning.trainers.spec import ProgressCallback, RLSpec, TrainResult
 
 POLICY = "policy"
 """The name the child's own engine serves the policy under."""

@@ -30,7 +30,6 @@ import json
 import statistics
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,10 +60,7 @@ from reef.learning.trainers.rl_loss import (
     sequence_weights,
 )
 from reef.learning.trainers.rl_policy import as_reference, wrap_policy
-from reef.learning.trainers.spec import RLPrompt, RLSpec, TrainResult
-
-ProgressCallback = Callable[[int, int, float], None]
-"""Called after every optimizer step with (step, total steps, loss)."""
+from reef.learning.trainers.spec import ProgressCallback, RLPrompt, RLSpec, TrainResult
 
 
 @dataclass(frozen=True)

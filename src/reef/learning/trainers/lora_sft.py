@@ -56,6 +56,7 @@ from reef.learning.trainers.probe import greedy_matches, probe_indices
 from reef.learning.trainers.spec import (
     LoraSettings,
     PreferenceSpec,
+    ProgressCallback,
     RLSpec,
     SFTExample,
     SFTSpec,
@@ -63,9 +64,6 @@ from reef.learning.trainers.spec import (
 )
 
 ADAPTER_FILES = frozenset({"adapter_config.json", "adapter_model.safetensors"})
-
-ProgressCallback = Callable[[int, int, float], None]
-"""Called after every optimizer step with (step, total steps, mean loss)."""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,12 +69,10 @@ from reef.learning.trainers.spec import (
     DpoLossType,
     PreferencePair,
     PreferenceSpec,
+    ProgressCallback,
     TrainResult,
     UnpairedExample,
 )
-
-ProgressCallback = Callable[[int, int, float], None]
-"""Called after every optimizer step with (step, total steps, loss)."""
 
 
 def sequence_logps(model: PeftModel, batch: dict[str, Any]) -> torch.Tensor:

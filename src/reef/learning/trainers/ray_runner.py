@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from reef.core.errors import optional_dependency
-from reef.learning.trainers.runner import ProgressCallback
+from reef.learning.trainers import ProgressCallback
 from reef.learning.trainers.spec import (
     PreferenceSpec,
     RLSpec,

@@ -20,12 +20,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from reef.learning.trainers.spec import (
     PreferenceSpec,
+    ProgressCallback,
     RLSpec,
     SFTSpec,
     TrainingFailedError,
@@ -34,9 +34,6 @@ from reef.learning.trainers.spec import (
 
 PROTOCOL_PREFIX = "REEF_TRAIN "
 LOG_TAIL_LINES = 40
-
-ProgressCallback = Callable[[int, int, float], None]
-"""Receives (step, total steps, loss) after every optimizer step, in the caller's thread."""
 
 
 def protocol_line(event: str, **payload: Any) -> str:

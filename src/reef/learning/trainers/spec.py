@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +16,10 @@ from reef.environments import TaskCount
 from reef.learning.trainers.budget import Budget
 
 DEFAULT_TARGET_MODULES = ("q_proj", "v_proj")
+
+ProgressCallback = Callable[[int, int, float], None]
+"""Called after every optimizer step with (step, total steps, loss: the step's mean),
+in the caller's thread when a child trains (``runner.run_in_child``)."""
 
 
 class TrainingFailedError(ReefError):

@@ -1,27 +1,25 @@
-"""Relaying an upstream's event stream to the client while reassembling it for the record.
+"""Relaying an upstream's event stream to a client while reassembling it for the record.
 
-One class per way a stream reaches a client:
+One class per way a chat or messages stream reaches a client (the Responses API's are in
+``reef.upstream.responses.relay``):
 
 - ``OpenAIRelay``: an OpenAI client on an OpenAI-compatible upstream; events pass
   through, less the usage chunk the gateway asked for on the record's behalf;
 - ``CompletionsRelay``: the same for a legacy text completion (``/v1/completions``);
 - ``AnthropicRelay``: an Anthropic client on the Anthropic API; events pass through;
 - ``TranslatedRelay``: an Anthropic client on an OpenAI-compatible upstream; chunks are
-  translated into Anthropic events;
-- ``ResponsesRelay``: a Responses client on an OpenAI-compatible upstream; chunks are
-  translated into the Responses API's typed events;
-- ``AnthropicResponsesRelay``: a Responses client on the Anthropic API; events are
-  turned into chat chunks, and those into the Responses API's typed events.
+  translated into Anthropic events.
 
-Each holds back the end-of-stream event (``terminal``) so that the gateway sends it
-only once the record is committed, and each knows what a proper end of its stream is:
-OpenAI's ``[DONE]`` after a ``finish_reason`` on every choice, Anthropic's
-``message_stop``. A stream that ends otherwise is not passed off as complete: ``feed``
-and ``finish`` raise ``UpstreamTruncatedError`` (no proper end),
+Each holds back the end-of-stream event (``terminal``) so that its caller sends it when
+it chooses (the gateway: once the record is committed), and each knows what a proper
+end of its stream is: OpenAI's ``[DONE]`` after a ``finish_reason`` on every choice,
+Anthropic's ``message_stop``. A stream that ends otherwise is not passed off as
+complete: ``feed`` and ``finish`` raise ``UpstreamTruncatedError`` (no proper end),
 ``UpstreamMalformedError`` (data that is not a JSON object, a body that is not an event
-stream) or ``UpstreamError`` (the upstream's own error event), and the gateway ends the
-client's stream with ``failure`` (the dialect's error event; ``response.failed`` for a
-Responses client) instead of the terminal event.
+stream) or ``UpstreamError`` (the upstream's own error event), and the caller ends the
+client's stream with ``failure`` instead of the terminal event. The error event a
+failure sends is the caller's (the gateway's error document in the client's dialect,
+``reef.gateway.errors.error_event``): a relay knows no HTTP status mapping.
 """
 
 from __future__ import annotations
@@ -32,29 +30,24 @@ from typing import Any
 import orjson
 
 from reef.core import dumps
-from reef.gateway.capture import Api
-from reef.gateway.errors import ErrorDialect, error_body
-from reef.upstream import (
+from reef.upstream.assemble import (
     AnthropicStreamAssembler,
-    AnthropicToOpenAIStream,
     CompletionStreamAssembler,
     OpenAIStreamAssembler,
-    OpenAIToAnthropicStream,
-    OpenAIToResponsesStream,
-    SSEEvent,
-    SSEParser,
-    UpstreamError,
-    UpstreamMalformedError,
-    UpstreamTruncatedError,
+)
+from reef.upstream.base import UpstreamError, UpstreamMalformedError, UpstreamTruncatedError
+from reef.upstream.canonical import (
     canonical_reply_anthropic,
     canonical_reply_completions,
     canonical_reply_openai,
-    canonical_reply_responses,
-    encode_sse,
 )
+from reef.upstream.sse import SSEEvent, SSEParser, encode_sse
+from reef.upstream.translate import OpenAIToAnthropicStream
 
 Result = tuple[dict[str, Any], dict[str, Any]]
-_SAMPLE_CHARS = 80
+"""The reassembled response in the client's dialect and its canonical reply."""
+SAMPLE_CHARS = 80
+"""How much of an unreadable event an error message quotes."""
 
 
 class StreamRelay(ABC):
@@ -119,10 +112,12 @@ class StreamRelay(ABC):
     def result(self) -> Result:
         """The reassembled response in the client's dialect and its canonical reply."""
 
-    def failure(self, exc: UpstreamError, dialect: ErrorDialect) -> bytes:
+    def failure(self, exc: UpstreamError, error_event: bytes) -> bytes:
         """What ends the client's stream when the upstream failed mid-way (after which
-        ``result`` holds the failed response, where the dialect has one)."""
-        return error_event(exc, dialect)
+        ``result`` holds the failed response, where the dialect has one): the caller's
+        ``error_event`` in the client's dialect, unless the dialect ends a failed stream
+        its own way (a Responses stream's ``response.failed``)."""
+        return error_event
 
 
 class OpenAIRelay(StreamRelay):
@@ -134,17 +129,13 @@ class OpenAIRelay(StreamRelay):
         super().__init__()
         self.strip_usage = strip_usage  # usage was asked for by the gateway, not the client
         self.assembler: OpenAIStreamAssembler | CompletionStreamAssembler = OpenAIStreamAssembler()
-        self.finished = _OpenAIFinish()
+        self.finished = OpenAIFinish()
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
-        if self.finished.done:
-            return  # nothing counts after [DONE]
-        if data == "[DONE]":
-            self.finished.done = True
+        parsed = self.finished.read(data)
+        if parsed is None:  # [DONE], the end; nothing counts after it
             self.terminal = b"data: [DONE]\n\n"
             return
-        parsed = openai_chunk(data)
-        self.finished.feed(parsed)
         self.assembler.feed(parsed)
         if self.strip_usage and not parsed.get("choices") and parsed.get("usage"):
             return
@@ -215,17 +206,12 @@ class TranslatedRelay(StreamRelay):
         super().__init__()
         self.assembler = AnthropicStreamAssembler()
         self.translator = OpenAIToAnthropicStream(client_model)
-        self.finished = _OpenAIFinish()
+        self.finished = OpenAIFinish()
 
     def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
-        if self.finished.done:
-            return
-        if data == "[DONE]":
-            self.finished.done = True
-            return
-        parsed = openai_chunk(data)
-        self.finished.feed(parsed)
-        self._send(self.translator.feed(parsed), out)
+        parsed = self.finished.read(data)
+        if parsed is not None:
+            self._send(self.translator.feed(parsed), out)
 
     def _send(self, events: list[tuple[str, dict[str, Any]]], out: list[bytes]) -> None:
         for name, payload in events:
@@ -250,108 +236,17 @@ class TranslatedRelay(StreamRelay):
         return response, canonical_reply_anthropic(response)
 
 
-class ResponsesRelay(StreamRelay):
-    """OpenAI chunks translated into Responses events for a Responses client; the
-    record keeps the response object the client was sent."""
-
-    _proper_end = "[DONE] and a finish_reason"
-
-    def __init__(self, shell: dict[str, Any], receipt: dict[str, str] | None = None) -> None:
-        super().__init__()
-        self.translator = OpenAIToResponsesStream(shell)
-        self.receipt = receipt  # the terminal event's ``x_reef`` (``stream_receipt``)
-        self.finished = _OpenAIFinish()
-
-    def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
-        if self.finished.done:
-            return
-        if data == "[DONE]":
-            self.finished.done = True
-            return
-        parsed = openai_chunk(data)
-        self.finished.feed(parsed)
-        out.extend(_responses_event(*event) for event in self.translator.feed(parsed))
-
-    def _ended(self) -> bool:
-        return self.finished.done and self.translator.finish_reason is not None
-
-    def _closing(self) -> bytes:
-        *events, (name, payload) = self.translator.finish()
-        self.terminal = _responses_event(name, self._receipted(payload))  # response.completed
-        return b"".join(_responses_event(*event) for event in events)
-
-    def failure(self, exc: UpstreamError, dialect: ErrorDialect) -> bytes:
-        """``response.failed``, naming the failure (after the events not sent yet)."""
-        *events, (name, payload) = self.translator.failed(exc.detail)
-        failed = b"".join(_responses_event(*event) for event in events)
-        return self._unsent + failed + _responses_event(name, self._receipted(payload))
-
-    def _receipted(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return payload if self.receipt is None else {**payload, "x_reef": self.receipt}
-
-    def result(self) -> Result:
-        """The response sent so far (failed, once ``failure`` was sent) and its reply."""
-        response = self.translator.result()
-        return response, canonical_reply_responses(response)
-
-
-class AnthropicResponsesRelay(ResponsesRelay):
-    """Anthropic events translated into Responses events for a Responses client (by way
-    of the chat chunks ``AnthropicToOpenAIStream`` makes of them); the record keeps the
-    response object the client was sent."""
-
-    _proper_end = "message_stop and a stop_reason"
-
-    def __init__(self, shell: dict[str, Any], receipt: dict[str, str] | None = None) -> None:
-        super().__init__(shell, receipt)
-        self.chunks = AnthropicToOpenAIStream()
-
-    def _event(self, event: str | None, data: str, out: list[bytes]) -> None:
-        if self.chunks.stopped:
-            return  # nothing counts after message_stop
-        parsed = json_object(data)
-        name = event or str(parsed.get("type", ""))
-        if name == "error":
-            raise anthropic_stream_error(parsed, data)
-        for chunk in self.chunks.feed(name, parsed):
-            out.extend(_responses_event(*event) for event in self.translator.feed(chunk))
-
-    def _ended(self) -> bool:
-        return self.chunks.stopped and self.translator.finish_reason is not None
-
-
 def anthropic_stream_error(parsed: dict[str, Any], data: str) -> UpstreamError:
     """The failure an Anthropic stream's ``error`` event reports."""
     error = parsed.get("error")
     detail = error if isinstance(error, dict) else parsed
     return UpstreamError(
         f"the upstream's stream failed: {detail.get('type', 'error')}: "
-        f"{detail.get('message', data[:_SAMPLE_CHARS])}"
+        f"{detail.get('message', data[:SAMPLE_CHARS])}"
     )
 
 
-def _responses_event(name: str, payload: dict[str, Any]) -> bytes:
-    return encode_sse(dumps(payload), name)
-
-
-# The receipt headers, as the keys of a Responses stream's terminal ``x_reef`` object.
-_RECEIPT_KEYS = {
-    "x-reef-record-id": "record_id",
-    "x-reef-session-id": "session_id",
-    "x-reef-release-id": "release_id",
-}
-
-
-def stream_receipt(headers: dict[str, str]) -> dict[str, str]:
-    """The receipt among a response's ``headers`` as the ``x_reef`` object that a
-    Responses stream's terminal event (``response.completed``, ``response.incomplete``,
-    ``response.failed``) carries beside ``response``: ``record_id`` (captured exchanges
-    only), ``session_id``, ``release_id``. An extra field of the event, which the
-    official SDKs keep (``event.x_reef``) and the response object never holds."""
-    return {key: headers[name] for name, key in _RECEIPT_KEYS.items() if name in headers}
-
-
-class _OpenAIFinish:
+class OpenAIFinish:
     """Whether an OpenAI stream ended properly: ``[DONE]``, after a ``finish_reason``
     for every choice that appeared (and at least one did)."""
 
@@ -359,6 +254,18 @@ class _OpenAIFinish:
         self.done = False
         self.open: set[int] = set()  # choices seen without their finish_reason yet
         self.finished: set[int] = set()
+
+    def read(self, data: str) -> dict[str, Any] | None:
+        """The chunk an event's ``data`` holds, counted (``feed``); None for ``[DONE]``
+        and for anything after it. Raises as ``openai_chunk``."""
+        if self.done:
+            return None
+        if data == "[DONE]":
+            self.done = True
+            return None
+        chunk = openai_chunk(data)
+        self.feed(chunk)
+        return chunk
 
     def feed(self, chunk: dict[str, Any]) -> None:
         for choice in chunk.get("choices") or ():
@@ -381,11 +288,11 @@ def json_object(data: str) -> dict[str, Any]:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise UpstreamMalformedError(
-            f"the upstream sent an event whose data is not JSON ({exc}): {data[:_SAMPLE_CHARS]!r}"
+            f"the upstream sent an event whose data is not JSON ({exc}): {data[:SAMPLE_CHARS]!r}"
         ) from exc
     if not isinstance(parsed, dict):
         raise UpstreamMalformedError(
-            f"the upstream sent an event whose data is not a JSON object: {data[:_SAMPLE_CHARS]!r}"
+            f"the upstream sent an event whose data is not a JSON object: {data[:SAMPLE_CHARS]!r}"
         )
     return parsed
 
@@ -399,32 +306,3 @@ def openai_chunk(data: str) -> dict[str, Any]:
         message = error.get("message") if isinstance(error, dict) else error
         raise UpstreamError(f"the upstream's stream failed: {message}")
     return parsed
-
-
-def open_relay(
-    api: Api,
-    *,
-    translate: bool,
-    strip_usage: bool,
-    client_model: str,
-    shell: dict[str, Any] | None = None,
-    receipt: dict[str, str] | None = None,
-) -> StreamRelay:
-    """The relay for a stream of ``api`` (``translate``: an Anthropic client on an
-    OpenAI-compatible upstream; ``shell``: a Responses stream's response object,
-    ``receipt`` its terminal event's ``x_reef``). A text completion's is a
-    ``CompletionsRelay``, made with its request."""
-    if api == "openai.responses":
-        return ResponsesRelay(shell or {}, receipt)
-    if api == "openai.chat":
-        return OpenAIRelay(strip_usage)
-    if translate:
-        return TranslatedRelay(client_model)
-    return AnthropicRelay()
-
-
-def error_event(exc: UpstreamError, dialect: ErrorDialect) -> bytes:
-    """The error a stream ends with when the upstream fails mid-way; its message opens
-    with the failure's reason (``upstream_truncated: ...``)."""
-    body = error_body(exc.status, exc.detail, dialect)
-    return encode_sse(body, "error" if dialect == "anthropic" else None)

@@ -1,12 +1,15 @@
 """Verified activation: an upstream that serves other weights under an adapter's name
 fails staging with the first difference and the previous release serves on; an adapter
 the upstream drops after the flip is found by the next verification and loaded again;
-an adapter made before fingerprints stages unverified; one whose fingerprint cannot tell
-it from the base model at the tolerance used verifies with one warning saying so."""
+one dropped between its staging and the flip is found by the probe after the flip; a
+gate run on a swapped candidate fails before any item counts; an adapter made before
+fingerprints stages unverified; one whose fingerprint cannot tell it from the base model
+at the tolerance used verifies with one warning saying so."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +20,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from reef.evaluation.config import GateConfig
+from reef.evaluation.gate import Gate
+from reef.evaluation.results import EvaluationStore
+from reef.evaluation.runner import EvalRunError, GatewayTarget
 from reef.experience import RecordNotFoundError
 from reef.gateway.serving.activation import Activation
 from reef.releases import (
@@ -184,6 +191,35 @@ def test_an_evicted_adapter_is_found_and_loaded_again(tmp_path: Path) -> None:
         assert _stamp(gateway, client) == (release, None)  # served, but not verified
 
 
+def test_an_adapter_dropped_before_the_flip_is_found_by_the_probe_after_it(
+    tmp_path: Path,
+) -> None:
+    """The upstream drops the adapter right after its staging's warm-up and probe (say,
+    another load evicting it from vLLM's cache before the flip). With no interval
+    (``verify_interval_seconds: 0``) the probe after the flip finds it gone, loads it
+    again and verifies it; the release serves on, and its records carry the digest."""
+    adapter = _adapter(tmp_path / "adapter", [51, 52])
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        name = f"s@{_digest12(settings, adapter)}"
+        fake.evict_after(name, 2)  # its warm-up and its one probe, then gone
+        release = _publish(gateway, settings, adapter, base)
+        eventually(
+            lambda: (
+                "reef_activation_verify_restaged_total 1.0"
+                in call(gateway.port, "GET", "/metrics").body.decode()
+            ),
+            "the adapter found gone after the flip and loaded again",
+        )
+        assert fake.loads == 2 and name in fake.adapters
+        state = _scenario(gateway)
+        assert state["serving_release_id"] == release and state["state"] == "serving"
+        assert (state["verification"]["weights"], state["verification"]["state"]) == (
+            name,
+            "verified",
+        )
+        assert _stamp(gateway, gateway.openai()) == (release, _digest(settings, adapter))
+
+
 def _stamp(gateway: GatewayThread, client: Any) -> tuple[str | None, str | None]:
     """The release and verified weights digest on the record of one new request."""
     raw = client.chat.completions.with_raw_response.create(
@@ -269,6 +305,45 @@ def test_the_gates_pin_of_a_swapped_candidate_is_refused_with_the_diff(tmp_path:
         assert answer.status == 409, answer.body
         assert b"expected token 42, got token 43" in answer.body
         assert f"s@{digest.removeprefix('sha256:')[:12]}" not in fake.adapters
+
+
+def test_a_gate_run_on_a_swapped_candidate_fails_before_any_item_counts(tmp_path: Path) -> None:
+    """The gate itself (``Gate.run``): its candidate arm's pin stages the candidate and
+    verifies it, the gateway refuses it with the diff, and the run fails with no item
+    answered or scored; the candidate is neither rejected nor published."""
+    (tmp_path / "quiz.jsonl").write_text(
+        "".join(json.dumps({"id": f"q{n}", "input": f"q {n}", "reference": "x"}) + "\n"
+                for n in range(3))
+    )  # fmt: skip
+    wanted = _adapter(tmp_path / "wanted", [61, 62])
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        artifacts = open_artifact_store(settings.artifacts_url())
+        chain = ReleaseChain(gateway.database)
+        manifest = ReleaseManifest(
+            model=ModelComponent(base="fake-model", adapter=artifacts.put_dir(wanted, "adapter"))
+        )
+        candidate = chain.propose("s", manifest, base, "test", "swapped")
+        fake.impostor = _adapter(tmp_path / "other", [61, 63])
+        evaluations = EvaluationStore(gateway.database)
+        gate = Gate(
+            config=GateConfig(holdout=False, min_items=3, suites=["quiz.jsonl"]),
+            publish="auto",
+            chain=chain,
+            artifacts=artifacts,
+            evaluations=evaluations,
+            target=GatewayTarget(base_url=gateway.url, scenario="s", concurrency=1),
+            suite_dir=tmp_path,
+        )
+        with pytest.raises(EvalRunError) as refused:
+            gate.run(candidate.id)
+        assert refused.value.status == 409 and refused.value.arm == "candidate"
+        assert "expected token 62, got token 63" in refused.value.message
+        [evaluation] = evaluations.list(candidate_id=candidate.id)
+        assert evaluation.state == "failed" and evaluations.results(evaluation.id) == []
+        assert "expected token 62, got token 63" in evaluation.meta["error"]
+        assert chain.get_candidate(candidate.id).state == "evaluating"
+        head = chain.head("s")
+        assert head is not None and head.id == base
 
 
 def _checkpoint(directory: Path, tokens: list[int]) -> Path:

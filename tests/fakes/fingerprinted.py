@@ -13,7 +13,9 @@ Two faults of real servers can be played:
 - ``impostor``: a directory whose weights every later load serves instead of the one
   asked for (another digest's weights under the expected name);
 - ``evict(name)``: the adapter is dropped silently, as vLLM's LRU drops one beyond
-  ``--max-cpu-loras``: no longer listed, and its name answers with the base weights.
+  ``--max-cpu-loras``: no longer listed, and its name answers with the base weights;
+  ``evict_after(name, answers)`` does the same once ``name`` has answered that many
+  requests (say, right after its staging's warm-up and probes, before the flip).
 
 It also reloads its base weights in place as vLLM does in dev mode (``POST
 /collective_rpc`` reload_weights with ``weights_path``, then ``POST
@@ -52,12 +54,18 @@ class FingerprintedUpstream(LoopbackThread):
         self.weights: Path | None = None  # the base's weights reloaded in place (None: base)
         self.reloaded: list[str] = []
         self.impostor_reload: Path | None = None
+        self._evict_after: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def evict(self, name: str) -> None:
         """Drop ``name`` silently (module docstring)."""
         with self._lock:
             self.adapters.pop(name, None)
+
+    def evict_after(self, name: str, answers: int) -> None:
+        """Drop ``name`` silently once it has answered ``answers`` more requests."""
+        with self._lock:
+            self._evict_after[name] = answers
 
     def routes(self, app: web.Application) -> None:
         """vLLM's routes that activation uses."""
@@ -115,6 +123,11 @@ class FingerprintedUpstream(LoopbackThread):
         self.last_model = model
         with self._lock:
             directory = self.weights if model == BASE_MODEL else self.adapters.get(model)
+            if directory is not None and model in self._evict_after:
+                self._evict_after[model] -= 1
+                if self._evict_after[model] <= 0:  # this answer is its last
+                    del self._evict_after[model]
+                    self.adapters.pop(model, None)
         if model != BASE_MODEL and directory is None:
             message = f"The model `{model}` does not exist."
             return web.json_response({"error": {"message": message, "code": 404}}, status=404)

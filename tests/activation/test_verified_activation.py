@@ -357,16 +357,19 @@ def _checkpoint(directory: Path, tokens: list[int]) -> Path:
     return directory
 
 
+@pytest.mark.parametrize("loading", ["vllm", "sglang"])
 def test_a_checkpoint_reloaded_in_place_is_verified_before_the_flip_and_by_the_tick(
-    tmp_path: Path,
+    tmp_path: Path, loading: str
 ) -> None:
-    """In place (``checkpoint_loading: vllm``): a checkpoint whose reload serves other
-    weights fails staging with the diff and the previous release serves on; weights that
-    change under a verified checkpoint are found by the next tick and reloaded."""
+    """In place (``checkpoint_loading: vllm`` or ``sglang``; SGLang returns no token ids,
+    so text is compared): a checkpoint whose reload serves other weights fails staging
+    with the diff and the previous release serves on; weights that change under a
+    verified checkpoint are found by the next tick and reloaded."""
     first = _checkpoint(tmp_path / "first", [31, 32, 33])
     wanted = _checkpoint(tmp_path / "wanted", [41, 42, 43])
     other = _checkpoint(tmp_path / "other", [41, 42, 99])
     with FingerprintedUpstream() as fake:
+        fake.token_ids = loading == "vllm"
         settings = make_settings(
             tmp_path,
             fake.base_url,
@@ -375,7 +378,7 @@ def test_a_checkpoint_reloaded_in_place_is_verified_before_the_flip_and_by_the_t
                     "type": "openai",
                     "base_url": fake.base_url,
                     "model": "fake-model",
-                    "checkpoint_loading": "vllm",
+                    "checkpoint_loading": loading,
                 }
             },
             scenarios={"s": {"upstream": "fake"}},
@@ -407,7 +410,12 @@ def test_a_checkpoint_reloaded_in_place_is_verified_before_the_flip_and_by_the_t
                 "staging the swapped checkpoint to fail",
             )
             assert failed["serving_release_id"] == released
-            assert "probe 0 differs at token 2: expected token 43, got token 99" in failed["error"]
+            diff = (
+                "probe 0 differs at token 2: expected token 43, got token 99"
+                if loading == "vllm"
+                else "probe 0 differs at character 7: expected 't41t42t43', got 't41t42t99'"
+            )
+            assert diff in failed["error"]
             served = client.chat.completions.with_raw_response.create(
                 model="reef/s", messages=PROMPT
             )

@@ -19,9 +19,12 @@ Two faults of real servers can be played:
 
 It also reloads its base weights in place as vLLM does in dev mode (``POST
 /collective_rpc`` reload_weights with ``weights_path``, then ``POST
-/reset_prefix_cache``; ``/v1/models`` gives ``BASE_ROOT`` as the base's ``root``): the
-base model's name then answers as the checkpoint's fingerprint says. ``impostor_reload``:
-a directory the next reload serves instead of the one asked for (once).
+/reset_prefix_cache``) and as SGLang does (``POST /update_weights_from_disk`` with
+``model_path``; ``/v1/models`` gives ``BASE_ROOT`` as the base's ``root``): the
+base model's name then answers as the checkpoint's fingerprint says.
+``impostor_reload``: a directory the next reload serves instead of the one asked for
+(once). ``token_ids = False`` leaves out vLLM's ``token_ids`` (SGLang returns none:
+text is compared).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class FingerprintedUpstream(LoopbackThread):
         self.reloaded: list[str] = []
         self.impostor_reload: Path | None = None
         self._evict_after: dict[str, int] = {}
+        self.token_ids = True
         self._lock = threading.Lock()
 
     def evict(self, name: str) -> None:
@@ -75,6 +79,7 @@ class FingerprintedUpstream(LoopbackThread):
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/collective_rpc", self._collective_rpc)
         app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
+        app.router.add_post("/update_weights_from_disk", self._update_weights_from_disk)
 
     async def _models(self, request: web.Request) -> web.Response:
         with self._lock:
@@ -100,13 +105,20 @@ class FingerprintedUpstream(LoopbackThread):
         body = await request.json()
         if body.get("method") != "reload_weights":
             return web.json_response({"detail": "unknown method"}, status=400)
-        path = str(body["kwargs"]["weights_path"])
+        self._reload(str(body["kwargs"]["weights_path"]))
+        return web.json_response({"results": [None]})
+
+    async def _update_weights_from_disk(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._reload(str(body["model_path"]))
+        return web.json_response({"success": True, "message": "Succeeded to update weights."})
+
+    def _reload(self, path: str) -> None:
         with self._lock:
             self.reloaded.append(path)
             served = self.impostor_reload or Path(path)
             self.impostor_reload = None
             self.weights = None if path == BASE_ROOT else served
-        return web.json_response({"results": [None]})
 
     async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
         return web.json_response({"success": True})
@@ -145,7 +157,7 @@ class FingerprintedUpstream(LoopbackThread):
             "finish_reason": finish,
             "logprobs": {"content": content} if body.get("logprobs") else None,
         }
-        if body.get("return_token_ids"):
+        if body.get("return_token_ids") and self.token_ids:
             choice["token_ids"] = tokens
         return web.json_response(
             {"id": "chatcmpl-1", "object": "chat.completion", "model": model, "choices": [choice]}

@@ -93,21 +93,24 @@ def _tick(gateway: GatewayThread) -> None:
     asyncio.run_coroutine_threadsafe(activation.verify_tick(), loop).result(timeout=30)
 
 
-def _settings(tmp_path: Path, url: str) -> Any:
+def _settings(tmp_path: Path, url: str, interval: float = 0) -> Any:
     return make_settings(
         tmp_path,
         url,
         scenarios={"s": {"upstream": "fake"}},
-        activation={"poll_interval_seconds": 0.1, "verify_interval_seconds": 0},
+        activation={"poll_interval_seconds": 0.1, "verify_interval_seconds": interval},
     )
 
 
 @contextmanager
-def _serving(tmp_path: Path) -> Iterator[tuple[FingerprintedUpstream, Any, GatewayThread, str]]:
-    """The fingerprinted fake, the gateway's settings, the gateway in front of it, and
-    the id of the release a first request was served by."""
+def _serving(
+    tmp_path: Path, interval: float = 0
+) -> Iterator[tuple[FingerprintedUpstream, Any, GatewayThread, str]]:
+    """The fingerprinted fake, the gateway's settings (``interval``: its
+    ``verify_interval_seconds``, 0: off), the gateway in front of it, and the id of the
+    release a first request was served by."""
     with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
+        settings = _settings(tmp_path, fake.base_url, interval)
         with GatewayThread(settings) as gateway:
             base = (
                 gateway.openai()
@@ -218,6 +221,27 @@ def test_an_adapter_dropped_before_the_flip_is_found_by_the_probe_after_it(
             "verified",
         )
         assert _stamp(gateway, gateway.openai()) == (release, _digest(settings, adapter))
+
+
+def test_the_interval_finds_an_evicted_adapter_on_its_own(tmp_path: Path) -> None:
+    """``activation.verify_interval_seconds`` runs the re-probe by itself: an adapter
+    the upstream drops while it serves is loaded again and verified, nobody calling."""
+    adapter = _adapter(tmp_path / "adapter", [71, 72])
+    with _serving(tmp_path, interval=0.2) as (fake, settings, gateway, base):
+        release = _publish(gateway, settings, adapter, base)
+        eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+        name = f"s@{_digest12(settings, adapter)}"
+        loads = fake.loads
+        fake.evict(name)
+        eventually(lambda: fake.loads > loads and name in fake.adapters, "loaded again")
+        eventually(
+            lambda: (
+                "reef_activation_verify_restaged_total 1.0"
+                in call(gateway.port, "GET", "/metrics").body.decode()
+            ),
+            "the re-stage counted",
+        )
+        assert _scenario(gateway)["verification"]["state"] == "verified"
 
 
 def _stamp(gateway: GatewayThread, client: Any) -> tuple[str | None, str | None]:

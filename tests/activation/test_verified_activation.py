@@ -370,6 +370,35 @@ def test_a_gate_run_on_a_swapped_candidate_fails_before_any_item_counts(tmp_path
         assert head is not None and head.id == base
 
 
+def test_a_live_canary_on_a_swapped_adapter_fails_and_the_head_keeps_the_traffic(
+    tmp_path: Path,
+) -> None:
+    """A candidate started as a live canary is staged the same way: other weights under
+    its adapter's name fail its staging with the diff, and no request reaches it."""
+    wanted = _adapter(tmp_path / "wanted", [81, 82])
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        chain = ReleaseChain(gateway.database)
+        digest = open_artifact_store(settings.artifacts_url()).put_dir(wanted, "adapter")
+        manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
+        candidate = chain.propose("s", manifest, base, "test", "canary")
+        chain.set_candidate_state(candidate.id, "evaluating")
+        chain.set_candidate_state(candidate.id, "passed", evidence={"win_rate": 0.8})
+        fake.impostor = _adapter(tmp_path / "other", [81, 89])
+        chain.start_canary(candidate.id, 0.9, "test", "live comparison")
+        canary = eventually(
+            lambda: (c := _scenario(gateway).get("canary")) and c["state"] == "failed" and c,
+            "the canary's staging to fail",
+        )
+        assert canary["candidate_id"] == candidate.id
+        assert "expected token 82, got token 89" in canary["error"]
+        client = gateway.openai()
+        for n in range(10):
+            answer = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": f"q {n}"}]
+            )
+            assert answer.headers["x-reef-release-id"] == base
+
+
 def _checkpoint(directory: Path, tokens: list[int]) -> Path:
     """A checkpoint directory (config, one safetensors) fingerprinted as weights that
     answer ``tokens`` to the probe."""

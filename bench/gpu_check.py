@@ -730,7 +730,7 @@ def serving_lines(results: list[dict[str, Any]]) -> list[str]:
                 f"ms, p99 {ms['p99']} ms; {result['requests']} requests, "
                 f"{result['failed_requests']} failed"
             )
-        elif "decisive_probes" in result:
+        elif "refused" in result:
             lines.append(
                 f"{head}; {'refused' if result['refused'] else 'NOT refused'} at "
                 f"{result['dtype']} (tolerance {result['tolerance']:g}; "

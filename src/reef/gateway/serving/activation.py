@@ -739,10 +739,7 @@ class Activation:
         serving = self.serving.get(scenario)
         if serving is None or not self.settings.activation.verify:
             return
-        name = serving.weights_name or (
-            serving.base_model if serving.checkpoint_digest is not None else None
-        )
-        last = self.verifications.get(name)
+        last = self.verifications.get(_verified_name(serving))
         if last is None or last.state != "verified":  # nothing was probed: nothing to repeat
             return
         task = asyncio.get_running_loop().create_task(self._verify_flipped(serving))

@@ -732,6 +732,7 @@ def serving_lines(results: list[dict[str, Any]]) -> list[str]:
             ms = result["publish_to_first_response_ms"]
             lines.append(
                 f"{head}; publish to first response from the checkpoint "
+                f"({'verified' if result.get('checkpoint_verified') else 'NOT verified'}) "
                 f"{ms['to_checkpoint']} ms, back to the base {ms['back_to_base']} ms; "
                 f"{result['requests']} requests, {result['failed_requests']} failed"
             )

@@ -27,8 +27,9 @@ propose/publish, ``HTTPUpstream`` for the throughput calls.
   spread over 1, 4 and 16 loaded adapters; completion tokens/s of each against the
   base's. The fake's figures measure nothing (it answers at once): a smoke run reports
   them as such.
-- In-place checkpoint reload (``inplace_reload``): a checkpoint release, then the base
-  again, on a gateway whose upstream reloads in place, under light load.
+- In-place checkpoint reload (``inplace_reload``): a fingerprinted checkpoint release
+  (verified after the reload, before the flip), then the base again, on a gateway whose
+  upstream reloads in place, under light load.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import contextlib
 import http.client
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -130,6 +132,36 @@ def make_adapters(
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the GPU's memory is vLLM's next
     return paths
+
+
+def fingerprinted_checkpoint(model_dir: Path, path: Path, fingerprint_tokens: int = 8) -> Path:
+    """``model_dir``'s files (hard links where the disk allows: nothing copied) as a
+    checkpoint directory at ``path`` with the fingerprint a ``full`` trainer would record
+    (the built-in probes, on the GPU under bf16 autocast when there is one)."""
+    import torch
+
+    from reef.engine.models import load_model
+    from reef.learning.trainers.fingerprint import TrainedModel, compute_fingerprint
+    from reef.learning.trainers.precision import use_bf16
+
+    def link(source: str, target: str) -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # another disk: copy
+            shutil.copy2(source, target)
+
+    shutil.copytree(model_dir, path, copy_function=link)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loaded = load_model(str(path), path.parent / ".reef")
+    model = loaded.model.to(device)
+    trained = TrainedModel(
+        model, loaded.tokenizer, loaded.eos_token_ids, device, use_bf16("auto", device)
+    )
+    compute_fingerprint(trained, [], fingerprint_tokens).write(path)
+    del trained, model, loaded
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return path
 
 
 def swapped_adapter(right: Path, wrong: Path, path: Path) -> Path:
@@ -440,10 +472,11 @@ def refuse_swapped(
 
 def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str, Any]:
     """A release whose model is a checkpoint (the served model's weights stored again as
-    a ``checkpoint`` artifact) published to a gateway that reloads the upstream in place
-    (``checkpoint_loading: vllm``, ``reef.gateway.serving.inplace``) while 2 clients load
-    it, then the base model published back: publish to the first response from each, and
-    the failed requests."""
+    a ``checkpoint`` artifact, with its fingerprint) published to a gateway that reloads
+    the upstream in place (``checkpoint_loading: vllm``, ``reef.gateway.serving.inplace``)
+    while 2 clients load it, then the base model published back: publish to the first
+    response from each, whether the reloaded checkpoint was verified, and the failed
+    requests."""
     children = ChildProcesses(work)
     result: dict[str, Any] = {"check": "in-place checkpoint reload", "upstream": upstream.kind}
     try:
@@ -457,8 +490,10 @@ def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str,
             if load.first_served_any(FLIP_LIMIT_S) is None:
                 raise RuntimeError("no request answered through the gateway")
             chain = ReleaseChain(store.database)
-            digest = open_artifact_store(artifacts_url).put_dir(model_dir, "checkpoint")
+            checkpoint = fingerprinted_checkpoint(model_dir, work / "checkpoint")
+            digest = open_artifact_store(artifacts_url).put_dir(checkpoint, "checkpoint")
             timings: dict[str, float | None] = {}
+            verified = False
             for step, model in (
                 ("to_checkpoint", ModelComponent(base=upstream.model, checkpoint=digest)),
                 ("back_to_base", ModelComponent(base=upstream.model)),
@@ -473,6 +508,9 @@ def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str,
                 published = time.perf_counter()
                 served = load.first_served(release.id, published, FLIP_LIMIT_S)
                 timings[step] = None if served is None else served - published
+                if step == "to_checkpoint" and served is not None:
+                    found = gateway_status(port)["scenarios"][SCENARIO]["verification"]
+                    verified = found is not None and found["state"] == "verified"
             reloads = gateway_status(port)["in_place"]["up"]["reloads"]
         finally:
             load.finish()
@@ -484,10 +522,11 @@ def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str,
     result.update(
         publish_to_first_response_ms={step: _ms(value) for step, value in timings.items()},
         reloads=reloads,  # the gateway's count: both publishes reloaded the upstream
+        checkpoint_verified=verified,  # its fingerprint probed after the reload, before the flip
         requests=len(load.records),
         failed_requests=failed,
         failures=load.errors[:5],
-        status="ok" if failed == 0 and missed == 0 else "failed",
+        status="ok" if failed == 0 and missed == 0 and verified else "failed",
     )
     return result
 

@@ -74,6 +74,9 @@ _JSON = "application/json"
 _SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
+_RELOADED = "\0reloaded"  # adapter_weights' key for the weights reloaded in place
+
+
 class FakeUpstream:
     """The fake server. Counters (read them from tests):
 
@@ -103,8 +106,9 @@ class FakeUpstream:
         With ``strict_models=True`` a request for a model that is neither in ``models`` nor
         a loaded adapter is a 404, as vLLM answers it.
 
-        A loaded adapter answers the probes of a fingerprint (``reef-fingerprint.json``)
-        as the weights it holds would: the first fingerprint seen beside a set of
+        A loaded adapter (or the model, once its weights were reloaded in place) answers
+        the probes of a fingerprint (``reef-fingerprint.json``) as the weights it holds
+        would: the first fingerprint seen beside a set of
         weights (its ``*.safetensors`` bytes) is what those weights answer, under any
         name and from any directory, so a directory holding another adapter's weights
         under its own fingerprint answers as those weights (greedy tokens, logprobs,
@@ -317,7 +321,11 @@ class FakeUpstream:
         """The answer of a loaded adapter's weights to one of their fingerprint's probes
         (None: not a probe of the weights asked for)."""
         model = body.get("model")
-        weights = self.adapter_weights.get(model) if model in self.adapters else None
+        weights = None
+        if model in self.adapters:
+            weights = self.adapter_weights.get(model)
+        elif model in self.models:  # the weights reloaded in place, if any
+            weights = self.adapter_weights.get(_RELOADED)
         messages = body.get("messages")
         probe = next(
             (p for p in self.weights_answers.get(weights or "", []) if p["messages"] == messages),
@@ -377,6 +385,7 @@ class FakeUpstream:
         self.in_flight_at_reload.append(self.in_flight)
         self.reloaded.append(path)
         self.weights = path
+        self._learn_weights(_RELOADED, Path(path))  # the model's name answers as these
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         if self.reloads is None:

@@ -95,6 +95,7 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
     reload = serving["in-place checkpoint reload"]
     assert reload["status"] == "ok" and reload["failed_requests"] == 0, reload
     assert reload["reloads"] >= 2  # to the checkpoint and back to the base, in place
+    assert reload["checkpoint_verified"]  # its fingerprint probed after the reload
     assert all(ms > 0 for ms in reload["publish_to_first_response_ms"].values())
     # one adapter's weights under another's name: its fingerprint accepts its own
     # weights and names where the wrong ones differ

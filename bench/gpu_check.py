@@ -8,17 +8,21 @@ What it runs, each through Reef's own code:
 
 - ``sft`` training, LoRA and ``full``, with the trainer the learners use (``SFTSpec``
   run by ``run_in_child``: the training child process) on CUDA with the trainer's
-  defaults there (bf16 autocast; gradient checkpointing for ``full``): tokens/s and the
-  child's peak GPU memory (``peak_memory_bytes``). Models: random-initialised Llama
+  defaults there (bf16 autocast; gradient checkpointing for ``full``): tokens/s, the
+  child's peak GPU memory (``peak_memory_bytes``) and its peak host memory
+  (``peak_rss_bytes``, what a CPU run is measured by). Models: random-initialised Llama
   configurations of about 0.5B and 1.5B parameters built here with a fixed seed (the
   engine's byte-level tokenizer, the vocabulary set to 49152 as SmolLM2's so the output
   head costs what it would), and SmolLM2-135M when its packaged GGUF is installed.
 - The same trainer on the CPU, on the 0.5B model for a few steps (the CPU's default
-  precision, float32), for the GPU/CPU ratio.
+  precision, float32), for the GPU/CPU ratio of tokens/s, and its peak host memory.
 - vLLM through the gateway and multi-LoRA throughput (``bench/gpu_serving.py``): vLLM
   serves the 0.5B model, ``reef serve`` runs in front of it, and 20 adapter publishes
-  happen while clients load the gateway (publish to the first response from the new
-  release, p50/p99; failed requests, which must be 0); then completion tokens/s at 1, 4
+  happen while clients load the gateway, each adapter fingerprinted and verified by the
+  gateway before its flip (publish to the first verified response from the new
+  release, p50/p99; failed requests, which must be 0); then one adapter's directory
+  holding another's weights, which staging on vLLM must refuse with the diff while
+  the adapter before serves on; then completion tokens/s at 1, 4
   and 16 adapters against the base (the vendor anchor is 98/94/88%); then an in-place
   checkpoint reload through the gateway (``checkpoint_loading: vllm``) and back.
 - The Ray trainer (``run_in_ray``) on the 0.5B model's LoRA run, when ray is installed.
@@ -150,6 +154,7 @@ class TrainRun:
     tokens_per_second: float = 0.0
     steady_tokens_per_second: float | None = None
     peak_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None  # the training process's host memory
     bf16: bool | None = None
     load_seconds: float = 0.0
     wall_seconds: float = 0.0
@@ -392,6 +397,7 @@ def fill(run: TrainRun, metrics: dict[str, Any], stamps: list[float]) -> None:
     run.seconds = float(metrics["seconds"])
     run.tokens_per_second = float(metrics["tokens_per_second"])
     run.peak_memory_bytes = metrics.get("peak_memory_bytes")
+    run.peak_rss_bytes = metrics.get("peak_rss_bytes")
     run.bf16 = bool(metrics.get("bf16"))
     run.load_seconds = float(metrics["load_seconds"])
     run.final_loss = float(metrics["loss_curve"][-1])
@@ -473,25 +479,31 @@ def ratios(runs: list[TrainRun]) -> list[dict[str, Any]]:
 
 
 PUBLISH_CHECK = "vLLM through the gateway: adapter publishes under load"
+SWAPPED_CHECK = "a wrong adapter refused by staging through the gateway"
 THROUGHPUT_CHECK = "multi-LoRA throughput at 1/4/16 adapters against the base"
 INPLACE_CHECK = "in-place checkpoint reload"
 RAY_CHECK = "Ray trainer on the GPU"
 
 
-def serving_checks(checker: Checker, sources: dict[str, str], cuda: bool) -> None:
-    """Adapter publishes under load through the gateway, then multi-LoRA throughput,
-    against vLLM on the GPU (``bench/gpu_serving.py``); in a smoke run against the
-    loopback vLLM-protocol fake, fewer publishes. Skipped, with the reason, without
-    vllm on a GPU machine or when the time budget is spent."""
+def serving_checks(
+    checker: Checker, sources: dict[str, str], cuda: bool, wrong: list[Path]
+) -> None:
+    """Adapter publishes under load through the gateway (each verified before its flip;
+    then ``wrong[1]`` and ``wrong[0]``'s directory holding ``wrong[1]``'s weights, which
+    staging must refuse), then multi-LoRA throughput, then an in-place reload, against
+    vLLM on the GPU (``bench/gpu_serving.py``); in a smoke run against the loopback
+    vLLM-protocol fake, fewer publishes. Skipped, with the reason, without vllm on a GPU
+    machine or when the time budget is spent."""
+    checks = (PUBLISH_CHECK, SWAPPED_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK)
     if cuda and importlib.util.find_spec("vllm") is None:
         reason = "vllm is not installed in this Python, so nothing can serve adapters on the GPU"
-        for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+        for check in checks:
             checker.skip(check, reason)
         return
     left = checker.remaining()
     if left < checker.args.min_run_seconds:
         reason = f"time budget: {left:.0f} s left"
-        for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+        for check in checks:
             checker.skip(check, reason)
         return
     plan = gpu_serving.SMOKE_SERVING if checker.args.cpu_smoke else gpu_serving.GPU_SERVING
@@ -508,13 +520,13 @@ def serving_checks(checker: Checker, sources: dict[str, str], cuda: bool) -> Non
             upstream = gpu_serving.start_upstream(children, kind, model_dir, name)
         except Exception as exc:  # a server that does not come up is a result
             reason = f"{kind} did not start: {exc}"
-            for check in (PUBLISH_CHECK, THROUGHPUT_CHECK, INPLACE_CHECK):
+            for check in checks:
                 checker.serve({"check": check, "upstream": kind, "status": "failed",
                                "reason": reason})  # fmt: skip
             return
         for check, run in (
             (PUBLISH_CHECK, lambda: gpu_serving.publish_under_load(
-                upstream, adapters, plan, work / "publishes")),
+                upstream, adapters, plan, work / "publishes", (wrong[0], wrong[1]))),
             (THROUGHPUT_CHECK, lambda: gpu_serving.multi_lora_throughput(
                 upstream, adapters, plan)),
             (INPLACE_CHECK, lambda: gpu_serving.inplace_reload(
@@ -526,7 +538,11 @@ def serving_checks(checker: Checker, sources: dict[str, str], cuda: bool) -> Non
                 result = {"check": check, "upstream": kind, "status": "failed",
                           "reason": repr(exc)}  # fmt: skip
             result["check"] = check
+            swapped = result.pop("swapped", None)
             checker.serve(result)
+            if check == PUBLISH_CHECK:
+                swapped = swapped or {"status": "failed", "reason": "the publishes did not end"}
+                checker.serve({**swapped, "check": SWAPPED_CHECK, "upstream": kind})
     finally:
         children.stop_all()
 
@@ -548,34 +564,60 @@ def fingerprint_check(checker: Checker, model_dir: Path, adapters: list[Path]) -
     fingerprinted on the built-in probe prompts in the trainer's engine on this device
     (bf16 on CUDA); then its own weights and ``adapters[1]``'s (the wrong ones, offered
     under its name) are probed again and compared by the rule staging uses
-    (``reef.releases.compare_fingerprint``): its own must match, the other's must not."""
+    (``reef.releases.compare_fingerprint``): its own must match, the other's must not.
+    A miss where no probe starts above a near tie (a random model's top two tokens
+    closer than the tolerance) is ``inconclusive``: no weights could be told apart. On
+    CUDA it runs again in float32 (tolerance 0.01), where a random model's margins are
+    wide enough to decide."""
     if len(adapters) < 2:
         checker.skip(FINGERPRINT_CHECK, "fewer than two adapters were made")
         return
-    try:
-        caught, detail = _wrong_adapter_caught(model_dir, adapters[0], adapters[1])
-    except Exception as exc:  # a check that breaks is a result too
-        caught, detail = False, repr(exc)
-    checker.serve(
-        {
-            "check": FINGERPRINT_CHECK,
-            "upstream": "trainer",
-            "status": "ok" if caught else "failed",
-            "detail": detail,
-        }
+    import torch
+
+    runs: list[tuple[str, bool | None]] = [(FINGERPRINT_CHECK, None)]
+    if torch.cuda.is_available():
+        runs.append((f"{FINGERPRINT_CHECK}, float32 on the GPU", False))
+    for check, bf16 in runs:
+        decisive = None
+        try:
+            caught, detail, decisive = _wrong_adapter_caught(
+                model_dir, adapters[0], adapters[1], bf16
+            )
+        except Exception as exc:  # a check that breaks is a result too
+            caught, detail = False, repr(exc)
+        status = "ok" if caught else "failed"
+        if not caught and decisive == 0 and detail.startswith("own weights: match"):
+            status = "inconclusive"
+            detail += "; no probe starts above a near tie at this tolerance"
+        checker.serve(
+            {
+                "check": check,
+                "upstream": "trainer",
+                "status": status,
+                "detail": detail,
+                "decisive_probes": decisive,
+            }
+        )
+
+
+def _wrong_adapter_caught(
+    model_dir: Path, expected: Path, actual: Path, bf16: bool | None = None
+) -> tuple[bool, str, int]:
+    """Whether ``expected``'s fingerprint accepts its own weights and refuses
+    ``actual``'s, what the comparison said of each, and how many probes start with a
+    token whose margin is over the fingerprint's tolerance."""
+    from reef.releases import (
+        FINGERPRINT_TOLERANCE,
+        ProbeAnswer,
+        compare_fingerprint,
+        probe_prompts,
     )
 
-
-def _wrong_adapter_caught(model_dir: Path, expected: Path, actual: Path) -> tuple[bool, str]:
-    """Whether ``expected``'s fingerprint accepts its own weights and refuses
-    ``actual``'s, and what the comparison said of each."""
-    from reef.releases import ProbeAnswer, compare_fingerprint, probe_prompts
-
-    fingerprint = _probe_weights(model_dir, expected, probe_prompts([]), MAX_PROBE_TOKENS)
+    fingerprint = _probe_weights(model_dir, expected, probe_prompts([]), MAX_PROBE_TOKENS, bf16)
     prompts = [probe.messages for probe in fingerprint.probes]
     verdicts = []
     for weights in (expected, actual):
-        probed = _probe_weights(model_dir, weights, prompts, fingerprint.max_new_tokens)
+        probed = _probe_weights(model_dir, weights, prompts, fingerprint.max_new_tokens, bf16)
         answers = [
             ProbeAnswer(
                 tokens=list(p.tokens),
@@ -591,12 +633,16 @@ def _wrong_adapter_caught(model_dir: Path, expected: Path, actual: Path) -> tupl
         f"own weights: {'match' if own is None else own.describe()}; "
         f"wrong weights: {'MATCHED (not caught)' if wrong is None else wrong.describe()}"
     )
-    return own is None and wrong is not None, detail
+    limit = FINGERPRINT_TOLERANCE[fingerprint.dtype]
+    decisive = sum(1 for p in fingerprint.probes if p.margins and p.margins[0] > limit)
+    return own is None and wrong is not None, detail, decisive
 
 
-def _probe_weights(model_dir: Path, adapter: Path, prompts: list[Any], max_new_tokens: int) -> Any:
+def _probe_weights(
+    model_dir: Path, adapter: Path, prompts: list[Any], max_new_tokens: int, bf16: bool | None
+) -> Any:
     """``adapter`` on ``model_dir``'s base, probed as the trainer fingerprints (same
-    loader, device and precision rule)."""
+    loader, device and precision rule; ``bf16`` False: float32 on any device)."""
     import torch
     from peft import PeftModel
 
@@ -607,8 +653,8 @@ def _probe_weights(model_dir: Path, adapter: Path, prompts: list[Any], max_new_t
     loaded = load_model(str(model_dir), Path(".reef"))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = PeftModel.from_pretrained(loaded.model, str(adapter)).to(device)
-    bf16 = use_bf16("auto", device)
-    trained = TrainedModel(model, loaded.tokenizer, loaded.eos_token_ids, device, bf16)
+    autocast = use_bf16("auto", device) if bf16 is None else bf16
+    trained = TrainedModel(model, loaded.tokenizer, loaded.eos_token_ids, device, autocast)
     return compute_fingerprint(trained, prompts, max_new_tokens)
 
 
@@ -637,6 +683,7 @@ def table_row(report: Report, run: TrainRun) -> str:
         f"| `{run.model}` | {count(params)} | {run.mode} | {device} | {precision} | "
         f"{run.steps} | {run.tokens_per_second:,.0f} | "
         f"{'-' if steady is None else f'{steady:,.0f}'} | {gib(run.peak_memory_bytes)} | "
+        f"{gib(run.peak_rss_bytes)} | "
         f"{run.load_seconds:.1f} | {status} |"
     )
 
@@ -655,8 +702,8 @@ def markdown(report: Report) -> str:
         "q_proj/v_proj; the trainer's defaults for the device otherwise.",
         "",
         "| model | parameters | mode | device | precision | steps | tokens/s | steady "
-        "tokens/s | peak GPU memory, GiB | load, s | status |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---|",
+        "tokens/s | peak GPU memory, GiB | peak host memory, GiB | load, s | status |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     lines += [table_row(report, run) for run in report.training]
     label = "GPU" if report.mode == "gpu" else "smoke (both on the CPU)"
@@ -685,6 +732,7 @@ def serving_lines(results: list[dict[str, Any]]) -> list[str]:
             ms = result["publish_to_first_response_ms"]
             lines.append(
                 f"{head}; publish to first response from the checkpoint "
+                f"({'verified' if result.get('checkpoint_verified') else 'NOT verified'}) "
                 f"{ms['to_checkpoint']} ms, back to the base {ms['back_to_base']} ms; "
                 f"{result['requests']} requests, {result['failed_requests']} failed"
             )
@@ -692,9 +740,18 @@ def serving_lines(results: list[dict[str, Any]]) -> list[str]:
             ms = result["publish_to_first_response_ms"]
             lines.append(
                 f"{head}; {result['publishes']} publishes under {result['concurrency']} "
-                f"clients, publish to first response from the new adapter p50 {ms['p50']} ms, "
-                f"p99 {ms['p99']} ms; {result['requests']} requests, "
+                f"clients ({result['verified_publishes']} verified before their flip), "
+                f"publish to first verified response from the new adapter p50 {ms['p50']} "
+                f"ms, p99 {ms['p99']} ms; {result['requests']} requests, "
                 f"{result['failed_requests']} failed"
+            )
+        elif "refused" in result:
+            lines.append(
+                f"{head}; {'refused' if result['refused'] else 'NOT refused'} at "
+                f"{result['dtype']} (tolerance {result['tolerance']:g}; "
+                f"{result['decisive_probes']}/{result['probes']} probes start above a near "
+                f"tie), the right adapter served on: {result['right_adapter_served_on']}: "
+                f"{result['detail']}"
             )
         elif "rows" in result:
             ratios = ", ".join(
@@ -765,12 +822,12 @@ def main(argv: list[str] | None = None) -> int:
             checker.train(job)
         report.ratios = ratios(report.training)
         checker.skip("embedded engine on CUDA: decode tokens/s at 1 and 8 rows", ENGINE_REASON)
-        serving_checks(checker, sources, cuda)
-        ray_check(checker, sources, cuda)
         smallest = Path(sources[plan.shapes["0.5b"].name])
         # two adapters far enough apart that a wrong one changes what the model answers
         # (the serving runs' adapters differ by little: they measure throughput)
         wrong = gpu_serving.make_adapters(smallest, checker.scratch / "fingerprinted", 2, 0.5)
+        serving_checks(checker, sources, cuda, wrong)
+        ray_check(checker, sources, cuda)
         fingerprint_check(checker, smallest, wrong)
     text = markdown(report)
     print(text)

@@ -4,24 +4,32 @@ through the gateway, multi-LoRA throughput, and an in-place checkpoint reload.
 On a GPU the upstream is vLLM (``python -m vllm.entrypoints.openai.api_server`` in this
 Python, LoRA on, runtime adapter loading and dev-mode reloads allowed) serving the
 check's random 0.5B model; with ``--cpu-smoke`` it is the loopback vLLM-protocol fake
-(``tests.fakes.upstream --vllm-lora``), so the same
+(``tests.fakes.upstream --vllm-lora``, whose adapters answer their fingerprints' probes
+as their weights would), so the same
 code drives the same routes and cannot rot. Adapters are rank-8 LoRAs on q/v built with
-PEFT on the served model (seeded random B matrices: distinct digests). Everything goes
+PEFT on the served model (seeded random B matrices: distinct digests), each with the
+fingerprint a trainer would record. Everything goes
 through Reef's own code: ``reef serve`` as a child process, the release chain's
 propose/publish, ``HTTPUpstream`` for the throughput calls.
 
 - Publishes under load: ``concurrency`` client threads send chat requests through the
   gateway without pause while the chain head moves ``publishes`` times, each to a new
-  adapter. Publish→first response from the new adapter: from ``publish`` returning to
-  the end of the first response whose ``x-reef-release-id`` is the new release. Every
+  adapter, which the gateway verifies (probes with its fingerprint) before its flip.
+  Publish→first verified response from the new adapter: from ``publish`` returning to
+  the end of the first response whose ``x-reef-release-id`` is the new release; each
+  publish is counted verified when ``/reef/status`` then says so. Every
   request that does not answer 200 counts as failed (there must be none).
+- A wrong adapter (``refuse_swapped``): after the publishes, one of two adapters far
+  apart is published, then the other's directory holding its weights (the other's
+  fingerprint over these weights): staging must refuse it while the first serves on.
 - Multi-LoRA throughput: the same request mix (``requests`` chat calls of
   ``max_tokens`` tokens, ``ignore_eos``, at ``concurrency``) on the base model, then
   spread over 1, 4 and 16 loaded adapters; completion tokens/s of each against the
   base's. The fake's figures measure nothing (it answers at once): a smoke run reports
   them as such.
-- In-place checkpoint reload (``inplace_reload``): a checkpoint release, then the base
-  again, on a gateway whose upstream reloads in place, under light load.
+- In-place checkpoint reload (``inplace_reload``): a fingerprinted checkpoint release
+  (verified after the reload, before the flip), then the base again, on a gateway whose
+  upstream reloads in place, under light load.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ import contextlib
 import http.client
 import json
 import math
+import os
+import shutil
 import statistics
 import sys
 import threading
@@ -82,19 +92,31 @@ class Upstream:
     model: str
 
 
-def make_adapters(model_dir: Path, root: Path, count: int, std: float = 0.01) -> list[Path]:
+def make_adapters(
+    model_dir: Path, root: Path, count: int, std: float = 0.01, fingerprint_tokens: int = 8
+) -> list[Path]:
     """``count`` rank-8 LoRAs on q/v of the model at ``model_dir``, seeded random B
-    (normal, ``std``)."""
+    (normal, ``std``), each fingerprinted as a trainer fingerprints what it saves
+    (``reef.learning.trainers.fingerprint``: the built-in probes, ``fingerprint_tokens``
+    greedy tokens each, on the GPU under the trainer's bf16 autocast when there is one),
+    so that staging verifies every publish."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16)
+    from reef.engine.models import load_model
+    from reef.learning.trainers.fingerprint import TrainedModel, compute_fingerprint
+    from reef.learning.trainers.precision import use_bf16
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loaded = load_model(str(model_dir), root / ".reef")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         peft_model = get_peft_model(
-            model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
-        )
+            loaded.model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+        ).to(device)
+    trained = TrainedModel(
+        peft_model, loaded.tokenizer, loaded.eos_token_ids, device, use_bf16("auto", device)
+    )
     paths = []
     for index in range(count):
         torch.manual_seed(1000 + index)
@@ -104,8 +126,51 @@ def make_adapters(model_dir: Path, root: Path, count: int, std: float = 0.01) ->
                     parameter.normal_(std=std)
         path = root / f"adapter-{index}"
         peft_model.save_pretrained(str(path))
+        compute_fingerprint(trained, [], fingerprint_tokens).write(path)
         paths.append(path)
+    del trained, peft_model, loaded
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the GPU's memory is vLLM's next
     return paths
+
+
+def fingerprinted_checkpoint(model_dir: Path, path: Path, fingerprint_tokens: int = 8) -> Path:
+    """``model_dir``'s files (hard links where the disk allows: nothing copied) as a
+    checkpoint directory at ``path`` with the fingerprint a ``full`` trainer would record
+    (the built-in probes, on the GPU under bf16 autocast when there is one)."""
+    import torch
+
+    from reef.engine.models import load_model
+    from reef.learning.trainers.fingerprint import TrainedModel, compute_fingerprint
+    from reef.learning.trainers.precision import use_bf16
+
+    def link(source: str, target: str) -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # another disk: copy
+            shutil.copy2(source, target)
+
+    shutil.copytree(model_dir, path, copy_function=link)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loaded = load_model(str(path), path.parent / ".reef")
+    model = loaded.model.to(device)
+    trained = TrainedModel(
+        model, loaded.tokenizer, loaded.eos_token_ids, device, use_bf16("auto", device)
+    )
+    compute_fingerprint(trained, [], fingerprint_tokens).write(path)
+    del trained, model, loaded
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return path
+
+
+def swapped_adapter(right: Path, wrong: Path, path: Path) -> Path:
+    """A copy of ``right`` (its config and fingerprint) holding ``wrong``'s weights: what
+    a failed hot-swap or a reused name serves."""
+    shutil.copytree(right, path)
+    for weights in wrong.glob("*.safetensors"):
+        shutil.copy(weights, path / weights.name)
+    return path
 
 
 def start_upstream(children: ChildProcesses, kind: str, model_dir: Path, model: str) -> Upstream:
@@ -270,10 +335,18 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def publish_under_load(
-    upstream: Upstream, adapters: list[Path], plan: ServingPlan, work: Path
+    upstream: Upstream,
+    adapters: list[Path],
+    plan: ServingPlan,
+    work: Path,
+    wrong: tuple[Path, Path] | None = None,
 ) -> dict[str, Any]:
     """``plan.publishes`` adapter publishes while ``plan.concurrency`` clients load the
-    gateway; publish→first-response p50/p99 and the failed requests."""
+    gateway; publish→first-verified-response p50/p99 (each adapter is fingerprinted, and
+    the gateway verifies it before its flip), the publishes ``/reef/status`` shows
+    verified, and the failed requests. With ``wrong`` (two adapters far apart): the
+    second published, then the first's directory holding the second's weights, which
+    staging must refuse while the second serves on (``result["swapped"]``)."""
     children = ChildProcesses(work)
     result: dict[str, Any] = {
         "check": "publishes under load",
@@ -281,6 +354,7 @@ def publish_under_load(
         "publishes": plan.publishes,
         "concurrency": plan.concurrency,
     }
+    swapped: dict[str, Any] | None = None
     try:
         port, store_url, artifacts_url = start_gateway(children, work / "gateway", upstream)
         load = Load(port, plan.concurrency, plan.max_tokens)
@@ -294,23 +368,19 @@ def publish_under_load(
                 raise RuntimeError("no request answered through the gateway")
             latencies: list[float] = []
             missed = 0
+            verified = 0
             for index in range(plan.publishes):
                 digest = artifacts.put_dir(adapters[index % len(adapters)], "adapter")
-                head = chain.head(SCENARIO)
-                assert head is not None
-                manifest = ReleaseManifest(
-                    model=ModelComponent(base=upstream.model, adapter=digest)
-                )
-                candidate = chain.propose(SCENARIO, manifest, head.id, "gpu-check", f"#{index}")
-                release = chain.publish(
-                    candidate.id, head.id, "gpu-check", f"#{index}", require_passed=False
-                )
-                published = time.perf_counter()
-                served = load.first_served(release.id, published, FLIP_LIMIT_S)
+                release_id, published = _publish(chain, upstream, digest, f"#{index}")
+                served = load.first_served(release_id, published, FLIP_LIMIT_S)
                 if served is None:
                     missed += 1
-                else:
-                    latencies.append(served - published)
+                    continue
+                latencies.append(served - published)
+                verification = gateway_status(port)["scenarios"][SCENARIO]["verification"]
+                verified += verification is not None and verification["state"] == "verified"
+            if wrong is not None:
+                swapped = refuse_swapped(load, port, chain, artifacts, upstream, wrong, work)
         finally:
             load.finish()
             store.close()
@@ -322,22 +392,91 @@ def publish_under_load(
         failed_requests=failed,
         failures=load.errors[:5],
         not_served_within_limit=missed,
+        verified_publishes=verified,
         publish_to_first_response_ms={
             "p50": _ms(statistics.median(latencies) if latencies else None),
             "p99": _ms(percentile(latencies, 99)),
             "max": _ms(max(latencies) if latencies else None),
         },
-        status="ok" if failed == 0 and missed == 0 else "failed",
+        status="ok" if failed == 0 and missed == 0 and verified == plan.publishes else "failed",
     )
+    if swapped is not None:
+        result["swapped"] = swapped
     return result
+
+
+def _publish(chain: ReleaseChain, upstream: Upstream, digest: str, note: str) -> tuple[str, float]:
+    """Publish the adapter ``digest`` on the head; the release id and when."""
+    head = chain.head(SCENARIO)
+    assert head is not None
+    manifest = ReleaseManifest(model=ModelComponent(base=upstream.model, adapter=digest))
+    candidate = chain.propose(SCENARIO, manifest, head.id, "gpu-check", note)
+    release = chain.publish(candidate.id, head.id, "gpu-check", note, require_passed=False)
+    return release.id, time.perf_counter()
+
+
+def refuse_swapped(
+    load: Load,
+    port: int,
+    chain: ReleaseChain,
+    artifacts: Any,
+    upstream: Upstream,
+    wrong: tuple[Path, Path],
+    work: Path,
+) -> dict[str, Any]:
+    """The fingerprint check through the gateway: ``wrong[1]`` published (and verified),
+    then ``wrong[0]``'s directory holding ``wrong[1]``'s weights: staging on the upstream
+    must fail with the diff while ``wrong[1]`` serves on. ``decisive_probes``: the
+    probes whose first token's margin is over the tolerance the gateway holds the
+    upstream to (0: every probe starts with a near tie, and no weights can be told
+    apart; then a swap that passes is ``inconclusive``, not a miss)."""
+    from reef.releases import FINGERPRINT_TOLERANCE, read_fingerprint
+
+    outcome: dict[str, Any] = {
+        "check": "wrong adapter refused by staging",
+        "upstream": upstream.kind,
+    }
+    right_id, published = _publish(chain, upstream, artifacts.put_dir(wrong[1], "adapter"), "right")
+    if load.first_served(right_id, published, FLIP_LIMIT_S) is None:
+        return {**outcome, "status": "failed", "reason": "the right adapter never served"}
+    path = swapped_adapter(wrong[0], wrong[1], work / "swapped-adapter")
+    fingerprint = read_fingerprint(path)
+    assert fingerprint is not None
+    tolerance = FINGERPRINT_TOLERANCE[fingerprint.dtype]
+    decisive = sum(1 for p in fingerprint.probes if p.margins and p.margins[0] > tolerance)
+    swapped_id, published = _publish(chain, upstream, artifacts.put_dir(path, "adapter"), "swap")
+    deadline = published + FLIP_LIMIT_S
+    state: dict[str, Any] = {}
+    while time.perf_counter() < deadline:
+        state = gateway_status(port)["scenarios"][SCENARIO]
+        if state.get("state") == "failed" or state.get("serving_release_id") == swapped_id:
+            break
+        time.sleep(0.05)
+    refused = state.get("state") == "failed" and state.get("serving_release_id") == right_id
+    served_on = load.first_served(right_id, time.perf_counter(), FLIP_LIMIT_S) is not None
+    status = "ok" if refused and served_on else "failed"
+    if not refused and decisive == 0:
+        status = "inconclusive"
+    return {
+        **outcome,
+        "status": status,
+        "dtype": fingerprint.dtype,
+        "tolerance": tolerance,
+        "decisive_probes": decisive,
+        "probes": len(fingerprint.probes),
+        "refused": refused,
+        "right_adapter_served_on": served_on,
+        "detail": state.get("error") or f"not refused: state {state.get('state')!r}",
+    }
 
 
 def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str, Any]:
     """A release whose model is a checkpoint (the served model's weights stored again as
-    a ``checkpoint`` artifact) published to a gateway that reloads the upstream in place
-    (``checkpoint_loading: vllm``, ``reef.gateway.serving.inplace``) while 2 clients load
-    it, then the base model published back: publish to the first response from each, and
-    the failed requests."""
+    a ``checkpoint`` artifact, with its fingerprint) published to a gateway that reloads
+    the upstream in place (``checkpoint_loading: vllm``, ``reef.gateway.serving.inplace``)
+    while 2 clients load it, then the base model published back: publish to the first
+    response from each, whether the reloaded checkpoint was verified, and the failed
+    requests."""
     children = ChildProcesses(work)
     result: dict[str, Any] = {"check": "in-place checkpoint reload", "upstream": upstream.kind}
     try:
@@ -351,8 +490,10 @@ def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str,
             if load.first_served_any(FLIP_LIMIT_S) is None:
                 raise RuntimeError("no request answered through the gateway")
             chain = ReleaseChain(store.database)
-            digest = open_artifact_store(artifacts_url).put_dir(model_dir, "checkpoint")
+            checkpoint = fingerprinted_checkpoint(model_dir, work / "checkpoint")
+            digest = open_artifact_store(artifacts_url).put_dir(checkpoint, "checkpoint")
             timings: dict[str, float | None] = {}
+            verified = False
             for step, model in (
                 ("to_checkpoint", ModelComponent(base=upstream.model, checkpoint=digest)),
                 ("back_to_base", ModelComponent(base=upstream.model)),
@@ -367,6 +508,9 @@ def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str,
                 published = time.perf_counter()
                 served = load.first_served(release.id, published, FLIP_LIMIT_S)
                 timings[step] = None if served is None else served - published
+                if step == "to_checkpoint" and served is not None:
+                    found = gateway_status(port)["scenarios"][SCENARIO]["verification"]
+                    verified = found is not None and found["state"] == "verified"
             reloads = gateway_status(port)["in_place"]["up"]["reloads"]
         finally:
             load.finish()
@@ -378,10 +522,11 @@ def inplace_reload(upstream: Upstream, model_dir: Path, work: Path) -> dict[str,
     result.update(
         publish_to_first_response_ms={step: _ms(value) for step, value in timings.items()},
         reloads=reloads,  # the gateway's count: both publishes reloaded the upstream
+        checkpoint_verified=verified,  # its fingerprint probed after the reload, before the flip
         requests=len(load.records),
         failed_requests=failed,
         failures=load.errors[:5],
-        status="ok" if failed == 0 and missed == 0 else "failed",
+        status="ok" if failed == 0 and missed == 0 and verified else "failed",
     )
     return result
 

@@ -1,12 +1,15 @@
 """Verified activation: an upstream that serves other weights under an adapter's name
 fails staging with the first difference and the previous release serves on; an adapter
 the upstream drops after the flip is found by the next verification and loaded again;
-an adapter made before fingerprints stages unverified; one whose fingerprint cannot tell
-it from the base model at the tolerance used verifies with one warning saying so."""
+one dropped between its staging and the flip is found by the probe after the flip; a
+gate run on a swapped candidate fails before any item counts; an adapter made before
+fingerprints stages unverified; one whose fingerprint cannot tell it from the base model
+at the tolerance used verifies with one warning saying so."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +20,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from reef.evaluation.config import GateConfig
+from reef.evaluation.gate import Gate
+from reef.evaluation.results import EvaluationStore
+from reef.evaluation.runner import EvalRunError, GatewayTarget
 from reef.experience import RecordNotFoundError
 from reef.gateway.serving.activation import Activation
 from reef.releases import (
@@ -86,21 +93,24 @@ def _tick(gateway: GatewayThread) -> None:
     asyncio.run_coroutine_threadsafe(activation.verify_tick(), loop).result(timeout=30)
 
 
-def _settings(tmp_path: Path, url: str) -> Any:
+def _settings(tmp_path: Path, url: str, interval: float = 0) -> Any:
     return make_settings(
         tmp_path,
         url,
         scenarios={"s": {"upstream": "fake"}},
-        activation={"poll_interval_seconds": 0.1, "verify_interval_seconds": 0},
+        activation={"poll_interval_seconds": 0.1, "verify_interval_seconds": interval},
     )
 
 
 @contextmanager
-def _serving(tmp_path: Path) -> Iterator[tuple[FingerprintedUpstream, Any, GatewayThread, str]]:
-    """The fingerprinted fake, the gateway's settings, the gateway in front of it, and
-    the id of the release a first request was served by."""
+def _serving(
+    tmp_path: Path, interval: float = 0
+) -> Iterator[tuple[FingerprintedUpstream, Any, GatewayThread, str]]:
+    """The fingerprinted fake, the gateway's settings (``interval``: its
+    ``verify_interval_seconds``, 0: off), the gateway in front of it, and the id of the
+    release a first request was served by."""
     with FingerprintedUpstream() as fake:
-        settings = _settings(tmp_path, fake.base_url)
+        settings = _settings(tmp_path, fake.base_url, interval)
         with GatewayThread(settings) as gateway:
             base = (
                 gateway.openai()
@@ -182,6 +192,56 @@ def test_an_evicted_adapter_is_found_and_loaded_again(tmp_path: Path) -> None:
         assert state["verification"]["state"] == "failed"
         assert "expected token 32, got token 40" in state["verification"]["diff"]
         assert _stamp(gateway, client) == (release, None)  # served, but not verified
+
+
+def test_an_adapter_dropped_before_the_flip_is_found_by_the_probe_after_it(
+    tmp_path: Path,
+) -> None:
+    """The upstream drops the adapter right after its staging's warm-up and probe (say,
+    another load evicting it from vLLM's cache before the flip). With no interval
+    (``verify_interval_seconds: 0``) the probe after the flip finds it gone, loads it
+    again and verifies it; the release serves on, and its records carry the digest."""
+    adapter = _adapter(tmp_path / "adapter", [51, 52])
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        name = f"s@{_digest12(settings, adapter)}"
+        fake.evict_after(name, 2)  # its warm-up and its one probe, then gone
+        release = _publish(gateway, settings, adapter, base)
+        eventually(
+            lambda: (
+                "reef_activation_verify_restaged_total 1.0"
+                in call(gateway.port, "GET", "/metrics").body.decode()
+            ),
+            "the adapter found gone after the flip and loaded again",
+        )
+        assert fake.loads == 2 and name in fake.adapters
+        state = _scenario(gateway)
+        assert state["serving_release_id"] == release and state["state"] == "serving"
+        assert (state["verification"]["weights"], state["verification"]["state"]) == (
+            name,
+            "verified",
+        )
+        assert _stamp(gateway, gateway.openai()) == (release, _digest(settings, adapter))
+
+
+def test_the_interval_finds_an_evicted_adapter_on_its_own(tmp_path: Path) -> None:
+    """``activation.verify_interval_seconds`` runs the re-probe by itself: an adapter
+    the upstream drops while it serves is loaded again and verified, nobody calling."""
+    adapter = _adapter(tmp_path / "adapter", [71, 72])
+    with _serving(tmp_path, interval=0.2) as (fake, settings, gateway, base):
+        release = _publish(gateway, settings, adapter, base)
+        eventually(lambda: _scenario(gateway)["serving_release_id"] == release, "it serves")
+        name = f"s@{_digest12(settings, adapter)}"
+        loads = fake.loads
+        fake.evict(name)
+        eventually(lambda: fake.loads > loads and name in fake.adapters, "loaded again")
+        eventually(
+            lambda: (
+                "reef_activation_verify_restaged_total 1.0"
+                in call(gateway.port, "GET", "/metrics").body.decode()
+            ),
+            "the re-stage counted",
+        )
+        assert _scenario(gateway)["verification"]["state"] == "verified"
 
 
 def _stamp(gateway: GatewayThread, client: Any) -> tuple[str | None, str | None]:
@@ -271,6 +331,74 @@ def test_the_gates_pin_of_a_swapped_candidate_is_refused_with_the_diff(tmp_path:
         assert f"s@{digest.removeprefix('sha256:')[:12]}" not in fake.adapters
 
 
+def test_a_gate_run_on_a_swapped_candidate_fails_before_any_item_counts(tmp_path: Path) -> None:
+    """The gate itself (``Gate.run``): its candidate arm's pin stages the candidate and
+    verifies it, the gateway refuses it with the diff, and the run fails with no item
+    answered or scored; the candidate is neither rejected nor published."""
+    (tmp_path / "quiz.jsonl").write_text(
+        "".join(json.dumps({"id": f"q{n}", "input": f"q {n}", "reference": "x"}) + "\n"
+                for n in range(3))
+    )  # fmt: skip
+    wanted = _adapter(tmp_path / "wanted", [61, 62])
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        artifacts = open_artifact_store(settings.artifacts_url())
+        chain = ReleaseChain(gateway.database)
+        manifest = ReleaseManifest(
+            model=ModelComponent(base="fake-model", adapter=artifacts.put_dir(wanted, "adapter"))
+        )
+        candidate = chain.propose("s", manifest, base, "test", "swapped")
+        fake.impostor = _adapter(tmp_path / "other", [61, 63])
+        evaluations = EvaluationStore(gateway.database)
+        gate = Gate(
+            config=GateConfig(holdout=False, min_items=3, suites=["quiz.jsonl"]),
+            publish="auto",
+            chain=chain,
+            artifacts=artifacts,
+            evaluations=evaluations,
+            target=GatewayTarget(base_url=gateway.url, scenario="s", concurrency=1),
+            suite_dir=tmp_path,
+        )
+        with pytest.raises(EvalRunError) as refused:
+            gate.run(candidate.id)
+        assert refused.value.status == 409 and refused.value.arm == "candidate"
+        assert "expected token 62, got token 63" in refused.value.message
+        [evaluation] = evaluations.list(candidate_id=candidate.id)
+        assert evaluation.state == "failed" and evaluations.results(evaluation.id) == []
+        assert "expected token 62, got token 63" in evaluation.meta["error"]
+        assert chain.get_candidate(candidate.id).state == "evaluating"
+        head = chain.head("s")
+        assert head is not None and head.id == base
+
+
+def test_a_live_canary_on_a_swapped_adapter_fails_and_the_head_keeps_the_traffic(
+    tmp_path: Path,
+) -> None:
+    """A candidate started as a live canary is staged the same way: other weights under
+    its adapter's name fail its staging with the diff, and no request reaches it."""
+    wanted = _adapter(tmp_path / "wanted", [81, 82])
+    with _serving(tmp_path) as (fake, settings, gateway, base):
+        chain = ReleaseChain(gateway.database)
+        digest = open_artifact_store(settings.artifacts_url()).put_dir(wanted, "adapter")
+        manifest = ReleaseManifest(model=ModelComponent(base="fake-model", adapter=digest))
+        candidate = chain.propose("s", manifest, base, "test", "canary")
+        chain.set_candidate_state(candidate.id, "evaluating")
+        chain.set_candidate_state(candidate.id, "passed", evidence={"win_rate": 0.8})
+        fake.impostor = _adapter(tmp_path / "other", [81, 89])
+        chain.start_canary(candidate.id, 0.9, "test", "live comparison")
+        canary = eventually(
+            lambda: (c := _scenario(gateway).get("canary")) and c["state"] == "failed" and c,
+            "the canary's staging to fail",
+        )
+        assert canary["candidate_id"] == candidate.id
+        assert "expected token 82, got token 89" in canary["error"]
+        client = gateway.openai()
+        for n in range(10):
+            answer = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=[{"role": "user", "content": f"q {n}"}]
+            )
+            assert answer.headers["x-reef-release-id"] == base
+
+
 def _checkpoint(directory: Path, tokens: list[int]) -> Path:
     """A checkpoint directory (config, one safetensors) fingerprinted as weights that
     answer ``tokens`` to the probe."""
@@ -282,16 +410,19 @@ def _checkpoint(directory: Path, tokens: list[int]) -> Path:
     return directory
 
 
+@pytest.mark.parametrize("loading", ["vllm", "sglang"])
 def test_a_checkpoint_reloaded_in_place_is_verified_before_the_flip_and_by_the_tick(
-    tmp_path: Path,
+    tmp_path: Path, loading: str
 ) -> None:
-    """In place (``checkpoint_loading: vllm``): a checkpoint whose reload serves other
-    weights fails staging with the diff and the previous release serves on; weights that
-    change under a verified checkpoint are found by the next tick and reloaded."""
+    """In place (``checkpoint_loading: vllm`` or ``sglang``; SGLang returns no token ids,
+    so text is compared): a checkpoint whose reload serves other weights fails staging
+    with the diff and the previous release serves on; weights that change under a
+    verified checkpoint are found by the next tick and reloaded."""
     first = _checkpoint(tmp_path / "first", [31, 32, 33])
     wanted = _checkpoint(tmp_path / "wanted", [41, 42, 43])
     other = _checkpoint(tmp_path / "other", [41, 42, 99])
     with FingerprintedUpstream() as fake:
+        fake.token_ids = loading == "vllm"
         settings = make_settings(
             tmp_path,
             fake.base_url,
@@ -300,7 +431,7 @@ def test_a_checkpoint_reloaded_in_place_is_verified_before_the_flip_and_by_the_t
                     "type": "openai",
                     "base_url": fake.base_url,
                     "model": "fake-model",
-                    "checkpoint_loading": "vllm",
+                    "checkpoint_loading": loading,
                 }
             },
             scenarios={"s": {"upstream": "fake"}},
@@ -332,7 +463,12 @@ def test_a_checkpoint_reloaded_in_place_is_verified_before_the_flip_and_by_the_t
                 "staging the swapped checkpoint to fail",
             )
             assert failed["serving_release_id"] == released
-            assert "probe 0 differs at token 2: expected token 43, got token 99" in failed["error"]
+            diff = (
+                "probe 0 differs at token 2: expected token 43, got token 99"
+                if loading == "vllm"
+                else "probe 0 differs at character 7: expected 't41t42t43', got 't41t42t99'"
+            )
+            assert diff in failed["error"]
             served = client.chat.completions.with_raw_response.create(
                 model="reef/s", messages=PROMPT
             )

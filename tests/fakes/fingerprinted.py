@@ -13,13 +13,18 @@ Two faults of real servers can be played:
 - ``impostor``: a directory whose weights every later load serves instead of the one
   asked for (another digest's weights under the expected name);
 - ``evict(name)``: the adapter is dropped silently, as vLLM's LRU drops one beyond
-  ``--max-cpu-loras``: no longer listed, and its name answers with the base weights.
+  ``--max-cpu-loras``: no longer listed, and its name answers with the base weights;
+  ``evict_after(name, answers)`` does the same once ``name`` has answered that many
+  requests (say, right after its staging's warm-up and probes, before the flip).
 
 It also reloads its base weights in place as vLLM does in dev mode (``POST
 /collective_rpc`` reload_weights with ``weights_path``, then ``POST
-/reset_prefix_cache``; ``/v1/models`` gives ``BASE_ROOT`` as the base's ``root``): the
-base model's name then answers as the checkpoint's fingerprint says. ``impostor_reload``:
-a directory the next reload serves instead of the one asked for (once).
+/reset_prefix_cache``) and as SGLang does (``POST /update_weights_from_disk`` with
+``model_path``; ``/v1/models`` gives ``BASE_ROOT`` as the base's ``root``): the
+base model's name then answers as the checkpoint's fingerprint says.
+``impostor_reload``: a directory the next reload serves instead of the one asked for
+(once). ``token_ids = False`` leaves out vLLM's ``token_ids`` (SGLang returns none:
+text is compared).
 """
 
 from __future__ import annotations
@@ -52,12 +57,19 @@ class FingerprintedUpstream(LoopbackThread):
         self.weights: Path | None = None  # the base's weights reloaded in place (None: base)
         self.reloaded: list[str] = []
         self.impostor_reload: Path | None = None
+        self._evict_after: dict[str, int] = {}
+        self.token_ids = True
         self._lock = threading.Lock()
 
     def evict(self, name: str) -> None:
         """Drop ``name`` silently (module docstring)."""
         with self._lock:
             self.adapters.pop(name, None)
+
+    def evict_after(self, name: str, answers: int) -> None:
+        """Drop ``name`` silently once it has answered ``answers`` more requests."""
+        with self._lock:
+            self._evict_after[name] = answers
 
     def routes(self, app: web.Application) -> None:
         """vLLM's routes that activation uses."""
@@ -67,6 +79,7 @@ class FingerprintedUpstream(LoopbackThread):
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/collective_rpc", self._collective_rpc)
         app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
+        app.router.add_post("/update_weights_from_disk", self._update_weights_from_disk)
 
     async def _models(self, request: web.Request) -> web.Response:
         with self._lock:
@@ -92,13 +105,20 @@ class FingerprintedUpstream(LoopbackThread):
         body = await request.json()
         if body.get("method") != "reload_weights":
             return web.json_response({"detail": "unknown method"}, status=400)
-        path = str(body["kwargs"]["weights_path"])
+        self._reload(str(body["kwargs"]["weights_path"]))
+        return web.json_response({"results": [None]})
+
+    async def _update_weights_from_disk(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self._reload(str(body["model_path"]))
+        return web.json_response({"success": True, "message": "Succeeded to update weights."})
+
+    def _reload(self, path: str) -> None:
         with self._lock:
             self.reloaded.append(path)
             served = self.impostor_reload or Path(path)
             self.impostor_reload = None
             self.weights = None if path == BASE_ROOT else served
-        return web.json_response({"results": [None]})
 
     async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
         return web.json_response({"success": True})
@@ -115,6 +135,11 @@ class FingerprintedUpstream(LoopbackThread):
         self.last_model = model
         with self._lock:
             directory = self.weights if model == BASE_MODEL else self.adapters.get(model)
+            if directory is not None and model in self._evict_after:
+                self._evict_after[model] -= 1
+                if self._evict_after[model] <= 0:  # this answer is its last
+                    del self._evict_after[model]
+                    self.adapters.pop(model, None)
         if model != BASE_MODEL and directory is None:
             message = f"The model `{model}` does not exist."
             return web.json_response({"error": {"message": message, "code": 404}}, status=404)
@@ -132,7 +157,7 @@ class FingerprintedUpstream(LoopbackThread):
             "finish_reason": finish,
             "logprobs": {"content": content} if body.get("logprobs") else None,
         }
-        if body.get("return_token_ids"):
+        if body.get("return_token_ids") and self.token_ids:
             choice["token_ids"] = tokens
         return web.json_response(
             {"id": "chatcmpl-1", "object": "chat.completion", "model": model, "choices": [choice]}

@@ -27,6 +27,7 @@ import struct
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
@@ -73,6 +74,9 @@ _JSON = "application/json"
 _SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
+_RELOADED = "\0reloaded"  # adapter_weights' key for the weights reloaded in place
+
+
 class FakeUpstream:
     """The fake server. Counters (read them from tests):
 
@@ -107,6 +111,14 @@ class FakeUpstream:
 
         With ``strict_models=True`` a request for a model that is neither in ``models`` nor
         a loaded adapter is a 404, as vLLM answers it.
+
+        A loaded adapter (or the model, once its weights were reloaded in place) answers
+        the probes of a fingerprint (``reef-fingerprint.json``) as the weights it holds
+        would: the first fingerprint seen beside a set of
+        weights (its ``*.safetensors`` bytes) is what those weights answer, under any
+        name and from any directory, so a directory holding another adapter's weights
+        under its own fingerprint answers as those weights (greedy tokens, logprobs,
+        vLLM's ``token_ids``, the end of turn), and staging can refuse it.
 
         With ``reloads="vllm"`` it reloads its weights in place as vLLM does in dev mode
         (``POST /collective_rpc`` reload_weights with ``weights_path``, then
@@ -143,6 +155,8 @@ class FakeUpstream:
         self.lists_adapters = lists_adapters
         self.cached_prompt_tokens = cached_prompt_tokens
         self.adapter_paths: dict[str, str] = {}
+        self.weights_answers: dict[str, list[dict[str, Any]]] = {}  # weights → probes
+        self.adapter_weights: dict[str, str] = {}  # adapter name → its weights
         self.reloads = reloads
         self.base_path = base_path
         self.weights = base_path
@@ -292,7 +306,60 @@ class FakeUpstream:
             return web.json_response(error, status=400)
         self.adapters.add(name)
         self.adapter_paths[name] = str(body.get("lora_path", name))
+        self._learn_weights(name, Path(self.adapter_paths[name]))
         return web.Response(text=f"Success: LoRA adapter '{name}' added.")
+
+    def _learn_weights(self, name: str, directory: Path) -> None:
+        """Note which weights ``name`` holds and, the first time they are seen beside a
+        fingerprint, what they answer (the class docstring)."""
+        files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+        if not files:
+            self.adapter_weights.pop(name, None)
+            return
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(file.read_bytes())
+        weights = digest.hexdigest()
+        self.adapter_weights[name] = weights
+        fingerprint = directory / "reef-fingerprint.json"
+        if weights not in self.weights_answers and fingerprint.is_file():
+            self.weights_answers[weights] = orjson.loads(fingerprint.read_bytes())["probes"]
+
+    def _probe_answer(self, body: Any) -> web.Response | None:
+        """The answer of a loaded adapter's weights to one of their fingerprint's probes
+        (None: not a probe of the weights asked for)."""
+        model = body.get("model")
+        weights = None
+        if model in self.adapters:
+            weights = self.adapter_weights.get(model)
+        elif model in self.models:  # the weights reloaded in place, if any
+            weights = self.adapter_weights.get(_RELOADED)
+        messages = body.get("messages")
+        probe = next(
+            (p for p in self.weights_answers.get(weights or "", []) if p["messages"] == messages),
+            None,
+        )
+        if probe is None:
+            return None
+        limit = int(body.get("max_tokens") or 16)
+        tokens, logprobs = probe["tokens"][:limit], probe["logprobs"][:limit]
+        text = probe["text"] if len(tokens) == len(probe["tokens"]) else None
+        content = [
+            {"token": str(t), "logprob": lp, "top_logprobs": []}
+            for t, lp in zip(tokens, logprobs, strict=True)
+        ]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text or ""},
+            "finish_reason": "stop" if probe["ended"] and limit > len(tokens) else "length",
+            "logprobs": {"content": content} if body.get("logprobs") else None,
+        }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = tokens
+        usage = {"prompt_tokens": 1, "completion_tokens": len(tokens)}
+        usage["total_tokens"] = 1 + len(tokens)
+        answer = {"id": "chatcmpl-probe", "object": "chat.completion", "model": model}
+        return web.json_response({**answer, "choices": [choice], "usage": usage})
 
     async def _unload_adapter(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
@@ -326,6 +393,7 @@ class FakeUpstream:
         self.in_flight_at_reload.append(self.in_flight)
         self.reloaded.append(path)
         self.weights = path
+        self._learn_weights(_RELOADED, Path(path))  # the model's name answers as these
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         if self.reloads is None:
@@ -343,6 +411,8 @@ class FakeUpstream:
             return denied
         if unknown := self._unknown_model(body, anthropic=False):
             return unknown
+        if (probed := self._probe_answer(body)) is not None:
+            return probed
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         text = _openai_text(last.get("content"))

@@ -53,6 +53,7 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
         if run["runner"] == "child":  # Ray hands the losses over at the end only
             assert run["steady_tokens_per_second"] > 0  # every step's progress line arrived
         assert run["peak_memory_bytes"] is None  # a CPU run reports no GPU memory
+        assert run["peak_rss_bytes"] > 0  # but the training process's host memory
         # the accelerator's runs rehearse what CUDA picks (bf16); the CPU reference, float32
         assert run["bf16"] is (run["role"] != "cpu")
     # the models are built with the realistic vocabulary, so the head costs what it would
@@ -77,6 +78,13 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
     assert publishes["upstream"] == "fake" and publishes["status"] == "ok", publishes
     assert publishes["publishes"] == 4 and publishes["not_served_within_limit"] == 0
     assert publishes["failed_requests"] == 0 and publishes["requests"] > 4
+    assert publishes["verified_publishes"] == 4  # each fingerprinted, verified before its flip
+    # one adapter's directory holding another's weights: staging on the upstream refuses
+    # it with the diff, and the adapter serving before serves on
+    swapped = serving["a wrong adapter refused by staging through the gateway"]
+    assert swapped["status"] == "ok" and swapped["refused"], swapped
+    assert swapped["right_adapter_served_on"] and swapped["decisive_probes"] > 0
+    assert "does not answer its fingerprint" in swapped["detail"]
     latency = publishes["publish_to_first_response_ms"]
     assert 0 < latency["p50"] <= latency["p99"]
     throughput = serving["multi-LoRA throughput at 1/4/16 adapters against the base"]
@@ -87,6 +95,7 @@ def test_the_gpu_check_smoke_run_trains_through_the_trainer_and_reports_skips(
     reload = serving["in-place checkpoint reload"]
     assert reload["status"] == "ok" and reload["failed_requests"] == 0, reload
     assert reload["reloads"] >= 2  # to the checkpoint and back to the base, in place
+    assert reload["checkpoint_verified"]  # its fingerprint probed after the reload
     assert all(ms > 0 for ms in reload["publish_to_first_response_ms"].values())
     # one adapter's weights under another's name: its fingerprint accepts its own
     # weights and names where the wrong ones differ

@@ -1,14 +1,17 @@
 """Fingerprints on the tiny model: computed by the trainer's code on a PEFT model, they
 survive the artifact round-trip under the artifact's digest, and the embedded engine,
-serving the same adapter, answers them (the float32 tolerance's calibration); they
-record how far the base model is from the adapter."""
+serving the same adapter, answers them (the float32 tolerance's calibration); a gateway
+staging adapters on the engine verifies them and refuses one whose weights are another's;
+they record how far the base model is from the adapter."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import warnings
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,7 +29,10 @@ from reef.releases import (
     FINGERPRINT_FILE,
     FINGERPRINT_TOLERANCE,
     Fingerprint,
+    ModelComponent,
     ProbeAnswer,
+    ReleaseChain,
+    ReleaseManifest,
     compare_fingerprint,
     distinguishes_base,
     open_artifact_store,
@@ -35,6 +41,9 @@ from reef.releases import (
     read_fingerprint,
 )
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
+from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.rawhttp import call
+from tests.polling import eventually
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
 
@@ -126,6 +135,66 @@ def test_the_engine_answers_the_trainers_fingerprint(tmp_path: Path) -> None:
     assert mismatch is not None
     assert other != mine
     assert "expected" in mismatch.describe()
+
+
+def test_the_gateway_verifies_adapters_staged_on_the_engine(tmp_path: Path) -> None:
+    """Staging on the embedded engine: a trained adapter verifies; the same directory
+    with another adapter's weights in it (its fingerprint and config kept) fails
+    staging with the diff, and the first adapter serves on."""
+    _trained_adapter(tmp_path / "mine", seed=1)
+    _trained_adapter(tmp_path / "other", seed=2)
+    swapped = tmp_path / "swapped"
+    shutil.copytree(tmp_path / "mine", swapped)
+    for weights in (tmp_path / "other").glob("*.safetensors"):
+        shutil.copy(weights, swapped / weights.name)
+    engine = BackgroundServer(Engine(load_model("tiny-random", tmp_path), max_batch=4, threads=1))
+    engine.start()
+    try:
+        settings = make_settings(
+            tmp_path,
+            engine.base_url,
+            upstreams={
+                "engine": {"type": "openai", "base_url": engine.base_url, "model": "tiny-random"}
+            },
+            scenarios={"s": {"upstream": "engine"}},
+            activation={"poll_interval_seconds": 0.1, "verify_interval_seconds": 0},
+        )
+        with GatewayThread(settings) as gateway:
+            client = gateway.openai()
+            base = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=PROMPTS[0], max_tokens=2
+            ).headers["x-reef-release-id"]
+            store = open_artifact_store(settings.artifacts_url())
+            chain = ReleaseChain(gateway.database)
+
+            def publish(directory: Path, parent: str) -> str:
+                model = ModelComponent(
+                    base="tiny-random", adapter=store.put_dir(directory, "adapter")
+                )
+                made = chain.propose("s", ReleaseManifest(model=model), parent, "test", "a")
+                return chain.publish(made.id, parent, "test", "a", require_passed=False).id
+
+            def scenario() -> dict[str, Any]:
+                state: dict[str, Any] = call(gateway.port, "GET", "/reef/status").json()
+                return state["scenarios"]["s"]
+
+            mine = publish(tmp_path / "mine", base)
+            eventually(lambda: scenario()["serving_release_id"] == mine, "mine serves")
+            assert scenario()["verification"]["state"] == "verified"
+
+            publish(swapped, mine)
+            failed = eventually(
+                lambda: scenario() if scenario()["state"] == "failed" else None,
+                "the swapped adapter to fail staging",
+            )
+            assert failed["serving_release_id"] == mine
+            assert "does not answer its fingerprint: probe 0 differs at token" in failed["error"]
+            answer = client.chat.completions.with_raw_response.create(
+                model="reef/s", messages=PROMPTS[0], max_tokens=2
+            )
+            assert answer.headers["x-reef-release-id"] == mine
+    finally:
+        engine.stop()
 
 
 def test_an_adapter_records_how_far_the_base_model_is(tmp_path: Path) -> None:

@@ -81,6 +81,7 @@ def test_text_is_compared_when_the_server_returns_no_ids() -> None:
     assert compare_fingerprint(fingerprint, [same]) is None
     found = compare_fingerprint(fingerprint, [other])
     assert found is not None and found.position == 2
+    assert found.describe() == "probe 0 differs at character 2: expected 'abc', got 'abd'"
 
 
 def test_a_near_tie_ends_the_comparison_instead_of_failing() -> None:

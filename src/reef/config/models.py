@@ -475,7 +475,8 @@ class ActivationConfig(Section):
         default=300.0,
         ge=0,
         description="How often the gateway probes the weights every scenario serves again "
-        "(and loads them again when the upstream evicted or changed them); 0 turns it off.",
+        "(and loads them again when the upstream evicted or changed them); 0 turns it off "
+        "(the probe right after each flip stays).",
     )
 
 

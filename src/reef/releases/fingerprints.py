@@ -155,12 +155,13 @@ class FingerprintMismatch:
     position: int
     expected: str
     got: str
+    unit: Literal["token", "character"] = "token"  # character: texts compared, no ids
 
     def describe(self) -> str:
         """One line: which probe, which position, expected against got."""
         return (
-            f"probe {self.probe} differs at token {self.position}: expected {self.expected}, "
-            f"got {self.got}"
+            f"probe {self.probe} differs at {self.unit} {self.position}: expected "
+            f"{self.expected}, got {self.got}"
         )
 
 
@@ -235,7 +236,9 @@ def _compare_probe(
         # no ids: the text is what can be compared (a tie would show as a prefix at most)
         if answer.text != probe.text and not _tied_text(probe, answer.text, limit):
             where = _text_position(probe.text, answer.text)
-            return FingerprintMismatch(index, where, repr(probe.text), repr(answer.text))
+            return FingerprintMismatch(
+                index, where, repr(probe.text), repr(answer.text), "character"
+            )
         got_ids: list[int] = []
     else:
         got_ids = answer.tokens

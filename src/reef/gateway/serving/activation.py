@@ -15,7 +15,8 @@ while an adapter runs on them.
 
 Every adapter or checkpoint loaded is then probed with the fingerprint its trainer
 recorded (``reef.gateway.serving.verify``): weights that answer otherwise are unloaded
-and fail the staging (the head, a canary, or a pin: the gate's candidate arm). Every
+and fail the staging (the head, a canary, or a pin: the gate's candidate arm). Right
+after a head's flip (``_probe_after_flip``) and every
 ``activation.verify_interval_seconds`` (``verify_tick``) the weights that serve are probed
 again and loaded again when the upstream evicted or changed them.
 
@@ -373,6 +374,7 @@ class Activation:
         self._create_lock = asyncio.Lock()
         self._poller: asyncio.Task[None] | None = None
         self._verifier: asyncio.Task[None] | None = None
+        self._after_flip: set[asyncio.Task[None]] = set()  # probes after a flip
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -395,6 +397,7 @@ class Activation:
             self._verifier,
             *self._staging.values(),
             *self._canary_staging.values(),
+            *self._after_flip,
         )
         tasks = [t for t in running if t is not None]
         for task in tasks:
@@ -728,6 +731,33 @@ class Activation:
                 elif serving.checkpoint_digest is not None:
                     await self._reverify_in_place(serving)
 
+    def _probe_after_flip(self, scenario: str) -> None:
+        """Probe the weights ``scenario`` now serves once more, in the background (the
+        flip waits for nothing): weights the upstream dropped or changed between their
+        staging and the flip (another load evicting them from vLLM's cache) are found
+        at once, not at the next ``verify_interval_seconds``, and loaded again."""
+        serving = self.serving.get(scenario)
+        if serving is None or not self.settings.activation.verify:
+            return
+        last = self.verifications.get(_verified_name(serving))
+        if last is None or last.state != "verified":  # nothing was probed: nothing to repeat
+            return
+        task = asyncio.get_running_loop().create_task(self._verify_flipped(serving))
+        self._after_flip.add(task)
+        task.add_done_callback(self._after_flip.discard)
+
+    async def _verify_flipped(self, flipped: ServingRelease) -> None:
+        try:
+            async with self.verifications.lock:
+                if self.serving.get(flipped.scenario) is not flipped:
+                    return  # flipped again meanwhile: that flip probes its own
+                if flipped.weights_name is not None:
+                    await self._reverify(flipped)
+                else:
+                    await self._reverify_in_place(flipped)
+        except Exception:
+            log.exception("verification after the flip of %s failed", flipped.scenario)
+
     async def _reverify_in_place(self, serving: ServingRelease) -> None:
         """Probe an in-place upstream's checkpoint; weights that answer otherwise are
         marked unknown, so the next request reloads them (``settle``)."""
@@ -850,6 +880,7 @@ class Activation:
             status.activated_at = time.time()
             self.flips_total += 1
             log.info("scenario %s now serves release %s", scenario, release_id)
+            self._probe_after_flip(scenario)
             # drain and free: checkpoints nothing serves any more, beyond the limit
             await self.checkpoint_pools[staged.upstream].trim(self._resident())
         finally:

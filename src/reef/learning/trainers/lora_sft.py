@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -503,7 +504,19 @@ def train_lora_sft(spec: SFTSpec, progress: ProgressCallback | None = None) -> T
     if device.type == "cuda":
         # the child's whole run: model load, training and save (bench/gpu_check.py)
         metrics["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
+    metrics["peak_rss_bytes"] = peak_rss_bytes()
     return TrainResult(adapter_dir=spec.output_dir, metrics=metrics)
+
+
+def peak_rss_bytes() -> int | None:
+    """The most host memory this process has held resident so far (the training child's
+    whole run on a CPU: torch, the model, training and save); None where unknown."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # Linux: KiB
 
 
 def logit_metrics(features: list[Features], term: LogitTerm) -> dict[str, Any]:

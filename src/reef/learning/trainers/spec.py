@@ -253,7 +253,8 @@ class TrainResult(BaseModel):
     adds its convergence report (``budget.stop_report``: ``stop_reason``, ``val_curve``,
     ``best_step``, ``undertrained``, …), ``train_examples``, ``val_examples`` and
     ``epochs_run``; a run on CUDA adds ``peak_memory_bytes`` (the most GPU memory torch
-    held at once, load and save included)."""
+    held at once, load and save included); an SFT run, ``peak_rss_bytes`` (the most host
+    memory its process held resident, None where unknown)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -105,6 +105,7 @@ def test_reduced_agent_quickstart_runs_episodes_and_learns_from_their_outcomes(
     root = tmp_path / "qs"
     args = ["quickstart", "--task", "agent", "--model", "tiny-random", "--rounds", "1"]
     args += ["--dir", str(root), "--requests", str(EPISODES), "--heldout", str(HELDOUT)]
+    args += ["--port", "0"]  # a free port: 8600 may be bound between the check and the bind
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "Round 1" in result.output and "episodes served" in result.output

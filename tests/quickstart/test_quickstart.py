@@ -34,6 +34,7 @@ def test_reduced_quickstart_runs_the_loop_and_reports_it(tmp_path: Path) -> None
     root = tmp_path / "qs"
     args = ["quickstart", "--model", "tiny-random", "--rounds", "1", "--dir", str(root)]
     args += ["--requests", str(REQUESTS), "--heldout", str(HELDOUT), "--dtype", "bfloat16"]
+    args += ["--port", "0"]  # a free port: 8600 may be bound between the check and the bind
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "Round 1" in result.output and "gate:" in result.output
@@ -141,6 +142,7 @@ def test_implicit_quickstart_learns_from_the_users_replies_alone(tmp_path: Path)
     root = tmp_path / "qs"
     args = ["quickstart", "--model", "tiny-random", "--rounds", "1", "--dir", str(root)]
     args += ["--requests", str(REQUESTS), "--heldout", str(HELDOUT), "--feedback", "implicit"]
+    args += ["--port", "0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "no feedback" in result.output and "signals:" in result.output

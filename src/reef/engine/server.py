@@ -406,6 +406,31 @@ def load_for_serving(model: str, home: Path, dtype: EngineDtype, cuda: bool) -> 
     return loaded
 
 
+def openvino_engine(model: str, home: Path, options: EngineOptions) -> Engine:
+    """An engine on the OpenVINO backend (``reef.engine.openvino``): ``model`` converted
+    once into OpenVINO IR in ``options.dtype`` (``auto``: float16), served by OpenVINO
+    GenAI. Raises ``ModelSourceError`` when the extra is missing or conversion fails."""
+    from reef.engine import openvino
+    from reef.engine.models import DEFAULT_MODEL, smollm2_cache
+
+    missing = openvino.available()
+    if missing is not None:
+        raise ModelSourceError(missing)
+    source = smollm2_cache(home) if model == DEFAULT_MODEL else Path(model)
+    if not (source / "config.json").is_file():
+        raise ModelSourceError(
+            f"the openvino backend serves {DEFAULT_MODEL!r} or a Hugging Face model directory, "
+            f"not {model!r}"
+        )
+    precision = "float16" if options.dtype == "auto" else options.dtype
+    directory = openvino.converted(source, home, precision)
+    loaded = openvino.meta_loaded(source, model)
+    worker = openvino.OpenVINOWorker(
+        directory, loaded, options.max_batch, options.threads, precision
+    )
+    return Engine(loaded, max_batch=options.max_batch, worker=worker)
+
+
 def run_server(
     model: str,
     host: str = "127.0.0.1",
@@ -423,13 +448,16 @@ def run_server(
     cannot load, or cannot run in the dtype asked for.
     """
     options = options or EngineOptions()
-    loaded = load_for_serving(model, home, options.dtype, torch.cuda.is_available())
-    engine = Engine(
-        loaded,
-        max_batch=options.max_batch,
-        threads=options.threads,
-        prefix_cache_bytes=options.prefix_cache_mb * 2**20,
-    )
+    if options.backend == "openvino":
+        engine = openvino_engine(model, home, options)
+    else:
+        loaded = load_for_serving(model, home, options.dtype, torch.cuda.is_available())
+        engine = Engine(
+            loaded,
+            max_batch=options.max_batch,
+            threads=options.threads,
+            prefix_cache_bytes=options.prefix_cache_mb * 2**20,
+        )
     engine.start()
     try:
         asyncio.run(_serve_until_signal(engine, host, port, ready_callback))

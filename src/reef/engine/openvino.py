@@ -99,7 +99,7 @@ def converted(source: Path, home: Path, precision: str) -> Path:
     dtype of :data:`PRECISIONS`), converting it once into the cache under ``home``
     (atomic: a temp dir renamed, under a file lock). Raises ``ModelSourceError`` when the
     precision is not served or the converter fails."""
-    from reef.engine.models import _file_lock
+    from reef.engine.models import file_lock
 
     if precision not in PRECISIONS:
         raise ModelSourceError(
@@ -110,7 +110,7 @@ def converted(source: Path, home: Path, precision: str) -> Path:
     if (target / "openvino_model.xml").is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    with _file_lock(cache / f"{target.name}.lock"):
+    with file_lock(cache / f"{target.name}.lock"):
         if (target / "openvino_model.xml").is_file():
             return target
         scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache))
@@ -555,7 +555,7 @@ def meta_loaded(directory: Path, name: str) -> LoadedModel:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from reef.engine.models import _eos_ids
+    from reef.engine.models import eos_ids
     from reef.engine.tiny import CHAT_TEMPLATE
 
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
@@ -567,7 +567,7 @@ def meta_loaded(directory: Path, name: str) -> LoadedModel:
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
     model.eval()
-    return LoadedModel(model, tokenizer, name, _eos_ids(model, tokenizer))
+    return LoadedModel(model, tokenizer, name, eos_ids(model, tokenizer))
 
 
 def agreement(answers: list[list[int]], reference: list[list[int]]) -> float:

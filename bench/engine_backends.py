@@ -7,6 +7,9 @@ greedy agreement with PEFT under a LoRA adapter, and the adapter switch.
 
 What is measured, the same for every target (a runtime at a weight precision):
 
+A precision ``fp32-f32`` is the fp32 IR computed in float32; the others compute as
+OpenVINO chooses (bfloat16 activations on a CPU with AVX-512 BF16 or AMX).
+
 - ``c1_ms``: decode time per token at concurrency 1, greedy, a ``--prompt-tokens`` prompt
   and ``--max-tokens`` new tokens with end-of-sequence ignored (every run decodes the
   same count): (time for ``--max-tokens`` tokens - time for 1 token) / (``--max-tokens`` - 1),
@@ -182,7 +185,9 @@ class OpenVINOTarget:
     """An OpenVINO GenAI ``ContinuousBatchingPipeline`` on the converted model, the
     adapters it is given registered at construction and chosen per call."""
 
-    def __init__(self, directory: Path, threads: int | None, adapters: dict[str, Path]) -> None:
+    def __init__(
+        self, directory: Path, threads: int | None, adapters: dict[str, Path], f32: bool = False
+    ) -> None:
         import openvino as ov
         import openvino_genai as ov_genai
 
@@ -198,6 +203,8 @@ class OpenVINOTarget:
         properties: dict[str, Any] = {"adapters": config}
         if threads:
             properties["INFERENCE_NUM_THREADS"] = threads
+        if f32:  # else OpenVINO computes in bfloat16 where the CPU has it
+            properties["INFERENCE_PRECISION_HINT"] = "f32"
         scheduler = ov_genai.SchedulerConfig()
         scheduler.cache_size = 1  # GB of KV cache
         scheduler.max_num_batched_tokens = 4096
@@ -311,6 +318,7 @@ def peft_answers(
 
     from reef.engine.models import load_model
 
+    torch.set_num_threads(1)  # on a small shared machine more threads only wait on each other
     loaded = load_model(model_name, home)
     model: Any = loaded.model
     if adapter is not None:
@@ -432,13 +440,11 @@ def open_target(
         for name, path in adapters.items():
             target.load_adapter(name, path)
     elif runtime == "openvino":
+        weights = precision.removesuffix("-f32")
         directory = openvino_convert(
-            source,
-            args.home / "models" / f"bench-openvino-{precision}",
-            precision,
-            args.optimum_cli,
+            source, args.home / "models" / f"bench-openvino-{weights}", weights, args.optimum_cli
         )
-        target = OpenVINOTarget(directory, args.threads, adapters)
+        target = OpenVINOTarget(directory, args.threads, adapters, precision.endswith("-f32"))
     else:
         raise ValueError(f"unknown runtime {runtime!r}")
 

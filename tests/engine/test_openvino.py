@@ -213,6 +213,15 @@ async def test_the_agreement_check_refuses_a_backend_that_disagrees(
             assert (await admin.unload(name))[0] == 200
 
 
+async def test_health_names_the_backend_and_its_precision(clients: Any) -> None:
+    _, _, ov_admin, eager_admin = clients
+    status, body = await ov_admin.get("/../health")
+    assert status == 200, body
+    assert json.loads(body)["backend"] == "openvino"
+    assert json.loads(body)["dtype"] == "float32"
+    assert json.loads((await eager_admin.get("/../health"))[1])["backend"] == "eager"
+
+
 async def test_a_checkpoint_is_refused_on_this_backend(clients: Any, tmp_path: Path) -> None:
     _, _, ov_admin, _ = clients
     status, body = await ov_admin.post("/load_checkpoint", {"name": "full", "path": str(tmp_path)})

@@ -118,14 +118,16 @@ async def _parse(request: web.Request, model: type[Body]) -> Body:
 
 async def health(request: web.Request) -> web.Response:
     """``GET /health``: 200 once the model is loaded (it is before the port opens), with
-    the weights' dtype, torch's threads, the scheduler's load (rows decoding, jobs
-    waiting, the largest batch so far) and the prompt-prefix cache's figures."""
+    the weights' dtype, the backend (eager, openvino), the worker's threads, its load
+    (rows decoding, jobs waiting, the largest batch so far) and the prompt-prefix
+    cache's figures."""
     engine = request.app[ENGINE_KEY]
     return _json(
         {
             "status": "ok",
             "model": engine.name,
             "dtype": engine.precision,
+            "backend": engine.backend,
             "threads": engine.scheduler.threads,
             **engine.scheduler.stats(),
             "prefix_cache": engine.scheduler.prefix_stats(),
@@ -428,7 +430,9 @@ def openvino_engine(model: str, home: Path, options: EngineOptions) -> Engine:
     worker = openvino.OpenVINOWorker(
         directory, loaded, options.max_batch, options.threads, precision
     )
-    return Engine(loaded, max_batch=options.max_batch, worker=worker)
+    engine = Engine(loaded, max_batch=options.max_batch, worker=worker)
+    engine.precision = precision  # the IR's, not the (weightless) model's
+    return engine
 
 
 def run_server(

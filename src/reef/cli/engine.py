@@ -60,7 +60,8 @@ def serve(
         typer.Option(
             help="What runs the model: eager (PyTorch) or openvino (OpenVINO GenAI, the "
             "openvino extra; the model is converted once into ./.reef/models/openvino; "
-            "float32, float16 or int8; auto: float16; no checkpoints or prefix cache yet)."
+            "float32, float16 or int8 weights, float32 arithmetic; auto: float32; "
+            "no checkpoints or prefix cache yet)."
         ),
     ] = "eager",
     parent_pid: Annotated[

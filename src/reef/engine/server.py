@@ -410,7 +410,7 @@ def load_for_serving(model: str, home: Path, dtype: EngineDtype, cuda: bool) -> 
 
 def openvino_engine(model: str, home: Path, options: EngineOptions) -> Engine:
     """An engine on the OpenVINO backend (``reef.engine.openvino``): ``model`` converted
-    once into OpenVINO IR in ``options.dtype`` (``auto``: float16), served by OpenVINO
+    once into OpenVINO IR in ``options.dtype`` (``auto``: float32), served by OpenVINO
     GenAI. Raises ``ModelSourceError`` when the extra is missing or conversion fails."""
     from reef.engine import openvino
     from reef.engine.models import DEFAULT_MODEL, smollm2_cache
@@ -424,7 +424,7 @@ def openvino_engine(model: str, home: Path, options: EngineOptions) -> Engine:
             f"the openvino backend serves {DEFAULT_MODEL!r} or a Hugging Face model directory, "
             f"not {model!r}"
         )
-    precision = "float16" if options.dtype == "auto" else options.dtype
+    precision = "float32" if options.dtype == "auto" else options.dtype
     directory = openvino.converted(source, home, precision)
     loaded = openvino.meta_loaded(source, model)
     worker = openvino.OpenVINOWorker(

@@ -462,6 +462,40 @@ BENCHES: tuple[Bench, ...] = (
         local=True,
         model=True,
     ),
+    Bench(
+        "engine-backends",
+        "candidate CPU runtimes (OpenVINO GenAI) vs the eager engine: ms/token, tokens/s, "
+        "LoRA agreement with PEFT, adapter switch",
+        (
+            Step(
+                "engine_backends.py",
+                (
+                    "--runtimes",
+                    "eager,openvino",
+                    "--precisions",
+                    "fp32,fp16,int8,int4",
+                    "--threads",
+                    "1",
+                    "--output",
+                    "{scratch}/backends.json",
+                ),
+                (
+                    "--model",
+                    "tiny-random",
+                    "--runtimes",
+                    "eager",
+                    "--max-tokens",
+                    "8",
+                    "--prompts",
+                    "4",
+                    "--rounds",
+                    "1",
+                ),
+            ),
+        ),
+        local=True,
+        model=True,
+    ),
 )
 
 HELPERS = {

@@ -55,6 +55,15 @@ def serve(
             min=0,
         ),
     ] = 256,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="What runs the model: eager (PyTorch) or openvino (OpenVINO GenAI, the "
+            "openvino extra; the model is converted once into ./.reef/models/openvino; "
+            "float32, float16 or int8 weights, float32 arithmetic; auto: float32; "
+            "no checkpoints or prefix cache yet)."
+        ),
+    ] = "eager",
     parent_pid: Annotated[
         int | None,
         typer.Option(help="Exit when this process (our parent) dies. Linux only."),
@@ -66,17 +75,22 @@ def serve(
     bound host and port; logs go to stderr.
     """
     from reef.engine.command import serve_until_stopped
-    from reef.engine.process import ENGINE_DTYPES, EngineOptions
+    from reef.engine.process import ENGINE_BACKENDS, ENGINE_DTYPES, EngineOptions
 
     if dtype not in ENGINE_DTYPES:
         raise typer.BadParameter(
             f"{dtype!r} is not one of {', '.join(ENGINE_DTYPES)}", param_hint="--dtype"
+        )
+    if backend not in ENGINE_BACKENDS:
+        raise typer.BadParameter(
+            f"{backend!r} is not one of {', '.join(ENGINE_BACKENDS)}", param_hint="--backend"
         )
     options = EngineOptions(
         max_batch=max_batch,
         threads=threads,
         dtype=dtype,  # type: ignore[arg-type]
         prefix_cache_mb=prefix_cache_mb,
+        backend=backend,  # type: ignore[arg-type]
     )
     status = serve_until_stopped(model, host, port, home, options, parent_pid)
     if status:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from reef.engine.process import (
+    ENGINE_BACKENDS,
     ENGINE_DTYPES,
     EngineOptions,
     ReadyInfo,
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--threads", type=int, default=None)
     serve.add_argument("--dtype", choices=ENGINE_DTYPES, default="float32")
     serve.add_argument("--prefix-cache-mb", type=int, default=256)
+    serve.add_argument("--backend", choices=ENGINE_BACKENDS, default="eager")
     serve.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
     if args.prefix_cache_mb < 0:
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         dtype=args.dtype,
         prefix_cache_mb=args.prefix_cache_mb,
+        backend=args.backend,
     )
     return serve_until_stopped(
         args.model, args.host, args.port, args.home, options, args.parent_pid

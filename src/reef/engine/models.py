@@ -94,10 +94,11 @@ def load_model(
         tokenizer.chat_template = CHAT_TEMPLATE
     model.eval()  # type: ignore[no-untyped-call]
     logger.info("model %s ready in %.1f s", source, time.monotonic() - started)
-    return LoadedModel(model, tokenizer, source, _eos_ids(model, tokenizer))
+    return LoadedModel(model, tokenizer, source, eos_ids(model, tokenizer))
 
 
-def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Every token id that ends a turn: the tokenizer's EOS and the generation config's."""
     ids: set[int] = set()
     configured = getattr(model.generation_config, "eos_token_id", None)
     if isinstance(configured, int):
@@ -137,7 +138,7 @@ def smollm2_cache(home: Path) -> Path:
     if (target / "config.json").is_file():
         return target
     models.mkdir(parents=True, exist_ok=True)
-    with _file_lock(models / f"{DEFAULT_MODEL}.lock"):
+    with file_lock(models / f"{DEFAULT_MODEL}.lock"):
         if (target / "config.json").is_file():
             return target
         gguf = smollm2_gguf()
@@ -158,7 +159,7 @@ def smollm2_cache(home: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock between processes (``flock``); a no-op where there is none."""
     with path.open("a+b") as handle:
         if sys.platform == "win32":

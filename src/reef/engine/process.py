@@ -27,6 +27,10 @@ for fbgemm's GEMM, activations and sums in float32: x86 CPUs), ``bfloat16``, ``i
 bfloat16; ``reef.engine.precision``), or ``auto`` (bfloat16 where the CPU computes it natively,
 AVX-512 BF16 or AMX, else float16 where fbgemm runs, else float32; see docs/engine.md)."""
 ENGINE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "int8", "auto")
+EngineBackend = Literal["eager", "openvino"]
+"""What runs the model: ``eager`` (PyTorch, the default) or ``openvino`` (OpenVINO GenAI,
+the ``openvino`` extra; ``reef.engine.openvino``)."""
+ENGINE_BACKENDS: tuple[str, ...] = ("eager", "openvino")
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,13 @@ class EngineOptions:
     threads: int | None = None
     dtype: EngineDtype = "float32"
     prefix_cache_mb: int = 256
+    backend: EngineBackend = "eager"
 
     def argv(self) -> list[str]:
         """These options as ``python -m reef.engine serve`` flags."""
         extra = ["--threads", str(self.threads)] if self.threads else []
+        if self.backend != "eager":
+            extra += ["--backend", self.backend]
         return [
             "--max-batch",
             str(self.max_batch),

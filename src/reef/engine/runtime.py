@@ -41,6 +41,7 @@ from reef.engine.errors import (
 )
 from reef.engine.memory import available_memory_bytes, check_fits, required_bytes
 from reef.engine.models import LoadedModel, load_checkpoint_model
+from reef.engine.openvino import OpenVINOAdapters, OpenVINOWorker
 from reef.engine.precision import apply_precision, load_dtype, precision_of
 from reef.engine.prefixes import DEFAULT_BUDGET_BYTES
 from reef.engine.scheduler import Scheduler
@@ -107,20 +108,23 @@ class Engine:
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         threads: int | None = None,
         prefix_cache_bytes: int = DEFAULT_BUDGET_BYTES,
+        worker: OpenVINOWorker | None = None,
     ) -> None:
         self.loaded = loaded
         self.created = int(time.time())
         self.default_max_tokens = default_max_tokens
-        self.scheduler = Scheduler(
+        # the eager worker, or another backend's (``worker``: ``reef.engine.openvino``)
+        self.scheduler: Scheduler | OpenVINOWorker = worker or Scheduler(
             loaded, max_batch=max_batch, threads=threads, prefix_cache_bytes=prefix_cache_bytes
         )
+        self.backend = "eager" if worker is None else "openvino"
         # checkpoints load in the precision the engine serves in (int8: quantized too)
         self.precision = precision_of(loaded.model)
         self.adapters = AdapterRegistry(drop=self._drop_version)
         self.checkpoints = AdapterRegistry(drop=self._drop_weights, what="checkpoint")
         self.available_memory: Callable[[], int | None] = available_memory_bytes
         # where each adapter version lives: its runner and its lease on a checkpoint
-        self._placed: dict[str, tuple[AdapterModel, AdapterLease | None]] = {}
+        self._placed: dict[str, tuple[AdapterModel | OpenVINOAdapters, AdapterLease | None]] = {}
         self._loading = asyncio.Lock()  # one checkpoint load (and memory check) at a time
         template = loaded.tokenizer.chat_template
         self.template_takes_tools = template_takes_tools(
@@ -311,6 +315,8 @@ class Engine:
         """
         if name == self.name or self.adapters.has(name):
             raise AdapterConflictError(f"{name!r} is the base model's or an adapter's name")
+        if self.backend != "eager":
+            raise CheckpointRejectedError(f"the {self.backend} backend serves no checkpoints yet")
         self.checkpoints.check_free(name, replace)
         async with self._loading:
             info = await asyncio.to_thread(_checked, path, expected_digest)

@@ -118,14 +118,16 @@ async def _parse(request: web.Request, model: type[Body]) -> Body:
 
 async def health(request: web.Request) -> web.Response:
     """``GET /health``: 200 once the model is loaded (it is before the port opens), with
-    the weights' dtype, torch's threads, the scheduler's load (rows decoding, jobs
-    waiting, the largest batch so far) and the prompt-prefix cache's figures."""
+    the weights' dtype, the backend (eager, openvino), the worker's threads, its load
+    (rows decoding, jobs waiting, the largest batch so far) and the prompt-prefix
+    cache's figures."""
     engine = request.app[ENGINE_KEY]
     return _json(
         {
             "status": "ok",
             "model": engine.name,
             "dtype": engine.precision,
+            "backend": engine.backend,
             "threads": engine.scheduler.threads,
             **engine.scheduler.stats(),
             "prefix_cache": engine.scheduler.prefix_stats(),
@@ -406,6 +408,33 @@ def load_for_serving(model: str, home: Path, dtype: EngineDtype, cuda: bool) -> 
     return loaded
 
 
+def openvino_engine(model: str, home: Path, options: EngineOptions) -> Engine:
+    """An engine on the OpenVINO backend (``reef.engine.openvino``): ``model`` converted
+    once into OpenVINO IR in ``options.dtype`` (``auto``: float32), served by OpenVINO
+    GenAI. Raises ``ModelSourceError`` when the extra is missing or conversion fails."""
+    from reef.engine import openvino
+    from reef.engine.models import DEFAULT_MODEL, smollm2_cache
+
+    missing = openvino.available()
+    if missing is not None:
+        raise ModelSourceError(missing)
+    source = smollm2_cache(home) if model == DEFAULT_MODEL else Path(model)
+    if not (source / "config.json").is_file():
+        raise ModelSourceError(
+            f"the openvino backend serves {DEFAULT_MODEL!r} or a Hugging Face model directory, "
+            f"not {model!r}"
+        )
+    precision = "float32" if options.dtype == "auto" else options.dtype
+    directory = openvino.converted(source, home, precision)
+    loaded = openvino.meta_loaded(source, model)
+    worker = openvino.OpenVINOWorker(
+        directory, loaded, options.max_batch, options.threads, precision
+    )
+    engine = Engine(loaded, max_batch=options.max_batch, worker=worker)
+    engine.precision = precision  # the IR's, not the (weightless) model's
+    return engine
+
+
 def run_server(
     model: str,
     host: str = "127.0.0.1",
@@ -423,13 +452,16 @@ def run_server(
     cannot load, or cannot run in the dtype asked for.
     """
     options = options or EngineOptions()
-    loaded = load_for_serving(model, home, options.dtype, torch.cuda.is_available())
-    engine = Engine(
-        loaded,
-        max_batch=options.max_batch,
-        threads=options.threads,
-        prefix_cache_bytes=options.prefix_cache_mb * 2**20,
-    )
+    if options.backend == "openvino":
+        engine = openvino_engine(model, home, options)
+    else:
+        loaded = load_for_serving(model, home, options.dtype, torch.cuda.is_available())
+        engine = Engine(
+            loaded,
+            max_batch=options.max_batch,
+            threads=options.threads,
+            prefix_cache_bytes=options.prefix_cache_mb * 2**20,
+        )
     engine.start()
     try:
         asyncio.run(_serve_until_signal(engine, host, port, ready_callback))

@@ -58,7 +58,9 @@ def serve(
     backend: Annotated[
         str,
         typer.Option(
-            help="What runs the model: eager (PyTorch) or openvino (OpenVINO GenAI, the "
+            help="What runs the model: eager (PyTorch) or openvino (experimental: its "
+            "greedy answers agree with PEFT's on 78-83% of prompts, docs/engine.md; "
+            "OpenVINO GenAI, the "
             "openvino extra; the model is converted once into ./.reef/models/openvino; "
             "float32, float16 or int8 weights, float32 arithmetic; auto: float32; "
             "no checkpoints or prefix cache yet)."

@@ -279,6 +279,12 @@ class OpenVINOWorker:
         # the weights: greedy answers then agreed with PEFT's on 20-50% of prompts
         # (bench/engine_backends.py), against 78-83% in float32 arithmetic
         properties["INFERENCE_PRECISION_HINT"] = "f32"
+        logger.warning(
+            "the openvino backend is experimental: its greedy answers agreed with PEFT's "
+            "on 78-83%% of prompts in float32 (bench/engine_backends.py; the target is "
+            "95%%); the gateway's verified activation refuses an adapter whose "
+            "fingerprint it does not answer"
+        )
         self.pipe = openvino_genai.ContinuousBatchingPipeline(
             str(directory),
             openvino_genai.Tokenizer(str(directory)),

@@ -52,7 +52,7 @@ def _is_free(port: int) -> bool:
 def test_the_readme_snippet_works_right_after_the_quickstart(tmp_path: Path) -> None:
     root = tmp_path / "reef-quickstart"
     args = ["quickstart", "--model", "tiny-random", "--rounds", "1", "--dir", str(root)]
-    args += ["--requests", "12", "--heldout", "6", "--dtype", "bfloat16", "--port", "0"]
+    args += ["--requests", "12", "--heldout", "6", "--dtype", "bfloat16"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
 

@@ -16,11 +16,8 @@ from reef.experience import (
     SOURCE_TAG,
     FeedbackDraft,
     ImportLineError,
-    ImportOptions,
-    ImportSummary,
     RecordDraft,
     SQLExperienceStore,
-    import_file,
 )
 from reef.experience.importing import READERS
 from reef.experience.importing.otel import otlp_attributes
@@ -37,6 +34,7 @@ from tests.experience.conftest import (  # noqa: F401 - fixtures
     pg_url,
     store_url,
 )
+from tests.experience.importing_helpers import run_import
 from tests.telemetry.test_attributes import ANTHROPIC_REQUEST, ANTHROPIC_RESPONSE
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
@@ -47,15 +45,6 @@ def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811 - fixtu
     opened = SQLExperienceStore.from_url(store_url)
     yield opened
     opened.close()
-
-
-def run_import(
-    store: SQLExperienceStore, path: Path, tmp_path: Path, **options: Any
-) -> ImportSummary:
-    summary = ImportSummary()
-    settings: dict[str, Any] = {"scenario": "s", "checkpoint_dir": tmp_path / "imports"}
-    import_file(store, path, ImportOptions(**{**settings, **options}), summary)
-    return summary
 
 
 def otlp_span(

@@ -9,7 +9,6 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -20,12 +19,10 @@ from opentelemetry.trace import SpanKind
 from reef.experience import (
     SOURCE_TAG,
     ImportLineError,
-    ImportOptions,
-    ImportSummary,
     SQLExperienceStore,
-    import_file,
 )
 from reef.experience.importing import resolve_format
+from tests.experience.importing_helpers import run_import
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 CONVERSATIONS = 30
@@ -36,15 +33,6 @@ def store(tmp_path: Path) -> Iterator[SQLExperienceStore]:
     opened = SQLExperienceStore.from_url(f"sqlite:///{tmp_path / 'reef.db'}", migrate=True)
     yield opened
     opened.close()
-
-
-def run_import(
-    store: SQLExperienceStore, path: Path, tmp_path: Path, **options: Any
-) -> ImportSummary:
-    summary = ImportSummary()
-    settings: dict[str, Any] = {"scenario": "s", "checkpoint_dir": tmp_path / "imports"}
-    import_file(store, path, ImportOptions(**{**settings, **options}), summary)
-    return summary
 
 
 def console_exporter_file(path: Path) -> list[tuple[str, str]]:

@@ -25,12 +25,10 @@ import pytest
 from reef.experience import (
     ORIGIN_TAG,
     SOURCE_TAG,
-    ImportOptions,
-    ImportSummary,
     SQLExperienceStore,
     export_records,
-    import_file,
 )
+from tests.experience.importing_helpers import run_import
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 # format -> (records, feedback rows on records, session outcomes, lines skipped: a
@@ -50,13 +48,6 @@ def stores(tmp_path: Path) -> Iterator[tuple[SQLExperienceStore, SQLExperienceSt
     yield first, second
     first.close()
     second.close()
-
-
-def run_import(store: SQLExperienceStore, path: Path, folder: Path, fmt: str) -> ImportSummary:
-    summary = ImportSummary()
-    options = ImportOptions(scenario="s", fmt=fmt, checkpoint_dir=folder / "imports")
-    import_file(store, path, options, summary)
-    return summary
 
 
 def exported(store: SQLExperienceStore) -> list[dict[str, Any]]:

@@ -19,8 +19,6 @@ from reef.experience import (
     SOURCE_TAG,
     FeedbackDraft,
     ImportLineError,
-    ImportOptions,
-    ImportSummary,
     RecordDraft,
     RecordFilter,
     RecordView,
@@ -28,7 +26,6 @@ from reef.experience import (
     SQLExperienceStore,
     UnknownImportFormatError,
     export_records,
-    import_file,
 )
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import ReleaseChain
@@ -37,6 +34,7 @@ from tests.experience.conftest import (  # noqa: F401 - fixtures
     pg_url,
     store_url,
 )
+from tests.experience.importing_helpers import run_import
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 FINETUNE = DATA / "openai-finetune.jsonl"
@@ -48,15 +46,6 @@ def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811 - fixtu
     opened = SQLExperienceStore.from_url(store_url)
     yield opened
     opened.close()
-
-
-def run_import(
-    store: SQLExperienceStore, path: Path, tmp_path: Path, **options: Any
-) -> ImportSummary:
-    summary = ImportSummary()
-    settings: dict[str, Any] = {"scenario": "s", "checkpoint_dir": tmp_path / "imports"}
-    import_file(store, path, ImportOptions(**{**settings, **options}), summary)
-    return summary
 
 
 def records(store: SQLExperienceStore, scenario: str = "s") -> list[RecordView]:

@@ -17,12 +17,10 @@ from reef.experience import (
     ORIGIN_TAG,
     SOURCE_TAG,
     FeedbackDraft,
-    ImportOptions,
     ImportSummary,
     RecordView,
     Redactor,
     SQLExperienceStore,
-    import_file,
 )
 from reef.learning.selection import SelectionConfig, select_experience
 from reef.releases import ReleaseChain
@@ -32,6 +30,7 @@ from tests.experience.conftest import (  # noqa: F401 - fixtures
     pg_url,
     store_url,
 )
+from tests.experience.importing_helpers import run_import
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 SYSTEM = {"role": "system", "content": "You are a weather assistant."}
@@ -50,15 +49,6 @@ def store(store_url: str) -> Iterator[SQLExperienceStore]:  # noqa: F811 - fixtu
     opened = SQLExperienceStore.from_url(store_url)
     yield opened
     opened.close()
-
-
-def run_import(
-    store: SQLExperienceStore, path: Path, tmp_path: Path, fmt: str = "auto", **options: Any
-) -> ImportSummary:
-    summary = ImportSummary()
-    settings: dict[str, Any] = {"scenario": "s", "checkpoint_dir": tmp_path / "imports"}
-    import_file(store, path, ImportOptions(**{**settings, "fmt": fmt, **options}), summary)
-    return summary
 
 
 def by_source(store: SQLExperienceStore) -> dict[str, RecordView]:

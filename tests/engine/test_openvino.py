@@ -43,26 +43,10 @@ if shutil.which(openvino.converter()) is None:
         allow_module_level=True,
     )
 
+from tests.engine.test_tool_calls import QUESTION, REPLY, WEATHER
+
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(PEFT_WRAP_WARNING)]
 
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-QUESTION = [{"role": "user", "content": "Weather in Paris and Rome?"}]
-REPLY = (
-    "Let me check.\n"
-    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
-)
 PROMPTS = ["Hello there", "Tell me a story", "What is two and two?", "Name a colour"]
 
 

@@ -281,8 +281,11 @@ def trl_loss(args: argparse.Namespace) -> str:
     return args.loss_type if args.loss_type in TRL_LOSSES else "grpo"
 
 
-def trl_run(args: argparse.Namespace, tasks: list[Task]) -> dict[str, Any]:
-    """TRL's GRPOTrainer over the same tasks, from the same adapter, for the same steps."""
+def trl_run(
+    args: argparse.Namespace, tasks: list[Task], cpu_minutes: float | None = None
+) -> dict[str, Any]:
+    """TRL's GRPOTrainer over the same tasks, from the same adapter, for the same steps;
+    with ``cpu_minutes``, stopped at the end of the step that reaches that CPU time."""
     import datasets
     import torch
     from peft import PeftModel
@@ -334,7 +337,7 @@ def trl_run(args: argparse.Namespace, tasks: list[Task]) -> dict[str, Any]:
         seed=args.seed,
         dataloader_num_workers=0,
     )
-    clock = StepClock(TrainerCallback)
+    clock = StepClock(TrainerCallback, None if cpu_minutes is None else cpu_minutes * 60)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[episode_reward],
@@ -359,24 +362,38 @@ def trl_run(args: argparse.Namespace, tasks: list[Task]) -> dict[str, Any]:
         "step_cpu_seconds": cpu / steps,
         "success_curve": rewards,
         "episodes": steps * args.batch_size * args.group_size,
+        "cpu_budget_min": cpu_minutes,
+        "stopped_by_budget": clock.stopped_by_budget,
     }
 
 
 class StepClock:
-    """Wall seconds of each TRL step, through a TrainerCallback."""
+    """Wall seconds of each TRL step, through a TrainerCallback; with ``cpu_budget``
+    (CPU seconds), training stops at the end of the first step that reaches it, so TRL
+    runs the CPU minutes Reef's run took (``--trl-cpu-minutes``)."""
 
-    def __init__(self, base: type) -> None:
+    def __init__(self, base: type, cpu_budget: float | None = None) -> None:
         self.seconds: list[float] = []
         self._began = 0.0
+        self._started = cpu_seconds()
+        self.stopped_by_budget = False
         clock = self
 
         class Callback(base):  # type: ignore[misc, valid-type]
             def on_step_begin(self, *_: Any, **__: Any) -> None:
                 clock._began = time.monotonic()
 
-            def on_step_end(self, *_: Any, **__: Any) -> None:
+            def on_step_end(self, _args: Any, _state: Any, control: Any, **__: Any) -> None:
                 clock.seconds.append(time.monotonic() - clock._began)
-                print(f"trl: step {len(clock.seconds)} {clock.seconds[-1]:.1f} s", flush=True)
+                used = cpu_seconds() - clock._started
+                print(
+                    f"trl: step {len(clock.seconds)} {clock.seconds[-1]:.1f} s, "
+                    f"{used / 60:.1f} CPU min so far",
+                    flush=True,
+                )
+                if cpu_budget is not None and used >= cpu_budget:
+                    clock.stopped_by_budget = True
+                    control.should_training_stop = True
 
         self.callback = Callback()
 
@@ -424,6 +441,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument(
+        "--trl-cpu-minutes",
+        default=None,
+        help="stop TRL at the end of the step that reaches this many CPU minutes; 'reef': "
+        "the CPU minutes Reef's run took in this process (equal CPU minutes)",
+    )
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     wall = time.monotonic()
@@ -437,7 +460,12 @@ def main(argv: list[str] | None = None) -> int:
         runs["reef"] = reef_run(args, played_spec)
         print("reef:", runs["reef"], flush=True)
     if args.only in (None, "trl"):
-        runs["trl"] = trl_run(args, played)
+        budget = args.trl_cpu_minutes
+        if budget == "reef":
+            if "reef" not in runs:
+                raise SystemExit("--trl-cpu-minutes reef needs Reef's run in the same process")
+            budget = runs["reef"]["cpu_min"]
+        runs["trl"] = trl_run(args, played, None if budget is None else float(budget))
         print("trl:", runs["trl"], flush=True)
     splits = {"held out": (held_spec, held)}
     if args.measure_rl_tasks:
@@ -470,6 +498,7 @@ def render(
         f"{args.eval_repeats}"
         + (f" --loss-type {args.loss_type}" if args.loss_type else "")
         + (" --measure-rl-tasks" if args.measure_rl_tasks else "")
+        + (f" --trl-cpu-minutes {args.trl_cpu_minutes}" if args.trl_cpu_minutes else "")
         + " --output docs/benchmarks.md"
     )
     rows = []
@@ -512,6 +541,7 @@ def render(
             f"beta {args.beta_kl:g}, up to {erl.MAX_TURNS} replies of {args.max_new_tokens} "
             "tokens) on 12 of the gate's 18 tasks; 6 held out.",
             f"- Reward of each step's episodes: {curves}.",
+            *budget_line(args, runs),
             f"- Measuring (greedy once, sampled {args.eval_repeats}x per task): "
             f"{measure_cpu:.1f} CPU min; wall {(time.monotonic() - wall) / 60:.1f} min in all.",
             "",
@@ -521,6 +551,19 @@ def render(
             *rows,
         ]
     )
+
+
+def budget_line(args: argparse.Namespace, runs: dict[str, dict[str, Any]]) -> list[str]:
+    """The line saying TRL ran under a CPU budget (``--trl-cpu-minutes``), if it did."""
+    trl = runs.get("trl")
+    if trl is None or trl.get("cpu_budget_min") is None:
+        return []
+    how = "stopped by it" if trl["stopped_by_budget"] else "finished its steps within it"
+    return [
+        f"- TRL ran to a budget of {trl['cpu_budget_min']:.1f} CPU min "
+        f"({'Reef' if args.trl_cpu_minutes == 'reef' else 'given'}): {trl['steps']} of "
+        f"{args.rl_steps} steps, {how} (a step ends past the budget)."
+    ]
 
 
 if __name__ == "__main__":

@@ -399,15 +399,24 @@ def sweep_run(
     # Bench-only keys: ``demos=K`` puts the first K training items before every prompt as
     # user/assistant turns, as a managed harness renders a fewshot learner's demos (in
     # training and at test time alike).
+    # ``mix=F`` renders the demos into a seeded share F of the training prompts only (the
+    # rest bare); with demos, the test reports both renderings (``accuracy`` with the
+    # demos, ``accuracy_bare`` without).
     demos_count = int(values.pop("demos", 0))
+    mix = float(values.pop("mix", 1.0))
     cfg = SFTConfig.model_validate({"model": model_name, **values})
     distinct = list(dict.fromkeys(task.make(count, random.Random(7))))
     train = distinct[: round(len(distinct) * 0.8)]
     demos: list[dict[str, str]] = []
     for prompt, answer in train[:demos_count]:
         demos += [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    coin = random.Random(11)
     examples = [
-        SFTExample(messages=[*demos, {"role": "user", "content": p}], target=a) for p, a in train
+        SFTExample(
+            messages=[*(demos if coin.random() < mix else []), {"role": "user", "content": p}],
+            target=a,
+        )
+        for p, a in train
     ]
     with tempfile.TemporaryDirectory(prefix="reef-bench-sweep-") as scratch:
         work = Path(scratch)
@@ -424,27 +433,33 @@ def sweep_run(
         model = PeftModel.from_pretrained(loaded.model, str(work / "adapter")).eval()
         tokenizer = loaded.tokenizer
         pad = tokenizer.pad_token_id or 0
-        hits = 0
+        hits = {"demos": 0, "bare": 0}
+        renderings = {"demos": demos, "bare": []} if demos else {"demos": demos}
         with torch.no_grad():
             for prompt, answer in test:
-                ids = tokenizer.apply_chat_template(
-                    [*demos, {"role": "user", "content": prompt}],
-                    add_generation_prompt=True,
-                    return_tensors="pt",
-                    return_dict=False,
-                )
-                out = model.generate(
-                    input_ids=ids, max_new_tokens=task.max_tokens, do_sample=False, pad_token_id=pad
-                )
-                hits += correct(
-                    tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True), answer
-                )
+                for rendering, shown in renderings.items():
+                    ids = tokenizer.apply_chat_template(
+                        [*shown, {"role": "user", "content": prompt}],
+                        add_generation_prompt=True,
+                        return_tensors="pt",
+                        return_dict=False,
+                    )
+                    out = model.generate(
+                        input_ids=ids,
+                        max_new_tokens=task.max_tokens,
+                        do_sample=False,
+                        pad_token_id=pad,
+                    )
+                    hits[rendering] += correct(
+                        tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True), answer
+                    )
     metrics = result.metrics
     return {
         "task": task.name,
         "feedback": count,
         "overrides": overrides,
-        "accuracy": hits / len(test),
+        "accuracy": hits["demos"] / len(test),
+        **({"accuracy_bare": hits["bare"] / len(test)} if demos else {}),
         "examples": len(examples),
         "train_minutes": metrics["seconds"] / 60,
         "train_cpu_minutes": metrics.get("cpu_seconds", 0.0) / 60,

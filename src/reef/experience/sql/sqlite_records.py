@@ -33,7 +33,13 @@ from reef.db import schema as t
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.records import RecordDraft
 from reef.experience.sql.rows import OUTCOME_COLUMNS, finish_batched, kept_responses, record_row
-from reef.experience.sql.wal import OwnConnection, WalCheckpointer
+from reef.experience.sql.wal import (
+    CHECKPOINT_EVERY_RECORDS,
+    CHECKPOINT_INTERVAL_SECONDS,
+    LIMIT_PAGES,
+    OwnConnection,
+    WalCheckpointer,
+)
 
 _COLUMNS = [column.name for column in t.records.columns]
 _INSERT_RECORDS = (
@@ -65,7 +71,13 @@ _IN_CHUNK = 500  # SQLite's bound-parameter limit is far above; keeps statements
 class SQLiteRecordWriter:
     """Writes record batches on SQLite; used by ``SQLExperienceStore`` only."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        checkpoint_every_records: int = CHECKPOINT_EVERY_RECORDS,
+        checkpoint_interval_seconds: float = CHECKPOINT_INTERVAL_SECONDS,
+        wal_limit_pages: int = LIMIT_PAGES,
+    ) -> None:
         self._engine = engine
         dialect = engine.dialect
         self._created_at: Callable[[Any], Any] = t.records.c.created_at.type.dialect_impl(
@@ -78,7 +90,13 @@ class SQLiteRecordWriter:
         self._lock = threading.Lock()  # one batch at a time, on either connection
         self._waiting = OwnConnection(engine, None)  # waits for other writers' locks
         self._now = OwnConnection(engine, 0)  # never waits: SQLITE_BUSY at once
-        self.checkpointer = WalCheckpointer(engine)
+        self.checkpointer = WalCheckpointer(
+            engine,
+            hold=self._lock,
+            every_records=checkpoint_every_records,
+            interval_seconds=checkpoint_interval_seconds,
+            limit_pages=wal_limit_pages,
+        )
 
     def write(
         self, drafts: Sequence[RecordDraft], known_scenarios: set[str], wait: bool = True
@@ -121,9 +139,10 @@ class SQLiteRecordWriter:
         """Stop the checkpointer and close the writer's connections (the next ``write``
         opens others and starts it again)."""
         with self._lock:
-            self.checkpointer.close()
+            stopped = self.checkpointer.stop()
             self._waiting.close()
             self._now.close()
+        self.checkpointer.join(stopped)  # outside the lock, which a restart takes
 
     def _write(
         self,

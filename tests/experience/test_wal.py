@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from reef.db.engine import create_store_engine
 from reef.experience import RecordDraft, SQLExperienceStore
 from reef.experience.sql.sqlite_records import SQLiteRecordWriter
+from reef.experience.sql.wal import WalCheckpointer
 from tests.experience.conftest import DraftFactory
 from tests.polling import eventually
 
@@ -156,6 +157,19 @@ def test_closing_the_writer_stops_its_checkpointer(
     assert checkpointer_threads() == []
 
 
+def test_a_commit_while_the_checkpointer_stops_starts_another(engine: Engine) -> None:
+    checkpointer = WalCheckpointer(engine, hold=threading.Lock())
+    checkpointer.committed(1)
+    stopping = checkpointer.stop()
+    checkpointer.committed(1)  # between stop and join, as a write racing a close
+    checkpointer.join(stopping)
+    assert stopping is not None and not stopping.is_alive()
+    assert checkpointer.running
+    checkpointer.close()
+    assert not checkpointer.running
+    assert checkpointer_threads() == []
+
+
 def test_writers_on_one_file_checkpoint_side_by_side(
     db: Path, make_draft: DraftFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -221,7 +235,7 @@ _WRITE_UNTIL_KILLED = textwrap.dedent(
         )
         if writer.write([draft], set(), wait=number % 2 == 0) is None:  # busy: not written
             writer.write([draft], set())
-        print(draft.id, flush=True)  # acknowledged: committed
+        print(draft.id, writer.checkpointer.restarts, flush=True)  # acknowledged: committed
     """
 )
 
@@ -237,9 +251,12 @@ def test_records_committed_before_a_sigkill_are_all_there(db: Path) -> None:
     )
     assert process.stdout is not None
     acknowledged = []
+    restarts = 0
     try:
         for line in process.stdout:
-            acknowledged.append(line.strip())
+            record_id, restarts_so_far = line.split()
+            acknowledged.append(record_id)
+            restarts = int(restarts_so_far)
             if len(acknowledged) == 600:
                 break
     finally:
@@ -247,4 +264,5 @@ def test_records_committed_before_a_sigkill_are_all_there(db: Path) -> None:
         process.wait()
         process.stdout.close()
     assert len(acknowledged) == 600
+    assert restarts > 0  # the WAL was being restarted while it wrote
     assert set(acknowledged) <= stored_ids(db)

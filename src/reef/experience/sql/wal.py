@@ -112,7 +112,7 @@ class WalCheckpointer:
         interval_seconds: float = CHECKPOINT_INTERVAL_SECONDS,
         limit_pages: int = LIMIT_PAGES,
     ) -> None:
-        self._own = OwnConnection(engine, RESTART_WAIT_MS)
+        self._engine = engine
         self._hold = hold
         self._every = every_records
         self._interval = interval_seconds
@@ -120,7 +120,7 @@ class WalCheckpointer:
         self._lock = threading.Lock()  # starting and stopping
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._stopping = False
+        self._stop: threading.Event | None = None  # the running thread's
         self._uncopied = 0  # records committed since the last pass began
         self.passes = 0
         """PASSIVE passes run."""
@@ -145,24 +145,19 @@ class WalCheckpointer:
     def stop(self) -> threading.Thread | None:
         """Ask the thread to stop after the pass it is in; called under the writer's lock
         (so it never waits for a restart of the thread's). ``join`` it afterwards, with
-        the lock released."""
+        the lock released; a ``committed`` meanwhile starts another thread."""
         with self._lock:
-            thread, self._thread = self._thread, None
-            if thread is not None:
-                self._stopping = True
-                self._wake.set()
-            return thread
+            thread, stop = self._thread, self._stop
+            self._thread = self._stop = None
+        if stop is not None:
+            stop.set()
+            self._wake.set()
+        return thread
 
     def join(self, thread: threading.Thread | None) -> None:
-        """Wait for a stopped thread to end, then close its connection; the next
-        ``committed`` starts another."""
-        if thread is None:
-            return
-        thread.join()
-        with self._lock:
-            self._stopping = False
-            self._wake.clear()
-            self._own.close()
+        """Wait for a stopped thread to end (it closes its connection)."""
+        if thread is not None:
+            thread.join()
 
     def close(self) -> None:
         """``stop`` and ``join``, for a checkpointer used alone (not under a lock)."""
@@ -172,33 +167,41 @@ class WalCheckpointer:
         with self._lock:
             if self._thread is not None:
                 return
+            self._stop = threading.Event()
             # Daemon: a process that forgets close() still exits; the WAL it leaves
             # holds every commit, and the next connection copies it.
             self._thread = threading.Thread(
-                target=self._run, name="reef-wal-checkpointer", daemon=True
+                target=self._run,
+                args=(self._stop,),
+                name="reef-wal-checkpointer",
+                daemon=True,
             )
             self._thread.start()
 
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self._interval)
-            if self._stopping:
-                return
-            self._wake.clear()
-            if self._uncopied == 0:
-                continue
-            self._uncopied = 0
-            self._pass()
-
-    def _pass(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
+        own = OwnConnection(self._engine, RESTART_WAIT_MS)
         try:
-            connection = self._own.get()
+            while True:
+                self._wake.wait(self._interval)
+                if stop.is_set():
+                    return
+                self._wake.clear()
+                if self._uncopied == 0:
+                    continue
+                self._uncopied = 0
+                self._pass(own, stop)
+        finally:
+            own.close()
+
+    def _pass(self, own: OwnConnection, stop: threading.Event) -> None:
+        try:
+            connection = own.get()
             _busy, frames, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             self.passes += 1
             if frames < self._limit or copied < frames:
                 return  # small enough, or a reader keeps older frames: no restart yet
             with self._hold:
-                if self._stopping:
+                if stop.is_set():
                     return
                 busy, _frames, _copied = connection.execute(
                     "PRAGMA wal_checkpoint(RESTART)"
@@ -207,4 +210,4 @@ class WalCheckpointer:
                 self.restarts += 1
         except sqlite3.Error as error:  # the file gone, disk full, ...: the next pass retries
             log.warning("WAL checkpoint failed: %s", error)
-            self._own.close()
+            own.close()

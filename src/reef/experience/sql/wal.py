@@ -7,7 +7,7 @@ there are). Left to itself SQLite runs one inside the commit that takes the WAL 
 ``wal_autocheckpoint`` pages. The gateway commits records on its event loop (``sync``
 durability, ``reef.experience.writer``), so that commit stalled the loop, and every
 request in flight with it, for the copy and the syncs. Measured at concurrency 32 on the
-2-core reference machine (``bench/gateway_overhead.py``, 2026-12-05, 10 runs): 15-16 of
+2-core reference machine (``bench/gateway_overhead.py``, 2026-12-05, 13 runs): 15 of
 ~1400 loop commits per run checkpointed (4000 pages each), taking 18-59 ms apiece where a
 commit takes ~0.1-1 ms, the longest stalls of the loop and what made Reef's p99 there.
 

@@ -13,12 +13,12 @@ detached from the pool) instead of checking one out of the pool and resetting it
 every batch: less Python per batch on a thread that shares the GIL with the event loop.
 One waits for other writers' locks as the pool's do; the other never waits, for
 ``write_records_now``: a caller on an event loop may write on it only when that cannot
-block the loop behind another process's transaction.
+block the loop behind another process's transaction. Neither checkpoints the WAL: a
+``WalCheckpointer`` thread does, off the event loop (``reef.experience.sql.wal``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sqlite3
 import threading
@@ -28,12 +28,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.engine import Engine
-from sqlalchemy.pool import PoolProxiedConnection
 
 from reef.db import schema as t
 from reef.experience.errors import StoreUnavailableError
 from reef.experience.records import RecordDraft
 from reef.experience.sql.rows import OUTCOME_COLUMNS, finish_batched, kept_responses, record_row
+from reef.experience.sql.wal import (
+    CHECKPOINT_EVERY_RECORDS,
+    CHECKPOINT_INTERVAL_SECONDS,
+    LIMIT_PAGES,
+    OwnConnection,
+    WalCheckpointer,
+)
 
 _COLUMNS = [column.name for column in t.records.columns]
 _INSERT_RECORDS = (
@@ -60,45 +66,18 @@ _STORED_KEYS = (
     "SELECT idempotency_key, id FROM records WHERE scenario = ? AND idempotency_key IN ({})"
 )
 _IN_CHUNK = 500  # SQLite's bound-parameter limit is far above; keeps statements small
-# A commit that takes the WAL past this many pages copies it into the database and
-# syncs both files, stalling that commit for several milliseconds. SQLite's default of
-# 1000 pages comes every ~140 one-record commits (a record touches the table and its
-# six indexes); 4000 (a 16 MB WAL) syncs a quarter as often, for less I/O in total.
-WAL_AUTOCHECKPOINT_PAGES = 4000
-
-
-class _OwnConnection:
-    """A connection of the writer's own: tuned by the engine's connect hook, then
-    detached from the pool (closing it closes it), opened on first use."""
-
-    def __init__(self, engine: Engine, busy_timeout_ms: int | None) -> None:
-        self._engine = engine
-        self._busy_timeout_ms = busy_timeout_ms  # None: the engine's
-        self._raw: PoolProxiedConnection | None = None
-        self._connection: sqlite3.Connection | None = None
-
-    def get(self) -> sqlite3.Connection:
-        if self._connection is None:
-            raw = self._engine.raw_connection()
-            connection: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]
-            raw.detach()
-            if self._busy_timeout_ms is not None:
-                connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
-            self._raw, self._connection = raw, connection
-        return self._connection
-
-    def close(self) -> None:
-        raw, self._raw, self._connection = self._raw, None, None
-        if raw is not None:
-            with contextlib.suppress(sqlite3.Error):  # a broken one: nothing more to lose
-                raw.close()
 
 
 class SQLiteRecordWriter:
     """Writes record batches on SQLite; used by ``SQLExperienceStore`` only."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        checkpoint_every_records: int = CHECKPOINT_EVERY_RECORDS,
+        checkpoint_interval_seconds: float = CHECKPOINT_INTERVAL_SECONDS,
+        wal_limit_pages: int = LIMIT_PAGES,
+    ) -> None:
         self._engine = engine
         dialect = engine.dialect
         self._created_at: Callable[[Any], Any] = t.records.c.created_at.type.dialect_impl(
@@ -109,8 +88,15 @@ class SQLiteRecordWriter:
             or (lambda value: value)
         )
         self._lock = threading.Lock()  # one batch at a time, on either connection
-        self._waiting = _OwnConnection(engine, None)  # waits for other writers' locks
-        self._now = _OwnConnection(engine, 0)  # never waits: SQLITE_BUSY at once
+        self._waiting = OwnConnection(engine, None)  # waits for other writers' locks
+        self._now = OwnConnection(engine, 0)  # never waits: SQLITE_BUSY at once
+        self.checkpointer = WalCheckpointer(
+            engine,
+            hold=self._lock,
+            every_records=checkpoint_every_records,
+            interval_seconds=checkpoint_interval_seconds,
+            limit_pages=wal_limit_pages,
+        )
 
     def write(
         self, drafts: Sequence[RecordDraft], known_scenarios: set[str], wait: bool = True
@@ -143,15 +129,20 @@ class SQLiteRecordWriter:
                 return None  # rolled back: the caller queues the drafts instead
             own.close()  # whatever state it is in, the next batch starts afresh
             raise StoreUnavailableError(f"experience store unavailable: {error}") from error
+        else:
+            self.checkpointer.committed(len(drafts))  # under the lock, as close() is
         finally:
             self._lock.release()
         return ids
 
     def close(self) -> None:
-        """Close the writer's connections (the next ``write`` opens others)."""
+        """Stop the checkpointer and close the writer's connections (the next ``write``
+        opens others and starts it again)."""
         with self._lock:
+            stopped = self.checkpointer.stop()
             self._waiting.close()
             self._now.close()
+        self.checkpointer.join(stopped)  # outside the lock, which a restart takes
 
     def _write(
         self,

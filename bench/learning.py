@@ -596,14 +596,17 @@ def sweep(args: argparse.Namespace) -> None:
                         sink.write(line + "\n")
 
 
-def with_sft_cap(recipe: str, minutes: float | None) -> str:
-    """``recipe`` with its ``sft`` learner's wall-time cap (``max_minutes``) set, so a
-    comparison on a shared machine trains each recipe its planned steps (None: as is)."""
-    if minutes is None:
-        return recipe
-    return recipe.replace(
-        "{type: sft, model: MODEL}", f"{{type: sft, model: MODEL, max_minutes: {minutes:g}}}"
-    )
+def with_sft_cap(recipe: str, minutes: float | None, threads: int | None = None) -> str:
+    """``recipe`` with its ``sft`` learner's wall-time cap (``max_minutes``) and torch
+    ``threads`` set, so a comparison on a shared machine trains each recipe its planned
+    steps without threads spin-waiting on busy cores (None: as is). Neither changes what
+    is trained, only how long it takes."""
+    extra = ""
+    if minutes is not None:
+        extra += f", max_minutes: {minutes:g}"
+    if threads is not None:
+        extra += f", threads: {threads}"
+    return recipe.replace("{type: sft, model: MODEL}", f"{{type: sft, model: MODEL{extra}}}")
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -615,7 +618,7 @@ def compare(args: argparse.Namespace) -> None:
         test = task.make(TEST_ITEMS, random.Random(99))
         for count in feedback_counts(args.feedback, name):
             for recipe in args.compare_recipes.split(","):
-                text = with_sft_cap(RECIPES[recipe], args.sft_max_minutes)
+                text = with_sft_cap(RECIPES[recipe], args.sft_max_minutes, args.sft_threads)
                 run = reef_run(args.model, task, count, test, text, args.harness)
                 row = {"task": name, "feedback": count, "recipe": recipe}
                 row |= {k: v for k, v in run.items() if k != "trained"}
@@ -630,7 +633,8 @@ def compare(args: argparse.Namespace) -> None:
         f".venv/bin/python bench/learning.py --model {args.model} --tasks {args.tasks} "
         f"--feedback '{args.feedback}' --harness {args.harness} "
         f"--compare-recipes {args.compare_recipes}"
-        + ("" if args.sft_max_minutes is None else f" --sft-max-minutes {args.sft_max_minutes:g}"),
+        + ("" if args.sft_max_minutes is None else f" --sft-max-minutes {args.sft_max_minutes:g}")
+        + ("" if args.sft_threads is None else f" --sft-threads {args.sft_threads}"),
         "```",
         "",
         "| task | feedback | recipe | base | candidate | trained / served (skew check) "
@@ -711,6 +715,13 @@ def main() -> None:
         default=None,
         help="with --compare-recipes: the sft learner's wall-time cap (default: the "
         "learner's own), raised so a loaded machine does not cut one recipe short",
+    )
+    parser.add_argument(
+        "--sft-threads",
+        type=int,
+        default=None,
+        help="with --compare-recipes: the sft learner's torch threads (default: the "
+        "learner's own); 1 on a shared machine, where two threads spin-wait",
     )
     args = parser.parse_args()
     if args.compare_recipes is not None:

@@ -186,7 +186,12 @@ class OpenVINOTarget:
     adapters it is given registered at construction and chosen per call."""
 
     def __init__(
-        self, directory: Path, threads: int | None, adapters: dict[str, Path], f32: bool = False
+        self,
+        directory: Path,
+        threads: int | None,
+        adapters: dict[str, Path],
+        f32: bool = False,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         import openvino as ov
         import openvino_genai as ov_genai
@@ -205,6 +210,7 @@ class OpenVINOTarget:
             properties["INFERENCE_NUM_THREADS"] = threads
         if f32:  # else OpenVINO computes in bfloat16 where the CPU has it
             properties["INFERENCE_PRECISION_HINT"] = "f32"
+        properties.update(extra or {})
         scheduler = ov_genai.SchedulerConfig()
         scheduler.cache_size = 1  # GB of KV cache
         scheduler.max_num_batched_tokens = 4096
@@ -356,6 +362,12 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-lora", action="store_true", help="speed only: no PEFT answers")
+    parser.add_argument(
+        "--ov-properties",
+        type=json.loads,
+        default={},
+        help='more OpenVINO properties, JSON (e.g. \'{"KV_CACHE_PRECISION": "f32"}\')',
+    )
     parser.add_argument("--optimum-cli", default="optimum-cli", help="optimum-intel's CLI")
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -458,7 +470,9 @@ def open_target(
         directory = openvino_convert(
             source, args.home / "models" / f"bench-openvino-{weights}", weights, args.optimum_cli
         )
-        target = OpenVINOTarget(directory, args.threads, adapters, precision.endswith("-f32"))
+        target = OpenVINOTarget(
+            directory, args.threads, adapters, precision.endswith("-f32"), args.ov_properties
+        )
     else:
         raise ValueError(f"unknown runtime {runtime!r}")
 

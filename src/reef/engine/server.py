@@ -452,6 +452,10 @@ def run_server(
     cannot load, or cannot run in the dtype asked for.
     """
     options = options or EngineOptions()
+    if options.backend == "auto":
+        from reef.engine.choice import resolve_backend
+
+        options = resolve_backend(model, home, options)
     if options.backend == "openvino":
         engine = openvino_engine(model, home, options)
     else:

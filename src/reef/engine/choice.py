@@ -84,11 +84,12 @@ def probe_chats(count: int) -> list[list[dict[str, str]]]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A backend at a precision, and how to open an engine on it (started by the probe)."""
+    """A backend at a precision, and how to open an engine on it (started by the probe;
+    None: the reference engine is this candidate, probed once)."""
 
     backend: str
     dtype: str
-    open: Callable[[], Engine]
+    open: Callable[[], Engine] | None
 
     @property
     def label(self) -> str:
@@ -211,7 +212,11 @@ def calibrate(
             figure: dict[str, Any] = {"backend": candidate.backend, "dtype": candidate.dtype}
             figures.append(figure)
             try:
-                got = _probe_started(candidate.open(), adapter)
+                got = (
+                    expected
+                    if candidate.open is None
+                    else _probe_started(candidate.open(), adapter)
+                )
             except (EngineError, OSError, RuntimeError) as exc:
                 figure["refused"] = f"cannot serve: {exc}"
                 continue
@@ -299,32 +304,16 @@ def describe(record: dict[str, Any]) -> str:
     return f"{record['backend']} {record['dtype']} [{'; '.join(parts)}]"
 
 
-def candidates(model: str, home: Path, options: EngineOptions) -> list[Candidate]:
-    """The eager engine at ``options.dtype``, then OpenVINO at each precision ``auto``
-    tries for that dtype (callers check :func:`openvino_unavailable` first)."""
-    import torch
-
-    from reef.engine.openvino import PRECISIONS
-    from reef.engine.runtime import Engine
-    from reef.engine.server import load_for_serving, openvino_engine
-
-    def eager() -> Engine:
-        loaded = load_for_serving(model, home, options.dtype, torch.cuda.is_available())
-        return Engine(loaded, max_batch=options.max_batch, threads=options.threads)
-
-    def on_openvino(dtype: str) -> Callable[[], Engine]:
-        chosen = replace(options, backend="openvino", dtype=dtype)  # type: ignore[arg-type]
-        return lambda: openvino_engine(model, home, chosen)
-
-    found = [Candidate("eager", options.dtype, eager)]
-    precisions = OPENVINO_PRECISIONS if options.dtype == "auto" else (options.dtype,)
-    found += [Candidate("openvino", p, on_openvino(p)) for p in precisions if p in PRECISIONS]
-    return found
-
-
-def resolve_backend(model: str, home: Path, options: EngineOptions) -> EngineOptions:
+def resolve_backend(
+    model: str,
+    home: Path,
+    options: EngineOptions,
+    candidates: Callable[[], list[Candidate]],
+) -> EngineOptions:
     """``options`` with ``backend="auto"`` decided for this CPU (module docstring); other
-    backends unchanged. The choice is logged in one line."""
+    backends unchanged. ``candidates``: the eager engine at ``options.dtype``, then
+    OpenVINO at each precision ``auto`` tries (``reef.engine.server.backend_candidates``),
+    asked only where OpenVINO can serve. The choice is logged in one line."""
     if options.backend != "auto":
         return options
     eager = replace(options, backend="eager")
@@ -347,7 +336,7 @@ def resolve_backend(model: str, home: Path, options: EngineOptions) -> EngineOpt
         return calibrate(
             lambda: Engine(load_model(model, home), max_batch=options.max_batch,
                            threads=options.threads),
-            candidates(model, home, options),
+            candidates(),
         )  # fmt: skip
 
     path = home / CHOICE_FILE

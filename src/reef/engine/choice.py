@@ -18,6 +18,9 @@ the eager engine's on this CPU, calibrated once and cached.
   and flags, the model source's digest, the dtype and threads asked for, the versions of
   torch, transformers, peft, openvino and openvino-genai, and :data:`PROBE_VERSION`); a
   different key calibrates again. The choice is logged in one line with its figures.
+
+The check loads and probes every candidate: minutes, not seconds (443 s for five engines
+on a loaded 2-core machine, docs/engine.md), so ``eager`` stays the default.
 """
 
 from __future__ import annotations

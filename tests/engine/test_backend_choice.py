@@ -18,7 +18,7 @@ from reef.engine.models import LoadedModel, load_model
 from reef.engine.openvino import CONVERTER_ENV
 from reef.engine.process import EngineOptions
 from reef.engine.runtime import Engine
-from reef.engine.server import backend_candidates
+from reef.engine.server import backend_candidates, openvino_engine
 from reef.engine.tiny import build_tiny_model, build_tiny_tokenizer
 from tests.engine.conftest import TINY
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
@@ -55,6 +55,12 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             choice.Candidate("other", "float32", other_tiny_model),
             choice.Candidate("eager", "float32", tiny),
             choice.Candidate("reference", "float32", None),  # the reference's own probe
+            # OpenVINO cannot serve tiny-random (no model directory; in CI no extra either)
+            choice.Candidate(
+                "openvino",
+                "float32",
+                lambda: openvino_engine(TINY, home, EngineOptions(backend="openvino")),
+            ),
         ],
     )
 
@@ -75,12 +81,14 @@ def test_auto_resolves_to_eager_where_openvino_cannot_serve(
 
 
 def test_the_check_refuses_a_backend_whose_answers_differ(calibrated: dict[str, Any]) -> None:
-    other, same, itself = calibrated["figures"]
+    other, same, itself, unservable = calibrated["figures"]
     assert other["agreement"] < 0.5
     assert other["refused"].startswith("other float32: greedy answers agree with PEFT's on")
     assert f"of {2 * choice.PROBE_PROMPTS} prompts, under the 95% required" in other["refused"]
     assert same["agreement"] == 1.0 and "refused" not in same
     assert itself["agreement"] == 1.0 and "refused" not in itself
+    assert unservable["refused"].startswith("cannot serve: ")
+    assert "agreement" not in unservable
     # the fastest of those that agree (which one it is depends on timing, not asserted)
     fastest = min((same, itself), key=lambda figure: figure["ms_per_token"])
     assert calibrated["backend"] == fastest["backend"] and calibrated["dtype"] == "float32"

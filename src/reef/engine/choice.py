@@ -198,7 +198,7 @@ def calibrate(
     refused with its figure or its error; the fastest of the others is chosen (the first
     candidate, when all are refused). ``adapter``: the probe's LoRA (default: one
     :func:`probe_adapter` writes for the reference's model)."""
-    from reef.engine.errors import EngineError
+    from reef.core.errors import ReefError
     from reef.engine.openvino import BackendDisagreesError, agreement, check_agreement
 
     started = time.perf_counter()
@@ -220,7 +220,7 @@ def calibrate(
                     if candidate.open is None
                     else _probe_started(candidate.open(), adapter)
                 )
-            except (EngineError, OSError, RuntimeError) as exc:
+            except (ReefError, OSError, RuntimeError) as exc:  # e.g. a conversion failed
                 figure["refused"] = f"cannot serve: {exc}"
                 continue
             figure["agreement"] = agreement(got.base + got.adapted, answers)

@@ -7,8 +7,11 @@ greedy agreement with PEFT under a LoRA adapter, and the adapter switch.
 
 What is measured, the same for every target (a runtime at a weight precision):
 
-A precision ``fp32-f32`` is the fp32 IR computed in float32; the others compute as
-OpenVINO chooses (bfloat16 activations on a CPU with AVX-512 BF16 or AMX).
+A precision ``fp32-f32`` is the fp32 IR computed as the backend serves it: float32
+arithmetic and a float32 KV cache (``reef.engine.openvino.PIPELINE_PROPERTIES``); without
+``-f32`` the pipeline computes as OpenVINO chooses (bfloat16 activations on a CPU with
+AVX-512 BF16 or AMX, keys and values in u8). ``--ov-properties`` adds or overrides
+properties.
 
 - ``c1_ms``: decode time per token at concurrency 1, greedy, a ``--prompt-tokens`` prompt
   and ``--max-tokens`` new tokens with end-of-sequence ignored (every run decodes the
@@ -23,8 +26,9 @@ OpenVINO chooses (bfloat16 activations on a CPU with AVX-512 BF16 or AMX).
 - ``agree``: a rank-8 PEFT LoRA on every projection with seeded random weights (``lora_B``
   drawn with std ``--lora-std``, strong enough to change most greedy answers of the base
   model, reported as ``lora_changes``) answers ``--prompts`` chat prompts greedily with
-  PEFT in float32 (32 tokens); the runtime serves the same adapter from its safetensors
-  and answers the same token ids; ``agree`` is the share of answers equal token for token.
+  PEFT in float32 (up to 32 tokens, ending at the end of the turn as a served answer
+  does); the runtime serves the same adapter from its safetensors and answers the same
+  token ids; ``agree`` is the share of answers equal token for token.
   ``base_agree``: the same against the base model without adapter.
 - ``switch_ms``: a 1-token request on adapter A right after one on adapter B, less a
   1-token request on A after one on A (median of 10 pairs): what changing adapter adds.
@@ -65,29 +69,6 @@ STORY = (
     "He kept the lamp burning through the night, and in the morning a small boat drifted "
     "into the cove with a girl asleep in it, wrapped in a sailcloth. "
 )
-TOPICS = [
-    "the capital of France",
-    "how to boil an egg",
-    "three colours of the rainbow",
-    "a tip for sleeping better",
-    "what twelve times twelve is",
-    "the largest planet",
-    "how rain forms",
-    "why the sky is blue",
-    "a good name for a cat",
-    "how to say good morning in Spanish",
-]
-VERBS = ["Tell me about", "Explain", "Write one sentence about", "Describe"]
-
-
-def chat_prompts(count: int) -> list[list[dict[str, str]]]:
-    """``count`` distinct single-turn chats (topics x verbs)."""
-    out = []
-    for i in range(count):
-        topic = TOPICS[i % len(TOPICS)]
-        verb = VERBS[(i // len(TOPICS)) % len(VERBS)]
-        out.append([{"role": "user", "content": f"{verb} {topic}."}])
-    return out
 
 
 def long_prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
@@ -186,7 +167,12 @@ class OpenVINOTarget:
     adapters it is given registered at construction and chosen per call."""
 
     def __init__(
-        self, directory: Path, threads: int | None, adapters: dict[str, Path], f32: bool = False
+        self,
+        directory: Path,
+        threads: int | None,
+        adapters: dict[str, Path],
+        f32: bool = False,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         import openvino as ov
         import openvino_genai as ov_genai
@@ -203,8 +189,11 @@ class OpenVINOTarget:
         properties: dict[str, Any] = {"adapters": config}
         if threads:
             properties["INFERENCE_NUM_THREADS"] = threads
-        if f32:  # else OpenVINO computes in bfloat16 where the CPU has it
-            properties["INFERENCE_PRECISION_HINT"] = "f32"
+        if f32:  # as the backend serves: float32 arithmetic and KV cache
+            from reef.engine.openvino import PIPELINE_PROPERTIES
+
+            properties.update(PIPELINE_PROPERTIES)
+        properties.update(extra or {})
         scheduler = ov_genai.SchedulerConfig()
         scheduler.cache_size = 1  # GB of KV cache
         scheduler.max_num_batched_tokens = 4096
@@ -219,11 +208,15 @@ class OpenVINOTarget:
     def close(self) -> None:
         del self.pipe
 
-    def _config(self, max_tokens: int, adapter: str | None) -> Any:
+    def _config(self, max_tokens: int, adapter: str | None, served: bool = False) -> Any:
+        """Greedy, ``max_tokens`` new tokens; end of sequence ignored (the speed runs
+        decode the same count) unless ``served``: then it ends the answer, as it does
+        when the backend serves (the agreement)."""
         config = self.genai.GenerationConfig()
         config.max_new_tokens = max_tokens
-        config.min_new_tokens = max_tokens
-        config.ignore_eos = True
+        if not served:
+            config.min_new_tokens = max_tokens
+            config.ignore_eos = True
         config.do_sample = False
         config.adapters = (
             self.genai.AdapterConfig(self.adapters[adapter], self.alpha[adapter])
@@ -232,14 +225,20 @@ class OpenVINOTarget:
         )
         return config
 
-    def generate(self, prompts: list[list[int]], max_tokens: int, adapter: str | None = None):
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_tokens: int,
+        adapter: str | None = None,
+        served: bool = False,
+    ):
         """One ``generate`` call: the pipeline batches the prompts (its continuous
         batching). The adapter is the call's: OpenVINO GenAI 2026.4 applies LoRA per call
         ("LoRA adapters value must be the same for all requests"), and requests added
         with ``add_request`` run on whatever the last call applied."""
         import numpy as np
 
-        config = self._config(max_tokens, adapter)
+        config = self._config(max_tokens, adapter, served)
         tensors = [self.ov.Tensor(np.array([ids], dtype=np.int64)) for ids in prompts]
         results = self.pipe.generate(tensors, [config] * len(tensors))
         return [list(result.m_generation_ids[0]) for result in results]
@@ -332,13 +331,23 @@ def peft_answers(
             generated = model.generate(
                 torch.tensor([ids]),
                 max_new_tokens=tokens,
-                min_new_tokens=tokens,
                 do_sample=False,
-                eos_token_id=None,
+                eos_token_id=sorted(loaded.eos_token_ids),
                 pad_token_id=0,
             )
-            out.append([int(t) for t in generated[0, len(ids) :]])
+            out.append(until_eos([int(t) for t in generated[0, len(ids) :]], loaded.eos_token_ids))
     return out
+
+
+def until_eos(answer: list[int], eos: frozenset[int]) -> list[int]:
+    """``answer`` up to its first end-of-sequence token (left out): the answer as served.
+    The agreement compares these: forcing tokens past the end of the turn is not
+    serving, and runtimes differ there (OpenVINO's ``min_new_tokens`` masks the end
+    token, PyTorch's generate without an ``eos_token_id`` does not)."""
+    for index, token in enumerate(answer):
+        if token in eos:
+            return answer[:index]
+    return answer
 
 
 def main() -> int:
@@ -356,14 +365,22 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-lora", action="store_true", help="speed only: no PEFT answers")
+    parser.add_argument(
+        "--ov-properties",
+        type=json.loads,
+        default={},
+        help='more OpenVINO properties, JSON (e.g. \'{"KV_CACHE_PRECISION": "f32"}\')',
+    )
     parser.add_argument("--optimum-cli", default="optimum-cli", help="optimum-intel's CLI")
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
+    from reef.engine.choice import probe_chats  # the prompts of ``--backend auto``'s check
     from reef.engine.models import DEFAULT_MODEL, load_model, smollm2_cache
 
     source = smollm2_cache(args.home) if args.model == DEFAULT_MODEL else Path(args.model)
     loaded = load_model(args.model, args.home)
     tokenizer = loaded.tokenizer
+    args.eos = loaded.eos_token_ids  # the answers end there (``until_eos``)
     prompts = long_prompts(tokenizer, 8, args.prompt_tokens)
     chats = [
         [
@@ -372,7 +389,7 @@ def main() -> int:
                 chat, add_generation_prompt=True, tokenize=True, return_dict=False
             )
         ]
-        for chat in chat_prompts(args.prompts)
+        for chat in probe_chats(args.prompts)
     ]
     work = Path(tempfile.mkdtemp(prefix="reef-backends-"))
     adapter_a = make_adapter(loaded.model, work / "lora-a", 1, args.lora_std)
@@ -458,12 +475,20 @@ def open_target(
         directory = openvino_convert(
             source, args.home / "models" / f"bench-openvino-{weights}", weights, args.optimum_cli
         )
-        target = OpenVINOTarget(directory, args.threads, adapters, precision.endswith("-f32"))
+        target = OpenVINOTarget(
+            directory, args.threads, adapters, precision.endswith("-f32"), args.ov_properties
+        )
     else:
         raise ValueError(f"unknown runtime {runtime!r}")
 
+    eos = args.eos
+
     def each(chats: list[list[int]], tokens: int, adapter: str | None) -> list[list[int]]:
-        return [target.generate([ids], tokens, adapter)[0] for ids in chats]
+        if runtime == "openvino":
+            answers = [target.generate([ids], tokens, adapter, served=True)[0] for ids in chats]
+        else:  # the eager target ignores end of sequence: its answers are cut below
+            answers = [target.generate([ids], tokens, adapter)[0] for ids in chats]
+        return [until_eos(answer, eos) for answer in answers]
 
     target.generate_each = each
     return target

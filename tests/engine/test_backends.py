@@ -15,8 +15,9 @@ from reef.engine.process import EngineOptions
 
 def test_the_backend_travels_to_the_child_only_when_not_eager() -> None:
     assert "--backend" not in EngineOptions().argv()
-    argv = EngineOptions(backend="openvino").argv()
-    assert argv[argv.index("--backend") + 1] == "openvino"
+    for backend in ("openvino", "auto"):
+        argv = EngineOptions(backend=backend).argv()  # type: ignore[arg-type]
+        assert argv[argv.index("--backend") + 1] == backend
 
 
 def test_the_agreement_check_passes_at_the_threshold_and_refuses_under_it() -> None:

@@ -58,12 +58,13 @@ def serve(
     backend: Annotated[
         str,
         typer.Option(
-            help="What runs the model: eager (PyTorch) or openvino (experimental: its "
-            "greedy answers agree with PEFT's on 78-83% of prompts, docs/engine.md; "
-            "OpenVINO GenAI, the "
+            help="What runs the model: eager (PyTorch), openvino (OpenVINO GenAI, the "
             "openvino extra; the model is converted once into ./.reef/models/openvino; "
             "float32, float16 or int8 weights, float32 arithmetic; auto: float32; "
-            "no checkpoints or prefix cache yet)."
+            "no checkpoints or prefix cache yet; docs/engine.md), or auto (the fastest "
+            "backend and precision whose greedy answers agree with the eager engine's on "
+            "95% of a probe set on this CPU, calibrated once and cached in "
+            "<home>/engine/backend-choice.json; eager without the openvino extra)."
         ),
     ] = "eager",
     parent_pid: Annotated[

@@ -131,7 +131,10 @@ class LocalEngine:
 def engine_options(config: UpstreamConfig) -> EngineOptions:
     """The engine options a ``type: local`` upstream's settings ask for."""
     return EngineOptions(
-        threads=config.threads, dtype=config.dtype, prefix_cache_mb=config.prefix_cache_mb
+        threads=config.threads,
+        dtype=config.dtype,
+        prefix_cache_mb=config.prefix_cache_mb,
+        backend=config.backend,
     )
 
 

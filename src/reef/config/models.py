@@ -182,6 +182,15 @@ class UpstreamConfig(Section):
         ge=1,
         description="For `type: local`: the engine's torch threads; default all cores but one.",
     )
+    backend: Literal["eager", "openvino", "auto"] = Field(
+        default="eager",
+        description="For `type: local`: what runs the model. eager is PyTorch; openvino "
+        "is OpenVINO GenAI (the openvino extra and a converter, docs/engine.md); auto "
+        "picks the fastest backend and precision whose greedy answers agree with the "
+        "eager engine's on 95% of a probe set on this CPU, calibrated once per CPU, "
+        "model and versions and cached in <home>/engine/backend-choice.json (eager, at "
+        "no cost, without the openvino extra).",
+    )
     prefix_cache_mb: int = Field(
         default=256,
         ge=0,

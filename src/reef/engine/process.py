@@ -27,10 +27,12 @@ for fbgemm's GEMM, activations and sums in float32: x86 CPUs), ``bfloat16``, ``i
 bfloat16; ``reef.engine.precision``), or ``auto`` (bfloat16 where the CPU computes it natively,
 AVX-512 BF16 or AMX, else float16 where fbgemm runs, else float32; see docs/engine.md)."""
 ENGINE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "int8", "auto")
-EngineBackend = Literal["eager", "openvino"]
-"""What runs the model: ``eager`` (PyTorch, the default) or ``openvino`` (OpenVINO GenAI,
-the ``openvino`` extra; ``reef.engine.openvino``)."""
-ENGINE_BACKENDS: tuple[str, ...] = ("eager", "openvino")
+EngineBackend = Literal["eager", "openvino", "auto"]
+"""What runs the model: ``eager`` (PyTorch, the default), ``openvino`` (OpenVINO GenAI,
+the ``openvino`` extra; ``reef.engine.openvino``) or ``auto`` (the fastest of them whose
+greedy answers agree with the eager engine's on this CPU, calibrated once:
+``reef.engine.choice``)."""
+ENGINE_BACKENDS: tuple[str, ...] = ("eager", "openvino", "auto")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +40,7 @@ from reef.engine.bodies import (
     error_body,
     usage,
 )
+from reef.engine.choice import OPENVINO_PRECISIONS, Candidate, resolve_backend
 from reef.engine.completions import complete_text
 from reef.engine.errors import (
     ADAPTER_ALREADY_LOADED,
@@ -435,6 +437,26 @@ def openvino_engine(model: str, home: Path, options: EngineOptions) -> Engine:
     return engine
 
 
+def backend_candidates(model: str, home: Path, options: EngineOptions) -> list[Candidate]:
+    """What ``--backend auto`` chooses from (``reef.engine.choice``): the eager engine at
+    ``options.dtype`` (in float32: the reference engine itself), then OpenVINO at that
+    dtype, or at float32, float16 and int8 when it is ``auto``."""
+    from reef.engine.openvino import PRECISIONS
+
+    def eager() -> Engine:
+        loaded = load_for_serving(model, home, options.dtype, torch.cuda.is_available())
+        return Engine(loaded, max_batch=options.max_batch, threads=options.threads)
+
+    def on_openvino(dtype: str) -> Callable[[], Engine]:
+        chosen = replace(options, backend="openvino", dtype=dtype)  # type: ignore[arg-type]
+        return lambda: openvino_engine(model, home, chosen)
+
+    found = [Candidate("eager", options.dtype, None if options.dtype == "float32" else eager)]
+    precisions = OPENVINO_PRECISIONS if options.dtype == "auto" else (options.dtype,)
+    found += [Candidate("openvino", p, on_openvino(p)) for p in precisions if p in PRECISIONS]
+    return found
+
+
 def run_server(
     model: str,
     host: str = "127.0.0.1",
@@ -452,6 +474,11 @@ def run_server(
     cannot load, or cannot run in the dtype asked for.
     """
     options = options or EngineOptions()
+    if options.backend == "auto":
+        chosen = options
+        options = resolve_backend(
+            model, home, options, lambda: backend_candidates(model, home, chosen)
+        )
     if options.backend == "openvino":
         engine = openvino_engine(model, home, options)
     else:

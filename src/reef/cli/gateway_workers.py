@@ -31,10 +31,12 @@ published there too (``reef.experience.learning_spend``) for the children to sho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import queue
+import selectors
 import shutil
 import signal
 import socket
@@ -101,6 +103,168 @@ def settings_json(settings: ReefSettings) -> str:
 class _Child:
     index: int
     process: subprocess.Popen[bytes]
+    channel: socket.socket  # our end of the pair its connections are sent on
+
+
+# uvicorn's default listen backlog, which each child passed to listen() when it served
+# the socket itself.
+LISTEN_BACKLOG = 2048
+
+
+class _Dispatcher:
+    """Accepts every connection on the listener, in a thread of the parent, and sends
+    each to the ready child with the fewest open connections (``socket.send_fds`` on its
+    channel; ties in turn), skipping one whose channel is full or closed. A child sends
+    a byte back on its channel for each connection it has closed."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self._listener = listener
+        self._lock = threading.Lock()
+        self._children: list[_Child] = []  # ready, taking connections
+        self._closing: list[_Child] = []  # removed while the thread may watch them
+        self._turn = 0
+        self._open: dict[int, int] = {}  # by pid: sent and not yet reported closed
+        self._stop = threading.Event()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._thread: threading.Thread | None = None
+
+    def add(self, child: _Child) -> None:
+        """Send connections to ``child`` too."""
+        with self._lock:
+            self._children.append(child)
+        self._wake()
+
+    def remove(self, child: _Child) -> None:
+        """Send ``child`` no more, and close its channel."""
+        with self._lock:
+            watched = child in self._children and self._thread is not None
+            if child in self._children:
+                self._children.remove(child)
+            if watched and not self._stop.is_set():
+                self._closing.append(child)  # the thread closes it once it stops watching
+            else:
+                child.channel.close()
+        self._wake()
+
+    def start(self) -> None:
+        """Listen, and dispatch what comes: once every child is ready, so that the first
+        connections are not all sent to the one that started first."""
+        if self._thread is None and not self._stop.is_set():
+            self._listener.listen(LISTEN_BACKLOG)
+            self._listener.setblocking(False)
+            self._thread = threading.Thread(
+                target=self._run, name="reef-gateway-accept", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Accept no more: what is still queued on the listener waits there, as with one
+        process that is draining, until the listener is closed."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            for child in [*self._children, *self._closing]:
+                child.channel.close()
+            self._children.clear()
+            self._closing.clear()
+        self._wake_read.close()
+        self._wake_write.close()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # already awake (full) or stopped (closed)
+            self._wake_write.send(b"x")
+
+    def _run(self) -> None:
+        watched: dict[int, _Child] = {}
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                self._watch(selector, watched)
+                for key, _ in selector.select():
+                    if key.fileobj is self._listener:
+                        self._accept_queued()
+                    elif key.fileobj is self._wake_read:
+                        with contextlib.suppress(BlockingIOError):
+                            self._wake_read.recv(4096)
+                    elif isinstance(key.data, _Child):
+                        self._closed_by(key.data, selector, watched)
+
+    def _watch(self, selector: selectors.BaseSelector, watched: dict[int, _Child]) -> None:
+        """Watch the channels of the children taking connections, and only those."""
+        with self._lock:
+            for child in self._children:
+                if child.process.pid not in watched:
+                    selector.register(child.channel, selectors.EVENT_READ, child)
+                    watched[child.process.pid] = child
+                    self._open[child.process.pid] = 0
+            for child in self._closing:
+                if watched.pop(child.process.pid, None) is not None:
+                    selector.unregister(child.channel)
+                self._open.pop(child.process.pid, None)
+                child.channel.close()
+            self._closing.clear()
+
+    def _closed_by(
+        self, child: _Child, selector: selectors.BaseSelector, watched: dict[int, _Child]
+    ) -> None:
+        """Count the connections ``child`` says it closed; at the end of its channel (it
+        has died), send it no more."""
+        try:
+            closed = len(child.channel.recv(4096))  # a byte per closed connection
+        except BlockingIOError:
+            return
+        except OSError:
+            closed = 0
+        if closed:
+            pid = child.process.pid
+            self._open[pid] = max(0, self._open.get(pid, 0) - closed)
+            return
+        with self._lock:
+            if child in self._children:
+                self._children.remove(child)
+            selector.unregister(child.channel)
+            del watched[child.process.pid]
+            self._open.pop(child.process.pid, None)
+
+    def _accept_queued(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue  # reset by its client while queued
+            except OSError as exc:  # out of descriptors: the queue waits a little
+                log.warning("cannot accept a connection (%s); retrying in 1 s", exc)
+                self._stop.wait(1.0)
+                return
+            with connection:  # the child has its own copy once sent
+                self._send(connection)
+
+    def _send(self, connection: socket.socket) -> None:
+        with self._lock:
+            children = [c for c in self._children if c.process.pid in self._open]
+        self._turn += 1
+        turn = self._turn
+        ranked = sorted(
+            range(len(children)),
+            key=lambda i: (self._open[children[i].process.pid], (i - turn) % len(children)),
+        )
+        for i in ranked:
+            child = children[i]
+            try:
+                socket.send_fds(child.channel, [b"c"], [connection.fileno()])
+            except OSError:
+                continue  # its channel is full (a stuck child) or it has died
+            self._open[child.process.pid] += 1
+            return
+        log.warning("no gateway process could take a connection; it was closed")
 
 
 # How a child ends when told to stop: drained, then uvicorn raises the signal again
@@ -161,8 +325,18 @@ class _Supervisor:
         self.stopping = False
         self.stopped_by: int | None = None
         self.failures: list[str] = []
+        self.dispatcher = _Dispatcher(listener)
 
     def run(self, on_ready: Callable[[], None]) -> int | None:
+        try:
+            self._run(on_ready)
+        finally:
+            self.dispatcher.stop()
+        if self.failures:
+            raise GatewayWorkersError("; ".join(self.failures))
+        return self.stopped_by
+
+    def _run(self, on_ready: Callable[[], None]) -> None:
         for index in range(1, self.settings.server.workers + 1):
             self._start(index)
         announced = False
@@ -172,21 +346,24 @@ class _Supervisor:
                 self._signal(payload)
             elif kind == "ready" and isinstance(payload, _Child):
                 self.ready.add(payload.process.pid)
+                if not self.stopping:
+                    self.dispatcher.add(payload)
                 if not announced and not self.stopping and len(self.ready) == len(self.alive):
                     announced = True
+                    self.dispatcher.start()
                     on_ready()
             elif kind == "exit" and isinstance(payload, _Child):
                 self._exited(payload)
-        if self.failures:
-            raise GatewayWorkersError("; ".join(self.failures))
-        return self.stopped_by
 
     def _start(self, index: int) -> None:
         read_end, write_end = os.pipe()
+        # Datagrams with boundaries: one connection's descriptor per message.
+        channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        channel.setblocking(False)  # a stuck child's full channel is skipped, not waited on
         start = {
             "settings": settings_json(self.settings),
             "index": index,
-            "listener_fd": self.listener.fileno(),
+            "connections_fd": theirs.fileno(),
             "ready_fd": write_end,
             "parent_pid": os.getpid(),
             "log_level": self.log_level,
@@ -195,13 +372,17 @@ class _Supervisor:
             process = subprocess.Popen(
                 [sys.executable, "-m", "reef.cli.gateway_child"],
                 stdin=subprocess.PIPE,
-                pass_fds=(self.listener.fileno(), write_end),
+                pass_fds=(theirs.fileno(), write_end),
                 env={**os.environ, MULTIPROC_ENV: self.metrics_dir},
                 process_group=0,
             )
+        except BaseException:
+            channel.close()
+            raise
         finally:
             os.close(write_end)
-        child = _Child(index, process)
+            theirs.close()
+        child = _Child(index, process, channel)
         self.alive[process.pid] = child
         assert process.stdin is not None
         process.stdin.write(json.dumps(start).encode())
@@ -220,12 +401,15 @@ class _Supervisor:
     def _signal(self, signum: int) -> None:
         if not self.stopping and signum in (signal.SIGINT, signal.SIGTERM):
             self.stopped_by = signum
+        if not self.stopping:
+            self.dispatcher.stop()  # the children drain what they have
         self.stopping = True
         for child in self.alive.values():
             child.process.send_signal(signum)  # one already gone: its exit event is queued
 
     def _exited(self, child: _Child) -> None:
         pid, code = child.process.pid, child.process.returncode
+        self.dispatcher.remove(child)
         del self.alive[pid]
         was_ready = pid in self.ready
         self.ready.discard(pid)

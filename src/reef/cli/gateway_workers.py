@@ -1,27 +1,47 @@
 """``reef serve --workers N``: N gateway processes on one port, supervised by the parent.
 
-The parent binds the port (``reef.cli.listener``) and hands that one socket to every
-child, rather than each child binding its own with ``SO_REUSEPORT``:
+The parent binds the port (``reef.cli.listener``), listens once every child is ready,
+accepts every connection itself and sends it to a child (``_Dispatcher``), rather than
+each child binding its own socket with ``SO_REUSEPORT``:
 
 - the port is checked once, before any store is opened or engine loaded, as with one
   process, and it stays bound while a child is restarted, so no connection is refused
   in between;
-- the children share one accept queue, so connections a dying child had not yet
-  accepted are taken by another (with ``SO_REUSEPORT`` each socket has its own queue,
-  and a closed one resets what it held);
+- connections not yet accepted wait in the parent's one queue, so a dying child takes
+  none of them with it (with ``SO_REUSEPORT`` each socket has its own queue, and a
+  closed one resets what it held);
 - no other process of the same user can join the port.
+
+Balance. Each connection goes to the ready child with the fewest open connections
+(ties in turn), sent with its descriptor on a Unix socket pair (``socket.send_fds``);
+the child serves it with uvicorn's own protocol (``loop.connect_accepted_socket``) and
+sends a byte back when it has closed it. Children used to share the listening socket
+and accept from its queue, and the first to wake took a whole burst: uvloop (libuv)
+accepts until the queue is empty, as asyncio does up to its ``backlog``. A client pool
+opening 32 keep-alive connections at once (``bench/gateway_overhead.py``) left all 32
+on one child in 6 of 11 runs (2 cores, load average ~7), and at best 15/17; libuv's
+``UV_TCP_SINGLE_ACCEPT`` still left all on one child in 2 of 6 runs and 28/4 or 30/2 in
+3 more. Limiting what a child accepts per wakeup cannot fix it: a child not scheduled
+at the moment loses every race, which on a loaded machine is most of a burst. Sent by
+the parent, the same pool got 16/16 in every one of 15 runs. Round robin alone was
+not enough either: a client that opens a short connection between two long ones (a
+metrics scrape while requests run) had all its long ones sent to the same child.
+``SO_REUSEPORT`` balances by a hash of the addresses, blind to load, and gives up the
+guarantees above. The parent's cost is one ``accept`` and one ``sendmsg`` per
+connection, in a thread of its own, nothing per request on a kept-alive connection.
 
 Children are fresh interpreters (``python -m reef.cli.gateway_child``), not forks: the
 parent may hold threads (the learning worker, the engine's log drain) and open database
 connections that a fork would copy. Each child gets the merged settings (JSON on its
-stdin: secrets included, never on a command line), the socket and a pipe on which it
-says it is ready. Each runs in a process group of its own, so a terminal's Ctrl-C
-reaches only the parent, which forwards each SIGINT or SIGTERM to every child: the
-first drains, a second Ctrl-C cuts what is in flight (``reef.cli.serving``). A child
-that dies while serving is logged and replaced; one that dies before it was ready
-stops them all (a start error would only repeat). Once all have drained, the parent
-cleans up and ends as one process would: 130 after Ctrl-C, killed by SIGTERM; it
-exits 1 when a child failed to start or ended other than by the signal it was sent.
+stdin: secrets included, never on a command line), its end of the socket pair and a
+pipe on which it says it is ready. Each runs in a process group of its own, so a
+terminal's Ctrl-C reaches only the parent, which forwards each SIGINT or SIGTERM to
+every child: the first drains, a second Ctrl-C cuts what is in flight
+(``reef.cli.serving``). A child that dies while serving is logged and replaced; one
+that dies before it was ready stops them all (a start error would only repeat). Once
+all have drained, the parent cleans up and ends as one process would: 130 after
+Ctrl-C, killed by SIGTERM; it exits 1 when a child failed to start or ended other than
+by the signal it was sent.
 
 ``/metrics`` sums over the children through prometheus_client's multiprocess mode: the
 parent makes the directory and passes it as ``PROMETHEUS_MULTIPROC_DIR``
@@ -185,15 +205,22 @@ class _Dispatcher:
             selector.register(self._listener, selectors.EVENT_READ)
             selector.register(self._wake_read, selectors.EVENT_READ)
             while not self._stop.is_set():
-                self._watch(selector, watched)
-                for key, _ in selector.select():
-                    if key.fileobj is self._listener:
-                        self._accept_queued()
-                    elif key.fileobj is self._wake_read:
-                        with contextlib.suppress(BlockingIOError):
-                            self._wake_read.recv(4096)
-                    elif isinstance(key.data, _Child):
-                        self._closed_by(key.data, selector, watched)
+                try:
+                    self._dispatch(selector, watched)
+                except Exception:  # a bug here must not leave the port unserved
+                    log.exception("dispatching connections to gateway processes failed")
+                    self._stop.wait(1.0)
+
+    def _dispatch(self, selector: selectors.BaseSelector, watched: dict[int, _Child]) -> None:
+        self._watch(selector, watched)
+        for key, _ in selector.select():
+            if key.fileobj is self._listener:
+                self._accept_queued()
+            elif key.fileobj is self._wake_read:
+                with contextlib.suppress(BlockingIOError):
+                    self._wake_read.recv(4096)
+            elif isinstance(key.data, _Child):
+                self._closed_by(key.data, selector, watched)
 
     def _watch(self, selector: selectors.BaseSelector, watched: dict[int, _Child]) -> None:
         """Watch the channels of the children taking connections, and only those."""

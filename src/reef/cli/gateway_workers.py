@@ -18,14 +18,17 @@ the child serves it with uvicorn's own protocol (``loop.connect_accepted_socket`
 sends a byte back when it has closed it. Children used to share the listening socket
 and accept from its queue, and the first to wake took a whole burst: uvloop (libuv)
 accepts until the queue is empty, as asyncio does up to its ``backlog``. A client pool
-opening 32 keep-alive connections at once (``bench/gateway_overhead.py``) left all 32
-on one child in 6 of 11 runs (2 cores, load average ~7), and at best 15/17; libuv's
-``UV_TCP_SINGLE_ACCEPT`` still left all on one child in 2 of 6 runs and 28/4 or 30/2 in
-3 more. Limiting what a child accepts per wakeup cannot fix it: a child not scheduled
-at the moment loses every race, which on a loaded machine is most of a burst. Sent by
-the parent, the same pool got 16/16 in every one of 15 runs. Round robin alone was
-not enough either: a client that opens a short connection between two long ones (a
-metrics scrape while requests run) had all its long ones sent to the same child.
+opening 32 keep-alive connections at once (the pool of ``bench/gateway_overhead.py``)
+left all 32 on one child in 6 of 11 runs (2 cores, load average ~7), and at best 15/17
+(some of those runs began before the second child listened: the parent now listens
+only once all are ready); 16 connections opened after both were ready (the test in
+``tests/gateway/test_workers.py``) all went to one child in 3 of 4 runs. libuv's
+``UV_TCP_SINGLE_ACCEPT`` still left all 32 on one child in 2 of 6 runs and 28/4 or
+30/2 in 3 more. Limiting what a child accepts per wakeup cannot fix it: a child not
+scheduled at the moment loses every race, which on a loaded machine is most of a
+burst. Sent by the parent, the same pool got 16/16 in each of 15 runs. Round robin
+alone was not enough: a client alternating short connections with long ones (a
+metrics scrape between requests) had all its long ones sent to the same child.
 ``SO_REUSEPORT`` balances by a hash of the addresses, blind to load, and gives up the
 guarantees above. The parent's cost is one ``accept`` and one ``sendmsg`` per
 connection, in a thread of its own, nothing per request on a kept-alive connection.

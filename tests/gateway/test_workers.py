@@ -232,6 +232,16 @@ def test_connections_opened_at_once_are_spread_over_the_workers(
     assert again == first  # each connection stays with the worker it was sent to
     shares = Counter(first)
     assert set(shares) == {1, 2} and min(shares.values()) >= 4, shares
+    # What an operator sees: connections taken per worker, whichever answers the scrape
+    # (its own connection counted too).
+    taken = _connections_taken(call(gateway.port, "GET", "/metrics").body.decode())
+    assert sum(taken.values()) == 17 and min(taken.get(w, 0) for w in (1, 2)) >= 4, taken
+
+
+def _connections_taken(metrics: str) -> dict[int, int]:
+    pattern = re.compile(r'^reef_connections_total\{worker="(\d+)"\} (\S+)$')
+    matches = (pattern.match(line) for line in metrics.splitlines())
+    return {int(m.group(1)): int(float(m.group(2))) for m in matches if m}
 
 
 def _sdk_ask(client: openai.OpenAI, text: str, key: str, stream: bool) -> tuple[int, str, Any]:

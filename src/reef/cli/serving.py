@@ -124,19 +124,25 @@ def waiting_message(requests: int, grace_seconds: float) -> str:
 _FDS_PER_READ = 16
 
 
-def _telling_closes(
-    protocol_class: type[asyncio.Protocol], closed: Callable[[], None]
-) -> Callable[..., asyncio.Protocol]:
-    """uvicorn's HTTP protocol class, calling ``closed`` once a connection has ended."""
+def _counting_protocol(
+    opened: Callable[[], None], closed: Callable[[], None]
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol, calling ``opened`` as it takes a connection and
+    ``closed`` once that has ended."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class TellingCloses(protocol_class):  # type: ignore[valid-type,misc]
+    class Counting(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            opened()
+            super().connection_made(transport)
+
         def connection_lost(self, exc: Exception | None) -> None:
             try:
                 super().connection_lost(exc)
             finally:
                 closed()
 
-    return TellingCloses
+    return Counting
 
 
 class _ReadyServer(uvicorn.Server):
@@ -167,7 +173,6 @@ class _ReadyServer(uvicorn.Server):
         self._cut_asked = False
         self._channel = channel
         self._handed: set[asyncio.Task[None]] = set()
-        self._protocol_class: Callable[..., asyncio.Protocol] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -201,12 +206,9 @@ class _ReadyServer(uvicorn.Server):
         is closed (a byte on the channel), to send the next to the least busy process."""
         assert self._loop is not None
         config = self.config
-        if self._protocol_class is None:
-            self._protocol_class = _telling_closes(config.http_protocol_class, self._closed)
-        protocol_class = self._protocol_class
 
         def protocol() -> asyncio.Protocol:
-            return protocol_class(
+            return config.http_protocol_class(  # type: ignore[call-arg]
                 config=config, server_state=self.server_state, app_state=self.lifespan.state
             )
 
@@ -214,9 +216,10 @@ class _ReadyServer(uvicorn.Server):
             await self._loop.connect_accepted_socket(protocol, connection)
         except OSError:
             connection.close()  # reset by its client before we got to it
-            self._closed()
+            self.closed()
 
-    def _closed(self) -> None:
+    def closed(self) -> None:
+        """A connection has ended: with a channel, the parent is told."""
         if self._channel is not None:
             with contextlib.suppress(OSError):  # the parent has gone, or is not reading
                 self._channel.send(b"-")
@@ -407,7 +410,7 @@ def serve_app(
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        http="httptools",
+        http="httptools",  # counting its connections, below
         access_log=settings.server.access_log,
         log_level="warning",
         timeout_graceful_shutdown=math.ceil(
@@ -423,6 +426,8 @@ def serve_app(
         settings.server.shutdown_grace_seconds,
         channel,
     )
+    count, worker = app.state.reef.metrics.count_connection, app.state.reef.worker or 1
+    config.http = _counting_protocol(lambda: count(worker), server.closed)  # read at run
     server.run(sockets=[] if listener is None else [listener])
     if not server.started:
         raise GatewayStartError("the gateway did not start; its log above says why")

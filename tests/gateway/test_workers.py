@@ -3,11 +3,14 @@ SQLite and on PostgreSQL (skipped without ``REEF_TEST_POSTGRES_URL``)."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -199,6 +202,46 @@ def test_two_workers_share_the_port_the_store_and_the_metrics(
     gateway.process.send_signal(signal.SIGTERM)
     assert gateway.process.wait(timeout=60) == -signal.SIGTERM, gateway.log.read_text()
     assert "error" not in gateway.log.read_text().lower()
+
+
+def test_connections_opened_at_once_are_spread_over_the_workers(
+    served: tuple[Served, FakeUpstreamThread],
+) -> None:
+    """16 keep-alive connections opened in one burst, as a client pool does: the parent
+    sends each to the worker with the fewest open, so both serve a fair share (with one
+    accept queue shared by the workers, the first to wake took the whole burst)."""
+    gateway, _ = served
+    connections = [
+        http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30) for _ in range(16)
+    ]
+
+    def worker_of(connection: http.client.HTTPConnection) -> int:
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        assert response.status == 200 and not response.will_close
+        return int(json.loads(response.read())["worker"])
+
+    try:
+        for connection in connections:
+            connection.connect()
+        first = [worker_of(connection) for connection in connections]
+        again = [worker_of(connection) for connection in connections]
+    finally:
+        for connection in connections:
+            connection.close()
+    assert again == first  # each connection stays with the worker it was sent to
+    shares = Counter(first)
+    assert set(shares) == {1, 2} and min(shares.values()) >= 4, shares
+    # What an operator sees: connections taken per worker, whichever answers the scrape
+    # (its own connection counted too).
+    taken = _connections_taken(call(gateway.port, "GET", "/metrics").body.decode())
+    assert sum(taken.values()) == 17 and min(taken.get(w, 0) for w in (1, 2)) >= 4, taken
+
+
+def _connections_taken(metrics: str) -> dict[int, int]:
+    pattern = re.compile(r'^reef_connections_total\{worker="(\d+)"\} (\S+)$')
+    matches = (pattern.match(line) for line in metrics.splitlines())
+    return {int(m.group(1)): int(float(m.group(2))) for m in matches if m}
 
 
 def _sdk_ask(client: openai.OpenAI, text: str, key: str, stream: bool) -> tuple[int, str, Any]:

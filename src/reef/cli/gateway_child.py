@@ -1,8 +1,9 @@
 """One gateway process of several, as ``reef serve --workers N`` starts it
-(``python -m reef.cli.gateway_child``): it reads its start message (settings, the shared
-listener's descriptor, its index) from the parent on stdin, serves the listener with the
-gateway of ``reef.cli.serving``, and says it is ready on a pipe. The supervisor that
-starts and restarts these is ``reef.cli.gateway_workers``, which imports neither this
+(``python -m reef.cli.gateway_child``): it reads its start message (settings, the
+descriptor of the channel its connections come on, its index) from the parent on
+stdin, serves the connections the parent accepts and sends it with the gateway of
+``reef.cli.serving``, and says it is ready on a pipe. The supervisor that starts and
+restarts these is ``reef.cli.gateway_workers``, which imports neither this
 module nor ``reef.cli.serving``.
 """
 
@@ -36,7 +37,7 @@ def child_main() -> None:
     from reef.cli.serving import serve_gateway_process
 
     settings = ReefSettings.model_validate_json(start["settings"])
-    listener = socket.socket(fileno=int(start["listener_fd"]))
+    connections = socket.socket(fileno=int(start["connections_fd"]))
     ready = os.fdopen(int(start["ready_fd"]), "wb", buffering=0)
 
     def said_ready() -> None:
@@ -44,7 +45,7 @@ def child_main() -> None:
         ready.close()
 
     try:
-        serve_gateway_process(settings, listener, said_ready, index)
+        serve_gateway_process(settings, connections, said_ready, index)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except ReefError as exc:

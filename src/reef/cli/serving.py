@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import math
@@ -119,13 +120,42 @@ def waiting_message(requests: int, grace_seconds: float) -> str:
     return f"waiting for {requests} {noun}, {grace_seconds:g} s grace; Ctrl-C again to abort"
 
 
+# Connections a gateway process takes from its channel per read (``reef serve --workers``).
+_FDS_PER_READ = 16
+
+
+def _counting_protocol(
+    opened: Callable[[], None], closed: Callable[[], None]
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol, calling ``opened`` as it takes a connection and
+    ``closed`` once that has ended."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class Counting(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            opened()
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            try:
+                super().connection_lost(exc)
+            finally:
+                closed()
+
+    return Counting
+
+
 class _ReadyServer(uvicorn.Server):
     """uvicorn's server, calling ``on_ready`` once it accepts connections, and stopping
     in order: asked to stop, it says how many requests it waits for and for how long;
     when the grace ends, or at a second Ctrl-C, what ``shutdown`` has in flight is cut
     (a stream ends with an error event, a call still waiting for its upstream gets a
     503, and the records say the gateway stopped) rather than cancelled mid-write. A
-    third Ctrl-C exits at once, as uvicorn does."""
+    third Ctrl-C exits at once, as uvicorn does.
+
+    With ``channel`` (a gateway process of ``reef serve --workers``), it serves the
+    connections that the parent accepted and sent on that socket, rather than listening.
+    """
 
     def __init__(
         self,
@@ -133,6 +163,7 @@ class _ReadyServer(uvicorn.Server):
         on_ready: Callable[[], None],
         shutdown: Shutdown,
         grace_seconds: float,
+        channel: socket.socket | None = None,
     ) -> None:
         super().__init__(config)
         self._on_ready = on_ready
@@ -140,12 +171,64 @@ class _ReadyServer(uvicorn.Server):
         self._grace_seconds = grace_seconds
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cut_asked = False
+        self._channel = channel
+        self._handed: set[asyncio.Task[None]] = set()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.started and not self.should_exit:
+            if self._channel is not None:
+                self._channel.setblocking(False)
+                self._loop.add_reader(self._channel.fileno(), self._take_connections)
             self._on_ready()
+
+    def _take_connections(self) -> None:
+        """Serve every connection the parent has sent on the channel so far."""
+        assert self._channel is not None and self._loop is not None
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(self._channel, 1, _FDS_PER_READ)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                message, fds = b"", []
+            if not message and not fds:  # the parent has gone: a SIGTERM follows
+                self._stop_taking()
+                return
+            for fd in fds:
+                task = self._loop.create_task(self._serve_connection(socket.socket(fileno=fd)))
+                self._handed.add(task)
+                task.add_done_callback(self._handed.discard)
+
+    async def _serve_connection(self, connection: socket.socket) -> None:
+        """As uvicorn serves a connection it accepted itself; the parent is told when it
+        is closed (a byte on the channel), to send the next to the least busy process."""
+        assert self._loop is not None
+        config = self.config
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        try:
+            await self._loop.connect_accepted_socket(protocol, connection)
+        except OSError:
+            connection.close()  # reset by its client before we got to it
+            self.closed()
+
+    def closed(self) -> None:
+        """A connection has ended: with a channel, the parent is told."""
+        if self._channel is not None:
+            with contextlib.suppress(OSError):  # the parent has gone, or is not reading
+                self._channel.send(b"-")
+
+    def _stop_taking(self) -> None:
+        if self._channel is not None and self._loop is not None:
+            self._loop.remove_reader(self._channel.fileno())
+            self._channel.close()
+            self._channel = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """A signal: the first asks to stop (uvicorn's), a second Ctrl-C ends the grace
@@ -158,6 +241,7 @@ class _ReadyServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._stop_taking()  # as uvicorn closes its listening servers
         waiting = len(self.server_state.tasks)
         if waiting:
             print(waiting_message(waiting, self._grace_seconds), flush=True)
@@ -296,17 +380,18 @@ def _upstreams(settings: ReefSettings) -> dict[str, Upstream]:
 
 
 def serve_gateway_process(
-    settings: ReefSettings, listener: socket.socket, on_ready: Callable[[], None], index: int
+    settings: ReefSettings, channel: socket.socket, on_ready: Callable[[], None], index: int
 ) -> None:
     """One gateway process of several (``index`` from 1): its own database connections,
-    upstream clients and app on the shared ``listener``; no learning worker, no engine."""
+    upstream clients and app, serving the connections the parent sends on ``channel``
+    (``reef.cli.gateway_workers``); no learning worker, no engine."""
     guard_tools(settings)
     database = open_database(settings.store_url())
     store = SQLExperienceStore(database)
     try:
         app = create_app(settings, database, store, _upstreams(settings))
         app.state.reef.worker = index
-        serve_app(app, settings, listener, on_ready)
+        serve_app(app, settings, None, on_ready, channel=channel)
     finally:
         store.close()
         database.close()
@@ -315,18 +400,17 @@ def serve_gateway_process(
 def serve_app(
     app: InferenceFastPath,
     settings: ReefSettings,
-    listener: socket.socket,
+    listener: socket.socket | None,
     on_ready: Callable[[], None],
+    channel: socket.socket | None = None,
 ) -> None:
-    """Run ``app`` under uvicorn on ``listener`` until asked to stop; ``on_ready`` once it
-    accepts connections. Raises ``GatewayStartError`` when it never started."""
-    host, port = listener.getsockname()[:2]
+    """Run ``app`` under uvicorn on ``listener``, or on the connections sent on
+    ``channel``, until asked to stop; ``on_ready`` once it accepts connections. Raises
+    ``GatewayStartError`` when it never started."""
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         loop="uvloop",
-        http="httptools",
+        http="httptools",  # counting its connections, below
         access_log=settings.server.access_log,
         log_level="warning",
         timeout_graceful_shutdown=math.ceil(
@@ -336,8 +420,14 @@ def serve_app(
         proxy_headers=False,
     )
     server = _ReadyServer(
-        config, on_ready, app.state.reef.shutdown, settings.server.shutdown_grace_seconds
+        config,
+        on_ready,
+        app.state.reef.shutdown,
+        settings.server.shutdown_grace_seconds,
+        channel,
     )
-    server.run(sockets=[listener])
+    count, worker = app.state.reef.metrics.count_connection, app.state.reef.worker or 1
+    config.http = _counting_protocol(lambda: count(worker), server.closed)  # read at run
+    server.run(sockets=[] if listener is None else [listener])
     if not server.started:
         raise GatewayStartError("the gateway did not start; its log above says why")

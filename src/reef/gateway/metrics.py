@@ -216,6 +216,13 @@ class GatewayMetrics:
             ["where"],
             registry=self.registry,
         )
+        self.connections = Counter(
+            "reef_connections",
+            "Connections taken, by gateway process (reef serve --workers: its index; 1 "
+            "with one process): how evenly the processes share the clients.",
+            ["worker"],
+            registry=self.registry,
+        )
         # Labelled children cached: ``labels()`` costs a lock and a lookup per call.
         self._children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.registry.register(_CaptureCollector(capture_stats))
@@ -231,6 +238,7 @@ class GatewayMetrics:
                     self.feedback_written,
                     self.shadow_requests,
                     self.idempotency_waits,
+                    self.connections,
                 )
                 for family in metric.describe()
             )
@@ -252,6 +260,10 @@ class GatewayMetrics:
             self._children[(route, status)] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def count_connection(self, worker: int) -> None:
+        """Count one connection taken by gateway process ``worker``."""
+        self.connections.labels(str(worker)).inc()
 
     def count_shadow(self, scenario: str, outcome: str) -> None:
         """Count one shadow sample's outcome (``reef.gateway.shadow``)."""

@@ -404,11 +404,12 @@ def sweep_run(
     # demos, ``accuracy_bare`` without).
     demos_count = int(values.pop("demos", 0))
     mix = float(values.pop("mix", 1.0))
+    demo_at = int(values.pop("demo_at", 0))  # the demos are train[demo_at:demo_at+demos]
     cfg = SFTConfig.model_validate({"model": model_name, **values})
     distinct = list(dict.fromkeys(task.make(count, random.Random(7))))
     train = distinct[: round(len(distinct) * 0.8)]
     demos: list[dict[str, str]] = []
-    for prompt, answer in train[:demos_count]:
+    for prompt, answer in train[demo_at : demo_at + demos_count]:
         demos += [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
     coin = random.Random(11)
     examples = [

@@ -405,6 +405,9 @@ def sweep_run(
     demos_count = int(values.pop("demos", 0))
     mix = float(values.pop("mix", 1.0))
     demo_at = int(values.pop("demo_at", 0))  # the demos are train[demo_at:demo_at+demos]
+    # ``vary=1``: each training prompt gets ``demos`` other training items as its demos,
+    # drawn per prompt (seeded); the test still shows the fixed demos.
+    vary = values.pop("vary", "0") == "1"
     cfg = SFTConfig.model_validate({"model": model_name, **values})
     distinct = list(dict.fromkeys(task.make(count, random.Random(7))))
     train = distinct[: round(len(distinct) * 0.8)]
@@ -412,12 +415,24 @@ def sweep_run(
     for prompt, answer in train[demo_at : demo_at + demos_count]:
         demos += [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
     coin = random.Random(11)
+
+    def shown(index: int) -> list[dict[str, str]]:
+        if coin.random() >= mix:
+            return []
+        if not vary:
+            return demos
+        picked = coin.sample([j for j in range(len(train)) if j != index], demos_count)
+        turns: list[dict[str, str]] = []
+        for j in picked:
+            turns += [
+                {"role": "user", "content": train[j][0]},
+                {"role": "assistant", "content": train[j][1]},
+            ]
+        return turns
+
     examples = [
-        SFTExample(
-            messages=[*(demos if coin.random() < mix else []), {"role": "user", "content": p}],
-            target=a,
-        )
-        for p, a in train
+        SFTExample(messages=[*shown(i), {"role": "user", "content": p}], target=a)
+        for i, (p, a) in enumerate(train)
     ]
     with tempfile.TemporaryDirectory(prefix="reef-bench-sweep-") as scratch:
         work = Path(scratch)

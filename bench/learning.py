@@ -18,10 +18,11 @@ For each task (synthetic, seeded) and each ``--feedback`` count:
   at a constant rate, ``--bare-epochs`` epochs at batch 8 over exactly the records the
   job trained on, then greedy answers on the same test set.
 
-``--compare-recipes fewshot-sft,sft --harness managed`` runs the default recipe and
-``sft`` alone through the public path for a ``harness: managed`` scenario (the
-candidate's demos served with every request), without the bare loop: a user's
-fewshot-then-sft recipe, trained as served by default (docs/training.md#train-as-served).
+``--compare-recipes fewshot-sft,fewshot-sft-keep,sft --harness managed`` runs the
+default recipe, the same with the adapter trained and served under the demos
+(``demos: keep``) and ``sft`` alone through the public path for a ``harness: managed``
+scenario, without the bare loop: a user's fewshot-then-sft recipe, trained as served by
+default (docs/training.md#train-as-served).
 
 Both report held-out accuracy, training CPU-minutes (the training loop's wall time on
 this machine's cores) and the feedback items used. The accuracy ratio is Reef / bare.
@@ -158,7 +159,9 @@ publish: auto
 """
 # The same recipe without the harness learner: the adapter alone.
 SFT_ALONE = RECIPE.replace("  - {type: fewshot, k: 2}\n", "")
-RECIPES = {"fewshot-sft": RECIPE, "sft": SFT_ALONE}
+# The adapter trained and served under the demos (the default drops them).
+KEEP_DEMOS = RECIPE.replace("{type: sft, model: MODEL}", "{type: sft, model: MODEL, demos: keep}")
+RECIPES = {"fewshot-sft": RECIPE, "fewshot-sft-keep": KEEP_DEMOS, "sft": SFT_ALONE}
 RECIPES_START = "<!-- learning-recipes:start -->"
 RECIPES_END = "<!-- learning-recipes:end -->"
 
@@ -622,7 +625,7 @@ def with_sft_cap(recipe: str, minutes: float | None, threads: int | None = None)
         extra += f", max_minutes: {minutes:g}"
     if threads is not None:
         extra += f", threads: {threads}"
-    return recipe.replace("{type: sft, model: MODEL}", f"{{type: sft, model: MODEL{extra}}}")
+    return recipe.replace("{type: sft, model: MODEL", f"{{type: sft, model: MODEL{extra}")
 
 
 def compare(args: argparse.Namespace) -> None:

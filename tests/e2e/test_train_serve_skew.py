@@ -4,8 +4,10 @@ simplest recipe (``fewshot`` then ``sft``) on the tiny engine.
 With ``render_harness: false`` forced, the adapter is trained on the records' prompts,
 which lack the system prompt and demos the gateway renders in; it fits them, then meets
 both at serving time, and the skew check before the gate fails the job with both figures. With
-the default, training renders the candidate's harness in, and the candidate as served
-answers its training prompts as its trainer measured."""
+the default, training renders the candidate's harness in, without the demos the
+``fewshot`` learner chose (``demos: drop``), the candidate serves without them, and as
+served it answers its training prompts as its trainer measured; with ``demos: keep`` it
+trains and serves with them, as served again."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reef.config import EvaluationConfig
 from reef.evaluation import EvaluationStore
-from reef.harness import Bundle, Harness, write_bundle
+from reef.harness import Bundle, Harness, read_bundle_archive, write_bundle
 from reef.jobs import Job, JobQueue
 from reef.learning.skew import MAX_GAP
 from reef.learning.worker import Worker
@@ -74,9 +76,9 @@ def _traffic(gateway: GatewayThread) -> None:
             assert call(gateway.port, "POST", "/reef/feedback", body).status == 201
 
 
-def _learn(tmp_path: Path, render: str) -> tuple[Job, Candidate | None]:
+def _learn(tmp_path: Path, render: str) -> tuple[Job, Candidate | None, int | None]:
     """Traffic, then one learning job of the recipe with ``render`` in its sft entry:
-    the finished job and the candidate it proposed."""
+    the finished job, the candidate it proposed and the demos its harness serves."""
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE.format(render=render))
     bundle = tmp_path / "harness"
@@ -93,18 +95,24 @@ def _learn(tmp_path: Path, render: str) -> tuple[Job, Candidate | None]:
             update={"evaluation": EvaluationConfig(gateway_url=gateway.url)}
         )
         chain = ReleaseChain(gateway.database)
+        artifacts = open_artifact_store(settings.artifacts_url())
         worker = Worker(
             settings,
             gateway.store,
             chain,
-            open_artifact_store(settings.artifacts_url()),
+            artifacts,
             queue=JobQueue(gateway.database),
             evaluations=EvaluationStore(gateway.database),
         )
         assert call(gateway.port, "POST", "/reef/scenarios/routing/learn", {}).status == 202
         [job] = worker.run_once()
         candidates = chain.candidates("routing")
-        return job, candidates[0] if candidates else None
+        if not candidates:
+            return job, None, None
+        digest = candidates[0].manifest.harness
+        assert digest is not None  # the system prompt at least
+        demos = len(read_bundle_archive(artifacts.read_bytes(digest)).harness.examples)
+        return job, candidates[0], demos
 
 
 def _figures(job: Job) -> dict[str, Any]:
@@ -113,7 +121,7 @@ def _figures(job: Job) -> dict[str, Any]:
 
 
 def test_training_without_the_harness_is_caught_before_the_gate(tmp_path: Path) -> None:
-    job, candidate = _learn(tmp_path, "    render_harness: false  # the records' prompts")
+    job, candidate, demos = _learn(tmp_path, "    render_harness: false  # the records' prompts")
     figures = _figures(job)
     assert job.state == "failed", (job.as_dict(), figures)
     assert job.error is not None and job.error.startswith("train/serve skew:"), job.error
@@ -124,10 +132,13 @@ def test_training_without_the_harness_is_caught_before_the_gate(tmp_path: Path) 
     assert candidate is not None and candidate.state == "rejected"
     assert (candidate.evidence or {})["skew"]["served_accuracy"] == figures["served"]
     assert "gate" not in (candidate.evidence or {})  # the gate never spent a call
+    assert demos == 4  # served with the demos it never trained under
 
 
-def test_by_default_a_managed_scenario_trains_as_served(tmp_path: Path) -> None:
-    job, candidate = _learn(tmp_path, "")
+@pytest.mark.parametrize("demos", ["drop", "keep"])
+def test_by_default_a_managed_scenario_trains_as_served(tmp_path: Path, demos: str) -> None:
+    # ``drop`` is the default: the recipe leaves it out.
+    job, candidate, served_demos = _learn(tmp_path, "" if demos == "drop" else "    demos: keep")
     figures = _figures(job)
     assert job.state == "succeeded", (job.as_dict(), figures)
     assert job.result is not None
@@ -139,4 +150,9 @@ def test_by_default_a_managed_scenario_trains_as_served(tmp_path: Path) -> None:
     assert skew["served_accuracy"] >= skew["trained_accuracy"] - 0.125, skew
     assert figures == {"trained": skew["trained_accuracy"], "served": skew["served_accuracy"]}
     assert "gate" in job.result  # the gate ran after the check
-    assert candidate is not None and candidate.manifest.harness is not None  # demos learned
+    assert candidate is not None
+    # The fewshot learner chose four demos; the adapter trained, and is served, without
+    # them (drop) or with them (keep).
+    assert served_demos == (0 if demos == "drop" else 4)
+    assert job.metrics is not None and job.metrics["fewshot.demos"] == 4.0
+    assert job.metrics.get("demos_dropped") == (4.0 if demos == "drop" else None)

@@ -128,6 +128,13 @@ def test_traffic_is_split_by_sessions_named_from_its_text() -> None:
     for implicit in (False, True):
         recipe = parse_recipe(yaml.safe_load(recipe_yaml("tiny-random", 2.0, implicit=implicit)))
         assert recipe.selection.holdout_key == "session"
+    # The adapter alone by default; with demos, the adapter trains and serves under them.
+    alone = parse_recipe(yaml.safe_load(recipe_yaml("smollm2-135m", 2.0)))
+    assert [learner.type for learner in alone.learners] == ["sft"]
+    with_demos = parse_recipe(yaml.safe_load(recipe_yaml("smollm2-135m", 2.0, demos=2)))
+    fewshot, sft = with_demos.learners
+    assert fewshot.type == "fewshot" and fewshot.settings()["k"] == 2
+    assert sft.settings()["demos"] == "keep"
 
 
 def test_the_grader_normalizes_like_the_gate() -> None:

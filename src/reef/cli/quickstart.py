@@ -51,9 +51,12 @@ def quickstart_command(
     demos: Annotated[
         int,
         typer.Option(
-            min=0, max=8, help="Few-shot demos the harness learner picks (0: adapter only)."
+            min=0,
+            max=8,
+            help="Few-shot demos a harness learner picks, the adapter trained and served "
+            "under them (0: the adapter alone, measured better on this task).",
         ),
-    ] = 2,
+    ] = 0,
     feedback: Annotated[
         str,
         typer.Option(
@@ -81,9 +84,9 @@ def quickstart_command(
     """Run Reef end to end on a demo app and measure what it learns.
 
     A support-ticket triage app (or, with --task agent, an order-support agent with
-    tools) sends traffic and feedback through the OpenAI SDK, Reef learns few-shot demos
-    and a LoRA adapter on the CPU, the gate decides, and held-out accuracy is measured
-    after every round. Writes report.html and learning_curve.png in --dir."""
+    tools) sends traffic and feedback through the OpenAI SDK, Reef learns a LoRA adapter
+    on the CPU (with --demos, few-shot demos too), the gate decides, and held-out
+    accuracy is measured after every round. Writes report.html and learning_curve.png in --dir."""
     from reef.quickstart import GivenOptions, start_quickstart
 
     start_quickstart(

@@ -123,10 +123,13 @@ class ModelLearnerSettings(BudgetSettings):
     ``reef.learning.trainers.precision``), ``timeout_seconds`` for the training
     process, and ``render_harness``: train each prompt under the candidate's harness as
     the gateway will serve it (None, the default: when the scenario's harness is
-    ``managed``; ``reef.learning.learners._served``)."""
+    ``managed``; ``reef.learning.learners._served``); ``demos``: with ``drop`` (the
+    default) a harness it renders loses its few-shot demos, in training and in the
+    candidate it serves; ``keep`` trains and serves with them (same module)."""
 
     model: str | None = None
     render_harness: bool | None = None
+    demos: Literal["drop", "keep"] = "drop"
     lr: float = Field(default=5e-4, gt=0.0)
     r: int = Field(default=8, ge=1)
     alpha: int = Field(default=16, ge=1)

@@ -19,6 +19,17 @@ The candidate's harness is the head's with the components of the recipe's earlie
 learners in it (the worker hands each learner the candidate so far as its head), so a
 harness learner listed after a model learner is not seen by its training: list harness
 learners first.
+
+``demos`` (every model learner's setting) decides what becomes of the harness's few-shot
+demos when the learner renders it. ``drop`` (the default) trains every prompt without
+them, and the candidate serves without them too (the learner returns the harness minus
+its demos), so the adapter is served exactly as it trained. ``keep`` trains and serves
+with them. Measured with ``bench/learning.py`` (docs/benchmarks.md, "Learning recipes"):
+on the label map, ``fewshot`` then ``sft`` served with two fixed demos scored 73%
+held-out against 98% for the adapter alone, and which two demos it trained under moved
+it between 58% and 98%; an adapter trained on the records has learned what the demos
+show, and each demo lengthens every request. DSPy's ``BootstrapFinetune`` makes the same
+choice (``exclude_demos``).
 """
 
 from __future__ import annotations
@@ -28,7 +39,8 @@ from typing import Any
 from reef.harness import Harness, render_openai
 from reef.learning.base import LearnerContext
 from reef.learning.learners._examples import text_messages, tool_messages
-from reef.learning.learners._harness import head_bundle
+from reef.learning.learners._harness import head_bundle, replace_fields, store_bundle
+from reef.learning.learners._model import ModelLearnerSettings
 
 
 def renders_harness(context: LearnerContext, setting: bool | None) -> bool:
@@ -40,12 +52,30 @@ def renders_harness(context: LearnerContext, setting: bool | None) -> bool:
     return context.harness_mode == "managed"
 
 
-def served_harness(context: LearnerContext, setting: bool | None) -> Harness | None:
+def served_harness(context: LearnerContext, settings: ModelLearnerSettings) -> Harness | None:
     """The harness a model learner renders into its prompts (module docstring): the
-    candidate's so far, or None when it trains on the records as they are."""
-    if not renders_harness(context, setting):
+    candidate's so far (without its demos for ``demos: drop``), or None when it trains on
+    the records as they are."""
+    if not renders_harness(context, settings.render_harness):
         return None
-    return head_bundle(context).harness
+    harness = head_bundle(context).harness
+    if settings.demos == "drop" and harness.examples:
+        return harness.model_copy(update={"examples": []})
+    return harness
+
+
+def served_harness_output(context: LearnerContext, settings: ModelLearnerSettings) -> str | None:
+    """The digest of the harness the candidate must serve for a model learner's training
+    to hold (``LearnerOutput.harness``): the candidate's without its demos when the
+    learner rendered it with ``demos: drop`` and it has demos; else None (unchanged)."""
+    if settings.demos != "drop" or not renders_harness(context, settings.render_harness):
+        return None
+    bundle = head_bundle(context)
+    if not bundle.harness.examples:
+        return None
+    # Shown with the job's metrics: the demos an earlier learner chose went unserved.
+    context.metrics.record("demos_dropped", float(len(bundle.harness.examples)))
+    return store_bundle(context, replace_fields(bundle, examples=[]))
 
 
 def served_prompt(

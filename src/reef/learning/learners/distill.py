@@ -157,7 +157,7 @@ class DistillLearner(SFTLearner):
             for reason, count in skipped.items():
                 name = "on_policy_examples" if reason == "on_policy" else f"skipped_{reason}"
                 context.metrics.record(name, float(count))
-        harness = served_harness(context, self.settings.render_harness)
+        harness = served_harness(context, self.settings)
         return TrainingSet(with_harness(prompts, harness), prompts, used)
 
     def learn(self, context: LearnerContext) -> LearnerOutput:
@@ -177,6 +177,7 @@ class DistillLearner(SFTLearner):
         share = candidate_share(self.distill_settings, context)
         return LearnerOutput(
             adapter=output.adapter,
+            harness=output.harness,
             consumed=output.consumed,
             metrics={**output.metrics, "student_share": share},
             probe=output.probe,

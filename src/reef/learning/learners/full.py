@@ -25,6 +25,7 @@ from reef.learning.learners._model import (
     model_source,
     train_adapter,
 )
+from reef.learning.learners._served import served_harness_output
 from reef.learning.learners.sft import (
     REPORTED,
     SFTConfig,
@@ -94,4 +95,10 @@ class FullLearner(ModelLearner[FullConfig]):
         metrics = {k: result.metrics[k] for k in reported if k in result.metrics}
         metrics.update(examples=len(examples), replayed=len(replayed), base=base)
         probe = probed_prompts(found.prompts + replay.prompts, result)
-        return LearnerOutput(checkpoint=digest, consumed=used, metrics=metrics, probe=probe)
+        return LearnerOutput(
+            checkpoint=digest,
+            harness=served_harness_output(context, cfg),
+            consumed=used,
+            metrics=metrics,
+            probe=probe,
+        )

@@ -47,7 +47,11 @@ from reef.learning.learners._model import (
     train_adapter,
     trained_weights,
 )
-from reef.learning.learners._served import served_harness, served_prompt
+from reef.learning.learners._served import (
+    served_harness,
+    served_harness_output,
+    served_prompt,
+)
 from reef.learning.trainers.spec import (
     DpoLossType,
     PreferencePair,
@@ -320,7 +324,7 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
         if not count:
             context.progress.report(1.0, f"preference: nothing to train by {objective}")
             return LearnerOutput(metrics={"objective": objective, "examples": 0})
-        pairs, examples = as_served(served_harness(context, cfg.render_harness), pairs, examples)
+        pairs, examples = as_served(served_harness(context, cfg), pairs, examples)
         model = model_source("preference", self.settings.model, context)
         work = fresh_work_dir(context, "preference")
         spec = PreferenceSpec(
@@ -367,4 +371,5 @@ class PreferenceLearner(ModelLearner[PreferenceConfig]):
             continued=result.metrics["continued"],
             base=model,
         )
-        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
+        harness = served_harness_output(context, cfg)
+        return LearnerOutput(adapter=digest, harness=harness, consumed=used, metrics=metrics)

@@ -39,7 +39,11 @@ from reef.learning.learners._model import (
     train_adapter,
     trained_weights,
 )
-from reef.learning.learners._served import served_harness, served_prompt
+from reef.learning.learners._served import (
+    served_harness,
+    served_harness_output,
+    served_prompt,
+)
 from reef.learning.trainers.spec import (
     GRPOLossType,
     RLPrompt,
@@ -157,7 +161,7 @@ class RLLearner(ModelLearner[RLConfig]):
             if not prompts:
                 context.progress.report(1.0, "rl: no items with a reference; nothing to train")
                 return LearnerOutput(metrics={"prompts": 0})
-            prompts = served_prompts(served_harness(context, cfg.render_harness), prompts)
+            prompts = served_prompts(served_harness(context, cfg), prompts)
         model = model_source("rl", self.settings.model, context)
         work = fresh_work_dir(context, "rl")
         spec = RLSpec(
@@ -200,4 +204,6 @@ class RLLearner(ModelLearner[RLConfig]):
             episode_keys = ("success_curve", "model_calls", "turns", "tasks", "episodes_failed")
             metrics.update({k: result.metrics[k] for k in episode_keys})
             metrics["environment"] = cfg.environment.get("type")
-        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics)
+        # An environment's episodes are prompted by the environment, not the harness.
+        harness = served_harness_output(context, cfg) if cfg.environment is None else None
+        return LearnerOutput(adapter=digest, harness=harness, consumed=used, metrics=metrics)

@@ -46,7 +46,11 @@ from reef.learning.learners._model import (
     train_adapter,
     trained_weights,
 )
-from reef.learning.learners._served import served_harness, served_prompt
+from reef.learning.learners._served import (
+    served_harness,
+    served_harness_output,
+    served_prompt,
+)
 from reef.learning.skew import SKEW_SAMPLE
 from reef.learning.trainers import (
     SFTExample,
@@ -190,7 +194,7 @@ def examples_for(
     them: with its harness rendered in when ``cfg.render_harness`` says so (by default,
     for a ``harness: managed`` scenario; shared by ``sft`` and ``full``)."""
     prompts, used = sft_examples(items, cfg.min_score)
-    examples = with_harness(prompts, served_harness(context, cfg.render_harness))
+    examples = with_harness(prompts, served_harness(context, cfg))
     return TrainingSet(examples, prompts, used)
 
 
@@ -259,7 +263,13 @@ class SFTLearner(ModelLearner[SFTConfig]):
         metrics = {k: result.metrics[k] for k in REPORTED if k in result.metrics}
         metrics.update(examples=len(examples), replayed=len(replayed), base=model)
         probe = probed_prompts(found.prompts + replay.prompts, result)
-        return LearnerOutput(adapter=digest, consumed=used, metrics=metrics, probe=probe)
+        return LearnerOutput(
+            adapter=digest,
+            harness=served_harness_output(context, cfg),
+            consumed=used,
+            metrics=metrics,
+            probe=probe,
+        )
 
 
 # What a job reports of a training run: its loss curves and how it stopped.

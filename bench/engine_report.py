@@ -41,7 +41,15 @@ def _version(name: str) -> str:
 
 
 def _loads(runs: list[dict[str, Any]]) -> str:
-    return "; ".join(str(run.get("load_before", "?")) for run in runs) or "none"
+    """Each run's load average before it; an OpenVINO run's named (the others are eager)."""
+    return (
+        "; ".join(
+            (f"openvino {run.get('dtype')} " if run.get("backend") == "openvino" else "")
+            + str(run.get("load_before", "?"))
+            for run in runs
+        )
+        or "none"
+    )
 
 
 def _script_command(command: str) -> str:

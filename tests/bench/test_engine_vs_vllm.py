@@ -160,3 +160,20 @@ def test_side_by_side_table(side: ModuleType) -> None:
         "| tokens/s, concurrency 8 (aggregate) | 60.0 | 90.0 | 50.0 | 1.20 | 1.80 | higher |"
         in (both)
     )
+
+
+def test_engine_report_renders_the_backends(side: ModuleType) -> None:
+    engine_report = importlib.import_module("engine_report")
+    full = report(
+        machine={"cores": 2, "cpu": "x", "python": "3.11", "kernel": "6", "date_utc": "now"},
+        command="bench/engine_vs_vllm.py --backend eager,openvino --output x.json",
+        engine_skipped={"openvino bfloat16": "the backend serves float32, float16, int8 weights"},
+    )
+    full["table"] = side.table([], [])
+    full["dtype_table"], full["targets"] = side.dtype_table(full)
+    text = engine_report.markdown(full, "python -m bench --only engine")
+    assert "Each backend at its first dtype (eager, openvino) against vLLM float32:" in text
+    assert "Targets (issue 16 for the eager engine, issue 45 for OpenVINO):" in text
+    assert "openvino bfloat16 not benched: the backend serves float32" in text
+    assert "; openvino int8 9.00 8.00 7.00;" in text
+    assert "openvino-genai" in text

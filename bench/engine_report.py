@@ -41,7 +41,15 @@ def _version(name: str) -> str:
 
 
 def _loads(runs: list[dict[str, Any]]) -> str:
-    return "; ".join(str(run.get("load_before", "?")) for run in runs) or "none"
+    """Each run's load average before it; an OpenVINO run's named (the others are eager)."""
+    return (
+        "; ".join(
+            (f"openvino {run.get('dtype')} " if run.get("backend") == "openvino" else "")
+            + str(run.get("load_before", "?"))
+            for run in runs
+        )
+        or "none"
+    )
 
 
 def _script_command(command: str) -> str:
@@ -57,9 +65,10 @@ def markdown(report: dict[str, Any], command: str) -> str:
     """The section (markers excluded) for ``report``."""
     info, settings = report["machine"], report.get("settings", {})
     engine_runs, vllm_runs = report.get("engine_runs", []), report.get("vllm_runs", [])
-    engine_versions = ", ".join(
-        f"{name} {_version(name)}" for name in ("torch", "transformers", "peft")
-    )
+    packages = ("torch", "transformers", "peft")
+    if report.get("openvino_bounds"):
+        packages += ("openvino", "openvino-genai")
+    engine_versions = ", ".join(f"{name} {_version(name)}" for name in packages)
     lines = [
         "## Embedded engine vs vLLM (CPU)",
         "",
@@ -89,20 +98,32 @@ def markdown(report: dict[str, Any], command: str) -> str:
         lines.append(f"- Both gave {same} greedy 24-token answer.")
     dtypes = report.get("engine_dtypes", [settings.get("engine_dtype", "float32")])
     theirs = report.get("vllm_dtypes", [settings.get("vllm_dtype", "?")])
-    lines += ["", f"Engine {dtypes[0]} against vLLM {theirs[0]}:", "", report["table"], ""]
+    backends = list(dict.fromkeys(t[0] for t in report.get("engine_targets", []))) or ["eager"]
+    lead = (
+        f"Engine {dtypes[0]}"
+        if backends == ["eager"]
+        else ("Each backend at its first dtype (" + ", ".join(backends) + ")")
+    )
+    lines += ["", f"{lead} against vLLM {theirs[0]}:", "", report["table"], ""]
     if "dtype_table" in report:
         lines += [
             "Every precision (median tok/s over runs; bound: the weights' bytes against the "
             "read rate of a tensor that size with the engine's threads, the most one decode "
-            "stream can reach):",
+            "stream can reach; switch: what alternating two adapters adds to a 1-token "
+            "request; agreement: greedy answers equal to PEFT's, base model and under a "
+            "LoRA):",
             "",
             report["dtype_table"],
             "",
-            "Targets (issue 16):",
+            "Targets (issue 16 for the eager engine, issue 45 for OpenVINO):"
+            if report.get("openvino_bounds")
+            else "Targets (issue 16):",
             "",
             *report["targets"],
             "",
         ]
+    for label, why in report.get("engine_skipped", {}).items():
+        lines += [f"{label} not benched: {str(why).strip().splitlines()[0]}", ""]
     if report.get("vllm_unavailable"):
         reason = str(report["vllm_unavailable"]).strip().splitlines()[0]
         lines += [f"vLLM not benched: {reason}; no ratio this time.", ""]

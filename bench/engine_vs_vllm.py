@@ -3,6 +3,8 @@
     .venv/bin/python bench/engine_vs_vllm.py --model smollm2-135m --home .reef --runs 2
     .venv/bin/python bench/engine_vs_vllm.py --model smollm2-135m --home .reef --runs 2 \
         --dtype float32,bfloat16,int8 --vllm-dtype float32,bfloat16
+    python bench/engine_vs_vllm.py --model smollm2-135m --home .reef --runs 2 \
+        --backend eager,openvino --dtype float32,float16,int8 --vllm-dtype float32,bfloat16
 
 Runs ``bench/engine.py``'s measurements (tokens/s at concurrency 1 and 8, time to first
 token, adapter load, load + first request, 1-token latency on the base and alternating
@@ -20,13 +22,22 @@ With ``--runs 2`` or more the order alternates (engine first, then vLLM first, .
 and each figure is the median over runs; the load average before each target is
 reported, since other work on the machine skews the figures.
 
-``--dtype`` and ``--vllm-dtype`` take comma-separated lists: each engine dtype and each
-vLLM dtype is a target of its own in every run. With more than one, the report adds a
-precision table: decode tokens/s at concurrency 1 and 8 of every target, the
-memory-bandwidth bound of each engine dtype (the weights' bytes against the read rate of
-a tensor that size, ``read_rate``, with the engine's
-threads), and issue 16's targets checked for each engine dtype: concurrency 1 at
->= 0.7x its bound and >= 1.5x vLLM's best, concurrency 8 at >= 1.2x vLLM's best.
+``--backend`` (``eager``, ``openvino``), ``--dtype`` and ``--vllm-dtype`` take
+comma-separated lists: each backend at each engine dtype, and each vLLM dtype, is a
+target of its own in every run (the OpenVINO backend serves float32, float16 and int8
+weights, its IR's fp32, fp16 and int8; it is converted once before any timing, and
+left out with the reason when its extra or converter is missing). With more than one
+target, or with ``openvino``, the report adds a precision table: decode tokens/s at
+concurrency 1 and 8 of every target, the memory-bandwidth bound of each (the weights'
+bytes as the backend holds them, the IR's weight file for OpenVINO, against the read
+rate of a tensor that size, ``read_rate``, with the engine's threads), the adapter
+switch overhead, and the greedy agreement with PEFT of every engine target (``--backend
+auto``'s own check, ``reef.engine.choice.calibrate``; ``--no-agreement`` skips it). It
+then checks issue 16's targets for each eager dtype (concurrency 1 at >= 0.7x its bound
+and >= 1.5x vLLM's best, concurrency 8 at >= 1.2x vLLM's best) and issue 45's for each
+OpenVINO one (concurrency 1 at >= 0.7x the bound of its weights, concurrency 8 at >= 2x
+vLLM's best, adapter switch <= 50 ms, agreement >= 95%), each with how close it came and,
+when missed, what was measured that says why.
 """
 
 from __future__ import annotations
@@ -129,10 +140,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_engine(args: argparse.Namespace, log: Path, dtype: str | None = None) -> Server:
+def start_engine(
+    args: argparse.Namespace, log: Path, dtype: str | None = None, backend: str = "eager"
+) -> Server:
     from reef.engine.process import EngineOptions, engine_command, parse_ready_line
 
-    options = EngineOptions(threads=args.threads, dtype=dtype or args.dtype)  # type: ignore[arg-type]
+    options = EngineOptions(
+        threads=args.threads,
+        dtype=dtype or args.dtype,  # type: ignore[arg-type]
+        backend=backend,  # type: ignore[arg-type]
+    )
     command = engine_command(args.model, args.home, options=options)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     started = time.perf_counter()
@@ -309,16 +326,56 @@ def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def table(engine_runs: list[dict[str, Any]], vllm_runs: list[dict[str, Any]]) -> str:
-    rows = ["| figure | engine | vLLM | engine/vLLM | better |", "|---|---:|---:|---:|---|"]
+def table(
+    engine_runs: list[dict[str, Any]],
+    vllm_runs: list[dict[str, Any]],
+    backends: dict[str, list[dict[str, Any]]] | None = None,
+) -> str:
+    """Each figure of the engine (``engine_runs``) against vLLM, with the ratio; with
+    ``backends`` of more than one backend (its name: the runs of its first dtype), a
+    column and a ratio for each backend instead."""
+    if not backends or len(backends) < 2:
+        backends = {"engine": engine_runs}
+    names = list(backends)
+    head = " | ".join(names) + " | vLLM | " + " | ".join(f"{n}/vLLM" for n in names)
+    rows = [f"| figure | {head} | better |", "|---|" + "---:|" * (2 * len(names) + 1) + "---|"]
     for key, label, better in FIGURES:
-        ours, theirs = median_of(engine_runs, key), median_of(vllm_runs, key)
-        ratio = f"{ours / theirs:.2f}" if ours is not None and theirs else "n/a"
-        if ours is not None and theirs is not None and key == "switch_overhead_ms":
-            ratio = "n/a"  # a difference of two medians, near zero: no meaningful ratio
-        cell = [f"{v:.1f}" if v is not None else "n/a" for v in (ours, theirs)]
-        rows.append(f"| {label} | {cell[0]} | {cell[1]} | {ratio} | {better} |")
+        theirs = median_of(vllm_runs, key)
+        values, ratios = [], []
+        for name in names:
+            ours = median_of(backends[name], key)
+            ratio = f"{ours / theirs:.2f}" if ours is not None and theirs else "n/a"
+            if key == "switch_overhead_ms":
+                ratio = "n/a"  # a difference of two medians, near zero: no meaningful ratio
+            values.append(f"{ours:.1f}" if ours is not None else "n/a")
+            ratios.append(ratio)
+        vllm_cell = f"{theirs:.1f}" if theirs is not None else "n/a"
+        rows.append(
+            f"| {label} | {' | '.join(values)} | {vllm_cell} | {' | '.join(ratios)} | {better} |"
+        )
     return "\n".join(rows)
+
+
+def engine_target_list(
+    backends: list[str], dtypes: list[str]
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """Every backend with every dtype, in that order, and the pairs left out with why:
+    the OpenVINO backend serves its IR's weight formats only (``auto`` is float32 there)."""
+    targets: list[tuple[str, str]] = []
+    skipped: dict[str, str] = {}
+    for backend in backends:
+        for dtype in dtypes:
+            if backend == "openvino":
+                if dtype == "auto":
+                    dtype = "float32"
+                if dtype not in OPENVINO_FORMATS:
+                    skipped[f"openvino {dtype}"] = (
+                        f"the backend serves {', '.join(OPENVINO_FORMATS)} weights"
+                    )
+                    continue
+            if (backend, dtype) not in targets:
+                targets.append((backend, dtype))
+    return targets, skipped
 
 
 def decode_bytes(model: Any) -> int:
@@ -393,22 +450,109 @@ def weight_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict
     return found
 
 
-def dtype_table(report: dict[str, Any]) -> tuple[str, list[str]]:
-    """The precision table and the targets checked, from ``report``'s runs and bounds."""
+def openvino_ir(args: argparse.Namespace, dtype: str) -> Path:
+    """The OpenVINO IR the backend serves ``dtype`` from, converted once (as the backend
+    converts it: ``reef.engine.openvino.converted``, cached under ``<home>/models``)."""
+    from reef.engine import openvino
+    from reef.engine.models import DEFAULT_MODEL, smollm2_cache
+
+    source = smollm2_cache(args.home) if args.model == DEFAULT_MODEL else Path(args.model)
+    return openvino.converted(source, args.home, dtype)
+
+
+def openvino_missing(args: argparse.Namespace, dtype: str) -> str | None:
+    """None when the OpenVINO backend can serve ``dtype`` here (its extra imports, a
+    converter is found, the model converts), else why not."""
+    from reef.core.errors import ReefError
+    from reef.engine.choice import openvino_unavailable
+
+    missing = openvino_unavailable()
+    if missing is not None:
+        return missing
+    try:
+        openvino_ir(args, dtype)
+    except (ReefError, OSError) as error:
+        return f"cannot convert: {error}"
+    return None
+
+
+def openvino_bounds(args: argparse.Namespace, dtypes: list[str]) -> dict[str, dict[str, float]]:
+    """Per OpenVINO weight format: the IR's weight file (its bytes are the weights in that
+    format: fp32, fp16, or int8 with its scales), the read rate of a tensor that size with
+    the engine's threads (timed as float32: bytes are bytes) and the bound it sets."""
+    import torch
+
+    from reef.engine.scheduler import default_threads
+
+    threads = args.threads or default_threads()
+    found = {}
+    for dtype in dtypes:
+        size = (openvino_ir(args, dtype) / "openvino_model.bin").stat().st_size
+        found[dtype] = bound_figures(size, torch.float32, threads)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    return found
+
+
+def agreements(args: argparse.Namespace, targets: list[tuple[str, str]]) -> dict[str, Any]:
+    """Greedy agreement with PEFT of every engine target, by ``--backend auto``'s own
+    check (``reef.engine.choice.calibrate``: the eager engine in float32 is the reference,
+    its answers are PEFT's; 20 chat prompts, 16 tokens, on the base model and under a
+    seeded rank-8 LoRA). Returns ``{"<backend> <dtype>": figure}``, each figure with
+    ``agreement`` (share of the 40 answers equal token for token) and ``refused`` (why,
+    when under 95% or when the target cannot serve)."""
+    from reef.engine.choice import calibrate
+    from reef.engine.models import load_model
+    from reef.engine.process import EngineOptions
+    from reef.engine.runtime import Engine
+    from reef.engine.server import backend_candidates
+
+    candidates = []
+    for backend, dtype in targets:
+        options = EngineOptions(threads=args.threads, dtype=dtype)  # type: ignore[arg-type]
+        found = backend_candidates(args.model, args.home, options)
+        candidates += [c for c in found if (c.backend, c.dtype) == (backend, dtype)]
+    record = calibrate(
+        lambda: Engine(load_model(args.model, args.home), threads=args.threads), candidates
+    )
+    return {f"{f['backend']} {f['dtype']}": f for f in record["figures"]} | {
+        "seconds": record["seconds"]
+    }
+
+
+def of_target(runs: list[dict[str, Any]], backend: str, dtype: str, key: str) -> float | None:
+    """The median of ``key`` over the runs of one target (runs without a backend: eager)."""
+    return median_of(
+        [r for r in runs if r.get("dtype") == dtype and r.get("backend", "eager") == backend], key
+    )
+
+
+SWITCH_MS_GOAL = 50.0
+AGREEMENT_GOAL = 0.95
+
+
+def dtype_table(report: dict[str, Any]) -> tuple[str, list[str]]:  # noqa: C901
+    """The precision table and the targets checked, from ``report``'s runs and bounds:
+    the eager engine's (issue 16's) and the OpenVINO backend's (issue 45's)."""
     bounds = report.get("bounds", {})
+    ov_bounds = report.get("openvino_bounds", {})
+    agree = report.get("agreement", {})
+    targets = [tuple(t) for t in report.get("engine_targets", [])] or [
+        ("eager", d) for d in report["engine_dtypes"]
+    ]
+
+    vllm_runs = report["vllm_runs"]
 
     def of(runs: list[dict[str, Any]], dtype: str, key: str) -> float | None:
         return median_of([r for r in runs if r.get("dtype") == dtype], key)
 
-    vllm_runs = report["vllm_runs"]
     best1 = max((v for d in report["vllm_dtypes"] if (v := of(vllm_runs, d, "tokens_per_s_c1"))),
                 default=None)  # fmt: skip
     best8 = max((v for d in report["vllm_dtypes"] if (v := of(vllm_runs, d, "tokens_per_s_c8"))),
                 default=None)  # fmt: skip
     rows = [
-        "| target | weights MB | bound tok/s | c1 tok/s | c1/bound | c8 tok/s "
-        "| c1 / vLLM best | c8 / vLLM best |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend | weights | weights MB | bound tok/s | c1 tok/s | c1/bound | c8 tok/s "
+        "| c1 / vLLM best | c8 / vLLM best | switch ms | agreement |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     checks = []
 
@@ -418,32 +562,112 @@ def dtype_table(report: dict[str, Any]) -> tuple[str, list[str]]:
     def ratio(ours: float | None, theirs: float | None) -> float | None:
         return ours / theirs if ours is not None and theirs else None
 
-    for dtype in report["engine_dtypes"]:
-        c1 = of(report["engine_runs"], dtype, "tokens_per_s_c1")
-        c8 = of(report["engine_runs"], dtype, "tokens_per_s_c8")
-        bound = bounds.get(dtype, {})
+    def check(label: str, value: float | None, goal: float, unit: str, why: str = "") -> str:
+        """One target: met or NOT met, with how close it came (value / goal)."""
+        if value is None:
+            return f"- {label}: not measured{why}"
+        if unit == "ms":  # at most ``goal``
+            verdict = "met" if value <= goal else "NOT met"
+            return f"- {label}: {verdict} ({value:.1f} ms, {value / goal:.2f}x the limit){why}"
+        verdict = "met" if value >= goal else "NOT met"
+        if unit == "%":
+            return f"- {label}: {verdict} ({value:.1%}, {value / goal:.2f}x the goal){why}"
+        return f"- {label}: {verdict} ({value:.2f}x, {value / goal:.2f}x the goal){why}"
+
+    for backend, dtype in targets:
+        runs = report["engine_runs"]
+        c1 = of_target(runs, backend, dtype, "tokens_per_s_c1")
+        c8 = of_target(runs, backend, dtype, "tokens_per_s_c8")
+        switch = of_target(runs, backend, dtype, "switch_overhead_ms")
+        base_1 = of_target(runs, backend, dtype, "one_token_ms_base")
+        alt_1 = of_target(runs, backend, dtype, "one_token_ms_switching_adapters")
+        bound = (ov_bounds if backend == "openvino" else bounds).get(dtype, {})
+        figure = agree.get(f"{backend} {dtype}", {})
         share = ratio(c1, bound.get("bound"))
         r1, r8 = ratio(c1, best1), ratio(c8, best8)
+        weights = OPENVINO_FORMATS.get(dtype, dtype) if backend == "openvino" else dtype
         rows.append(
-            f"| engine {dtype} | {cell(bound.get('weight_mb'), '.0f')} | "
+            f"| {backend} | {weights} | {cell(bound.get('weight_mb'), '.0f')} | "
             f"{cell(bound.get('bound'))} | {cell(c1)} | {cell(share, '.2f')} | {cell(c8)} | "
-            f"{cell(r1, '.2f')} | {cell(r8, '.2f')} |"
+            f"{cell(r1, '.2f')} | {cell(r8, '.2f')} | {cell(switch)} | "
+            f"{cell(figure.get('agreement'), '.1%')} |"
         )
-        for label, value, goal in (
-            ("c1 >= 0.7x its bound", share, 0.7),
-            ("c1 >= 1.5x vLLM's best", r1, 1.5),
-            ("c8 >= 1.2x vLLM's best", r8, 1.2),
-        ):
-            if value is None:
-                checks.append(f"- engine {dtype}: {label}: not measured")
-            else:
-                verdict = "met" if value >= goal else "NOT met"
-                checks.append(f"- engine {dtype}: {label}: {verdict} ({value:.2f}x)")
+        name = f"{backend} {dtype}"
+        if backend != "openvino":
+            for label, value, goal in (
+                ("c1 >= 0.7x its bound", share, 0.7),
+                ("c1 >= 1.5x vLLM's best", r1, 1.5),
+                ("c8 >= 1.2x vLLM's best", r8, 1.2),
+            ):
+                if value is None:
+                    checks.append(f"- {name}: {label}: not measured")
+                else:
+                    verdict = "met" if value >= goal else "NOT met"
+                    checks.append(f"- {name}: {label}: {verdict} ({value:.2f}x)")
+            continue
+        # issue 45's targets for the new backend, each with the measured why when missed
+        load = next(
+            (r.get("load_before") for r in runs
+             if r.get("backend") == backend and r.get("dtype") == dtype), None,
+        )  # fmt: skip
+        busy = busy_note(load)
+        why1 = ""
+        if share is not None and share < 0.7 and c1 and bound.get("bound"):
+            spent, read = 1000 / c1, 1000 / bound["bound"]
+            why1 = (
+                f": {spent:.1f} ms/token against {read:.1f} ms to read the weights once, "
+                f"{spent - read:.1f} ms/token of compute and per-step overhead{busy}"
+            )
+        why8 = ""
+        if r8 is not None and r8 < 2.0 and c8 and c1:
+            why8 = (
+                f": batching gains {c8 / c1:.2f}x over c1 (vLLM's best c8 {best8:.1f} tok/s){busy}"
+            )
+        why_s = ""
+        if switch is not None and switch > SWITCH_MS_GOAL and base_1 is not None:
+            why_s = (
+                f": a 1-token request takes {alt_1:.1f} ms alternating two adapters, "
+                f"{base_1:.1f} ms on the base model{busy}"
+            )
+        why_a = f": {figure['refused']}" if figure.get("refused") else ""
+        if not figure:
+            why_a = " (--no-agreement)" if report.get("agreement_skipped") else ""
+        checks += [
+            check(f"{name}: c1 >= 0.7x the bound of its weights", share, 0.7, "x", why1),
+            check(f"{name}: c8 >= 2x vLLM's best", r8, 2.0, "x",
+                  why8 if best8 else " (no vLLM figure)"),
+            check(f"{name}: adapter switch <= 50 ms", switch, SWITCH_MS_GOAL, "ms", why_s),
+            check(f"{name}: greedy agreement with PEFT >= 95%", figure.get("agreement"),
+                  AGREEMENT_GOAL, "%", why_a),
+        ]  # fmt: skip
     for dtype in report["vllm_dtypes"]:
         c1, c8 = of(vllm_runs, dtype, "tokens_per_s_c1"), of(vllm_runs, dtype, "tokens_per_s_c8")
+        switch = of(vllm_runs, dtype, "switch_overhead_ms")
         if c1 is not None or c8 is not None:
-            rows.append(f"| vLLM {dtype} | | | {cell(c1)} | | {cell(c8)} | | |")
+            rows.append(
+                f"| vLLM | {dtype} | | | {cell(c1)} | | {cell(c8)} | | | {cell(switch)} | |"
+            )
     return "\n".join(rows), checks
+
+
+OPENVINO_FORMATS = {"float32": "fp32", "float16": "fp16", "int8": "int8", "int4": "int4"}
+"""The OpenVINO IR's weight format of each engine dtype (``reef.engine.openvino.PRECISIONS``,
+repeated here so a report renders without OpenVINO installed)."""
+
+
+def busy_note(load: str | None) -> str:
+    """``; the machine was busy (...)`` when the 1-minute load average before the target
+    passed the cores: other work then took cycles from it."""
+    if not load:
+        return ""
+    try:
+        first = float(str(load).split()[0])
+    except ValueError:
+        return ""
+    cores = os.cpu_count() or 1
+    if first <= cores:
+        return ""
+    return f"; the machine was busy (load average {first:.1f} on {cores} cores before it)"
 
 
 def interrupt(signum: int, frame: object) -> None:
@@ -457,7 +681,15 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--home", type=Path, default=Path(".reef"))
     parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
     parser.add_argument(
+        "--backend",
+        default="eager",
+        help="engine backends, comma-separated (eager,openvino): each with each --dtype",
+    )
+    parser.add_argument(
         "--dtype", default="float32", help="engine dtypes, comma-separated (float32,int8)"
+    )
+    parser.add_argument(
+        "--no-agreement", action="store_true", help="skip the greedy agreement with PEFT"
     )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
@@ -478,6 +710,11 @@ def main() -> int:  # noqa: C901
     for dtype in engine_dtypes:
         if dtype not in ENGINE_DTYPES:
             parser.error(f"--dtype: {dtype!r} is not one of {', '.join(ENGINE_DTYPES)}")
+    backends = args.backend.split(",")
+    for backend in backends:
+        if backend not in ("eager", "openvino"):
+            parser.error(f"--backend: {backend!r} is not one of eager, openvino")
+    engine_targets, skipped = engine_target_list(backends, engine_dtypes)
     args.runs = max(1, min(args.runs, MAX_RUNS))
     args.home = args.home.resolve()
     if args.log_dir:
@@ -490,7 +727,7 @@ def main() -> int:  # noqa: C901
     report["settings"] = {
         "max_tokens": args.max_tokens, "rounds": args.rounds, "runs": args.runs,
         "engine_threads": args.threads, "vllm_dtype": args.vllm_dtype,
-        "engine_dtype": args.dtype,
+        "engine_dtype": args.dtype, "engine_backend": args.backend,
         "vllm_args": args.vllm_args, "vllm_env": VLLM_ENV,
     }  # fmt: skip
     vllm_reason: str | None = "--no-vllm" if args.no_vllm else None
@@ -518,20 +755,35 @@ def main() -> int:  # noqa: C901
             else:
                 vllm_reason = f"vLLM needs a model directory; {args.model!r} has none"
         report["vllm_model_dir"] = str(model_dir) if model_dir else None
+        for backend, dtype in list(engine_targets):
+            if backend == "openvino":  # converted once, before any timing
+                why = openvino_missing(args, dtype)
+                if why is not None:
+                    skipped[f"openvino {dtype}"] = why
+                    engine_targets.remove((backend, dtype))
+                    print(f"openvino {dtype} not benched: {why}", file=sys.stderr)
 
-        targets = [("engine", d) for d in engine_dtypes] + [("vllm", d) for d in vllm_dtypes]
+        targets = engine_targets + [("vllm", d) for d in vllm_dtypes]
         for run in range(args.runs):
             order = targets if run % 2 == 0 else targets[::-1]
             for target, dtype in order:
                 if target == "vllm" and vllm_reason is not None:
                     continue
-                log = (args.log_dir or scratch) / f"{target}-{dtype}-{run + 1}.log"
+                name = "engine" if target == "eager" else target
+                log = (args.log_dir or scratch) / f"{name}-{dtype}-{run + 1}.log"
                 before = load()
                 print(
                     f"run {run + 1}/{args.runs}: {target} {dtype} (load {before})", file=sys.stderr
                 )
-                if target == "engine":
-                    server = start_engine(args, log, dtype)
+                if target == "eager":
+                    server = start_engine(args, log, dtype, target)
+                elif target == "openvino":
+                    try:
+                        server = start_engine(args, log, dtype, target)
+                    except RuntimeError as error:
+                        skipped[f"openvino {dtype}"] = f"did not start: {error}"
+                        print(f"openvino {dtype} did not start: {error}", file=sys.stderr)
+                        continue
                 else:
                     try:
                         assert model_dir is not None
@@ -547,20 +799,38 @@ def main() -> int:  # noqa: C901
                 results["load_before"] = before
                 results["load_after"] = load()
                 results["dtype"] = dtype
-                (engine_runs if target == "engine" else vllm_runs).append(results)
+                if target != "vllm":
+                    results["backend"] = target
+                (vllm_runs if target == "vllm" else engine_runs).append(results)
 
     report["engine_runs"] = engine_runs
     report["vllm_runs"] = vllm_runs
     report["vllm_unavailable"] = vllm_reason
     report["engine_dtypes"], report["vllm_dtypes"] = engine_dtypes, vllm_dtypes
-    first = [r for r in engine_runs if r["dtype"] == engine_dtypes[0]]
+    report["engine_targets"] = [list(t) for t in engine_targets]
+    report["engine_skipped"] = skipped
     theirs = [r for r in vllm_runs if r["dtype"] == vllm_dtypes[0]]
+    firsts = {}  # the first dtype of each backend: the side-by-side table's columns
+    for backend, dtype in engine_targets:
+        if backend not in firsts:
+            firsts[backend] = [
+                r for r in engine_runs if r["dtype"] == dtype and r["backend"] == backend
+            ]
+    first = next(iter(firsts.values()), [])
     if first and theirs:
         same = first[0]["greedy_24_tokens"] == theirs[0]["greedy_24_tokens"]
         report["same_greedy_text"] = same
-    report["table"] = table(first, theirs)
-    if len(engine_dtypes) > 1 or len(vllm_dtypes) > 1:
-        report["bounds"] = weight_bounds(args, engine_dtypes)
+    report["table"] = table(first, theirs, firsts)
+    if len(engine_targets) > 1 or len(vllm_dtypes) > 1 or "openvino" in backends:
+        eager_dtypes = [d for b, d in engine_targets if b == "eager"]
+        ov_dtypes = [d for b, d in engine_targets if b == "openvino"]
+        report["bounds"] = weight_bounds(args, eager_dtypes)
+        report["openvino_bounds"] = openvino_bounds(args, ov_dtypes)
+        if args.no_agreement:
+            report["agreement_skipped"] = True
+        elif engine_targets:
+            print("greedy agreement with PEFT, every engine target", file=sys.stderr)
+            report["agreement"] = agreements(args, engine_targets)
         report["dtype_table"], report["targets"] = dtype_table(report)
 
     info = report["machine"]
@@ -569,10 +839,13 @@ def main() -> int:  # noqa: C901
         print(report["vllm_versions"])
     for name, runs in (("engine", engine_runs), ("vLLM", vllm_runs)):
         for done in runs:
+            label = "vLLM" if name == "vLLM" else done["backend"]
             print(
-                f"{name} {done['dtype']}: load average {done['load_before']} before, "
+                f"{label} {done['dtype']}: load average {done['load_before']} before, "
                 f"{done['load_after']} after"
             )
+    for label, why in skipped.items():
+        print(f"{label}: not benched: {why}")
     if "same_greedy_text" in report:
         print(f"same greedy 24-token answer on both: {report['same_greedy_text']}")
     print(report["table"])

@@ -409,7 +409,7 @@ def table(results: dict[str, Any]) -> str:
     ]
     for label, row in results["targets"].items():
         if "c1_ms" not in row:
-            lines.append(f"| {label} | {row.get('error', '')} |")
+            lines.append(f"| {label} | {row.get('error', '')[:200]} |")
             continue
 
         switch = f"{row['switch_ms']:.1f}" if "switch_ms" in row else "-"

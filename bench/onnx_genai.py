@@ -230,7 +230,7 @@ def speed(target: Any, prompts: list[list[int]], tokens: int) -> dict[str, float
 
 def answers(target: Any, chats: list[list[int]], adapter: str | None, eos: frozenset[int]):
     """Greedy answers as served (up to 32 tokens, cut at the end of the turn)."""
-    served = isinstance(target, OnnxTarget)
+    served = not isinstance(target, eb.EagerTarget)
     out = []
     for ids in chats:
         answer = (
@@ -255,6 +255,13 @@ def main() -> int:
     parser.add_argument("--lora-std", type=float, default=0.02)
     parser.add_argument("--skip-lora", action="store_true")
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument(
+        "--openvino-ir",
+        type=Path,
+        default=None,
+        help="an OpenVINO IR of the same model (optimum-cli export openvino): measured in "
+        "the same run, served as the backend serves it (float32 arithmetic and KV cache)",
+    )
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
     from reef.engine.choice import probe_chats
@@ -291,20 +298,7 @@ def main() -> int:
     }
     print(json.dumps(results["machine"]), flush=True)
 
-    # the eager engine: the reference answers and the baseline speed
-    eager = eb.EagerTarget(args.model, args.home, args.threads)
-    row: dict[str, Any] = {"load_avg": os.getloadavg()[0], "weight_mb": eager.weight_bytes / 1e6}
-    row.update(speed(eager, prompts, args.max_tokens))
-    reference = {"base": answers(eager, chats, None, eos)}
-    row["base_agree"] = 1.0
-    if lora:
-        for name, path in lora.items():
-            eager.load_adapter(name, path)
-        reference["a"] = answers(eager, chats, "a", eos)
-        row["agree"] = 1.0
-        row["switch_ms"] = eb.switch_ms(eager, chats[0], "a", "b")
-        row["lora_changes"] = 1 - eb.agreement(reference["a"], reference["base"])
-    eager.close()
+    row, reference = eager_row(lora, chats, args)
     report(results, "eager-fp32", row, args)
 
     for precision in args.precisions.split(","):
@@ -325,6 +319,10 @@ def main() -> int:
             target.close()
         report(results, label, row, args)
 
+    if args.openvino_ir is not None:
+        row = openvino_row(args.openvino_ir, lora, chats, reference, args)
+        report(results, "openvino-fp32", row, args)
+
     if lora:
         report(
             results, "onnx-fp32+lora", lora_row(source, lora, work, chats, reference, args), args
@@ -335,6 +333,26 @@ def main() -> int:
     if args.output:
         args.output.write_text(json.dumps(results, indent=2))
     return 0
+
+
+def eager_row(
+    lora: dict[str, Path], chats: list[list[int]], args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, list[list[int]]]]:
+    """The eager engine: the baseline speed and the reference answers (base, adapter A)."""
+    eager = eb.EagerTarget(args.model, args.home, args.threads)
+    row: dict[str, Any] = {"load_avg": os.getloadavg()[0], "weight_mb": eager.weight_bytes / 1e6}
+    row.update(speed(eager, args.speed_set, args.max_tokens))
+    reference = {"base": answers(eager, chats, None, args.eos)}
+    row["base_agree"] = 1.0
+    if lora:
+        for name, path in lora.items():
+            eager.load_adapter(name, path)
+        reference["a"] = answers(eager, chats, "a", args.eos)
+        row["agree"] = 1.0
+        row["switch_ms"] = eb.switch_ms(eager, chats[0], "a", "b")
+        row["lora_changes"] = 1 - eb.agreement(reference["a"], reference["base"])
+    eager.close()
+    return row, reference
 
 
 def lora_row(
@@ -374,11 +392,43 @@ def lora_row(
     return row
 
 
+def openvino_row(
+    directory: Path,
+    lora: dict[str, Path],
+    chats: list[list[int]],
+    reference: dict[str, list[list[int]]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """OpenVINO GenAI's continuous batching pipeline on ``directory``, batch 1, adapters
+    registered at construction and chosen per call (``engine_backends.OpenVINOTarget``)."""
+    row: dict[str, Any] = {"load_avg": os.getloadavg()[0]}
+    try:
+        target = eb.OpenVINOTarget(directory, args.threads, lora, f32=True)
+    except Exception as exc:  # no openvino-genai here
+        row["error"] = repr(exc)
+        return row
+    row["weight_mb"] = target.weight_bytes / 1e6
+    try:
+        row.update(speed(target, args.speed_set, args.max_tokens))
+        row["base_agree"] = eb.agreement(answers(target, chats, None, args.eos), reference["base"])
+        if lora:
+            row["agree"] = eb.agreement(answers(target, chats, "a", args.eos), reference["a"])
+            row["switch_ms"] = eb.switch_ms(target, chats[0], "a", "b")
+    except Exception as exc:
+        row["error"] = repr(exc)
+    finally:
+        target.close()
+    return row
+
+
 def versions() -> dict[str, str]:
     import importlib.metadata as metadata
 
     out = {}
-    for package in ("onnxruntime-genai", "onnxruntime", "onnx", "torch", "transformers", "peft"):
+    for package in (
+        "onnxruntime-genai", "onnxruntime", "onnx", "openvino-genai", "torch", "transformers",
+        "peft",
+    ):  # fmt: skip
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

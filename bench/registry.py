@@ -507,6 +507,8 @@ HELPERS = {
     "gpu_check.py": "the GPU check: run by hand on a CUDA machine (its --cpu-smoke is a test)",
     "gpu_serving.py": "the serving runs of gpu_check.py (vLLM through the gateway, multi-LoRA)",
     "load.py": "load generator of gateway_overhead.py",
+    "onnx_genai.py": "ONNX Runtime GenAI vs the eager engine: run by hand in an environment "
+    "with onnxruntime-genai (docs/engine.md, ONNX Runtime GenAI, measured)",
     "overhead_report.py": "report of gateway_overhead.py",
     "passthrough.py": "the bare proxy of gateway_overhead.py",
     "registry.py": "what python -m bench runs (this list)",

@@ -72,8 +72,10 @@ STORY = (
 
 
 def long_prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
-    """``count`` different prompts of exactly ``length`` token ids (the chat template
-    around a story, cut to length from the left so each ends on the assistant turn)."""
+    """``count`` different prompts of exactly ``length`` token ids: the chat template
+    around a numbered story, cut to length in the middle, so each keeps its start (the
+    role header and its number, where the prompts differ: a prefix cache cannot answer
+    one prompt's prefill from another's) and its end (the assistant turn)."""
     prompts = []
     for i in range(count):
         text = f"Part {i + 1}. " + STORY * 4 + " Continue the story."
@@ -84,7 +86,8 @@ def long_prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
             return_dict=False,
         )
         ids = [int(t) for t in ids]
-        prompts.append(ids[-length:])
+        head = min(length // 2, len(ids))
+        prompts.append(ids[:head] + ids[len(ids) - (length - head) :])
     return prompts
 
 

@@ -196,24 +196,6 @@ class OnnxTarget:
 # --- measurements --------------------------------------------------------------------
 
 
-def distinct_prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
-    """``count`` chat prompts of about ``length`` token ids that differ from their first
-    words (``engine_backends.long_prompts`` cuts from the left, so its prompts can share
-    every token, and the eager engine's prefix cache would answer their prefill)."""
-    prompts = []
-    for i in range(count):
-        words = tokenizer.encode(f"Part {i + 1}. " + eb.STORY * 4, add_special_tokens=False)
-        text = tokenizer.decode(words[: max(length - 16, 8)]) + " Continue the story."
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}],
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
-        prompts.append([int(t) for t in ids])
-    return prompts
-
-
 def speed(target: Any, prompts: list[list[int]], tokens: int) -> dict[str, float]:
     """``c1_ms``, ``tok_s`` and ``ttft_ms`` at batch 1 (module docstring); the first
     prompt warms up, every other is new to the target when its first token is timed."""
@@ -272,7 +254,7 @@ def main() -> int:
     loaded = load_model(args.model, args.home)
     tokenizer, eos = loaded.tokenizer, loaded.eos_token_ids
     args.eos = eos
-    prompts = distinct_prompts(tokenizer, args.speed_prompts + 1, args.prompt_tokens)
+    prompts = eb.long_prompts(tokenizer, args.speed_prompts + 1, args.prompt_tokens)
     args.speed_set = prompts
     chats = [
         [

@@ -91,6 +91,19 @@ def long_prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
     return prompts
 
 
+def chat_ids(tokenizer: Any, chats: list[list[dict[str, Any]]]) -> list[list[int]]:
+    """Each chat's token ids under the chat template, ending on the assistant turn."""
+    return [
+        [
+            int(t)
+            for t in tokenizer.apply_chat_template(
+                chat, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        ]
+        for chat in chats
+    ]
+
+
 # --- the eager engine ----------------------------------------------------------------
 
 
@@ -385,15 +398,7 @@ def main() -> int:
     tokenizer = loaded.tokenizer
     args.eos = loaded.eos_token_ids  # the answers end there (``until_eos``)
     prompts = long_prompts(tokenizer, 8, args.prompt_tokens)
-    chats = [
-        [
-            int(t)
-            for t in tokenizer.apply_chat_template(
-                chat, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-        ]
-        for chat in probe_chats(args.prompts)
-    ]
+    chats = chat_ids(tokenizer, probe_chats(args.prompts))
     work = Path(tempfile.mkdtemp(prefix="reef-backends-"))
     adapter_a = make_adapter(loaded.model, work / "lora-a", 1, args.lora_std)
     adapter_b = make_adapter(

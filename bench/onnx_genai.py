@@ -256,15 +256,7 @@ def main() -> int:
     args.eos = eos
     prompts = eb.long_prompts(tokenizer, args.speed_prompts + 1, args.prompt_tokens)
     args.speed_set = prompts
-    chats = [
-        [
-            int(t)
-            for t in tokenizer.apply_chat_template(
-                c, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-        ]
-        for c in probe_chats(args.prompts)
-    ]
+    chats = eb.chat_ids(tokenizer, probe_chats(args.prompts))
     work = Path(tempfile.mkdtemp(prefix="reef-onnx-"))
     lora = {}
     if not args.skip_lora:

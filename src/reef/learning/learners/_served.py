@@ -21,7 +21,8 @@ harness learner listed after a model learner is not seen by its training: list h
 learners first.
 
 ``demos`` (every model learner's setting) decides what becomes of the harness's few-shot
-demos when the learner renders it. ``drop`` (the default) trains every prompt without
+demos when the learner renders it. ``drop`` (the default; ``distill`` keeps them, as the
+release's harness prompts its teacher too) trains every prompt without
 them, and the candidate serves without them too (the learner returns the harness minus
 its demos), so the adapter is served exactly as it trained. ``keep`` trains and serves
 with them. Measured with ``bench/learning.py`` (docs/benchmarks.md, "Learning recipes"):

@@ -30,7 +30,7 @@ a distilled scenario's traffic usually has none (docs/distillation.md).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Literal, cast
 
 from pydantic import Field
 
@@ -63,8 +63,11 @@ class DistillLearnerConfig(SFTConfig):
     ``logit_weight``: above 0, the loss adds that times the KL from the teacher's top-k
     distribution to the student's at the aligned tokens of answers recorded with the
     teacher's logprobs, both at ``logit_temperature`` (0: plain SFT;
-    docs/distillation.md#logit-distillation)."""
+    docs/distillation.md#logit-distillation). ``demos`` defaults to ``keep`` here: the
+    release's harness prompts the teacher as well as the student, and dropping its demos
+    would change the prompt of the model the student learns from."""
 
+    demos: Literal["drop", "keep"] = "keep"
     student_share: float | None = Field(default=None, gt=0.0, le=1.0)
     drop_below: float = NEGATIVE_BELOW
     logit_weight: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)

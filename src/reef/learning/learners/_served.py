@@ -22,10 +22,11 @@ learners first.
 
 ``demos`` (every model learner's setting) decides what becomes of the harness's few-shot
 demos when the learner renders it. ``drop`` (the default; ``distill`` keeps them, as the
-release's harness prompts its teacher too) trains every prompt without
-them, and the candidate serves without them too (the learner returns the harness minus
-its demos), so the adapter is served exactly as it trained. ``keep`` trains and serves
-with them. Measured with ``bench/learning.py`` (docs/benchmarks.md, "Learning recipes"):
+release's harness prompts its teacher too) trains every prompt without them, and the
+candidate serves without them too (the learner returns the harness minus its demos), so
+the adapter is served exactly as it trained. ``keep`` trains and serves
+with them. Measured with ``bench/learning.py --compare-recipes`` (docs/benchmarks.md,
+"``fewshot`` then ``sft`` for a ``harness: managed`` scenario"):
 on the label map, ``fewshot`` then ``sft`` served with two fixed demos scored 73%
 held-out against 98% for the adapter alone, and which two demos it trained under moved
 it between 58% and 98%; an adapter trained on the records has learned what the demos

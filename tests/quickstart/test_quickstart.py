@@ -15,12 +15,13 @@ import yaml
 from typer.testing import CliRunner
 
 from reef.cli.main import app
+from reef.engine.choice import CHOICE_FILE
 from reef.experience import open_store
 from reef.learning.recipes import parse_recipe
 from reef.quickstart.application import GatewayClient
 from reef.quickstart.scenario import LABELS, TicketGenerator, is_correct
 from reef.quickstart.session import choose_port
-from reef.quickstart.workspace import busy_cores, recipe_yaml, training_threads
+from reef.quickstart.workspace import busy_cores, prepare, recipe_yaml, training_threads
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -41,6 +42,11 @@ def test_reduced_quickstart_runs_the_loop_and_reports_it(tmp_path: Path) -> None
 
     summary = json.loads((root / "summary.json").read_text())
     assert summary["dtype"] == "bfloat16", "the engine serves in the precision asked for"
+    # backend: auto, resolved on this machine: eager unless the openvino extra is here
+    assert (
+        yaml.safe_load((root / "reef.yaml").read_text())["upstreams"]["local"]["backend"] == "auto"
+    )
+    assert summary["backend"] in ("eager", "openvino")
     [round_one] = summary["rounds"]
     assert round_one["traffic"] == REQUESTS
     assert round_one["job_state"] == "succeeded"
@@ -87,6 +93,23 @@ def test_an_earlier_run_is_kept_unless_fresh(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "--fresh" in str(result.exception)
     assert (root / "reef.yaml").read_text() == "home: .reef\n"
+
+
+def test_fresh_keeps_the_converted_model_and_the_backend_choice(tmp_path: Path) -> None:
+    workspace = prepare(tmp_path / "qs", fresh=False)
+    engine = workspace.home / "engine"
+    (workspace.home / "models" / "m").mkdir(parents=True)
+    (engine / "adapters").mkdir(parents=True)
+    (engine / CHOICE_FILE.name).write_text("{}")
+    (engine / "other.json").write_text("{}")
+    (workspace.home / "reef.db").write_text("")
+    (workspace.root / "reef.yaml").write_text("home: .reef\n")
+
+    prepare(workspace.root, fresh=True)
+    assert sorted(p.name for p in workspace.home.iterdir()) == ["engine", "models"]
+    assert [p.name for p in engine.iterdir()] == [CHOICE_FILE.name]
+    assert (workspace.home / "models" / "m").is_dir()
+    assert not (workspace.root / "reef.yaml").exists()
 
 
 def test_fresh_never_clears_a_directory_it_did_not_write(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ the eager engine's on this CPU, calibrated once and cached.
   different key calibrates again. The choice is logged in one line with its figures.
 
 The check loads and probes every candidate: minutes, not seconds (443 s for five engines
-on a loaded 2-core machine, docs/engine.md), so ``eager`` stays the default.
+on a loaded 2-core machine, docs/engine.md), so ``eager`` stays the default of
+``reef engine serve``; ``reef quickstart`` asks for ``auto``.
 """
 
 from __future__ import annotations

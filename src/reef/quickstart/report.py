@@ -57,6 +57,7 @@ class Run:
     task: str = "triage"
     cpu_seconds: float = 0.0
     dtype: str = ""  # the precision the engine reported serving in (GET /health)
+    backend: str = ""  # what runs the model (GET /health): eager, openvino (backend: auto)
 
     @property
     def words(self) -> Words:
@@ -329,7 +330,8 @@ def render_html(run: Run, png: bytes, files: dict[str, str]) -> str:
 <style>{_CSS}</style></head><body>
 <h1>Reef quickstart: {esc(words.title)}</h1>
 <p class="headline">{esc(headline(run))}</p>
-<p>Model <code>{esc(run.model)}</code> on the embedded engine ({esc(run.dtype or "?")});
+<p>Model <code>{esc(run.model)}</code> on the embedded engine ({esc(run.backend or "?")},
+{esc(run.dtype or "?")});
 {plural(run.rounds_planned, "round")} of {run.requests} {words.unit}; held-out set of
 {run.heldout_size} {words.unit}; seed {run.seed}; total
 {run.seconds:.0f} s (start-up {run.startup_seconds:.0f} s), {run.cpu_seconds / 60:.1f} CPU

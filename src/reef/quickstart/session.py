@@ -154,6 +154,7 @@ def _agent_plan(options: Options, workspace: Workspace, port: int) -> Plan:
         shown,
         suite_items(suite, world, "suite"),
         dtype=options.dtype,
+        threads=training_threads(),
     )
     intro = (
         f"an order-support agent with {len(TOOLS)} tools "
@@ -190,7 +191,7 @@ def _run(options: Options, workspace: Workspace, started: float) -> None:
     console.print(f"[bold]Reef quickstart[/bold] in {workspace.root}: {plan.intro}")
     with Stack(plan.settings, workspace.logs / "engine.log") as stack:
         try:
-            run.dtype = _start(stack, console, options.model, plan.scenario)
+            run.backend, run.dtype = _start(stack, console, options.model, plan.scenario)
             run.startup_seconds = time.monotonic() - started
             app = plan.application(stack.url)
             try:
@@ -226,30 +227,32 @@ def _cpu_seconds() -> float:
     return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _start(stack: Stack, console: Console, model: str, scenario: str) -> str:
-    """Start the engine, the gateway and the worker; return the precision the engine
-    serves in (its ``GET /health``)."""
+def _start(stack: Stack, console: Console, model: str, scenario: str) -> tuple[str, str]:
+    """Start the engine, the gateway and the worker; return the backend and the
+    precision the engine serves in (its ``GET /health``)."""
     first = model == "smollm2-135m" and not (stack.settings.home / "models" / model).exists()
     note = " (first start: converting SmolLM2 to safetensors, a few seconds)" if first else ""
     with console.status(f"starting the embedded engine{note}"):
         ready = stack.start_engine()
-    dtype = _engine_dtype(ready.base_url)
-    console.print(f"engine: {ready.model} ({dtype}) at {ready.base_url}")
+    backend, dtype = _engine_health(ready.base_url)
+    console.print(f"engine: {ready.model} ({backend}, {dtype}) at {ready.base_url}")
     with console.status("starting the gateway and the learning worker"):
         stack.start_gateway()
         stack.start_worker()
     console.print(f"gateway: {stack.url}/v1 (OpenAI-compatible), scenario {scenario!r}")
-    return dtype
+    return backend, dtype
 
 
-def _engine_dtype(base_url: str) -> str:
-    """The precision the engine at ``base_url`` reports; ``unknown`` if it does not say."""
+def _engine_health(base_url: str) -> tuple[str, str]:
+    """The backend and precision the engine at ``base_url`` reports (``backend: auto``
+    resolved); ``unknown`` for what it does not say."""
     try:
         url = base_url.removesuffix("/v1") + "/health"
         with urllib.request.urlopen(url, timeout=10) as reply:  # noqa: S310 (the engine we started: http)
-            return str(json.load(reply).get("dtype", "unknown"))
+            health = json.load(reply)
     except (OSError, ValueError):
-        return "unknown"
+        return "unknown", "unknown"
+    return str(health.get("backend", "unknown")), str(health.get("dtype", "unknown"))
 
 
 def _rounds(

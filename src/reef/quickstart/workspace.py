@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from reef.config import ReefSettings
+from reef.engine.choice import CHOICE_FILE
 from reef.quickstart.agent import SYSTEM_PROMPT as AGENT_PROMPT
 from reef.quickstart.errors import QuickstartError
 from reef.quickstart.scenario import LABELS, SYSTEM_PROMPT, Ticket
@@ -110,8 +111,21 @@ def _clear(path: Path) -> None:
             path.unlink()
     elif path.name == HOME:
         for child in path.iterdir():
-            if child.name != "models":
+            if child.name == "engine":
+                _clear_engine(child)
+            elif child.name != "models":
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
+
+
+def _clear_engine(path: Path) -> None:
+    """Clear ``<home>/engine`` but for ``--backend auto``'s choice: like the converted
+    model, it derives from the machine and the installed packages, not from a run."""
+    if not path.is_dir():
+        path.unlink()
+        return
+    for child in path.iterdir():
+        if child.name != CHOICE_FILE.name:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
 HARNESS_YAML = """\
@@ -276,7 +290,10 @@ def reef_yaml(
     model: str, port: int, scenario: str = SCENARIO, dtype: str = "float32"
 ) -> dict[str, Any]:
     """``reef.yaml`` as data, paths relative to the quickstart directory."""
-    local: dict[str, Any] = {"type": "local", "model": model}
+    # backend: auto serves on the fastest backend whose answers agree with the eager
+    # engine's on this CPU (reef.engine.choice): eager, at no cost, without the openvino
+    # extra; with it, a check once per CPU, model and versions, kept across --fresh.
+    local: dict[str, Any] = {"type": "local", "model": model, "backend": "auto"}
     if dtype != "float32":
         local["dtype"] = dtype
     return {
@@ -359,8 +376,9 @@ params:
 AGENT_MAX_TOKENS = 48  # a call with two arguments is ~40 SmolLM2 tokens
 
 
-def agent_recipe_yaml(model: str, epochs: float) -> str:
-    """The agent task's recipe (the comments in it say why each choice)."""
+def agent_recipe_yaml(model: str, epochs: float, threads: int = 1) -> str:
+    """The agent task's recipe (the comments in it say why each choice); ``threads``:
+    the training child's torch threads (:func:`training_threads`)."""
     tiny = model == "tiny-random"
     return f"""\
 # reef learn --scenario {AGENT_SCENARIO} -c reef.yaml   (the quickstart starts each job
@@ -394,9 +412,10 @@ learners:
     # The tool prompt makes a turn ~300 SmolLM2 tokens (the tiny model's tokenizer spells
     # it out character by character).
     max_seq_len: {2048 if tiny else 640}
-    # One torch thread: on two cores, two threads spin-wait on each other whenever
-    # anything else runs (the gateway, the worker, other people's jobs).
-    threads: 1
+    # Torch threads: every core when the machine was idle as the quickstart started
+    # (nothing else runs while a round trains), else one: two threads on two cores
+    # spin-wait on each other whenever anything else runs.
+    threads: {threads}
 gate:
   # The operator's suite: requests in held-out phrasings (none in the report's held-out
   # set), each asked twice: its first turn (scored by tool_call against the right call)
@@ -423,16 +442,18 @@ def write_agent_config(
     heldout: list[dict[str, Any]],
     suite: list[dict[str, Any]],
     dtype: str = "float32",
+    threads: int = 1,
 ) -> ReefSettings:
     """The agent task's configuration files, its held-out episodes and the gate's
-    suite; the settings, with paths made absolute."""
+    suite; the settings, with paths made absolute. ``threads``: the training child's
+    torch threads (:func:`training_threads`)."""
     root = workspace.root
     (root / "harness").mkdir(exist_ok=True)
     harness = AGENT_HARNESS_YAML.format(
         system_prompt=json.dumps(AGENT_PROMPT), max_tokens=AGENT_MAX_TOKENS
     )
     (root / "harness" / "harness.yaml").write_text(harness, encoding="utf-8")
-    (root / "recipe.yaml").write_text(agent_recipe_yaml(model, epochs), encoding="utf-8")
+    (root / "recipe.yaml").write_text(agent_recipe_yaml(model, epochs, threads), encoding="utf-8")
     for name, items in (("heldout.jsonl", heldout), ("suite.jsonl", suite)):
         (root / name).write_text("".join(json.dumps(item) + "\n" for item in items))
     return _write_reef_yaml(workspace, model, port, AGENT_SCENARIO, dtype)

@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -380,7 +381,7 @@ class Report:
                 "",
                 f"- Machine: {machine()}; {self.date}; load average before the run "
                 f"{load} (1, 5, 15 min).",
-                f"- Load: {a.requests} non-streaming chat requests per round after "
+                f"- Load: {_round_size(a)} non-streaming chat requests per round after "
                 f"{a.warmup} warm-up (reef-responses: the same request as POST "
                 f"/v1/responses"
                 + (
@@ -389,7 +390,7 @@ class Report:
                     else ""
                 )
                 + f"), concurrency {', '.join(map(str, a.concurrency))}; "
-                f"{runs}; one aiohttp client session with keep-alive.",
+                f"{runs}; {loader_text(a)}.",
                 f"- Versions: reef {_version('reef-agent')}, aiohttp {_version('aiohttp')}, "
                 f"uvicorn {_version('uvicorn')}{litellm}.",
                 *self.notes(),
@@ -407,6 +408,35 @@ class Report:
     def text(self) -> str:
         """What is printed at the end: the same as the markdown section."""
         return self.markdown()
+
+
+def _round_size(args: argparse.Namespace) -> str:
+    """How long a round is: a count (Python loader) or a time (wrk)."""
+    if getattr(args, "loader", "python") != "wrk":
+        return str(args.requests)
+    if args.seconds:
+        return f"{args.seconds:g} s of"
+    return f"rounds as long as {args.requests} take (at the warm-up's pace) of"
+
+
+def wrk_version() -> str:
+    """``wrk -v``'s first words (``wrk 4.1.0``), or ``wrk`` when it cannot say."""
+    try:
+        done = subprocess.run(["wrk", "-v"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "wrk"
+    words = (done.stdout or done.stderr).split()
+    return " ".join(words[:2]) if words[:1] == ["wrk"] else "wrk"
+
+
+def loader_text(args: argparse.Namespace) -> str:
+    """Which load generator sent the requests, said in the report."""
+    if getattr(args, "loader", "python") != "wrk":
+        return "load from Python: one aiohttp client session with keep-alive"
+    return (
+        f"load from {wrk_version()} (native; {args.wrk_threads} thread(s) at most, "
+        "keep-alive, its Lua script counting requests, 2xx answers and receipts)"
+    )
 
 
 def _cpu_ratio(a: LoadResult, b: LoadResult) -> float:

@@ -61,6 +61,7 @@ class LoadResult:
     cpu_seconds: float | None = None  # the serving process's CPU (user + system) in the round
     receipts_seen: int | None = None  # wrk keeps a sample in ``receipts``; this many came back
     requests_sent: int | None = None  # wrk's rounds are timed, not counted: what it sent
+    loader_cpu_seconds: float | None = None  # wrk's own CPU in the round
 
     @property
     def receipt_count(self) -> int:

@@ -121,8 +121,16 @@ def progress_line(run: int, result: LoadResult) -> str:
     return (
         f"run {run + 1}  c={result.concurrency:<3} {result.target:<14}"
         f" p50 {result.percentile(0.5):7.2f} ms  p99 {result.percentile(0.99):7.2f} ms"
-        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}"
+        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}" + _loader_cpu(result)
     )
+
+
+def _loader_cpu(result: LoadResult) -> str:
+    """wrk's CPU per answer in the round, when known (not in the tables: a check that
+    the load generator leaves the cores to the servers)."""
+    if result.loader_cpu_seconds is None or not result.latencies_ms:
+        return ""
+    return f"  wrk CPU {result.loader_cpu_seconds * 1e6 / len(result.latencies_ms):.0f} µs/req"
 
 
 def spread(values: list[float], digits: int = 2) -> str:

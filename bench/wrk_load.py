@@ -19,7 +19,8 @@ Python loader, the body's ``%d`` filled from a per-thread counter, and:
 - times the round from its first request to its last answer (LuaJIT's ffi,
   ``CLOCK_MONOTONIC``), since wrk's own duration includes that idle second;
 - prints, in ``done()``, one line ``REEF_WRK {json}``: the counts, wrk's socket errors
-  and its latency histogram (µs -> count).
+  and its latency histogram (µs -> count), read from wrk's array in one pass (wrk's
+  ``latency(i)`` rescans it per value: seconds for a round with a long tail).
 
 wrk adds samples to that histogram before ``done()`` sees it (``stats_correct``: for
 every latency over twice the mean interval per connection, copies at one-interval steps
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import resource
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -111,6 +113,27 @@ function response(status, headers, body)
   end
 end
 
+-- wrk's own way through the histogram, latency(i), scans it from the start for every
+-- distinct value; its array read directly (struct stats: count, limit, min, max,
+-- data[]) is one pass. The direct read is used only where its min and max agree with
+-- wrk's.
+local function histogram_of(latency)
+  local out = {{}}
+  local words = ffi.cast("uint64_t **", latency)[0]
+  if tonumber(words[2]) == latency.min and tonumber(words[3]) == latency.max then
+    for value = latency.min, latency.max do
+      local count = tonumber(words[4 + value])
+      if count > 0 then table.insert(out, string.format("[%d,%d]", value, count)) end
+    end
+  else
+    for i = 1, #latency do
+      local value, count = latency(i)
+      table.insert(out, string.format("[%d,%d]", value, count))
+    end
+  end
+  return out
+end
+
 function done(summary, latency, requests)
   local totals = {{sent = 0, answered = 0, ok = 0, receipted = 0}}
   local first, last = nil, 0
@@ -126,11 +149,7 @@ function done(summary, latency, requests)
       table.insert(sample, '"' .. receipt .. '"')
     end
   end
-  local histogram = {{}}
-  for i = 1, #latency do
-    local value, count = latency(i)
-    table.insert(histogram, string.format("[%d,%d]", value, count))
-  end
+  local histogram = histogram_of(latency)
   local e = summary.errors
   io.write(string.format(
     '{mark}{{"sent":%d,"answered":%d,"ok":%d,"receipted":%d,"first_us":%.0f,' ..
@@ -298,14 +317,21 @@ async def drive_wrk(
             *(wrk, f"-c{concurrency}", f"-t{count}", f"-d{duration}s"),
             *(f"--timeout={TIMEOUT_SECONDS}s", "-s", str(script), f"{prefix}://{host}/"),
         ]
+        # The servers are children too, but only reaped ones count: this is wrk's CPU.
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
         out, err = await asyncio.wait_for(process.communicate(), duration + 30.0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode != 0:
         raise RuntimeError(f"wrk exited {process.returncode}: {err.decode()[-500:]}")
     try:
         done = parse_output(out.decode(), concurrency)
     except ValueError as exc:
         raise ValueError(f"{exc}; wrk's stderr: {err.decode()[-500:]}") from exc
-    return done.to_result(target, concurrency)
+    result = done.to_result(target, concurrency)
+    result.loader_cpu_seconds = (after.ru_utime + after.ru_stime) - (
+        before.ru_utime + before.ru_stime
+    )
+    return result

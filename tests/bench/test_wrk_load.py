@@ -93,14 +93,16 @@ def test_lua_strings_escape_quotes_and_bytes(wrk_load: ModuleType) -> None:
 
 
 @pytest.fixture
-async def loopback() -> AsyncIterator[tuple[str, list[bytes], list[str]]]:
+async def loopback() -> AsyncIterator[tuple[str, list[bytes], list[str], list[str]]]:
     """A chat completions route that answers at once with a fresh receipt; yields its
-    URL, the bodies it received and the receipts it gave."""
+    URL, the bodies it received, the receipts it gave and the User-Agents it saw."""
     bodies: list[bytes] = []
     receipts: list[str] = []
+    agents: list[str] = []
 
     async def answer(request: web.Request) -> web.Response:
         bodies.append(await request.read())
+        agents.append(request.headers.get("User-Agent", ""))
         receipts.append(str(uuid.uuid4()))
         return web.json_response({"ok": True}, headers={"x-reef-record-id": receipts[-1]})
 
@@ -111,12 +113,12 @@ async def loopback() -> AsyncIterator[tuple[str, list[bytes], list[str]]]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}/v1/chat/completions", bodies, receipts
+    yield f"http://127.0.0.1:{port}/v1/chat/completions", bodies, receipts, agents
     await runner.cleanup()
 
 
 async def test_a_wrk_round_counts_what_the_server_received(
-    wrk_load: ModuleType, loopback: tuple[str, list[bytes], list[str]]
+    wrk_load: ModuleType, loopback: tuple[str, list[bytes], list[str], list[str]]
 ) -> None:
     if shutil.which("wrk") is None:
         if os.environ.get("REEF_TEST_REQUIRE_WRK") == "1":
@@ -124,17 +126,17 @@ async def test_a_wrk_round_counts_what_the_server_received(
         pytest.skip("wrk is not on PATH (apt-get install wrk)")
     from load import CHAT_BODY, sdk_headers
 
-    url, bodies, receipts = loopback
-    result = await wrk_load.drive_wrk(
-        url, sdk_headers("sk-test"), 4, 0.5, CHAT_BODY, "reef", threads=2
-    )
+    url, bodies, receipts, agents = loopback
+    headers = sdk_headers("sk-test")
+    result = await wrk_load.drive_wrk(url, headers, 4, 0.5, CHAT_BODY, "reef", threads=2)
 
     assert result.errors == []
     assert result.requests_sent == len(bodies) == len(result.latencies_ms) > 0
     assert result.receipt_count == len(receipts)
     assert result.receipts and set(result.receipts) <= set(receipts)
     assert len(set(bodies)) == len(bodies)  # the counter differs per request
-    first = json.loads(bodies[0])
-    assert first["model"] == "fake-model"
-    assert first["messages"][1]["content"].startswith("Say hello to request ")
+    sent = [json.loads(body) for body in bodies]  # Content-Length right for every one
+    assert {body["model"] for body in sent} == {"fake-model"}
+    assert all(b["messages"][1]["content"].startswith("Say hello to request ") for b in sent)
+    assert set(agents) == {headers["User-Agent"]}
     assert result.seconds > 0

@@ -76,7 +76,7 @@ from load import (
     drive,
     sdk_headers,
 )
-from wrk_load import drive_wrk, wrk_path
+from wrk_load import drive_wrk, warmup_seconds, wrk_path
 
 RESPONSES_TARGET = "reef-responses"
 SPEND_TARGET = "reef-spend-on"
@@ -275,12 +275,9 @@ async def _wrk_rounds(
     """A timed warm-up then the measured round, each one wrk run. Without ``--seconds``
     the warm-up lasts ``--warmup`` ms and the measured round what ``--requests`` would
     take at the warm-up's pace (1 to 120 s); with it, the warm-up is that share of it."""
-    if args.seconds:
-        warmup_seconds = args.seconds * args.warmup / args.requests
-    else:
-        warmup_seconds = args.warmup / 1000.0
     pace = 1000.0  # req/s, when there is no warm-up to take it from
-    rounds = ([max(0.5, warmup_seconds)] if args.warmup else []) + [None]
+    warmup = warmup_seconds(args.warmup, args.requests, args.seconds)
+    rounds = ([warmup] if warmup else []) + [None]
     for seconds in rounds:
         if seconds is None:
             seconds = args.seconds or min(120.0, max(1.0, args.requests / pace))

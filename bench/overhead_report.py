@@ -22,6 +22,7 @@ from pathlib import Path
 from contenders import LITELLM_VERSION
 from load import LoadResult
 from sections import write_between
+from wrk_load import warmup_seconds
 
 START = "<!-- gateway_overhead:start -->"
 END = "<!-- gateway_overhead:end -->"
@@ -389,8 +390,7 @@ class Report:
                 "",
                 f"- Machine: {machine()}; {self.date}; load average before the run "
                 f"{load} (1, 5, 15 min).",
-                f"- Load: {_round_size(a)} non-streaming chat requests per round after "
-                f"{a.warmup} warm-up (reef-responses: the same request as POST "
+                f"- Load: {_round_size(a)} (reef-responses: the same request as POST "
                 f"/v1/responses"
                 + (
                     "; reef-spend-on: Reef with a price, budgets and rate limits"
@@ -421,10 +421,15 @@ class Report:
 def _round_size(args: argparse.Namespace) -> str:
     """How long a round is: a count (Python loader) or a time (wrk)."""
     if getattr(args, "loader", "python") != "wrk":
-        return str(args.requests)
+        return f"{args.requests} non-streaming chat requests per round after {args.warmup} warm-up"
+    warmup = warmup_seconds(args.warmup, args.requests, args.seconds)
+    after = f"after a {warmup:g} s warm-up" if warmup else "without warm-up"
     if args.seconds:
-        return f"{args.seconds:g} s of"
-    return f"rounds as long as {args.requests} take (at the warm-up's pace) of"
+        return f"non-streaming chat requests for {args.seconds:g} s per round, {after}"
+    return (
+        f"non-streaming chat requests per round for as long as {args.requests} take at the "
+        f"warm-up's pace (1-120 s), {after}"
+    )
 
 
 def wrk_version() -> str:

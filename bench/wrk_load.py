@@ -280,6 +280,15 @@ def parse_output(stdout: str, connections: int) -> WrkRound:
     )
 
 
+def warmup_seconds(warmup: int, requests: int, seconds: float | None) -> float:
+    """A timed warm-up's length: ``warmup`` ms, or with a measured round of ``seconds``
+    the share ``warmup / requests`` of it; at least 0.5 s, none for no warm-up."""
+    if not warmup:
+        return 0.0
+    share = seconds * warmup / requests if seconds else warmup / 1000.0
+    return max(0.5, share)
+
+
 def wrk_path() -> str | None:
     """``wrk`` on PATH, or ``None``."""
     return shutil.which("wrk")

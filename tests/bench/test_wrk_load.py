@@ -140,3 +140,12 @@ async def test_a_wrk_round_counts_what_the_server_received(
     assert all(b["messages"][1]["content"].startswith("Say hello to request ") for b in sent)
     assert set(agents) == {headers["User-Agent"]}
     assert result.seconds > 0
+
+
+def test_a_timed_warm_up_is_a_share_of_the_round_and_never_a_sliver(
+    wrk_load: ModuleType,
+) -> None:
+    assert wrk_load.warmup_seconds(200, 2000, 10.0) == 1.0
+    assert wrk_load.warmup_seconds(2000, 2000, None) == 2.0  # --warmup in ms
+    assert wrk_load.warmup_seconds(50, 2000, 10.0) == 0.5
+    assert wrk_load.warmup_seconds(0, 2000, 10.0) == 0.0

@@ -26,6 +26,18 @@ ms, 0.95x).
 as ``reef serve --workers N`` and the passthrough as N processes on its port
 (``SO_REUSEPORT``), so both get the same cores; CPU is summed over each server's
 processes. ``--output`` takes one count.
+
+The load generator (``--loader``) is ``wrk`` when it is on PATH (``apt-get install
+wrk``), else Python's (``load.py``); the report says which. Why wrk: the Python loader
+runs in this process and eats most of a core (aiohttp), so on a 2-core machine a second
+gateway worker had no CPU to use: 3,998 req/s with one Reef process, 3,314 with two
+(passthrough 5,639 / 5,692), while the gateway costs ~255 µs of CPU per request, the
+fake upstream ~55 µs and wrk ~10-20 µs. With wrk (``wrk_load.py``) a round is timed:
+``--seconds`` long, or as long as ``--requests`` take at the warm-up's pace; its Lua
+script sends the same bodies and headers, and counts the requests it sent, the 2xx
+answers and the receipts (keeping a sample), so the record check still compares every
+request sent through Reef (warm-ups included) with the records; its latency histogram
+gives the same table (wrk's coordinated-omission additions taken out).
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ from contenders import (
 )
 from load import (
     CHAT_BODY,
+    MAX_ERRORS,
     RESPONSES_BODY,
     LoadResult,
     TooManyErrorsError,
@@ -63,6 +76,7 @@ from load import (
     drive,
     sdk_headers,
 )
+from wrk_load import drive_wrk, warmup_seconds, wrk_path
 
 RESPONSES_TARGET = "reef-responses"
 SPEND_TARGET = "reef-spend-on"
@@ -74,7 +88,8 @@ class Measurements:
 
     results: list[LoadResult] = field(default_factory=list)
     reef_requests: int = 0  # sent through Reef, warm-ups included
-    reef_receipts: list[str] = field(default_factory=list)
+    reef_receipts: list[str] = field(default_factory=list)  # with wrk, a sample
+    reef_receipt_count: int = 0  # receipts returned
     failed: dict[str, str] = field(default_factory=dict)  # target -> why it was dropped
 
 
@@ -131,11 +146,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--workers", default="1", help="comma-separated process counts for Reef and passthrough"
     )
+    parser.add_argument(
+        "--loader",
+        choices=("python", "wrk"),
+        default="wrk" if wrk_path() else "python",
+        help="load generator (default: wrk when on PATH)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, help="wrk: measured round length (default: ~--requests long)"
+    )
+    parser.add_argument("--wrk-threads", type=int, default=1, help="wrk: threads per round")
     args = parser.parse_args(argv)
     args.concurrency = sorted({int(level) for level in args.concurrency.split(",")})
     args.workers = sorted({int(count) for count in args.workers.split(",")})
     if args.requests < 1 or args.runs < 1 or args.concurrency[0] < 1 or args.workers[0] < 1:
         parser.error("--requests, --runs, every concurrency and --workers must be at least 1")
+    if args.loader == "wrk" and wrk_path() is None:
+        parser.error("--loader wrk: wrk is not on PATH (apt-get install wrk)")
+    if (args.seconds is not None and args.seconds <= 0) or args.wrk_threads < 1:
+        parser.error("--seconds must be positive and --wrk-threads at least 1")
     if args.output is not None and len(args.workers) > 1:
         parser.error("--output takes one --workers count")
     return args
@@ -198,23 +227,24 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                     if target.name in done.failed:
                         continue
                     try:
-                        for count in (args.warmup, args.requests):
-                            cpu_before = tree_cpu_seconds(target.pid)
-                            result = await drive(
-                                session,
-                                target.name,
-                                target.url,
-                                headers,
-                                level,
-                                count,
-                                limit,
-                                target.body,
-                            )
-                            result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
-                            if target.name in ("reef", RESPONSES_TARGET):
-                                done.reef_requests += count
-                                done.reef_receipts += result.receipts
-                    except (TooManyErrorsError, TimeoutError) as exc:
+                        if args.loader == "wrk":
+                            result = await _wrk_rounds(target, level, headers, args, done)
+                        else:
+                            for count in (args.warmup, args.requests):
+                                cpu_before = tree_cpu_seconds(target.pid)
+                                result = await drive(
+                                    session,
+                                    target.name,
+                                    target.url,
+                                    headers,
+                                    level,
+                                    count,
+                                    limit,
+                                    target.body,
+                                )
+                                result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
+                                _count_reef(done, target, result, count)
+                    except (RuntimeError, ValueError, TimeoutError) as exc:  # wrk's too
                         if target.name == "direct":
                             raise
                         done.failed[target.name] = f"{type(exc).__name__}: {exc}"
@@ -223,6 +253,44 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                     done.results.append(result)
                     print(overhead_report.progress_line(run, result), flush=True)
     return done
+
+
+def _count_reef(done: Measurements, target: Target, result: LoadResult, sent: int) -> None:
+    """Add a round's ``sent`` requests and its receipts to Reef's tally (other targets:
+    nothing)."""
+    if target.name not in ("reef", RESPONSES_TARGET):
+        return
+    done.reef_requests += sent
+    done.reef_receipts += result.receipts
+    done.reef_receipt_count += result.receipt_count
+
+
+async def _wrk_rounds(
+    target: Target,
+    level: int,
+    headers: dict[str, str],
+    args: argparse.Namespace,
+    done: Measurements,
+) -> LoadResult:
+    """A timed warm-up then the measured round, each one wrk run. Without ``--seconds``
+    the warm-up lasts ``--warmup`` ms and the measured round what ``--requests`` would
+    take at the warm-up's pace (1 to 120 s); with it, the warm-up is that share of it."""
+    pace = 1000.0  # req/s, when there is no warm-up to take it from
+    warmup = warmup_seconds(args.warmup, args.requests, args.seconds)
+    rounds = ([warmup] if warmup else []) + [None]
+    for seconds in rounds:
+        if seconds is None:
+            seconds = args.seconds or min(120.0, max(1.0, args.requests / pace))
+        cpu_before = tree_cpu_seconds(target.pid)
+        result = await drive_wrk(
+            target.url, headers, level, seconds, target.body, target.name, args.wrk_threads
+        )
+        result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
+        _count_reef(done, target, result, result.requests_sent or 0)
+        if len(result.errors) > MAX_ERRORS:
+            raise TooManyErrorsError(f"{target.name}: {result.errors[-1]}")
+        pace = result.throughput or pace
+    return result
 
 
 def check_records(database: Path, measured: Measurements) -> overhead_report.RecordCheck:
@@ -235,7 +303,7 @@ def check_records(database: Path, measured: Measurements) -> overhead_report.Rec
         (found,) = connection.execute(query, sample).fetchone() if sample else (0,)
     return overhead_report.RecordCheck(
         sent=measured.reef_requests,
-        receipts=len(measured.reef_receipts),
+        receipts=measured.reef_receipt_count,
         records=int(count),
         sampled=len(sample),
         sample_found=int(found),

@@ -27,7 +27,7 @@ RESPONSES_BODY = (
     b'"model":"' + MODEL.encode() + b'"}'
 )
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
-_MAX_ERRORS = 20  # past this a target is broken, not slow: stop its round
+MAX_ERRORS = 20  # past this a target is broken, not slow: stop its round
 
 
 def sdk_headers(api_key: str) -> dict[str, str]:
@@ -59,6 +59,14 @@ class LoadResult:
     errors: list[str] = field(default_factory=list)
     receipts: list[str] = field(default_factory=list)  # x-reef-record-id values
     cpu_seconds: float | None = None  # the serving process's CPU (user + system) in the round
+    receipts_seen: int | None = None  # wrk keeps a sample in ``receipts``; this many came back
+    requests_sent: int | None = None  # wrk's rounds are timed, not counted: what it sent
+    loader_cpu_seconds: float | None = None  # wrk's own CPU in the round
+
+    @property
+    def receipt_count(self) -> int:
+        """Receipts returned in the round (all of them, not only those kept)."""
+        return len(self.receipts) if self.receipts_seen is None else self.receipts_seen
 
     @property
     def cpu_us_per_request(self) -> float | None:
@@ -82,7 +90,7 @@ class LoadResult:
 
 
 class TooManyErrorsError(RuntimeError):
-    """A round saw more than ``_MAX_ERRORS`` failed requests."""
+    """A round saw more than ``MAX_ERRORS`` failed requests."""
 
 
 async def _worker(
@@ -115,7 +123,7 @@ async def _worker(
                 result.receipts.append(receipt)
             continue
         result.errors.append(f"HTTP {status}" if status else error)
-        if len(result.errors) > _MAX_ERRORS:
+        if len(result.errors) > MAX_ERRORS:
             raise TooManyErrorsError(f"{result.target}: {result.errors[-1]}")
 
 

@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 from contenders import LITELLM_VERSION
 from load import LoadResult
 from sections import write_between
+from wrk_load import warmup_seconds
 
 START = "<!-- gateway_overhead:start -->"
 END = "<!-- gateway_overhead:end -->"
@@ -120,8 +122,16 @@ def progress_line(run: int, result: LoadResult) -> str:
     return (
         f"run {run + 1}  c={result.concurrency:<3} {result.target:<14}"
         f" p50 {result.percentile(0.5):7.2f} ms  p99 {result.percentile(0.99):7.2f} ms"
-        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}"
+        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}" + _loader_cpu(result)
     )
+
+
+def _loader_cpu(result: LoadResult) -> str:
+    """wrk's CPU per answer in the round, when known (not in the tables: a check that
+    the load generator leaves the cores to the servers)."""
+    if result.loader_cpu_seconds is None or not result.latencies_ms:
+        return ""
+    return f"  wrk CPU {result.loader_cpu_seconds * 1e6 / len(result.latencies_ms):.0f} µs/req"
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -380,8 +390,7 @@ class Report:
                 "",
                 f"- Machine: {machine()}; {self.date}; load average before the run "
                 f"{load} (1, 5, 15 min).",
-                f"- Load: {a.requests} non-streaming chat requests per round after "
-                f"{a.warmup} warm-up (reef-responses: the same request as POST "
+                f"- Load: {_round_size(a)} (reef-responses: the same request as POST "
                 f"/v1/responses"
                 + (
                     "; reef-spend-on: Reef with a price, budgets and rate limits"
@@ -389,7 +398,7 @@ class Report:
                     else ""
                 )
                 + f"), concurrency {', '.join(map(str, a.concurrency))}; "
-                f"{runs}; one aiohttp client session with keep-alive.",
+                f"{runs}; {loader_text(a)}.",
                 f"- Versions: reef {_version('reef-agent')}, aiohttp {_version('aiohttp')}, "
                 f"uvicorn {_version('uvicorn')}{litellm}.",
                 *self.notes(),
@@ -407,6 +416,40 @@ class Report:
     def text(self) -> str:
         """What is printed at the end: the same as the markdown section."""
         return self.markdown()
+
+
+def _round_size(args: argparse.Namespace) -> str:
+    """How long a round is: a count (Python loader) or a time (wrk)."""
+    if getattr(args, "loader", "python") != "wrk":
+        return f"{args.requests} non-streaming chat requests per round after {args.warmup} warm-up"
+    warmup = warmup_seconds(args.warmup, args.requests, args.seconds)
+    after = f"after a {warmup:g} s warm-up" if warmup else "without warm-up"
+    if args.seconds:
+        return f"non-streaming chat requests for {args.seconds:g} s per round, {after}"
+    return (
+        f"non-streaming chat requests per round for as long as {args.requests} take at the "
+        f"warm-up's pace (1-120 s), {after}"
+    )
+
+
+def wrk_version() -> str:
+    """``wrk -v``'s first words (``wrk 4.1.0``), or ``wrk`` when it cannot say."""
+    try:
+        done = subprocess.run(["wrk", "-v"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "wrk"
+    words = (done.stdout or done.stderr).split()
+    return " ".join(words[:2]) if words[:1] == ["wrk"] else "wrk"
+
+
+def loader_text(args: argparse.Namespace) -> str:
+    """Which load generator sent the requests, said in the report."""
+    if getattr(args, "loader", "python") != "wrk":
+        return "load from Python: one aiohttp client session with keep-alive"
+    return (
+        f"load from {wrk_version()} (native; {args.wrk_threads} thread(s) at most, "
+        "keep-alive, its Lua script counting requests, 2xx answers and receipts)"
+    )
 
 
 def _cpu_ratio(a: LoadResult, b: LoadResult) -> float:

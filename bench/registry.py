@@ -514,6 +514,7 @@ HELPERS = {
     "registry.py": "what python -m bench runs (this list)",
     "runner.py": "runs what registry.py lists, for python -m bench",
     "sections.py": "rewrites one marked section of docs/benchmarks.md (shared)",
+    "wrk_load.py": "wrk load generator of gateway_overhead.py (--loader wrk)",
 }
 """Scripts in bench/ that ``python -m bench`` does not run on their own, and why."""
 

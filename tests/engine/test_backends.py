@@ -1,8 +1,9 @@
 """The engine's ``--backend`` option and the agreement check, without the openvino extra
-(tests/engine/test_openvino.py serves through the backend itself)."""
+or without using it (tests/engine/test_openvino.py serves through the backend itself)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,12 +30,17 @@ def test_the_agreement_check_passes_at_the_threshold_and_refuses_under_it() -> N
 
 
 def test_without_the_extra_the_backend_is_refused_naming_it(tmp_path: Path) -> None:
-    if openvino.available() is None:
-        pytest.skip("the openvino extra is installed here")
+    # where the extra is installed, a package of the same name first on the path that
+    # fails to import stands for its absence
+    shadow = tmp_path / "shadow" / "openvino_genai"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named openvino_genai')\n")
+    path = os.pathsep.join(filter(None, [str(shadow.parent), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, "-m", "reef.engine", "serve", "--backend", "openvino", "--port", "0",
          "--home", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": path},
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "pip install 'reef-agent[openvino]'" in done.stderr

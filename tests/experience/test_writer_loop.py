@@ -70,6 +70,25 @@ def test_write_records_now_does_not_wait_for_another_writer(
     store.close()
 
 
+def test_a_waiting_write_polls_for_the_lock_and_gets_it_once_let_go(
+    sqlite_url: str, make_draft: DraftFactory
+) -> None:
+    # another process's writer (reef serve --workers N): the batch asks again until its
+    # busy timeout, rather than failing or sleeping in SQLite's long steps
+    store = SQLExperienceStore.from_url(sqlite_url)
+    draft = make_draft()
+    written: list[list[str]] = []
+    thread = threading.Thread(target=lambda: written.append(store.write_records([draft])))
+    with hold_write_lock(sqlite_url):
+        thread.start()
+        thread.join(timeout=0.2)
+        assert thread.is_alive() and not written, "it waits while the lock is held"
+    thread.join(timeout=10)
+    assert written == [[draft.id]]
+    assert stored_ids(sqlite_url) == {draft.id}
+    store.close()
+
+
 def test_the_writer_connection_recovers_after_a_failure_and_a_close(
     tmp_path: Path, make_draft: DraftFactory
 ) -> None:

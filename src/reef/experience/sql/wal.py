@@ -79,12 +79,14 @@ class OwnConnection:
         self._busy_timeout_ms = busy_timeout_ms  # None: the engine's
         self._raw: PoolProxiedConnection | None = None
         self._connection: sqlite3.Connection | None = None
+        self.engine_busy_timeout_ms = 0  # the engine's, read when the connection opens
 
     def get(self) -> sqlite3.Connection:
         if self._connection is None:
             raw = self._engine.raw_connection()
             connection: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]
             raw.detach()
+            (self.engine_busy_timeout_ms,) = connection.execute("PRAGMA busy_timeout").fetchone()
             if self._busy_timeout_ms is not None:
                 connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             connection.execute("PRAGMA wal_autocheckpoint = 0")

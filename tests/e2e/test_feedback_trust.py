@@ -50,7 +50,10 @@ OPS = {"authorization": "Bearer sk-ops"}
 RECIPE = """\
 schema_version: 1
 trigger: {type: manual}
-selection: {holdout_fraction: 0.25}
+# Sessions are named after the key, animal and case, and held out by that name: the
+# same split every run (a split by the first record's id, a random UUID, moved items
+# between the halves from run to run, and with ~30 items the gate's verdict with them).
+selection: {holdout_fraction: 0.25, holdout_key: session}
 learners:
 LEARNERS
   - type: sft
@@ -94,6 +97,7 @@ class World:
                     model="reef/codes",
                     messages=[{"role": "user", "content": prompt(animal, case)}],
                     max_tokens=4,
+                    extra_headers={"x-reef-session": f"app-{key}-{animal}-{case}"},
                 )
                 body = {
                     "record_ids": [raw.headers["x-reef-record-id"]],

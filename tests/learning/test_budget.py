@@ -12,6 +12,7 @@ from reef.learning.trainers.budget import (
     EarlyStopping,
     batch_plan,
     eval_interval,
+    fitted,
     lr_factor,
     planned_steps,
     split_validation,
@@ -98,3 +99,14 @@ def test_validation_runs_twice_per_epoch_by_default() -> None:
     assert eval_interval(80, 8, Budget()) == 5
     assert eval_interval(8, 8, Budget()) == 1
     assert eval_interval(80, 8, Budget(eval_every=3)) == 3
+
+
+def test_a_run_is_fitted_when_its_last_window_of_losses_is_at_the_floor() -> None:
+    budget = Budget(fitted_loss=0.01, fitted_window=4)
+    assert not fitted(budget, [0.0, 0.0, 0.0])  # not a full window yet
+    assert fitted(budget, [0.9, 0.5, 0.0, 0.01, 0.02, 0.01])  # last four average 0.01
+    assert not fitted(budget, [0.0, 0.0, 0.0, 0.05])  # one step still learning
+    assert not fitted(Budget(fitted_window=4), [0.0] * 8)  # off by default
+    assert not fitted(Budget(fitted_loss=0.01, fitted_window=4, steps=10), [0.0] * 8)
+    with pytest.raises(ValueError, match="fitted_loss"):
+        Budget(fitted_loss=-1.0)

@@ -203,3 +203,27 @@ def test_a_time_cap_stops_a_run_and_says_so(tmp_path: Path) -> None:
     # the loop's CPU time is reported beside its wall time (one thread: never above it
     # by more than the clocks' granularity)
     assert 0 < metrics["cpu_seconds"] <= metrics["seconds"] * 1.5 + 0.05
+
+
+def test_a_run_stops_once_its_examples_are_learned_and_a_learned_start_stops_at_once(
+    tmp_path: Path,
+) -> None:
+    budget = Budget(epochs=200, validation_fraction=0, fitted_loss=0.01)
+    first = train_lora_sft(spec(tmp_path, budget=budget)).metrics
+    assert first["stop_reason"] == "fitted"
+    assert 8 <= first["steps"] < first["steps_planned"] == 200
+    assert sum(first["loss_curve"][-8:]) / 8 <= 0.01 < first["loss_curve"][0]
+    # Continuing from that adapter on the same examples: nothing left to learn, so the
+    # run stops after one window of steps instead of its 200 (the agent quickstart's
+    # second round, docs/benchmarks.md).
+    again = spec(
+        tmp_path, budget=budget, base_adapter=tmp_path / "adapter", output_dir=tmp_path / "next"
+    )
+    second = train_lora_sft(again).metrics
+    assert (second["stop_reason"], second["steps"]) == ("fitted", 8)
+    loaded = load_model(TINY, tmp_path / "home")
+    assert hits(loaded, PeftModel.from_pretrained(loaded.model, str(tmp_path / "next"))) == 8
+    # An exact step count is a reproduction: it runs every step whatever the loss.
+    exact = budget.model_copy(update={"steps": 12})
+    third = train_lora_sft(spec(tmp_path, budget=exact, output_dir=tmp_path / "exact")).metrics
+    assert (third["stop_reason"], third["steps"]) == ("steps", 12)

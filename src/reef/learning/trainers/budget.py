@@ -11,14 +11,17 @@ validation loss has not improved by ``min_delta`` (relative) plus ``min_delta_ab
 linearly over ``warmup_fraction`` (default 0.05) of the planned steps, then decays
 (``cosine``, the default, or ``linear``) to ``min_lr_fraction`` of its peak, or stays
 ``constant``; an exact ``steps`` count runs at a constant rate with no warmup unless
-told otherwise, so recipes tuned on fixed runs reproduce them. ``deadline_seconds`` is
+told otherwise, so recipes tuned on fixed runs reproduce them. ``fitted_loss`` (None: off;
+the SFT learners set it) stops a run whose mean training loss over its last
+``fitted_window`` steps is at or below it (:func:`fitted`). ``deadline_seconds`` is
 not the recipe's: it is what the learning budget's training minutes have left (the
 worker sets it, ``reef.experience.learning_spend``), checked after every step like
 ``max_seconds``.
 
 ``stop_reason`` is one of ``completed`` (every planned epoch ran), ``early_stopped``
 (validation loss stopped improving: converged), ``max_steps``, ``max_seconds``,
-``steps`` (the exact count ran) or ``learning_budget`` (the deadline came: the run is
+``steps`` (the exact count ran), ``fitted`` (the training loss sat at ``fitted_loss`` or
+below: the examples are learned) or ``learning_budget`` (the deadline came: the run is
 half-made and its adapter is not proposed). ``undertrained`` is True when a run ended with its
 validation loss still falling — more training would likely have helped; None without a
 validation split.
@@ -36,7 +39,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 StopReason = Literal[
-    "completed", "early_stopped", "max_steps", "max_seconds", "steps", "learning_budget"
+    "completed", "early_stopped", "max_steps", "max_seconds", "steps", "fitted", "learning_budget"
 ]
 
 
@@ -60,6 +63,8 @@ class Budget(BaseModel):
     warmup_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
     schedule: Literal["cosine", "linear", "constant"] | None = None
     min_lr_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
+    fitted_loss: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+    fitted_window: int = Field(default=8, ge=1)
 
     @property
     def warmup(self) -> float:
@@ -183,6 +188,23 @@ class EarlyStopping:
             return True
         last, before = self.curve[-1][1], min(loss for _, loss in self.curve[:-1])
         return self.best_step == self.curve[-1][0] and last < self._bar(before)
+
+
+def fitted(budget: Budget, curve: list[float]) -> bool:
+    """Whether a run has nothing left to learn: the mean of the training loss over the
+    last ``fitted_window`` steps of ``curve`` is at or below ``fitted_loss``. Never for an
+    exact ``steps`` count (it reproduces a fixed run) or before a full window.
+
+    Why stop there: AdamW's step does not shrink with the gradient (it divides by the
+    gradient's own running scale), so steps on examples already learned still move the
+    weights by about ``lr`` each, with nothing to gain. The agent quickstart's second
+    round (docs/benchmarks.md, "An agent with tools") continued from the serving adapter
+    on traffic it already answered right: 90 steps from a loss of 0.00, 301 s of its
+    372 s, and a candidate the gate rejected."""
+    floor, window = budget.fitted_loss, budget.fitted_window
+    if floor is None or budget.steps is not None or len(curve) < window:
+        return False
+    return sum(curve[-window:]) / window <= floor
 
 
 def time_stop(budget: Budget, elapsed: float) -> StopReason | None:

@@ -34,6 +34,7 @@ from reef.learning.trainers.budget import (
     StopReason,
     batch_plan,
     eval_interval,
+    fitted,
     lr_factor,
     planned_steps,
     split_validation,
@@ -623,7 +624,8 @@ def train_in_budget(  # noqa: PLR0913
 ) -> BudgetedRun:
     """The training loop every trainer shares: the budget's steps over ``plan`` (epochs,
     caps), the learning-rate schedule, a validation pass (``validate``, None: no split)
-    twice per epoch with early stopping and the best weights restored at the end, and the
+    twice per epoch with early stopping and the best weights restored at the end, a stop
+    once the training loss sits at the budget's ``fitted_loss`` (``budget.fitted``), the
     ``max_seconds`` cap and the learning budget's ``deadline_seconds``, checked after
     every step (so a run that starts always makes one). ``step(items)`` returns the
     batch's loss (the loop does the rest of the update) or an ``Accumulated`` (the
@@ -656,21 +658,31 @@ def train_in_budget(  # noqa: PLR0913
             progress(number, len(batches), curve[-1])
         if fault == "abort":
             os.abort()
-        if validate is not None and (number % interval == 0 or number == len(batches)):
-            if stopper.update(number, validate()):
-                best = trainable_state(model)
-            if stopper.should_stop:
-                reason = "early_stopped"
-                break
-        late = time_stop(budget, time.monotonic() - started)
-        if late is not None:
-            reason = late
+        due = number % interval == 0 or number == len(batches)
+        if validate is not None and due and stopper.update(number, validate()):
+            best = trainable_state(model)
+        stop = _stop(budget, stopper, curve, number < len(batches), time.monotonic() - started)
+        if stop is not None:
+            reason = stop
             break
     seconds, cpu_seconds = time.monotonic() - started, time.process_time() - cpu_started
     if best is not None and stopper.best_step != steps_run:
         restore_state(model, best)
     report = stop_report(reason, stopper, steps_run, total)
     return BudgetedRun(curve, steps_run, seconds, report, cpu_seconds)
+
+
+def _stop(
+    budget: Budget, stopper: EarlyStopping, curve: list[float], more: bool, elapsed: float
+) -> StopReason | None:
+    """Why a run stops after its latest step, if it does: validation patience spent,
+    the examples learned (``budget.fitted``; only with ``more`` steps planned), a time
+    cap or the learning budget's deadline."""
+    if stopper.should_stop:
+        return "early_stopped"
+    if more and fitted(budget, curve):
+        return "fitted"
+    return time_stop(budget, elapsed)
 
 
 def _backward(loss: torch.Tensor | Accumulated) -> float:

@@ -190,3 +190,12 @@ def test_nothing_to_train_changes_nothing(tmp_path: Path, chain: ReleaseChain) -
     output = SFTLearner(SFTConfig()).learn(ctx)
     assert output.adapter is None and output.consumed == []
     assert store.list() == []
+
+
+def test_the_fitted_stop_is_off_unless_a_recipe_sets_it() -> None:
+    from reef.learning.learners.sft import SFTConfig
+
+    assert SFTConfig().budget().fitted_loss is None
+    assert SFTConfig(fitted_loss=0.02).budget().fitted_loss == 0.02
+    with pytest.raises(ValueError, match="fitted_loss"):
+        SFTConfig(fitted_loss=-0.1)

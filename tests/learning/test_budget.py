@@ -107,6 +107,9 @@ def test_a_run_is_fitted_when_its_last_window_of_losses_is_at_the_floor() -> Non
     assert fitted(budget, [0.9, 0.5, 0.0, 0.01, 0.02, 0.01])  # last four average 0.01
     assert not fitted(budget, [0.0, 0.0, 0.0, 0.05])  # one step still learning
     assert not fitted(Budget(fitted_window=4), [0.0] * 8)  # off by default
+    # not before every example was seen once: 6 steps per epoch here
+    assert not fitted(budget, [0.0] * 5, epoch_steps=6)
+    assert fitted(budget, [0.0] * 6, epoch_steps=6)
     assert not fitted(Budget(fitted_loss=0.01, fitted_window=4, steps=10), [0.0] * 8)
     with pytest.raises(ValueError, match="fitted_loss"):
         Budget(fitted_loss=-1.0)

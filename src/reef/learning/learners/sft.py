@@ -87,12 +87,13 @@ class SFTConfig(RayTrainerSettings):
     lr: float = Field(default=1e-3, gt=0.0)
     min_score: float = 1.0
     replay: bool = True
-    # Stop once the mean training loss over the last 8 steps is at or below this (nats
-    # per target token; None, the default: train the whole budget), the examples
-    # learned (``reef.learning.trainers.budget.fitted``). Off by default, measured: at
-    # 0.01 the agent quickstart's first round stopped at step 44 of 60 (loss 1.00 ->
-    # 0.002) and reached 67% held-out episode success against 80% with all 60 steps: the
-    # steps after the training loss is ~0 still generalise (docs/training.md).
+    # Stop once every example was seen and the mean training loss of the last 8 steps
+    # is at or below this (nats per target token; None, the default: train the whole
+    # budget), the examples learned (``reef.learning.trainers.budget.fitted``). Off by
+    # default, measured: at 0.01 the agent quickstart's first round stopped at step 44
+    # of 60 (loss 1.00 -> 0.002) and reached 67% held-out episode success against 80%
+    # with all 60 steps: the steps after the training loss is ~0 still generalise
+    # (docs/training.md).
     fitted_loss: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
 
     def budget(self) -> Budget:

@@ -13,7 +13,8 @@ linearly over ``warmup_fraction`` (default 0.05) of the planned steps, then deca
 ``constant``; an exact ``steps`` count runs at a constant rate with no warmup unless
 told otherwise, so recipes tuned on fixed runs reproduce them. ``fitted_loss`` (None: off;
 an SFT learner's setting) stops a run whose mean training loss over its last
-``fitted_window`` steps is at or below it (:func:`fitted`). ``deadline_seconds`` is
+``fitted_window`` steps is at or below it, once every example was seen
+(:func:`fitted`). ``deadline_seconds`` is
 not the recipe's: it is what the learning budget's training minutes have left (the
 worker sets it, ``reef.experience.learning_spend``), checked after every step like
 ``max_seconds``.
@@ -190,10 +191,12 @@ class EarlyStopping:
         return self.best_step == self.curve[-1][0] and last < self._bar(before)
 
 
-def fitted(budget: Budget, curve: list[float]) -> bool:
+def fitted(budget: Budget, curve: list[float], epoch_steps: int = 1) -> bool:
     """Whether a run has nothing left to learn: the mean of the training loss over the
     last ``fitted_window`` steps of ``curve`` is at or below ``fitted_loss``. Never for an
-    exact ``steps`` count (it reproduces a fixed run) or before a full window.
+    exact ``steps`` count (it reproduces a fixed run), before a full window, or before
+    ``epoch_steps`` (one pass over the training examples): an example not yet seen is
+    not learned, however low the loss of the others.
 
     Why one would: AdamW's step does not shrink with the gradient (it divides by the
     gradient's own running scale), so steps on examples already learned still move the
@@ -201,7 +204,7 @@ def fitted(budget: Budget, curve: list[float]) -> bool:
     steps still generalised (80% held-out with them, 67% stopped at 0.01; the SFT
     learners' ``fitted_loss``, docs/training.md)."""
     floor, window = budget.fitted_loss, budget.fitted_window
-    if floor is None or budget.steps is not None or len(curve) < window:
+    if floor is None or budget.steps is not None or len(curve) < max(window, epoch_steps):
         return False
     return sum(curve[-window:]) / window <= floor
 

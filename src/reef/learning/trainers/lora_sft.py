@@ -635,6 +635,7 @@ def train_in_budget(  # noqa: PLR0913
         len(plan.items), plan.batch_size, budget.model_copy(update={"max_steps": None})
     )
     interval = eval_interval(len(plan.items), plan.batch_size, budget)
+    epoch_steps = -(-len(plan.items) // plan.batch_size)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda number: lr_factor(number, total, budget)
     )
@@ -661,7 +662,8 @@ def train_in_budget(  # noqa: PLR0913
         due = number % interval == 0 or number == len(batches)
         if validate is not None and due and stopper.update(number, validate()):
             best = trainable_state(model)
-        stop = _stop(budget, stopper, curve, number < len(batches), time.monotonic() - started)
+        more = number < len(batches)
+        stop = _stop(budget, stopper, curve, more, epoch_steps, time.monotonic() - started)
         if stop is not None:
             reason = stop
             break
@@ -673,14 +675,19 @@ def train_in_budget(  # noqa: PLR0913
 
 
 def _stop(
-    budget: Budget, stopper: EarlyStopping, curve: list[float], more: bool, elapsed: float
+    budget: Budget,
+    stopper: EarlyStopping,
+    curve: list[float],
+    more: bool,
+    epoch_steps: int,
+    elapsed: float,
 ) -> StopReason | None:
     """Why a run stops after its latest step, if it does: validation patience spent,
-    the examples learned (``budget.fitted``; only with ``more`` steps planned), a time
-    cap or the learning budget's deadline."""
+    the examples learned (``budget.fitted``, after a pass of ``epoch_steps``; only with
+    ``more`` steps planned), a time cap or the learning budget's deadline."""
     if stopper.should_stop:
         return "early_stopped"
-    if more and fitted(budget, curve):
+    if more and fitted(budget, curve, epoch_steps):
         return "fitted"
     return time_stop(budget, elapsed)
 

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -68,7 +69,19 @@ def _kill_all(pid: int) -> None:
         os.kill(target, signal.SIGKILL)
 
 
-async def _load_then_kill(port: int, process: subprocess.Popen[bytes]) -> list[str]:
+def _kill_one_worker(pid: int) -> None:
+    """SIGKILL one gateway process of ``--workers``: the parent and the other go on."""
+    children = [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+    os.kill(children[0], signal.SIGKILL)
+
+
+async def _load_then_kill(
+    port: int, process: subprocess.Popen[bytes], kill: Callable[[int], None] = _kill_all
+) -> list[str]:
     receipts: list[str] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(TOTAL_REQUESTS):
@@ -89,7 +102,7 @@ async def _load_then_kill(port: int, process: subprocess.Popen[bytes]) -> list[s
                 continue
             if len(receipts) >= KILL_AFTER_RECEIPTS and not killed.is_set():
                 killed.set()
-                _kill_all(process.pid)
+                kill(process.pid)
 
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -115,6 +128,36 @@ def test_sigkill_loses_no_receipt(tmp_path: Path, workers: int) -> None:
     connection = sqlite3.connect(db)
     try:
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        stored = {row[0] for row in connection.execute("SELECT id FROM records")}
+    finally:
+        connection.close()
+    missing = [r for r in receipts if r not in stored]
+    assert not missing, f"{len(missing)} of {len(receipts)} receipts lost"
+
+
+def test_sigkill_of_one_worker_under_load_loses_no_receipt(tmp_path: Path) -> None:
+    """One of two gateway processes killed mid-load, its record batches in flight: every
+    receipt either process gave is in the store (a response is sent only after its
+    record's COMMIT), and the load goes on on the other."""
+    with FakeUpstreamThread() as fake:
+        process, port, db = _start_gateway(tmp_path, fake.base_url, workers=2)
+        try:
+            _wait_healthy(port, process)
+            receipts = asyncio.run(_load_then_kill(port, process, _kill_one_worker))
+            assert process.poll() is None  # the parent serves on
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+            assert process.stderr is not None
+            stderr = process.stderr.read().decode(errors="replace")
+            process.stderr.close()
+    assert process.returncode == -signal.SIGTERM, stderr
+    assert len(receipts) > KILL_AFTER_RECEIPTS  # the other process went on serving
+    connection = sqlite3.connect(db)
+    try:
         stored = {row[0] for row in connection.execute("SELECT id FROM records")}
     finally:
         connection.close()

@@ -356,6 +356,34 @@ def test_two_workers_share_idempotency_keys(
         store.close()
 
 
+def test_records_of_both_workers_number_one_session_in_turn(
+    served: tuple[Served, FakeUpstreamThread], store_url: str
+) -> None:
+    """Turns of one session served by both workers at once: numbered 0..n-1 with no
+    gap or repeat (each worker writes its own records; the store numbers a turn inside
+    the transaction that inserts it)."""
+    gateway, _ = served
+    before = _connections_taken(call(gateway.port, "GET", "/metrics").body.decode())
+    with ThreadPoolExecutor(16) as pool:
+        replies = list(
+            pool.map(lambda i: gateway.ask(f"turn {i}", **{"x-reef-session": "one"}), range(16))
+        )
+    assert all(reply.status == 200 for reply in replies), [r.body for r in replies]
+    after = _connections_taken(call(gateway.port, "GET", "/metrics").body.decode())
+    assert all(after.get(w, 0) > before.get(w, 0) for w in (1, 2)), (before, after)
+    store = SQLExperienceStore.from_url(store_url)
+    try:
+        records = [
+            r
+            for r in store.list_records("shared", RecordFilter(), None, 200).records
+            if r.session_id == "one"
+        ]
+    finally:
+        store.close()
+    assert {r.id for r in records} == {reply.headers["x-reef-record-id"] for reply in replies}
+    assert sorted(r.turn for r in records) == list(range(16))
+
+
 def test_a_worker_that_dies_is_replaced(served: tuple[Served, FakeUpstreamThread]) -> None:
     gateway, _ = served
     children = _children(gateway.process.pid)

@@ -120,9 +120,7 @@ def test_sigkill_loses_no_receipt(tmp_path: Path, workers: int) -> None:
         finally:
             process.kill()
             process.wait(timeout=10)
-            assert process.stderr is not None
-            stderr = process.stderr.read().decode(errors="replace")
-            process.stderr.close()
+            stderr = _stderr_of(process)
     assert process.returncode == -signal.SIGKILL, stderr
     assert len(receipts) >= KILL_AFTER_RECEIPTS
     _assert_stored(db, receipts)
@@ -144,12 +142,19 @@ def test_sigkill_of_one_worker_under_load_loses_no_receipt(tmp_path: Path) -> No
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
-            assert process.stderr is not None
-            stderr = process.stderr.read().decode(errors="replace")
-            process.stderr.close()
+            stderr = _stderr_of(process)
     assert process.returncode == -signal.SIGTERM, stderr
     assert len(receipts) > KILL_AFTER_RECEIPTS  # the other process went on serving
     _assert_stored(db, receipts)
+
+
+def _stderr_of(process: subprocess.Popen[bytes]) -> str:
+    """What an ended gateway wrote to its stderr (then closed)."""
+    assert process.stderr is not None
+    try:
+        return process.stderr.read().decode(errors="replace")
+    finally:
+        process.stderr.close()
 
 
 def _assert_stored(db: Path, receipts: list[str]) -> None:

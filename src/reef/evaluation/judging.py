@@ -74,6 +74,13 @@ class PositionBias:
         }
 
 
+def pair_draw(seed: int, key: str, position_check: float) -> tuple[bool, bool]:
+    """For the pair ``key`` under ``seed``: whether the live answer stands first, and
+    whether the pair is judged in both orders (a ``position_check`` share of pairs)."""
+    draw = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return draw[0] % 2 == 0, int.from_bytes(draw[1:9]) / 2**64 < position_check
+
+
 def pair_messages(
     conversation: Sequence[dict[str, Any]], first: str, second: str
 ) -> list[dict[str, Any]]:
@@ -137,9 +144,7 @@ class PairwiseJudge:
     ) -> PairVerdict:
         """The verdict on one pair; ``key`` seeds its order and whether it is checked in
         both orders. A call that raises gives a verdict of None with the error."""
-        draw = hashlib.sha256(f"{self.config.seed}:{key}".encode()).digest()
-        live_first = draw[0] % 2 == 0
-        check = int.from_bytes(draw[1:9]) / 2**64 < self.config.position_check
+        live_first, check = pair_draw(self.config.seed, key, self.config.position_check)
         try:
             preferred = self._ask(key, conversation, live, shadow, live_first)
             if not check or preferred is None:

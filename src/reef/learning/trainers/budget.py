@@ -99,12 +99,17 @@ def split_validation(count: int, budget: Budget, rng: random.Random) -> tuple[li
     return sorted(indices[size:]), sorted(indices[:size])
 
 
+def epoch_steps(train_count: int, batch_size: int) -> int:
+    """Steps in one pass over ``train_count`` examples (a partial batch is a step)."""
+    return -(-train_count // batch_size)
+
+
 def planned_steps(train_count: int, batch_size: int, budget: Budget) -> int:
     """Optimizer steps the budget allows: ``steps``, else ``epochs`` passes (rounded up
     to whole batches), capped by ``max_steps``."""
     if budget.steps is not None:
         return budget.steps
-    per_epoch = -(-train_count // batch_size)
+    per_epoch = epoch_steps(train_count, batch_size)
     planned = max(1, math.ceil(per_epoch * budget.epochs))
     return min(planned, budget.max_steps) if budget.max_steps is not None else planned
 
@@ -113,7 +118,7 @@ def eval_interval(train_count: int, batch_size: int, budget: Budget) -> int:
     """Steps between validation passes: ``eval_every``, else half an epoch."""
     if budget.eval_every is not None:
         return budget.eval_every
-    return max(1, -(-train_count // batch_size) // 2)
+    return max(1, epoch_steps(train_count, batch_size) // 2)
 
 
 def lr_factor(step: int, total: int, budget: Budget) -> float:

@@ -33,6 +33,7 @@ from reef.learning.trainers.budget import (
     EarlyStopping,
     StopReason,
     batch_plan,
+    epoch_steps,
     eval_interval,
     fitted,
     lr_factor,
@@ -635,7 +636,7 @@ def train_in_budget(  # noqa: PLR0913
         len(plan.items), plan.batch_size, budget.model_copy(update={"max_steps": None})
     )
     interval = eval_interval(len(plan.items), plan.batch_size, budget)
-    epoch_steps = -(-len(plan.items) // plan.batch_size)
+    per_epoch = epoch_steps(len(plan.items), plan.batch_size)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda number: lr_factor(number, total, budget)
     )
@@ -663,7 +664,7 @@ def train_in_budget(  # noqa: PLR0913
         if validate is not None and due and stopper.update(number, validate()):
             best = trainable_state(model)
         more = number < len(batches)
-        stop = _stop(budget, stopper, curve, more, epoch_steps, time.monotonic() - started)
+        stop = _stop(budget, stopper, curve, more, per_epoch, time.monotonic() - started)
         if stop is not None:
             reason = stop
             break
@@ -679,15 +680,15 @@ def _stop(
     stopper: EarlyStopping,
     curve: list[float],
     more: bool,
-    epoch_steps: int,
+    per_epoch: int,
     elapsed: float,
 ) -> StopReason | None:
     """Why a run stops after its latest step, if it does: validation patience spent,
-    the examples learned (``budget.fitted``, after a pass of ``epoch_steps``; only with
+    the examples learned (``budget.fitted``, after a pass of ``per_epoch`` steps; only with
     ``more`` steps planned), a time cap or the learning budget's deadline."""
     if stopper.should_stop:
         return "early_stopped"
-    if more and fitted(budget, curve, epoch_steps):
+    if more and fitted(budget, curve, per_epoch):
         return "fitted"
     return time_stop(budget, elapsed)
 

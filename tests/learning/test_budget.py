@@ -13,6 +13,7 @@ from reef.learning.trainers.budget import (
     batch_plan,
     eval_interval,
     fitted,
+    known,
     lr_factor,
     planned_steps,
     split_validation,
@@ -113,3 +114,18 @@ def test_a_run_is_fitted_when_its_last_window_of_losses_is_at_the_floor() -> Non
     assert not fitted(Budget(fitted_loss=0.01, fitted_window=4, steps=10), [0.0] * 8)
     with pytest.raises(ValueError, match="fitted_loss"):
         Budget(fitted_loss=-1.0)
+
+
+def test_a_run_knew_its_examples_when_its_first_pass_was_at_the_floor() -> None:
+    budget = Budget(known_loss=0.05)
+    # decided at the end of the first pass (4 steps here), on that pass's mean
+    assert not known(budget, [0.0, 0.0, 0.0], epoch_steps=4)
+    assert known(budget, [0.1, 0.05, 0.05, 0.0], epoch_steps=4)  # mean 0.05
+    assert not known(budget, [0.9, 0.02, 0.0, 0.0], epoch_steps=4)  # one batch to learn
+    # only then: a run that was learning in its first pass makes its epochs
+    assert not known(budget, [0.9, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], epoch_steps=4)
+    assert not known(budget, [0.0] * 5, epoch_steps=4)
+    assert not known(Budget(), [0.0] * 4, epoch_steps=4)  # off by default
+    assert not known(Budget(known_loss=0.05, steps=10), [0.0] * 4, epoch_steps=4)
+    with pytest.raises(ValueError, match="known_loss"):
+        Budget(known_loss=-1.0)

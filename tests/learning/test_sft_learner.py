@@ -199,3 +199,6 @@ def test_the_fitted_stop_is_off_unless_a_recipe_sets_it() -> None:
     assert SFTConfig(fitted_loss=0.02).budget().fitted_loss == 0.02
     with pytest.raises(ValueError, match="fitted_loss"):
         SFTConfig(fitted_loss=-0.1)
+    assert SFTConfig(known_loss=0.05).budget().known_loss == 0.05
+    with pytest.raises(ValueError, match="known_loss"):
+        SFTConfig(known_loss=-0.1)

@@ -406,6 +406,9 @@ learners:
     lr_schedule: constant
     warmup_fraction: 0
     validation_fraction: 0
+    # A round that continues from the serving adapter on traffic it already answers
+    # (a first pass at a mean loss of 0.05 or less) makes that one pass, not two.
+    known_loss: 0.05
     lr: {0.01 if tiny else 0.003}
     batch_size: 4
     target_modules: [{"q_proj, v_proj, lm_head" if tiny else "q_proj, k_proj, v_proj, o_proj"}]

@@ -95,10 +95,15 @@ class SFTConfig(RayTrainerSettings):
     # with all 60 steps: the steps after the training loss is ~0 still generalise
     # (docs/training.md).
     fitted_loss: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+    # Stop after the first pass when its mean training loss is at or below this: the run
+    # started out knowing its examples (``reef.learning.trainers.budget.known``).
+    known_loss: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
 
     def budget(self) -> Budget:
-        """The trainer's budget, with the ``fitted_loss`` stop."""
-        return super().budget().model_copy(update={"fitted_loss": self.fitted_loss})
+        """The trainer's budget, with the ``fitted_loss`` and ``known_loss`` stops."""
+        return super().budget().model_copy(
+            update={"fitted_loss": self.fitted_loss, "known_loss": self.known_loss}
+        )
 
 
 def sft_examples(

@@ -14,7 +14,9 @@ linearly over ``warmup_fraction`` (default 0.05) of the planned steps, then deca
 told otherwise, so recipes tuned on fixed runs reproduce them. ``fitted_loss`` (None: off;
 an SFT learner's setting) stops a run whose mean training loss over its last
 ``fitted_window`` steps is at or below it, once every example was seen
-(:func:`fitted`). ``deadline_seconds`` is
+(:func:`fitted`). ``known_loss`` (None: off) stops a run after its first pass when that
+pass's mean training loss is at or below it: the run started out knowing its examples
+(:func:`known`). ``deadline_seconds`` is
 not the recipe's: it is what the learning budget's training minutes have left (the
 worker sets it, ``reef.experience.learning_spend``), checked after every step like
 ``max_seconds``.
@@ -22,7 +24,8 @@ worker sets it, ``reef.experience.learning_spend``), checked after every step li
 ``stop_reason`` is one of ``completed`` (every planned epoch ran), ``early_stopped``
 (validation loss stopped improving: converged), ``max_steps``, ``max_seconds``,
 ``steps`` (the exact count ran), ``fitted`` (the training loss sat at ``fitted_loss`` or
-below: the examples are learned) or ``learning_budget`` (the deadline came: the run is
+below: the examples are learned), ``known`` (the first pass's loss was at ``known_loss``
+or below: the examples were known before the run) or ``learning_budget`` (the deadline came: the run is
 half-made and its adapter is not proposed). ``undertrained`` is True when a run ended with its
 validation loss still falling — more training would likely have helped; None without a
 validation split.
@@ -40,7 +43,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 StopReason = Literal[
-    "completed", "early_stopped", "max_steps", "max_seconds", "steps", "fitted", "learning_budget"
+    "completed",
+    "early_stopped",
+    "max_steps",
+    "max_seconds",
+    "steps",
+    "fitted",
+    "known",
+    "learning_budget",
 ]
 
 
@@ -66,6 +76,7 @@ class Budget(BaseModel):
     min_lr_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
     fitted_loss: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
     fitted_window: int = Field(default=8, ge=1)
+    known_loss: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
 
     @property
     def warmup(self) -> float:
@@ -212,6 +223,25 @@ def fitted(budget: Budget, curve: list[float], epoch_steps: int = 1) -> bool:
     if floor is None or budget.steps is not None or len(curve) < max(window, epoch_steps):
         return False
     return sum(curve[-window:]) / window <= floor
+
+
+def known(budget: Budget, curve: list[float], epoch_steps: int) -> bool:
+    """Whether a run started out knowing its examples: ``curve`` holds exactly its first
+    pass (``epoch_steps`` steps, each example's loss taken once, as it was first trained
+    on) and that pass's mean training loss is at or below ``known_loss``. Checked only
+    at the end of the first pass, so a run that was learning then makes its ``epochs``;
+    never for an exact ``steps`` count.
+
+    Why: a learner continuing from the serving adapter on traffic that adapter already
+    answers right has little to learn, and ``epochs`` passes were set for new examples.
+    One pass still trains on every example once, corrections included. Measured on the
+    agent quickstart (docs/training.md): its second round, 90 steps continuing from the
+    first round's adapter, starts at loss ~0 and its candidate was rejected on every run;
+    its first round, from a fresh adapter, starts at 1.0 and is not touched."""
+    floor = budget.known_loss
+    if floor is None or budget.steps is not None or len(curve) != epoch_steps:
+        return False
+    return sum(curve) / epoch_steps <= floor
 
 
 def time_stop(budget: Budget, elapsed: float) -> StopReason | None:

@@ -36,6 +36,7 @@ from reef.learning.trainers.budget import (
     epoch_steps,
     eval_interval,
     fitted,
+    known,
     lr_factor,
     planned_steps,
     split_validation,
@@ -626,7 +627,8 @@ def train_in_budget(  # noqa: PLR0913
     """The training loop every trainer shares: the budget's steps over ``plan`` (epochs,
     caps), the learning-rate schedule, a validation pass (``validate``, None: no split)
     twice per epoch with early stopping and the best weights restored at the end, a stop
-    once the training loss sits at the budget's ``fitted_loss`` (``budget.fitted``), the
+    once the training loss sits at the budget's ``fitted_loss`` (``budget.fitted``) or
+    after a first pass whose loss was at its ``known_loss`` (``budget.known``), the
     ``max_seconds`` cap and the learning budget's ``deadline_seconds``, checked after
     every step (so a run that starts always makes one). ``step(items)`` returns the
     batch's loss (the loop does the rest of the update) or an ``Accumulated`` (the
@@ -684,12 +686,15 @@ def _stop(
     elapsed: float,
 ) -> StopReason | None:
     """Why a run stops after its latest step, if it does: validation patience spent,
-    the examples learned (``budget.fitted``, after a pass of ``per_epoch`` steps; only with
-    ``more`` steps planned), a time cap or the learning budget's deadline."""
+    the examples learned (``budget.fitted``, after a pass of ``per_epoch`` steps) or known
+    from the start (``budget.known``, at the end of the first pass), both only with
+    ``more`` steps planned, a time cap or the learning budget's deadline."""
     if stopper.should_stop:
         return "early_stopped"
     if more and fitted(budget, curve, per_epoch):
         return "fitted"
+    if more and known(budget, curve, per_epoch):
+        return "known"
     return time_stop(budget, elapsed)
 
 

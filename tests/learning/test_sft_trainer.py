@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -189,6 +190,34 @@ def test_epochs_stop_early_on_a_task_it_can_fit(tmp_path: Path) -> None:
     tuned = PeftModel.from_pretrained(loaded.model, str(result.adapter_dir))
     asked = [str(example.messages[0]["content"]) for example in many] + ["which code for case 77?"]
     assert hits(loaded, tuned, asked) == len(asked)
+
+
+def test_a_run_that_starts_knowing_its_examples_makes_one_pass_and_a_new_one_its_epochs(
+    tmp_path: Path,
+) -> None:
+    learned = Budget(epochs=200, validation_fraction=0, fitted_loss=0.01)
+    assert train_lora_sft(spec(tmp_path, budget=learned)).metrics["stop_reason"] == "fitted"
+    budget = Budget(epochs=3, validation_fraction=0, known_loss=0.05)
+
+    def run(name: str, **changes: object) -> dict[str, Any]:
+        changed = spec(tmp_path, budget=budget, batch_size=2, output_dir=tmp_path / name, **changes)
+        return train_lora_sft(changed).metrics
+
+    # Continuing from that adapter on what it already answers: one pass (4 steps of 2),
+    # every example trained on once, then `known` instead of three passes (the agent
+    # quickstart's second round, docs/training.md).
+    again = run("next", base_adapter=tmp_path / "adapter")
+    assert (again["stop_reason"], again["steps"], again["steps_planned"]) == ("known", 4, 12)
+    assert sum(again["loss_curve"]) / 4 <= 0.05
+    loaded = load_model(TINY, tmp_path / "home")
+    assert hits(loaded, PeftModel.from_pretrained(loaded.model, str(tmp_path / "next"))) == 8
+    # A fresh adapter learning the same examples, or the learned one a new target: the
+    # first pass is learning, so every pass runs.
+    fresh = run("fresh")
+    assert (fresh["stop_reason"], fresh["steps"]) == ("completed", 12)
+    assert sum(fresh["loss_curve"][:4]) / 4 > 0.05
+    other = run("other", base_adapter=tmp_path / "adapter", examples=examples("Kraken-9"))
+    assert (other["stop_reason"], other["steps"]) == ("completed", 12)
 
 
 def test_a_time_cap_stops_a_run_and_says_so(tmp_path: Path) -> None:

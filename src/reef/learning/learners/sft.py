@@ -101,8 +101,10 @@ class SFTConfig(RayTrainerSettings):
 
     def budget(self) -> Budget:
         """The trainer's budget, with the ``fitted_loss`` and ``known_loss`` stops."""
-        return super().budget().model_copy(
-            update={"fitted_loss": self.fitted_loss, "known_loss": self.known_loss}
+        return (
+            super()
+            .budget()
+            .model_copy(update={"fitted_loss": self.fitted_loss, "known_loss": self.known_loss})
         )
 
 

@@ -25,10 +25,10 @@ worker sets it, ``reef.experience.learning_spend``), checked after every step li
 (validation loss stopped improving: converged), ``max_steps``, ``max_seconds``,
 ``steps`` (the exact count ran), ``fitted`` (the training loss sat at ``fitted_loss`` or
 below: the examples are learned), ``known`` (the first pass's loss was at ``known_loss``
-or below: the examples were known before the run) or ``learning_budget`` (the deadline came: the run is
-half-made and its adapter is not proposed). ``undertrained`` is True when a run ended with its
-validation loss still falling — more training would likely have helped; None without a
-validation split.
+or below: the examples were known before the run) or ``learning_budget`` (the deadline
+came: the run is half-made and its adapter is not proposed). ``undertrained`` is True
+when a run ended with its validation loss still falling — more training would likely
+have helped; None without a validation split.
 
 Torch-free: the trainers apply these plans; the worker and tests read the reports.
 """

@@ -406,8 +406,9 @@ learners:
     lr_schedule: constant
     warmup_fraction: 0
     validation_fraction: 0
-    # A round that continues from the serving adapter on traffic it already answers
-    # (a first pass at a mean loss of 0.05 or less) makes that one pass, not two.
+    # A round that continues from the serving adapter on traffic it already answers (a
+    # first pass at a mean loss of 0.05 or less) makes that one pass, not two: measured,
+    # round 1's first pass averages 0.155 (60 steps run), round 2's 0.021 (45 of 90).
     known_loss: 0.05
     lr: {0.01 if tiny else 0.003}
     batch_size: 4

@@ -7,14 +7,22 @@ the same call costs through Reef as an OpenAI Responses request.
 
 One run starts, as separate processes on loopback: the fake upstream
 (``tests.fakes.upstream``), ``bench/passthrough.py``, ``reef serve`` (capture on,
-``sync`` durability, SQLite in a temporary directory) and the LiteLLM proxy (its own
-venv, ``bench/.venv-litellm``, made on first use; ``--skip-litellm`` leaves it out).
+``sync`` durability, SQLite in a temporary directory or ``--store postgres``) and the
+LiteLLM proxy (its own venv, ``bench/.venv-litellm``, made on first use;
+``--skip-litellm`` leaves it out).
 The same non-streaming chat requests go to each at every concurrency, after a warm-up;
 the *reef-responses* target sends that request as ``POST /v1/responses`` to the same
 Reef (translated onto the fake's chat completions, the response kept for
 ``previous_response_id``). ``--runs`` repeats the rounds (target order rotated) to show
-the spread. Afterwards the Reef records in SQLite are counted against the requests sent
-through Reef (both targets).
+the spread. Afterwards the Reef records in its store are counted against the requests
+sent through Reef (both targets).
+
+``--store postgres`` puts Reef's records in PostgreSQL instead of SQLite: a database of
+the bench's own, ``reef_bench``, made anew on the server of ``--postgres-url`` (default:
+``$REEF_TEST_POSTGRES_URL``) for each ``--workers`` count and dropped afterwards; the
+database that URL names is never touched. The server runs wherever it runs (on loopback,
+it shares the cores with the gateway); the report names the store. ``--spend`` takes
+SQLite only.
 
 ``--spend`` adds *reef-spend-on*: a second ``reef serve`` like *reef* but with a price for
 the model, budgets and rate limits (``contenders.SPEND_CONFIG``, far above what the load
@@ -80,6 +88,8 @@ from wrk_load import drive_wrk, warmup_seconds, wrk_path
 
 RESPONSES_TARGET = "reef-responses"
 SPEND_TARGET = "reef-spend-on"
+POSTGRES_ENV = "REEF_TEST_POSTGRES_URL"
+BENCH_DATABASE = "reef_bench"  # --store postgres: dropped and made anew for each count
 
 
 @dataclass
@@ -156,6 +166,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--seconds", type=float, help="wrk: measured round length (default: ~--requests long)"
     )
     parser.add_argument("--wrk-threads", type=int, default=1, help="wrk: threads per round")
+    parser.add_argument(
+        "--store", choices=("sqlite", "postgres"), default="sqlite", help="where Reef records"
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(POSTGRES_ENV),
+        help=f"--store postgres: a server to make the {BENCH_DATABASE} database on "
+        f"(default: ${POSTGRES_ENV}); its own database is never touched",
+    )
     args = parser.parse_args(argv)
     args.concurrency = sorted({int(level) for level in args.concurrency.split(",")})
     args.workers = sorted({int(count) for count in args.workers.split(",")})
@@ -167,7 +186,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--seconds must be positive and --wrk-threads at least 1")
     if args.output is not None and len(args.workers) > 1:
         parser.error("--output takes one --workers count")
+    if args.store == "postgres":
+        if not args.postgres_url:
+            parser.error(f"--store postgres needs --postgres-url or ${POSTGRES_ENV}")
+        if args.spend:
+            parser.error("--spend runs on --store sqlite only")
     return args
+
+
+def _postgres_url(server_url: str, database: str) -> str:
+    """``server_url`` (any ``postgresql`` URL) naming ``database`` instead, for psycopg."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(server_url).set(drivername="postgresql", database=database)
+    return url.render_as_string(hide_password=False)
+
+
+def _on_maintenance_database(server_url: str, statement: str) -> None:
+    """Run ``statement`` (``CREATE``/``DROP DATABASE``) on the server's ``postgres``
+    database, outside a transaction."""
+    import psycopg
+
+    with psycopg.connect(_postgres_url(server_url, "postgres"), autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def fresh_bench_database(server_url: str) -> str:
+    """Drop ``BENCH_DATABASE`` if a run left it, create it empty; its URL."""
+    drop_bench_database(server_url)
+    _on_maintenance_database(server_url, f'CREATE DATABASE "{BENCH_DATABASE}"')
+    return _postgres_url(server_url, BENCH_DATABASE)
+
+
+def drop_bench_database(server_url: str) -> None:
+    """Drop ``BENCH_DATABASE`` (and whatever is still connected to it)."""
+    _on_maintenance_database(server_url, f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
+
+
+def store_url_of(args: argparse.Namespace, workdir: Path) -> str:
+    """Reef's ``store.url``: SQLite in ``workdir``, or a fresh ``BENCH_DATABASE``."""
+    if args.store == "postgres":
+        return fresh_bench_database(args.postgres_url)
+    return f"sqlite:///{workdir / 'reef.db'}"
+
+
+def store_name(args: argparse.Namespace) -> str:
+    """The store, as the report names it."""
+    return "PostgreSQL" if args.store == "postgres" else "SQLite"
 
 
 def start_servers(
@@ -176,16 +241,19 @@ def start_servers(
     args: argparse.Namespace,
     master_key: str,
     workers: int,
-) -> tuple[list[Server], Path, str | None]:
-    """All contenders, the Reef database and why LiteLLM is absent (or ``None``)."""
+    store_url: str,
+) -> tuple[list[Server], str | None]:
+    """All contenders (Reef recording to ``store_url``) and why LiteLLM is absent (or
+    ``None``)."""
     skip_litellm = args.skip_litellm
     upstream = start_upstream(children)
     print(f"fake upstream   {upstream.base_url}", flush=True)
     passthrough = start_passthrough(children, upstream.base_url, workers)
     print(f"passthrough     {passthrough.base_url}  ({workers} processes)", flush=True)
-    reef, database = start_reef(children, upstream.base_url, workdir, workers=workers)
+    reef, _ = start_reef(children, upstream.base_url, workdir, workers=workers, store_url=store_url)
+    shown = store_url.split("@")[-1]  # no credentials in the output
     print(
-        f"reef            {reef.base_url}  (sync capture to {database}, {workers} workers)",
+        f"reef            {reef.base_url}  (sync capture to {shown}, {workers} workers)",
         flush=True,
     )
     servers = [upstream, passthrough, reef]
@@ -198,14 +266,14 @@ def start_servers(
         print(f"reef-spend-on   {spent.base_url}  (prices, budgets, rate limits)", flush=True)
         servers.append(spent)
     if skip_litellm:
-        return servers, database, "skipped (--skip-litellm)"
+        return servers, "skipped (--skip-litellm)"
     try:
         litellm = start_litellm(children, upstream.base_url, workdir, master_key)
     except (StartError, OSError, TimeoutError) as exc:
         print(f"LiteLLM left out: {exc}", flush=True)
-        return servers, database, f"could not be installed or started: {exc}"
+        return servers, f"could not be installed or started: {exc}"
     print(f"litellm         {litellm.base_url}", flush=True)
-    return [*servers, litellm], database, None
+    return [*servers, litellm], None
 
 
 async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> Measurements:
@@ -293,14 +361,25 @@ async def _wrk_rounds(
     return result
 
 
-def check_records(database: Path, measured: Measurements) -> overhead_report.RecordCheck:
-    """Count Reef's records (read-only, the gateway still running) and look up receipts."""
+def check_records(store_url: str, measured: Measurements) -> overhead_report.RecordCheck:
+    """Count Reef's records (read-only, the gateway still running) and look up receipts,
+    in SQLite or PostgreSQL."""
     sample = measured.reef_receipts[:: max(1, len(measured.reef_receipts) // 100)][:100]
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
-        (count,) = connection.execute("SELECT COUNT(*) FROM records").fetchone()
-        marks = ",".join("?" * len(sample))
-        query = f"SELECT COUNT(*) FROM records WHERE id IN ({marks})"
-        (found,) = connection.execute(query, sample).fetchone() if sample else (0,)
+    if store_url.startswith("sqlite:///"):
+        database = store_url.removeprefix("sqlite:///")
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+            (count,) = connection.execute("SELECT COUNT(*) FROM records").fetchone()
+            marks = ",".join("?" * len(sample))
+            query = f"SELECT COUNT(*) FROM records WHERE id IN ({marks})"
+            (found,) = connection.execute(query, sample).fetchone() if sample else (0,)
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url) as pg, pg.cursor() as cursor:
+            cursor.execute("SELECT COUNT(*) FROM records")
+            (count,) = cursor.fetchone() or (0,)
+            cursor.execute("SELECT COUNT(*) FROM records WHERE id = ANY(%s)", (sample,))
+            (found,) = cursor.fetchone() or (0,)
     return overhead_report.RecordCheck(
         sent=measured.reef_requests,
         receipts=measured.reef_receipt_count,
@@ -348,14 +427,19 @@ def _benchmark_once(args: argparse.Namespace, argv: list[str], workers: int) -> 
     with tempfile.TemporaryDirectory(prefix="reef-overhead-") as tmp:
         children = ChildProcesses(Path(tmp))
         try:
-            servers, database, litellm_note = start_servers(children, Path(tmp), args, key, workers)
+            store_url = store_url_of(args, Path(tmp))
+            servers, litellm_note = start_servers(
+                children, Path(tmp), args, key, workers, store_url
+            )
             measured = run_event_loop(servers, args, key)
-            records = check_records(database, measured)
+            records = check_records(store_url, measured)
         except StartError as exc:
             print(f"could not start a server: {exc}", file=sys.stderr)
             return 2
         finally:
             children.stop_all()
+            if args.store == "postgres":
+                drop_bench_database(args.postgres_url)
     if litellm_note is None and "litellm" in measured.failed:
         litellm_note = f"failed during the load: {measured.failed['litellm']}"
     report = overhead_report.Report(
@@ -367,6 +451,7 @@ def _benchmark_once(args: argparse.Namespace, argv: list[str], workers: int) -> 
         failed=measured.failed,
         load_before=load_before,
         load_after=os.getloadavg(),
+        store=store_name(args),
     )
     print(report.text())
     if args.output is not None:

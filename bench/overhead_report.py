@@ -46,7 +46,8 @@ _HOW_TO_READ = (
     "client talking to the fake upstream; *passthrough* adds one bare aiohttp hop that "
     "parses nothing and records nothing, the floor for any proxy in Python; *reef* is the "
     "gateway with capture on and `sync` durability (a response completes only after its "
-    "record is committed to SQLite); *litellm* is the LiteLLM proxy with no database, "
+    "record is committed to its store, SQLite unless the Store line says otherwise); "
+    "*litellm* is the LiteLLM proxy with no database, "
     "callbacks or telemetry; *reef-responses* is the same request sent to the same Reef as "
     "an OpenAI Responses request (`POST /v1/responses`: `instructions` and `input`), "
     "translated onto the fake's chat completions and its response kept for "
@@ -103,7 +104,7 @@ _WHERE_IT_GOES = (
 
 @dataclass(frozen=True)
 class RecordCheck:
-    """Reef's records in SQLite against the requests sent through it."""
+    """Reef's records in its store against the requests sent through it."""
 
     sent: int
     receipts: int
@@ -178,6 +179,7 @@ class Report:
     failed: dict[str, str] = field(default_factory=dict)
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)  # os.getloadavg() at start
     load_after: tuple[float, float, float] | None = None  # and at the end
+    store: str = "SQLite"  # where Reef's records went (``--store``)
     date: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     )
@@ -361,7 +363,7 @@ class Report:
             )
         rc = self.records
         lines.append(
-            f"- Capture check: {rc.records} records in Reef's SQLite for {rc.sent} requests "
+            f"- Capture check: {rc.records} records in Reef's {self.store} for {rc.sent} requests "
             f"sent through Reef (warm-ups included), {rc.receipts} receipts returned, "
             f"{rc.sample_found}/{rc.sampled} sampled receipts found: "
             f"**{'ok' if rc.ok else 'MISMATCH'}**."
@@ -399,6 +401,7 @@ class Report:
                 )
                 + f"), concurrency {', '.join(map(str, a.concurrency))}; "
                 f"{runs}; {loader_text(a)}.",
+                f"- Store: Reef's records in {self._store_text()}, `sync` durability.",
                 f"- Versions: reef {_version('reef-agent')}, aiohttp {_version('aiohttp')}, "
                 f"uvicorn {_version('uvicorn')}{litellm}.",
                 *self.notes(),
@@ -412,6 +415,12 @@ class Report:
                 _WHERE_IT_GOES,
             ]
         )
+
+    def _store_text(self) -> str:
+        """The store, and where it ran."""
+        if self.store == "SQLite":
+            return "SQLite (a file in a temporary directory)"
+        return f"{self.store} (a database of the bench's own on a server on this machine)"
 
     def text(self) -> str:
         """What is printed at the end: the same as the markdown section."""

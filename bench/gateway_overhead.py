@@ -20,9 +20,11 @@ sent through Reef (both targets).
 ``--store postgres`` puts Reef's records in PostgreSQL instead of SQLite: a database of
 the bench's own, ``reef_bench``, made anew on the server of ``--postgres-url`` (default:
 ``$REEF_TEST_POSTGRES_URL``) for each ``--workers`` count and dropped afterwards; the
-database that URL names is never touched. The server runs wherever it runs (on loopback,
-it shares the cores with the gateway); the report names the store. ``--spend`` takes
-SQLite only.
+database that URL names is never touched. When the server runs on this machine (its
+data directory readable, as root), the CPU of its processes during Reef's rounds is
+reported per Reef request too: the table's CPU column counts Reef's processes only, and
+the server shares their cores. The report names the store. ``--spend`` takes SQLite
+only.
 
 ``--spend`` adds *reef-spend-on*: a second ``reef serve`` like *reef* but with a price for
 the model, budgets and rate limits (``contenders.SPEND_CONFIG``, far above what the load
@@ -111,6 +113,28 @@ class Target:
     url: str
     body: bytes
     pid: int  # the process that serves it (direct: the fake upstream)
+    store_pid: int | None = None  # Reef on a local PostgreSQL: its postmaster
+
+
+def store_cpu_seconds(target: Target) -> float | None:
+    """CPU of the store server's processes so far (postmaster, backends, WAL writer...);
+    ``None`` when the target's store is not a local PostgreSQL."""
+    return None if target.store_pid is None else tree_cpu_seconds(target.store_pid)
+
+
+def postmaster_pid(store_url: str) -> int | None:
+    """The PostgreSQL server's postmaster process, when it runs on this machine and its
+    data directory can be read (its CPU per Reef request goes in the report)."""
+    import psycopg
+
+    with psycopg.connect(store_url) as pg:
+        row = pg.execute("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
+        (data_directory,) = row.fetchone() or ("",)
+    try:
+        pid = int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if Path(f"/proc/{pid}").exists() else None
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -131,14 +155,18 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def targets_of(servers: list[Server]) -> list[Target]:
-    """Every server's chat completions; Reef's Responses route right after Reef's."""
+def targets_of(servers: list[Server], store_pid: int | None = None) -> list[Target]:
+    """Every server's chat completions; Reef's Responses route right after Reef's.
+    ``store_pid``: Reef's PostgreSQL server's postmaster, when it is local."""
     targets = []
     for server in servers:
-        targets.append(Target(server.name, server.chat_url, CHAT_BODY, server.process.pid))
+        pid = server.process.pid
         if server.name == "reef":
+            targets.append(Target(server.name, server.chat_url, CHAT_BODY, pid, store_pid))
             url = server.base_url + "/responses"
-            targets.append(Target(RESPONSES_TARGET, url, RESPONSES_BODY, server.process.pid))
+            targets.append(Target(RESPONSES_TARGET, url, RESPONSES_BODY, pid, store_pid))
+        else:
+            targets.append(Target(server.name, server.chat_url, CHAT_BODY, pid))
     return targets
 
 
@@ -276,7 +304,9 @@ def start_servers(
     return [*servers, litellm], None
 
 
-async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> Measurements:
+async def measure(
+    servers: list[Server], args: argparse.Namespace, key: str, store_pid: int | None = None
+) -> Measurements:
     """Warm-up then measured round, per run, concurrency and target."""
     # The load generator's own full garbage collections (one of 78 ms measured mid-round
     # on a loaded machine) land in the latencies of whichever target is being measured:
@@ -286,7 +316,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
     done = Measurements()
     headers = sdk_headers(key)
     limit = 60.0 + 0.1 * (args.requests + args.warmup)
-    targets = targets_of(servers)
+    targets = targets_of(servers, store_pid)
     async with client_session(args.concurrency[-1]) as session:
         for run in range(args.runs):
             for level in args.concurrency:
@@ -300,6 +330,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                         else:
                             for count in (args.warmup, args.requests):
                                 cpu_before = tree_cpu_seconds(target.pid)
+                                store_before = store_cpu_seconds(target)
                                 result = await drive(
                                     session,
                                     target.name,
@@ -311,6 +342,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                                     target.body,
                                 )
                                 result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
+                                _store_cpu(result, target, store_before)
                                 _count_reef(done, target, result, count)
                     except (RuntimeError, ValueError, TimeoutError) as exc:  # wrk's too
                         if target.name == "direct":
@@ -321,6 +353,13 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                     done.results.append(result)
                     print(overhead_report.progress_line(run, result), flush=True)
     return done
+
+
+def _store_cpu(result: LoadResult, target: Target, before: float | None) -> None:
+    """Set the round's store server CPU, counted from ``before`` (when it is known)."""
+    after = store_cpu_seconds(target)
+    if before is not None and after is not None:
+        result.store_cpu_seconds = after - before
 
 
 def _count_reef(done: Measurements, target: Target, result: LoadResult, sent: int) -> None:
@@ -350,10 +389,12 @@ async def _wrk_rounds(
         if seconds is None:
             seconds = args.seconds or min(120.0, max(1.0, args.requests / pace))
         cpu_before = tree_cpu_seconds(target.pid)
+        store_before = store_cpu_seconds(target)
         result = await drive_wrk(
             target.url, headers, level, seconds, target.body, target.name, args.wrk_threads
         )
         result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
+        _store_cpu(result, target, store_before)
         _count_reef(done, target, result, result.requests_sent or 0)
         if len(result.errors) > MAX_ERRORS:
             raise TooManyErrorsError(f"{target.name}: {result.errors[-1]}")
@@ -393,13 +434,15 @@ def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
     raise KeyboardInterrupt
 
 
-def run_event_loop(servers: list[Server], args: argparse.Namespace, key: str) -> Measurements:
+def run_event_loop(
+    servers: list[Server], args: argparse.Namespace, key: str, store_pid: int | None = None
+) -> Measurements:
     try:
         import uvloop
 
-        return uvloop.run(measure(servers, args, key))
+        return uvloop.run(measure(servers, args, key, store_pid))
     except ImportError:
-        return asyncio.run(measure(servers, args, key))
+        return asyncio.run(measure(servers, args, key, store_pid))
 
 
 def main(argv: list[str]) -> int:
@@ -431,7 +474,8 @@ def _benchmark_once(args: argparse.Namespace, argv: list[str], workers: int) -> 
             servers, litellm_note = start_servers(
                 children, Path(tmp), args, key, workers, store_url
             )
-            measured = run_event_loop(servers, args, key)
+            store_pid = postmaster_pid(store_url) if args.store == "postgres" else None
+            measured = run_event_loop(servers, args, key, store_pid)
             records = check_records(store_url, measured)
         except StartError as exc:
             print(f"could not start a server: {exc}", file=sys.stderr)

@@ -123,7 +123,9 @@ def progress_line(run: int, result: LoadResult) -> str:
     return (
         f"run {run + 1}  c={result.concurrency:<3} {result.target:<14}"
         f" p50 {result.percentile(0.5):7.2f} ms  p99 {result.percentile(0.99):7.2f} ms"
-        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}" + _loader_cpu(result)
+        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}"
+        + _loader_cpu(result)
+        + _store_cpu(result)
     )
 
 
@@ -133,6 +135,12 @@ def _loader_cpu(result: LoadResult) -> str:
     if result.loader_cpu_seconds is None or not result.latencies_ms:
         return ""
     return f"  wrk CPU {result.loader_cpu_seconds * 1e6 / len(result.latencies_ms):.0f} µs/req"
+
+
+def _store_cpu(result: LoadResult) -> str:
+    """The PostgreSQL server's CPU per answer in the round, when measured."""
+    per_request = result.store_cpu_us_per_request
+    return "" if per_request is None else f"  PostgreSQL CPU {per_request:.0f} µs/req"
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -259,6 +267,20 @@ class Report:
                 f"{self._cpu('reef', high)} µs, the passthrough's {self._cpu('passthrough', high)}"
                 f" µs: {spread(cpu)}x (the proxy's own cost, steadier than req/s on a "
                 "shared machine)."
+            )
+        store_cpu = [
+            v for r in self.runs("reef", high) if (v := r.store_cpu_us_per_request) is not None
+        ]
+        if store_cpu:
+            both = [
+                v + (r.cpu_us_per_request or 0.0)
+                for r in self.runs("reef", high)
+                if (v := r.store_cpu_us_per_request) is not None
+            ]
+            lines.append(
+                f"- {self.store} server CPU per Reef request at c={high}: {spread(store_cpu, 0)}"
+                f" µs (its postmaster and backends, on the same machine); Reef's and the "
+                f"server's together {spread(both, 0)} µs."
             )
         if {"reef", "litellm"} <= set(self.targets()):
             slower = self.paired(

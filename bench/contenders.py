@@ -160,19 +160,23 @@ def start_reef(
     durability: str = "sync",
     workers: int = 1,
     spend: bool = False,
+    store_url: str | None = None,
 ) -> tuple[Server, Path]:
     """The Reef gateway with capture on and ``durability`` (``store.durability``), in
     ``workers`` gateway processes (``server.workers``); also its SQLite path. ``name``
     names its log and its results (one per gateway when a bench runs several). With
-    ``spend``: a price for the model, budgets and rate limits (``SPEND_CONFIG``)."""
+    ``spend``: a price for the model, budgets and rate limits (``SPEND_CONFIG``).
+    ``store_url`` (``store.url``) puts the records elsewhere, e.g. in PostgreSQL; by
+    default they go to that SQLite path, ``workdir/reef.db``."""
     port = free_port()
     database = workdir / "reef.db"
     config = workdir / "reef.yaml"
     prices = f", prices: {{fake-model: {SPEND_PRICES}}}" if spend else ""
+    url = store_url or f"sqlite:///{database}"
     config.write_text(
         f"home: {workdir / 'home'}\n"
         f"server: {{port: {port}, workers: {workers}}}\n"
-        f'store: {{url: "sqlite:///{database}", durability: {durability}}}\n'
+        f'store: {{url: "{url}", durability: {durability}}}\n'
         f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model"
         f"{prices}}}}}\n" + (SPEND_CONFIG if spend else "")
     )

@@ -7,14 +7,24 @@ the same call costs through Reef as an OpenAI Responses request.
 
 One run starts, as separate processes on loopback: the fake upstream
 (``tests.fakes.upstream``), ``bench/passthrough.py``, ``reef serve`` (capture on,
-``sync`` durability, SQLite in a temporary directory) and the LiteLLM proxy (its own
-venv, ``bench/.venv-litellm``, made on first use; ``--skip-litellm`` leaves it out).
+``sync`` durability, SQLite in a temporary directory or ``--store postgres``) and the
+LiteLLM proxy (its own venv, ``bench/.venv-litellm``, made on first use;
+``--skip-litellm`` leaves it out).
 The same non-streaming chat requests go to each at every concurrency, after a warm-up;
 the *reef-responses* target sends that request as ``POST /v1/responses`` to the same
 Reef (translated onto the fake's chat completions, the response kept for
 ``previous_response_id``). ``--runs`` repeats the rounds (target order rotated) to show
-the spread. Afterwards the Reef records in SQLite are counted against the requests sent
-through Reef (both targets).
+the spread. Afterwards the Reef records in its store are counted against the requests
+sent through Reef (both targets).
+
+``--store postgres`` puts Reef's records in PostgreSQL instead of SQLite: a database of
+the bench's own, ``reef_bench``, made anew on the server of ``--postgres-url`` (default:
+``$REEF_TEST_POSTGRES_URL``) for each ``--workers`` count and dropped afterwards; the
+database that URL names is never touched. When the server runs on this machine (its
+data directory readable, as root), the CPU of its processes during Reef's rounds is
+reported per Reef request too: the table's CPU column counts Reef's processes only, and
+the server shares their cores. The report names the store. ``--spend`` takes SQLite
+only.
 
 ``--spend`` adds *reef-spend-on*: a second ``reef serve`` like *reef* but with a price for
 the model, budgets and rate limits (``contenders.SPEND_CONFIG``, far above what the load
@@ -80,6 +90,8 @@ from wrk_load import drive_wrk, warmup_seconds, wrk_path
 
 RESPONSES_TARGET = "reef-responses"
 SPEND_TARGET = "reef-spend-on"
+POSTGRES_ENV = "REEF_TEST_POSTGRES_URL"
+BENCH_DATABASE = "reef_bench"  # --store postgres: dropped and made anew for each count
 
 
 @dataclass
@@ -101,6 +113,28 @@ class Target:
     url: str
     body: bytes
     pid: int  # the process that serves it (direct: the fake upstream)
+    store_pid: int | None = None  # Reef on a local PostgreSQL: its postmaster
+
+
+def store_cpu_seconds(target: Target) -> float | None:
+    """CPU of the store server's processes so far (postmaster, backends, WAL writer...);
+    ``None`` when the target's store is not a local PostgreSQL."""
+    return None if target.store_pid is None else tree_cpu_seconds(target.store_pid)
+
+
+def postmaster_pid(store_url: str) -> int | None:
+    """The PostgreSQL server's postmaster process, when it runs on this machine and its
+    data directory can be read (its CPU per Reef request goes in the report)."""
+    import psycopg
+
+    with psycopg.connect(store_url) as pg:
+        row = pg.execute("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
+        (data_directory,) = row.fetchone() or ("",)
+    try:
+        pid = int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if Path(f"/proc/{pid}").exists() else None
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -121,14 +155,18 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def targets_of(servers: list[Server]) -> list[Target]:
-    """Every server's chat completions; Reef's Responses route right after Reef's."""
+def targets_of(servers: list[Server], store_pid: int | None = None) -> list[Target]:
+    """Every server's chat completions; Reef's Responses route right after Reef's.
+    ``store_pid``: Reef's PostgreSQL server's postmaster, when it is local."""
     targets = []
     for server in servers:
-        targets.append(Target(server.name, server.chat_url, CHAT_BODY, server.process.pid))
+        pid = server.process.pid
         if server.name == "reef":
+            targets.append(Target(server.name, server.chat_url, CHAT_BODY, pid, store_pid))
             url = server.base_url + "/responses"
-            targets.append(Target(RESPONSES_TARGET, url, RESPONSES_BODY, server.process.pid))
+            targets.append(Target(RESPONSES_TARGET, url, RESPONSES_BODY, pid, store_pid))
+        else:
+            targets.append(Target(server.name, server.chat_url, CHAT_BODY, pid))
     return targets
 
 
@@ -156,6 +194,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--seconds", type=float, help="wrk: measured round length (default: ~--requests long)"
     )
     parser.add_argument("--wrk-threads", type=int, default=1, help="wrk: threads per round")
+    parser.add_argument(
+        "--store", choices=("sqlite", "postgres"), default="sqlite", help="where Reef records"
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(POSTGRES_ENV),
+        help=f"--store postgres: a server to make the {BENCH_DATABASE} database on "
+        f"(default: ${POSTGRES_ENV}); its own database is never touched",
+    )
     args = parser.parse_args(argv)
     args.concurrency = sorted({int(level) for level in args.concurrency.split(",")})
     args.workers = sorted({int(count) for count in args.workers.split(",")})
@@ -167,7 +214,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--seconds must be positive and --wrk-threads at least 1")
     if args.output is not None and len(args.workers) > 1:
         parser.error("--output takes one --workers count")
+    if args.store == "postgres":
+        if not args.postgres_url:
+            parser.error(f"--store postgres needs --postgres-url or ${POSTGRES_ENV}")
+        if args.spend:
+            parser.error("--spend runs on --store sqlite only")
     return args
+
+
+def _postgres_url(server_url: str, database: str) -> str:
+    """``server_url`` (any ``postgresql`` URL) naming ``database`` instead, for psycopg."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(server_url).set(drivername="postgresql", database=database)
+    return url.render_as_string(hide_password=False)
+
+
+def _on_maintenance_database(server_url: str, statement: str) -> None:
+    """Run ``statement`` (``CREATE``/``DROP DATABASE``) on the server's ``postgres``
+    database, outside a transaction."""
+    import psycopg
+
+    with psycopg.connect(_postgres_url(server_url, "postgres"), autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def fresh_bench_database(server_url: str) -> str:
+    """Drop ``BENCH_DATABASE`` if a run left it, create it empty; its URL."""
+    drop_bench_database(server_url)
+    _on_maintenance_database(server_url, f'CREATE DATABASE "{BENCH_DATABASE}"')
+    return _postgres_url(server_url, BENCH_DATABASE)
+
+
+def drop_bench_database(server_url: str) -> None:
+    """Drop ``BENCH_DATABASE`` (and whatever is still connected to it)."""
+    _on_maintenance_database(server_url, f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
+
+
+def store_url_of(args: argparse.Namespace, workdir: Path) -> str:
+    """Reef's ``store.url``: SQLite in ``workdir``, or a fresh ``BENCH_DATABASE``."""
+    if args.store == "postgres":
+        return fresh_bench_database(args.postgres_url)
+    return f"sqlite:///{workdir / 'reef.db'}"
+
+
+def store_name(args: argparse.Namespace) -> str:
+    """The store, as the report names it."""
+    return "PostgreSQL" if args.store == "postgres" else "SQLite"
 
 
 def start_servers(
@@ -176,16 +269,19 @@ def start_servers(
     args: argparse.Namespace,
     master_key: str,
     workers: int,
-) -> tuple[list[Server], Path, str | None]:
-    """All contenders, the Reef database and why LiteLLM is absent (or ``None``)."""
+    store_url: str,
+) -> tuple[list[Server], str | None]:
+    """All contenders (Reef recording to ``store_url``) and why LiteLLM is absent (or
+    ``None``)."""
     skip_litellm = args.skip_litellm
     upstream = start_upstream(children)
     print(f"fake upstream   {upstream.base_url}", flush=True)
     passthrough = start_passthrough(children, upstream.base_url, workers)
     print(f"passthrough     {passthrough.base_url}  ({workers} processes)", flush=True)
-    reef, database = start_reef(children, upstream.base_url, workdir, workers=workers)
+    reef, _ = start_reef(children, upstream.base_url, workdir, workers=workers, store_url=store_url)
+    shown = store_url.split("@")[-1]  # no credentials in the output
     print(
-        f"reef            {reef.base_url}  (sync capture to {database}, {workers} workers)",
+        f"reef            {reef.base_url}  (sync capture to {shown}, {workers} workers)",
         flush=True,
     )
     servers = [upstream, passthrough, reef]
@@ -198,17 +294,19 @@ def start_servers(
         print(f"reef-spend-on   {spent.base_url}  (prices, budgets, rate limits)", flush=True)
         servers.append(spent)
     if skip_litellm:
-        return servers, database, "skipped (--skip-litellm)"
+        return servers, "skipped (--skip-litellm)"
     try:
         litellm = start_litellm(children, upstream.base_url, workdir, master_key)
     except (StartError, OSError, TimeoutError) as exc:
         print(f"LiteLLM left out: {exc}", flush=True)
-        return servers, database, f"could not be installed or started: {exc}"
+        return servers, f"could not be installed or started: {exc}"
     print(f"litellm         {litellm.base_url}", flush=True)
-    return [*servers, litellm], database, None
+    return [*servers, litellm], None
 
 
-async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> Measurements:
+async def measure(
+    servers: list[Server], args: argparse.Namespace, key: str, store_pid: int | None = None
+) -> Measurements:
     """Warm-up then measured round, per run, concurrency and target."""
     # The load generator's own full garbage collections (one of 78 ms measured mid-round
     # on a loaded machine) land in the latencies of whichever target is being measured:
@@ -218,7 +316,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
     done = Measurements()
     headers = sdk_headers(key)
     limit = 60.0 + 0.1 * (args.requests + args.warmup)
-    targets = targets_of(servers)
+    targets = targets_of(servers, store_pid)
     async with client_session(args.concurrency[-1]) as session:
         for run in range(args.runs):
             for level in args.concurrency:
@@ -232,6 +330,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                         else:
                             for count in (args.warmup, args.requests):
                                 cpu_before = tree_cpu_seconds(target.pid)
+                                store_before = store_cpu_seconds(target)
                                 result = await drive(
                                     session,
                                     target.name,
@@ -243,6 +342,7 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                                     target.body,
                                 )
                                 result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
+                                _store_cpu(result, target, store_before)
                                 _count_reef(done, target, result, count)
                     except (RuntimeError, ValueError, TimeoutError) as exc:  # wrk's too
                         if target.name == "direct":
@@ -253,6 +353,13 @@ async def measure(servers: list[Server], args: argparse.Namespace, key: str) -> 
                     done.results.append(result)
                     print(overhead_report.progress_line(run, result), flush=True)
     return done
+
+
+def _store_cpu(result: LoadResult, target: Target, before: float | None) -> None:
+    """Set the round's store server CPU, counted from ``before`` (when it is known)."""
+    after = store_cpu_seconds(target)
+    if before is not None and after is not None:
+        result.store_cpu_seconds = after - before
 
 
 def _count_reef(done: Measurements, target: Target, result: LoadResult, sent: int) -> None:
@@ -282,10 +389,12 @@ async def _wrk_rounds(
         if seconds is None:
             seconds = args.seconds or min(120.0, max(1.0, args.requests / pace))
         cpu_before = tree_cpu_seconds(target.pid)
+        store_before = store_cpu_seconds(target)
         result = await drive_wrk(
             target.url, headers, level, seconds, target.body, target.name, args.wrk_threads
         )
         result.cpu_seconds = tree_cpu_seconds(target.pid) - cpu_before
+        _store_cpu(result, target, store_before)
         _count_reef(done, target, result, result.requests_sent or 0)
         if len(result.errors) > MAX_ERRORS:
             raise TooManyErrorsError(f"{target.name}: {result.errors[-1]}")
@@ -293,14 +402,25 @@ async def _wrk_rounds(
     return result
 
 
-def check_records(database: Path, measured: Measurements) -> overhead_report.RecordCheck:
-    """Count Reef's records (read-only, the gateway still running) and look up receipts."""
+def check_records(store_url: str, measured: Measurements) -> overhead_report.RecordCheck:
+    """Count Reef's records (read-only, the gateway still running) and look up receipts,
+    in SQLite or PostgreSQL."""
     sample = measured.reef_receipts[:: max(1, len(measured.reef_receipts) // 100)][:100]
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
-        (count,) = connection.execute("SELECT COUNT(*) FROM records").fetchone()
-        marks = ",".join("?" * len(sample))
-        query = f"SELECT COUNT(*) FROM records WHERE id IN ({marks})"
-        (found,) = connection.execute(query, sample).fetchone() if sample else (0,)
+    if store_url.startswith("sqlite:///"):
+        database = store_url.removeprefix("sqlite:///")
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+            (count,) = connection.execute("SELECT COUNT(*) FROM records").fetchone()
+            marks = ",".join("?" * len(sample))
+            query = f"SELECT COUNT(*) FROM records WHERE id IN ({marks})"
+            (found,) = connection.execute(query, sample).fetchone() if sample else (0,)
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url) as pg, pg.cursor() as cursor:
+            cursor.execute("SELECT COUNT(*) FROM records")
+            (count,) = cursor.fetchone() or (0,)
+            cursor.execute("SELECT COUNT(*) FROM records WHERE id = ANY(%s)", (sample,))
+            (found,) = cursor.fetchone() or (0,)
     return overhead_report.RecordCheck(
         sent=measured.reef_requests,
         receipts=measured.reef_receipt_count,
@@ -314,13 +434,15 @@ def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
     raise KeyboardInterrupt
 
 
-def run_event_loop(servers: list[Server], args: argparse.Namespace, key: str) -> Measurements:
+def run_event_loop(
+    servers: list[Server], args: argparse.Namespace, key: str, store_pid: int | None = None
+) -> Measurements:
     try:
         import uvloop
 
-        return uvloop.run(measure(servers, args, key))
+        return uvloop.run(measure(servers, args, key, store_pid))
     except ImportError:
-        return asyncio.run(measure(servers, args, key))
+        return asyncio.run(measure(servers, args, key, store_pid))
 
 
 def main(argv: list[str]) -> int:
@@ -348,14 +470,20 @@ def _benchmark_once(args: argparse.Namespace, argv: list[str], workers: int) -> 
     with tempfile.TemporaryDirectory(prefix="reef-overhead-") as tmp:
         children = ChildProcesses(Path(tmp))
         try:
-            servers, database, litellm_note = start_servers(children, Path(tmp), args, key, workers)
-            measured = run_event_loop(servers, args, key)
-            records = check_records(database, measured)
+            store_url = store_url_of(args, Path(tmp))
+            servers, litellm_note = start_servers(
+                children, Path(tmp), args, key, workers, store_url
+            )
+            store_pid = postmaster_pid(store_url) if args.store == "postgres" else None
+            measured = run_event_loop(servers, args, key, store_pid)
+            records = check_records(store_url, measured)
         except StartError as exc:
             print(f"could not start a server: {exc}", file=sys.stderr)
             return 2
         finally:
             children.stop_all()
+            if args.store == "postgres":
+                drop_bench_database(args.postgres_url)
     if litellm_note is None and "litellm" in measured.failed:
         litellm_note = f"failed during the load: {measured.failed['litellm']}"
     report = overhead_report.Report(
@@ -367,6 +495,7 @@ def _benchmark_once(args: argparse.Namespace, argv: list[str], workers: int) -> 
         failed=measured.failed,
         load_before=load_before,
         load_after=os.getloadavg(),
+        store=store_name(args),
     )
     print(report.text())
     if args.output is not None:

@@ -62,6 +62,7 @@ class LoadResult:
     receipts_seen: int | None = None  # wrk keeps a sample in ``receipts``; this many came back
     requests_sent: int | None = None  # wrk's rounds are timed, not counted: what it sent
     loader_cpu_seconds: float | None = None  # wrk's own CPU in the round
+    store_cpu_seconds: float | None = None  # Reef on a local PostgreSQL: the server's CPU
 
     @property
     def receipt_count(self) -> int:
@@ -74,6 +75,13 @@ class LoadResult:
         if self.cpu_seconds is None or not self.latencies_ms:
             return None
         return self.cpu_seconds * 1e6 / len(self.latencies_ms)
+
+    @property
+    def store_cpu_us_per_request(self) -> float | None:
+        """The store server's CPU per answered request, in microseconds (when known)."""
+        if self.store_cpu_seconds is None or not self.latencies_ms:
+            return None
+        return self.store_cpu_seconds * 1e6 / len(self.latencies_ms)
 
     @property
     def throughput(self) -> float:

@@ -46,7 +46,8 @@ _HOW_TO_READ = (
     "client talking to the fake upstream; *passthrough* adds one bare aiohttp hop that "
     "parses nothing and records nothing, the floor for any proxy in Python; *reef* is the "
     "gateway with capture on and `sync` durability (a response completes only after its "
-    "record is committed to SQLite); *litellm* is the LiteLLM proxy with no database, "
+    "record is committed to its store, SQLite unless the Store line says otherwise); "
+    "*litellm* is the LiteLLM proxy with no database, "
     "callbacks or telemetry; *reef-responses* is the same request sent to the same Reef as "
     "an OpenAI Responses request (`POST /v1/responses`: `instructions` and `input`), "
     "translated onto the fake's chat completions and its response kept for "
@@ -103,7 +104,7 @@ _WHERE_IT_GOES = (
 
 @dataclass(frozen=True)
 class RecordCheck:
-    """Reef's records in SQLite against the requests sent through it."""
+    """Reef's records in its store against the requests sent through it."""
 
     sent: int
     receipts: int
@@ -122,7 +123,9 @@ def progress_line(run: int, result: LoadResult) -> str:
     return (
         f"run {run + 1}  c={result.concurrency:<3} {result.target:<14}"
         f" p50 {result.percentile(0.5):7.2f} ms  p99 {result.percentile(0.99):7.2f} ms"
-        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}" + _loader_cpu(result)
+        f"  {result.throughput:8.0f} req/s  errors {len(result.errors)}"
+        + _loader_cpu(result)
+        + _store_cpu(result)
     )
 
 
@@ -132,6 +135,12 @@ def _loader_cpu(result: LoadResult) -> str:
     if result.loader_cpu_seconds is None or not result.latencies_ms:
         return ""
     return f"  wrk CPU {result.loader_cpu_seconds * 1e6 / len(result.latencies_ms):.0f} µs/req"
+
+
+def _store_cpu(result: LoadResult) -> str:
+    """The PostgreSQL server's CPU per answer in the round, when measured."""
+    per_request = result.store_cpu_us_per_request
+    return "" if per_request is None else f"  PostgreSQL CPU {per_request:.0f} µs/req"
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -178,6 +187,7 @@ class Report:
     failed: dict[str, str] = field(default_factory=dict)
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)  # os.getloadavg() at start
     load_after: tuple[float, float, float] | None = None  # and at the end
+    store: str = "SQLite"  # where Reef's records went (``--store``)
     date: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     )
@@ -257,6 +267,20 @@ class Report:
                 f"{self._cpu('reef', high)} µs, the passthrough's {self._cpu('passthrough', high)}"
                 f" µs: {spread(cpu)}x (the proxy's own cost, steadier than req/s on a "
                 "shared machine)."
+            )
+        store_cpu = [
+            v for r in self.runs("reef", high) if (v := r.store_cpu_us_per_request) is not None
+        ]
+        if store_cpu:
+            both = [
+                v + (r.cpu_us_per_request or 0.0)
+                for r in self.runs("reef", high)
+                if (v := r.store_cpu_us_per_request) is not None
+            ]
+            lines.append(
+                f"- {self.store} server CPU per Reef request at c={high}: {spread(store_cpu, 0)}"
+                f" µs (its postmaster and backends, on the same machine); Reef's and the "
+                f"server's together {spread(both, 0)} µs."
             )
         if {"reef", "litellm"} <= set(self.targets()):
             slower = self.paired(
@@ -361,7 +385,7 @@ class Report:
             )
         rc = self.records
         lines.append(
-            f"- Capture check: {rc.records} records in Reef's SQLite for {rc.sent} requests "
+            f"- Capture check: {rc.records} records in Reef's {self.store} for {rc.sent} requests "
             f"sent through Reef (warm-ups included), {rc.receipts} receipts returned, "
             f"{rc.sample_found}/{rc.sampled} sampled receipts found: "
             f"**{'ok' if rc.ok else 'MISMATCH'}**."
@@ -399,6 +423,7 @@ class Report:
                 )
                 + f"), concurrency {', '.join(map(str, a.concurrency))}; "
                 f"{runs}; {loader_text(a)}.",
+                f"- Store: Reef's records in {self._store_text()}, `sync` durability.",
                 f"- Versions: reef {_version('reef-agent')}, aiohttp {_version('aiohttp')}, "
                 f"uvicorn {_version('uvicorn')}{litellm}.",
                 *self.notes(),
@@ -412,6 +437,12 @@ class Report:
                 _WHERE_IT_GOES,
             ]
         )
+
+    def _store_text(self) -> str:
+        """The store, and where it ran."""
+        if self.store == "SQLite":
+            return "SQLite (a file in a temporary directory)"
+        return f"{self.store} (a database of the bench's own on a server on this machine)"
 
     def text(self) -> str:
         """What is printed at the end: the same as the markdown section."""

@@ -268,15 +268,13 @@ class Report:
                 f" µs: {spread(cpu)}x (the proxy's own cost, steadier than req/s on a "
                 "shared machine)."
             )
-        store_cpu = [
-            v for r in self.runs("reef", high) if (v := r.store_cpu_us_per_request) is not None
+        measured = [
+            (v, v + (r.cpu_us_per_request or 0.0))
+            for r in self.runs("reef", high)
+            if (v := r.store_cpu_us_per_request) is not None
         ]
-        if store_cpu:
-            both = [
-                v + (r.cpu_us_per_request or 0.0)
-                for r in self.runs("reef", high)
-                if (v := r.store_cpu_us_per_request) is not None
-            ]
+        if measured:
+            store_cpu, both = [v for v, _ in measured], [t for _, t in measured]
             lines.append(
                 f"- {self.store} server CPU per Reef request at c={high}: {spread(store_cpu, 0)}"
                 f" µs (its postmaster and backends, on the same machine); Reef's and the "

@@ -20,6 +20,19 @@ from reef.upstream import Upstream, build_upstream
 from tests.polling import eventually
 
 
+def child_pids(pid: int) -> list[int]:
+    """The child processes of ``pid`` (the gateway processes of ``--workers``), from each
+    of its threads' ``children`` file (a thread that ends between the listing and the
+    read has none to give)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.fakes.upstream import FakeUpstreamThread
-from tests.gateway.harness import free_port
+from tests.gateway.harness import child_pids, free_port
 from tests.gateway.rawhttp import call
 from tests.polling import eventually
 
@@ -60,23 +60,13 @@ def _wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
 
 def _kill_all(pid: int) -> None:
     """SIGKILL ``pid`` and its children (the gateway processes of ``--workers``) at once."""
-    children = [
-        int(child)
-        for task in Path(f"/proc/{pid}/task").iterdir()
-        for child in (task / "children").read_text().split()
-    ]
-    for target in (*children, pid):
+    for target in (*child_pids(pid), pid):
         os.kill(target, signal.SIGKILL)
 
 
 def _kill_one_worker(pid: int) -> None:
     """SIGKILL one gateway process of ``--workers``: the parent and the other go on."""
-    children = [
-        int(child)
-        for task in Path(f"/proc/{pid}/task").iterdir()
-        for child in (task / "children").read_text().split()
-    ]
-    os.kill(children[0], signal.SIGKILL)
+    os.kill(child_pids(pid)[0], signal.SIGKILL)
 
 
 async def _load_then_kill(

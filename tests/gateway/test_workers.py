@@ -27,7 +27,7 @@ from reef.harness import Bundle, Harness, pack_bundle
 from reef.releases import ModelComponent, ReleaseChain, ReleaseManifest, open_artifact_store
 from tests.experience.conftest import PG_ENV, ThrowawayDatabases
 from tests.fakes.upstream import FakeUpstreamThread
-from tests.gateway.harness import free_port
+from tests.gateway.harness import child_pids, free_port
 from tests.gateway.rawhttp import RawResponse, call
 from tests.polling import eventually
 
@@ -386,12 +386,12 @@ def test_records_of_both_workers_number_one_session_in_turn(
 
 def test_a_worker_that_dies_is_replaced(served: tuple[Served, FakeUpstreamThread]) -> None:
     gateway, _ = served
-    children = _children(gateway.process.pid)
+    children = child_pids(gateway.process.pid)
     assert len(children) == 2
     os.kill(children[0], signal.SIGKILL)
 
     def replaced() -> bool:
-        now = _children(gateway.process.pid)
+        now = child_pids(gateway.process.pid)
         return len(now) == 2 and children[0] not in now
 
     eventually(replaced, "a new worker", timeout_seconds=30)
@@ -405,18 +405,6 @@ def test_a_worker_that_dies_is_replaced(served: tuple[Served, FakeUpstreamThread
     assert "starting another" in gateway.log.read_text()
     gateway.process.send_signal(signal.SIGINT)
     assert gateway.process.wait(timeout=60) == 130, gateway.log.read_text()
-
-
-def _children(pid: int) -> list[int]:
-    """The child processes of ``pid``, from each of its threads' ``children`` file (a
-    thread that ends between the listing and the read has none to give)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except FileNotFoundError:
-            continue
-    return found
 
 
 _OBSERVE = """

@@ -161,13 +161,16 @@ def start_reef(
     workers: int = 1,
     spend: bool = False,
     store_url: str | None = None,
+    capture: bool = True,
 ) -> tuple[Server, Path]:
     """The Reef gateway with capture on and ``durability`` (``store.durability``), in
     ``workers`` gateway processes (``server.workers``); also its SQLite path. ``name``
     names its log and its results (one per gateway when a bench runs several). With
     ``spend``: a price for the model, budgets and rate limits (``SPEND_CONFIG``).
     ``store_url`` (``store.url``) puts the records elsewhere, e.g. in PostgreSQL; by
-    default they go to that SQLite path, ``workdir/reef.db``."""
+    default they go to that SQLite path, ``workdir/reef.db``. ``capture`` false: the
+    ``default`` scenario records nothing (``scenarios.<s>.capture``), the same gateway
+    otherwise."""
     port = free_port()
     database = workdir / "reef.db"
     config = workdir / "reef.yaml"
@@ -178,7 +181,9 @@ def start_reef(
         f"server: {{port: {port}, workers: {workers}}}\n"
         f'store: {{url: "{url}", durability: {durability}}}\n'
         f"upstreams: {{fake: {{type: openai, base_url: {upstream!r}, model: fake-model"
-        f"{prices}}}}}\n" + (SPEND_CONFIG if spend else "")
+        f"{prices}}}}}\n"
+        + (SPEND_CONFIG if spend else "")
+        + ("" if capture else "scenarios: {default: {capture: false}}\n")
     )
     argv = [sys.executable, "-m", "reef", "serve", "-c", str(config), "--log-level", "WARNING"]
     process, log = children.spawn(name, argv, child_env())

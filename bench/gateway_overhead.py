@@ -32,6 +32,12 @@ spends), measured in the same rotation; the report gives its added p50 at the lo
 concurrency and its throughput at the highest against *reef* (issue 42's targets: +0.1
 ms, 0.95x).
 
+``--capture-off`` adds *reef-capture-off*: a second ``reef serve`` like *reef* whose
+scenario records nothing (``capture: false``), measured in the same rotation; the report
+splits Reef's CPU per request and its p99 at the highest concurrency into what capture
+(building the record, the ``sync`` commit, the WAL checkpoints) costs and what the rest
+of the gateway does.
+
 ``--workers 1,2`` repeats the whole benchmark once per count, with fresh servers: Reef
 as ``reef serve --workers N`` and the passthrough as N processes on its port
 (``SO_REUSEPORT``), so both get the same cores; CPU is summed over each server's
@@ -90,6 +96,7 @@ from wrk_load import drive_wrk, warmup_seconds, wrk_path
 
 RESPONSES_TARGET = "reef-responses"
 SPEND_TARGET = "reef-spend-on"
+CAPTURE_OFF_TARGET = "reef-capture-off"
 POSTGRES_ENV = "REEF_TEST_POSTGRES_URL"
 BENCH_DATABASE = "reef_bench"  # --store postgres: dropped and made anew for each count
 
@@ -179,6 +186,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument(
         "--spend", action="store_true", help="also Reef with prices, budgets and rate limits"
+    )
+    parser.add_argument(
+        "--capture-off", action="store_true", help="also Reef recording nothing, to split its cost"
     )
     parser.add_argument("--output", type=Path, help="markdown file whose section to rewrite")
     parser.add_argument(
@@ -293,6 +303,15 @@ def start_servers(
         )
         print(f"reef-spend-on   {spent.base_url}  (prices, budgets, rate limits)", flush=True)
         servers.append(spent)
+    if args.capture_off:
+        off_dir = workdir / "capture-off"
+        off_dir.mkdir()
+        off, _ = start_reef(
+            children, upstream.base_url, off_dir, CAPTURE_OFF_TARGET, workers=workers,
+            capture=False,
+        )  # fmt: skip
+        print(f"reef-capture-off {off.base_url}  (records nothing)", flush=True)
+        servers.append(off)
     if skip_litellm:
         return servers, "skipped (--skip-litellm)"
     try:

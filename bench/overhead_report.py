@@ -38,7 +38,18 @@ TARGET_THROUGHPUT_VS_PASSTHROUGH = 0.7
 # highest, against the same Reef with them off.
 TARGET_SPEND_ADDED_P50_MS = 0.1
 TARGET_SPEND_THROUGHPUT = 0.95
-_ORDER = ("direct", "passthrough", "reef", "reef-responses", "reef-spend-on", "litellm")
+# Issue 45: at the highest concurrency Reef's p99 is at most 1.5x the passthrough's in
+# the same run (both with as many processes, ``--workers``).
+TARGET_P99_VS_PASSTHROUGH = 1.5
+_ORDER = (
+    "direct",
+    "passthrough",
+    "reef",
+    "reef-responses",
+    "reef-capture-off",
+    "reef-spend-on",
+    "litellm",
+)
 _HOW_TO_READ = (
     "How to read it: every request is the same small non-streaming chat completion "
     "(the body and headers the OpenAI Python SDK sends), answered at once by a fake "
@@ -290,7 +301,13 @@ class Report:
                 f"Reef's at c={low}; Reef serves {spread(self.throughput_ratio('reef', 'litellm'))}"
                 f"x LiteLLM's throughput at c={high}."
             )
-        return lines + self._responses_lines() + self.verdicts() + self._spend_lines()
+        return (
+            lines
+            + self._responses_lines()
+            + self.verdicts()
+            + self._capture_lines()
+            + self._spend_lines()
+        )
 
     def _responses_lines(self) -> list[str]:
         """The Responses route next to chat completions, both through Reef."""
@@ -309,6 +326,29 @@ class Report:
             f"- Responses vs chat completions, both through Reef: added latency at c={low} "
             f"{'; '.join(parts)}; throughput at c={high} {spread(ratio)}x chat completions."
         ]
+
+    def _capture_lines(self) -> list[str]:
+        """*reef-capture-off* against *reef* and the passthrough at the highest
+        concurrency: how much of Reef's tail and CPU per request is capture, per run."""
+        if not {"reef", "reef-capture-off", "passthrough"} <= set(self.targets()):
+            return []
+        high = self.args.concurrency[-1]
+        off = self.paired("reef-capture-off", "passthrough", high, _p99_ratio)
+        on = self.paired("reef", "passthrough", high, _p99_ratio)
+        capture = [v for v in self.paired("reef", "reef-capture-off", high, _cpu_minus) if v == v]
+        rest = [
+            v for v in self.paired("reef-capture-off", "passthrough", high, _cpu_minus) if v == v
+        ]
+        line = (
+            f"- Capture off (reef-capture-off) vs on (reef) at c={high}: p99 {spread(off)}x "
+            f"the passthrough's in the same run, against {spread(on)}x with capture"
+        )
+        if capture and rest:
+            line += (
+                f"; CPU per request: capture {spread(capture, 0)} µs, the rest of the "
+                f"gateway {spread(rest, 0)} µs more than the passthrough"
+            )
+        return [line + "."]
 
     def _spend_lines(self) -> list[str]:
         """*reef-spend-on* against *reef*: added p50 at the lowest concurrency and the
@@ -381,6 +421,14 @@ class Report:
                 f"- Target: Reef ≥ {TARGET_THROUGHPUT_VS_PASSTHROUGH:g}x passthrough throughput "
                 f"at c={self.args.concurrency[-1]}: **{_verdict(met)}** ({spread(ratio)}x)."
             )
+        high = self.args.concurrency[-1]
+        tail_ratio = self.paired("reef", "passthrough", high, _p99_ratio)
+        if tail_ratio:
+            met = statistics.median(tail_ratio) <= TARGET_P99_VS_PASSTHROUGH
+            lines.append(
+                f"- Target: Reef's p99 ≤ {TARGET_P99_VS_PASSTHROUGH:g}x the passthrough's at "
+                f"c={high} in the same run: **{_verdict(met)}** ({spread(tail_ratio)}x)."
+            )
         rc = self.records
         lines.append(
             f"- Capture check: {rc.records} records in Reef's {self.store} for {rc.sent} requests "
@@ -417,6 +465,11 @@ class Report:
                 + (
                     "; reef-spend-on: Reef with a price, budgets and rate limits"
                     if getattr(a, "spend", False)
+                    else ""
+                )
+                + (
+                    "; reef-capture-off: Reef recording nothing"
+                    if getattr(a, "capture_off", False)
                     else ""
                 )
                 + f"), concurrency {', '.join(map(str, a.concurrency))}; "
@@ -485,6 +538,18 @@ def _cpu_ratio(a: LoadResult, b: LoadResult) -> float:
     """``a``'s CPU per request over ``b``'s (NaN when either is unknown)."""
     x, y = a.cpu_us_per_request, b.cpu_us_per_request
     return x / y if x is not None and y else math.nan  # NaN: left out by the caller
+
+
+def _cpu_minus(a: LoadResult, b: LoadResult) -> float:
+    """``a``'s CPU per request minus ``b``'s, in µs (NaN when either is unknown)."""
+    x, y = a.cpu_us_per_request, b.cpu_us_per_request
+    return x - y if x is not None and y is not None else math.nan
+
+
+def _p99_ratio(a: LoadResult, b: LoadResult) -> float:
+    """``a``'s p99 over ``b``'s, within one run."""
+    theirs = b.percentile(0.99)
+    return a.percentile(0.99) / theirs if theirs > 0 else math.inf
 
 
 def _signed(values: list[float]) -> str:

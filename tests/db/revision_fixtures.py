@@ -110,6 +110,7 @@ REVISIONS: dict[str, RevisionFixture] = {
     ),
     "0012": RevisionFixture(adds={"records": _nulls("weights_digest")}),
     "0013": RevisionFixture(creates=("idempotency_claims",)),
+    "0014": RevisionFixture(),  # drops an index: no table or column changes
 }
 
 

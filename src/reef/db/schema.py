@@ -117,7 +117,6 @@ records = Table(
     Index(None, "scenario", "session_id", "turn"),
     # find_session: the newest record with a continuation hash, via an index scan.
     Index(None, "scenario", "continuation_hash", "created_at", "id"),
-    Index(None, "content_hash"),
     # NULL keys are distinct on both backends, so only real keys are unique.
     Index(None, "scenario", "idempotency_key", unique=True),
 )

@@ -345,8 +345,8 @@ class Report:
         )
         if capture and rest:
             line += (
-                f"; CPU per request: capture {spread(capture, 0)} µs, the rest of the "
-                f"gateway {spread(rest, 0)} µs more than the passthrough"
+                f"; CPU per request: capture {spread(capture, 0)} µs; Reef without it "
+                f"{_signed(rest, 0)} µs beside the passthrough"
             )
         return [line + "."]
 
@@ -552,12 +552,12 @@ def _p99_ratio(a: LoadResult, b: LoadResult) -> float:
     return a.percentile(0.99) / theirs if theirs > 0 else math.inf
 
 
-def _signed(values: list[float]) -> str:
-    """``spread`` of differences, signed, to the microsecond."""
-    middle = f"{statistics.median(values):+.3f}"
+def _signed(values: list[float], digits: int = 3) -> str:
+    """``spread`` of differences, signed (to the microsecond when they are ms)."""
+    middle = f"{statistics.median(values):+.{digits}f}"
     if len(values) == 1:
         return middle
-    return f"{middle} ({min(values):+.3f}..{max(values):+.3f})"
+    return f"{middle} ({min(values):+.{digits}f}..{max(values):+.{digits}f})"
 
 
 def _verdict(met: bool) -> str:

@@ -61,6 +61,19 @@ BENCHES: tuple[Bench, ...] = (
         optional=(Contender("LiteLLM", ".venv-litellm/bin/litellm", ("--skip-litellm",)),),
     ),
     Bench(
+        "record_writes",
+        "the gateway's SQLite record write path alone: CPU per record by batch size, with "
+        "and without one more index",
+        (
+            Step(
+                "record_writes.py",
+                (),
+                ("--prefill", "2000", "--records", "400", "--rounds", "1", "--batches", "4"),
+                OUTPUT,
+            ),
+        ),
+    ),
+    Bench(
         "import",
         "reef import: records/s and peak RSS for 1M openai-finetune lines (and a tenth)",
         (Step("import_export.py", (), ("--records", "2000", "--no-small"), OUTPUT),),

@@ -111,6 +111,7 @@ def test_runs_in_order_and_skips_what_cannot_run(
     assert result.exit_code == 0, result.output
     assert [c["script"] for c in calls(bench_dir)] == [
         "gateway_overhead.py",
+        "record_writes.py",
         "import_export.py",
         "faults.py",
         "signals.py",

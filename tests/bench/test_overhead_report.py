@@ -62,7 +62,7 @@ def test_the_tail_target_and_the_capture_split_come_from_paired_runs(
     )
     assert "p99 1.10 (1.10..1.10)x the passthrough's in the same run, against 1.65" in text
     # capture: 230-130 and 240-125 µs; the rest: 130-100 and 125-110 µs
-    assert "capture 108 (100..115) µs, the rest of the gateway 22 (15..30) µs" in text
+    assert "capture 108 (100..115) µs; Reef without it +22 (+15..+30) µs beside the" in text
 
 
 def test_without_capture_off_rounds_there_is_no_split(report_module: ModuleType) -> None:

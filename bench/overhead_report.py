@@ -77,9 +77,10 @@ _HOW_TO_READ = (
 _WHERE_IT_GOES = (
     "Where Reef's time goes (py-spy and per-stage timers on this machine, 2026-12): at "
     "concurrency 1, about 0.1 ms is the SQLite commit of the record before the answer "
-    "(`sync` durability; a record touches the table and its six indexes, ~10 WAL frames),"
-    " made on the event loop itself (the records a loop turn submits are one batch there;"
-    " no hand-off to the writer thread and back unless the store is busy); about 0.05 ms "
+    "(`sync` durability; a record touches the table and its five indexes; six and ~10 "
+    "WAL frames before migration 0014), made on the event loop itself (the records a "
+    "loop turn submits are one batch there; no hand-off to the writer thread and back "
+    "unless the store is busy); about 0.05 ms "
     "is reading, checking, hashing and planning the request; the rest is the upstream "
     "call and uvicorn's HTTP handling, as in any Python proxy. The WAL is copied into the"
     " database (checkpointed) by a thread of its own, never by a commit a response waits "

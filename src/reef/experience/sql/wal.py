@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY_RECORDS = 200
 """Records committed between two PASSIVE passes; a record is 5-10 WAL pages (its row and
-six indexes; fewer each in batches)."""
+five indexes; fewer each in batches)."""
 CHECKPOINT_INTERVAL_SECONDS = 1.0
 """The longest the committed pages of a slower writer wait for a pass."""
 LIMIT_PAGES = 32_768

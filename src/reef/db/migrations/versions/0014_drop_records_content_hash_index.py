@@ -7,7 +7,7 @@ Create Date: 2026-12-06
 Records are deduplicated by their content hash in Python, over the records a recipe
 selects (``reef.learning.selection``); nothing looks a record up by it. The index only
 cost every insert a random page of its own (the hash is uniformly random): the gateway's
-``sync`` write path spent 1.06-1.25x the CPU per record with it, in transactions of 1 to
+``sync`` write path spent 1.06-1.51x the CPU per record with it, in transactions of 1 to
 16 records over a store of 100,000 (``bench/record_writes.py``; docs/benchmarks.md,
 "Where the tail comes from: capture").
 """

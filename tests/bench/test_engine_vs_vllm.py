@@ -3,22 +3,17 @@ with a backend column, and the side-by-side table (no server started)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.scripts import bench_module
 
 
 @pytest.fixture(scope="module")
 def side() -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module("engine_vs_vllm")
+    return bench_module("engine_vs_vllm")
 
 
 def run(backend: str | None, dtype: str, c1: float, c8: float, **more: Any) -> dict[str, Any]:
@@ -163,7 +158,7 @@ def test_side_by_side_table(side: ModuleType) -> None:
 
 
 def test_engine_report_renders_the_backends(side: ModuleType) -> None:
-    engine_report = importlib.import_module("engine_report")
+    engine_report = bench_module("engine_report")
     full = report(
         machine={"cores": 2, "cpu": "x", "python": "3.11", "kernel": "6", "date_utc": "now"},
         command="bench/engine_vs_vllm.py --backend eager,openvino --output x.json",

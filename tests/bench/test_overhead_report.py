@@ -5,21 +5,16 @@ into capture and the rest (``--capture-off``)."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.scripts import bench_module
 
 
 @pytest.fixture(scope="module")
 def report_module() -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module("overhead_report")
+    return bench_module("overhead_report")
 
 
 def rounds(load: ModuleType, target: str, p99s: list[float], cpu_us: list[float]) -> list[object]:
@@ -47,7 +42,7 @@ def report(module: ModuleType, results: list[object]) -> object:
 def test_the_tail_target_and_the_capture_split_come_from_paired_runs(
     report_module: ModuleType,
 ) -> None:
-    load = importlib.import_module("load")
+    load = bench_module("load")
     results = [
         *rounds(load, "passthrough", [10.0, 8.0], [100.0, 110.0]),
         *rounds(load, "reef", [18.0, 12.0], [230.0, 240.0]),
@@ -66,7 +61,7 @@ def test_the_tail_target_and_the_capture_split_come_from_paired_runs(
 
 
 def test_without_capture_off_rounds_there_is_no_split(report_module: ModuleType) -> None:
-    load = importlib.import_module("load")
+    load = bench_module("load")
     results = [
         *rounds(load, "passthrough", [10.0, 10.0], [100.0, 100.0]),
         *rounds(load, "reef", [14.0, 15.0], [150.0, 150.0]),

@@ -7,11 +7,9 @@ The real round needs Debian's ``wrk``; without it that test is skipped, except w
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +18,8 @@ from types import ModuleType
 import pytest
 from aiohttp import web
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.scripts import bench_module
+
 # Captured from wrk 4.1.0 (Debian) running the loader's script, -c2 -d1s, against a
 # server that took 300 ms over its 20th answer: wrk's histogram holds 68 samples for
 # the 60 answers it counted.
@@ -29,9 +28,7 @@ SAMPLE = Path(__file__).with_name("wrk_sample.txt")
 
 @pytest.fixture(scope="module")
 def wrk_load() -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module("wrk_load")
+    return bench_module("wrk_load")
 
 
 def wrk_stats_correct(histogram: dict[int, int], expected: int) -> dict[int, int]:

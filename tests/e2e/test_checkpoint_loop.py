@@ -10,7 +10,6 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 import openai
 
@@ -21,7 +20,7 @@ from reef.evaluation import EvaluationStore
 from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
-from tests.e2e.tiny import tiny_gateway
+from tests.e2e.tiny import tiny_gateway, until_serving
 from tests.gateway.harness import GatewayThread
 from tests.gateway.rawhttp import call
 from tests.polling import eventually
@@ -104,11 +103,6 @@ def _suite_answers(gateway: GatewayThread) -> list[str]:
     ]
 
 
-def _serving(gateway: GatewayThread) -> str | None:
-    status: dict[str, Any] = call(gateway.port, "GET", "/reef/status").json()
-    return status["scenarios"]["codes"]["serving_release_id"]  # type: ignore[no-any-return]
-
-
 def test_full_checkpoint_is_gated_served_swapped_and_rolled_back(tmp_path: Path) -> None:
     (tmp_path / "recipe.yaml").write_text(RECIPE)
     suite = [
@@ -160,12 +154,12 @@ def test_full_checkpoint_is_gated_served_swapped_and_rolled_back(tmp_path: Path)
             checkpoint = learned.manifest.model.checkpoint
             assert checkpoint is not None and learned.manifest.model.adapter is None
             assert artifacts.info(checkpoint).kind == "checkpoint"
-            eventually(lambda: _serving(gateway) == learned.id, "the flip to the checkpoint")
+            until_serving(gateway, "codes", learned.id)  # the flip to the checkpoint
             eventually(lambda: traffic.served(learned.id) >= 3, "traffic on the checkpoint")
 
             # a rollback returns to the base weights, with traffic flowing
             rolled = chain.rollback("codes", base.id, learned.id, "test", "back to the base")
-            eventually(lambda: _serving(gateway) == rolled.id, "the flip back")
+            until_serving(gateway, "codes", rolled.id)  # the flip back
             eventually(lambda: traffic.served(rolled.id) >= 3, "traffic after the rollback")
         assert traffic.errors == []  # no request failed across either swap
         assert traffic.served(base.id) >= 1  # traffic ran before the first swap too

@@ -19,7 +19,7 @@ from reef.evaluation import EvaluationStore
 from reef.jobs import JobQueue
 from reef.learning.worker import Worker
 from reef.releases import ReleaseChain, open_artifact_store
-from tests.e2e.tiny import tiny_gateway
+from tests.e2e.tiny import tiny_gateway, until_serving
 from tests.engine.lora_factory import PEFT_WRAP_WARNING
 
 pytestmark = pytest.mark.filterwarnings(PEFT_WRAP_WARNING)
@@ -95,6 +95,7 @@ def test_next_turn_corrections_alone_train_a_published_adapter(tmp_path: Path) -
         head = chain.head("codes")
         assert head is not None and base is not None and head.parent_id == base.id
         assert head.manifest.model.adapter is not None
+        until_serving(gateway, "codes", head.id)  # else the first answers may be the base's
 
         tuned = gateway.openai(**{"x-reef-scenario": "codes"})
         answers = [

@@ -12,6 +12,8 @@ from reef.engine.models import load_model
 from reef.engine.runtime import Engine
 from reef.engine.server import BackgroundServer
 from tests.gateway.harness import GatewayThread, make_settings
+from tests.gateway.rawhttp import call
+from tests.polling import eventually
 
 
 @contextmanager
@@ -39,3 +41,19 @@ def tiny_gateway(
             yield gateway
     finally:
         engine.stop()
+
+
+def serving_release(gateway: GatewayThread, scenario: str) -> str | None:
+    """The release the gateway serves ``scenario`` from now (``/reef/status``)."""
+    status: dict[str, Any] = call(gateway.port, "GET", "/reef/status").json()
+    return status["scenarios"][scenario]["serving_release_id"]  # type: ignore[no-any-return]
+
+
+def until_serving(gateway: GatewayThread, scenario: str, release_id: str) -> None:
+    """Wait until the gateway serves ``scenario`` from ``release_id``: it activates a new
+    head on its next poll of the chain, so answers asked right after a publish may still
+    come from the release before."""
+    eventually(
+        lambda: serving_release(gateway, scenario) == release_id,
+        f"the gateway serving release {release_id} for {scenario!r}",
+    )

@@ -7,11 +7,12 @@ For each batch size (``--batches``), two fresh stores are filled with ``--prefil
 records (so every index is a tree of realistic depth), one of them with an extra index
 (``--extra-index``, by default the one migration 0014 dropped: ``records.content_hash``,
 a uniformly random hash that no query reads). Then ``--records`` more go in as the
-gateway writes them (``SQLiteRecordWriter.write``, one transaction per batch), rounds
-alternating between the stores. Reported per record: wall time, the writing thread's
-CPU, and the process's CPU, which adds the WAL checkpointer's thread. Records look like
-the overhead benchmark's traffic: a two-message chat and its answer, each in a session
-of its own, with the hashes a new conversation gets.
+gateway writes them (``write_records``: on SQLite ``SQLiteRecordWriter``, one
+transaction per batch), rounds alternating between the stores. Reported per record:
+wall time, the writing thread's CPU, and the process's CPU, which adds the WAL
+checkpointer's thread. Records look like the overhead benchmark's traffic: a
+two-message chat and its answer, each in a session of its own, with the hashes a new
+conversation gets.
 """
 
 from __future__ import annotations
@@ -102,14 +103,9 @@ class Contender:
         self.name = "schema" if extra_index is None else f"schema + index on {extra_index}"
         self.store: SQLExperienceStore = open_store(f"sqlite:///{path}")
         if extra_index is not None:
-            with sqlite3.connect(path) as conn:
-                conn.execute(f"CREATE INDEX bench_extra ON records ({extra_index})")
-        writer = self.store._sqlite_records  # the gateway's write path itself
-        assert writer is not None
-        self.writer = writer
-        self.writer.write([draft(-1)], set(), wait=True)  # makes the scenario
+            _execute(path, f"CREATE INDEX bench_extra ON records ({extra_index})")
         for start in range(0, prefill, 1000):
-            self.writer.write([draft(start + n) for n in range(1000)], {SCENARIO}, wait=True)
+            self.store.write_records([draft(start + n) for n in range(1000)])
         self.sent = prefill
 
     def measure(self, batch: int, records: int) -> Round:
@@ -120,18 +116,26 @@ class Contender:
         process0 = resource.getrusage(resource.RUSAGE_SELF)
         thread0 = time.thread_time()
         wall0 = time.perf_counter()
-        for drafts in batches:
-            self.writer.write(drafts, {SCENARIO}, wait=True)
+        for drafts in batches:  # on SQLite, the gateway's write path (SQLiteRecordWriter)
+            self.store.write_records(drafts)
         wall = time.perf_counter() - wall0
         thread = time.thread_time() - thread0
-        with sqlite3.connect(self.path) as conn:  # what the checkpointer has not copied yet
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        _execute(self.path, "PRAGMA wal_checkpoint(PASSIVE)")  # what is left to copy
         process1 = resource.getrusage(resource.RUSAGE_SELF)
         process = (process1.ru_utime + process1.ru_stime) - (process0.ru_utime + process0.ru_stime)
         return Round(1e6 * wall / count, 1e6 * thread / count, 1e6 * process / count)
 
     def close(self) -> None:
         self.store.close()
+
+
+def _execute(path: Path, statement: str) -> None:
+    """Run ``statement`` on a connection of its own to the store at ``path``."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(statement)
+    finally:
+        conn.close()
 
 
 def main(argv: list[str]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def rounds(load: ModuleType, target: str, p99s: list[float], cpu_us: list[float]
     return made
 
 
-def report(module: ModuleType, results: list[object]) -> object:
+def report(module: ModuleType, results: list[object]) -> Any:
     args = argparse.Namespace(
         concurrency=[32], runs=2, requests=100, warmup=0, loader="python", capture_off=True
     )
@@ -48,7 +49,7 @@ def test_the_tail_target_and_the_capture_split_come_from_paired_runs(
         *rounds(load, "reef", [18.0, 12.0], [230.0, 240.0]),
         *rounds(load, "reef-capture-off", [11.0, 8.8], [130.0, 125.0]),
     ]
-    lines = report_module.Report.derived(report(report_module, results))
+    lines = report(report_module, results).derived()
     text = "\n".join(lines)
     # per run 1.8x and 1.5x: the median of two is their mean, 1.65x, over 1.5x
     assert (
@@ -66,6 +67,6 @@ def test_without_capture_off_rounds_there_is_no_split(report_module: ModuleType)
         *rounds(load, "passthrough", [10.0, 10.0], [100.0, 100.0]),
         *rounds(load, "reef", [14.0, 15.0], [150.0, 150.0]),
     ]
-    text = "\n".join(report_module.Report.derived(report(report_module, results)))
+    text = "\n".join(report(report_module, results).derived())
     assert "**met** (1.45 (1.40..1.50)x)" in text
     assert "Capture off" not in text
